@@ -1,0 +1,22 @@
+"""8x B200 HGX (sm_100, 180 GB each), NV18 NVLink between every pair through NVSwitch."""
+
+gpu = dict(
+    name_patterns=[r"^NVIDIA B200$"],
+    count=8,
+    min_memory_mib=180000,  # 183359 MiB reported per card
+    compute_capability="10.0",
+    interconnect="nvlink",  # every GPU pair must read NV#; one PCIe-only GPU is a degraded board
+    driver_min="580",  # SGLang 0.5.23 wheels are CUDA 13 builds
+    open_kernel_module=True,  # Blackwell data-center parts require the open modules
+    fabric_manager=True,  # NVSwitch: without fabric manager CUDA fails with error 802
+)
+
+sglang_class = dict(
+    tp_size=8,
+    # sm_100: the z-lab Kimi DFlash recipe; SGLang picks trtllm_mla itself, written out to pin it.
+    attention_backend="trtllm_mla",
+    draft_attention_backend="fa4",
+    mem_fraction_static=0.90,
+    extra_args=[],
+    env=dict(),  # NVLink + NVSwitch: NCCL's defaults are right
+)

@@ -1,0 +1,21 @@
+"""8x B300 HGX (sm_103, 268 GB each), NV18 NVLink between every pair through NVSwitch."""
+
+gpu = dict(
+    name_patterns=[r"^NVIDIA B300 SXM6 AC$"],
+    count=8,
+    min_memory_mib=270000,  # 275040 MiB reported per card
+    compute_capability="10.3",
+    interconnect="nvlink",
+    driver_min="580",
+    open_kernel_module=True,
+    fabric_manager=True,
+)
+
+sglang_class = dict(
+    tp_size=8,
+    attention_backend="trtllm_mla",  # SM10x family: same backends as B200
+    draft_attention_backend="fa4",
+    mem_fraction_static=0.90,
+    extra_args=[],
+    env=dict(),
+)

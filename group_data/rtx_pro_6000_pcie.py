@@ -1,0 +1,33 @@
+"""8x RTX PRO 6000 Blackwell (sm_120, 96 GB each) on PCIe, no NVLink: the CT200 box."""
+
+# What preflight expects of the hardware (operations.gpu checks the host's facts against it).
+gpu = dict(
+    # nvidia-smi --query-gpu=name; all PCIe Blackwell PRO 6000 variants share sm_120 and 96 GB.
+    name_patterns=[r"^NVIDIA RTX PRO 6000 Blackwell (Server|Workstation|Max-Q Workstation) Edition$"],
+    count=8,  # Kimi K2.6 needs all 8 cards; 4 run out of memory
+    min_memory_mib=97000,  # 97887 MiB reported per card
+    compute_capability="12.0",
+    interconnect="pcie",  # only PIX/PXB/NODE/SYS between cards
+    driver_min="580",  # SGLang 0.5.23 wheels are CUDA 13 builds: driver branch 580+
+    open_kernel_module=True,  # Blackwell PRO cards only work with the open modules
+    fabric_manager=False,  # no NVSwitch: fabric manager fails on such boxes (gpu-operator#610)
+)
+
+sglang_class = dict(
+    tp_size=8,
+    # sm_120: trtllm_mla fails at runtime (sglang#24633) and FA3/FA4 need sm_90/sm_100 instructions,
+    # so flashinfer for the target (community recipe: 73-90 tok/s on Kimi) and the drafter.
+    attention_backend="flashinfer",
+    draft_attention_backend="flashinfer",
+    mem_fraction_static=0.90,  # leave room for the drafter and CUDA graphs on 96 GB cards
+    extra_args=[
+        "--chunked-prefill-size", "8192",  # community recipe for Kimi on PRO 6000
+        "--cuda-graph-max-bs", "16",
+    ],
+    env=dict(
+        # PCIe only: NCCL's P2P path through the PEX switches; SYS lets it cross NUMA nodes.
+        NCCL_P2P_LEVEL="SYS",
+        # P2P all-reduce hangs were reported on this card (NVIDIA/nccl#1999): LL keeps latency low.
+        NCCL_PROTO="LL,LL128,Simple",
+    ),
+)

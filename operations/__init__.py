@@ -1,0 +1,1 @@
+"""specfleet's pyinfra operations and facts, by subject."""

@@ -1,0 +1,1 @@
+"""Tests that need no lab: parsers, rendering, command generation."""

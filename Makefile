@@ -1,0 +1,45 @@
+# specfleet: `make demo` and `make test` are the contract (see README.md).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+LAB := $(PY) -m lab
+HOSTS ?= pcie=1,b200=1
+
+.PHONY: demo test deps venv lab-up lab-down lab-status bench clean
+
+# Debian packages the lab needs on the controller (nspawn, debootstrap, ssh, venv).
+deps:
+	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null \
+	  && command -v ssh >/dev/null && $(PYTHON) -c 'import ensurepip' 2>/dev/null \
+	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	       systemd-container debootstrap openssh-client iproute2 python3-venv >/dev/null; }
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+lab-up: deps venv
+	$(LAB) up --hosts $(HOSTS)
+
+lab-down: venv
+	$(LAB) down
+
+lab-status: venv
+	$(LAB) status
+
+demo: lab-up
+	$(VENV)/bin/pyinfra -y inventory/lab.py deploy.py
+
+# The whole suite: unit tests, then the lab (booted once and shared), then the
+# lab's lifecycle tests last; the lab is torn down whatever the outcome.
+test: deps venv
+	$(PY) -m pytest tests; rc=$$?; $(LAB) down >/dev/null; exit $$rc
+
+bench: deps venv
+	$(PY) -m bench
+
+clean: lab-down
+	rm -rf $(VENV) build

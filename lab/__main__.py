@@ -1,0 +1,44 @@
+"""python -m lab up [--hosts SPEC] | status | down | gpu HOST PROFILE"""
+
+import argparse
+import json
+
+from lab import fleet, services
+from lab.config import HUB_URL, INDEX_URL
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up", help="build (once) and boot the lab; idempotent")
+    up.add_argument("--hosts", default=fleet.DEFAULT_SPEC,
+                    help=f"hosts per class, e.g. pcie=2,b200=1,b300=1 (default {fleet.DEFAULT_SPEC})")
+    commands.add_parser("status", help="each host, its address, class and state")
+    commands.add_parser("down", help="stop and remove every host and lab server")
+    gpu = commands.add_parser("gpu", help="switch a host's GPU stand-in profile")
+    gpu.add_argument("host")
+    gpu.add_argument("profile")
+    args = parser.parse_args()
+
+    if args.command == "up":
+        services.build_content()
+        services.start()
+        hosts = fleet.up(args.hosts)
+        print(f"lab: {len(hosts)} hosts up; hub {HUB_URL}, index {INDEX_URL}")
+    elif args.command == "status":
+        for host in fleet.read_fleet():
+            print(f"{host.name:12} {host.address:14} {host.host_class:18} {host.gpu_profile:28} "
+                  f"{fleet.system_state(host)}")
+        print(json.dumps(services.status()))
+    elif args.command == "down":
+        fleet.down()
+        services.stop()
+    elif args.command == "gpu":
+        host = next((h for h in fleet.read_fleet() if h.name == args.host), None)
+        if host is None:
+            raise SystemExit(f"lab: no host {args.host}; see `python -m lab status`")
+        fleet.set_gpu_profile(host, args.profile)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""Lab hosts: Debian bookworm containers booted with systemd-nspawn.
+
+Each host is a real system (systemd as PID 1, sshd, systemd-networkd) in its own
+network namespace, joined to the controller by a veth link on the lab bridge.
+Its root is an overlay over the shared base root, so a host costs a mount, not
+a copy, and `down` throws the overlay away.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from lab import rootfs
+from lab.config import BRIDGE, CONTROLLER_IP, LAB_DIR, PREFIX_LEN
+
+# Host classes the lab can stand in for: short name used in host names and
+# --hosts, the inventory group, the GPU profile, and the third address octet.
+CLASSES = {
+    "pcie": ("rtx_pro_6000_pcie", "rtx_pro_6000_pcie", 1),
+    "b200": ("b200_nvlink", "b200_nvlink", 2),
+    "b300": ("b300_nvlink", "b300_nvlink", 3),
+}
+DEFAULT_SPEC = "pcie=1,b200=1"
+
+HOSTS_DIR = LAB_DIR / "hosts"
+FLEET_FILE = LAB_DIR / "fleet.json"
+SSH_KEY = LAB_DIR / "ssh" / "id_ed25519"
+
+
+@dataclass
+class LabHost:
+    name: str
+    host_class: str
+    address: str
+    gpu_profile: str
+
+    @property
+    def dir(self) -> Path:
+        return HOSTS_DIR / self.name
+
+    @property
+    def root(self) -> Path:
+        return self.dir / "root"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "nspawn.pid"
+
+
+def parse_spec(spec: str) -> list[LabHost]:
+    """`pcie=2,b200=1` -> lab-pcie-1, lab-pcie-2, lab-b200-1 with their classes and addresses."""
+    hosts = []
+    for part in filter(None, spec.split(",")):
+        short, _, count = part.partition("=")
+        if short not in CLASSES or not count.isdigit():
+            raise SystemExit(f"lab: bad --hosts entry {part!r}: use e.g. pcie=2,b200=1,b300=1")
+        host_class, profile, octet = CLASSES[short]
+        for index in range(1, int(count) + 1):
+            hosts.append(LabHost(f"lab-{short}-{index}", host_class, f"10.213.{octet}.{index + 9}",
+                                 profile))
+    if len(hosts) > 8:
+        raise SystemExit("lab: at most 8 hosts fit on this machine")
+    return hosts
+
+
+def read_fleet() -> list[LabHost]:
+    if not FLEET_FILE.exists():
+        return []
+    return [LabHost(**entry) for entry in json.loads(FLEET_FILE.read_text())["hosts"]]
+
+
+def _write_fleet(hosts: list[LabHost]) -> None:
+    FLEET_FILE.write_text(json.dumps({"ssh_key": str(SSH_KEY), "hosts": [asdict(h) for h in hosts]},
+                                     indent=2))
+
+
+def _pid(host: LabHost) -> int | None:
+    try:
+        pid = int(host.pid_file.read_text())
+        os.kill(pid, 0)
+        # The pid must still be this host's nspawn, not a recycled number.
+        if host.name in Path(f"/proc/{pid}/cmdline").read_text():
+            return pid
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        pass
+    return None
+
+
+def is_running(host: LabHost) -> bool:
+    return _pid(host) is not None
+
+
+def ensure_bridge() -> None:
+    if not Path(f"/sys/class/net/{BRIDGE}").exists():
+        subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True)
+    addresses = subprocess.run(["ip", "-br", "addr", "show", BRIDGE], capture_output=True,
+                               text=True, check=True).stdout
+    if CONTROLLER_IP not in addresses:
+        subprocess.run(["ip", "addr", "add", f"{CONTROLLER_IP}/{PREFIX_LEN}", "dev", BRIDGE], check=True)
+    subprocess.run(["ip", "link", "set", BRIDGE, "up"], check=True)
+
+
+def remove_bridge() -> None:
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        subprocess.run(["ip", "link", "del", BRIDGE], check=True)
+
+
+def ensure_ssh_key() -> None:
+    if not SSH_KEY.exists():
+        SSH_KEY.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "specfleet-lab",
+                        "-f", str(SSH_KEY)], check=True)
+
+
+def _prepare_root(host: LabHost, base: Path) -> None:
+    """Mount the host's overlay and write what makes it this host."""
+    for sub in ("upper", "work", "root"):
+        (host.dir / sub).mkdir(parents=True, exist_ok=True)
+    if not os.path.ismount(host.root):
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                        f"lowerdir={base},upperdir={host.dir / 'upper'},workdir={host.dir / 'work'}",
+                        str(host.root)], check=True)
+    root = host.root
+    (root / "etc/hostname").write_text(host.name + "\n")
+    (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {host.name}\n"
+                                    f"{CONTROLLER_IP} lab-controller\n")
+    # Sorts before 80-container-host0.network, which would otherwise ask for DHCP.
+    (root / "etc/systemd/network/10-lab-host0.network").write_text(
+        f"[Match]\nName=host0\n\n[Network]\nAddress={host.address}/{PREFIX_LEN}\n"
+        "LinkLocalAddressing=no\nIPv6AcceptRA=no\n")
+    ssh_dir = root / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(SSH_KEY.with_suffix(".pub").read_text())
+    (ssh_dir / "authorized_keys").chmod(0o600)
+    if not list((root / "etc/ssh").glob("ssh_host_*_key")):
+        subprocess.run(["ssh-keygen", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL)
+    lab_etc = root / "etc/specfleet-lab"
+    lab_etc.mkdir(exist_ok=True)
+    (lab_etc / "gpu-profile").write_text(host.gpu_profile + "\n")
+    (lab_etc / "host-class").write_text(host.host_class + "\n")
+    if host.host_class.endswith("_nvlink"):
+        # NVSwitch images ship fabric manager (disabled until the deploy enables it).
+        shutil.copy2(root / "usr/share/specfleet-lab/units/nvidia-fabricmanager.service",
+                     root / "usr/lib/systemd/system/nvidia-fabricmanager.service")
+
+
+def _boot(host: LabHost) -> None:
+    log = open(host.dir / "console.log", "ab")
+    process = subprocess.Popen(
+        ["systemd-nspawn", "--register=no", "--keep-unit", "--boot", "--quiet",
+         f"--directory={host.root}", f"--machine={host.name}", f"--network-bridge={BRIDGE}",
+         "--console=read-only"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+    )
+    host.pid_file.write_text(str(process.pid))
+
+
+def ssh_command(host: LabHost, command: str) -> list[str]:
+    return ["ssh", "-i", str(SSH_KEY), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=3",
+            f"root@{host.address}", command]
+
+
+def ssh(host: LabHost, command: str, check: bool = True, timeout: float = 60) -> str:
+    result = subprocess.run(ssh_command(host, command), capture_output=True, text=True,
+                            timeout=timeout)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"{host.name}: `{command}` failed ({result.returncode}): {result.stderr}")
+    return result.stdout
+
+
+def system_state(host: LabHost) -> str:
+    """`systemctl is-system-running` on the host, or why it cannot be asked."""
+    if not is_running(host):
+        return "stopped"
+    try:
+        with socket.create_connection((host.address, 22), timeout=1):
+            pass
+    except OSError:
+        return "booting"
+    result = subprocess.run(ssh_command(host, "systemctl is-system-running"), capture_output=True,
+                            text=True, timeout=30)
+    return result.stdout.strip() or "unreachable"
+
+
+def wait_ready(hosts: list[LabHost], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    pending = list(hosts)
+    while pending:
+        pending = [h for h in pending if system_state(h) not in ("running", "degraded")]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            states = ", ".join(f"{h.name}={system_state(h)}" for h in pending)
+            raise SystemExit(f"lab: hosts not up after {timeout:.0f}s: {states} "
+                             f"(see {HOSTS_DIR}/<host>/console.log)")
+        time.sleep(1)
+
+
+def stop_host(host: LabHost) -> None:
+    pid = _pid(host)
+    if pid:
+        # nspawn turns SIGTERM into a clean poweroff of the container's systemd.
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while _pid(host) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _pid(host):
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)
+    if os.path.ismount(host.root):
+        subprocess.run(["umount", "-l", str(host.root)], check=False)
+    shutil.rmtree(host.dir, ignore_errors=True)
+
+
+def up(spec: str = DEFAULT_SPEC, log=print) -> list[LabHost]:
+    """Converge the fleet to `spec`: boot missing hosts in parallel, stop hosts not asked for."""
+    wanted = parse_spec(spec)
+    wanted_names = {h.name for h in wanted}
+    for host in read_fleet():
+        if host.name not in wanted_names:
+            log(f"lab: stopping {host.name} (not in {spec})")
+            stop_host(host)
+    base = rootfs.build_base(log)
+    ensure_bridge()
+    ensure_ssh_key()
+    for host in wanted:
+        if not is_running(host):
+            log(f"lab: booting {host.name} ({host.host_class}, {host.address})")
+            _prepare_root(host, base)
+            _boot(host)
+    _write_fleet(wanted)
+    wait_ready(wanted)
+    return wanted
+
+
+def down(log=print) -> None:
+    hosts = read_fleet()
+    # Hosts booted by an older fleet file are found by their directories too.
+    names = {h.name for h in hosts} | ({p.name for p in HOSTS_DIR.iterdir()} if HOSTS_DIR.exists() else set())
+    for name in sorted(names):
+        short = re.sub(r"^lab-(\w+)-\d+$", r"\1", name)
+        host = next((h for h in hosts if h.name == name),
+                    LabHost(name, CLASSES.get(short, ("", "", 0))[0], "", ""))
+        log(f"lab: stopping {name}")
+        stop_host(host)
+    FLEET_FILE.unlink(missing_ok=True)
+    remove_bridge()
+
+
+def set_gpu_profile(host: LabHost, profile: str) -> None:
+    """Switch a running host's GPU stand-in profile (fault tests: degraded NVLink, wrong count...)."""
+    ssh(host, f"test -d /usr/share/specfleet-lab/gpu-profiles/{profile} && "
+              f"echo {profile} > /etc/specfleet-lab/gpu-profile && "
+              "systemctl restart specfleet-lab-gpu.service")
+    fleet = [h if h.name != host.name else LabHost(h.name, h.host_class, h.address, profile)
+             for h in read_fleet()]
+    _write_fleet(fleet)

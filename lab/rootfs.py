@@ -1,0 +1,96 @@
+"""The lab's Debian bookworm root filesystem, built once and shared by every host.
+
+Each host boots from an overlay whose lower layer is this root, so building it
+is the only slow step (about 90 s with debootstrap) and it happens once per
+machine: the root is kept under LAB_DIR keyed by what goes into it.
+"""
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+from lab.config import LAB_DIR
+
+MIRROR = "http://deb.debian.org/debian"
+SUITE = "bookworm"
+
+# What a fresh cloud GPU image has that the deploy relies on: systemd, sshd,
+# python3 with venv (pyinfra facts and the service's virtualenv), curl, sudo.
+PACKAGES = [
+    "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
+    "iproute2", "ca-certificates", "curl", "procps", "sudo", "kmod", "util-linux",
+]
+
+# Units a container neither needs nor can run; masking keeps `systemctl
+# is-system-running` at `running` and boot fast.
+MASKED_UNITS = [
+    "apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer",
+    "e2scrub_reap.service", "systemd-timesyncd.service", "fstrim.timer",
+]
+
+LAB_FILES = Path(__file__).parent / "host_files"
+
+
+def _key() -> str:
+    """Changes whenever the packages or the files baked into the root change."""
+    digest = hashlib.sha256(" ".join([SUITE, *PACKAGES, *MASKED_UNITS]).encode())
+    for path in sorted(LAB_FILES.rglob("*")) + sorted((Path(__file__).parent / "gpu_standin").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def base_root() -> Path:
+    return LAB_DIR / f"base-{_key()}" / "root"
+
+
+def build_base(log=print) -> Path:
+    """Return the shared root, debootstrapping it first if this key has none."""
+    root = base_root()
+    if (root.parent / "complete").exists():
+        return root
+    staging = root.parent.with_name(root.parent.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    cache = LAB_DIR / "debootstrap-cache"  # keeps the .debs: a rebuild after a key change is offline
+    cache.mkdir(parents=True, exist_ok=True)
+    log(f"lab: debootstrapping {SUITE} into {staging} (once per machine)")
+    subprocess.run(
+        ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
+         f"--cache-dir={cache}", SUITE, str(staging / "root"), MIRROR],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    _customise(staging / "root")
+    (staging / "complete").touch()
+    staging.rename(root.parent)
+    for stale in LAB_DIR.glob("base-*"):
+        if stale != root.parent and not _in_use(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+    return root
+
+
+def _in_use(base_dir: Path) -> bool:
+    mounts = Path("/proc/mounts").read_text()
+    return str(base_dir) in mounts
+
+
+def _customise(root: Path) -> None:
+    def chroot(*args: str) -> None:
+        subprocess.run(["chroot", str(root), *args], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+    chroot("systemctl", "enable", "systemd-networkd", "ssh")
+    chroot("systemctl", "mask", *MASKED_UNITS)
+    # Host keys are made per host at first boot-prep, never shared through the base.
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    # The lab's own files: GPU stand-in, its profile switcher, stand-in driver daemons.
+    shutil.copytree(LAB_FILES, root, dirs_exist_ok=True, symlinks=True)
+    standin = Path(__file__).parent / "gpu_standin"
+    shutil.copy2(standin / "nvidia-smi", root / "usr/bin/nvidia-smi")
+    (root / "usr/bin/nvidia-smi").chmod(0o755)
+    shutil.copytree(standin / "profiles", root / "usr/share/specfleet-lab/gpu-profiles",
+                    dirs_exist_ok=True)
+    chroot("systemctl", "enable", "specfleet-lab-gpu.service")

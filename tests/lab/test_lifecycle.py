@@ -1,0 +1,28 @@
+"""`python -m lab up` is idempotent and `down` leaves nothing behind. Runs last: it tears the lab down."""
+
+import subprocess
+import pytest
+
+from lab import fleet, services
+from lab.config import BRIDGE
+from tests.conftest import lab_cli
+
+pytestmark = pytest.mark.lab_lifecycle
+
+
+def test_up_twice_leaves_the_same_two_hosts_then_down_leaves_nothing():
+    lab_cli("up", "--hosts", fleet.DEFAULT_SPEC)
+    first = {h.name: fleet._pid(h) for h in fleet.read_fleet()}
+    lab_cli("up", "--hosts", fleet.DEFAULT_SPEC)
+    second = {h.name: fleet._pid(h) for h in fleet.read_fleet()}
+    assert first == second and len(second) == 2, "a second `up` rebooted or changed hosts"
+    status = lab_cli("status").stdout
+    assert status.count("running") >= 2 + 2, status  # two hosts plus hub and index
+
+    lab_cli("down")
+    nspawn = subprocess.run(["pgrep", "-f", "systemd-nspawn.*--machine=lab-"], capture_output=True)
+    assert nspawn.stdout == b"", "an nspawn process outlived `down`"
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert BRIDGE not in links and "vb-lab-" not in links, links
+    assert services.status() == {"hub": "stopped", "index": "stopped"}
+    assert not fleet.HOSTS_DIR.exists() or not any(fleet.HOSTS_DIR.iterdir()), "host roots left"

@@ -19,6 +19,7 @@ import hmac
 import json
 import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -33,6 +34,7 @@ SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
 USERS = {TOKEN_GRANTED: "lab-granted", TOKEN_DENIED: "lab-denied"}
+AUTH_KINDS = {TOKEN_GRANTED: "granted", TOKEN_DENIED: "denied"}  # what the log says instead of a token
 FAULTS_FILE = "faults.json"
 LOG_FILE = "requests.jsonl"
 
@@ -57,8 +59,13 @@ def _write_faults(state_dir, faults: dict) -> None:
 
 
 def set_faults(state_dir, **faults) -> None:
-    """Merge faults into STATE/faults.json: throttle_bps=int, drop_after={substr: bytes},
-    corrupt={substr: offset}, gone=bool. Paths match against 'org/name/file'."""
+    """Merge faults into STATE/faults.json; each new response reads them.
+
+    throttle_bps=int: cap on each file body's rate (per response; 0 = off).
+    drop_after={substr: n}: cut the next matching body after n bytes, once.
+    corrupt={substr: offset}: flip that byte of every matching body.
+    gone=True: answer 503 to everything.
+    Substrings match against 'org/name/path/in/repo'."""
     with _state_lock:
         _write_faults(state_dir, {**read_faults(state_dir), **faults})
 
@@ -141,7 +148,7 @@ class Repo:
 
 
 def load_repo(store: Path, org: str, name: str) -> Repo | None:
-    if not (NAME_RE.match(org) and NAME_RE.match(name)) or ".." in name:
+    if not (NAME_RE.match(org) and NAME_RE.match(name)):
         return None
     root = store / "models" / org / name
     return Repo(root) if (root / "manifest.json").is_file() else None
@@ -176,15 +183,12 @@ class Handler(BaseHTTPRequestHandler):
     """Shared plumbing of the hub and CDN handlers: auth, errors, file bodies, logging."""
 
     protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
-    server_name = "hub"
+    timeout = 120  # seconds a socket may sit idle before its thread gives it up
+    server_name: str  # 'hub' or 'cdn', for the request log
     hub: "Hub"
 
     def log_message(self, format, *args):  # requests.jsonl is the log
         pass
-
-    def handle_one_request(self):
-        self._status, self._bytes_sent = 0, 0
-        super().handle_one_request()
 
     def do_GET(self):
         self._serve()
@@ -196,18 +200,21 @@ class Handler(BaseHTTPRequestHandler):
         self._serve()
 
     def _serve(self):
+        self._status, self._bytes_sent = 0, 0
         url = urlsplit(self.path)
         self.query = parse_qs(url.query)
-        self.auth = self._auth()
+        self.token = self._bearer_token()
+        self.auth = "none" if self.token is None else AUTH_KINDS.get(self.token, "invalid")
         # Read any body up front: left unread it would corrupt the next request on this connection.
         self.body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.faults = read_faults(self.hub.state)
         try:
-            if read_faults(self.hub.state).get("gone"):
+            if self.faults.get("gone"):
                 raise HttpError(503, "Service Unavailable")
             self.route([unquote(s) for s in url.path.split("/")[1:]])
         except HttpError as e:
             self.send_error_json(e)
-        except (BrokenPipeError, ConnectionResetError):
+        except (ConnectionError, TimeoutError):  # the client went away mid-body
             self.close_connection = True
         finally:
             _log_request(self.hub.state, {
@@ -219,15 +226,9 @@ class Handler(BaseHTTPRequestHandler):
     def route(self, parts: list[str]):
         raise NotImplementedError
 
-    def _auth(self) -> str:
+    def _bearer_token(self) -> str | None:
         header = self.headers.get("Authorization")
-        if not header:
-            return "none"
-        token = header.removeprefix("Bearer ").strip()
-        return {TOKEN_GRANTED: "granted", TOKEN_DENIED: "denied"}.get(token, "invalid")
-
-    def _token_user(self) -> str | None:
-        return USERS.get(self.headers.get("Authorization", "").removeprefix("Bearer ").strip())
+        return header.removeprefix("Bearer ").strip() if header else None
 
     def send_status(self, status: int, headers: dict, length: int):
         self._status = status
@@ -265,9 +266,8 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         key = f"{repo.id}/{entry['path']}"
-        faults = read_faults(self.hub.state)
-        throttle = int(faults.get("throttle_bps") or 0)
-        corrupt_at = next((off for s, off in faults.get("corrupt", {}).items() if s in key), None)
+        throttle = int(self.faults.get("throttle_bps") or 0)
+        corrupt_at = next((off for s, off in self.faults.get("corrupt", {}).items() if s in key), None)
         cut = _take_drop(self.hub.state, key)
         # Small chunks when throttled, so the rate holds within a fraction of a second.
         chunk_size = min(CHUNK, max(throttle // 10, 1024)) if throttle else CHUNK
@@ -330,7 +330,7 @@ class HubHandler(Handler):
             raise HttpError(404, f"Invalid rev id: {revision}", "RevisionNotFound")
 
     def whoami(self):
-        user = self._token_user()
+        user = USERS.get(self.token)
         if user is None:
             raise HttpError(401, "Invalid username or password.")
         self.send_json({"type": "user", "id": hashlib.sha1(user.encode()).hexdigest()[:24], "name": user,
@@ -478,6 +478,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     hub = start_hub(args.store, args.state, args.host, args.port, args.cdn_port, args.tree_page_size)
     print(f"hub on {hub.url}, cdn on port {hub.cdn_port}, store {args.store}", flush=True)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop on kill as on Ctrl-C
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

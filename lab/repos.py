@@ -14,6 +14,7 @@ import argparse
 import base64
 import hashlib
 import json
+import math
 import os
 import struct
 import sys
@@ -98,30 +99,26 @@ def safetensors_header(tensors: list[tuple[str, str, list[int], int]]) -> bytes:
     return struct.pack("<Q", len(text)) + text
 
 
-def numel(shape: list[int]) -> int:
-    n = 1
-    for dim in shape:
-        n *= dim
-    return n
+def write_files(base: Path, files: dict[str, bytes]) -> list[dict]:
+    """Write in-memory files under BASE; returns their manifest entries."""
+    for path, data in files.items():
+        write_if_changed(base / path, data)
+    return [file_entry(path, len(data), hashlib.sha256(data).hexdigest(), git_blob_oid(data))
+            for path, data in files.items()]
 
 
 def build_repo(store: Path, repo_id: str, gated: bool, files: dict[str, bytes]) -> str:
-    base = repo_dir(store, repo_id) / "files"
-    files = {".gitattributes": GITATTRIBUTES.encode(), **files}
-    entries = []
-    for path, data in files.items():
-        write_if_changed(base / path, data)
-        entries.append(file_entry(path, len(data), hashlib.sha256(data).hexdigest(), git_blob_oid(data)))
+    entries = write_files(repo_dir(store, repo_id) / "files", {".gitattributes": GITATTRIBUTES.encode(), **files})
     return write_manifest(store, repo_id, gated, entries)
 
 
 def sharded_weights(repo_id: str, tensors: list[tuple[str, list[int]]], shards: int) -> dict[str, bytes]:
     """bf16 safetensors shards of about equal size plus the index that maps them."""
-    total = sum(numel(shape) * BF16 for _, shape in tensors)
+    total = sum(math.prod(shape) * BF16 for _, shape in tensors)
     groups, current, filled = [], [], 0
     for name, shape in tensors:
         current.append((name, shape))
-        filled += numel(shape) * BF16
+        filled += math.prod(shape) * BF16
         if filled >= total * (len(groups) + 1) / shards and len(groups) < shards - 1:
             groups.append(current)
             current = []
@@ -131,7 +128,7 @@ def sharded_weights(repo_id: str, tensors: list[tuple[str, list[int]]], shards: 
     files, weight_map = {}, {}
     for i, group in enumerate(groups, 1):
         shard = f"model-{i:05d}-of-{shards:05d}.safetensors" if shards > 1 else "model.safetensors"
-        layout = [(name, "BF16", shape, numel(shape) * BF16) for name, shape in group]
+        layout = [(name, "BF16", shape, math.prod(shape) * BF16) for name, shape in group]
         body = b"".join(seeded_bytes(f"{repo_id}:{name}", nbytes) for name, _, _, nbytes in layout)
         files[shard] = safetensors_header(layout) + body
         weight_map.update((name, shard) for name, _ in group)
@@ -375,10 +372,7 @@ def build_bench_repo(store: Path, repo_id: str, total_bytes: int, shards: int) -
     files = {"config.json": to_json({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}),
              "model.safetensors.index.json": to_json(index),
              "README.md": readme(repo_id, "none", "Download benchmark repo.", gated=False)}
-    entries = []
-    for path, data in files.items():
-        write_if_changed(base / path, data)
-        entries.append(file_entry(path, len(data), hashlib.sha256(data).hexdigest(), git_blob_oid(data)))
+    entries = write_files(base, files)
     block = seeded_bytes(f"{repo_id}:block", BENCH_BLOCK)
     for i, name in enumerate(shard_names):
         nbytes = total_bytes // shards + (1 if i < total_bytes % shards else 0)

@@ -5,7 +5,9 @@ explicit token, so nothing depends on when huggingface_hub read HF_ENDPOINT.
 """
 
 import hashlib
+import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -88,6 +90,9 @@ def test_build_is_deterministic_and_idempotent(hub, tmp_path):
     start = time.monotonic()
     assert repos.build_lab_repos(tmp_path) == {k: v for k, v in hub.shas.items() if k != BIG}
     assert time.monotonic() - start < 5
+    start = time.monotonic()
+    assert repos.build_bench_repo(hub.store, BIG, 24 * 1024 * 1024, shards=1) == hub.shas[BIG]
+    assert time.monotonic() - start < 0.5  # already built: nothing rewritten
     for repo_id in hub.shas:
         if repo_id != BIG:
             for f in repo_files(hub, repo_id).rglob("*"):
@@ -101,6 +106,9 @@ def test_snapshot_pinned_and_main_identical_and_rerun_downloads_nothing(hub, tmp
 
     download(hub, KIMI, tmp_path / "main")
     assert_same_files(hub, KIMI, tmp_path / "main")
+    cached = snapshot_download(KIMI, cache_dir=tmp_path / "cache", endpoint=hub.url, token=False)
+    assert Path(cached).name == sha
+    assert_same_files(hub, KIMI, cached)
 
     mark = len(read_request_log(hub.state))
     download(hub, KIMI, tmp_path / "main")
@@ -124,8 +132,6 @@ def test_sizes_before_download_match_disk(hub, tmp_path):
 
 
 def test_safetensors_index_matches_shards(hub):
-    import json
-    import struct
     files = repo_files(hub, KIMI)
     index = json.loads((files / "model.safetensors.index.json").read_text())
     tensor_bytes = 0
@@ -215,7 +221,7 @@ def test_range_and_cdn(hub):
 def test_throttle(hub):
     shard = "model-00002-of-00004.safetensors"
     size = (repo_files(hub, KIMI) / shard).stat().st_size
-    set_faults(hub.state, throttle_bps=size // 1.5)
+    set_faults(hub.state, throttle_bps=int(size / 1.5))
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as dest:
         hf_hub_download(KIMI, shard, local_dir=dest, endpoint=hub.url, token=False)
@@ -276,7 +282,8 @@ def test_concurrent_clients(hub, tmp_path):
     assert errors == []
     for i in range(8):
         assert_same_files(hub, KIMI, tmp_path / str(i))
-    assert bytes_served(hub.state, "model-00001-of-00004") >= 8 * (repo_files(hub, KIMI) / "model-00001-of-00004.safetensors").stat().st_size
+    shard = repo_files(hub, KIMI) / "model-00001-of-00004.safetensors"
+    assert bytes_served(hub.state, shard.name) >= 8 * shard.stat().st_size
 
 
 def test_hf_cli_download_with_token(hub, tmp_path):

@@ -1,0 +1,175 @@
+"""Build the nvidia-smi stand-in's GPU profiles from the real captures in tests/fixtures.
+
+    .venv/bin/python lab/gpu_standin/build_profiles.py [OUT_DIR]   # default: lab/gpu_standin/profiles
+
+Reproducible: the same captures give byte-identical profiles (a test checks the committed
+ones). Where a profile departs from its capture (a newer driver, a fault), profile.json
+says so under "derived"; b300_nvlink has no capture and says "synthesized".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from operations.gpu.parse import parse_smi_q  # noqa: E402
+
+CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+BUS_ID = re.compile(r"\b[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.\d\b")
+# Two NVSwitch chips on an HGX B200/B300 baseboard: entries the fact only counts.
+NVSWITCH_BUS_IDS = ["0000:05:00.0", "0000:06:00.0"]
+
+
+def zeroed_uuid(index: int) -> str:
+    return f"GPU-{index:08d}-0000-0000-0000-{index:012d}"
+
+
+def gpu_entry(index, name, memory_mib, compute_cap, bus_id, fabric):
+    return dict(
+        index=index, name=name, memory_total_mib=memory_mib, compute_cap=compute_cap,
+        persistence_mode="Enabled", mig_mode="Disabled", pci_bus_id=bus_id, uuid=zeroed_uuid(index),
+        fabric_state="Completed" if fabric else None, fabric_status="Success" if fabric else None,
+    )
+
+
+def driver_version_file(version: str) -> str:
+    return (f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build  "
+            "(specfleet lab stand-in)\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1) \n")
+
+
+def zero_identifiers(q_text: str) -> str:
+    """Serials, UUIDs and PDIs of the published -q log, zeroed like the other captures."""
+    q_text = re.sub(r"(Serial Number\s+: )\S+", r"\g<1>0000000000000", q_text)
+    q_text = re.sub(r"(GPU PDI\s+: )\S+", r"\g<1>0x0000000000000000", q_text)
+    uuids = iter(range(1000))
+    return re.sub(r"(GPU UUID\s+: )\S+", lambda m: m.group(1) + zeroed_uuid(next(uuids)), q_text)
+
+
+def edit_topology(text: str, drop_gpu: int | None = None, pcie_only_gpu: int | None = None) -> str:
+    """Fault variants of a tab-separated topo -m: drop one GPU, or cut one GPU's NVLinks.
+
+    A GPU whose NVLinks are cut reaches GPUs of its NUMA half over NODE, the rest over SYS.
+    """
+    lines = text.split("\n")
+    header = lines[0].split("\t")  # '', 'GPU0', ..., 'NIC0', ..., 'CPU Affinity', ...
+    gpu_count = sum(1 for cell in header if re.fullmatch(r"GPU\d+", cell))
+    half = gpu_count // 2
+    out = []
+    for number, line in enumerate(lines):
+        cells = line.split("\t")
+        is_row = re.fullmatch(r"(GPU|NIC)\d+", cells[0]) is not None
+        if drop_gpu is not None and (number == 0 or is_row):
+            if cells[0] == f"GPU{drop_gpu}":
+                continue
+            del cells[header.index(f"GPU{drop_gpu}")]
+        if pcie_only_gpu is not None and cells[0].startswith("GPU") and is_row:
+            row = int(cells[0][3:])
+            for column in range(gpu_count):
+                if column != row and pcie_only_gpu in (row, column):
+                    cells[1 + column] = "NODE" if (row < half) == (column < half) else "SYS"
+        out.append("\t".join(cells))
+    return "\n".join(out)
+
+
+def synthesized_nvlink_topology(gpu_count: int, legend: str) -> str:
+    """A GPU-only NV18 grid in the layout of the real H200 capture (ANSI header, tabs)."""
+    half = gpu_count // 2
+    header = "\t\x1b[4m" + "\t".join(f"GPU{i}" for i in range(gpu_count)) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m"
+    rows = []
+    for i in range(gpu_count):
+        cells = [" X " if i == j else "NV18" for j in range(gpu_count)]
+        affinity, numa = ("0-55,112-167", "0") if i < half else ("56-111,168-223", "1")
+        rows.append("\t".join([f"GPU{i}", *cells, affinity, numa, "", "N/A"]))
+    return "\n".join([header, *rows]) + "\n" + legend
+
+
+def profiles() -> dict[str, dict]:
+    """{profile name: {relative path: file text}}."""
+    b200_capture = CAPTURES / "b200-8x-nvlink"
+    rtx_capture = CAPTURES / "rtxpro6000se-8x-pcie"
+    h200_topology = (CAPTURES / "h200-x2-nvlink" / "topo.txt").read_text()
+    legend = h200_topology[h200_topology.index("\nLegend:") + 1:]
+    b200_bus_ids = BUS_ID.findall((b200_capture / "smi.txt").read_text())
+    b200_topology = (b200_capture / "topo.txt").read_text()
+    b200_topology_tabs = (b200_capture / "topo_normalized.txt").read_text()
+    rtx_q = zero_identifiers((rtx_capture / "smi_q.txt").read_text())
+    rtx_gpus = [
+        gpu_entry(i, gpu["name"], gpu["memory_total_mib"], "12.0", gpu["pci_bus_id"], fabric=False)
+        for i, gpu in enumerate(parse_smi_q(rtx_q.splitlines())["gpus"])
+    ]
+
+    def nvlink_gpus(name, memory_mib, compute_cap, count=8):
+        return [gpu_entry(i, name, memory_mib, compute_cap, b200_bus_ids[i], fabric=True) for i in range(count)]
+
+    def profile(source, driver, cuda, gpus, topology, q_text=None, nvswitch=False, **notes):
+        files = {
+            "profile.json": json.dumps(
+                dict(source=source, **notes, driver_version=driver, cuda_version=cuda, gpus=gpus), indent=2) + "\n",
+            "topo.txt": topology,
+            "proc-driver/nvidia/version": driver_version_file(driver),
+        }
+        if q_text:
+            files["q.txt"] = q_text
+        for bus_id in nvswitch and NVSWITCH_BUS_IDS or []:
+            files[f"proc-driver/nvidia-nvswitch/devices/{bus_id}/information"] = f"PCI bus id: {bus_id}\n"
+        return files
+
+    b200 = dict(
+        source="tests/fixtures/nvidia-smi/b200-8x-nvlink (real, public issue NVIDIA/nccl-tests#333)",
+        nvswitch=True,
+    )
+    b200_derived = "driver 580.95.05 / CUDA 13.0 instead of the captured 570.158.01 / 12.9, so the deploy's "
+    b200_derived += "580+ check passes; compute capability 10.0 from the notes (the capture has none)"
+    rtx = dict(source="tests/fixtures/nvidia-smi/rtxpro6000se-8x-pcie (real, public repository)")
+    return {
+        "rtx_pro_6000_pcie": profile(
+            **rtx, driver="595.58.03", cuda="13.2", gpus=rtx_gpus, topology=(rtx_capture / "topo.txt").read_text(),
+            q_text=rtx_q, capture="tests/fixtures/nvidia-smi/rtxpro6000se-8x-pcie",
+            derived="serials/UUIDs zeroed; compute capability 12.0 from the notes (the capture has none)",
+        ),
+        "rtx_pro_6000_pcie_old_driver": profile(
+            **rtx, driver="570.124.06", cuda="12.8", gpus=rtx_gpus, topology=(rtx_capture / "topo.txt").read_text(),
+            q_text=rtx_q.replace("595.58.03", "570.124.06").replace(": 13.2\n", ": 12.8\n"),
+            derived="FAULT: driver 570.124.06 / CUDA 12.8 (below the 580 branch) instead of 595.58.03 / 13.2",
+        ),
+        "b200_nvlink": profile(
+            **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0"),
+            topology=b200_topology, capture="tests/fixtures/nvidia-smi/b200-8x-nvlink", derived=b200_derived,
+        ),
+        "b200_nvlink_degraded": profile(
+            **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0"),
+            topology=edit_topology(b200_topology_tabs, pcie_only_gpu=3),
+            derived="FAULT: GPU3 reaches the others over PCIe only (NODE/SYS), like the public degraded report; "
+            + b200_derived,
+        ),
+        "b200_nvlink_7gpu": profile(
+            **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0", count=7),
+            topology=edit_topology(b200_topology_tabs, drop_gpu=7),
+            derived="FAULT: GPU7 missing (7 of 8 visible, like a public HGX B300 report); " + b200_derived,
+        ),
+        "b300_nvlink": profile(
+            source="synthesized from /work/shared/notes/hosts.md (no capture): 'NVIDIA B300 SXM6 AC', "
+            "275040 MiB, compute capability 10.3, NV18 between every pair",
+            driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B300 SXM6 AC", 275040, "10.3"),
+            topology=synthesized_nvlink_topology(8, legend), nvswitch=True,
+        ),
+    }
+
+
+def build(out_dir: Path) -> None:
+    for name, files in profiles().items():
+        shutil.rmtree(out_dir / name, ignore_errors=True)
+        for relative, text in files.items():
+            path = out_dir / name / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
+
+if __name__ == "__main__":
+    build(Path(sys.argv[1]) if len(sys.argv) > 1 else PROFILES_DIR)

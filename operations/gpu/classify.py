@@ -1,0 +1,96 @@
+"""Tell a host's class from captured nvidia-smi outputs in a folder (no pyinfra needed).
+
+Used by `python -m operations.gpu classify DIR` and by the tests that replay real captures.
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+from collections import Counter
+from pathlib import Path
+
+from .parse import parse_query_csv, parse_smi_q, parse_smi_table, parse_smi_xml, parse_topology
+
+GROUP_DATA_DIR = Path(__file__).resolve().parents[2] / "group_data"
+
+# File name in a capture folder -> how to read it into {"driver_version", "cuda_version", "gpus"}.
+CAPTURE_READERS = {
+    "query.csv": lambda text: dict(gpus=parse_query_csv(text.splitlines())),
+    "smi_q.txt": lambda text: parse_smi_q(text.splitlines()),
+    "q.txt": lambda text: parse_smi_q(text.splitlines()),
+    "q.xml": parse_smi_xml,
+    # Last: the plain table truncates long names, so it only fills what nothing else gave.
+    "smi.txt": lambda text: parse_smi_table(text.splitlines()),
+}
+
+
+def load_class_expectations(group_data_dir: Path = GROUP_DATA_DIR) -> dict[str, dict]:
+    """Return {class name: its `gpu` expectations} for every group_data file defining one."""
+    classes = {}
+    for path in sorted(group_data_dir.glob("*.py")):
+        gpu = runpy.run_path(str(path)).get("gpu")
+        if isinstance(gpu, dict):
+            classes[path.stem] = gpu
+    return classes
+
+
+def host_class_for(gpu_name: str | None, interconnect: str | None, classes: dict[str, dict]) -> str:
+    """The class whose name pattern matches and whose interconnect is the host's, else 'unknown'."""
+    for class_name, expected in classes.items():
+        if (
+            gpu_name
+            and interconnect == expected["interconnect"]
+            and any(re.search(pattern, gpu_name) for pattern in expected["name_patterns"])
+        ):
+            return class_name
+    return "unknown"
+
+
+def classify_dir(capture_dir: Path, classes: dict[str, dict] | None = None) -> dict:
+    """Summarize the captures in `capture_dir`; a field no file tells is None.
+
+    Raises FileNotFoundError when the folder holds no readable capture.
+    """
+    readings = []
+    for file_name, read in CAPTURE_READERS.items():
+        path = capture_dir / file_name
+        if path.is_file():
+            readings.append(read(path.read_text(errors="replace")))
+    topology_path = capture_dir / "topo.txt"
+    topology = parse_topology(topology_path.read_text(errors="replace").splitlines()) if topology_path.is_file() else None
+    if not readings and topology is None:
+        raise FileNotFoundError(
+            f"{capture_dir}: no readable capture (expected one of topo.txt, {', '.join(CAPTURE_READERS)})"
+        )
+
+    def first(values):
+        return next((value for value in values if value is not None), None)
+
+    def per_gpu(key):
+        # The first source whose GPUs all tell `key`: sources are in order of trust.
+        for reading in readings:
+            values = [gpu.get(key) for gpu in reading.get("gpus", [])]
+            if values and all(value is not None for value in values):
+                return values
+        return []
+
+    names = per_gpu("name")
+    memories = per_gpu("memory_total_mib")
+    capabilities = per_gpu("compute_capability")
+    counts = [len(reading["gpus"]) for reading in readings if reading.get("gpus")]
+    gpu_name = Counter(names).most_common(1)[0][0] if names else None
+    interconnect = topology["interconnect"] if topology else None
+    result = dict(
+        gpu_name=gpu_name,
+        gpu_count=first(counts) if counts else (len(topology["gpus"]) if topology and topology["gpus"] else None),
+        memory_total_mib=min(memories) if memories else None,
+        driver_version=first(reading.get("driver_version") for reading in readings)
+        or first(per_gpu("driver_version") or [None]),
+        compute_capability=Counter(capabilities).most_common(1)[0][0] if capabilities else None,
+        interconnect=interconnect,
+        degraded=topology["degraded"] if topology else None,
+    )
+    classes = load_class_expectations() if classes is None else classes
+    result["host_class"] = host_class_for(gpu_name, interconnect, classes)
+    return result

@@ -1,0 +1,252 @@
+"""Pure parsers for nvidia-smi and /proc/driver/nvidia output (no pyinfra import here).
+
+Each parser takes the text as a list of lines, exactly as a pyinfra fact receives it, and
+tolerates what real captures hold: ANSI escapes, tabs or runs of spaces, glued cells,
+missing columns, units in values, truncated names.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import xml.etree.ElementTree as ET
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+# nvidia-smi --query-gpu field -> key in our GPU dicts, and how to read its value.
+QUERY_FIELDS = {
+    "index": ("index", int),
+    "name": ("name", str),
+    "memory.total": ("memory_total_mib", int),
+    "compute_cap": ("compute_capability", str),
+    "driver_version": ("driver_version", str),
+    "persistence_mode": ("persistence_mode", str),
+    "mig.mode.current": ("mig_mode", str),
+    "pci.bus_id": ("pci_bus_id", str),
+    "uuid": ("uuid", str),
+}
+# nvidia-smi prints these instead of a value when a field does not apply.
+NOT_A_VALUE = {"", "[N/A]", "N/A", "[Not Supported]", "Not Supported"}
+
+
+def _value(text: str, kind):
+    text = text.strip()
+    if text in NOT_A_VALUE:
+        return None
+    if kind is int:
+        # "143771 MiB" without nounits; some fields print "[MiB]" in the header only.
+        return int(text.split()[0])
+    return text
+
+
+def parse_query_csv(lines: list[str], fields: list[str] | None = None) -> list[dict]:
+    """Parse `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`.
+
+    Without `fields` the first line must be the header (`index, name, memory.total [MiB]`),
+    in any field order. Unknown fields keep their nvidia-smi name. Lines that are not CSV
+    rows of the right width (an NVML error message) are skipped.
+    """
+    rows = [row for row in csv.reader(line for line in lines if line.strip())]
+    if fields is None:
+        if not rows:
+            return []
+        fields = [re.sub(r"\s*\[.*\]$", "", name.strip()) for name in rows[0]]
+        rows = rows[1:]
+    gpus = []
+    for row in rows:
+        if len(row) != len(fields):
+            continue
+        gpu = {}
+        for field, text in zip(fields, row):
+            key, kind = QUERY_FIELDS.get(field, (field, str))
+            try:
+                gpu[key] = _value(text, kind)
+            except ValueError:
+                break  # not a data row: an error line that happens to hold commas
+        else:
+            gpus.append(gpu)
+    return gpus
+
+
+# Cells between two devices in `nvidia-smi topo -m`. NV# before the PCIe words; a
+# findall splits glued cells such as 'PXBNODE' or 'SYSSYS' as published in real reports.
+TOPO_CELL = re.compile(r"NV\d+|PIX|PXB|PHB|NODE|SYS|X")
+TOPO_DEVICE = re.compile(r"^(GPU|NIC)(\d+)$")
+TOPO_GPU_ROW = re.compile(r"^\s*(GPU\d+)\s+(.*)$")
+
+
+def parse_topology(lines: list[str]) -> dict:
+    """Parse `nvidia-smi topo -m` into GPU-pair links and the host's interconnect.
+
+    Returns ``{"gpus": [0, 1], "links": {"0-1": "NV18"}, "interconnect": "nvlink",
+    "degraded": False, "gpus_without_nvlink": []}``. ``interconnect`` is ``nvlink`` only
+    when every GPU pair is NV#, ``pcie`` when none is, else ``unknown`` (also with fewer
+    than two GPUs: no pair, nothing to read). ``degraded`` is True when some pairs are
+    NVLink and some GPU has no NVLink at all (an NVLink board with a GPU that fell back).
+    """
+    clean = [ANSI_ESCAPE.sub("", line).rstrip() for line in lines]
+    header = next((line for line in clean if re.search(r"\bGPU0\b", line) and not line.startswith("GPU")), None)
+    if header is None:
+        return _topology([], {})
+    # Device columns come first; CPU/NUMA affinity columns follow and are not links.
+    columns = [token for token in header.split() if TOPO_DEVICE.match(token)]
+    cells = {}
+    for line in clean:
+        if row := TOPO_GPU_ROW.match(line):
+            cells[row.group(1)] = dict(zip(columns, TOPO_CELL.findall(row.group(2))))
+    gpus = sorted(int(TOPO_DEVICE.match(label).group(2)) for label in cells)
+    links = {}
+    for i, a in enumerate(gpus):
+        for b in gpus[i + 1 :]:
+            # A row may be short (missing cells): the transposed cell says the same.
+            link = cells[f"GPU{a}"].get(f"GPU{b}") or cells[f"GPU{b}"].get(f"GPU{a}")
+            links[f"{a}-{b}"] = link
+    return _topology(gpus, links)
+
+
+def _topology(gpus: list[int], links: dict) -> dict:
+    nvlink_pairs = {pair for pair, link in links.items() if link and link.startswith("NV")}
+    gpus_with_nvlink = {int(gpu) for pair in nvlink_pairs for gpu in pair.split("-")}
+    gpus_without_nvlink = [gpu for gpu in gpus if gpu not in gpus_with_nvlink]
+    if not links:
+        interconnect = "unknown"
+    elif len(nvlink_pairs) == len(links):
+        interconnect = "nvlink"
+    elif not nvlink_pairs:
+        interconnect = "pcie"
+    else:
+        interconnect = "unknown"
+    return dict(
+        gpus=gpus,
+        links=links,
+        interconnect=interconnect,
+        degraded=bool(nvlink_pairs) and bool(gpus_without_nvlink),
+        gpus_without_nvlink=gpus_without_nvlink if nvlink_pairs else [],
+    )
+
+
+def _key_value(line: str) -> tuple[int, str, str | None]:
+    """'    Product Name   : NVIDIA H200' -> (4, 'Product Name', 'NVIDIA H200')."""
+    indent = len(line) - len(line.lstrip(" "))
+    key, sep, value = line.strip().partition(":")
+    return indent, key.strip(), value.strip() if sep else None
+
+
+# `nvidia-smi -q` paths (section, key) -> key in our GPU dicts.
+SMI_Q_GPU_KEYS = {
+    ("Product Name",): "name",
+    ("FB Memory Usage", "Total"): "memory_total_mib",
+    ("Persistence Mode",): "persistence_mode",
+    ("MIG Mode", "Current"): "mig_mode",
+    ("Fabric", "State"): "fabric_state",
+    ("Fabric", "Status"): "fabric_status",
+}
+
+
+def parse_smi_q(lines: list[str]) -> dict:
+    """Parse `nvidia-smi -q` text (whole, or filtered to some sections).
+
+    Returns ``{"driver_version": "580.159.04", "cuda_version": "13.0", "gpus": [{"pci_bus_id":
+    "00000000:00:06.0", "name": "NVIDIA H200", "memory_total_mib": 143771, "persistence_mode":
+    "Enabled", "mig_mode": "Disabled", "fabric_state": "Completed", "fabric_status":
+    "Success"}]}``; a value nvidia-smi prints as N/A is None.
+    """
+    result: dict = dict(driver_version=None, cuda_version=None, gpus=[])
+    gpu: dict | None = None
+    path: list[tuple[int, str]] = []  # open sections as (indent, name)
+    for line in lines:
+        line = ANSI_ESCAPE.sub("", line.expandtabs()).rstrip()
+        if not line.strip():
+            continue
+        if line.startswith("GPU "):  # 'GPU 00000000:00:06.0' opens one GPU's block
+            gpu = dict(pci_bus_id=line[4:].strip())
+            result["gpus"].append(gpu)
+            path = []
+            continue
+        indent, key, value = _key_value(line)
+        if indent == 0:
+            if key == "Driver Version":
+                result["driver_version"] = value
+            elif key == "CUDA Version":
+                result["cuda_version"] = value
+            continue
+        while path and path[-1][0] >= indent:
+            path.pop()
+        if value is None or value == "":
+            path.append((indent, key))
+            continue
+        target = SMI_Q_GPU_KEYS.get(tuple(name for _, name in path) + (key,))
+        if gpu is not None and target:
+            gpu[target] = _value(value, int if target == "memory_total_mib" else str)
+    return result
+
+
+def parse_smi_xml(text: str) -> dict:
+    """Parse `nvidia-smi -q -x` into the same shape as :func:`parse_smi_q`."""
+    root = ET.fromstring(text)
+
+    def text_of(node, path):
+        found = node.find(path)
+        return _value(found.text or "", str) if found is not None else None
+
+    gpus = []
+    for node in root.findall("gpu"):
+        memory = text_of(node, "fb_memory_usage/total")
+        gpus.append(
+            dict(
+                pci_bus_id=node.get("id"),
+                name=text_of(node, "product_name"),
+                memory_total_mib=_value(memory, int) if memory else None,
+                persistence_mode=text_of(node, "persistence_mode"),
+                mig_mode=text_of(node, "mig_mode/current_mig"),
+                fabric_state=text_of(node, "fabric/state"),
+                fabric_status=text_of(node, "fabric/status"),
+            )
+        )
+    return dict(
+        driver_version=text_of(root, "driver_version"),
+        cuda_version=text_of(root, "cuda_version"),
+        gpus=gpus,
+    )
+
+
+SMI_TABLE_HEADER = re.compile(r"Driver Version:\s*(\S+)\s+CUDA Version:\s*(\S+)")
+SMI_TABLE_GPU = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|")
+SMI_TABLE_MEMORY = re.compile(r"/\s*(\d+)MiB")
+
+
+def parse_smi_table(lines: list[str]) -> dict:
+    """Parse the plain `nvidia-smi` table: driver, CUDA version, and per GPU index and memory.
+
+    The table truncates long names ('NVIDIA RTX PRO 6000 Blac...'): a truncated name is
+    None, so that no one takes it for the real one.
+    """
+    result: dict = dict(driver_version=None, cuda_version=None, gpus=[])
+    for line in lines:
+        if header := SMI_TABLE_HEADER.search(line):
+            result["driver_version"], result["cuda_version"] = header.groups()
+        elif row := SMI_TABLE_GPU.match(line):
+            name = row.group(2)
+            result["gpus"].append(
+                dict(index=int(row.group(1)), name=None if name.endswith("...") else name,
+                     persistence_mode="Enabled" if row.group(3) == "On" else "Disabled")
+            )
+        elif (memory := SMI_TABLE_MEMORY.search(line)) and result["gpus"]:
+            result["gpus"][-1]["memory_total_mib"] = int(memory.group(1))
+    return result
+
+
+NVRM_VERSION = re.compile(r"NVRM version:.*Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+
+
+def parse_proc_driver_version(lines: list[str]) -> dict | None:
+    """Parse /proc/driver/nvidia/version: the loaded kernel module's version and kind.
+
+    'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build ...'
+    -> ``{"version": "580.95.05", "open_kernel_module": True}``; proprietary modules read
+    'NVIDIA UNIX x86_64 Kernel Module  570.158.01 ...'. None when no NVRM line is there.
+    """
+    for line in lines:
+        if match := NVRM_VERSION.search(line):
+            return dict(version=match.group(1), open_kernel_module="Open Kernel Module" in line)
+    return None

@@ -1,0 +1,114 @@
+"""The class check and the fabric check, fed facts parsed from the real captures."""
+
+import runpy
+from pathlib import Path
+
+from operations.gpu.checks import check_fabric, check_gpu_class
+from operations.gpu.parse import parse_query_csv, parse_topology
+
+REPO = Path(__file__).resolve().parents[2]
+CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
+
+
+def expectations(class_name):
+    return runpy.run_path(str(REPO / "group_data" / f"{class_name}.py"))["gpu"]
+
+
+def b200_gpus(count=8, name="NVIDIA B200", driver="580.95.05"):
+    return [
+        dict(index=i, name=name, memory_total_mib=183359, compute_capability="10.0", driver_version=driver,
+             persistence_mode="Enabled", mig_mode="Disabled")
+        for i in range(count)
+    ]
+
+
+B200_TOPOLOGY = parse_topology((CAPTURES / "b200-8x-nvlink" / "topo.txt").read_text().splitlines())
+OPEN_580 = dict(version="580.95.05", kernel_module_version="580.95.05", open_kernel_module=True, cuda_version="13.0")
+
+
+def check_b200(**facts):
+    facts = dict(dict(gpus=b200_gpus(), topology=B200_TOPOLOGY, driver=OPEN_580), **facts)
+    return check_gpu_class("lab-b200-1", "b200_nvlink", expectations("b200_nvlink"), **facts)
+
+
+def test_healthy_b200_has_no_problem():
+    assert check_b200() == []
+
+
+def test_missing_gpu_names_host_expectation_finding_and_fix():
+    [problem] = check_b200(gpus=b200_gpus(count=7))
+    assert problem.startswith("lab-b200-1: expected 8 GPUs matching ^NVIDIA B200$ (class b200_nvlink), found 7")
+    assert "nvidia-smi -L" in problem and "reseat" in problem
+
+
+def test_degraded_board_is_named_with_its_pcie_only_gpu():
+    topology = parse_topology(
+        ["\tGPU0\tGPU1\tGPU2", "GPU0\t X \tNV18\tSYS", "GPU1\tNV18\t X \tSYS", "GPU2\tSYS\tSYS\t X "]
+    )
+    [problem] = check_b200(topology=topology)
+    assert "degraded" in problem and "GPU 2" in problem
+
+
+def test_pcie_board_under_an_nvlink_class():
+    rtx_topology = parse_topology((CAPTURES / "rtxpro6000se-8x-pcie" / "topo.txt").read_text().splitlines())
+    [problem] = check_b200(topology=rtx_topology)
+    assert "expected nvlink interconnect" in problem and "found pcie" in problem
+
+
+def test_old_proprietary_driver():
+    problems = check_b200(driver=dict(version="570.158.01", open_kernel_module=False, cuda_version="12.9"))
+    assert len(problems) == 2
+    assert "driver branch 580+" in problems[0] and "found 570.158.01 (CUDA 12.9)" in problems[0]
+    assert "open NVIDIA kernel module" in problems[1]
+
+
+def test_h200_capture_against_b200_class():
+    gpus = parse_query_csv((CAPTURES / "h200-x2-nvlink" / "query.csv").read_text().splitlines())
+    problems = check_b200(gpus=gpus)
+    assert any("found 2 (0 matching; names: NVIDIA H200)" in problem for problem in problems)
+
+
+def test_small_memory_and_wrong_compute_capability():
+    gpus = b200_gpus()
+    gpus[5].update(memory_total_mib=90000, compute_capability="10.3")
+    problems = check_b200(gpus=gpus)
+    assert any("GPU 5 with 90000 MiB" in problem for problem in problems)
+    assert any("compute capability 10.0" in problem and "10.0, 10.3" in problem for problem in problems)
+
+
+def test_no_nvidia_smi_and_driver_mismatch():
+    [problem] = check_b200(gpus=None)
+    assert "found no nvidia-smi" in problem
+    mismatch = ["Failed to initialize NVML: Driver/library version mismatch"]
+    [problem] = check_b200(gpus=[], reboot_pending=mismatch)
+    assert "version mismatch" in problem and "reboot" in problem
+
+
+def fabric(manager_active="active", manager_enabled="enabled", state="Completed", nvswitch=True, count=8):
+    return dict(
+        nvswitch=nvswitch,
+        units={"nvidia-fabricmanager": dict(enabled=manager_enabled, active=manager_active)},
+        packages={},
+        ib_umad_loaded=True,
+        gpus=[dict(pci_bus_id=f"00000000:{i:02X}:00.0", fabric_state=state, fabric_status="Success") for i in range(count)],
+    )
+
+
+def test_fabric_ready():
+    assert check_fabric("lab-b200-1", "b200_nvlink", expectations("b200_nvlink"), fabric()) == []
+
+
+def test_fabric_manager_down_and_gpus_not_registered():
+    problems = check_fabric(
+        "lab-b200-1", "b200_nvlink", expectations("b200_nvlink"), fabric(manager_active="failed", state="In Progress")
+    )
+    assert len(problems) == 2
+    assert "nvidia-fabricmanager active" in problems[0] and "found it failed" in problems[0]
+    assert "In Progress/Success" in problems[1] and "802" in problems[1]
+
+
+def test_fabric_manager_must_not_run_on_the_pcie_class():
+    expected = expectations("rtx_pro_6000_pcie")
+    assert check_fabric("lab-rtx-1", "rtx_pro_6000_pcie", expected, fabric(manager_enabled=None, manager_active="inactive", state=None)) == []
+    [problem] = check_fabric("lab-rtx-1", "rtx_pro_6000_pcie", expected, fabric())
+    assert "systemctl disable --now nvidia-fabricmanager" in problem

@@ -1,0 +1,136 @@
+"""operations.gpu.nvidia: facts in, commands out (the operation generator run on a fake host)."""
+
+import pytest
+from pyinfra.api import OperationError
+from pyinfra.api.command import FunctionCommand
+from pyinfra.context import ctx_host
+
+from operations.gpu import nvidia
+from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus
+
+
+class FakeHost:
+    """Just what the operations use of pyinfra's Host: get_fact and noop."""
+
+    def __init__(self, facts):
+        self.facts = facts
+        self.noops = []
+
+    def get_fact(self, fact_class, *args, **kwargs):
+        return self.facts[fact_class]
+
+    def noop(self, description):
+        self.noops.append(description)
+
+
+def run(operation, facts, **kwargs):
+    """Return (commands, noops); a FunctionCommand shows as its function's name."""
+    host = FakeHost(facts)
+    with ctx_host.use(host):
+        commands = [
+            command.function.__name__ if isinstance(command, FunctionCommand) else str(command)
+            for command in operation._inner(**kwargs)
+        ]
+    return commands, host.noops
+
+
+def fabric(units=None, packages=None, ib_umad_loaded=False):
+    return dict(nvswitch=True, units=units or {}, packages=packages or {}, ib_umad_loaded=ib_umad_loaded, gpus=[])
+
+
+UP = dict(enabled="enabled", active="active")
+DRIVER_580 = dict(version="580.95.05", kernel_module_version="580.95.05", open_kernel_module=True, cuda_version="13.0")
+B200_GPUS = [dict(index=i, name="NVIDIA B200", compute_capability="10.0") for i in range(8)]
+H200_GPUS = [dict(index=0, name="NVIDIA H200", compute_capability="9.0")]
+
+
+def test_persistence_daemon_enabled_and_started():
+    commands, _ = run(nvidia.persistence_daemon, {NvidiaFabric: fabric({"nvidia-persistenced": dict(enabled="disabled", active="inactive")})})
+    assert commands == ["systemctl enable nvidia-persistenced.service", "systemctl start nvidia-persistenced.service"]
+
+
+def test_persistence_daemon_noop():
+    commands, noops = run(nvidia.persistence_daemon, {NvidiaFabric: fabric({"nvidia-persistenced": UP})})
+    assert commands == [] and noops == ["nvidia-persistenced is enabled and active"]
+
+
+def test_persistence_daemon_missing_is_an_error():
+    with pytest.raises(OperationError, match="install the driver first"):
+        run(nvidia.persistence_daemon, {NvidiaFabric: fabric()})
+
+
+def test_fabric_manager_fresh_blackwell_host():
+    commands, _ = run(nvidia.fabric_manager, {NvidiaDriver: DRIVER_580, NvidiaFabric: fabric(), NvidiaGpus: B200_GPUS})
+    assert commands == [
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nvidia-fabricmanager=580.95.05-1 nvlsm",
+        "modprobe ib_umad",
+        "echo ib_umad > /etc/modules-load.d/ib_umad.conf",
+        "systemctl enable nvidia-fabricmanager.service",
+        "systemctl start nvidia-fabricmanager.service",
+    ]
+
+
+def test_fabric_manager_before_580_is_named_per_branch_and_hopper_needs_no_nvlsm():
+    driver = dict(DRIVER_580, version="570.158.01")
+    commands, _ = run(nvidia.fabric_manager, {NvidiaDriver: driver, NvidiaFabric: fabric(), NvidiaGpus: H200_GPUS})
+    assert commands[0].endswith("install -y --no-install-recommends nvidia-fabricmanager-570=570.158.01-1")
+    assert "modprobe ib_umad" not in commands
+
+
+def test_fabric_manager_from_the_vendor_image_is_only_started():
+    facts = {
+        NvidiaDriver: DRIVER_580,
+        NvidiaFabric: fabric({"nvidia-fabricmanager": dict(enabled="enabled", active="inactive")},
+                             packages={"nvlsm": "2025.06.1-1"}, ib_umad_loaded=True),
+        NvidiaGpus: B200_GPUS,
+    }
+    commands, _ = run(nvidia.fabric_manager, facts)
+    assert commands == ["systemctl start nvidia-fabricmanager.service"]
+
+
+def test_fabric_manager_noop():
+    facts = {
+        NvidiaDriver: DRIVER_580,
+        NvidiaFabric: fabric({"nvidia-fabricmanager": UP}, packages={"nvlsm": "2025.06.1-1"}, ib_umad_loaded=True),
+        NvidiaGpus: B200_GPUS,
+    }
+    commands, noops = run(nvidia.fabric_manager, facts)
+    assert commands == [] and noops == ["nvidia-fabricmanager is enabled and active for driver 580.95.05"]
+
+
+def test_fabric_manager_needs_a_driver():
+    with pytest.raises(OperationError, match="no NVIDIA driver"):
+        run(nvidia.fabric_manager, {NvidiaDriver: None, NvidiaFabric: fabric(), NvidiaGpus: None})
+
+
+def test_fabric_manager_masked():
+    facts = {NvidiaDriver: DRIVER_580, NvidiaFabric: fabric({"nvidia-fabricmanager": dict(enabled="masked", active="inactive")}), NvidiaGpus: H200_GPUS}
+    with pytest.raises(OperationError, match="unmask"):
+        run(nvidia.fabric_manager, facts)
+
+
+def test_open_driver_off_by_default_only_reports():
+    old = dict(version="570.158.01", open_kernel_module=False, cuda_version="12.9")
+    commands, noops = run(nvidia.open_driver, {NvidiaDriver: old}, branch="580")
+    assert commands == []
+    assert noops == ["driver 570.158.01 (proprietary kernel module) is loaded, open branch 580 wanted; "
+                     "gpu_driver_install is off, so nothing changes"]
+
+
+def test_open_driver_installs_and_reboots_when_allowed():
+    old = dict(version="570.158.01", open_kernel_module=False, cuda_version="12.9")
+    commands, _ = run(nvidia.open_driver, {NvidiaDriver: old}, branch="580", install=True)
+    assert commands[0] == "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nvidia-open-580"
+    # pyinfra's own server.reboot follows: detached reboot, then wait and reconnect.
+    assert "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &" in commands
+    assert "wait_and_reconnect" in commands
+
+
+def test_open_driver_without_any_driver_installs():
+    commands, _ = run(nvidia.open_driver, {NvidiaDriver: None}, branch="580", install=True)
+    assert commands[0].endswith("nvidia-open-580")
+
+
+def test_open_driver_noop_when_the_branch_is_loaded():
+    commands, noops = run(nvidia.open_driver, {NvidiaDriver: DRIVER_580}, branch="580", install=True)
+    assert commands == [] and noops == ["driver 580.95.05 (open kernel module) is loaded"]

@@ -225,7 +225,7 @@ def test_throttle(hub):
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as dest:
         hf_hub_download(KIMI, shard, local_dir=dest, endpoint=hub.url, token=False)
-    assert 1.3 < time.monotonic() - start < 4
+    assert 1.3 < time.monotonic() - start < 6  # 1.5 s at the set rate; slack for a busy machine
 
 
 def test_dropped_connection_is_resumed_in_process(hub, tmp_path):

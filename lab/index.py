@@ -1,0 +1,225 @@
+"""The lab's package index: the wheels lab hosts install, served from the controller.
+
+    python -m lab.index build --out DIR
+        DIR/wheels/ gets huggingface_hub and its dependencies for the hosts
+        (CPython 3.11, manylinux x86_64, as on Debian bookworm) and the two
+        SGLang stand-in wheels built from lab/sglang_standin.
+    python -m lab.index serve --dir DIR [--host H] [--port P]
+        PEP 503 index at /simple/<name>/ and plain downloads at /wheels/<file>.
+
+The DDTree stand-in is downloadable under /wheels/ but not listed in
+/simple/sglang/: a pin `sglang==0.5.23` also matches local versions (PEP 440),
+so pip would pick the higher `0.5.23+lab.ddtree29907` over `0.5.23+lab`.
+"""
+
+import argparse
+import base64
+import hashlib
+import html
+import io
+import json
+import re
+import subprocess
+import sys
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from lab.config import INDEX_PORT
+
+STANDIN_SRC = Path(__file__).resolve().parent / "sglang_standin" / "sglang"
+# Stand-in builds: version -> (flag list it parses with, listed in /simple/?).
+STANDIN_BUILDS = {
+    "0.5.23+lab": ("flags_0_5_23.json", True),
+    "0.5.23+lab.ddtree29907": ("flags_0_5_23_ddtree.json", False),
+}
+HUB_REQUIREMENTS = ["huggingface_hub==2.4.0"]
+# The lab hosts, not the controller: CPython 3.11 on bookworm's glibc 2.36.
+# pip takes platforms literally, so name every manylinux tag up to 2.36.
+HOST_PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
+    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
+HOST_TARGET = ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+               *(arg for p in HOST_PLATFORMS for arg in ("--platform", p))]
+# Fixed zip timestamps, so the same source always gives the same wheel bytes.
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def build(out: Path) -> None:
+    wheels = out / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    download_host_wheels(wheels)
+    for version in STANDIN_BUILDS:
+        print(build_standin_wheel(version, wheels))
+
+
+def download_host_wheels(wheels: Path) -> None:
+    """pip download for the hosts' platform, skipped when already done: a stamp
+    records what the folder holds."""
+    stamp = wheels / ".host-wheels"
+    want = json.dumps([HUB_REQUIREMENTS, HOST_TARGET])
+    if stamp.is_file() and stamp.read_text() == want:
+        return
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels),
+                    *HOST_TARGET, *HUB_REQUIREMENTS], check=True)
+    stamp.write_text(want)
+
+
+def build_standin_wheel(version: str, dest: Path) -> Path:
+    """A py3-none-any wheel of the stand-in, written with zipfile; its
+    _build.json names the version and the flag list this build parses with."""
+    flags, _listed = STANDIN_BUILDS[version]
+    files = {
+        f"sglang/{p.relative_to(STANDIN_SRC).as_posix()}": p.read_bytes()
+        for p in sorted(STANDIN_SRC.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.name != "_build.json"
+    }
+    files["sglang/_build.json"] = json.dumps({"version": version, "flags": flags}).encode()
+    info = f"sglang-{version}.dist-info"
+    files[f"{info}/METADATA"] = (
+        "Metadata-Version: 2.1\nName: sglang\n"
+        f"Version: {version}\n"
+        "Summary: LAB STAND-IN for SGLang (specfleet lab), not the real package\n"
+        "Requires-Python: >=3.9\n"
+    ).encode()
+    files[f"{info}/WHEEL"] = (
+        "Wheel-Version: 1.0\nGenerator: specfleet lab.index\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n"
+    ).encode()
+    files[f"{info}/top_level.txt"] = b"sglang\n"
+    record = "".join(f"{name},sha256={_b64_sha256(data)},{len(data)}\n" for name, data in files.items())
+    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+
+    path = dest / f"sglang-{version}-py3-none-any.whl"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            entry = zipfile.ZipInfo(name, ZIP_EPOCH)
+            entry.external_attr = 0o644 << 16
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(entry, data)
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def _b64_sha256(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+
+
+def listed_wheels(wheels: Path) -> dict[str, list[Path]]:
+    """Project name -> its wheels that /simple/ lists (URL-only builds left out)."""
+    unlisted = {f"sglang-{v}-py3-none-any.whl" for v, (_, listed) in STANDIN_BUILDS.items() if not listed}
+    projects: dict[str, list[Path]] = {}
+    for whl in sorted(wheels.glob("*.whl")):
+        if whl.name not in unlisted:
+            projects.setdefault(normalize(whl.name.split("-", 1)[0]), []).append(whl)
+    return projects
+
+
+class IndexHandler(BaseHTTPRequestHandler):
+    root: Path  # the served DIR, set on a subclass by start_index()
+    log_lock = threading.Lock()
+
+    def do_GET(self):
+        path = unquote(self.path.split("?", 1)[0].split("#", 1)[0])
+        wheels = self.root / "wheels"
+        if path == "/simple/":
+            links = [f'<a href="{quote(n)}/">{html.escape(n)}</a>' for n in listed_wheels(wheels)]
+            return self.send_page("Simple index", links)
+        if m := re.fullmatch(r"/simple/([^/]+)/?", path):
+            name = m.group(1)
+            if normalize(name) != name or not path.endswith("/"):
+                return self.redirect(f"/simple/{normalize(name)}/")
+            files = listed_wheels(wheels).get(name)
+            if not files:
+                return self.send_status(404)
+            links = [f'<a href="../../wheels/{quote(w.name)}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">'
+                     f"{html.escape(w.name)}</a>" for w in files]
+            return self.send_page(f"Links for {name}", links)
+        if m := re.fullmatch(r"/wheels/([^/]+\.whl)", path):
+            whl = wheels / m.group(1)
+            if whl.is_file():
+                return self.send_data(200, whl.read_bytes(), "application/octet-stream")
+        self.send_status(404)
+
+    def send_page(self, title: str, links: list[str]) -> None:
+        body = f"<!DOCTYPE html>\n<html><head><title>{title}</title></head><body>\n"
+        body += "<br>\n".join(links) + "\n</body></html>\n"
+        self.send_data(200, body.encode(), "text/html")
+
+    def redirect(self, location: str) -> None:
+        self.send_response(301)
+        self.send_header("Location", location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def send_status(self, code: int) -> None:
+        self.send_data(code, b"", "text/plain")
+
+    def send_data(self, code: int, data: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_request(self, code="-", size="-"):
+        with self.log_lock, open(self.root / "requests.log", "a") as log:
+            log.write(f"{self.command} {self.path} {int(code)}\n")
+
+    def log_message(self, fmt, *args):  # requests.log is the log
+        pass
+
+
+class IndexServer:
+    """A running index; .url is its /simple/ URL, .stop() shuts it down."""
+
+    def __init__(self, root: Path, host: str, port: int):
+        handler = type("Handler", (IndexHandler,), {"root": Path(root)})
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        self.host, self.port = host, self.httpd.server_address[1]
+        self.url = f"http://{host}:{self.port}/simple/"
+        self.wheels_url = f"http://{host}:{self.port}/wheels/"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+
+def start_index(dir: Path, host: str = "127.0.0.1", port: int = 0) -> IndexServer:
+    """Serve DIR in a background thread; port 0 picks a free port."""
+    return IndexServer(dir, host, port)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lab.index")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="fill DIR/wheels")
+    b.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("serve", help="serve DIR/wheels as a PEP 503 index")
+    s.add_argument("--dir", type=Path, required=True)
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=INDEX_PORT)
+    args = parser.parse_args(argv)
+    if args.cmd == "build":
+        build(args.out)
+        return
+    server = start_index(args.dir, args.host, args.port)
+    print(f"serving {args.dir / 'wheels'} at {server.url}", flush=True)
+    try:
+        server.thread.join()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,320 @@
+"""LAB STAND-IN for `python -m sglang.launch_server`: no model runs here.
+
+It parses the real 0.5.23 CLI (sglang.srt.server_args), reads the target's and
+the drafter's config.json like the real server, then answers SGLang's HTTP
+endpoints with deterministic canned results, so deploys, health checks and
+benchmarks can be exercised in the lab. Faults come from a JSON knobs file
+(SPECFLEET_SGLANG_KNOBS, else /etc/specfleet-lab/sglang-standin.json):
+startup_delay_s, exit_after_s, health_fail (re-read on every health request).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import sglang
+from sglang.srt.server_args import ServerArgs
+
+# lab/config.py SGLANG_KNOBS_FILE; the stand-in runs on hosts without lab/.
+KNOBS_FILE = "/etc/specfleet-lab/sglang-standin.json"
+READY_LINE = "The server is fired up and ready to roll!"
+# Never echoed: the real server does not print these either.
+SECRET_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+# SpeculativeAlgorithm members of 0.5.23 (NEXTN is its alias of EAGLE); the
+# DDTree build adds DDTREE, as PR #29907 does.
+KNOWN_ALGORITHMS = {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "NEXTN",
+                    "FROZEN_KV_MTP", "STANDALONE", "NGRAM"}
+WORDS = ("alpha", "bravo", "draft", "verify", "token", "block", "tree", "accept",
+         "lab", "spec", "decode", "prefill", "cache", "kernel", "batch", "reply")
+
+
+def read_knobs() -> dict:
+    path = os.environ.get("SPECFLEET_SGLANG_KNOBS", KNOBS_FILE)
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def fail(exc_line: str) -> None:
+    """Die like the real server does on an uncaught exception: exit 1."""
+    print(f"Traceback (most recent call last):\n{exc_line}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def load_config(model_dir: str) -> dict:
+    """config.json of a local model folder, as transformers' AutoConfig reads it."""
+    try:
+        return json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        fail(f"OSError: {model_dir} does not appear to have a file named config.json. "
+             f"Checkout 'https://huggingface.co/{model_dir}/tree/main' for available files.")
+
+
+def resolve_speculative(args: argparse.Namespace, draft_config: dict) -> None:
+    """Fill the speculative args the way 0.5.23 resolves them for DFlash."""
+    algo = args.speculative_algorithm
+    if algo is None:
+        return
+    algo = args.speculative_algorithm = algo.upper()
+    known = KNOWN_ALGORITHMS | ({"DDTREE"} if hasattr(args, "speculative_ddtree_budget") else set())
+    if algo not in known:
+        fail(f"ValueError: Unknown speculative algorithm name: {algo}")
+    if algo not in ("DFLASH", "DDTREE"):
+        return
+    if not args.speculative_draft_model_path:
+        fail(f"ValueError: {algo} requires --speculative-draft-model-path")
+    # The block size comes from the drafter's config, 16 when absent.
+    block = draft_config.get("dflash_config", {}).get("block_size", 16)
+    n = args.speculative_num_draft_tokens or args.speculative_dflash_block_size or block
+    args.speculative_num_draft_tokens = args.speculative_dflash_block_size = n
+    args.speculative_num_steps = args.speculative_eagle_topk = 1
+    if algo == "DDTREE" and args.speculative_ddtree_budget is None:
+        args.speculative_ddtree_budget = n - 1  # the DDTree ports' default
+
+
+def accept_length(args: argparse.Namespace) -> float:
+    """A made-up but deterministic acceptance: more draft tokens, more accepted;
+    DDTree's tree verify accepts a little more than DFlash's single chain."""
+    algo = args.speculative_algorithm
+    if algo is None:
+        return 1.0
+    n = args.speculative_num_draft_tokens or 4
+    if algo == "DFLASH":
+        return round(min(1 + 0.35 * (n - 1), 6.0), 4)
+    if algo == "DDTREE":
+        return round(min(1 + 0.35 * (n - 1) + 0.02 * args.speculative_ddtree_budget, 6.5), 4)
+    return round(min(1 + 0.25 * (n - 1), 4.0), 4)
+
+
+def reply(prompt: str, max_tokens: int) -> list[str]:
+    """Deterministic words derived from the prompt."""
+    digest = hashlib.sha256(prompt.encode()).digest()
+    return [WORDS[b % len(WORDS)] for b in digest[: max(1, min(max_tokens, 32))]]
+
+
+class Server:
+    """What the handler needs: resolved args, model facts, state, counters."""
+
+    def __init__(self, args, target_config):
+        self.args = args
+        self.ready = False
+        self.accept_length = accept_length(args)
+        self.served_model_name = args.served_model_name or args.model_path
+        text_config = target_config.get("text_config", target_config)
+        self.model_info = {
+            "model_path": args.model_path,
+            "tokenizer_path": args.tokenizer_path or args.model_path,
+            "is_generation": True,
+            "architectures": target_config.get("architectures"),
+            "model_type": target_config.get("model_type"),
+            "served_model_name": self.served_model_name,
+            "tool_call_parser": args.tool_call_parser,
+            "reasoning_parser": args.reasoning_parser,
+        }
+        self.max_model_len = args.context_length or text_config.get("max_position_embeddings", 4096)
+        self.lock = threading.Lock()
+        self.verify_calls = self.generated_tokens = 0
+
+    def generate(self, prompt: str, max_tokens: int) -> tuple[list[str], dict]:
+        words = reply(prompt, max_tokens)
+        meta = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(words)}
+        if self.args.speculative_algorithm:
+            verify_ct = -(-len(words) // int(self.accept_length))  # ceil
+            meta.update(spec_accept_length=self.accept_length,
+                        spec_accept_rate=round(self.accept_length / self.draft_tokens(), 4),
+                        spec_verify_ct=verify_ct)
+            with self.lock:
+                self.verify_calls += verify_ct
+        with self.lock:
+            self.generated_tokens += len(words)
+        return words, meta
+
+    def draft_tokens(self) -> int:
+        return self.args.speculative_num_draft_tokens or 4
+
+    def server_info(self) -> dict:
+        info = {k: (None if k in SECRET_ARGS and v else v) for k, v in vars(self.args).items()}
+        info["internal_states"] = [{"avg_spec_accept_length": self.accept_length}]
+        info["version"] = sglang.__version__
+        return info
+
+    def metrics(self) -> str:
+        label = f'{{model_name="{self.served_model_name}"}}'
+        lines = [f"sglang:generation_tokens_total{label} {self.generated_tokens}"]
+        if self.args.speculative_algorithm:
+            lines += [
+                f"sglang:spec_accept_length{label} {self.accept_length}",
+                f"sglang:spec_accept_rate{label} {self.accept_length / self.draft_tokens():.4f}",
+                f"sglang:spec_num_draft_tokens{label} {self.draft_tokens()}",
+                f"sglang:spec_num_steps{label} {self.args.speculative_num_steps or 1}",
+                f"sglang:spec_verify_calls_total{label} {self.verify_calls}",
+            ]
+        return "\n".join(lines) + "\n"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "uvicorn"
+    protocol_version = "HTTP/1.1"
+    app: Server  # set on the class in serve()
+
+    def log_message(self, fmt, *args):  # uvicorn-like access log, no headers
+        print(f'INFO:     {self.client_address[0]} - "{self.requestline}" {args[1] if len(args) > 1 else ""}',
+              file=sys.stderr, flush=True)
+
+    def send_json(self, code: int, body) -> None:
+        self.send_body(code, json.dumps(body).encode(), "application/json")
+
+    def send_body(self, code: int, data: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def authorized(self, path: str) -> bool:
+        """Like the real middleware: with --api-key, all but health, ready and
+        metrics need `Authorization: Bearer <key>`."""
+        key = self.app.args.api_key
+        if not key or path.startswith(("/health", "/ready", "/metrics")):
+            return True
+        return self.headers.get("Authorization", "") == f"Bearer {key}"
+
+    def do_GET(self):
+        self.route("GET")
+
+    def do_POST(self):
+        self.route("POST")
+
+    def route(self, method: str) -> None:
+        path = self.path.split("?", 1)[0]
+        if not self.authorized(path):
+            return self.send_json(401, {"error": "Unauthorized"})
+        handler = ROUTES.get((method, path))
+        if handler is None:
+            return self.send_json(404, {"detail": "Not Found"})
+        body = {}
+        if method == "POST":
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                return self.send_json(400, {"error": "invalid JSON body"})
+        handler(self, body)
+
+    def health(self, _body):
+        if not self.app.ready or read_knobs().get("health_fail"):
+            return self.send_body(503, b"", "text/plain")
+        self.send_body(200, b"", "text/plain")
+
+    def ready(self, _body):
+        self.send_json(200 if self.app.ready else 503, {"status": "ready" if self.app.ready else "starting"})
+
+    def model_info(self, _body):
+        self.send_json(200, self.app.model_info)
+
+    def server_info(self, _body):
+        self.send_json(200, self.app.server_info())
+
+    def models(self, _body):
+        name = self.app.served_model_name
+        self.send_json(200, {"object": "list", "data": [{
+            "id": name, "object": "model", "created": 0, "owned_by": "sglang",
+            "root": name, "max_model_len": self.app.max_model_len}]})
+
+    def metrics(self, _body):
+        if not self.app.args.enable_metrics:
+            return self.send_json(404, {"detail": "Not Found"})
+        self.send_body(200, self.app.metrics().encode(), "text/plain; version=0.0.4")
+
+    def generate(self, body):
+        if not self.app.ready:
+            return self.send_json(503, {"error": "server is starting"})
+        params = body.get("sampling_params") or {}
+        words, meta = self.app.generate(str(body.get("text", "")), int(params.get("max_new_tokens", 16)))
+        meta["finish_reason"] = {"type": "length", "length": len(words)}
+        self.send_json(200, {"text": " ".join(words), "meta_info": meta})
+
+    def chat(self, body):
+        if not self.app.ready:
+            return self.send_json(503, {"error": "server is starting"})
+        prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        words, meta = self.app.generate(prompt, max_tokens)
+        created = int(time.time())
+        cid = "chatcmpl-" + hashlib.sha256(prompt.encode()).hexdigest()[:16]
+        usage = {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
+                 "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
+        model = self.app.served_model_name
+        if not body.get("stream"):
+            return self.send_json(200, {
+                "id": cid, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "finish_reason": "length",
+                             "message": {"role": "assistant", "content": " ".join(words)}}],
+                "usage": usage})
+        # Server-sent events, one word a chunk, as OpenAI streaming clients expect.
+        chunks = [{"role": "assistant", "content": w if i == 0 else " " + w} for i, w in enumerate(words)]
+        events = [{"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                   "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in chunks]
+        events[-1]["choices"][0]["finish_reason"] = "length"
+        events[-1]["usage"] = usage
+        data = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        self.send_body(200, data.encode(), "text/event-stream")
+
+
+ROUTES = {
+    ("GET", "/health"): Handler.health,
+    ("GET", "/health_generate"): Handler.health,
+    ("GET", "/ready"): Handler.ready,
+    ("GET", "/model_info"): Handler.model_info,
+    ("GET", "/get_model_info"): Handler.model_info,
+    ("GET", "/server_info"): Handler.server_info,
+    ("GET", "/get_server_info"): Handler.server_info,
+    ("GET", "/v1/models"): Handler.models,
+    ("GET", "/metrics"): Handler.metrics,
+    ("POST", "/generate"): Handler.generate,
+    ("POST", "/v1/chat/completions"): Handler.chat,
+}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    args = parser.parse_args(argv)
+    knobs = read_knobs()
+    target_config = load_config(args.model_path)
+    draft_config = load_config(args.speculative_draft_model_path) if args.speculative_draft_model_path else {}
+    resolve_speculative(args, draft_config)
+
+    app = Server(args, target_config)
+    Handler.app = app
+    httpd = ThreadingHTTPServer((args.host, args.port), Handler)
+    httpd.daemon_threads = True
+    print(f"[lab stand-in sglang {sglang.__version__}] model={args.model_path} "
+          f"speculative_algorithm={args.speculative_algorithm} "
+          f"num_draft_tokens={args.speculative_num_draft_tokens} on {args.host}:{args.port}",
+          flush=True)
+
+    if knobs.get("exit_after_s") is not None:
+        def crash():
+            time.sleep(float(knobs["exit_after_s"]))
+            print("RuntimeError: lab stand-in fault: exit_after_s", file=sys.stderr, flush=True)
+            os._exit(1)
+        threading.Thread(target=crash, daemon=True).start()
+
+    def warm_up():
+        time.sleep(float(knobs.get("startup_delay_s", 0)))
+        app.ready = True
+        print(READY_LINE, flush=True)
+    threading.Thread(target=warm_up, daemon=True).start()
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

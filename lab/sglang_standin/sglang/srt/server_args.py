@@ -1,0 +1,177 @@
+"""LAB STAND-IN for `sglang.srt.server_args`: the real 0.5.23 parser, rebuilt.
+
+`ServerArgs.add_cli_args(parser)` adds the flags that extract_flags.py dumped
+from the real release, so `ServerArgs.add_cli_args` + `parse_args` accepts and
+rejects exactly what the real parser does (unknown flags, bad choices, bad
+types: argparse's exit 2 and message). The types and actions below copy the
+real ones by name, because argparse puts the type's name in its messages.
+"""
+
+import argparse
+import json
+import logging
+import re
+from decimal import Decimal
+from importlib import resources
+
+import sglang
+
+logger = logging.getLogger(__name__)
+
+
+def loads(value):  # the real flags use json.loads itself
+    return json.loads(value)
+
+
+def nullable_str(value):
+    return None if not value or value == "None" else value
+
+
+def human_readable_int(value):
+    """An int with an optional SI (k, M, G, T) or IEC (Ki, Mi, Gi, Ti) suffix."""
+    value = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
+    if match:
+        number, suffix = match.groups()
+        if suffix.endswith("i"):
+            if "." in number:
+                raise argparse.ArgumentTypeError(
+                    f"Decimals are not allowed with IEC suffixes like '{suffix}'."
+                )
+            return int(number) * 2 ** (10 * "KMGT".index(suffix[0]) + 10)
+        return int(Decimal(number) * 10 ** (3 * "kMGT".index(suffix) + 3))
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"Invalid integer value: '{value}'. Use a plain integer, SI suffixes "
+            "(1k, 1M), or IEC suffixes (1Ki, 1Mi). Suffixes are case-sensitive."
+        )
+
+
+def json_list_type(value):
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(
+            f"Invalid JSON list: {value}. Please provide a valid JSON list."
+        )
+
+
+def parse_cuda_graph_backend_arg(raw):
+    if raw == "tc_piecewise":
+        raise argparse.ArgumentTypeError(
+            "tc_piecewise was removed; select breakable, full, or disabled"
+        )
+    return raw
+
+
+def parse_cuda_graph_config_arg(raw):
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"--cuda-graph-config must be JSON: {e}")
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(
+            f"--cuda-graph-config must be a JSON object, got {type(parsed).__name__}"
+        )
+    for phase in parsed:
+        if phase not in ("decode", "prefill"):
+            raise argparse.ArgumentTypeError(
+                f"--cuda-graph-config: unknown phase '{phase}', "
+                "expected one of ('decode', 'prefill')"
+            )
+    return parsed
+
+
+TYPES = {
+    None: None,
+    "str": str,
+    "int": int,
+    "float": float,
+    "loads": loads,
+    "nullable_str": nullable_str,
+    "human_readable_int": human_readable_int,
+    "json_list_type": json_list_type,
+    "parse_cuda_graph_backend_arg": parse_cuda_graph_backend_arg,
+    "parse_cuda_graph_config_arg": parse_cuda_graph_config_arg,
+}
+
+
+def _deprecated(option_string):
+    logger.warning(f"'{option_string}' is deprecated and will be removed in a future release.")
+
+
+class DeprecatedStoreTrueAction(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        _deprecated(option_string)
+        setattr(namespace, self.dest, True)
+
+
+class DeprecatedStoreConstAction(argparse.Action):
+    def __init__(self, option_strings, dest, const_value=None, **kwargs):
+        self.const_value = const_value
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _deprecated(option_string)
+        setattr(namespace, self.dest, self.const_value)
+
+
+class LoRAPathAction(argparse.Action):
+    """Keeps plain paths; JSON objects ({"lora_name", "lora_path"}) are decoded."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        paths = [v.strip() for v in values or []]
+        paths = [json.loads(p) if p.startswith("{") and p.endswith("}") else p for p in paths]
+        setattr(namespace, self.dest, paths)
+
+
+def flag_list() -> dict:
+    """The flag list this build was made with (plain 0.5.23 or + DDTree)."""
+    name = sglang.build_info()["flags"]
+    return json.loads((resources.files("sglang") / name).read_text())
+
+
+def _add(parser: argparse.ArgumentParser, a: dict) -> None:
+    kind = a["action"]
+    opts = a["option_strings"]
+    common = {"dest": a["dest"], "default": a["default"], "required": a["required"]}
+    if kind == "_StoreTrueAction":
+        parser.add_argument(*opts, action="store_true", **common)
+    elif kind == "BooleanOptionalAction":
+        # The action makes the --no- spellings itself; pass only the others.
+        negated = {"--no-" + o[2:] for o in opts}
+        opts = [o for o in opts if o not in negated]
+        parser.add_argument(*opts, action=argparse.BooleanOptionalAction, **common)
+    elif kind == "DeprecatedStoreTrueAction":
+        parser.add_argument(*opts, action=DeprecatedStoreTrueAction, nargs=0, **common)
+    elif kind == "DeprecatedStoreConstAction":
+        parser.add_argument(
+            *opts,
+            action=DeprecatedStoreConstAction,
+            nargs=a["nargs"],
+            choices=a["choices"],
+            const_value=a["const_value"],
+            **common,
+        )
+    elif kind in ("_StoreAction", "LoRAPathAction"):
+        action = LoRAPathAction if kind == "LoRAPathAction" else "store"
+        parser.add_argument(
+            *opts,
+            action=action,
+            nargs=a["nargs"],
+            const=a["const"],
+            type=TYPES[a["type"]],
+            choices=a["choices"],
+            **common,
+        )
+    else:
+        raise ValueError(f"flag list has an action the stand-in lacks: {kind}")
+
+
+class ServerArgs:
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        for a in flag_list()["actions"]:
+            _add(parser, a)

@@ -1,0 +1,99 @@
+"""The lab package index (lab/index.py): build, PEP 503 listing, real installs."""
+
+import hashlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from lab.index import build, build_standin_wheel, start_index
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# The Makefile builds the index here too; the build skips what is present.
+INDEX_DIR = REPO_ROOT / "build" / "lab-index"
+PLAIN = "sglang-0.5.23+lab-py3-none-any.whl"
+DDTREE = "sglang-0.5.23+lab.ddtree29907-py3-none-any.whl"
+
+
+@pytest.fixture(scope="module")
+def index():
+    build(INDEX_DIR)
+    server = start_index(INDEX_DIR, "127.0.0.1", 0)
+    yield server
+    server.stop()
+
+
+def fetch(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_standin_wheels_are_reproducible(tmp_path):
+    a = build_standin_wheel("0.5.23+lab", tmp_path)
+    first = a.read_bytes()
+    assert build_standin_wheel("0.5.23+lab", tmp_path).read_bytes() == first
+
+
+def test_simple_index_lists_plain_standin_only(index):
+    status, root = fetch(index.url)
+    assert status == 200 and b'href="sglang/"' in root and b'href="huggingface-hub/"' in root
+    status, page = fetch(index.url + "sglang/")
+    links = re.findall(r'href="([^"]+)"', page.decode())
+    assert status == 200 and len(links) == 1  # the DDTree build is URL-only
+    href, digest = links[0].split("#sha256=")
+    assert href == "../../wheels/sglang-0.5.23%2Blab-py3-none-any.whl"
+    assert digest == hashlib.sha256((INDEX_DIR / "wheels" / PLAIN).read_bytes()).hexdigest()
+    # Non-normalized names redirect, as PEP 503 suggests; urllib follows.
+    assert fetch(index.url + "HuggingFace_Hub")[0] == 200
+    assert fetch(index.url + "nosuchproject/")[0] == 404
+    assert fetch(index.wheels_url + DDTREE)[0] == 200
+    log = (INDEX_DIR / "requests.log").read_text()
+    assert "GET /simple/nosuchproject/ 404\n" in log
+
+
+def test_fresh_venv_installs_and_runs_standin(index, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    # Only the lab index: no pip config, find-links or extra index of this machine.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    pip = [sys.executable, "-m", "pip", "--python", str(py), "install", "--quiet"]
+    subprocess.run([*pip, "--index-url", index.url, "sglang==0.5.23", "huggingface_hub==2.4.0"],
+                   env=env, check=True)
+    version = "import sglang, huggingface_hub; print(sglang.__version__, huggingface_hub.__version__)"
+    assert subprocess.check_output([py, "-c", version], text=True).split() == ["0.5.23+lab", "2.4.0"]
+
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([py, "-m", "sglang.launch_server", "--model-path", str(target), "--port", str(port)],
+                              stdout=subprocess.PIPE, text=True,
+                              env={**env, "SPECFLEET_SGLANG_KNOBS": str(tmp_path / "no-knobs.json")})
+    try:
+        for line in server.stdout:
+            if "fired up and ready to roll" in line:
+                break
+        status, body = fetch(f"http://127.0.0.1:{port}/model_info")
+        assert status == 200 and json.loads(body)["model_type"] == "qwen3"
+    finally:
+        server.terminate()
+        server.wait(timeout=5)
+
+    # A profile that wants DDTree installs the URL-only build by its URL.
+    subprocess.run([*pip, index.wheels_url + DDTREE.replace("+", "%2B")], env=env, check=True)
+    check = [py, "-m", "sglang.check_args", "--model-path", str(target), "--speculative-ddtree-budget", "15"]
+    assert subprocess.run(check).returncode == 0

@@ -1,0 +1,275 @@
+"""The lab's SGLang stand-in (lab/sglang_standin): parser truth and server."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from lab.index import build_standin_wheel
+from tests.sglang_real import parse_many_with_real_sglang
+
+STANDIN_SRC = Path(__file__).resolve().parents[2] / "lab" / "sglang_standin"
+
+# Real-looking DFlash command lines, one per hardware class.
+KIMI_SM120 = [  # RTX PRO 6000: flashinfer target, flashinfer draft
+    "--model-path", "/models/kimi", "--tp-size", "8", "--trust-remote-code",
+    "--attention-backend", "flashinfer", "--speculative-algorithm", "DFLASH",
+    "--speculative-draft-model-path", "/models/kimi-dflash", "--speculative-num-draft-tokens", "8",
+    "--speculative-draft-attention-backend", "flashinfer", "--speculative-draft-window-size", "4096",
+    "--mem-fraction-static", "0.94", "--chunked-prefill-size", "8092", "--cuda-graph-max-bs-decode", "16",
+    "--reasoning-parser", "kimi_k2", "--tool-call-parser", "kimi_k2", "--host", "0.0.0.0", "--port", "30000",
+]
+KIMI_SM120_TRITON = [a.replace("flashinfer", "triton") for a in KIMI_SM120]
+KIMI_SM100 = [  # B200/B300: trtllm_mla target, fa4 draft
+    "--model-path", "/models/kimi", "--tp-size", "8", "--trust-remote-code",
+    "--attention-backend", "trtllm_mla", "--speculative-algorithm", "DFLASH",
+    "--speculative-draft-model-path", "/models/kimi-dflash", "--speculative-num-draft-tokens", "8",
+    "--speculative-draft-attention-backend", "fa4", "--mem-fraction-static", "0.9",
+    "--speculative-draft-window-size", "4096", "--enable-metrics", "--api-key", "lab-key",
+]
+QWEN_SM100 = [
+    "--model-path", "/models/qwen", "--speculative-algorithm", "DFLASH",
+    "--speculative-draft-model-path", "/models/qwen-dflash", "--speculative-num-draft-tokens", "16",
+    "--attention-backend", "trtllm_mha", "--speculative-draft-attention-backend", "fa4",
+    "--mamba-radix-cache-strategy", "extra_buffer", "--mem-fraction-static", "0.75",
+    "--context-length", "256k", "--trust-remote-code",
+]
+ACCEPTED = [KIMI_SM120, KIMI_SM120_TRITON, KIMI_SM100, QWEN_SM100,
+            ["--model-path", "/m", "--speculative-algorithm", "DDTREE"]]  # free string
+REJECTED = [
+    KIMI_SM100 + ["--speculative-draft-attenton-backend", "fa4"],  # misspelled
+    KIMI_SM100 + ["--speculative-ddtree-budget", "15"],  # PR #29907, not released
+    KIMI_SM100 + ["--speculative-dflash-draft-window-size", "4096"],  # removed in 0.5.20
+    KIMI_SM100[:-2] + ["--attention-backend", "trtllm_mla_typo"],  # bad choice
+    KIMI_SM100 + ["--speculative-num-draft-tokens", "eight"],  # bad type
+    ["--tp-size", "8"],  # --model-path is required
+    # The community SM120 recipe's flag is ambiguous in 0.5.23 (-decode/-prefill).
+    KIMI_SM120 + ["--cuda-graph-max-bs", "16"],
+]
+
+
+@pytest.fixture(scope="module")
+def ddtree_src(tmp_path_factory) -> Path:
+    """The DDTree build, unpacked: what the wheel puts in site-packages."""
+    out = tmp_path_factory.mktemp("ddtree")
+    whl = build_standin_wheel("0.5.23+lab.ddtree29907", out)
+    zipfile.ZipFile(whl).extractall(out / "site")
+    return out / "site"
+
+
+def run_module(src: Path, module: str, args: list[str], **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(src), **kw.pop("env", {})}
+    return subprocess.run([sys.executable, "-m", module, *args], env=env,
+                          capture_output=True, text=True, **kw)
+
+
+@pytest.mark.parametrize("argv", ACCEPTED)
+def test_plain_build_accepts_real_command_lines(argv):
+    assert run_module(STANDIN_SRC, "sglang.check_args", argv).returncode == 0
+
+
+@pytest.mark.parametrize("argv", REJECTED)
+def test_plain_build_rejects_like_argparse(argv):
+    proc = run_module(STANDIN_SRC, "sglang.check_args", argv)
+    assert proc.returncode == 2
+    assert "error: " in proc.stderr.splitlines()[-1]
+
+
+def test_ddtree_build_accepts_the_budget(ddtree_src):
+    argv = KIMI_SM100 + ["--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "15"]
+    assert run_module(ddtree_src, "sglang.check_args", argv).returncode == 0
+    assert run_module(ddtree_src, "sglang.check_args", argv + ["--speculative-ddtree-budget", "x"]).returncode == 2
+
+
+def test_stand_in_agrees_with_the_real_parser():
+    """Same accept/reject and the same parsed values as the real 0.5.23."""
+    snippet = (
+        "import argparse, json, sys\n"
+        "from sglang.srt.server_args import ServerArgs\n"
+        "p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p)\n"
+        "print(json.dumps(vars(p.parse_args(sys.argv[1:]))))\n"
+    )
+    real = parse_many_with_real_sglang(ACCEPTED + REJECTED)
+    assert [r["ok"] for r in real] == [True] * len(ACCEPTED) + [False] * len(REJECTED)
+    for argv, r in zip(ACCEPTED, real):
+        proc = subprocess.run([sys.executable, "-c", snippet, *argv], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(STANDIN_SRC)}, check=True)
+        assert json.loads(proc.stdout) == r["args"]
+
+
+# --- the server -----------------------------------------------------------
+
+
+@pytest.fixture
+def models(tmp_path) -> tuple[Path, Path]:
+    target, draft = tmp_path / "kimi", tmp_path / "kimi-dflash"
+    target.mkdir()
+    draft.mkdir()
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+        "text_config": {"max_position_embeddings": 262144}}))
+    (draft / "config.json").write_text(json.dumps({
+        "architectures": ["DFlashDraftModel"], "dflash_config": {"block_size": 8}}))
+    return target, draft
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Standin:
+    """A launch_server subprocess and an HTTP client for it."""
+
+    def __init__(self, src: Path, args: list[str], knobs: Path):
+        self.port = free_port()
+        env = {**os.environ, "PYTHONPATH": str(src), "SPECFLEET_SGLANG_KNOBS": str(knobs)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sglang.launch_server", *args, "--port", str(self.port)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"stand-in did not listen: {self.proc.communicate()}")
+
+    def get(self, path: str, body=None, key=None) -> tuple[int, str]:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
+                                     data=json.dumps(body).encode() if body is not None else None)
+        if key:
+            req.add_header("Authorization", f"Bearer {key}")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def wait_ready(self) -> None:
+        assert self.proc.stdout.readline().startswith("[lab stand-in sglang")
+        assert self.proc.stdout.readline().strip() == "The server is fired up and ready to roll!"
+
+    def stop(self) -> tuple[str, str]:
+        self.proc.terminate()
+        return self.proc.communicate(timeout=5)
+
+
+@pytest.fixture
+def start(tmp_path):
+    servers = []
+    knobs = tmp_path / "knobs.json"
+
+    def _start(args, src=STANDIN_SRC, **knob_values):
+        knobs.write_text(json.dumps(knob_values))
+        servers.append(Standin(src, args, knobs))
+        return servers[-1]
+
+    _start.knobs = knobs
+    yield _start
+    for s in servers:
+        if s.proc.poll() is None:
+            s.stop()
+
+
+def dflash_args(models, *extra):
+    target, draft = models
+    return ["--model-path", str(target), "--speculative-algorithm", "DFLASH",
+            "--speculative-draft-model-path", str(draft), "--attention-backend", "trtllm_mla",
+            "--speculative-draft-attention-backend", "fa4", "--tp-size", "8", *extra]
+
+
+def test_endpoints(start, models):
+    s = start(dflash_args(models, "--enable-metrics", "--api-key", "lab-key"))
+    s.wait_ready()
+    assert s.get("/health")[0] == 200  # health needs no key, like the real one
+    assert s.get("/server_info")[0] == 401
+    code, body = s.get("/server_info", key="lab-key")
+    info = json.loads(body)
+    assert code == 200 and info["version"] == "0.5.23+lab"
+    # DFlash takes its block size from the drafter's dflash_config.
+    assert info["speculative_num_draft_tokens"] == 8
+    assert info["attention_backend"] == "trtllm_mla" and info["tp_size"] == 8
+    assert info["speculative_draft_attention_backend"] == "fa4"
+    assert info["api_key"] is None  # never echoed
+    accept = info["internal_states"][0]["avg_spec_accept_length"]
+    assert accept == pytest.approx(1 + 0.35 * 7)
+
+    model_info = json.loads(s.get("/model_info", key="lab-key")[1])
+    assert model_info["architectures"] == ["KimiK25ForConditionalGeneration"]
+    assert model_info["served_model_name"] == str(models[0])
+    models_list = json.loads(s.get("/v1/models", key="lab-key")[1])
+    assert models_list["data"][0]["max_model_len"] == 262144  # from text_config
+
+    chat = {"model": "x", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    first = json.loads(s.get("/v1/chat/completions", chat, key="lab-key")[1])
+    again = json.loads(s.get("/v1/chat/completions", chat, key="lab-key")[1])
+    assert first["choices"][0]["message"]["content"] == again["choices"][0]["message"]["content"]
+    assert first["usage"]["completion_tokens"] == 5
+    gen = json.loads(s.get("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 8}}, key="lab-key")[1])
+    assert gen["meta_info"]["spec_accept_length"] == accept
+    assert gen["meta_info"]["spec_verify_ct"] >= 1
+    assert f"sglang:spec_accept_length{{model_name=\"{models[0]}\"}} {accept}" in s.get("/metrics")[1]
+
+    out, err = s.stop()
+    assert "lab-key" not in out + err
+
+
+def test_metrics_only_when_enabled(start, models):
+    s = start(dflash_args(models))
+    s.wait_ready()
+    assert s.get("/metrics")[0] == 404
+
+
+def test_ddtree_on_the_ddtree_build(start, models, ddtree_src):
+    args = dflash_args(models) + ["--speculative-algorithm", "DDTREE"]
+    s = start(args, src=ddtree_src)
+    s.wait_ready()
+    info = json.loads(s.get("/server_info")[1])
+    assert info["version"] == "0.5.23+lab.ddtree29907"
+    assert info["speculative_ddtree_budget"] == 7  # block_size - 1
+    assert info["internal_states"][0]["avg_spec_accept_length"] > 1 + 0.35 * 7
+
+
+def test_ddtree_parses_but_fails_to_start_on_plain_build(models):
+    proc = run_module(STANDIN_SRC, "sglang.launch_server",
+                      dflash_args(models) + ["--speculative-algorithm", "DDTREE"], timeout=10)
+    assert proc.returncode == 1
+    assert "Unknown speculative algorithm name: DDTREE" in proc.stderr
+
+
+@pytest.mark.parametrize("which", ["target", "draft"])
+def test_missing_model_dir_fails(models, which, tmp_path):
+    target, draft = models
+    missing = tmp_path / "absent"
+    args = dflash_args((missing, draft) if which == "target" else (target, missing))
+    proc = run_module(STANDIN_SRC, "sglang.launch_server", args, timeout=10)
+    assert proc.returncode == 1
+    assert f"OSError: {missing} does not appear to have a file named config.json" in proc.stderr
+
+
+def test_startup_delay_and_health_fail_knobs(start, models):
+    s = start(dflash_args(models), startup_delay_s=0.5)
+    assert s.get("/health")[0] == 503  # starting
+    assert s.get("/generate", {"text": "hi"})[0] == 503
+    s.wait_ready()
+    assert s.get("/health_generate")[0] == 200
+    start.knobs.write_text(json.dumps({"health_fail": True}))  # flipped at run time
+    assert s.get("/health")[0] == 503 and s.get("/health_generate")[0] == 503
+    start.knobs.unlink()  # no file, no faults
+    assert s.get("/health")[0] == 200
+
+
+def test_exit_after_knob(start, models):
+    s = start(dflash_args(models), exit_after_s=0.3)
+    assert s.proc.wait(timeout=5) != 0

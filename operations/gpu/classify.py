@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import runpy
+import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
@@ -29,6 +30,8 @@ def load_class_expectations(group_data_dir: Path = GROUP_DATA_DIR) -> dict[str, 
     """Return {class name: its `gpu` expectations} for every group_data file defining one."""
     classes = {}
     for path in sorted(group_data_dir.glob("*.py")):
+        if path.stem == "all":  # pyinfra's data for every host, not a class
+            continue
         gpu = runpy.run_path(str(path)).get("gpu")
         if isinstance(gpu, dict):
             classes[path.stem] = gpu
@@ -48,24 +51,26 @@ def host_class_for(gpu_name: str | None, interconnect: str | None, classes: dict
 
 
 def classify_dir(capture_dir: Path, classes: dict[str, dict] | None = None) -> dict:
-    """Summarize the captures in `capture_dir`; a field no file tells is None.
+    """Summarize the captures in `capture_dir`; a field no file tells is None (so interconnect
+    and degraded are None without topo.txt; with it, interconnect is 'unknown' when the pairs
+    are mixed or there is no pair).
 
     Raises FileNotFoundError when the folder holds no readable capture.
     """
     readings = []
     for file_name, read in CAPTURE_READERS.items():
-        path = capture_dir / file_name
-        if path.is_file():
-            readings.append(read(path.read_text(errors="replace")))
-    topology_path = capture_dir / "topo.txt"
-    topology = parse_topology(topology_path.read_text(errors="replace").splitlines()) if topology_path.is_file() else None
+        try:
+            readings.append(read((capture_dir / file_name).read_text(errors="replace")))
+        except (OSError, ET.ParseError):
+            continue  # absent or unreadable: the other files may still tell
+    try:
+        topology = parse_topology((capture_dir / "topo.txt").read_text(errors="replace").splitlines())
+    except OSError:
+        topology = None
     if not readings and topology is None:
         raise FileNotFoundError(
             f"{capture_dir}: no readable capture (expected one of topo.txt, {', '.join(CAPTURE_READERS)})"
         )
-
-    def first(values):
-        return next((value for value in values if value is not None), None)
 
     def per_gpu(key):
         # The first source whose GPUs all tell `key`: sources are in order of trust.
@@ -75,22 +80,24 @@ def classify_dir(capture_dir: Path, classes: dict[str, dict] | None = None) -> d
                 return values
         return []
 
+    def most_common(values):
+        return Counter(values).most_common(1)[0][0] if values else None
+
     names = per_gpu("name")
     memories = per_gpu("memory_total_mib")
-    capabilities = per_gpu("compute_capability")
+    driver_versions = per_gpu("driver_version") + [reading.get("driver_version") for reading in readings]
     counts = [len(reading["gpus"]) for reading in readings if reading.get("gpus")]
-    gpu_name = Counter(names).most_common(1)[0][0] if names else None
-    interconnect = topology["interconnect"] if topology else None
+    if not counts and topology and topology["gpus"]:
+        counts = [len(topology["gpus"])]
     result = dict(
-        gpu_name=gpu_name,
-        gpu_count=first(counts) if counts else (len(topology["gpus"]) if topology and topology["gpus"] else None),
+        gpu_name=most_common(names),
+        gpu_count=counts[0] if counts else None,
         memory_total_mib=min(memories) if memories else None,
-        driver_version=first(reading.get("driver_version") for reading in readings)
-        or first(per_gpu("driver_version") or [None]),
-        compute_capability=Counter(capabilities).most_common(1)[0][0] if capabilities else None,
-        interconnect=interconnect,
+        driver_version=next((version for version in driver_versions if version), None),
+        compute_capability=most_common(per_gpu("compute_capability")),
+        interconnect=topology["interconnect"] if topology else None,
         degraded=topology["degraded"] if topology else None,
     )
     classes = load_class_expectations() if classes is None else classes
-    result["host_class"] = host_class_for(gpu_name, interconnect, classes)
+    result["host_class"] = host_class_for(result["gpu_name"], result["interconnect"], classes)
     return result

@@ -109,6 +109,7 @@ def test_fabric_manager_down_and_gpus_not_registered():
 
 def test_fabric_manager_must_not_run_on_the_pcie_class():
     expected = expectations("rtx_pro_6000_pcie")
-    assert check_fabric("lab-rtx-1", "rtx_pro_6000_pcie", expected, fabric(manager_enabled=None, manager_active="inactive", state=None)) == []
+    no_manager = fabric(manager_enabled=None, manager_active="inactive", state=None)
+    assert check_fabric("lab-rtx-1", "rtx_pro_6000_pcie", expected, no_manager) == []
     [problem] = check_fabric("lab-rtx-1", "rtx_pro_6000_pcie", expected, fabric())
     assert "systemctl disable --now nvidia-fabricmanager" in problem

@@ -55,3 +55,11 @@ def test_no_readable_file_exits_non_zero(tmp_path):
     assert result.returncode != 0
     assert "no readable capture" in result.stderr
     assert result.stdout == ""
+
+
+def test_a_broken_file_is_skipped_when_another_reads(tmp_path):
+    (tmp_path / "q.xml").write_text("<nvidia_smi_log><gpu>")  # cut short
+    assert classify(tmp_path).returncode != 0
+    (tmp_path / "topo.txt").write_bytes((CAPTURES / "h200-x2-nvlink" / "topo.txt").read_bytes())
+    result = classify(tmp_path)
+    assert result.returncode == 0 and json.loads(result.stdout)["interconnect"] == "nvlink"

@@ -23,7 +23,8 @@ def text_lines(file_name):
 
 def facts_on_the_host():
     """{fact class name: value} from the `pyinfra @local fact` output captured there."""
-    blocks = re.findall(r"--> Fact data for: operations\.gpu\.facts\.(\w+)\n(\{.*?\n\})\n", (CAPTURE / "facts.txt").read_text(), re.S)
+    pattern = r"--> Fact data for: operations\.gpu\.facts\.(\w+)\n(\{.*?\n\})\n"
+    blocks = re.findall(pattern, (CAPTURE / "facts.txt").read_text(), re.S)
     return {name: json.loads(block)["@local"] for name, block in blocks}
 
 

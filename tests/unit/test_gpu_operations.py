@@ -45,7 +45,8 @@ H200_GPUS = [dict(index=0, name="NVIDIA H200", compute_capability="9.0")]
 
 
 def test_persistence_daemon_enabled_and_started():
-    commands, _ = run(nvidia.persistence_daemon, {NvidiaFabric: fabric({"nvidia-persistenced": dict(enabled="disabled", active="inactive")})})
+    down = fabric({"nvidia-persistenced": dict(enabled="disabled", active="inactive")})
+    commands, _ = run(nvidia.persistence_daemon, {NvidiaFabric: down})
     assert commands == ["systemctl enable nvidia-persistenced.service", "systemctl start nvidia-persistenced.service"]
 
 
@@ -104,7 +105,8 @@ def test_fabric_manager_needs_a_driver():
 
 
 def test_fabric_manager_masked():
-    facts = {NvidiaDriver: DRIVER_580, NvidiaFabric: fabric({"nvidia-fabricmanager": dict(enabled="masked", active="inactive")}), NvidiaGpus: H200_GPUS}
+    masked = fabric({"nvidia-fabricmanager": dict(enabled="masked", active="inactive")})
+    facts = {NvidiaDriver: DRIVER_580, NvidiaFabric: masked, NvidiaGpus: H200_GPUS}
     with pytest.raises(OperationError, match="unmask"):
         run(nvidia.fabric_manager, facts)
 

@@ -70,7 +70,12 @@ def lab_host(tmp_path):
     return LabHost()
 
 
-@pytest.mark.parametrize("profile", [name for name in ALL_PROFILES if "capture" in json.loads((PROFILES / name / "profile.json").read_text())])
+CAPTURED_PROFILES = [
+    name for name in ALL_PROFILES if "capture" in json.loads((PROFILES / name / "profile.json").read_text())
+]
+
+
+@pytest.mark.parametrize("profile", CAPTURED_PROFILES)
 def test_classify_equals_the_real_capture(lab_host, tmp_path, profile):
     lab_host.use(profile)
     described = json.loads((PROFILES / profile / "profile.json").read_text())
@@ -180,3 +185,11 @@ def test_profiles_are_rebuilt_byte_for_byte(tmp_path):
     built = {path.relative_to(tmp_path): path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
     committed = {path.relative_to(PROFILES): path.read_bytes() for path in PROFILES.rglob("*") if path.is_file()}
     assert built == committed
+
+
+def test_standin_defaults_are_the_lab_paths():
+    from lab.config import GPU_PROFILE_FILE, GPU_PROFILES_DIR
+
+    source = STANDIN.read_text()
+    assert f'"SPECFLEET_GPU_PROFILE_FILE", "{GPU_PROFILE_FILE}"' in source
+    assert f'"SPECFLEET_GPU_PROFILES_DIR", "{GPU_PROFILES_DIR}"' in source

@@ -56,14 +56,17 @@ def build(out: Path) -> None:
 
 def download_host_wheels(wheels: Path) -> None:
     """pip download for the hosts' platform, skipped when already done: a stamp
-    records what the folder holds."""
-    stamp = wheels / ".host-wheels"
-    want = json.dumps([HUB_REQUIREMENTS, HOST_TARGET])
-    if stamp.is_file() and stamp.read_text() == want:
-        return
+    records what was asked for and the files it gave."""
+    stamp = wheels / ".host-wheels.json"
+    want = [HUB_REQUIREMENTS, HOST_TARGET]
+    if stamp.is_file():
+        done = json.loads(stamp.read_text())
+        if done["want"] == want and all((wheels / f).is_file() for f in done["files"]):
+            return
     subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels),
                     *HOST_TARGET, *HUB_REQUIREMENTS], check=True)
-    stamp.write_text(want)
+    files = sorted(p.name for p in wheels.glob("*.whl") if not p.name.startswith("sglang-"))
+    stamp.write_text(json.dumps({"want": want, "files": files}))
 
 
 def build_standin_wheel(version: str, dest: Path) -> Path:

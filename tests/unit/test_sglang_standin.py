@@ -202,6 +202,7 @@ def test_endpoints(start, models):
     assert info["attention_backend"] == "trtllm_mla" and info["tp_size"] == 8
     assert info["speculative_draft_attention_backend"] == "fa4"
     assert info["api_key"] is None  # never echoed
+    assert info["disable_overlap_schedule"] is True  # DFlash turns overlap off
     accept = info["internal_states"][0]["avg_spec_accept_length"]
     assert accept == pytest.approx(1 + 0.35 * 7)
 
@@ -239,6 +240,12 @@ def test_ddtree_on_the_ddtree_build(start, models, ddtree_src):
     assert info["version"] == "0.5.23+lab.ddtree29907"
     assert info["speculative_ddtree_budget"] == 7  # block_size - 1
     assert info["internal_states"][0]["avg_spec_accept_length"] > 1 + 0.35 * 7
+
+
+def test_ddtree_build_refuses_pages_over_one(models, ddtree_src):
+    args = dflash_args(models) + ["--speculative-algorithm", "DDTREE", "--page-size", "16"]
+    proc = run_module(ddtree_src, "sglang.launch_server", args, timeout=10)
+    assert proc.returncode == 1 and "DDTREE requires page_size == 1" in proc.stderr
 
 
 def test_ddtree_parses_but_fails_to_start_on_plain_build(models):

@@ -75,8 +75,17 @@ def resolve_speculative(args: argparse.Namespace, draft_config: dict) -> None:
     n = args.speculative_num_draft_tokens or args.speculative_dflash_block_size or block
     args.speculative_num_draft_tokens = args.speculative_dflash_block_size = n
     args.speculative_num_steps = args.speculative_eagle_topk = 1
-    if algo == "DDTREE" and args.speculative_ddtree_budget is None:
-        args.speculative_ddtree_budget = n - 1  # the DDTree ports' default
+    # DFlash turns the overlap scheduler off, and so does PR #29907 for DDTree.
+    args.disable_overlap_schedule = True
+    if algo == "DDTREE":
+        # PR #29907's own checks: its tree verify needs one-token pages and
+        # does not do rejection sampling.
+        if (args.page_size or 1) != 1:
+            fail("ValueError: DDTREE requires page_size == 1")
+        if args.speculative_use_rejection_sampling:
+            fail("ValueError: DDTREE does not support --speculative-use-rejection-sampling")
+        if args.speculative_ddtree_budget is None:
+            args.speculative_ddtree_budget = n - 1  # the DDTree ports' default
 
 
 def accept_length(args: argparse.Namespace) -> float:

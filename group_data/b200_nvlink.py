@@ -13,9 +13,9 @@ gpu = dict(
 
 sglang_class = dict(
     tp_size=8,
-    # sm_100: the z-lab Kimi DFlash recipe; SGLang picks trtllm_mla itself, written out to pin it.
-    attention_backend="trtllm_mla",
-    draft_attention_backend="fa4",
+    # sm_100: the z-lab Kimi DFlash recipe (trtllm_mla target, fa4 drafter); SGLang picks
+    # trtllm_mla for Kimi itself, written out to pin it. trtllm_mha for MHA/hybrid models.
+    attention_backends=dict(mla=("trtllm_mla", "fa4"), mha=("trtllm_mha", "fa4")),
     mem_fraction_static=0.90,
     extra_args=[],
     env=dict(),  # NVLink + NVSwitch: NCCL's defaults are right

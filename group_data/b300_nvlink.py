@@ -13,8 +13,8 @@ gpu = dict(
 
 sglang_class = dict(
     tp_size=8,
-    attention_backend="trtllm_mla",  # SM10x family: same backends as B200
-    draft_attention_backend="fa4",
+    # SM10x family: the same backends as B200.
+    attention_backends=dict(mla=("trtllm_mla", "fa4"), mha=("trtllm_mha", "fa4")),
     mem_fraction_static=0.90,
     extra_args=[],
     env=dict(),

@@ -16,13 +16,13 @@ gpu = dict(
 sglang_class = dict(
     tp_size=8,
     # sm_120: trtllm_mla fails at runtime (sglang#24633) and FA3/FA4 need sm_90/sm_100 instructions,
-    # so flashinfer for the target (community recipe: 73-90 tok/s on Kimi) and the drafter.
-    attention_backend="flashinfer",
-    draft_attention_backend="flashinfer",
+    # so flashinfer for target and drafter (community Kimi recipe: 73-90 tok/s). Keyed by the
+    # profile's attention kind: (target backend, draft backend).
+    attention_backends=dict(mla=("flashinfer", "flashinfer"), mha=("flashinfer", "flashinfer")),
     mem_fraction_static=0.90,  # leave room for the drafter and CUDA graphs on 96 GB cards
     extra_args=[
         "--chunked-prefill-size", "8192",  # community recipe for Kimi on PRO 6000
-        "--cuda-graph-max-bs", "16",
+        "--cuda-graph-max-bs-decode", "16",  # 0.5.23 splits --cuda-graph-max-bs into decode/prefill
     ],
     env=dict(
         # PCIe only: NCCL's P2P path through the PEX switches; SYS lets it cross NUMA nodes.

@@ -22,6 +22,7 @@ def main() -> None:
 
     if args.command == "up":
         services.build_content()
+        fleet.ensure_bridge()  # the servers bind to the controller's address on it
         services.start()
         hosts = fleet.up(args.hosts)
         print(f"lab: {len(hosts)} hosts up; hub {HUB_URL}, index {INDEX_URL}")

@@ -1,0 +1,53 @@
+"""specfleet: turn each inventory host into an SGLang server running speculative decoding.
+
+    pyinfra inventory/ct200.py deploy.py            # converge (a second run changes nothing)
+    pyinfra inventory/ct200.py deploy.py --dry      # show what would change
+
+Each stage is an operation in operations/; nothing changes on a host until its preflight passes.
+"""
+
+from pyinfra import host
+from pyinfra.operations import server
+
+from operations import preflight, secrets, service, venv, weights
+from operations.deployment import host_class_of, resolve
+from operations.gpu import nvidia
+
+deployment = resolve(host.data, host_class_of(host.groups))
+snapshots, hub_problems = preflight.hub_snapshots(deployment, host.data.hf_token_env)
+
+# 1. Preflight: hardware, driver, token and repo access, GPU memory, disk, DDTree build.
+preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems)
+
+# Nothing below is prepared for a host whose hub checks failed: preflight has reported them.
+if not hub_problems:
+    # 2. The GPU runtime the class needs.
+    if host.data.install_driver:
+        nvidia.open_driver(name="NVIDIA open driver", branch=host.data.driver_branch, install=True)
+    nvidia.persistence_daemon(name="NVIDIA persistence daemon")
+    if deployment.gpu["fabric_manager"]:
+        nvidia.fabric_manager(name="NVIDIA fabric manager")
+    preflight.fabric(name="GPU fabric", deployment=deployment)
+
+    # 3. Service user and secrets (0600 files only).
+    server.user(name="Service user", user=deployment.service_user, system=True,
+                home=f"/home/{deployment.service_user}", shell="/usr/sbin/nologin", ensure_home=True)
+    secrets.hf_token(name="Hugging Face token", deployment=deployment, token_env=host.data.hf_token_env)
+    api_key = secrets.api_key(name="API key", deployment=deployment, key_env=host.data.api_key_env)
+
+    # 4. Software: huggingface_hub for the downloads, SGLang in its own virtualenv.
+    venv.requirement(name="huggingface_hub", path=deployment.tools_venv, distribution="huggingface_hub",
+                     requirement=host.data.huggingface_hub_requirement, index_url=deployment.pip_index_url)
+    venv.requirement(name="SGLang", path=deployment.venv, distribution="sglang",
+                     requirement=deployment.sglang_requirement, index_url=deployment.pip_index_url)
+    service.host_scripts(name="Host scripts", deployment=deployment)
+
+    # 5. Weights, pinned and verified, fetched by units that survive a dropped connection.
+    weights.download(name="Weights", deployment=deployment, snapshots=snapshots,
+                     verify=host.data.verify_weights)
+
+    # 6. The unit (restarted only when its inputs change), then proof that it generates.
+    unit = service.configure(name="SGLang service", deployment=deployment,
+                             inputs=service.inputs(deployment, snapshots), restart_when=[api_key])
+    service.ready(name="SGLang generates", deployment=deployment, restarted=unit,
+                  timeout_s=host.data.ready_timeout_s)

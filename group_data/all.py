@@ -1,0 +1,83 @@
+"""What is deployed, on every host. Per-class tuning lives in group_data/<class>.py.
+
+Pick another ready-made profile without editing code:
+    pyinfra inventory/ct200.py deploy.py --data profile=qwen36_ddtree
+"""
+
+# The deployment profile (a key of `profiles` below).
+profile = "kimi_k26_dflash"
+
+# Each profile names the target model, its drafter, the speculative algorithm and
+# the SGLang build that serves it. Revisions are hub commits: set them to the
+# commits you validated (`hf models info REPO`); a branch name is resolved to its
+# current commit at preflight and the deploy warns that the weights are unpinned.
+profiles = {
+    # Kimi K2.6 (1T MoE, MLA, ~595 GB) with z-lab's gated DFlash drafter.
+    "kimi_k26_dflash": dict(
+        target=dict(repo="moonshotai/Kimi-K2.6", revision="main"),
+        drafter=dict(repo="z-lab/Kimi-K2.6-DFlash", revision="main"),
+        attention="mla",  # picks the class's MLA backends
+        speculative=dict(
+            algorithm="DFLASH",
+            num_draft_tokens=8,  # the DFlash block size of the Kimi drafter (model card)
+            draft_window_size=4096,  # draft KV sliding window (model card)
+        ),
+        served_model_name="kimi-k2.6",
+        server_args=[
+            "--trust-remote-code",  # KimiK25ForConditionalGeneration ships its own code
+            "--reasoning-parser", "kimi_k2",
+            "--tool-call-parser", "kimi_k2",
+        ],
+        sglang=dict(requirement="sglang==0.5.23", version="0.5.23"),
+    ),
+    # Qwen3.6-27B (hybrid attention) with DFlash drafts verified as a DDTree tree;
+    # budget 15 was the seed's best configuration (a chain for a 16-token drafter).
+    "qwen36_ddtree": dict(
+        target=dict(repo="Qwen/Qwen3.6-27B", revision="main"),
+        drafter=dict(repo="z-lab/Qwen3.6-27B-DFlash", revision="main"),
+        attention="mha",
+        speculative=dict(
+            algorithm="DDTREE",
+            num_draft_tokens=16,  # the drafter's block size
+            ddtree_budget=15,
+        ),
+        served_model_name="qwen3.6-27b",
+        server_args=[
+            "--trust-remote-code",
+            "--page-size", "1",  # DDTree (PR #29907) requires page_size == 1
+            "--disable-overlap-schedule",  # and runs without the overlap scheduler
+            "--mamba-radix-cache-strategy", "extra_buffer",  # hybrid model + speculation + radix cache
+        ],
+        env=dict(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN="1"),  # z-lab's Qwen3.6 recipe
+        # DDTree is in no SGLang release up to 0.5.23: it lives in open PR #29907.
+        sglang=dict(
+            requirement="sglang @ git+https://github.com/sgl-project/sglang@refs/pull/29907/head#subdirectory=python",
+            version="0.5.23",
+        ),
+    ),
+}
+
+# Where a site serves the hub or PyPI under other names (an internal mirror, or
+# the lab): {"real id or requirement": "replacement"}. Revisions travel with repos
+# as "repo@commit".
+mirrors = dict(repos={}, requirements={})
+
+hf_endpoint = None  # None: the public hub; set for a private hub or mirror
+hf_token_env = "HF_TOKEN"  # read on the controller; else its huggingface_hub token file
+api_key_env = "SPECFLEET_API_KEY"  # if set on the controller, the server requires it
+pip_index_url = None  # None: PyPI
+
+service_name = "sglang"
+service_user = "sglang"
+install_dir = "/opt/specfleet"  # virtualenvs, host-side scripts
+weights_dir = "/srv/specfleet/models"  # one directory per repo
+config_dir = "/etc/specfleet"  # unit environment file; the API key (0600)
+bind_address = "0.0.0.0"
+port = 30000
+enable_metrics = True  # /metrics with sglang:spec_accept_length
+
+ready_timeout_s = 1800  # loading ~600 GB into 8 GPUs takes minutes
+verify_weights = False  # True (or --data verify_weights=true): hash every file against the hub
+install_driver = False  # True: install the open-module driver branch below (reboots if it changed)
+driver_branch = "580"
+huggingface_hub_requirement = "huggingface_hub==2.4.0"  # the downloader's own virtualenv

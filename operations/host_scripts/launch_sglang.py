@@ -1,0 +1,39 @@
+"""Runs ON THE HOST as the SGLang unit's ExecStart: `python -m sglang.launch_server` plus the API key.
+
+The key is read from the 0600 file named by SPECFLEET_API_KEY_FILE and added to
+the server's argv inside the process, so it is never in the unit file or in
+`ps` (the kernel keeps the exec-time argv). SGLang logs its resolved
+ServerArgs, api_key included, so the server (and every process it spawns)
+writes into a pipe that this process copies to the journal with the key masked.
+"""
+
+import os
+import runpy
+import signal
+import sys
+from pathlib import Path
+
+key_file = Path(os.environ.get("SPECFLEET_API_KEY_FILE", "/nonexistent"))
+key = key_file.read_text().strip() if key_file.is_file() else ""
+argv = ["sglang.launch_server", *sys.argv[1:], *(["--api-key", key] if key else [])]
+
+read_end, write_end = os.pipe()
+server = os.fork()
+if server == 0:
+    os.close(read_end)
+    os.dup2(write_end, 1)
+    os.dup2(write_end, 2)
+    sys.argv = argv
+    runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
+    sys.exit(0)
+
+os.close(write_end)
+for signum in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(signum, lambda number, _frame: os.kill(server, number))
+secret = key.encode()
+with os.fdopen(read_end, "rb") as server_output:
+    for line in server_output:
+        sys.stdout.buffer.write(line.replace(secret, b"***") if secret else line)
+        sys.stdout.flush()
+_, status = os.waitpid(server, 0)
+sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)

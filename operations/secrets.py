@@ -1,0 +1,61 @@
+"""The Hugging Face token and the server's API key: 0600 files on the host, nowhere else.
+
+Neither secret is ever an operation or fact argument (pyinfra prints those at
+-v, pyinfra#1148): each operation reads its secret from the controller's
+environment inside its body and uploads it as file content.
+"""
+
+import os
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import operation
+from pyinfra.operations import files
+
+from operations.deployment import Deployment
+from operations.hub import controller_token
+
+
+@operation()
+def hf_token(deployment: Deployment, token_env: str = "HF_TOKEN"):
+    """
+    Write the controller's Hugging Face token to the service user's HF_HOME token file, mode 0600.
+
+    + deployment: the host's resolved deployment (service user, HF_HOME)
+    + token_env: the controller variable holding the token (else its huggingface_hub token file)
+
+    **Example:**
+
+    .. code:: python
+
+        secrets.hf_token(name="Install the Hugging Face token", deployment=deployment)
+    """
+    d = deployment
+    yield from files.directory._inner(path=d.hf_home, user=d.service_user, group=d.service_user,
+                                      mode="700")
+    yield from files.put._inner(src=StringIO(controller_token(token_env) or ""),
+                                dest=f"{d.hf_home}/token", user=d.service_user,
+                                group=d.service_user, mode="600")
+
+
+@operation()
+def api_key(deployment: Deployment, key_env: str = "SPECFLEET_API_KEY"):
+    """
+    Give the server the controller's API key (`key_env`) as a 0600 file, or remove it when unset.
+
+    + deployment: the host's resolved deployment (config dir, service user)
+    + key_env: the controller variable holding the API key
+
+    **Example:**
+
+    .. code:: python
+
+        secrets.api_key(name="Install the API key", deployment=deployment)
+    """
+    d = deployment
+    key = os.environ.get(key_env)
+    if not key:
+        yield from files.file._inner(path=d.api_key_file, present=False)
+        return
+    yield from files.put._inner(src=StringIO(key), dest=d.api_key_file, user=d.service_user,
+                                group=d.service_user, mode="600")

@@ -1,0 +1,192 @@
+"""Pinned, resumable, verified model weights, downloaded by a systemd unit on the host."""
+
+import json
+import shlex
+import time
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.operations import files
+
+from operations.deployment import Deployment, Repo
+from operations.hub import RepoSnapshot
+from operations.templates import render
+
+MANIFEST = ".specfleet-manifest.json"
+
+# Reads each directory's manifest and stats the files it lists: time grows with
+# the number of files, not bytes, so a no-op re-run over 600 GB is instant.
+_STATE_SCRIPT = """
+import json, os, sys
+result = {}
+for d in sys.argv[1:]:
+    try:
+        manifest = json.load(open(os.path.join(d, ".specfleet-manifest.json")))
+    except (OSError, ValueError):
+        result[d] = None
+        continue
+    bad = []
+    for path, entry in manifest["files"].items():
+        try:
+            ok = os.stat(os.path.join(d, path)).st_size == entry["size"]
+        except OSError:
+            ok = False
+        if not ok:
+            bad.append(path)
+    result[d] = {"commit": manifest["commit"], "files": len(manifest["files"]), "bad": bad}
+print(json.dumps(result))
+"""
+
+# Hashes every file against the hub's hashes: sha256 for LFS files, git's blob sha1 otherwise.
+_VERIFY_SCRIPT = """
+import hashlib, json, os, sys
+d = sys.argv[1]
+manifest = json.load(open(os.path.join(d, ".specfleet-manifest.json")))
+bad = []
+for path, entry in manifest["files"].items():
+    full = os.path.join(d, path)
+    if entry.get("sha256"):
+        digest, expected = hashlib.sha256(), entry["sha256"]
+    else:
+        digest, expected = hashlib.sha1(b"blob %d\\0" % entry["size"]), entry["git_sha1"]
+    try:
+        with open(full, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+    except OSError:
+        bad.append(path)
+        continue
+    if digest.hexdigest() != expected:
+        bad.append(path)
+print(json.dumps(bad))
+"""
+
+
+class WeightsState(FactBase):
+    """
+    Per weights directory: the manifest's commit and file count, and files whose size is wrong.
+
+    .. code:: python
+
+        {"/srv/specfleet/models/moonshotai--Kimi-K2.6":
+            {"commit": "3f2a...", "files": 71, "bad": ["model-00007-of-00064.safetensors"]},
+         "/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash": None}
+    """
+
+    def command(self, local_dirs: tuple[str, ...]) -> str:
+        return f"python3 -c {shlex.quote(_STATE_SCRIPT)} {' '.join(map(shlex.quote, local_dirs))}"
+
+    def process(self, output):
+        return json.loads("\n".join(output))
+
+
+class WeightsCorrupt(FactBase):
+    """
+    Files in a complete weights directory whose content differs from the hub's hashes (reads every byte).
+
+    .. code:: python
+
+        ["model-00003-of-00064.safetensors"]
+    """
+
+    def command(self, local_dir: str) -> str:
+        return f"python3 -c {shlex.quote(_VERIFY_SCRIPT)} {shlex.quote(local_dir)}"
+
+    def process(self, output):
+        return json.loads("\n".join(output))
+
+
+def download_spec(repo: Repo, snap: RepoSnapshot) -> dict:
+    return {
+        "repo_id": repo.repo_id, "commit": snap.commit, "local_dir": repo.local_dir,
+        "files": [{"path": f.path, "size": f.size, "sha256": f.sha256, "git_sha1": f.git_sha1}
+                  for f in snap.files],
+    }
+
+
+@operation()
+def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify: bool = False,
+             poll_interval: float = 2.0):
+    """
+    Make the target and drafter weights complete at their pinned commits.
+
+    Each repo is fetched by its own systemd unit on the host (so a dropped SSH
+    connection does not stop it); the deploy waits with progress, and attaches to
+    a download that is already running.
+
+    + deployment: the host's resolved deployment
+    + snapshots: per role, the repo's commit and files as the hub lists them (from preflight)
+    + verify: hash every file against the hub's hashes and re-fetch those that differ
+
+    **Example:**
+
+    .. code:: python
+
+        weights.download(name="Download weights", deployment=d, snapshots=snaps, verify=False)
+    """
+    d = deployment
+    states = host.get_fact(WeightsState, local_dirs=tuple(r.local_dir for r in d.repos))
+    pending: list[Repo] = []
+    for repo in d.repos:
+        snap, state = snapshots[repo.role], states.get(repo.local_dir)
+        if not state or state["commit"] != snap.commit or state["bad"] or state["files"] != len(snap.files):
+            pending.append(repo)
+            continue
+        corrupt = host.get_fact(WeightsCorrupt, local_dir=repo.local_dir) if verify else []
+        if corrupt:
+            pending.append(repo)
+            # Deleting them makes the download unit fetch them again.
+            yield f"cd {shlex.quote(repo.local_dir)} && rm -f {' '.join(map(shlex.quote, corrupt))}"
+
+    if not pending:
+        host.noop("weights complete: " + ", ".join(
+            f"{r.repo_id}@{snapshots[r.role].commit[:12]} ({len(snapshots[r.role].files)} files)"
+            for r in d.repos))
+        return
+
+    for repo in pending:
+        spec_file = f"{d.config_dir}/weights-{repo.role}.json"
+        yield from files.put._inner(
+            src=StringIO(json.dumps(download_spec(repo, snapshots[repo.role]), indent=1)),
+            dest=spec_file, mode="644")
+        yield from files.put._inner(
+            src=StringIO(render("weights.service.j2", d=d, repo=repo, commit=snapshots[repo.role].commit,
+                                spec_file=spec_file)),
+            dest=f"/etc/systemd/system/{repo.unit_name}.service", mode="644")
+    yield "systemctl daemon-reload"
+    # `start` on a unit that is already running attaches to it instead of starting another.
+    yield "systemctl start --no-block " + " ".join(f"{r.unit_name}.service" for r in pending)
+    yield FunctionCommand(wait_for_downloads, (pending, snapshots, poll_interval), {})
+
+
+def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, RepoSnapshot],
+                       poll_interval: float) -> bool:
+    """Poll the download units, logging bytes done / total, until they finish."""
+    total = sum(snapshots[r.role].total_bytes for r in repos)
+    dirs = " ".join(shlex.quote(r.local_dir) for r in repos)
+    probe = "; ".join(
+        f"echo $(systemctl is-active {r.unit_name}) $(systemctl show -p Result --value {r.unit_name})"
+        for r in repos) + f"; du -sbc {dirs} 2>/dev/null | tail -1 | cut -f1"
+    last_logged = 0.0
+    while True:
+        ok, output = host.run_shell_command(probe)
+        lines = output.stdout_lines
+        if len(lines) != len(repos) + 1:
+            return False
+        unit_states = [line.split() for line in lines[:-1]]
+        done = int(lines[-1] or 0)
+        if not any(active in ("activating", "active", "reloading") for active, *_ in unit_states):
+            break
+        if time.monotonic() - last_logged >= 10:
+            host.log(f"weights: {done / 1e9:.2f} / {total / 1e9:.2f} GB ({min(done / max(total, 1), 1):.0%})")
+            last_logged = time.monotonic()
+        time.sleep(poll_interval)
+    failed = [r for r, (_, result) in zip(repos, unit_states) if result != "success"]
+    for repo in failed:
+        _, journal = host.run_shell_command(f"journalctl -u {repo.unit_name}.service -n 15 --no-pager -o cat")
+        host.log_styled(f"weights download of {repo.repo_id} failed; its journal:\n{journal.stdout}",
+                        fg="red")
+    if not failed:
+        host.log(f"weights: {total / 1e9:.2f} GB complete")
+    return not failed

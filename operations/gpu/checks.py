@@ -97,7 +97,7 @@ def _check_driver(where: str, tag: str, expected: dict, driver: dict | None) -> 
         problems.append(
             f"{where} NVIDIA driver branch {wanted}+ {tag}, found {driver['version']} "
             f"(CUDA {driver.get('cuda_version') or 'unknown'}): install driver branch {wanted} or newer "
-            "(set gpu_driver_install to let the deploy do it) and reboot"
+            "(set install_driver to let the deploy do it) and reboot"
         )
     if expected["open_kernel_module"] and driver.get("open_kernel_module") is False:
         problems.append(

@@ -105,8 +105,9 @@ def fabric_manager():
 def open_driver(branch: str, install: bool = False, reboot_timeout: int = 900):
     """
     Install the open-kernel-module NVIDIA driver of ``branch`` and reboot into it. Opt-in:
-    with ``install=False`` (the default; the deploy passes the ``gpu_driver_install`` data
-    flag) it only reports, and preflight names the mismatch.
+    with ``install=False`` (the default; the deploy passes its ``install_driver`` data flag)
+    it only reports, and preflight names the mismatch. The loaded branch must equal ``branch``:
+    any other, newer ones included, is replaced by it.
 
     + branch: driver branch, like ``"580"`` (installs NVIDIA's ``nvidia-open-<branch>``)
     + install: whether this deploy may change the driver at all
@@ -120,18 +121,18 @@ def open_driver(branch: str, install: bool = False, reboot_timeout: int = 900):
         nvidia.open_driver(
             name="Open NVIDIA driver 580",
             branch="580",
-            install=host.data.get("gpu_driver_install", False),
+            install=host.data.install_driver,
         )
     """
     driver = host.get_fact(NvidiaDriver)
-    found = "no driver" if driver is None else (
-        f"driver {driver['version']} ({'open' if driver['open_kernel_module'] else 'proprietary'} kernel module)"
-    )
-    if driver and driver["version"].split(".")[0] == branch and driver["open_kernel_module"]:
+    module = {True: "open", False: "proprietary", None: "unknown"}[driver and driver["open_kernel_module"]]
+    found = "no driver" if driver is None else f"driver {driver['version']} ({module} kernel module)"
+    # An unreadable /proc/driver/nvidia/version (None) is no reason to reinstall on every run.
+    if driver and driver["version"].split(".")[0] == branch and driver["open_kernel_module"] is not False:
         host.noop(f"{found} is loaded")
         return
     if not install:
-        host.noop(f"{found} is loaded, open branch {branch} wanted; gpu_driver_install is off, so nothing changes")
+        host.noop(f"{found} is loaded, open branch {branch} wanted; install is off, so nothing changes")
         return
     yield f"{APT_INSTALL} nvidia-open-{branch}"
     # The new kernel module only loads on boot; until then nvidia-smi reports a mismatch.

@@ -116,7 +116,7 @@ def test_open_driver_off_by_default_only_reports():
     commands, noops = run(nvidia.open_driver, {NvidiaDriver: old}, branch="580")
     assert commands == []
     assert noops == ["driver 570.158.01 (proprietary kernel module) is loaded, open branch 580 wanted; "
-                     "gpu_driver_install is off, so nothing changes"]
+                     "install is off, so nothing changes"]
 
 
 def test_open_driver_installs_and_reboots_when_allowed():
@@ -136,3 +136,9 @@ def test_open_driver_without_any_driver_installs():
 def test_open_driver_noop_when_the_branch_is_loaded():
     commands, noops = run(nvidia.open_driver, {NvidiaDriver: DRIVER_580}, branch="580", install=True)
     assert commands == [] and noops == ["driver 580.95.05 (open kernel module) is loaded"]
+
+
+def test_open_driver_unknown_module_kind_is_left_alone():
+    unreadable = dict(DRIVER_580, kernel_module_version=None, open_kernel_module=None)
+    commands, noops = run(nvidia.open_driver, {NvidiaDriver: unreadable}, branch="580", install=True)
+    assert commands == [] and noops == ["driver 580.95.05 (unknown kernel module) is loaded"]

@@ -1,22 +1,31 @@
-"""Addresses, ports and paths the lab's parts agree on."""
+"""Addresses, ports and paths the lab's parts agree on.
+
+SPECFLEET_LAB_ID (default 0) selects one of several labs that can run side by
+side on one machine: each has its own state directory, bridge, subnet and ports.
+"""
 
 import os
 from pathlib import Path
 
-# All lab state lives outside the checkout so that two clones share one built
-# root filesystem, and so that `make lab-down` from any clone finds the fleet.
-LAB_DIR = Path(os.environ.get("SPECFLEET_LAB_DIR", "/var/lib/specfleet-lab"))
+LAB_ID = int(os.environ.get("SPECFLEET_LAB_ID", "0"))
+
+# Lab state lives outside the checkout so that `make lab-down` from any clone
+# finds the fleet. The base root filesystem and the downloaded .debs are shared
+# by every lab on the machine (CACHE_DIR): they are only ever read once built.
+CACHE_DIR = Path(os.environ.get("SPECFLEET_LAB_CACHE", "/var/lib/specfleet-lab"))
+LAB_DIR = CACHE_DIR / f"lab{LAB_ID}"
 
 # One bridge joins every host's veth link to the controller. The controller's
 # address on it is where the hub and the package index listen.
-BRIDGE = "sflab0"
-NETWORK = "10.213.0.0/16"
-CONTROLLER_IP = "10.213.0.1"
+BRIDGE = f"sflab{LAB_ID}"
+SUBNET = f"10.{213 + LAB_ID}"
+CONTROLLER_IP = f"{SUBNET}.0.1"
 PREFIX_LEN = 16
 
-HUB_PORT = 8800  # Hugging Face-compatible API and resolve endpoints
-HUB_CDN_PORT = 8801  # second origin for LFS redirects, like the real hub's CDN
-INDEX_PORT = 8802  # PEP 503 package index and plain wheel downloads
+_PORTS = 8800 + 10 * LAB_ID
+HUB_PORT = _PORTS  # Hugging Face-compatible API and resolve endpoints
+HUB_CDN_PORT = _PORTS + 1  # second origin for LFS redirects, like the real hub's CDN
+INDEX_PORT = _PORTS + 2  # PEP 503 package index and plain wheel downloads
 
 HUB_URL = f"http://{CONTROLLER_IP}:{HUB_PORT}"
 INDEX_URL = f"http://{CONTROLLER_IP}:{INDEX_PORT}/simple/"

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lab import rootfs
-from lab.config import BRIDGE, CONTROLLER_IP, LAB_DIR, PREFIX_LEN
+from lab.config import BRIDGE, CONTROLLER_IP, LAB_DIR, PREFIX_LEN, SUBNET
 
 # Host classes the lab can stand in for: short name used in host names and
 # --hosts, the inventory group, the GPU profile, and the third address octet.
@@ -63,7 +63,7 @@ def parse_spec(spec: str) -> list[LabHost]:
             raise SystemExit(f"lab: bad --hosts entry {part!r}: use e.g. pcie=2,b200=1,b300=1")
         host_class, profile, octet = CLASSES[short]
         for index in range(1, int(count) + 1):
-            hosts.append(LabHost(f"lab-{short}-{index}", host_class, f"10.213.{octet}.{index + 9}",
+            hosts.append(LabHost(f"lab-{short}-{index}", host_class, f"{SUBNET}.{octet}.{index + 9}",
                                  profile))
     if len(hosts) > 8:
         raise SystemExit("lab: at most 8 hosts fit on this machine")
@@ -141,14 +141,16 @@ def _prepare_root(host: LabHost, base: Path) -> None:
     (ssh_dir / "authorized_keys").chmod(0o600)
     if not list((root / "etc/ssh").glob("ssh_host_*_key")):
         subprocess.run(["ssh-keygen", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL)
+    # The lab's index is plain http on the lab network, as a site's internal mirror may be.
+    (root / "etc/pip.conf").write_text(f"[global]\ntrusted-host = {CONTROLLER_IP}\n")
     lab_etc = root / "etc/specfleet-lab"
     lab_etc.mkdir(exist_ok=True)
     (lab_etc / "gpu-profile").write_text(host.gpu_profile + "\n")
     (lab_etc / "host-class").write_text(host.host_class + "\n")
-    if host.host_class.endswith("_nvlink"):
-        # NVSwitch images ship fabric manager (disabled until the deploy enables it).
-        shutil.copy2(root / "usr/share/specfleet-lab/units/nvidia-fabricmanager.service",
-                     root / "usr/lib/systemd/system/nvidia-fabricmanager.service")
+    if host.host_class.endswith("_nvlink") and not (root / "var/lib/dpkg/info/nvlsm.list").exists():
+        # NVSwitch vendor images ship fabric manager and nvlsm (disabled until the deploy enables them).
+        debs = [f"{rootfs.VENDOR_DEBS}/{package}.deb" for package in rootfs.VENDOR_PACKAGES]
+        subprocess.run(["chroot", str(root), "dpkg", "-i", *debs], check=True, stdout=subprocess.DEVNULL)
 
 
 def _boot(host: LabHost) -> None:

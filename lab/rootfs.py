@@ -2,15 +2,17 @@
 
 Each host boots from an overlay whose lower layer is this root, so building it
 is the only slow step (about 90 s with debootstrap) and it happens once per
-machine: the root is kept under LAB_DIR keyed by what goes into it.
+machine: the root is kept under CACHE_DIR keyed by what goes into it, and
+every lab on the machine boots from it.
 """
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
 from pathlib import Path
 
-from lab.config import LAB_DIR
+from lab.config import CACHE_DIR
 
 MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm"
@@ -35,7 +37,8 @@ LAB_FILES = Path(__file__).parent / "host_files"
 def _key() -> str:
     """Changes whenever the packages or the files baked into the root change."""
     digest = hashlib.sha256(" ".join([SUITE, *PACKAGES, *MASKED_UNITS]).encode())
-    for path in sorted(LAB_FILES.rglob("*")) + sorted((Path(__file__).parent / "gpu_standin").rglob("*")):
+    lab = Path(__file__).parent
+    for path in sorted([*LAB_FILES.rglob("*"), *(lab / "gpu_standin").rglob("*"), *(lab / "vendor_units").rglob("*")]):
         if path.is_file() and "__pycache__" not in path.parts:
             digest.update(path.as_posix().encode())
             digest.update(path.read_bytes())
@@ -43,18 +46,26 @@ def _key() -> str:
 
 
 def base_root() -> Path:
-    return LAB_DIR / f"base-{_key()}" / "root"
+    return CACHE_DIR / f"base-{_key()}" / "root"
 
 
 def build_base(log=print) -> Path:
     """Return the shared root, debootstrapping it first if this key has none."""
     root = base_root()
-    if (root.parent / "complete").exists():
-        return root
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    # Labs side by side share the base: the first to need it builds it, the others wait.
+    with open(CACHE_DIR / "base.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root.parent / "complete").exists():
+            _build(root, log)
+    return root
+
+
+def _build(root: Path, log) -> None:
     staging = root.parent.with_name(root.parent.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    cache = LAB_DIR / "debootstrap-cache"  # keeps the .debs: a rebuild after a key change is offline
+    cache = CACHE_DIR / "debootstrap-cache"  # keeps the .debs: a rebuild after a key change is offline
     cache.mkdir(parents=True, exist_ok=True)
     log(f"lab: debootstrapping {SUITE} into {staging} (once per machine)")
     subprocess.run(
@@ -65,10 +76,9 @@ def build_base(log=print) -> Path:
     _customise(staging / "root")
     (staging / "complete").touch()
     staging.rename(root.parent)
-    for stale in LAB_DIR.glob("base-*"):
+    for stale in CACHE_DIR.glob("base-*"):
         if stale != root.parent and not _in_use(stale):
             shutil.rmtree(stale, ignore_errors=True)
-    return root
 
 
 def _in_use(base_dir: Path) -> bool:
@@ -94,3 +104,29 @@ def _customise(root: Path) -> None:
     shutil.copytree(standin / "profiles", root / "usr/share/specfleet-lab/gpu-profiles",
                     dirs_exist_ok=True)
     chroot("systemctl", "enable", "specfleet-lab-gpu.service")
+    _build_vendor_debs(root / VENDOR_DEBS.lstrip("/"))
+
+
+# LAB STAND-INS for NVIDIA's fabric packages, which an HGX vendor image ships: real
+# dpkg packages (so the deploy's dpkg facts and apt logic see them) holding no
+# software, only the fabric manager's unit running the stand-in daemon.
+VENDOR_DEBS = "/usr/share/specfleet-lab/debs"
+VENDOR_PACKAGES = {"nvidia-fabricmanager": "580.95.05-1", "nvlsm": "2025.06.1-1"}
+
+
+def _build_vendor_debs(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for package, version in VENDOR_PACKAGES.items():
+        tree = out / f"{package}.tree"
+        (tree / "DEBIAN").mkdir(parents=True)
+        (tree / "DEBIAN/control").write_text(
+            f"Package: {package}\nVersion: {version}\nArchitecture: all\n"
+            "Maintainer: specfleet lab <lab@specfleet.invalid>\n"
+            f"Description: specfleet lab stand-in for {package} (no software)\n")
+        if package == "nvidia-fabricmanager":
+            unit = tree / "usr/lib/systemd/system/nvidia-fabricmanager.service"
+            unit.parent.mkdir(parents=True)
+            shutil.copy2(LAB_FILES.parent / "vendor_units/nvidia-fabricmanager.service", unit)
+        subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(tree), str(out / f"{package}.deb")],
+                       check=True, stdout=subprocess.DEVNULL)
+        shutil.rmtree(tree)

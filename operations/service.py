@@ -8,7 +8,8 @@ from io import StringIO
 from pathlib import Path
 
 from pyinfra import host
-from pyinfra.api import FactBase, FunctionCommand, OperationMeta, operation
+from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
 from operations.deployment import Deployment
@@ -166,9 +167,15 @@ def ready(deployment: Deployment, restarted: OperationMeta, timeout_s: int = 180
         probe = host.get_fact(ServerProbe, install_dir=d.install_dir, port=d.port,
                               model=d.served_model_name, key_file=d.api_key_file)
         if probe.get("ready") and probe.get("completion"):
+            log_serving(host, probe)
             host.noop(f"serving {probe['algorithm']}: accept length {probe['accept_length']}")
             return
     yield FunctionCommand(wait_ready, (d, timeout_s), {})
+
+
+def log_serving(host, probe: dict) -> None:
+    host.log_styled(f"serving {probe['algorithm']} (draft tokens {probe['num_draft_tokens']}): accept length "
+                    f"{probe['accept_length']}; completion: {probe['completion']!r}", fg="green")
 
 
 def wait_ready(state, host, deployment: Deployment, timeout_s: int, poll_interval: float = 2.0) -> bool:
@@ -181,9 +188,7 @@ def wait_ready(state, host, deployment: Deployment, timeout_s: int, poll_interva
         _, output = host.run_shell_command(probe_command)
         probe = ServerProbe().process(output.stdout_lines)
         if probe.get("ready") and probe.get("completion"):
-            host.log_styled(
-                f"serving {probe['algorithm']} (draft tokens {probe['num_draft_tokens']}): accept length "
-                f"{probe['accept_length']}; completion: {probe['completion']!r}", fg="green")
+            log_serving(host, probe)
             return True
         if time.monotonic() - last_logged >= 15:
             host.log(f"waiting for {d.service_name} to generate: {time.monotonic() - started:.0f}s "

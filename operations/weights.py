@@ -147,6 +147,7 @@ def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify:
 
     for repo in pending:
         spec_file = f"{d.config_dir}/weights-{repo.role}.json"
+        yield from files.directory._inner(path=repo.local_dir, user=d.service_user, group=d.service_user)
         yield from files.put._inner(
             src=StringIO(json.dumps(download_spec(repo, snapshots[repo.role]), indent=1)),
             dest=spec_file, mode="644")

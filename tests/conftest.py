@@ -41,3 +41,37 @@ def pcie_host(lab_hosts) -> fleet.LabHost:
 @pytest.fixture(scope="session")
 def b200_host(lab_hosts) -> fleet.LabHost:
     return next(h for h in lab_hosts if h.host_class == "b200_nvlink")
+
+
+PYINFRA = Path(sys.executable).parent / "pyinfra"
+
+
+def run_deploy(*args: str, token: str = "hf_lab_granted", group_data: Path | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess:
+    """`pyinfra -y inventory/lab.py deploy.py ARGS` as a user runs it, with HF_TOKEN set to `token`.
+
+    With --dry there is no -y: pyinfra then detects and lists what would change.
+    """
+    extra = ["--group-data", str(group_data)] if group_data else []
+    confirm = [] if "--dry" in args else ["-y"]
+    command = [str(PYINFRA), *confirm, *extra, "inventory/lab.py", "deploy.py", *args]
+    env = {**os.environ, "HF_TOKEN": token}
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout)
+    result.output = result.stdout + result.stderr
+    return result
+
+
+def write_group_data(directory: Path, group: str, code: str) -> Path:
+    """An extra group_data folder (pyinfra --group-data) whose `group`.py overrides keys with `code`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{group}.py").write_text(
+        f"import copy, runpy\nbase = runpy.run_path({str(REPO / 'group_data' / (group + '.py'))!r})\n{code}\n")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def deployed_lab(lab_hosts) -> subprocess.CompletedProcess:
+    """The lab after one converging deploy (shared by every test that only reads it)."""
+    result = run_deploy()
+    assert result.returncode == 0, result.output[-4000:]
+    return result

@@ -8,8 +8,10 @@ differs; otherwise it reports a noop saying why.
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import OperationError, operation
+from pyinfra.api import operation
 from pyinfra.operations import server
+
+from operations.failure import fail_host
 
 from .facts import NvidiaDriver, NvidiaFabric, NvidiaGpus
 
@@ -20,7 +22,8 @@ ENABLED_STATES = {"enabled", "enabled-runtime", "static", "alias", "indirect", "
 
 def _enable_and_start(unit: str, state: dict):
     if state.get("enabled") == "masked":
-        raise OperationError(f"{unit} is masked: `systemctl unmask {unit}` if it should run here")
+        yield fail_host([f"{host.name}: {unit} is masked: `systemctl unmask {unit}` if it should run here"])
+        return
     if state.get("enabled") not in ENABLED_STATES:
         yield f"systemctl enable {unit}.service"
     if state.get("active") != "active":
@@ -42,9 +45,11 @@ def persistence_daemon():
     """
     state = host.get_fact(NvidiaFabric)["units"].get("nvidia-persistenced", {})
     if state.get("enabled") is None:
-        raise OperationError(
-            "nvidia-persistenced is not installed; it ships with the NVIDIA driver packages: install the driver first"
-        )
+        yield fail_host([
+            f"{host.name}: nvidia-persistenced is not installed; it ships with the NVIDIA driver packages: "
+            "install the driver first"
+        ])
+        return
     commands = list(_enable_and_start("nvidia-persistenced", state))
     if not commands:
         host.noop("nvidia-persistenced is enabled and active")
@@ -80,7 +85,8 @@ def fabric_manager():
     """
     driver = host.get_fact(NvidiaDriver)
     if driver is None:
-        raise OperationError("no NVIDIA driver is loaded: fabric manager must match the driver's version exactly")
+        yield fail_host([f"{host.name}: no NVIDIA driver is loaded: fabric manager must match the driver's version exactly"])
+        return
     fabric = host.get_fact(NvidiaFabric)
     nvlink5 = any((gpu.get("compute_capability") or "").startswith("10.") for gpu in host.get_fact(NvidiaGpus) or [])
 

@@ -1,7 +1,5 @@
 """operations.gpu.nvidia: facts in, commands out (the operation generator run on a fake host)."""
 
-import pytest
-from pyinfra.api import OperationError
 from pyinfra.api.command import FunctionCommand
 from pyinfra.context import ctx_host
 
@@ -19,6 +17,8 @@ class FakeHost:
     def get_fact(self, fact_class, *args, **kwargs):
         return self.facts[fact_class]
 
+    name = "gpu-host"
+
     def noop(self, description):
         self.noops.append(description)
 
@@ -32,6 +32,14 @@ def run(operation, facts, **kwargs):
             for command in operation._inner(**kwargs)
         ]
     return commands, host.noops
+
+
+def failures(operation, facts, **kwargs):
+    """The problems an operation fails its host with (operations.failure.fail_host)."""
+    with ctx_host.use(FakeHost(facts)):
+        commands = list(operation._inner(**kwargs))
+    assert len(commands) == 1 and isinstance(commands[0], FunctionCommand), commands
+    return commands[0].args[0]
 
 
 def fabric(units=None, packages=None, ib_umad_loaded=False):
@@ -56,8 +64,8 @@ def test_persistence_daemon_noop():
 
 
 def test_persistence_daemon_missing_is_an_error():
-    with pytest.raises(OperationError, match="install the driver first"):
-        run(nvidia.persistence_daemon, {NvidiaFabric: fabric()})
+    [problem] = failures(nvidia.persistence_daemon, {NvidiaFabric: fabric()})
+    assert problem.startswith("gpu-host: ") and "install the driver first" in problem
 
 
 def test_fabric_manager_fresh_blackwell_host():
@@ -100,15 +108,15 @@ def test_fabric_manager_noop():
 
 
 def test_fabric_manager_needs_a_driver():
-    with pytest.raises(OperationError, match="no NVIDIA driver"):
-        run(nvidia.fabric_manager, {NvidiaDriver: None, NvidiaFabric: fabric(), NvidiaGpus: None})
+    [problem] = failures(nvidia.fabric_manager, {NvidiaDriver: None, NvidiaFabric: fabric(), NvidiaGpus: None})
+    assert "no NVIDIA driver" in problem
 
 
 def test_fabric_manager_masked():
     masked = fabric({"nvidia-fabricmanager": dict(enabled="masked", active="inactive")})
     facts = {NvidiaDriver: DRIVER_580, NvidiaFabric: masked, NvidiaGpus: H200_GPUS}
-    with pytest.raises(OperationError, match="unmask"):
-        run(nvidia.fabric_manager, facts)
+    [problem] = failures(nvidia.fabric_manager, facts)
+    assert "systemctl unmask nvidia-fabricmanager" in problem
 
 
 def test_open_driver_off_by_default_only_reports():

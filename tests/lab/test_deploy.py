@@ -1,0 +1,132 @@
+"""The deploy against the lab, through pyinfra as a user runs it: converge, no-op, change, refuse."""
+
+import json
+import re
+
+import pytest
+
+from lab import fleet
+from lab.config import HUB_URL, WHEELS_URL
+from tests.conftest import run_deploy, write_group_data
+
+pytestmark = pytest.mark.lab
+
+
+def results_table(output: str) -> dict[str, list[str]]:
+    """pyinfra's closing table: operation -> [hosts, success, error, no change]."""
+    table = output.split("--> Results:")[1].split("-->")[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) == 5 and cells[0] != "Grand total":
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def operations_started(output: str) -> list[str]:
+    return re.findall(r"--> Starting operation: (.+?) *$", output, flags=re.M)
+
+
+def server_info(host) -> dict:
+    return json.loads(fleet.ssh(host, "curl -sf localhost:30000/server_info"))
+
+
+def main_pid(host, unit: str) -> str:
+    return fleet.ssh(host, f"systemctl show -p MainPID -p ExecMainStartTimestampMonotonic --value {unit}")
+
+
+def test_first_deploy_serves_and_prints_accept_length_from_every_host(deployed_lab, lab_hosts):
+    for host in lab_hosts:
+        line = next(l for l in deployed_lab.output.splitlines() if f"[{host.name}] serving DFLASH" in l)
+        assert "accept length" in line and "completion: '" in line
+        info = server_info(host)
+        assert info["speculative_algorithm"] == "DFLASH" and info["internal_states"][0]["avg_spec_accept_length"] > 1
+
+
+def test_second_run_changes_nothing_and_dry_run_shows_nothing(deployed_lab, lab_hosts):
+    again = run_deploy()
+    assert again.returncode == 0, again.output[-3000:]
+    for operation, (hosts, success, error, no_change) in results_table(again.output).items():
+        assert (success, error) == ("-", "-") and no_change == hosts, f"{operation} changed on a re-run"
+    dry = run_deploy("--dry")
+    assert dry.returncode == 0, dry.output[-3000:]
+    detected = dry.output.split("--> Detected changes:")[1].split("Detected changes may")[0]
+    for line in detected.splitlines()[2:]:
+        if line.strip():
+            assert re.split(r"\s{2,}", line.strip())[1:] == ["-", "-"], f"--dry would change: {line}"
+
+
+def test_changing_draft_tokens_rewrites_the_unit_and_restarts_only_sglang(deployed_lab, lab_hosts, tmp_path):
+    host = lab_hosts[0]
+    before = {unit: main_pid(host, unit) for unit in
+              ("sglang", "specfleet-weights-target", "nvidia-persistenced", "ssh")}
+    override = write_group_data(tmp_path, "all", (
+        "profiles = copy.deepcopy(base['profiles'])\n"
+        "profiles['kimi_k26_dflash']['speculative']['num_draft_tokens'] = 6"))
+    changed = run_deploy(group_data=override)
+    try:
+        assert changed.returncode == 0, changed.output[-3000:]
+        changed_ops = {op for op, (_, success, _, _) in results_table(changed.output).items() if success != "-"}
+        assert changed_ops == {"SGLang service", "SGLang generates"}, changed_ops
+        after = {unit: main_pid(host, unit) for unit in before}
+        assert after["sglang"] != before["sglang"]
+        assert {u: after[u] for u in before if u != "sglang"} == {u: before[u] for u in before if u != "sglang"}
+        assert "--speculative-num-draft-tokens 6" in fleet.ssh(host, "cat /etc/systemd/system/sglang.service")
+        assert server_info(host)["speculative_num_draft_tokens"] == 6
+    finally:
+        assert run_deploy().returncode == 0  # back to group_data's value for the tests after this one
+    assert server_info(host)["speculative_num_draft_tokens"] == 8
+
+
+def test_denied_token_fails_preflight_naming_the_gated_drafter_and_changes_nothing(deployed_lab, lab_hosts):
+    before = {h.name: (main_pid(h, "sglang"), fleet.ssh(h, "sha1sum /etc/systemd/system/sglang.service"))
+              for h in lab_hosts}
+    denied = run_deploy(token="hf_lab_denied")
+    assert denied.returncode != 0
+    for host in lab_hosts:
+        assert (f"[{host.name}] {host.name}: the token has no access to the gated repo lab/Kimi-K2.6-DFlash-tiny: "
+                f"accept its terms at {HUB_URL}/lab/Kimi-K2.6-DFlash-tiny") in denied.output, denied.output[-3000:]
+        assert (main_pid(host, "sglang"), fleet.ssh(host, "sha1sum /etc/systemd/system/sglang.service")) \
+            == before[host.name]
+        assert server_info(host)["speculative_algorithm"] == "DFLASH"  # still serving
+    assert operations_started(denied.output) == ["Preflight"], "operations ran after a failed preflight"
+
+
+def test_the_token_never_appears_in_verbose_debug_output(deployed_lab, lab_hosts):
+    verbose = run_deploy("-vvv", "--debug")
+    assert verbose.returncode == 0, verbose.output[-3000:]
+    assert "hf_lab_granted" not in verbose.output
+    assert "Hugging Face token" in verbose.output  # the operation did run
+    for host in lab_hosts:
+        assert fleet.ssh(host, "stat -c '%a %U' /home/sglang/.cache/huggingface/token").split() == ["600", "sglang"]
+
+
+def test_ddtree_needs_a_ddtree_build(deployed_lab, lab_hosts, tmp_path):
+    """A release pin stops in preflight; the 0.5.23 stand-in itself rejects the DDTree flags before any
+    restart; the stand-in built with PR #29907's flags deploys."""
+    host = lab_hosts[0]
+    pid = main_pid(host, "sglang")
+    release = write_group_data(tmp_path / "release", "lab", (
+        "mirrors = copy.deepcopy(base['mirrors'])\n"
+        "mirrors['requirements'] = {r: 'sglang==0.5.23' for r in mirrors['requirements']}"))
+    refused = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree", group_data=release)
+    assert refused.returncode != 0
+    assert "no SGLang release up to 0.5.23 has DDTree (it is in open pull request #29907)" in refused.output
+    assert operations_started(refused.output) == ["Preflight"]
+
+    plain_wheel = write_group_data(tmp_path / "plain", "lab", (
+        "mirrors = copy.deepcopy(base['mirrors'])\n"
+        f"mirrors['requirements'] = {{r: 'sglang @ {WHEELS_URL}sglang-0.5.23+lab-py3-none-any.whl' "
+        "for r in mirrors['requirements']}"))
+    rejected = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree", group_data=plain_wheel)
+    assert rejected.returncode != 0
+    assert "rejects the rendered flags" in rejected.output and "--speculative-ddtree-budget" in rejected.output
+    assert main_pid(host, "sglang") == pid, "the service was restarted although its flags were rejected"
+
+    try:
+        ddtree = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree")
+        assert ddtree.returncode == 0, ddtree.output[-3000:]
+        info = server_info(host)
+        assert info["speculative_algorithm"] == "DDTREE" and info["speculative_ddtree_budget"] == 15
+    finally:
+        assert run_deploy("--limit", host.name).returncode == 0

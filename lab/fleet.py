@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lab import rootfs
-from lab.config import BRIDGE, CONTROLLER_IP, LAB_DIR, PREFIX_LEN, SUBNET
+from lab.config import BRIDGE, CONTROLLER_IP, LAB_DIR, LAB_ID, PREFIX_LEN, SUBNET
 
 # Host classes the lab can stand in for: short name used in host names and
 # --hosts, the inventory group, the GPU profile, and the third address octet.
@@ -53,6 +53,11 @@ class LabHost:
     def pid_file(self) -> Path:
         return self.dir / "nspawn.pid"
 
+    @property
+    def machine(self) -> str:
+        """nspawn's machine name, unique across labs: the host-side veth is named after it."""
+        return self.name if LAB_ID == 0 else f"l{LAB_ID}{self.name.removeprefix('lab')}"
+
 
 def parse_spec(spec: str) -> list[LabHost]:
     """`pcie=2,b200=1` -> lab-pcie-1, lab-pcie-2, lab-b200-1 with their classes and addresses."""
@@ -86,7 +91,7 @@ def _pid(host: LabHost) -> int | None:
         pid = int(host.pid_file.read_text())
         os.kill(pid, 0)
         # The pid must still be this host's nspawn, not a recycled number.
-        if host.name in Path(f"/proc/{pid}/cmdline").read_text():
+        if f"--machine={host.machine}" in Path(f"/proc/{pid}/cmdline").read_text():
             return pid
     except (FileNotFoundError, ValueError, ProcessLookupError):
         pass
@@ -157,7 +162,7 @@ def _boot(host: LabHost) -> None:
     log = open(host.dir / "console.log", "ab")
     process = subprocess.Popen(
         ["systemd-nspawn", "--register=no", "--keep-unit", "--boot", "--quiet",
-         f"--directory={host.root}", f"--machine={host.name}", f"--network-bridge={BRIDGE}",
+         f"--directory={host.root}", f"--machine={host.machine}", f"--network-bridge={BRIDGE}",
          "--console=read-only"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
     )

@@ -1,6 +1,6 @@
-"""Replay of the real 1x H200 capture (tests/fixtures/nvidia-smi/h200-x1): the facts ran
-there through pyinfra @local (facts.txt) and classify ran there too (classify.json); the
-controller must read the same raw outputs the same way."""
+"""Replay of the real H200 captures (tests/fixtures/nvidia-smi/h200-x1 and h200-x2): on each
+host the facts ran through pyinfra @local (facts.txt) and classify ran too (classify.json);
+the controller must read the same raw outputs the same way."""
 
 import json
 import re
@@ -9,60 +9,109 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from operations.gpu.checks import check_gpu_class
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaTopology
 from operations.gpu.parse import parse_query_csv
 
 REPO = Path(__file__).resolve().parents[2]
-CAPTURE = REPO / "tests" / "fixtures" / "nvidia-smi" / "h200-x1"
+FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
+
+NAME_SENTENCE = (
+    "{host}: expected 8 GPUs matching ^NVIDIA B200$ (class b200_nvlink), found {count} (0 matching; names: "
+    "NVIDIA H200): check `nvidia-smi -L`; a missing GPU usually needs a reseat or an RMA, a wrong model "
+    "means this host belongs to another class"
+)
+
+# What each capture must say; the rest is compared between the host and the controller.
+CAPTURES = {
+    # A single GPU has no pair: nothing says NVLink or PCIe, and nothing is degraded.
+    "h200-x1": dict(
+        gpu_count=1,
+        interconnect="unknown",
+        links={},
+        fabric=[(None, None)],
+        b200_problems=[
+            NAME_SENTENCE.format(host="h200-x1", count=1),
+            "h200-x1: expected nvlink interconnect (class b200_nvlink), found unknown (no GPU pairs): check "
+            "`nvidia-smi topo -m`; this host may belong to another class",
+        ],
+    ),
+    # Two GPUs joined by 18 NVLinks: the interconnect fits b200_nvlink, only the GPUs do not.
+    "h200-x2": dict(
+        gpu_count=2,
+        interconnect="nvlink",
+        links={"0-1": "NV18"},
+        fabric=[("Completed", "Success")] * 2,
+        b200_problems=[NAME_SENTENCE.format(host="h200-x2", count=2)],
+    ),
+}
 
 
-def text_lines(file_name):
-    return (CAPTURE / file_name).read_text().splitlines()
+@pytest.fixture(params=sorted(CAPTURES))
+def capture(request):
+    return request.param, FIXTURES / request.param, CAPTURES[request.param]
 
 
-def facts_on_the_host():
+def text_lines(folder, file_name):
+    return (folder / file_name).read_text().splitlines()
+
+
+def facts_on_the_host(folder):
     """{fact class name: value} from the `pyinfra @local fact` output captured there."""
     pattern = r"--> Fact data for: operations\.gpu\.facts\.(\w+)\n(\{.*?\n\})\n"
-    blocks = re.findall(pattern, (CAPTURE / "facts.txt").read_text(), re.S)
+    blocks = re.findall(pattern, (folder / "facts.txt").read_text(), re.S)
     return {name: json.loads(block)["@local"] for name, block in blocks}
 
 
-def test_classify_on_the_controller_equals_the_host_and_case_json():
-    result = subprocess.run([sys.executable, "-m", "operations.gpu", "classify", str(CAPTURE)],
+def test_classify_on_the_controller_equals_the_host_and_case_json(capture):
+    case, folder, want = capture
+    result = subprocess.run([sys.executable, "-m", "operations.gpu", "classify", str(folder)],
                             cwd=REPO, capture_output=True, text=True, check=True)
     found = json.loads(result.stdout)
-    assert found == json.loads((CAPTURE / "classify.json").read_text())
-    case = json.loads((CAPTURE / "case.json").read_text())
-    assert found == {key: case[key] for key in found}
-    # A single GPU has no pair: nothing says NVLink or PCIe, and nothing is degraded.
-    assert (found["gpu_count"], found["interconnect"], found["degraded"], found["host_class"]) == (1, "unknown", False, "unknown")
+    assert found == json.loads((folder / "classify.json").read_text())
+    case_json = json.loads((folder / "case.json").read_text())
+    assert case_json["case"] == case
+    assert found == {key: case_json[key] for key in found}
+    assert (found["gpu_name"], found["gpu_count"], found["memory_total_mib"]) == ("NVIDIA H200", want["gpu_count"], 143771)
+    assert (found["interconnect"], found["degraded"], found["host_class"]) == (want["interconnect"], False, "unknown")
 
 
-def test_facts_processed_here_equal_the_facts_pyinfra_gathered_there():
-    there = facts_on_the_host()
+def test_facts_processed_here_equal_the_facts_pyinfra_gathered_there(capture):
+    _, folder, want = capture
+    there = facts_on_the_host(folder)
     assert sorted(there) == ["NvidiaDriver", "NvidiaFabric", "NvidiaGpus", "NvidiaTopology", "RebootPending"]
-    assert NvidiaTopology().process(text_lines("topo.txt")) == there["NvidiaTopology"]
-    assert NvidiaDriver().process(text_lines("proc_driver_nvidia_version.txt") + text_lines("q.txt")) == there["NvidiaDriver"]
-    assert NvidiaFabric().process(text_lines("q.txt"))["gpus"] == there["NvidiaFabric"]["gpus"]
-    gpus = parse_query_csv(text_lines("query.csv"))
+    assert NvidiaTopology().process(text_lines(folder, "topo.txt")) == there["NvidiaTopology"]
+    assert there["NvidiaTopology"]["links"] == want["links"]
+    assert NvidiaDriver().process(text_lines(folder, "proc_driver_nvidia_version.txt") + text_lines(folder, "q.txt")) == there["NvidiaDriver"]
+    assert NvidiaFabric().process(text_lines(folder, "q.txt"))["gpus"] == there["NvidiaFabric"]["gpus"]
+    assert [(gpu["fabric_state"], gpu["fabric_status"]) for gpu in there["NvidiaFabric"]["gpus"]] == want["fabric"]
+    gpus = parse_query_csv(text_lines(folder, "query.csv"))
     assert [{key: gpu[key] for key in there["NvidiaGpus"][0]} for gpu in gpus] == there["NvidiaGpus"]
+    assert len(there["NvidiaGpus"]) == want["gpu_count"]
+    assert {gpu["persistence_mode"] for gpu in there["NvidiaGpus"]} == {"Enabled"}
     assert there["RebootPending"] == []
     assert there["NvidiaFabric"]["nvswitch"] is False  # the devices folder existed but was empty
 
 
-def test_the_h200_fails_the_b200_class_with_clear_sentences():
-    there = facts_on_the_host()
+def test_nv_count_in_topo_equals_the_links_nvlink_s_lists(capture):
+    _, folder, want = capture
+    if not (folder / "nvlink-s.txt").exists():
+        pytest.skip("no `nvidia-smi nvlink -s` in this capture")
+    links_per_gpu = [len(re.findall(r"^\s+Link \d+: ", block, re.M))
+                     for block in re.split(r"^GPU \d+: ", (folder / "nvlink-s.txt").read_text(), flags=re.M)[1:]]
+    bonded = {int(link[2:]) for link in want["links"].values()}
+    assert len(links_per_gpu) == want["gpu_count"] and set(links_per_gpu) == bonded
+
+
+def test_the_h200_fails_the_b200_class_with_clear_sentences(capture):
+    case, folder, want = capture
+    there = facts_on_the_host(folder)
     expected = runpy.run_path(str(REPO / "group_data" / "b200_nvlink.py"))["gpu"]
     problems = check_gpu_class(
-        "h200-1", "b200_nvlink", expected,
+        case, "b200_nvlink", expected,
         gpus=there["NvidiaGpus"], topology=there["NvidiaTopology"], driver=there["NvidiaDriver"],
         reboot_pending=there["RebootPending"],
     )
-    assert problems == [
-        "h200-1: expected 8 GPUs matching ^NVIDIA B200$ (class b200_nvlink), found 1 (0 matching; names: "
-        "NVIDIA H200): check `nvidia-smi -L`; a missing GPU usually needs a reseat or an RMA, a wrong model "
-        "means this host belongs to another class",
-        "h200-1: expected nvlink interconnect (class b200_nvlink), found unknown (no GPU pairs): check "
-        "`nvidia-smi topo -m`; this host may belong to another class",
-    ]
+    assert problems == want["b200_problems"]

@@ -75,3 +75,13 @@ def deployed_lab(lab_hosts) -> subprocess.CompletedProcess:
     result = run_deploy()
     assert result.returncode == 0, result.output[-4000:]
     return result
+
+
+def pytest_addoption(parser):
+    # tests/deployed: verify deployed hosts (see tests/deployed/conftest.py).
+    group = parser.getgroup("specfleet", "verify deployed hosts (tests/deployed)")
+    group.addoption("--inventory", default=None, metavar="PATH",
+                    help="pyinfra inventory whose hosts tests/deployed verifies (default: the lab, "
+                         "deployed first by the session)")
+    group.addoption("--limit", action="append", default=[], metavar="NAME",
+                    help="only the hosts matching NAME (a host glob or a group), as pyinfra --limit; repeatable")

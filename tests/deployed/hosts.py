@@ -1,0 +1,251 @@
+"""The hosts of a pyinfra inventory, as testinfra hosts over SSH, with what the deploy promised each.
+
+The inventory is loaded by pyinfra's own CLI code (`pyinfra_cli.inventory.make_inventory`,
+group_data folders included; in a child process, see load_inventory), so a host here has
+exactly the data and groups that
+`pyinfra INVENTORY deploy.py` gives it; its deployment is resolved by the deploy's own
+`operations.deployment.resolve`. One paramiko connection per host, reused by every check.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import json
+import os
+import pickle
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import paramiko
+import testinfra
+from pyinfra.api import FactBase
+
+from operations.deployment import Deployment, host_class_of, resolve
+from operations.hub import controller_token
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_INVENTORY = REPO / "inventory" / "lab.py"
+
+
+# pyinfra's CLI entry (`pyinfra_cli`) monkey-patches the stdlib for gevent on import, which
+# must not happen inside a test session: the inventory is loaded in a child process, exactly
+# as `pyinfra INVENTORY ...` loads it from `cwd`, and each host's name, groups and data
+# (host.data.dict(): host, group and group_data values merged) come back pickled.
+_LOAD_INVENTORY = r"""
+import pickle, sys
+path, cwd = sys.argv[1:3]
+if cwd not in sys.path:
+    sys.path.append(cwd)  # as pyinfra's CLI does
+from pyinfra.api import State
+from pyinfra.context import ctx_state
+from pyinfra_cli.inventory import make_inventory
+state = State(check_for_changes=False)
+state.cwd = cwd
+with ctx_state.use(state):
+    inventory = make_inventory(path, cwd=cwd)
+hosts = []
+for host in inventory:
+    data = {}
+    for key, value in host.data.dict().items():
+        try:
+            data[key] = pickle.dumps(value)
+        except Exception:
+            pass  # callables and the like: nothing the checks read
+    hosts.append((host.name, list(host.groups), data))
+sys.stdout.buffer.write(pickle.dumps(hosts))
+"""
+
+
+class HostData:
+    """`host.data` as pyinfra resolves it for one host (attribute access, .get)."""
+
+    def __init__(self, values: dict[str, Any]):
+        self.__dict__["_values"] = values
+
+    def __getattr__(self, key: str):
+        try:
+            return self._values[key]
+        except KeyError:
+            raise AttributeError(f"host has no data {key!r}") from None
+
+    def get(self, key: str, default=None):
+        return self._values.get(key, default)
+
+    def dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    name: str
+    groups: list[str]
+    data: HostData
+
+
+@functools.lru_cache(maxsize=None)
+def load_inventory(path: str, cwd: str) -> dict[str, InventoryHost]:
+    """The hosts of `pyinfra PATH ...` run from `cwd` (its group_data folder, then the inventory's)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no inventory file {path}")
+    result = subprocess.run([sys.executable, "-c", _LOAD_INVENTORY, path, cwd], cwd=cwd,
+                            capture_output=True, timeout=120)
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr.decode(errors="replace").strip().splitlines()[-1])
+    hosts = {}
+    for name, groups, data in pickle.loads(result.stdout):
+        values = {}
+        for key, value in data.items():
+            try:
+                values[key] = pickle.loads(value)
+            except Exception:
+                pass
+        hosts[name] = InventoryHost(name, groups, HostData(values))
+    return hosts
+
+
+def matches(name: str, groups, patterns: list[str]) -> bool:
+    """pyinfra's --limit: a pattern names a group, else is a glob on host names."""
+    return not patterns or any(p in groups or fnmatch.fnmatch(name, p) for p in patterns)
+
+
+class _AcceptAnyKey(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(self, client, hostname, key):
+        pass
+
+
+def ssh_client(host) -> paramiko.SSHClient:
+    """A paramiko client built from the host's pyinfra ssh_* data, as pyinfra's ssh connector reads it."""
+    data = host.data
+    client = paramiko.SSHClient()
+    strict = str(data.get("ssh_strict_host_key_checking") or "accept-new").lower()
+    if strict in ("off", "no", "false"):
+        client.set_missing_host_key_policy(_AcceptAnyKey())
+    else:
+        known_hosts = os.path.expanduser(data.get("ssh_known_hosts_file") or "~/.ssh/known_hosts")
+        if os.path.isfile(known_hosts):
+            client.load_host_keys(known_hosts)
+        # accept-new: an unknown key is accepted (not saved), a changed one refused; yes: known keys only.
+        client.set_missing_host_key_policy(paramiko.RejectPolicy() if strict == "yes"
+                                           else paramiko.AutoAddPolicy())
+    key = data.get("ssh_key")
+    client.connect(
+        hostname=data.get("ssh_hostname") or host.name,
+        port=int(data.get("ssh_port") or 22),
+        username=data.get("ssh_user") or None,
+        key_filename=os.path.expanduser(key) if key else None,
+        passphrase=data.get("ssh_key_password"),
+        password=data.get("ssh_password"),
+        timeout=int(data.get("ssh_connect_timeout") or 10),
+        allow_agent=bool(data.get("ssh_allow_agent", True)),
+    )
+    return client
+
+
+@dataclass
+class Target:
+    """One inventory host under test: its pyinfra host, class, deployment and testinfra host."""
+
+    name: str
+    host: InventoryHost  # name, groups and data of the pyinfra host
+    lab_mode: bool  # deployed by this session's deployed_lab fixture
+    _memo: dict = field(default_factory=dict)
+
+    @functools.cached_property
+    def host_class(self) -> str:
+        return host_class_of(self.host.groups)
+
+    @functools.cached_property
+    def deployment(self) -> Deployment:
+        return resolve(self.host.data, self.host_class)
+
+    @functools.cached_property
+    def testinfra(self):
+        """testinfra's host over paramiko, on a connection opened with the pyinfra host's ssh data."""
+        data = self.host.data
+        user = data.get("ssh_user")
+        spec = f"paramiko://{user + '@' if user else ''}{data.get('ssh_hostname') or self.name}"
+        if data.get("ssh_port"):
+            spec += f":{data.get('ssh_port')}"
+        infra = testinfra.get_host(spec, sudo=bool(data.get("_sudo")), sudo_user=data.get("_sudo_user"))
+        infra.backend.client = ssh_client(self.host)  # testinfra would only read ~/.ssh/config
+        return infra
+
+    def close(self) -> None:
+        if "testinfra" in self.__dict__:
+            self.testinfra.backend.client.close()
+
+    def memo(self, key: str, compute):
+        """Each batch of commands runs once per host and session, whichever test asks first."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def run(self, command: str):
+        return self.testinfra.run(command)
+
+    def facts(self, **facts: FactBase | tuple[FactBase, dict]) -> dict[str, Any]:
+        """pyinfra facts' own commands and parsers, batched into one command: {name: value}.
+
+        A value is what pyinfra's get_fact returns: process(stdout lines), or the fact's
+        default when the command printed nothing.
+        """
+        marker = "@@specfleet-fact "
+        parts = []
+        for name, fact in facts.items():
+            fact, kwargs = fact if isinstance(fact, tuple) else (fact, {})
+            parts.append(f"echo {shlex.quote(marker + name)}; ( {fact.command(**kwargs)} )")
+        output = self.run("; ".join(parts)).stdout
+        lines: dict[str, list[str]] = {}
+        current = None
+        for line in output.splitlines():
+            if line.startswith(marker):
+                current = lines.setdefault(line[len(marker):], [])
+            elif current is not None:
+                current.append(line)
+        values = {}
+        for name, fact in facts.items():
+            fact = fact[0] if isinstance(fact, tuple) else fact
+            values[name] = fact.process(lines[name]) if lines.get(name) else fact.default()
+        return values
+
+    def python(self, script: str, *args: str, stdin: bytes | None = None, sudo: bool = True) -> Any:
+        """Run `script` with the host's python3 (stdlib only) and return the JSON it prints last.
+
+        `stdin` travels over the SSH channel, never in a command line (the HF token does).
+        """
+        command = " ".join(shlex.quote(part) for part in ("python3", "-c", script, *args))
+        if sudo:
+            command = self.testinfra.backend.get_command(command)
+        channel = self.testinfra.backend.client.get_transport().open_session()
+        channel.exec_command(command)
+        if stdin is not None:
+            channel.sendall(stdin)
+        channel.shutdown_write()
+        stdout = b"".join(channel.makefile("rb"))
+        stderr = b"".join(channel.makefile_stderr("rb"))
+        status = channel.recv_exit_status()
+        lines = stdout.decode(errors="replace").strip().splitlines()
+        if status != 0 or not lines:
+            raise AssertionError(f"{self.name}: a check script failed on the host (exit {status}): "
+                                 f"{stderr.decode(errors='replace')[-600:]}")
+        return json.loads(lines[-1])
+
+    def hf_token(self) -> str | None:
+        """The HF token the deploy used: the controller's, as operations.hub reads it.
+
+        A lab host with no token on the controller was deployed with the lab's granted
+        token (`make demo`, tests/conftest.py run_deploy).
+        """
+        from lab.config import TOKEN_GRANTED
+
+        if self.lab_mode:
+            return TOKEN_GRANTED
+        token = controller_token(self.host.data.hf_token_env)
+        if not token and "lab" in self.host.groups:
+            return TOKEN_GRANTED
+        return token

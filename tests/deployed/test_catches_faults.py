@@ -1,0 +1,145 @@
+"""The deployed-host checks catch real faults: break a lab host, run the suite on it, read the
+failure, restore the host. The lab is converged again after every test here (the session's
+later tests rely on it), which the last test proves with the whole suite on every host.
+
+These run only against the session's lab (no --inventory): they break hosts on purpose.
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lab import fleet
+from lab.config import TOKEN_GRANTED
+from operations.weights import MANIFEST
+from tests.conftest import REPO, lab_cli
+from tests.deployed.hosts import LAB_INVENTORY, Target, load_inventory
+
+pytestmark = [pytest.mark.lab, pytest.mark.deployed_faults]
+
+
+def run_suite(*limit: str) -> subprocess.CompletedProcess:
+    """`pytest tests/deployed --inventory inventory/lab.py --limit HOST` as a user runs it."""
+    command = [sys.executable, "-m", "pytest", "tests/deployed", "--inventory", "inventory/lab.py",
+               *(arg for name in limit for arg in ("--limit", name)),
+               "-q", "--tb=short", "-p", "no:cacheprovider", "--color=no"]
+    env = {**os.environ, "HF_TOKEN": TOKEN_GRANTED}
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    result.output = result.stdout + result.stderr
+    result.failed = set(re.findall(r"^FAILED tests/deployed/\S+?::(\S+?)\[", result.output, flags=re.M))
+    return result
+
+
+def assert_caught(result, host: str, tests: set[str], *messages: str) -> None:
+    """The suite failed exactly `tests` on `host`, saying `messages` (regexes)."""
+    assert result.returncode == 1, f"expected the suite to fail, it exited {result.returncode}:\n{result.output[-3000:]}"
+    assert result.failed == tests, f"expected {sorted(tests)} to fail, found {sorted(result.failed)}:\n{result.output[-3000:]}"
+    for message in messages:
+        assert re.search(message, result.output), f"expected the failure to say {message!r}:\n{result.output[-3000:]}"
+    assert f"[{host}]" in result.output
+
+
+def deployment_of(host: fleet.LabHost):
+    inventory = load_inventory(str(LAB_INVENTORY), str(REPO))
+    return Target(host.name, inventory[host.name], lab_mode=True).deployment
+
+
+def wait_generating(host: fleet.LabHost, port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if fleet.ssh(host, f"curl -s -o /dev/null -w '%{{http_code}}' -m 10 localhost:{port}/health_generate",
+                     check=False).strip() == "200":
+            return
+        time.sleep(1)
+    raise AssertionError(f"{host.name}: the server did not generate again within {timeout:.0f}s")
+
+
+def test_a_stopped_service_is_caught(deployed_lab, pcie_host):
+    d = deployment_of(pcie_host)
+    fleet.ssh(pcie_host, f"systemctl stop {d.service_name}")
+    try:
+        result = run_suite(pcie_host.name)
+    finally:
+        fleet.ssh(pcie_host, f"systemctl start {d.service_name}")
+        wait_generating(pcie_host, d.port)
+    assert_caught(result, pcie_host.name, {
+        "test_unit_is_enabled_and_active", "test_unit_runs_as_the_service_user",
+        "test_unit_listens_on_the_configured_address_and_port", "test_unit_arguments_are_what_group_data_asks_for",
+        "test_health_generate_answers_200", "test_chat_completion_returns_text",
+        "test_server_info_reports_speculative_decoding_accepting_drafts", "test_metrics_expose_the_accept_length",
+    }, rf"{pcie_host.name}: expected sglang enabled/active/running, found enabled/inactive/dead",
+        rf"{pcie_host.name}: expected sglang listening on 0\.0\.0\.0:{d.port}, found nothing listening",
+        rf"{pcie_host.name}: expected 200 from /health_generate on http://127\.0\.0\.1:{d.port}, found None")
+
+
+def test_a_token_file_readable_by_all_is_caught(deployed_lab, pcie_host):
+    d = deployment_of(pcie_host)
+    token = f"{d.hf_home}/token"
+    fleet.ssh(pcie_host, f"chmod 0644 {token}")
+    try:
+        result = run_suite(pcie_host.name)
+    finally:
+        fleet.ssh(pcie_host, f"chmod 0600 {token}")
+    assert_caught(result, pcie_host.name, {"test_token_file_is_owned_by_the_service_user_mode_0600"},
+                  rf"{pcie_host.name}: expected {re.escape(token)} mode 0600, found mode 0644")
+    assert TOKEN_GRANTED not in result.output
+
+
+def test_a_truncated_weight_shard_is_caught(deployed_lab, pcie_host):
+    d = deployment_of(pcie_host)
+    manifest = fleet.ssh(pcie_host, f"cat {d.target.local_dir}/{MANIFEST}")
+    shard = sorted(path for path in json.loads(manifest)["files"] if path.endswith(".safetensors"))[0]
+    full, backup = f"{d.target.local_dir}/{shard}", f"/root/specfleet-fault-{shard.replace('/', '_')}"
+    size = json.loads(manifest)["files"][shard]["size"]
+    fleet.ssh(pcie_host, f"cp -p {shlex.quote(full)} {backup} && truncate -s {size // 2} {shlex.quote(full)}")
+    try:
+        result = run_suite(pcie_host.name)
+    finally:
+        fleet.ssh(pcie_host, f"mv {backup} {shlex.quote(full)}")
+    assert_caught(result, pcie_host.name, {"test_weights_are_the_pinned_revision_complete"},
+                  rf"{re.escape(full)}: expected {size} bytes \(manifest and hub\), found {size // 2} bytes on disk")
+    assert "test_weights_are_the_pinned_revision_complete[lab-pcie-1-drafter]" not in result.output
+
+
+def test_draft_tokens_edited_by_hand_in_the_unit_are_caught(deployed_lab, pcie_host):
+    d = deployment_of(pcie_host)
+    wanted = d.speculative["num_draft_tokens"]
+    edited = 6 if wanted != 6 else 5
+    flag = "--speculative-num-draft-tokens"
+    backup = "/root/specfleet-fault-sglang.service"
+    fleet.ssh(pcie_host, f"cp -p {d.unit_file} {backup} && sed -i 's/{flag} {wanted} /{flag} {edited} /' "
+                         f"{d.unit_file} && grep -q -- '{flag} {edited} ' {d.unit_file} && "
+                         f"systemctl daemon-reload && systemctl restart {d.service_name}")
+    try:
+        wait_generating(pcie_host, d.port)
+        result = run_suite(pcie_host.name)
+    finally:
+        fleet.ssh(pcie_host, f"mv {backup} {d.unit_file} && systemctl daemon-reload && "
+                             f"systemctl restart {d.service_name}")
+        wait_generating(pcie_host, d.port)
+    assert_caught(result, pcie_host.name, {"test_unit_arguments_are_what_group_data_asks_for"},
+                  rf"{pcie_host.name}: sglang runs with other arguments than group_data asks for",
+                  rf"{flag}: expected {wanted}, found {edited}")
+
+
+def test_degraded_nvlink_is_caught(deployed_lab, b200_host):
+    profile = b200_host.host_class  # the lab's profile for the class (lab/fleet.py CLASSES)
+    lab_cli("gpu", b200_host.name, f"{profile}_degraded")
+    try:
+        result = run_suite(b200_host.name)
+    finally:
+        lab_cli("gpu", b200_host.name, profile)
+    assert_caught(result, b200_host.name, {"test_gpus_and_interconnect_match_the_class"},
+                  rf"{b200_host.name}: expected NVLink between every GPU pair \(class b200_nvlink\), "
+                  r"found a degraded board")
+
+
+def test_the_lab_is_converged_again_after_the_faults(deployed_lab, lab_hosts):
+    result = run_suite(*(host.name for host in lab_hosts))
+    assert result.returncode == 0, result.output[-4000:]

@@ -1,0 +1,39 @@
+"""The GPUs, their interconnect and fabric are what the host's class (group_data/<class>.py `gpu`) says.
+
+Read through the deploy's own facts (operations/gpu/facts.py: the same nvidia-smi
+commands and parsers) and judged by the same checks as preflight, batched into one command.
+"""
+
+from operations.gpu.checks import check_fabric, check_gpu_class
+from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
+
+
+def gpu_facts(target) -> dict:
+    return target.memo("gpu", lambda: target.facts(
+        gpus=NvidiaGpus(), topology=NvidiaTopology(), driver=NvidiaDriver(), reboot=RebootPending(),
+        fabric=NvidiaFabric()))
+
+
+def test_gpus_and_interconnect_match_the_class(target):
+    facts = gpu_facts(target)
+    problems = check_gpu_class(target.name, target.host_class, target.deployment.gpu, facts["gpus"],
+                               facts["topology"], facts["driver"], facts["reboot"])
+    assert not problems, "\n".join(problems)
+
+
+def test_persistence_mode_is_on_for_every_gpu(target):
+    gpus = gpu_facts(target)["gpus"] or []
+    off = [f"GPU {gpu.get('index')} {gpu.get('persistence_mode')}" for gpu in gpus
+           if gpu.get("persistence_mode") != "Enabled"]
+    assert gpus and not off, (f"{target.name}: expected persistence mode Enabled on every GPU, found "
+                              f"{', '.join(off) or 'no GPUs'}: check nvidia-persistenced")
+    daemon = gpu_facts(target)["fabric"]["units"].get("nvidia-persistenced", {})
+    assert (daemon.get("enabled"), daemon.get("active")) == ("enabled", "active"), (
+        f"{target.name}: expected nvidia-persistenced enabled/active, found "
+        f"{daemon.get('enabled')}/{daemon.get('active')}")
+
+
+def test_fabric_manager_as_the_class_needs(target):
+    """NVSwitch classes: fabric manager active, every GPU's fabric Completed. PCIe: no fabric manager."""
+    problems = check_fabric(target.name, target.host_class, target.deployment.gpu, gpu_facts(target)["fabric"])
+    assert not problems, "\n".join(problems)

@@ -1,0 +1,99 @@
+"""SGLang is the pinned build, and the weights are the pinned revisions' files, complete.
+
+The expected files are the hub's listing at the pinned revision, fetched the way the
+deploy's preflight fetches it (operations.hub.snapshot, with the deploy's token).
+"""
+
+import posixpath
+
+import pytest
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from operations.hub import HubProblem, snapshot
+from operations.venv import VenvRequirement, fingerprint
+from operations.weights import MANIFEST
+
+# Per weights directory: the manifest's commit and files, and each listed file's size on disk.
+_WEIGHTS_SCRIPT = r"""
+import json, os, sys
+result = {}
+for d in sys.argv[2:]:
+    try:
+        manifest = json.load(open(os.path.join(d, sys.argv[1])))
+    except (OSError, ValueError) as error:
+        result[d] = {"error": str(error)}
+        continue
+    disk = {}
+    for path in manifest.get("files", {}):
+        try:
+            disk[path] = os.stat(os.path.join(d, path)).st_size
+        except OSError:
+            disk[path] = None
+    result[d] = {"commit": manifest.get("commit"), "repo_id": manifest.get("repo_id"),
+                 "files": {p: e.get("size") for p, e in manifest.get("files", {}).items()}, "disk": disk}
+print(json.dumps(result))
+"""
+
+
+def test_sglang_virtualenv_has_the_pinned_version(target):
+    d = target.deployment
+    installed = target.facts(sglang=(VenvRequirement(), dict(path=d.venv, distribution="sglang")))["sglang"]
+    version = (installed or {}).get("version")
+    assert version, f"{target.name}: expected SGLang {d.sglang_version} in {d.venv}, found no sglang there"
+    try:
+        specifier = Requirement(d.sglang_requirement).specifier
+    except InvalidRequirement:
+        specifier = None
+    try:
+        public = Version(version).public
+    except InvalidVersion:
+        public = version
+    if specifier:  # a release pin: `sglang==0.5.23` accepts 0.5.23+lab (local labels do not count)
+        ok, wanted = specifier.contains(version, prereleases=True), f"sglang{specifier}"
+    else:  # a build from a URL: the version the profile says it is
+        ok, wanted = public == d.sglang_version, f"{d.sglang_version} ({d.sglang_requirement})"
+    assert ok, f"{target.name}: expected SGLang {wanted} in {d.venv}, found {version}"
+    built_for = fingerprint(d.sglang_requirement, d.pip_index_url)
+    assert installed["fingerprint"] == built_for, (
+        f"{target.name}: expected {d.venv} built for {d.sglang_requirement} (fingerprint {built_for}), "
+        f"found one built for another requirement or index (fingerprint {installed['fingerprint']})")
+
+
+def hub_listing(target, repo):
+    d = target.deployment
+    try:
+        return snapshot(d.hf_endpoint, target.hf_token(), repo.repo_id, repo.revision)
+    except HubProblem as problem:
+        pytest.fail(f"{target.name}: cannot list {repo.repo_id}@{repo.revision} on the hub to compare "
+                    f"the weights with: {problem}")
+
+
+def weights_state(target) -> dict:
+    dirs = [repo.local_dir for repo in target.deployment.repos]
+    return target.memo("weights", lambda: target.python(_WEIGHTS_SCRIPT, MANIFEST, *dirs))
+
+
+@pytest.mark.parametrize("role", ["target", "drafter"])
+def test_weights_are_the_pinned_revision_complete(target, role):
+    repo = getattr(target.deployment, role)
+    hub = hub_listing(target, repo)
+    state = weights_state(target)[repo.local_dir]
+    where = f"{target.name}: {repo.local_dir} ({role} {repo.repo_id}@{repo.revision})"
+    assert "error" not in state, f"{where}: expected its manifest {MANIFEST}, found none ({state.get('error')})"
+    assert state["commit"] == hub.commit, (f"{where}: expected the pinned commit {hub.commit}, "
+                                           f"found the manifest's commit {state['commit']}")
+    wanted = {f.path: f.size for f in hub.files}
+    problems = []
+    for path in sorted(set(wanted) | set(state["files"])):
+        listed, on_disk = state["files"].get(path), state["disk"].get(path)
+        if path not in state["files"]:
+            problems.append(f"{path}: expected {wanted[path]} bytes (hub), found it missing from the manifest")
+        elif path not in wanted:
+            problems.append(f"{path}: expected no such file (not in the hub's listing), found it in the manifest")
+        elif listed != wanted[path]:
+            problems.append(f"{path}: expected {wanted[path]} bytes (hub), found {listed} in the manifest")
+        elif on_disk != listed:
+            problems.append(f"{posixpath.join(repo.local_dir, path)}: expected {listed} bytes (manifest and "
+                            f"hub), found {'no file' if on_disk is None else f'{on_disk} bytes'} on disk")
+    assert not problems, f"{where}:\n" + "\n".join(problems)

@@ -1,0 +1,161 @@
+"""The SGLang unit: enabled, active, restarting, run by the service user, listening where
+group_data says, with the arguments group_data asks for (operations.sglang.server_args)."""
+
+import ipaddress
+import shlex
+
+from operations.sglang import server_args
+
+# systemd's view of the unit, every process of its cgroup (user, socket inodes), the
+# running main process's argv, the unit file's ExecStart and the TCP listeners on `port`.
+_UNIT_SCRIPT = r"""
+import json, os, pwd, socket, subprocess, sys
+service, port = sys.argv[1], int(sys.argv[2])
+names = "ActiveState,SubState,UnitFileState,User,Restart,MainPID,FragmentPath,ControlGroup,NeedDaemonReload"
+shown = subprocess.run(["systemctl", "show", service, "-p", names], capture_output=True, text=True).stdout
+props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+def user_of(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("Uid:"):
+            uid = int(line.split()[1])
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+processes = {}
+group = props.get("ControlGroup") or "/nonexistent"
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        # Any cgroup hierarchy (v1, v2 or hybrid) placing the process in the unit's group.
+        paths = [line.rstrip("\n").split(":", 2)[2] for line in open(f"/proc/{pid}/cgroup")]
+        if not any(path == group or path.startswith(group + "/") for path in paths):
+            continue
+        inodes = []
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.append(link[8:-1])
+        processes[pid] = {"user": user_of(pid), "sockets": inodes}
+    except (OSError, IndexError):
+        pass
+main_pid = props.get("MainPID", "0")
+try:
+    argv = [a.decode(errors="replace") for a in open(f"/proc/{main_pid}/cmdline", "rb").read().split(b"\0")[:-1]]
+except OSError:
+    argv = None
+exec_start = None
+try:
+    for line in open(props.get("FragmentPath") or "/nonexistent"):
+        if line.startswith("ExecStart="):
+            exec_start = line[len("ExecStart="):].strip()
+except OSError:
+    pass
+def address(hex_address):
+    raw = bytes.fromhex(hex_address)
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1])
+    return socket.inet_ntop(socket.AF_INET6, b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+listeners = []
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        lines = open(table).read().splitlines()[1:]
+    except OSError:
+        continue
+    for line in lines:
+        fields = line.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        hex_address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:
+            owners = [pid for pid, p in processes.items() if inode in p["sockets"]]
+            listeners.append({"address": address(hex_address), "port": port, "unit_pids": owners})
+print(json.dumps({"props": props, "processes": {pid: p["user"] for pid, p in processes.items()},
+                  "argv": argv, "exec_start": exec_start, "listeners": listeners}))
+"""
+
+
+def unit_state(target) -> dict:
+    d = target.deployment
+    return target.memo("unit", lambda: target.python(_UNIT_SCRIPT, d.service_name, str(d.port)))
+
+
+def expected_command(d) -> list[str]:
+    """The ExecStart of templates/sglang.service.j2: the launcher and server_args(deployment)."""
+    return [f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *server_args(d)]
+
+
+def flags(args: list[str]) -> dict[str, list[str]]:
+    """`--flag v1 v2 --switch` -> {"--flag": ["v1", "v2"], "--switch": []}; leading words under ""."""
+    parsed: dict[str, list[str]] = {"": []}
+    current = ""
+    for arg in args:
+        if arg.startswith("--"):
+            current = arg
+            parsed.setdefault(current, [])
+        else:
+            parsed[current].append(arg)
+    return parsed
+
+
+def args_differences(expected: list[str], found: list[str]) -> list[str]:
+    want, got = flags(expected), flags(found)
+    differences = []
+    if want.pop("") != got.pop(""):
+        differences.append(f"command: expected {shlex.join(expected[:2])}, found {shlex.join(found[:2])}")
+    for flag in sorted(set(want) | set(got)):
+        if flag not in got:
+            differences.append(f"{flag}: expected {' '.join(want[flag]) or '(set)'}, found it missing")
+        elif flag not in want:
+            differences.append(f"{flag}: expected no such flag, found {' '.join(got[flag]) or '(set)'}")
+        elif want[flag] != got[flag]:
+            differences.append(f"{flag}: expected {' '.join(want[flag])}, found {' '.join(got[flag])}")
+    return differences
+
+
+def test_unit_is_enabled_and_active(target):
+    d, props = target.deployment, unit_state(target)["props"]
+    state = (props.get("UnitFileState"), props.get("ActiveState"), props.get("SubState"))
+    assert state == ("enabled", "active", "running"), (
+        f"{target.name}: expected {d.service_name} enabled/active/running, found {'/'.join(map(str, state))}: "
+        f"check `journalctl -u {d.service_name}`")
+
+
+def test_unit_runs_as_the_service_user(target):
+    d, unit = target.deployment, unit_state(target)
+    assert unit["props"].get("User") == d.service_user, (
+        f"{target.name}: expected {d.service_name}'s User={d.service_user}, found User={unit['props'].get('User')}")
+    others = {pid: user for pid, user in unit["processes"].items() if user != d.service_user}
+    assert unit["processes"] and not others, (
+        f"{target.name}: expected every process of {d.service_name} run by {d.service_user}, found "
+        + (", ".join(f"process {pid} run by {user}" for pid, user in others.items()) or "no processes"))
+
+
+def test_unit_has_a_restart_policy(target):
+    d, restart = target.deployment, unit_state(target)["props"].get("Restart")
+    assert restart not in (None, "", "no"), (
+        f"{target.name}: expected {d.service_name} to restart when it dies (Restart=always or on-failure), "
+        f"found Restart={restart}")
+
+
+def test_unit_listens_on_the_configured_address_and_port(target):
+    d, listeners = target.deployment, unit_state(target)["listeners"]
+    wanted = ipaddress.ip_address(d.bind_address)
+    ours = [l for l in listeners if ipaddress.ip_address(l["address"]) == wanted and l["unit_pids"]]
+    found = ", ".join(f"{l['address']}:{l['port']} ({'pids ' + ' '.join(l['unit_pids']) if l['unit_pids'] else 'not ' + d.service_name})"
+                      for l in listeners) or "nothing listening on that port"
+    assert ours, f"{target.name}: expected {d.service_name} listening on {d.bind_address}:{d.port}, found {found}"
+
+
+def test_unit_arguments_are_what_group_data_asks_for(target):
+    """Speculative algorithm, draft model, draft tokens or DDTree budget, TP size, attention backends..."""
+    d, unit = target.deployment, unit_state(target)
+    expected = expected_command(d)
+    assert unit["argv"], f"{target.name}: expected {d.service_name}'s main process, found none running"
+    running = args_differences(expected, unit["argv"])
+    assert not running, (f"{target.name}: {d.service_name} runs with other arguments than group_data asks for "
+                         f"({d.profile_name} on {d.host_class}):\n" + "\n".join(running))
+    on_disk = args_differences(expected, shlex.split(unit["exec_start"] or ""))
+    assert not on_disk, (f"{target.name}: {d.unit_file} has other arguments than group_data asks for "
+                         "(a restart would apply them):\n" + "\n".join(on_disk))
+    assert unit["props"].get("NeedDaemonReload") == "no", (
+        f"{target.name}: expected systemd to have loaded {d.unit_file} as it is on disk, found it changed "
+        "since (NeedDaemonReload=yes)")

@@ -178,40 +178,60 @@ def log_serving(host, probe: dict) -> None:
                     f"{probe['accept_length']}; completion: {probe['completion']!r}", fg="green")
 
 
-def wait_ready(state, host, deployment: Deployment, timeout_s: int, poll_interval: float = 2.0) -> bool:
+def _probe_until_ready(host, deployment: Deployment, timeout_s: float, poll_interval: float,
+                       progress: str) -> dict:
+    """Probe the local server until it generates or `timeout_s` passes; the last probe."""
     d = deployment
     probe_command = ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file)
-    started = time.monotonic()
-    last_logged = started
-    probe: dict = {}
-    while time.monotonic() - started < timeout_s:
+    started = last_logged = time.monotonic()
+    while True:
         _, output = host.run_shell_command(probe_command)
         probe = ServerProbe().process(output.stdout_lines)
         if probe.get("ready") and probe.get("completion"):
-            log_serving(host, probe)
-            return True
+            return probe
+        if time.monotonic() - started >= timeout_s:
+            return probe
         if time.monotonic() - last_logged >= 15:
-            host.log(f"waiting for {d.service_name} to generate: {time.monotonic() - started:.0f}s "
-                     f"of {timeout_s}s ({probe.get('error', 'not ready')})")
+            host.log(f"{progress}: {time.monotonic() - started:.0f}s of {timeout_s:.0f}s "
+                     f"({probe.get('error', 'not ready')})")
             last_logged = time.monotonic()
         time.sleep(poll_interval)
+
+
+def wait_ready(state, host, deployment: Deployment, timeout_s: int, poll_interval: float = 2.0) -> bool:
+    """Wait for the (re)started server to generate; else restore the previous unit and prove it serves."""
+    d = deployment
+    probe = _probe_until_ready(host, d, timeout_s, poll_interval, f"waiting for {d.service_name} to generate")
+    if probe.get("ready") and probe.get("completion"):
+        log_serving(host, probe)
+        return True
 
     _, journal = host.run_shell_command(f"journalctl -u {d.service_name} -n 25 --no-pager -o cat")
     restore = " && ".join([
         f"test -f {d.unit_file}{PREVIOUS}",
-        *(f"mv {path}{PREVIOUS} {path}" for path in (d.unit_file, d.env_file)),
+        *(f"if [ -f {path}{PREVIOUS} ]; then mv {path}{PREVIOUS} {path}; fi" for path in (d.unit_file, d.env_file)),
         "systemctl daemon-reload", f"systemctl restart {d.service_name}",
     ])
     restored, _ = host.run_shell_command(restore)
+    if restored:
+        # The previous unit served before this deploy: it should be back within a normal start.
+        again = _probe_until_ready(host, d, min(timeout_s, 120), poll_interval,
+                                   f"waiting for the restored {d.service_name} to generate")
+        outcome = ("restored the previous unit, which generates again" if again.get("ready") and
+                   again.get("completion") else
+                   f"restored the previous unit, but it does not generate either ({again.get('error', 'not ready')})")
+    else:
+        outcome = "no previous unit to restore"
     host.log_styled(
-        f"{d.service_name} did not generate within {timeout_s}s ({probe.get('error', 'not ready')}); "
-        + ("restored and restarted the previous unit" if restored else "no previous unit to restore")
-        + f". Its journal:\n{journal.stdout}", fg="red")
+        f"{d.service_name} did not generate within {timeout_s}s ({probe.get('error', 'not ready')}); {outcome}. "
+        f"Last lines of its journal (journalctl -u {d.service_name}):\n{journal.stdout}", fg="red")
     return False
 
 
 def inputs(deployment: Deployment, snapshots) -> str:
-    """What the server is built from besides its unit: a change in any of these restarts it."""
+    """What the server is built from besides its unit (SGLang, weights, its launcher): a change restarts it."""
     d = deployment
+    launcher = hashlib.sha1((HOST_SCRIPTS / "launch_sglang.py").read_bytes()).hexdigest()[:12]
     return (f"sglang={fingerprint(d.sglang_requirement, d.pip_index_url)} "
-            f"target={snapshots['target'].commit[:12]} drafter={snapshots['drafter'].commit[:12]}")
+            f"target={snapshots['target'].commit[:12]} drafter={snapshots['drafter'].commit[:12]} "
+            f"launcher={launcher}")

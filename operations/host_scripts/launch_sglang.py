@@ -5,8 +5,14 @@ the server's argv inside the process, so it is never in the unit file or in
 `ps` (the kernel keeps the exec-time argv). SGLang logs its resolved
 ServerArgs, api_key included, so the server (and every process it spawns)
 writes into a pipe that this process copies to the journal with the key masked.
+
+The server dies with this process (PR_SET_PDEATHSIG): a launcher killed with
+SIGKILL must not leave its server holding the port, or every restart systemd
+makes fails with "Address already in use" where the unit's cgroup cannot be
+killed (containers with a partial cgroup setup).
 """
 
+import ctypes
 import os
 import runpy
 import signal
@@ -17,9 +23,15 @@ key_file = Path(os.environ.get("SPECFLEET_API_KEY_FILE", "/nonexistent"))
 key = key_file.read_text().strip() if key_file.is_file() else ""
 argv = ["sglang.launch_server", *sys.argv[1:], *(["--api-key", key] if key else [])]
 
+PR_SET_PDEATHSIG = 1
+
 read_end, write_end = os.pipe()
+launcher = os.getpid()
 server = os.fork()
 if server == 0:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != launcher:  # the launcher died before prctl took effect
+        os._exit(1)
     os.close(read_end)
     os.dup2(write_end, 1)
     os.dup2(write_end, 2)

@@ -1,0 +1,95 @@
+"""The server under faults: flags SGLang rejects, a restart that never gets ready, a crash."""
+
+import threading
+import time
+
+import pytest
+
+from lab import fleet
+from tests.conftest import run_deploy, write_group_data
+from tests.faults.faultlab import http_status, main_pid, record, server_info, set_knobs, wait_for
+from tests.lab.test_deploy import operations_started
+
+pytestmark = pytest.mark.lab
+
+UNIT = "/etc/systemd/system/sglang.service"
+
+
+def unit_sha(host) -> str:
+    return fleet.ssh(host, f"sha1sum {UNIT}")
+
+
+def test_flag_the_installed_sglang_rejects_fails_before_restart_naming_it(deployed_lab, pcie_host, tmp_path):
+    host = pcie_host
+    pid, unit = main_pid(host), unit_sha(host)
+    bad = write_group_data(tmp_path, "rtx_pro_6000_pcie", (
+        "sglang_class = copy.deepcopy(base['sglang_class'])\n"
+        "sglang_class['attention_backends']['mla'] = ('flashmla_v9', 'flashinfer')"))
+    result = run_deploy("--limit", host.name, group_data=bad)
+    assert result.returncode != 0
+    line = next((l for l in result.output.splitlines() if "rejects the rendered flags" in l), "")
+    assert "--attention-backend" in line and "flashmla_v9" in line, result.output[-3000:]
+    assert "sglang was left as it was" in line
+    assert "SGLang generates" not in operations_started(result.output)
+    assert (main_pid(host), unit_sha(host)) == (pid, unit), "the service was touched"
+    assert http_status(host) == 200
+    record("bad flags", result="refused before restart", restarts=0)
+
+
+def test_failed_readiness_restores_the_previous_unit_and_shows_the_journal(deployed_lab, pcie_host, tmp_path):
+    host = pcie_host
+    change = write_group_data(tmp_path, "all", (
+        "profiles = copy.deepcopy(base['profiles'])\n"
+        "profiles['kimi_k26_dflash']['speculative']['num_draft_tokens'] = 6"))
+    restored_at = {}
+
+    def heal_when_restored():
+        # The fault belongs to the new config: once the previous unit is back, health is fine again.
+        wait_for(lambda: "num-draft-tokens 6" in fleet.ssh(host, f"cat {UNIT}"), 60, 0.5, "the new unit")
+        wait_for(lambda: "num-draft-tokens 8" in fleet.ssh(host, f"cat {UNIT}"), 90, 0.3, "the restore")
+        restored_at["t"] = time.monotonic()
+        set_knobs(host)
+
+    set_knobs(host, health_fail=True)
+    healer = threading.Thread(target=heal_when_restored, daemon=True)
+    try:
+        healer.start()
+        started = time.monotonic()
+        result = run_deploy("--limit", host.name, "--data", "ready_timeout_s=20", group_data=change)
+        finished = time.monotonic()
+        healer.join(5)
+    finally:
+        set_knobs(host)
+    assert result.returncode != 0
+    out = result.output
+    assert "sglang did not generate within 20s" in out, out[-3000:]
+    assert "restored the previous unit, which generates again" in out, out[-3000:]
+    assert "Last lines of its journal" in out and "[lab stand-in sglang 0.5.23" in out  # the journal itself
+    assert "--speculative-num-draft-tokens 8" in fleet.ssh(host, f"cat {UNIT}")
+    assert fleet.ssh(host, f"ls {UNIT}.specfleet-previous 2>/dev/null || true") == ""
+    assert server_info(host)["speculative_num_draft_tokens"] == 8 and http_status(host) == 200
+    record("failed readiness", result="rolled back", deploy_s=round(finished - started, 1),
+           restore_to_serving_s=round(finished - restored_at["t"], 1))
+    again = run_deploy("--limit", host.name)
+    assert again.returncode == 0, again.output[-3000:]
+
+
+@pytest.mark.parametrize("victim", ["server", "launcher"])
+def test_killed_server_is_restarted_by_systemd(deployed_lab, b200_host, victim):
+    host = b200_host
+    launcher = main_pid(host)
+    target = fleet.ssh(host, f"pgrep -P {launcher}").split()[0] if victim == "server" else launcher
+    restarts = int(fleet.ssh(host, "systemctl show -p NRestarts --value sglang"))
+    restart_sec = float(fleet.ssh(host, "systemctl show -p RestartUSec --value sglang").strip().rstrip("s"))
+    killed = time.monotonic()
+    fleet.ssh(host, f"kill -9 {target}")
+    wait_for(lambda: http_status(host) != 200, 10, 0.1, "the server to go down")
+    wait_for(lambda: http_status(host) == 200, 60, 0.2, "/health_generate to answer again")
+    recovered = time.monotonic() - killed
+    assert int(fleet.ssh(host, "systemctl show -p NRestarts --value sglang")) == restarts + 1
+    assert main_pid(host) != launcher
+    assert server_info(host)["speculative_algorithm"] == "DFLASH"
+    # Restart delay plus a start of the stand-in (about a second) plus polling slack.
+    assert recovered < restart_sec + 8, f"recovered after {recovered:.1f}s"
+    record(f"server crash (kill -9 {victim})", result="restarted by systemd",
+           recovered_s=round(recovered, 1), restart_sec=restart_sec)

@@ -21,14 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import paramiko
+import pytest
 import testinfra
 from pyinfra.api import FactBase
+from pyinfra.connectors.ssh import connector_data_meta
+from pyinfra.connectors.sshuserclient.client import SSHClient
 
 from operations.deployment import Deployment, host_class_of, resolve
 from operations.hub import controller_token
 
 REPO = Path(__file__).resolve().parents[2]
+CONNECT_TIMEOUT = 10  # pyinfra's default (Config.CONNECT_TIMEOUT)
 LAB_INVENTORY = REPO / "inventory" / "lab.py"
 
 
@@ -113,36 +116,39 @@ def matches(name: str, groups, patterns: list[str]) -> bool:
     return not patterns or any(p in groups or fnmatch.fnmatch(name, p) for p in patterns)
 
 
-class _AcceptAnyKey(paramiko.MissingHostKeyPolicy):
-    def missing_host_key(self, client, hostname, key):
-        pass
+def ssh_client(host) -> SSHClient:
+    """The connection pyinfra's ssh connector makes to `host`: its own paramiko client (which
+    honours ~/.ssh/config, ProxyJump, known_hosts and strict host key checking as pyinfra does)
+    with the keyword arguments SSHConnector.make_paramiko_kwargs builds from the ssh_* data."""
 
+    def data(key: str):
+        value = host.data.get(key)
+        return connector_data_meta[key].default if value is None else value
 
-def ssh_client(host) -> paramiko.SSHClient:
-    """A paramiko client built from the host's pyinfra ssh_* data, as pyinfra's ssh connector reads it."""
-    data = host.data
-    client = paramiko.SSHClient()
-    strict = str(data.get("ssh_strict_host_key_checking") or "accept-new").lower()
-    if strict in ("off", "no", "false"):
-        client.set_missing_host_key_policy(_AcceptAnyKey())
+    kwargs: dict[str, Any] = {
+        "allow_agent": False,
+        "look_for_keys": False,
+        "_pyinfra_ssh_forward_agent": data("ssh_forward_agent"),
+        "_pyinfra_ssh_config_file": data("ssh_config_file"),
+        "_pyinfra_ssh_known_hosts_file": data("ssh_known_hosts_file"),
+        "_pyinfra_ssh_strict_host_key_checking": data("ssh_strict_host_key_checking"),
+        "_pyinfra_ssh_paramiko_connect_kwargs": data("ssh_paramiko_connect_kwargs"),
+        "timeout": CONNECT_TIMEOUT,
+    }
+    if data("ssh_user"):
+        kwargs["username"] = data("ssh_user")
+    if data("ssh_port"):
+        kwargs["port"] = int(data("ssh_port"))
+    if data("ssh_password"):
+        kwargs["password"] = data("ssh_password")
+    if data("ssh_key"):
+        kwargs["key_filename"] = os.path.expanduser(data("ssh_key"))
+        kwargs["passphrase"] = data("ssh_key_password")
     else:
-        known_hosts = os.path.expanduser(data.get("ssh_known_hosts_file") or "~/.ssh/known_hosts")
-        if os.path.isfile(known_hosts):
-            client.load_host_keys(known_hosts)
-        # accept-new: an unknown key is accepted (not saved), a changed one refused; yes: known keys only.
-        client.set_missing_host_key_policy(paramiko.RejectPolicy() if strict == "yes"
-                                           else paramiko.AutoAddPolicy())
-    key = data.get("ssh_key")
-    client.connect(
-        hostname=data.get("ssh_hostname") or host.name,
-        port=int(data.get("ssh_port") or 22),
-        username=data.get("ssh_user") or None,
-        key_filename=os.path.expanduser(key) if key else None,
-        passphrase=data.get("ssh_key_password"),
-        password=data.get("ssh_password"),
-        timeout=int(data.get("ssh_connect_timeout") or 10),
-        allow_agent=bool(data.get("ssh_allow_agent", True)),
-    )
+        kwargs["allow_agent"] = data("ssh_allow_agent")
+        kwargs["look_for_keys"] = data("ssh_look_for_keys")
+    client = SSHClient()
+    client.connect(data("ssh_hostname") or host.name, **kwargs)
     return client
 
 
@@ -163,21 +169,33 @@ class Target:
     def deployment(self) -> Deployment:
         return resolve(self.host.data, self.host_class)
 
-    @functools.cached_property
+    @property
     def testinfra(self):
-        """testinfra's host over paramiko, on a connection opened with the pyinfra host's ssh data."""
-        data = self.host.data
-        user = data.get("ssh_user")
-        spec = f"paramiko://{user + '@' if user else ''}{data.get('ssh_hostname') or self.name}"
-        if data.get("ssh_port"):
-            spec += f":{data.get('ssh_port')}"
-        infra = testinfra.get_host(spec, sudo=bool(data.get("_sudo")), sudo_user=data.get("_sudo_user"))
-        infra.backend.client = ssh_client(self.host)  # testinfra would only read ~/.ssh/config
-        return infra
+        """testinfra's paramiko backend, on the connection pyinfra would open (ssh_client).
+
+        Opened once; a host that cannot be reached fails each of its tests at once, saying why.
+        """
+        if "testinfra" not in self._memo:
+            data = self.host.data
+            try:
+                client = ssh_client(self.host)
+            except Exception as error:
+                self._memo["testinfra"] = (f"{self.name}: expected an SSH connection as pyinfra makes it "
+                                           f"(ssh_hostname {data.get('ssh_hostname') or self.name}, "
+                                           f"ssh_user {data.get('ssh_user')}), found {type(error).__name__}: {error}")
+            else:
+                user = data.get("ssh_user")
+                spec = f"paramiko://{user + '@' if user else ''}{data.get('ssh_hostname') or self.name}"
+                infra = testinfra.get_host(spec, sudo=bool(data.get("_sudo")), sudo_user=data.get("_sudo_user"))
+                infra.backend.client = client  # in place of testinfra's own connect
+                self._memo["testinfra"] = infra
+        if isinstance(self._memo["testinfra"], str):
+            pytest.fail(self._memo["testinfra"], pytrace=False)
+        return self._memo["testinfra"]
 
     def close(self) -> None:
-        if "testinfra" in self.__dict__:
-            self.testinfra.backend.client.close()
+        if not isinstance(self._memo.get("testinfra", ""), str):
+            self._memo["testinfra"].backend.client.close()
 
     def memo(self, key: str, compute):
         """Each batch of commands runs once per host and session, whichever test asks first."""

@@ -18,7 +18,7 @@ import pytest
 from lab import fleet
 from lab.config import TOKEN_GRANTED
 from operations.weights import MANIFEST
-from tests.conftest import REPO, lab_cli
+from tests.conftest import REPO, lab_cli, run_deploy
 from tests.deployed.hosts import LAB_INVENTORY, Target, load_inventory
 
 pytestmark = [pytest.mark.lab, pytest.mark.deployed_faults]
@@ -40,9 +40,25 @@ def assert_caught(result, host: str, tests: set[str], *messages: str) -> None:
     """The suite failed exactly `tests` on `host`, saying `messages` (regexes)."""
     assert result.returncode == 1, f"expected the suite to fail, it exited {result.returncode}:\n{result.output[-3000:]}"
     assert result.failed == tests, f"expected {sorted(tests)} to fail, found {sorted(result.failed)}:\n{result.output[-3000:]}"
+    messages_said = "\n".join(said(result.output))
     for message in messages:
-        assert re.search(message, result.output), f"expected the failure to say {message!r}:\n{result.output[-3000:]}"
-    assert f"[{host}]" in result.output
+        assert re.search(message, messages_said), f"expected the failure to say {message!r}:\n{result.output[-3000:]}"
+    assert re.search(rf"^FAILED \S+\[{re.escape(host)}[\]-]", result.output, flags=re.M), result.output[-3000:]
+    print(messages_said)  # shown with `pytest -rP`
+
+
+def said(output: str) -> list[str]:
+    """The assertion messages in pytest's output (multi-line ones whole), without its introspection."""
+    messages, current = [], None
+    for line in output.splitlines():
+        if line.startswith("E   AssertionError: "):
+            current = [line[len("E   AssertionError: "):]]
+            messages.append(current)
+        elif current is not None and line.startswith("E     "):  # a continuation line, before "E   assert"
+            current.append(line[6:])
+        else:
+            current = None
+    return sorted({"\n".join(message) for message in messages})
 
 
 def deployment_of(host: fleet.LabHost):
@@ -73,7 +89,8 @@ def test_a_stopped_service_is_caught(deployed_lab, pcie_host):
         "test_unit_listens_on_the_configured_address_and_port", "test_unit_arguments_are_what_group_data_asks_for",
         "test_health_generate_answers_200", "test_chat_completion_returns_text",
         "test_server_info_reports_speculative_decoding_accepting_drafts", "test_metrics_expose_the_accept_length",
-    }, rf"{pcie_host.name}: expected sglang enabled/active/running, found enabled/inactive/dead",
+    }, # A stopped unit reads inactive/dead, or failed/failed: the launcher exits 1 on SIGTERM.
+        rf"{pcie_host.name}: expected sglang enabled/active/running, found enabled/(inactive/dead|failed/failed)",
         rf"{pcie_host.name}: expected sglang listening on 0\.0\.0\.0:{d.port}, found nothing listening",
         rf"{pcie_host.name}: expected 200 from /health_generate on http://127\.0\.0\.1:{d.port}, found None")
 
@@ -124,7 +141,9 @@ def test_draft_tokens_edited_by_hand_in_the_unit_are_caught(deployed_lab, pcie_h
                              f"systemctl restart {d.service_name}")
         wait_generating(pcie_host, d.port)
     assert_caught(result, pcie_host.name, {"test_unit_arguments_are_what_group_data_asks_for"},
-                  rf"{pcie_host.name}: sglang runs with other arguments than group_data asks for",
+                  rf"{pcie_host.name}: sglang runs with other arguments than group_data asks for "
+                  rf"\({d.profile_name} on {d.host_class}\):\n{flag}: expected {wanted}, found {edited}",
+                  rf"{pcie_host.name}: {d.unit_file} has other arguments than group_data asks for:\n"
                   rf"{flag}: expected {wanted}, found {edited}")
 
 
@@ -140,6 +159,20 @@ def test_degraded_nvlink_is_caught(deployed_lab, b200_host):
                   r"found a degraded board")
 
 
+def detected_changes(dry_output: str) -> list[str]:
+    """Rows of `pyinfra --dry`'s "Detected changes" table where some host would change."""
+    table = dry_output.split("--> Detected changes:")[1].split("Detected changes may")[0]
+    return [line.strip() for line in table.splitlines()[2:]
+            if line.strip() and re.split(r"\s{2,}", line.strip())[1:] != ["-", "-"]]
+
+
 def test_the_lab_is_converged_again_after_the_faults(deployed_lab, lab_hosts):
+    """Every check passes on every host, and the deploy would change nothing (--dry)."""
     result = run_suite(*(host.name for host in lab_hosts))
     assert result.returncode == 0, result.output[-4000:]
+    dry = run_deploy("--dry")
+    assert dry.returncode == 0, dry.output[-3000:]
+    changes = detected_changes(dry.output)
+    if changes:
+        assert run_deploy().returncode == 0  # converge it for the tests after these
+    assert not changes, f"the faults were not undone: a deploy would change {changes}"

@@ -150,12 +150,15 @@ def test_unit_arguments_are_what_group_data_asks_for(target):
     d, unit = target.deployment, unit_state(target)
     expected = expected_command(d)
     assert unit["argv"], f"{target.name}: expected {d.service_name}'s main process, found none running"
+    problems = []
     running = args_differences(expected, unit["argv"])
-    assert not running, (f"{target.name}: {d.service_name} runs with other arguments than group_data asks for "
-                         f"({d.profile_name} on {d.host_class}):\n" + "\n".join(running))
+    if running:
+        problems += [f"{target.name}: {d.service_name} runs with other arguments than group_data asks for "
+                     f"({d.profile_name} on {d.host_class}):", *running]
     on_disk = args_differences(expected, shlex.split(unit["exec_start"] or ""))
-    assert not on_disk, (f"{target.name}: {d.unit_file} has other arguments than group_data asks for "
-                         "(a restart would apply them):\n" + "\n".join(on_disk))
+    if on_disk:
+        problems += [f"{target.name}: {d.unit_file} has other arguments than group_data asks for:", *on_disk]
+    assert not problems, "\n".join(problems)
     assert unit["props"].get("NeedDaemonReload") == "no", (
         f"{target.name}: expected systemd to have loaded {d.unit_file} as it is on disk, found it changed "
         "since (NeedDaemonReload=yes)")

@@ -204,3 +204,32 @@ def changed_operations(timed: Timed) -> list[str]:
                 if success not in ("-", "0"):
                     changed.append(" ".join(cols[:-4]))
     return changed
+
+
+def extract_commands(lines: list[str], host: str) -> list[tuple[str, str, str]]:
+    """(operation, fact or "operation command", the shell command) run on HOST, from --debug output."""
+    commands, op, fact, current = [], "(deploy file)", None, None
+    prefix = f"[pyinfra.connectors.ssh] Running command on {host}: "
+    for line in lines:
+        stripped = line.strip()
+        if current is not None:
+            if stripped.startswith("[pyinfra") or line.startswith("-->") or re.match(r"^\s+\[[\w.-]+\] ", line):
+                commands.append(current)
+                current = None
+            else:
+                current = (current[0], current[1], current[2] + "\n" + line)
+                continue
+        if m := _OP.match(line):
+            op = m.group(1)
+        elif m := _FACT.search(line):
+            fact = m.group(1).rsplit(".", 1)[-1]
+        elif prefix in line:
+            text = line.split(prefix, 1)[1]
+            text = re.sub(r"^\(pty=\w+\) ", "", text)
+            current = (op, fact or "operation command", text)
+            fact = None
+        elif _RUN.search(line):
+            fact = None
+    if current is not None:
+        commands.append(current)
+    return commands

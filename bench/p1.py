@@ -10,8 +10,11 @@ to back (the order rotates), and the ratio is taken within a round. One extra
 import os
 
 from bench import labctl
-from bench.common import (PYINFRA, REPO, TOKEN, changed_operations, count_commands, deploy, fmt, log,
-                          operation_times, phase_times, ratio_summary, run_timed, summary, write_result)
+import statistics
+
+from bench.common import (PYINFRA, REPO, TOKEN, changed_operations, count_commands, deploy, extract_commands, fmt,
+                          log, operation_times, phase_times, ratio_summary, run_timed, summary, write_result)
+from lab import fleet
 
 SPEC = "pcie=2,b200=1"
 TARGET = 2.0
@@ -33,6 +36,33 @@ def noop_run():
     return run
 
 
+def cost_model(rounds: int = 3) -> dict:
+    """Seconds one SSH round trip and one operation add to a run (3 hosts in parallel), from
+    bench/roundtrip_deploy.py: 1 operation of 0 commands, 1 of 30 commands, 13 of 0 commands."""
+    variants = {"base": (1, 0), "commands_30": (1, 30), "operations_13": (13, 0)}
+    times = {k: [] for k in variants}
+    for _ in range(rounds):
+        for key, (ops, commands) in variants.items():
+            run = deploy("--data", f"bench_ops={ops}", "--data", f"bench_commands={commands}",
+                         deploy_file="bench/roundtrip_deploy.py").check()
+            times[key].append(run.seconds)
+    per_command = [(c - b) / 30 for c, b in zip(times["commands_30"], times["base"])]
+    per_operation = [(o - b) / 12 for o, b in zip(times["operations_13"], times["base"])]
+    return {"runs_s": {k: summary(v) for k, v in times.items()},
+            "per_round_trip_s": summary(per_command), "per_operation_s": summary(per_operation)}
+
+
+def on_host_times(debug_lines: list[str], host: fleet.LabHost, reps: int = 3) -> list[dict]:
+    """Each command the no-op deploy ran on HOST, re-run there REPS times and timed on the host."""
+    rows = []
+    for op, fact, command in extract_commands(debug_lines, host.name):
+        script = (f"s=$(date +%s%N); for i in $(seq {reps}); do {command} >/dev/null 2>&1; done; "
+                  f"e=$(date +%s%N); echo $(((e - s) / {reps}))")
+        seconds = int(fleet.ssh(host, script, check=False).strip().split()[-1]) / 1e9
+        rows.append({"operation": op, "fact": fact, "on_host_s": round(seconds, 4), "command": command[:160]})
+    return rows
+
+
 def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     log(f"P1: lab hosts {SPEC}")
     labctl.up(SPEC)
@@ -43,11 +73,13 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     runs = {"noop": [], "floor": [], "fact": []}
     kinds = {"noop": noop_run, "floor": floor_run, "fact": fact_run}
     order = list(kinds)
-    noop_phases, noop_ops = [], []
+    noop_phases, noop_ops, floor_phases = [], [], []
     for r in range(rounds):
         for kind in order[r % 3:] + order[:r % 3]:
             run = kinds[kind]()
             runs[kind].append(run.seconds)
+            if kind == "floor":
+                floor_phases.append(phase_times(run))
             if kind == "noop":
                 noop_phases.append(phase_times(run))
                 noop_ops.append(operation_times(run))
@@ -59,6 +91,11 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     commands = count_commands([line for _, line in debug.lines])
     floor_debug = deploy("--debug", deploy_file="bench/floor_deploy.py").check()
     floor_commands = count_commands([line for _, line in floor_debug.lines])
+    log("P1: cost of one round trip and one operation; each no-op command timed on the hosts")
+    model = cost_model()
+    debug_lines = [line for _, line in debug.lines]
+    hosts = {h.name: h for h in fleet.read_fleet()}
+    on_host = {name: on_host_times(debug_lines, hosts[name]) for name in ("lab-pcie-1", "lab-b200-1")}
 
     ratio = ratio_summary(runs["noop"], runs["floor"])
     median_phase = {k: round(sorted(p[k] for p in noop_phases)[len(noop_phases) // 2], 3)
@@ -72,9 +109,14 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
         "ratio": ratio, "ratio_vs_fact_cli": ratio_summary(runs["noop"], runs["fact"]),
         "met": ratio["median"] <= TARGET,
         "noop_phases_median_s": median_phase,
+        "floor_phases_median_s": {k: round(statistics.median(p[k] for p in floor_phases), 3)
+                                  for k in floor_phases[0]},
         "noop_operation_wall_median_s": median_ops,
         "ssh_commands_noop": commands,
         "ssh_commands_floor": floor_commands["per_host_total"],
+        "cost_model": model,
+        "on_host_command_s": on_host,
+        "on_host_total_s": {name: round(sum(r["on_host_s"] for r in rows), 3) for name, rows in on_host.items()},
     }
     print(f"P1 no-op deploy   {fmt(result['noop_s'])}")
     print(f"P1 floor          {fmt(result['floor_s'])}")
@@ -83,8 +125,16 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     print(f"P1 phases (median s): {median_phase}")
     print(f"P1 SSH commands per host (no-op): {commands['per_host_total']}; floor: "
           f"{floor_commands['per_host_total']}")
+    b200 = on_host["lab-b200-1"]
+    print("    operation                    commands (b200 host)  their time on the host")
     for op, per_host in commands["per_operation"].items():
-        print(f"    {op:28} {max(per_host.values())}")
+        print(f"    {op:28} {max(per_host.values()):3}  {sum(r['on_host_s'] for r in b200 if r['operation'] == op):6.3f}s")
+    print(f"P1 one SSH round trip adds {fmt(model['per_round_trip_s'])} to a run (3 hosts in parallel); "
+          f"one empty operation {fmt(model['per_operation_s'])}")
+    print(f"P1 the no-op's commands take {result['on_host_total_s']} s on the hosts themselves")
+    print("P1 slowest commands on lab-b200-1:")
+    for row in sorted(b200, key=lambda r: -r["on_host_s"])[:6]:
+        print(f"    {row['on_host_s']:.3f}s  {row['operation']} / {row['fact']}")
     write_result("P1", result)
     return result
 

@@ -1,0 +1,80 @@
+"""P4: a full fresh deploy on 8 lab hosts against the same on 1 host.
+
+Fresh = new hosts: each round removes the hosts (the hub and the index stay up) and
+boots `pcie=1` or `pcie=8` from the base image, then times `pyinfra -y inventory/lab.py
+deploy.py` (booting is not timed). The order alternates. Reported with each run: the
+wall time of every operation (all hosts in parallel), the controller's pyinfra CPU
+time, and how busy the machine's CPUs were during the run (all lab hosts share them).
+"""
+
+import os
+import resource
+import time
+
+from bench import labctl
+from bench.common import deploy, fmt, log, operation_times, phase_times, ratio_summary, summary, write_result
+
+TARGET = 1.5
+SIZES = {"1": "pcie=1", "8": "pcie=8"}
+
+
+def cpu_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def fresh_deploy(spec: str) -> dict:
+    labctl.remove_hosts()
+    labctl.up(spec)
+    busy0, total0 = cpu_busy()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run = deploy().check()
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy1, total1 = cpu_busy()
+    return {"seconds": run.seconds, "operations": operation_times(run), "phases": phase_times(run),
+            "pyinfra_cpu_s": round(ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime, 2),
+            "machine_cpu_busy": round((busy1 - busy0) / max(total1 - total0, 1), 3)}
+
+
+def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict:
+    runs = {k: [] for k in SIZES}
+    for r in range(rounds):
+        for key in (["1", "8"] if r % 2 == 0 else ["8", "1"]):
+            started = time.monotonic()
+            runs[key].append(fresh_deploy(SIZES[key]))
+            log(f"P4 round {r + 1}/{rounds}: {SIZES[key]} fresh deploy {runs[key][-1]['seconds']:.1f}s "
+                f"(machine CPU {runs[key][-1]['machine_cpu_busy']:.0%} busy; "
+                f"{time.monotonic() - started:.0f}s with boot)")
+    labctl.remove_hosts()
+
+    seconds = {k: [run["seconds"] for run in v] for k, v in runs.items()}
+    ops = {k: {op: summary([run["operations"]["operations"].get(op, 0) for run in v])["median"]
+               for op in v[0]["operations"]["operations"]} for k, v in runs.items()}
+    result = {
+        "measure": "full fresh deploy.py on 8 new lab hosts (pcie=8) / on 1 (pcie=1)",
+        "target": f"<= {TARGET}", "rounds": rounds,
+        "fresh_deploy_s": {k: summary(v) for k, v in seconds.items()},
+        "ratio": ratio_summary(seconds["8"], seconds["1"]),
+        "operation_wall_median_s": ops,
+        "operation_ratio_8_over_1": {op: round(ops["8"][op] / ops["1"][op], 2) if ops["1"].get(op) else None
+                                     for op in ops["8"]},
+        "pyinfra_cpu_s": {k: summary([run["pyinfra_cpu_s"] for run in v]) for k, v in runs.items()},
+        "machine_cpu_busy": {k: summary([run["machine_cpu_busy"] for run in v]) for k, v in runs.items()},
+        "runs": runs,
+    }
+    result["met"] = result["ratio"]["median"] <= TARGET
+    for key, spec in SIZES.items():
+        print(f"P4 fresh deploy, {spec}  {fmt(result['fresh_deploy_s'][key])}; machine CPU busy "
+              f"{result['machine_cpu_busy'][key]['median']:.0%}, pyinfra CPU {result['pyinfra_cpu_s'][key]['median']}s")
+    print(f"P4 ratio 8/1   {fmt(result['ratio'], '')}  target <= {TARGET}: {'MET' if result['met'] else 'MISSED'}")
+    print("P4 operation wall time, 1 host -> 8 hosts (median s):")
+    for op in ops["8"]:
+        print(f"    {op:28} {ops['1'].get(op, 0):7.2f} -> {ops['8'][op]:7.2f}")
+    write_result("P4", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -156,6 +156,8 @@ def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify:
                                 spec_file=spec_file)),
             dest=f"/etc/systemd/system/{repo.unit_name}.service", mode="644")
     yield "systemctl daemon-reload"
+    # A unit that used up its restarts on an earlier run may start again now.
+    yield "systemctl reset-failed " + " ".join(f"{r.unit_name}.service" for r in pending) + " 2>/dev/null || true"
     # `start` on a unit that is already running attaches to it instead of starting another.
     yield "systemctl start --no-block " + " ".join(f"{r.unit_name}.service" for r in pending)
     yield FunctionCommand(wait_for_downloads, (pending, snapshots, poll_interval), {})

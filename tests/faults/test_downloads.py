@@ -1,0 +1,148 @@
+"""Weights under faults: a killed download unit, a dropped deploy, corrupt shards. Nothing fetched twice
+that was already complete; every file ends up with the hub's bytes."""
+
+import json
+import time
+
+import pytest
+
+from lab import fleet, hub
+from lab.services import HUB_STATE
+from tests.conftest import run_deploy
+from tests.faults.faultlab import (KIMI, SHARDS, TARGET_DIR, output_of, record, repo_sizes, served_per_file,
+                                   start_deploy, wait_for)
+
+pytestmark = pytest.mark.lab
+
+THROTTLE_BPS = 400_000  # a 6-7 MB shard takes 15-18 s, so a kill lands mid-file
+DOWNLOADS = f"{TARGET_DIR}/.cache/huggingface/download"
+
+
+@pytest.fixture
+def throttled_hub():
+    hub.set_faults(HUB_STATE, throttle_bps=THROTTLE_BPS)
+    yield
+    hub.clear_faults(HUB_STATE)
+
+
+def fresh_target(host) -> None:
+    """A weights directory the deploy has to fetch again (the server keeps running: it loaded at start)."""
+    fleet.ssh(host, "systemctl stop specfleet-weights-target; systemctl reset-failed specfleet-weights-target; "
+                    f"rm -rf {TARGET_DIR}", check=False)
+
+
+def complete_shards(host) -> list[str]:
+    """Shards huggingface_hub has finished (it writes a file's .metadata once the file is in place)."""
+    out = fleet.ssh(host, f"cd {DOWNLOADS} 2>/dev/null && ls *.safetensors.metadata 2>/dev/null", check=False)
+    return [name.removesuffix(".metadata") for name in out.split()]
+
+
+def target_complete(host) -> bool:
+    manifest = json.loads(fleet.ssh(host, f"cat {TARGET_DIR}/.specfleet-manifest.json"))
+    sizes = json.loads(fleet.ssh(host, f"cd {TARGET_DIR} && python3 -c 'import json,os; print(json.dumps("
+                                       "{p: os.path.getsize(p) for p in os.listdir(\".\") if os.path.isfile(p)}))'"))
+    return all(sizes.get(path) == entry["size"] for path, entry in manifest["files"].items())
+
+
+def shards_sent(before: dict[str, int], sizes: dict[str, int]) -> dict[str, int]:
+    now = served_per_file(KIMI, SHARDS)
+    return {name: now[name] - before[name] for name in SHARDS}
+
+
+def refetched(before: dict[str, int], sizes: dict[str, int], deploys: int) -> dict[str, int]:
+    """Per file, bytes served since `before` beyond one copy for the host (and, for config.json, one
+    more per deploy: preflight reads it on the controller)."""
+    after = served_per_file(KIMI, sizes)
+    return {name: after[name] - before.get(name, 0) - sizes[name] * (1 + deploys * (name == "config.json"))
+            for name in sizes}
+
+
+def test_killed_download_unit_restarts_and_the_same_deploy_completes(deployed_lab, pcie_host, throttled_hub):
+    host, sizes = pcie_host, repo_sizes(KIMI)
+    fresh_target(host)
+    before = served_per_file(KIMI, sizes)
+    deploy = start_deploy("--limit", host.name)
+    try:
+        since = fleet.ssh(host, "date +%s").strip()
+        # The hub logs a response when its last byte is sent: kill as soon as one shard is through.
+        wait_for(lambda: any(v == sizes[n] for n, v in shards_sent(before, sizes).items()), 90, 0.05,
+                 "a first shard to be sent")
+        fleet.ssh(host, "systemctl kill -s KILL specfleet-weights-target")
+        killed = time.monotonic()
+        done = complete_shards(host)  # what the killed process had finished and recorded
+        assert 0 < len(done) < len(SHARDS), f"kill did not land mid-download ({done}): lower THROTTLE_BPS"
+        rc = deploy.wait(timeout=180)
+        recovered = time.monotonic() - killed
+    finally:
+        if deploy.poll() is None:
+            deploy.kill()
+    out = output_of(deploy)
+    assert rc == 0, out[-3000:]
+    journal = fleet.ssh(host, f"journalctl -u specfleet-weights-target --since @{since} -o cat --no-pager")
+    assert "Scheduled restart job" in journal, journal
+    assert target_complete(host)
+    extra = refetched(before, sizes, deploys=1)
+    assert all(extra[name] == 0 for name in done), f"complete shards fetched again: {extra}"
+    assert all(v >= 0 for v in extra.values()), extra
+    record("download unit killed", result="unit restarted itself, same deploy completed",
+           recovered_s=round(recovered, 1), shards_complete_at_kill=len(done),
+           bytes_refetched=sum(extra.values()), refetched_files=[n for n, v in extra.items() if v])
+
+
+def test_dropped_deploy_connection_download_goes_on_and_rerun_attaches(deployed_lab, pcie_host, throttled_hub):
+    host, sizes = pcie_host, repo_sizes(KIMI)
+    fresh_target(host)
+    before = served_per_file(KIMI, sizes)
+    deploy = start_deploy("--limit", host.name)
+    try:
+        # The small files are in place and every shard is a few seconds into its transfer.
+        wait_for(lambda: "config.json.metadata" in fleet.ssh(host, f"ls {DOWNLOADS} 2>/dev/null", check=False),
+                 90, 0.2, "the download to start")
+        time.sleep(3)
+    finally:
+        deploy.kill()  # SIGKILL: the controller's SSH connections drop mid-download
+        deploy.wait()
+    killed = time.monotonic()
+    assert complete_shards(host) == [], "a shard finished before the connection dropped"
+    # A oneshot unit is "activating" for as long as its download runs.
+    assert fleet.ssh(host, "systemctl is-active specfleet-weights-target", check=False).strip() == "activating"
+    again = run_deploy("--limit", host.name)
+    recovered = time.monotonic() - killed
+    assert again.returncode == 0, again.output[-3000:]
+    assert target_complete(host)
+    extra = refetched(before, sizes, deploys=2)
+    assert extra == {name: 0 for name in sizes}, f"bytes fetched twice: {extra}"
+    record("deploy connection dropped", result="download went on; re-run attached and completed",
+           recovered_s=round(recovered, 1), bytes_refetched=0)
+
+
+def test_truncated_and_bit_flipped_shards_are_fetched_again(deployed_lab, pcie_host):
+    host, sizes = pcie_host, repo_sizes(KIMI)
+    truncated, flipped = SHARDS[1], SHARDS[2]
+    fleet.ssh(host, f"cd {TARGET_DIR} && truncate -s 1000000 {truncated} && python3 -c '"
+                    "import os, sys; p = sys.argv[1]; st = os.stat(p); f = open(p, \"r+b\"); f.seek(4096); "
+                    "b = f.read(1); f.seek(4096); f.write(bytes([b[0] ^ 0xFF])); f.close(); "
+                    f"os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))' {flipped}")
+
+    before, started = served_per_file(KIMI, sizes), time.monotonic()
+    by_size = run_deploy("--limit", host.name)
+    size_s = time.monotonic() - started
+    assert by_size.returncode == 0, by_size.output[-3000:]
+    after_size = served_per_file(KIMI, sizes)
+    delta = {n: after_size[n] - before[n] for n in sizes}
+    # config.json: read once by preflight on the controller.
+    assert delta == {n: sizes[n] if n in (truncated, "config.json") else 0 for n in sizes}, delta
+
+    started = time.monotonic()
+    by_hash = run_deploy("--limit", host.name, "--data", "verify_weights=true")
+    hash_s = time.monotonic() - started
+    assert by_hash.returncode == 0, by_hash.output[-3000:]
+    after_hash = served_per_file(KIMI, sizes)
+    delta = {n: after_hash[n] - after_size[n] for n in sizes}
+    assert delta == {n: sizes[n] if n in (flipped, "config.json") else 0 for n in sizes}, delta
+    expected = json.loads((HUB_STATE.parent / "store/models" / KIMI / "manifest.json").read_text())
+    sha = {f["path"]: f["sha256"] for f in expected["files"]}[flipped]
+    assert fleet.ssh(host, f"sha256sum {TARGET_DIR}/{flipped}").split()[0] == sha
+    record("corrupt shard", result="truncated re-fetched by size; flipped re-fetched by verify_weights",
+           truncated_recovery_s=round(size_s, 1), truncated_bytes_refetched=sizes[truncated],
+           flipped_recovery_s=round(hash_s, 1), flipped_bytes_refetched=sizes[flipped])

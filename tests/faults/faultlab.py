@@ -77,7 +77,7 @@ def wait_for(predicate, timeout: float, interval: float = 0.2, what: str = "cond
 # Scans a host for a secret without ever putting it in a command line: the secret
 # travels base64-encoded and is only compared in memory.
 _SCAN = r"""
-import base64, json, os, subprocess, sys
+import base64, json, os, stat, subprocess, sys
 secret = base64.b64decode(sys.argv[1])
 hits = []
 for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -92,7 +92,8 @@ for top in ("/etc", "/opt", "/srv", "/home", "/root", "/var", "/tmp", "/run", "/
         for name in names:
             path = os.path.join(root, name)
             try:
-                if not os.path.islink(path) and os.path.getsize(path) < 64 << 20:
+                st = os.lstat(path)  # regular files only: opening a FIFO would block
+                if stat.S_ISREG(st.st_mode) and st.st_size < 64 << 20:
                     with open(path, "rb") as f:
                         if secret in f.read():
                             hits.append(path)

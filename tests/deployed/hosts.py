@@ -2,9 +2,9 @@
 
 The inventory is loaded by pyinfra's own CLI code (`pyinfra_cli.inventory.make_inventory`,
 group_data folders included; in a child process, see load_inventory), so a host here has
-exactly the data and groups that
-`pyinfra INVENTORY deploy.py` gives it; its deployment is resolved by the deploy's own
-`operations.deployment.resolve`. One paramiko connection per host, reused by every check.
+exactly the data and groups that `pyinfra INVENTORY deploy.py` gives it; its deployment is
+resolved by the deploy's own `operations.deployment.resolve`. One SSH connection per host,
+opened as pyinfra's ssh connector opens it and reused by every check.
 """
 
 from __future__ import annotations
@@ -231,14 +231,13 @@ class Target:
             values[name] = fact.process(lines[name]) if lines.get(name) else fact.default()
         return values
 
-    def python(self, script: str, *args: str, stdin: bytes | None = None, sudo: bool = True) -> Any:
+    def python(self, script: str, *args: str, stdin: bytes | None = None) -> Any:
         """Run `script` with the host's python3 (stdlib only) and return the JSON it prints last.
 
         `stdin` travels over the SSH channel, never in a command line (the HF token does).
         """
         command = " ".join(shlex.quote(part) for part in ("python3", "-c", script, *args))
-        if sudo:
-            command = self.testinfra.backend.get_command(command)
+        command = self.testinfra.backend.get_command(command)  # with sudo where the host's _sudo asks
         channel = self.testinfra.backend.client.get_transport().open_session()
         channel.exec_command(command)
         if stdin is not None:
@@ -249,8 +248,8 @@ class Target:
         status = channel.recv_exit_status()
         lines = stdout.decode(errors="replace").strip().splitlines()
         if status != 0 or not lines:
-            raise AssertionError(f"{self.name}: a check script failed on the host (exit {status}): "
-                                 f"{stderr.decode(errors='replace')[-600:]}")
+            raise AssertionError(f"{self.name}: expected a check script to run with the host's python3, found "
+                                 f"exit {status}: {stderr.decode(errors='replace')[-600:]}")
         return json.loads(lines[-1])
 
     def hf_token(self) -> str | None:

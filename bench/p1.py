@@ -11,6 +11,7 @@ import os
 
 from bench import labctl
 import statistics
+import time
 
 from bench.common import (PYINFRA, REPO, TOKEN, changed_operations, count_commands, deploy, extract_commands, fmt,
                           log, operation_times, phase_times, ratio_summary, run_timed, summary, write_result)
@@ -26,6 +27,11 @@ def floor_run():
 
 def fact_run():
     return run_timed([PYINFRA, "inventory/lab.py", "fact", "server.Hostname"], env={"HF_TOKEN": TOKEN}).check()
+
+
+def lean_run():
+    """bench/lean_noop_deploy.py: the no-op's fact commands, each once, in one command per host."""
+    return deploy(deploy_file="bench/lean_noop_deploy.py").check()
 
 
 def noop_run():
@@ -70,12 +76,12 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     deploy().check()
     noop_run()  # warm: the first re-run after a change may still settle something
 
-    runs = {"noop": [], "floor": [], "fact": []}
-    kinds = {"noop": noop_run, "floor": floor_run, "fact": fact_run}
+    runs = {"noop": [], "floor": [], "fact": [], "lean": []}
+    kinds = {"noop": noop_run, "floor": floor_run, "fact": fact_run, "lean": lean_run}
     order = list(kinds)
     noop_phases, noop_ops, floor_phases = [], [], []
     for r in range(rounds):
-        for kind in order[r % 3:] + order[:r % 3]:
+        for kind in order[r % 4:] + order[:r % 4]:
             run = kinds[kind]()
             runs[kind].append(run.seconds)
             if kind == "floor":
@@ -84,14 +90,27 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
                 noop_phases.append(phase_times(run))
                 noop_ops.append(operation_times(run))
         log(f"P1 round {r + 1}/{rounds}: noop {runs['noop'][-1]:.2f}s floor {runs['floor'][-1]:.2f}s "
-            f"fact {runs['fact'][-1]:.2f}s")
+            f"fact {runs['fact'][-1]:.2f}s lean what-if {runs['lean'][-1]:.2f}s")
 
     log("P1: --debug no-op run to count SSH commands")
     debug = deploy("--debug").check()
     commands = count_commands([line for _, line in debug.lines])
     floor_debug = deploy("--debug", deploy_file="bench/floor_deploy.py").check()
     floor_commands = count_commands([line for _, line in floor_debug.lines])
-    log("P1: cost of one round trip and one operation; each no-op command timed on the hosts")
+    log("P1: CPU the no-op costs the hosts; cost of one round trip and of one operation; each command timed")
+    from bench.p4 import host_cpu
+    lab_hosts = fleet.read_fleet()
+    cpu_noop, cpu_idle = [], []
+    for _ in range(3):
+        before = host_cpu(lab_hosts)
+        run = noop_run()
+        after = host_cpu(lab_hosts)
+        cpu_noop.append(sum(after.values()) - sum(before.values()))
+        time.sleep(0)
+        before = host_cpu(lab_hosts)
+        time.sleep(run.seconds)
+        after = host_cpu(lab_hosts)
+        cpu_idle.append(sum(after.values()) - sum(before.values()))
     model = cost_model()
     debug_lines = [line for _, line in debug.lines]
     hosts = {h.name: h for h in fleet.read_fleet()}
@@ -107,6 +126,8 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
         "hosts": SPEC, "target": f"<= {TARGET}", "rounds": rounds,
         "noop_s": summary(runs["noop"]), "floor_s": summary(runs["floor"]), "fact_cli_s": summary(runs["fact"]),
         "ratio": ratio, "ratio_vs_fact_cli": ratio_summary(runs["noop"], runs["fact"]),
+        "what_if_one_command_per_host_s": summary(runs["lean"]),
+        "what_if_ratio": ratio_summary(runs["lean"], runs["floor"]),
         "met": ratio["median"] <= TARGET,
         "noop_phases_median_s": median_phase,
         "floor_phases_median_s": {k: round(statistics.median(p[k] for p in floor_phases), 3)
@@ -114,6 +135,8 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
         "noop_operation_wall_median_s": median_ops,
         "ssh_commands_noop": commands,
         "ssh_commands_floor": floor_commands["per_host_total"],
+        "hosts_cpu_s_per_noop": summary(cpu_noop),
+        "hosts_cpu_s_idle_same_duration": summary(cpu_idle),
         "cost_model": model,
         "on_host_command_s": on_host,
         "on_host_total_s": {name: round(sum(r["on_host_s"] for r in rows), 3) for name, rows in on_host.items()},
@@ -122,7 +145,10 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     print(f"P1 floor          {fmt(result['floor_s'])}")
     print(f"P1 fact CLI       {fmt(result['fact_cli_s'])}")
     print(f"P1 ratio          {fmt(ratio, '')}  target <= {TARGET}: {'MET' if result['met'] else 'MISSED'}")
+    print(f"P1 what-if: the same fact commands, each once, in 1 command per host (bench/lean_noop_deploy.py): "
+          f"{fmt(result['what_if_one_command_per_host_s'])}, ratio {fmt(result['what_if_ratio'], '')}")
     print(f"P1 phases (median s): {median_phase}")
+    print(f"P1 floor phases (median s): {result['floor_phases_median_s']}")
     print(f"P1 SSH commands per host (no-op): {commands['per_host_total']}; floor: "
           f"{floor_commands['per_host_total']}")
     b200 = on_host["lab-b200-1"]
@@ -131,7 +157,9 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
         print(f"    {op:28} {max(per_host.values()):3}  {sum(r['on_host_s'] for r in b200 if r['operation'] == op):6.3f}s")
     print(f"P1 one SSH round trip adds {fmt(model['per_round_trip_s'])} to a run (3 hosts in parallel); "
           f"one empty operation {fmt(model['per_operation_s'])}")
-    print(f"P1 the no-op's commands take {result['on_host_total_s']} s on the hosts themselves")
+    print(f"P1 the no-op's commands take {result['on_host_total_s']} s on the hosts themselves; the 3 hosts "
+          f"use {fmt(result['hosts_cpu_s_per_noop'], ' CPU-s')} per no-op (idle for as long: "
+          f"{fmt(result['hosts_cpu_s_idle_same_duration'], ' CPU-s')}) on {os.cpu_count()} shared cores")
     print("P1 slowest commands on lab-b200-1:")
     for row in sorted(b200, key=lambda r: -r["on_host_s"])[:6]:
         print(f"    {row['on_host_s']:.3f}s  {row['operation']} / {row['fact']}")

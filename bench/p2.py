@@ -33,6 +33,8 @@ def host_time(host, command: str, reps: int) -> float:
 def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5")) * 2) -> dict:
     hosts = labctl.up(SPEC)
     host = hosts[0]
+    log(f"P2: converging deploy on {host.name} (service user, tools venv, host scripts)")
+    deploy("--limit", host.name).check()
     overrides, dirs = {}, {}
     for key, (repo_id, shards) in LAYOUTS.items():
         log(f"P2: bench repo {repo_id} ({shards} shards, {repos.GB2} bytes)")

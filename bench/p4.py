@@ -10,9 +10,11 @@ time, and how busy the machine's CPUs were during the run (all lab hosts share t
 import os
 import resource
 import time
+from collections import defaultdict
 
 from bench import labctl
 from bench.common import deploy, fmt, log, operation_times, phase_times, ratio_summary, summary, write_result
+from lab import fleet
 
 TARGET = 1.5
 SIZES = {"1": "pcie=1", "8": "pcie=8"}
@@ -25,20 +27,47 @@ def cpu_busy() -> tuple[float, float]:
     return sum(fields) - idle, sum(fields)
 
 
+def host_cpu(hosts) -> dict[str, float]:
+    """CPU seconds (user + sys) each lab host's processes have used since boot, reaped ones included:
+    every process under the host's systemd-nspawn, own time plus its reaped children's."""
+    children = defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children[int(fields[1])].append((int(entry), sum(int(x) for x in fields[11:15])))
+    result = {}
+    for host in hosts:
+        pid, ticks, stack = fleet._pid(host), 0, []
+        stack = [pid] if pid else []
+        while stack:
+            for child, used in children.get(stack.pop(), []):
+                ticks += used
+                stack.append(child)
+        result[host.name] = ticks / os.sysconf("SC_CLK_TCK")
+    return result
+
+
 def fresh_deploy(spec: str) -> dict:
     labctl.remove_hosts()
-    labctl.up(spec)
+    hosts = labctl.up(spec)
+    cpu0 = host_cpu(hosts)
     busy0, total0 = cpu_busy()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     run = deploy().check()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy1, total1 = cpu_busy()
+    cpu1 = host_cpu(hosts)
+    per_host = [round(cpu1[h] - cpu0[h], 2) for h in cpu0]
     return {"seconds": run.seconds, "operations": operation_times(run), "phases": phase_times(run),
             "pyinfra_cpu_s": round(ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime, 2),
+            "host_cpu_s": per_host, "hosts_cpu_total_s": round(sum(per_host), 2),
             "machine_cpu_busy": round((busy1 - busy0) / max(total1 - total0, 1), 3)}
 
 
-def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict:
+def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 2)) -> dict:
     runs = {k: [] for k in SIZES}
     for r in range(rounds):
         for key in (["1", "8"] if r % 2 == 0 else ["8", "1"]):
@@ -62,6 +91,9 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict
                                      for op in ops["8"]},
         "pyinfra_cpu_s": {k: summary([run["pyinfra_cpu_s"] for run in v]) for k, v in runs.items()},
         "machine_cpu_busy": {k: summary([run["machine_cpu_busy"] for run in v]) for k, v in runs.items()},
+        "cpu_per_host_s": {k: summary([c for run in v for c in run["host_cpu_s"]]) for k, v in runs.items()},
+        "hosts_cpu_total_s": {k: summary([run["hosts_cpu_total_s"] for run in v]) for k, v in runs.items()},
+        "cores": os.cpu_count(),
         "runs": runs,
     }
     result["met"] = result["ratio"]["median"] <= TARGET
@@ -69,6 +101,11 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict
         print(f"P4 fresh deploy, {spec}  {fmt(result['fresh_deploy_s'][key])}; machine CPU busy "
               f"{result['machine_cpu_busy'][key]['median']:.0%}, pyinfra CPU {result['pyinfra_cpu_s'][key]['median']}s")
     print(f"P4 ratio 8/1   {fmt(result['ratio'], '')}  target <= {TARGET}: {'MET' if result['met'] else 'MISSED'}")
+    for key, spec in SIZES.items():
+        total = result["hosts_cpu_total_s"][key]["median"]
+        print(f"P4 {spec}: the hosts used {total:.1f} CPU-s (per host {fmt(result['cpu_per_host_s'][key])}) + "
+              f"pyinfra {result['pyinfra_cpu_s'][key]['median']:.1f} CPU-s; on {os.cpu_count()} cores that alone "
+              f"needs >= {(total + result['pyinfra_cpu_s'][key]['median']) / os.cpu_count():.1f}s")
     print("P4 operation wall time, 1 host -> 8 hosts (median s):")
     for op in ops["8"]:
         print(f"    {op:28} {ops['1'].get(op, 0):7.2f} -> {ops['8'][op]:7.2f}")

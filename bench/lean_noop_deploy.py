@@ -1,0 +1,57 @@
+"""What-if for P1 (not the deploy): the no-op's checks gathered by ONE command per host.
+
+Runs the deploy's own controller-side work (resolve, hub snapshots) and, on each host, the
+very fact commands the no-op deploy runs (operations/*: GPU facts, WeightsDisk, NvidiaFabric,
+VenvRequirement x2, WeightsState, ServiceState, ServerProbe), each once, plus `getent`/`stat`/
+`sha1sum` lines standing in for pyinfra's Users/Groups/Os/Directory/File/Sha1File facts,
+all in one shell command and one operation. Its time against the floor bounds what merging
+the deploy's round trips can buy; it checks nothing.
+"""
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import FactBase, operation
+
+from operations import preflight
+from operations.deployment import host_class_of, resolve
+from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
+from operations.preflight import WeightsDisk
+from operations.service import HOST_SCRIPTS, ServerProbe, ServiceState
+from operations.venv import VenvRequirement
+from operations.weights import WeightsState
+
+deployment = d = resolve(host.data, host_class_of(host.groups))
+snapshots, hub_problems = preflight.hub_snapshots(deployment, host.data.hf_token_env)
+dirs = tuple(r.local_dir for r in d.repos)
+scripts = " ".join(shlex.quote(f"{d.install_dir}/bin/{p.name}") for p in sorted(HOST_SCRIPTS.glob("*.py")))
+SECTIONS = [
+    NvidiaGpus().command(), NvidiaTopology().command(), NvidiaDriver().command(), RebootPending().command(),
+    WeightsDisk().command(dirs), NvidiaFabric().command(),
+    f"getent passwd {d.service_user}; id -nG {d.service_user}; stat -c '%a %U %G' /home/{d.service_user}",
+    f"stat -c '%a %U %G' {d.hf_home} {d.hf_home}/token; sha1sum {d.hf_home}/token",
+    f"test -e {d.api_key_file} && echo api-key || echo no-api-key",
+    VenvRequirement().command(d.tools_venv, "huggingface_hub"), VenvRequirement().command(d.venv, "sglang"),
+    f"stat -c '%a %U %G %n' {scripts}; sha1sum {scripts}",
+    WeightsState().command(dirs),
+    ServiceState().command(d.unit_file, d.env_file, d.service_name),
+    ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file),
+]
+
+
+class HostState(FactBase):
+    def command(self, sections: tuple[str, ...]) -> str:
+        return "; ".join(f"echo '@@ {i}'; {{ {s}; }} 2>&1" for i, s in enumerate(sections))
+
+    def process(self, output):
+        return output
+
+
+@operation()
+def lean_noop(sections: tuple[str, ...]):
+    lines = host.get_fact(HostState, sections=sections)
+    host.noop(f"{len(lines)} lines of state in one command")
+    yield from ()
+
+
+lean_noop(name="All checks, one command", sections=tuple(SECTIONS))

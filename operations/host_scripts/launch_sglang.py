@@ -48,4 +48,9 @@ with os.fdopen(read_end, "rb") as server_output:
         sys.stdout.buffer.write(line.replace(secret, b"***") if secret else line)
         sys.stdout.flush()
 _, status = os.waitpid(server, 0)
+if os.WIFSIGNALED(status):
+    # Die of the server's signal, so systemd sees what happened: SIGTERM from `systemctl stop`
+    # is a clean stop, SIGKILL or SIGSEGV a crash to restart from.
+    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(status))
 sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)

@@ -8,7 +8,9 @@ comes along, as in any deploy). Each round, on one host, in alternating order:
           the CDN redirect as huggingface_hub does, 8 at a time (xargs -P8, huggingface_hub's
           default max_workers), timed on the host;
   hf:     huggingface_hub's snapshot_download alone, run by hand on the host with the
-          deploy's tools venv (diagnostic: the library's own cost vs the deploy's around it).
+          deploy's tools venv (diagnostic: the library's own cost vs the deploy's around it);
+  raw:    the same with huggingface_hub.constants.DOWNLOAD_CHUNK_SIZE = None (diagnostic: the
+          library copies every body through 10 MiB BytesIO chunks).
 """
 
 import json
@@ -58,8 +60,11 @@ def curl_script(urls: list[tuple[str, str]], dest: str) -> str:
             f"printf '%s\\n' {shlex.quote(lines)} | xargs -P8 -L1 sh -c {shlex.quote(fetch)} sh")
 
 
-def hf_script(repo_ids: list[tuple[str, str]], dest: str) -> str:
-    code = ("import sys\nfrom huggingface_hub import snapshot_download\n"
+def hf_script(repo_ids: list[tuple[str, str]], dest: str, raw_chunks: bool = False) -> str:
+    # raw_chunks: huggingface_hub re-chunks each body into DOWNLOAD_CHUNK_SIZE (10 MiB) pieces through
+    # a BytesIO; None hands the socket's chunks straight to the file (a one-line change in a fetcher).
+    patch = "import huggingface_hub.constants as c\nc.DOWNLOAD_CHUNK_SIZE = None\n" if raw_chunks else ""
+    code = (patch + "import sys\nfrom huggingface_hub import snapshot_download\n"
             "for repo, rev in zip(sys.argv[1::3], sys.argv[2::3]):\n"
             "    snapshot_download(repo, revision=rev, local_dir=sys.argv[3 + sys.argv.index(repo) - 1])\n")
     args = " ".join(f"{shlex.quote(r)} {rev} {shlex.quote(dest + '/' + r.replace('/', '--'))}" for r, rev in repo_ids)
@@ -81,9 +86,9 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict
     total = sum(f["size"] for f in json.loads((repos.files_of(REPO_ID).parent / "manifest.json").read_text())["files"])
     log(f"P3: {REPO_ID} ({len(target_files)} files, {total} bytes) + drafter, on {host.name}")
 
-    deploy_op, deploy_run, curl_s, hf_s, curl_cpu, hf_cpu = [], [], [], [], [], []
+    deploy_op, deploy_run, curl_s, hf_s, curl_cpu, hf_cpu, raw_s, raw_cpu = [], [], [], [], [], [], [], []
     for r in range(rounds):
-        order = ["deploy", "curl", "hf"] if r % 2 == 0 else ["curl", "hf", "deploy"]
+        order = ["deploy", "curl", "hf", "raw"] if r % 2 == 0 else ["curl", "raw", "hf", "deploy"]
         for kind in order:
             if kind == "deploy":
                 fleet.ssh(host, f"rm -rf {WEIGHTS_DIR}")
@@ -93,12 +98,15 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict
                 deploy_run.append(run.seconds)
             elif kind == "curl":
                 curl_s.append(timed_on_host(host, curl_script(urls, CURL_DIR), cpu=curl_cpu))
+            elif kind == "raw":
+                raw_s.append(timed_on_host(host, hf_script([(REPO_ID, commit), (KIMI_DFLASH, drafter_sha)],
+                                                           HF_DIR, raw_chunks=True), cpu=raw_cpu))
             else:
                 hf_s.append(timed_on_host(host, hf_script([(REPO_ID, commit), (KIMI_DFLASH, drafter_sha)],
                                                           HF_DIR), cpu=hf_cpu))
         fleet.ssh(host, f"rm -rf {CURL_DIR} {HF_DIR}")
         log(f"P3 round {r + 1}/{rounds}: deploy {deploy_op[-1]:.2f}s (run {deploy_run[-1]:.2f}s), "
-            f"curl -P8 {curl_s[-1]:.2f}s, snapshot_download {hf_s[-1]:.2f}s")
+            f"curl -P8 {curl_s[-1]:.2f}s, snapshot_download {hf_s[-1]:.2f}s (raw chunks {raw_s[-1]:.2f}s)")
     fleet.ssh(host, f"rm -rf {WEIGHTS_DIR}")
 
     result = {
@@ -107,6 +115,8 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict
         "deploy_weights_op_s": summary(deploy_op), "deploy_weights_run_s": summary(deploy_run),
         "curl_p8_s": summary(curl_s), "snapshot_download_s": summary(hf_s),
         "curl_cpu_s": summary(curl_cpu), "snapshot_download_cpu_s": summary(hf_cpu),
+        "snapshot_download_raw_chunks_s": summary(raw_s), "snapshot_download_raw_chunks_cpu_s": summary(raw_cpu),
+        "ratio_snapshot_download_raw_chunks_vs_curl": ratio_summary(raw_s, curl_s),
         "ratio": ratio_summary(deploy_op, curl_s),
         "ratio_whole_run": ratio_summary(deploy_run, curl_s),
         "ratio_snapshot_download_vs_curl": ratio_summary(hf_s, curl_s),
@@ -125,6 +135,9 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict
           f"{'MET' if result['met'] else 'MISSED'}")
     print(f"P3 ratio whole run/curl {fmt(result['ratio_whole_run'], '')}")
     print(f"P3 ratio snapshot_download/curl {fmt(result['ratio_snapshot_download_vs_curl'], '')}")
+    print(f"P3 snapshot_download with DOWNLOAD_CHUNK_SIZE=None: {fmt(result['snapshot_download_raw_chunks_s'])}, "
+          f"CPU {fmt(result['snapshot_download_raw_chunks_cpu_s'])}; /curl "
+          f"{fmt(result['ratio_snapshot_download_raw_chunks_vs_curl'], '')}")
     write_result("P3", result)
     return result
 

@@ -13,7 +13,7 @@ import pytest
 
 from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.classify import classify_dir
-from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
+from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaHost, NvidiaTopology, RebootPending
 from operations.gpu.parse import parse_topology
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,3 +193,11 @@ def test_standin_defaults_are_the_lab_paths():
     source = STANDIN.read_text()
     assert f'"SPECFLEET_GPU_PROFILE_FILE", "{GPU_PROFILE_FILE}"' in source
     assert f'"SPECFLEET_GPU_PROFILES_DIR", "{GPU_PROFILES_DIR}"' in source
+
+
+@pytest.mark.parametrize("profile", ["rtx_pro_6000_pcie", "b200_nvlink_degraded", "rtx_pro_6000_pcie_old_driver"])
+def test_one_round_trip_host_fact_equals_the_four_facts(lab_host, profile):
+    lab_host.use(profile)
+    combined = lab_host.fact(NvidiaHost)
+    for part in NvidiaHost.PARTS:
+        assert combined[part.__name__] == lab_host.fact(part), part.__name__

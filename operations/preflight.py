@@ -10,7 +10,7 @@ from pyinfra.api import FactBase, operation
 from operations.deployment import Deployment
 from operations.failure import fail_host
 from operations.gpu.checks import check_fabric, check_gpu_class
-from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
+from operations.gpu.facts import NvidiaFabric, NvidiaHost
 from operations.hub import HubProblem, RepoSnapshot, controller_token, snapshot, whoami
 from operations.sglang import SGLangRejects, server_args
 from operations.venv import VenvRequirement, fingerprint
@@ -158,9 +158,10 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
     """
     d = deployment
     problems = [f"{host.name}: {problem}" for problem in hub_problems]
-    gpus = host.get_fact(NvidiaGpus)
-    problems += check_gpu_class(host.name, d.host_class, d.gpu, gpus, host.get_fact(NvidiaTopology),
-                                host.get_fact(NvidiaDriver), host.get_fact(RebootPending))
+    gpu_host = host.get_fact(NvidiaHost)  # one round trip for GPUs, topology, driver, reboot
+    gpus = gpu_host["NvidiaGpus"]
+    problems += check_gpu_class(host.name, d.host_class, d.gpu, gpus, gpu_host["NvidiaTopology"],
+                                gpu_host["NvidiaDriver"], gpu_host["RebootPending"])
     if len(snapshots) == len(d.repos):
         problems += memory_problems(d, snapshots, gpus)
         disk = host.get_fact(WeightsDisk, local_dirs=tuple(r.local_dir for r in d.repos))

@@ -164,13 +164,20 @@ def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify:
 
 
 def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, RepoSnapshot],
-                       poll_interval: float) -> bool:
-    """Poll the download units, logging bytes done / total, until they finish."""
+                       poll_interval: float, start_grace_s: float = 30.0) -> bool:
+    """Poll the download units, logging bytes done / total, until each repo's manifest is written.
+
+    A unit that looks finished while its manifest is missing has not begun the
+    start job queued by ``systemctl start --no-block`` (or was stopped): it is
+    waited for up to ``start_grace_s``, then reported as failed.
+    """
     total = sum(snapshots[r.role].total_bytes for r in repos)
     dirs = " ".join(shlex.quote(r.local_dir) for r in repos)
     probe = "; ".join(
-        f"echo $(systemctl is-active {r.unit_name}) $(systemctl show -p Result --value {r.unit_name})"
+        f"echo $(systemctl is-active {r.unit_name}) $(systemctl show -p Result --value {r.unit_name}) "
+        f"$(test -f {shlex.quote(r.local_dir)}/{MANIFEST} && echo complete || echo missing)"
         for r in repos) + f"; du -sbc {dirs} 2>/dev/null | tail -1 | cut -f1"
+    started = time.monotonic()
     last_logged = 0.0
     while True:
         ok, output = host.run_shell_command(probe)
@@ -179,13 +186,16 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
             return False
         unit_states = [line.split() for line in lines[:-1]]
         done = int(lines[-1] or 0)
-        if not any(active in ("activating", "active", "reloading") for active, *_ in unit_states):
+        running = any(active in ("activating", "active", "reloading") for active, *_ in unit_states)
+        not_begun = any(result == "success" and manifest == "missing" for _, result, manifest in unit_states)
+        if not running and not (not_begun and time.monotonic() - started < start_grace_s):
             break
         if time.monotonic() - last_logged >= 10:
             host.log(f"weights: {done / 1e9:.2f} / {total / 1e9:.2f} GB ({min(done / max(total, 1), 1):.0%})")
             last_logged = time.monotonic()
         time.sleep(poll_interval)
-    failed = [r for r, (_, result) in zip(repos, unit_states) if result != "success"]
+    failed = [r for r, (_, result, manifest) in zip(repos, unit_states)
+              if result != "success" or manifest != "complete"]
     for repo in failed:
         _, journal = host.run_shell_command(f"journalctl -u {repo.unit_name}.service -n 15 --no-pager -o cat")
         host.log_styled(f"weights download of {repo.repo_id} failed; its journal:\n{journal.stdout}",

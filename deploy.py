@@ -7,7 +7,6 @@ Each stage is an operation in operations/; nothing changes on a host until its p
 """
 
 from pyinfra import host
-from pyinfra.operations import server
 
 from operations import preflight, secrets, service, venv, weights
 from operations.deployment import host_class_of, resolve
@@ -30,8 +29,7 @@ if not hub_problems:
     preflight.fabric(name="GPU fabric", deployment=deployment)
 
     # 3. Service user and secrets (0600 files only).
-    server.user(name="Service user", user=deployment.service_user, system=True,
-                home=f"/home/{deployment.service_user}", shell="/usr/sbin/nologin", ensure_home=True)
+    service.user(name="Service user", user=deployment.service_user, home=f"/home/{deployment.service_user}")
     secrets.hf_token(name="Hugging Face token", deployment=deployment, token_env=host.data.hf_token_env)
     api_key = secrets.api_key(name="API key", deployment=deployment, key_env=host.data.api_key_env)
 

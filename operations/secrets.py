@@ -13,6 +13,7 @@ from pyinfra.api import operation
 from pyinfra.operations import files
 
 from operations.deployment import Deployment
+from operations.filestate import FileStates, matches, sha1_of
 from operations.hub import controller_token
 
 
@@ -31,10 +32,16 @@ def hf_token(deployment: Deployment, token_env: str = "HF_TOKEN"):
         secrets.hf_token(name="Install the Hugging Face token", deployment=deployment)
     """
     d = deployment
+    token = controller_token(token_env) or ""
+    token_file = f"{d.hf_home}/token"
+    states = host.get_fact(FileStates, paths=(d.hf_home, token_file))
+    if matches(states[d.hf_home], "directory", "700", d.service_user) and \
+            matches(states[token_file], "file", "600", d.service_user, sha1_of(token.encode())):
+        host.noop(f"{token_file} holds the token (0600, {d.service_user})")
+        return
     yield from files.directory._inner(path=d.hf_home, user=d.service_user, group=d.service_user,
                                       mode="700")
-    yield from files.put._inner(src=StringIO(controller_token(token_env) or ""),
-                                dest=f"{d.hf_home}/token", user=d.service_user,
+    yield from files.put._inner(src=StringIO(token), dest=token_file, user=d.service_user,
                                 group=d.service_user, mode="600")
 
 

@@ -10,10 +10,11 @@ from pathlib import Path
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import files
+from pyinfra.operations import files, server
 
 from operations.deployment import Deployment
 from operations.failure import fail_host
+from operations.filestate import FileStates, matches, sha1_of
 from operations.sglang import SGLangRejects, server_args
 from operations.venv import fingerprint
 from operations.templates import render
@@ -69,6 +70,48 @@ class ServerProbe(FactBase):
             return {"ready": False, "error": " ".join(output)[-200:]}
 
 
+class SystemUser(FactBase):
+    """
+    A user's home directory and whether it exists; None when there is no such user.
+
+    .. code:: python
+
+        {"home": "/home/sglang", "home_exists": True}
+    """
+
+    def command(self, user: str) -> str:
+        return (f"getent passwd {shlex.quote(user)} | cut -d: -f6 | while read -r home; do "
+                'if [ -d "$home" ]; then echo "$home yes"; else echo "$home no"; fi; done')
+
+    def process(self, output):
+        home, exists = output[0].rsplit(" ", 1)
+        return {"home": home, "home_exists": exists == "yes"}
+
+
+@operation()
+def user(user: str, home: str):
+    """
+    The service's system user, with its home (where HF_HOME lives) and no login shell.
+
+    One fact in the usual case where it exists; pyinfra's server.user does the work otherwise.
+
+    + user: the user name
+    + home: its home directory
+
+    **Example:**
+
+    .. code:: python
+
+        service.user(name="Service user", user="sglang", home="/home/sglang")
+    """
+    existing = host.get_fact(SystemUser, user=user)
+    if existing == {"home": home, "home_exists": True}:
+        host.noop(f"user {user} exists with home {home}")
+        return
+    yield from server.user._inner(user=user, system=True, home=home, shell="/usr/sbin/nologin",
+                                  ensure_home=True)
+
+
 @operation()
 def host_scripts(deployment: Deployment):
     """
@@ -82,9 +125,14 @@ def host_scripts(deployment: Deployment):
 
         service.host_scripts(name="Install specfleet's host scripts", deployment=deployment)
     """
-    for script in sorted(HOST_SCRIPTS.glob("*.py")):
-        yield from files.put._inner(src=str(script), dest=f"{deployment.install_dir}/bin/{script.name}",
-                                    mode="755")
+    scripts = {f"{deployment.install_dir}/bin/{script.name}": script for script in sorted(HOST_SCRIPTS.glob("*.py"))}
+    states = host.get_fact(FileStates, paths=tuple(scripts))
+    stale = {dest: script for dest, script in scripts.items()
+             if not matches(states[dest], "file", "755", sha1=sha1_of(script.read_bytes()))}
+    if not stale:
+        host.noop(f"{len(scripts)} host scripts are current")
+    for dest, script in stale.items():
+        yield from files.put._inner(src=str(script), dest=dest, mode="755")
 
 
 def unit_files(deployment: Deployment, inputs: str) -> tuple[str, str]:

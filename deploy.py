@@ -16,7 +16,8 @@ deployment = resolve(host.data, host_class_of(host.groups))
 snapshots, hub_problems = preflight.hub_snapshots(deployment, host.data.hf_token_env)
 
 # 1. Preflight: hardware, driver, token and repo access, GPU memory, disk, DDTree build.
-preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems)
+preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems,
+                install_driver=host.data.install_driver)
 
 # Nothing below is prepared for a host whose hub checks failed: preflight has reported them.
 if not hub_problems:

@@ -136,7 +136,8 @@ def ddtree_problems(deployment: Deployment) -> list[str]:
 
 
 @operation()
-def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_problems: list[str]):
+def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_problems: list[str],
+          install_driver: bool = False):
     """
     Refuse the host, changing nothing, unless it can serve this deployment.
 
@@ -147,6 +148,7 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
     + deployment: the host's resolved deployment
     + snapshots: per role, each repo's commit and files (from ``hub_snapshots``)
     + hub_problems: what ``hub_snapshots`` found wrong on the controller
+    + install_driver: the deploy installs the driver itself, so an old loaded driver is no reason to stop
 
     **Example:**
 
@@ -161,7 +163,8 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
     gpu_host = host.get_fact(NvidiaHost)  # one round trip for GPUs, topology, driver, reboot
     gpus = gpu_host["NvidiaGpus"]
     problems += check_gpu_class(host.name, d.host_class, d.gpu, gpus, gpu_host["NvidiaTopology"],
-                                gpu_host["NvidiaDriver"], gpu_host["RebootPending"])
+                                gpu_host["NvidiaDriver"], gpu_host["RebootPending"],
+                                driver_managed=install_driver)
     if len(snapshots) == len(d.repos):
         problems += memory_problems(d, snapshots, gpus)
         disk = host.get_fact(WeightsDisk, local_dirs=tuple(r.local_dir for r in d.repos))

@@ -22,11 +22,14 @@ def check_gpu_class(
     topology: dict | None,
     driver: dict | None,
     reboot_pending: list[str] | None = None,
+    driver_managed: bool = False,
 ) -> list[str]:
     """Return the problems that keep this host from serving as `class_name` (empty: fits).
 
     `gpus`, `topology`, `driver`, `reboot_pending` are the values of the facts NvidiaGpus,
     NvidiaTopology, NvidiaDriver and RebootPending (None where nvidia-smi is missing).
+    `driver_managed`: the deploy installs the driver branch itself (install_driver), so the
+    loaded driver's branch and module kind are not a reason to stop.
     """
     where = f"{host_name}: expected"
     tag = f"(class {class_name})"
@@ -61,7 +64,8 @@ def check_gpu_class(
             "the attention backends are chosen per architecture, so assign this host to its own class"
         )
     problems += _check_topology(where, tag, expected, topology)
-    problems += _check_driver(where, tag, expected, driver)
+    if not driver_managed:
+        problems += _check_driver(where, tag, expected, driver)
     if reboot_pending:
         problems.append(f"{host_name}: a reboot is pending ({'; '.join(reboot_pending)}): reboot before serving")
     return problems

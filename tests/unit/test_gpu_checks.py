@@ -113,3 +113,9 @@ def test_fabric_manager_must_not_run_on_the_pcie_class():
     assert check_fabric("lab-rtx-1", "rtx_pro_6000_pcie", expected, no_manager) == []
     [problem] = check_fabric("lab-rtx-1", "rtx_pro_6000_pcie", expected, fabric())
     assert "systemctl disable --now nvidia-fabricmanager" in problem
+
+
+def test_an_old_driver_is_no_reason_to_stop_when_the_deploy_installs_the_driver():
+    old = dict(version="570.158.01", kernel_module_version="570.158.01", open_kernel_module=False, cuda_version="12.9")
+    assert len(check_b200(driver=old)) == 2  # branch too old, proprietary module
+    assert check_b200(driver=old, driver_managed=True) == []

@@ -13,7 +13,7 @@ from bench import labctl
 import statistics
 import time
 
-from bench.common import (PYINFRA, REPO, TOKEN, changed_operations, count_commands, deploy, extract_commands, fmt,
+from bench.common import (PYINFRA, TOKEN, changed_operations, count_commands, deploy, extract_commands, fmt,
                           log, operation_times, phase_times, ratio_summary, run_timed, summary, write_result)
 from lab import fleet
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from bench import labctl
-from bench.common import (BENCH, REPO, TOKEN, WORK, changed_operations, deploy, fmt, log, ratio_summary,
+from bench.common import (BENCH, REPO, TOKEN, WORK, deploy, fmt, log, ratio_summary,
                           run_timed, summary, write_result)
 from bench.p1 import SPEC, noop_run
 from lab import fleet

@@ -10,7 +10,6 @@ for scale, what hashing the 64-shard repo (verify_weights's WeightsCorrupt) cost
 """
 
 import os
-import shlex
 
 from bench import labctl, repos
 from bench.common import (changed_operations, deploy, fmt, log, operation_times, ratio_summary, summary,

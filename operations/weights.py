@@ -107,7 +107,7 @@ def download_spec(repo: Repo, snap: RepoSnapshot) -> dict:
 
 @operation()
 def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify: bool = False,
-             poll_interval: float = 2.0):
+             poll_interval: float = 0.5):
     """
     Make the target and drafter weights complete at their pinned commits.
 
@@ -118,6 +118,7 @@ def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify:
     + deployment: the host's resolved deployment
     + snapshots: per role, the repo's commit and files as the hub lists them (from preflight)
     + verify: hash every file against the hub's hashes and re-fetch those that differ
+    + poll_interval: seconds between progress checks (each is one SSH round trip)
 
     **Example:**
 

@@ -3,14 +3,12 @@
 Pure: everything here is computed from host data, so it is unit-tested without hosts.
 """
 
-import hashlib
-import json
 import posixpath
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a pinned revision; anything else is a branch or tag
 
 
 @dataclass(frozen=True)
@@ -135,11 +133,6 @@ def resolve(data: Any, host_class: str) -> Deployment:
         pip_index_url=data.pip_index_url,
         gpu=dict(data.gpu or {}),
     )
-
-
-def digest(*parts: Any) -> str:
-    """A short stable hash of JSON-able parts (unit inputs, manifests)."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 HOST_CLASSES = ("rtx_pro_6000_pcie", "b200_nvlink", "b300_nvlink")

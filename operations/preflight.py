@@ -7,7 +7,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from operations.deployment import Deployment
+from operations.deployment import COMMIT, Deployment
 from operations.failure import fail_host
 from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.facts import NvidiaFabric, NvidiaHost
@@ -135,6 +135,13 @@ def ddtree_problems(deployment: Deployment) -> list[str]:
     return []
 
 
+def unpinned(deployment: Deployment, snapshots: dict[str, RepoSnapshot]) -> list[str]:
+    """A warning per repo whose revision is a branch or tag: its weights follow whatever it points at."""
+    return [f"{repo.repo_id}: revision {repo.revision!r} is not a commit; it resolves to "
+            f"{snapshots[repo.role].commit} now: pin that commit in group_data for reproducible weights"
+            for repo in deployment.repos if not COMMIT.match(repo.revision)]
+
+
 @operation()
 def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_problems: list[str],
           install_driver: bool = False):
@@ -173,6 +180,8 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
     if problems:
         yield fail_host(problems)
         return
+    for warning in unpinned(d, snapshots):
+        host.log_styled(warning, fg="yellow")
     text = snapshots["target"].text_config()
     host.noop(f"preflight passed: {len(gpus)}x {gpus[0]['name']} as {d.host_class}; "
               f"{d.target.repo_id}@{snapshots['target'].commit[:12]} ({text.get('model_type')}, "

@@ -1,6 +1,5 @@
 """The SGLang systemd unit: written only when its inputs change, validated first, proven by generating."""
 
-import hashlib
 import json
 import shlex
 import time
@@ -21,10 +20,6 @@ from operations.templates import render
 
 HOST_SCRIPTS = Path(__file__).resolve().parent / "host_scripts"
 PREVIOUS = ".specfleet-previous"  # suffix of the last unit/env that served
-
-
-def _sha1(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()
 
 
 class ServiceState(FactBase):
@@ -140,7 +135,7 @@ def unit_files(deployment: Deployment, inputs: str) -> tuple[str, str]:
     d = deployment
     env_text = render("sglang.env.j2", d=d, env=d.env)
     unit_text = render("sglang.service.j2", d=d, args=[shlex.quote(a) for a in server_args(d)],
-                       inputs=f"{inputs} env={_sha1(env_text)[:12]}")
+                       inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}")
     return unit_text, env_text
 
 
@@ -166,7 +161,7 @@ def configure(deployment: Deployment, inputs: str, restart_when: list[OperationM
     d = deployment
     unit_text, env_text = unit_files(d, inputs)
     current = host.get_fact(ServiceState, unit_file=d.unit_file, env_file=d.env_file, service=d.service_name)
-    unchanged = current["unit_sha1"] == _sha1(unit_text) and current["env_sha1"] == _sha1(env_text)
+    unchanged = current["unit_sha1"] == sha1_of(unit_text.encode()) and current["env_sha1"] == sha1_of(env_text.encode())
     if unchanged:
         # Asked to restart by another operation, or found stopped: converge it.
         if any(op.changed for op in restart_when or []):
@@ -279,7 +274,7 @@ def wait_ready(state, host, deployment: Deployment, timeout_s: int, poll_interva
 def inputs(deployment: Deployment, snapshots) -> str:
     """What the server is built from besides its unit (SGLang, weights, its launcher): a change restarts it."""
     d = deployment
-    launcher = hashlib.sha1((HOST_SCRIPTS / "launch_sglang.py").read_bytes()).hexdigest()[:12]
+    launcher = sha1_of((HOST_SCRIPTS / "launch_sglang.py").read_bytes())[:12]
     return (f"sglang={fingerprint(d.sglang_requirement, d.pip_index_url)} "
             f"target={snapshots['target'].commit[:12]} drafter={snapshots['drafter'].commit[:12]} "
             f"launcher={launcher}")

@@ -4,6 +4,8 @@ import pytest
 
 from lab.repos import build_lab_repos
 from operations.deployment import HOST_CLASSES, host_class_of, resolve
+from operations.hub import RepoSnapshot
+from operations.preflight import unpinned
 from operations.sglang import server_args, spell
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import host_data
@@ -60,3 +62,12 @@ def test_rendered_command_lines_parse_with_the_real_sglang_0_5_23():
         assert parsed["speculative_draft_window_size"] == 4096 and parsed["tp_size"] == 8
     # DDTree is not in 0.5.23: its budget flag is refused, which is why the profile needs PR #29907.
     assert not results[-1]["ok"] and "--speculative-ddtree-budget" in results[-1]["stderr"]
+
+
+def test_branch_revisions_are_reported_unpinned_and_lab_commits_are_not():
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshots = {role: RepoSnapshot(f"r/{role}", commit, (), {}) for role in ("target", "drafter")}
+    real = resolve(host_data("b200_nvlink"), "b200_nvlink")
+    assert [w.split(":")[0] for w in unpinned(real, snapshots)] == ["moonshotai/Kimi-K2.6", "z-lab/Kimi-K2.6-DFlash"]
+    assert f"resolves to {commit} now" in unpinned(real, snapshots)[0]
+    assert unpinned(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink"), snapshots) == []

@@ -91,7 +91,7 @@ def test_a_stopped_service_is_caught(deployed_lab, pcie_host):
         "test_server_info_reports_speculative_decoding_accepting_drafts", "test_metrics_expose_the_accept_length",
     }, # A stopped unit reads inactive/dead, or failed/failed: the launcher exits 1 on SIGTERM.
         rf"{pcie_host.name}: expected sglang enabled/active/running, found enabled/(inactive/dead|failed/failed)",
-        rf"{pcie_host.name}: expected sglang listening on 0\.0\.0\.0:{d.port}, found nothing listening",
+        rf"{pcie_host.name}: expected sglang listening on {re.escape(d.bind_address)}:{d.port}, found nothing listening",
         rf"{pcie_host.name}: expected 200 from /health_generate on http://127\.0\.0\.1:{d.port}, found None")
 
 

@@ -10,7 +10,7 @@ from pyinfra import host
 
 from operations import preflight, secrets, service, venv, weights
 from operations.deployment import host_class_of, resolve
-from operations.gpu import nvidia
+from operations.gpu import nvidia, smoke
 
 deployment = resolve(host.data, host_class_of(host.groups))
 snapshots, hub_problems = preflight.hub_snapshots(deployment, host.data.hf_token_env)
@@ -40,6 +40,7 @@ if not hub_problems:
     venv.requirement(name="SGLang", path=deployment.venv, distribution="sglang",
                      requirement=deployment.sglang_requirement, index_url=deployment.pip_index_url)
     service.host_scripts(name="Host scripts", deployment=deployment)
+    smoke.allreduce(name="GPU smoke test", deployment=deployment, engine=host.data.gpu_smoke_engine)
 
     # 5. Weights, pinned and verified, fetched by units that survive a dropped connection.
     weights.download(name="Weights", deployment=deployment, snapshots=snapshots,

@@ -81,3 +81,6 @@ verify_weights = False  # True (or --data verify_weights=true): hash every file 
 install_driver = False  # True: install the open-module driver branch below (reboots if it changed)
 driver_branch = "580"
 huggingface_hub_requirement = "huggingface_hub==2.4.0"  # the downloader's own virtualenv
+# The GPU smoke test's engine: None runs its own torch.distributed + NCCL workers in the SGLang
+# venv; an absolute path names another program printing the same measurements (the lab's stand-in).
+gpu_smoke_engine = None

@@ -1,6 +1,6 @@
 """8x B200 HGX (sm_100, 180 GB each), NV18 NVLink between every pair through NVSwitch."""
 
-gpu = dict(
+expected_gpus = dict(
     name_patterns=[r"^NVIDIA B200$"],
     count=8,
     min_memory_mib=180000,  # 183359 MiB reported per card
@@ -10,12 +10,12 @@ gpu = dict(
     open_kernel_module=True,  # Blackwell data-center parts require the open modules
     fabric_manager=True,  # NVSwitch: without fabric manager CUDA fails with error 802
     # GPU smoke test: NCCL all-reduce bus bandwidth (GB/s, at 512 MiB) that proves NVLink. Above any
-    # PCIe path (a 2x H200 pair reads 28.7 with NCCL_P2P_DISABLE=1; PCIe Gen5 x16 carries ~64 each
-    # way), well below NVLink (the same pair reads ~330 over NV18, tests/fixtures/nvidia-smi/h200-x2-smoke).
+    # PCIe path (a real 2x H200 pair read 27.2 with NCCL_P2P_DISABLE=1; PCIe Gen5 x16 carries ~64 each
+    # way), well below NVLink (the same pair read 313 over NV18): tests/fixtures/nvidia-smi/h200-x2-smoke.
     allreduce_floor_gbps=150,
 )
 
-sglang_class = dict(
+sglang_tuning = dict(
     tp_size=8,
     # sm_100: the z-lab Kimi DFlash recipe (trtllm_mla target, fa4 drafter); SGLang picks
     # trtllm_mla for Kimi itself, written out to pin it. trtllm_mha for MHA/hybrid models.

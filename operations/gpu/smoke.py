@@ -19,8 +19,6 @@ from typing_extensions import override
 from operations.deployment import Deployment
 
 SMOKE_RECORD = "gpu-smoke.json"
-# An engine other than the script's own torch.distributed workers: an absolute path (the lab's stand-in).
-ENGINE_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -54,26 +52,25 @@ class GpuSmokeRecord(FactBase):
                     record=record if isinstance(record, dict) else None)
 
 
-def smoke_key(deployment: Deployment, engine: str | None) -> str:
+def smoke_key(deployment: Deployment) -> str:
     """What the recorded result depends on besides the boot: SGLang's build (its torch, NCCL), the
     NCCL environment, the floor and the engine. A change in any of them means test again."""
     inputs = [deployment.sglang_requirement, sorted(deployment.env.items()),
-              deployment.gpu["allreduce_floor_gbps"], engine]
+              deployment.expected_gpus.allreduce_floor_gbps, deployment.gpu_smoke_engine]
     return hashlib.sha1(json.dumps(inputs).encode()).hexdigest()
 
 
-def smoke_command(deployment: Deployment, key: str, engine: str | None, timeout_s: int) -> str:
+def smoke_command(deployment: Deployment, timeout_s: int) -> str:
     d = deployment
     bad = [name for name in d.env if not ENV_NAME.match(name)]
     if bad:
-        raise ValueError(f"environment names {bad} are not shell variable names (group_data sglang_class env)")
-    if engine is not None and not ENGINE_PATH.match(engine):
-        raise ValueError(f"gpu_smoke_engine {engine!r} is not an absolute path of plain characters")
+        raise ValueError(f"environment names {bad} are not shell variable names (group_data sglang_tuning env)")
+    engine = d.gpu_smoke_engine
     argv = [
         "env", *(f"{name}={value}" for name, value in sorted(d.env.items())),
         f"{d.venv}/bin/python", f"{d.install_dir}/bin/gpu_smoke.py",
-        "--floor-gbps", str(float(d.gpu["allreduce_floor_gbps"])), "--timeout", str(int(timeout_s)),
-        "--record", record_path(d), "--key", key, *(["--engine", engine] if engine else []),
+        "--floor-gbps", str(float(d.expected_gpus.allreduce_floor_gbps)), "--timeout", str(int(timeout_s)),
+        "--record", record_path(d), "--key", smoke_key(d), *(["--engine", engine] if engine else []),
     ]
     return " ".join(shlex.quote(part) for part in argv)
 
@@ -100,7 +97,7 @@ def _run_smoke_test(state, host, command: str) -> bool:
 
 
 @operation()
-def allreduce(deployment: Deployment, engine: str | None = None, timeout_s: int = 180):
+def allreduce(deployment: Deployment, timeout_s: int = 180):
     """
     Prove the GPUs can run SGLang's collectives before a long model load: a short NCCL all-reduce
     across all of them with the SGLang venv's torch and the unit's NCCL environment, under a
@@ -109,9 +106,9 @@ def allreduce(deployment: Deployment, engine: str | None = None, timeout_s: int 
     The result is printed and recorded on the host; it is tested again after a reboot or when
     SGLang's build, the NCCL environment, the floor or the engine change.
 
-    + deployment: the host's resolved deployment (venv, install directory, NCCL env, GPU floor)
-    + engine: None for the script's own torch.distributed + NCCL workers; the lab passes the
-      absolute path of its labelled stand-in, which reads the GPU profile's figures
+    + deployment: the host's resolved deployment (venv, install directory, NCCL env, GPU floor, and
+      ``gpu_smoke_engine``: None for the script's own torch.distributed + NCCL workers; the lab
+      sets the path of its labelled stand-in, which reads the GPU profile's figures)
     + timeout_s: seconds the all-reduce may take, start-up included
 
     **Example:**
@@ -121,12 +118,11 @@ def allreduce(deployment: Deployment, engine: str | None = None, timeout_s: int 
         from operations.gpu import smoke
         smoke.allreduce(name="GPU smoke test", deployment=deployment)
     """
-    key = smoke_key(deployment, engine)
     found = host.get_fact(GpuSmokeRecord, path=record_path(deployment))
     record = found["record"] or {}
-    if (record.get("verdict") in ("passed", "skipped") and record.get("key") == key
+    if (record.get("verdict") in ("passed", "skipped") and record.get("key") == smoke_key(deployment)
             and record.get("boot_id") == found["boot_id"]):
         host.log_styled(summary(record), fg="green")
         host.noop("the GPU smoke test passed in this boot with this SGLang and NCCL environment")
         return
-    yield FunctionCommand(_run_smoke_test, (smoke_command(deployment, key, engine, timeout_s),), {})
+    yield FunctionCommand(_run_smoke_test, (smoke_command(deployment, timeout_s),), {})

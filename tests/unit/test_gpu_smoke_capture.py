@@ -4,13 +4,13 @@ skip exactly as it did there, and the class floors must separate what NVLink and
 
 import json
 import re
-import runpy
 import sys
 from pathlib import Path
 
 import pytest
 
 from operations.gpu.smoke import GpuSmokeRecord, summary
+from tests.unit.group_data import class_expectations
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURE = REPO / "tests" / "fixtures" / "nvidia-smi" / "h200-x2-smoke"
@@ -36,7 +36,7 @@ def judged_again(record: dict, floor_gbps: float | None = None) -> dict:
 
 
 def class_floor(class_name: str) -> float:
-    return runpy.run_path(str(REPO / "group_data" / f"{class_name}.py"))["gpu"]["allreduce_floor_gbps"]
+    return class_expectations(class_name).allreduce_floor_gbps
 
 
 def test_the_recorded_pass_is_judged_the_same_here():

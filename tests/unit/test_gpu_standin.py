@@ -5,12 +5,11 @@ the real captures each profile was built from."""
 import json
 import os
 import re
-import xml.etree.ElementTree as ET
-import runpy
 import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.classify import classify_dir
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaHost, NvidiaTopology, RebootPending
 from operations.gpu.parse import parse_smi_xml, parse_topology
+from tests.unit.group_data import class_expectations
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "lab" / "gpu_standin" / "nvidia-smi"
@@ -169,15 +169,11 @@ def test_every_profile_has_a_class():
     assert sorted(CLASS_OF_PROFILE) == ALL_PROFILES
 
 
-def class_gpu(class_name):
-    return runpy.run_path(str(REPO / "group_data" / f"{class_name}.py"))["gpu"]
-
-
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_facts_through_the_standin_pass_or_fail_the_class_check(lab_host, profile):
     lab_host.use(profile)
     class_name = CLASS_OF_PROFILE[profile]
-    expected = class_gpu(class_name)
+    expected = class_expectations(class_name)
     driver = lab_host.fact(NvidiaDriver)
     assert driver["open_kernel_module"] is True
     assert driver["version"] == driver["kernel_module_version"]
@@ -195,17 +191,17 @@ def test_facts_through_the_standin_pass_or_fail_the_class_check(lab_host, profil
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_gpu_runtime_state_changes_only_when_its_daemons_run(lab_host, profile):
     lab_host.use(profile)
-    expected = class_gpu(CLASS_OF_PROFILE[profile])
+    expected = class_expectations(CLASS_OF_PROFILE[profile])
     before = lab_host.fact(NvidiaFabric)
-    assert before["nvswitch"] is expected["fabric_manager"]
+    assert before["nvswitch"] is expected.fabric_manager
     assert {gpu["persistence_mode"] for gpu in lab_host.fact(NvidiaGpus)} == {"Disabled"}
     assert {(gpu["fabric_state"], gpu["fabric_status"]) for gpu in before["gpus"]} == (
-        {("In Progress", None)} if expected["fabric_manager"] else {(None, None)})
+        {("In Progress", None)} if expected.fabric_manager else {(None, None)})
     lab_host.runtime_up()
     after = lab_host.fact(NvidiaFabric)
     assert {gpu["persistence_mode"] for gpu in lab_host.fact(NvidiaGpus)} == {"Enabled"}
-    assert {gpu["fabric_state"] for gpu in after["gpus"]} == ({"Completed"} if expected["fabric_manager"] else {None})
-    if expected["fabric_manager"]:
+    assert {gpu["fabric_state"] for gpu in after["gpus"]} == ({"Completed"} if expected.fabric_manager else {None})
+    if expected.fabric_manager:
         # Only the unit state is left to the lab (the controller runs no systemd units).
         units = dict(after["units"], **{"nvidia-fabricmanager": dict(enabled="enabled", active="active")})
         assert check_fabric("lab", CLASS_OF_PROFILE[profile], expected, dict(after, units=units)) == []
@@ -252,7 +248,7 @@ def test_gpus_fact_fields(lab_host):
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_smoke_test_with_the_lab_allreduce_standin(lab_host, profile):
     lab_host.use(profile)
-    floor = class_gpu(CLASS_OF_PROFILE[profile])["allreduce_floor_gbps"]
+    floor = class_expectations(CLASS_OF_PROFILE[profile]).allreduce_floor_gbps
     if json.loads((PROFILES / profile / "profile.json").read_text())["nvswitch"]:
         before = lab_host.smoke(floor)
         assert before["verdict"] == "failed" and "CUDA error: system not yet initialized" in before["reason"]

@@ -8,8 +8,7 @@ import pytest
 from lab import fleet
 from operations.deployment import resolve
 from operations.gpu.smoke import record_path
-from tests.helpers import run_deploy
-from tests.lab.test_deploy import main_pid, operations_started
+from tests.helpers import main_pid, operations_started, run_deploy
 from tests.unit.group_data import host_data
 
 pytestmark = pytest.mark.lab

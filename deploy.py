@@ -8,7 +8,7 @@ Each stage is an operation in operations/; nothing changes on a host until its p
 
 from pyinfra import host
 
-from operations import preflight, secrets, service, venv, weights
+from operations import layout, preflight, readiness, secrets, service, venv, weights
 from operations.deployment import host_class_of, resolve
 from operations.gpu import nvidia
 
@@ -29,17 +29,19 @@ if not hub_problems:
         nvidia.fabric_manager(name="NVIDIA fabric manager")
     preflight.fabric(name="GPU fabric", deployment=deployment)
 
-    # 3. Service user and secrets (0600 files only).
-    service.user(name="Service user", user=deployment.service_user, home=f"/home/{deployment.service_user}")
+    # 3. Service user, root's directories and secrets (files with their final mode).
+    layout.service_user(name="Service user", user=deployment.service_user, home=f"/home/{deployment.service_user}")
+    layout.root_directories(name="Root's directories", deployment=deployment)
     secrets.hf_token(name="Hugging Face token", deployment=deployment, token_env=host.data.hf_token_env)
-    api_key = secrets.api_key(name="API key", deployment=deployment, key_env=host.data.api_key_env)
+    api_key = secrets.api_key(name="API key", deployment=deployment, key_env=host.data.api_key_env,
+                              remove=host.data.get("remove_api_key") in (True, "true", "yes", "1"))
 
     # 4. Software: huggingface_hub for the downloads, SGLang in its own virtualenv.
     venv.requirement(name="huggingface_hub", path=deployment.tools_venv, distribution="huggingface_hub",
                      requirement=host.data.huggingface_hub_requirement, index_url=deployment.pip_index_url)
     venv.requirement(name="SGLang", path=deployment.venv, distribution="sglang",
                      requirement=deployment.sglang_requirement, index_url=deployment.pip_index_url)
-    service.host_scripts(name="Host scripts", deployment=deployment)
+    layout.host_scripts(name="Host scripts", deployment=deployment)
 
     # 5. Weights, pinned and verified, fetched by units that survive a dropped connection.
     weights.download(name="Weights", deployment=deployment, snapshots=snapshots,
@@ -48,5 +50,6 @@ if not hub_problems:
     # 6. The unit (restarted only when its inputs change), then proof that it generates.
     unit = service.configure(name="SGLang service", deployment=deployment,
                              inputs=service.inputs(deployment, snapshots), restart_when=[api_key])
-    service.ready(name="SGLang generates", deployment=deployment, restarted=unit,
-                  timeout_s=host.data.ready_timeout_s)
+    readiness.ready(name="SGLang generates", deployment=deployment, restarted=unit,
+                    timeout_s=host.data.ready_timeout_s or readiness.ready_timeout(
+                        sum(snapshot.total_bytes for snapshot in snapshots.values())))

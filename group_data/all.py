@@ -76,7 +76,7 @@ bind_address = "0.0.0.0"
 port = 30000
 enable_metrics = True  # /metrics with sglang:spec_accept_length
 
-ready_timeout_s = 1800  # loading ~600 GB into 8 GPUs takes minutes
+ready_timeout_s = None  # None: from the weights' size (readiness.ready_timeout: 300 s + 400 MB/s, ~30 min for 595 GB)
 verify_weights = False  # True (or --data verify_weights=true): hash every file against the hub
 install_driver = False  # True: install the open-module driver branch below (reboots if it changed)
 driver_branch = "580"

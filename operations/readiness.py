@@ -76,7 +76,8 @@ class ServiceRun(FactBase):
 def crash(run: dict, restarts_before: int) -> str | None:
     """Why waiting longer will not make the server ready (it crash-loops, or SGLang refused its
     configuration), or None while it may still come up."""
-    deaths = run["restarts"] - restarts_before
+    # systemd counts restarts (a manual one does not reset it); a run waiting for its restart died too.
+    deaths = run["restarts"] - restarts_before + (run["sub"] == "auto-restart")
     if run["active"] == "failed":
         return f"the service failed ({run['result']}, exit status {run['exit_status']})"
     if run["sub"] == "auto-restart" and run["exit_status"] == USAGE_ERROR:

@@ -63,7 +63,9 @@ class ServiceRun(FactBase):
     def command(self, service: str) -> str:
         unit = shlex.quote(service)
         return (f"systemctl show {unit} -p ActiveState,SubState,Result,NRestarts,ExecMainStatus; "
-                f"echo \"Progress=$(journalctl -u {unit} -n 200 -o cat --no-pager "
+                # This run's lines only: an earlier run's "ready" is no progress of this one.
+                f"echo \"Progress=$(journalctl _SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value {unit}) "
+                f"-n 200 -o cat --no-pager "
                 f"| grep -E {shlex.quote(LOAD_PROGRESS.pattern)} | tail -1 | tr -d '\\r' | cut -c1-160)\"")
 
     def process(self, output):

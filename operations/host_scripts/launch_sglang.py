@@ -17,6 +17,7 @@ killed (containers with a partial cgroup setup).
 import ctypes
 import json
 import os
+import re
 import runpy
 import signal
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 MASK = b"***"
+LONE_CR = re.compile(rb"\r(?!\n)")  # a progress bar's redraw (tqdm): a line of its own in the journal
 
 
 def read_key(key_file: str) -> str:
@@ -74,7 +76,7 @@ def main() -> None:
     forms = key_forms(key)
     with os.fdopen(read_end, "rb") as server_output:
         for line in server_output:
-            sys.stdout.buffer.write(masked(line, forms))
+            sys.stdout.buffer.write(LONE_CR.sub(b"\n", masked(line, forms)))
             sys.stdout.flush()
     _, status = os.waitpid(server, 0)
     if os.WIFSIGNALED(status):

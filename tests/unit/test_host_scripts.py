@@ -94,3 +94,9 @@ def test_the_probe_refuses_a_server_another_uid_owns():
         probe.call(port, os.getuid() + 1, "/health_generate", {"Authorization": "Bearer secret-key"})
     listener.close()
     assert not any(b"secret-key" in data for data in received)
+
+
+def test_a_progress_bars_redraws_become_journal_lines():
+    bar = b"Loading safetensors checkpoint shards:  50% | 1/2\rLoading safetensors checkpoint shards: 100% | 2/2\r\n"
+    assert launcher.LONE_CR.sub(b"\n", bar) == (b"Loading safetensors checkpoint shards:  50% | 1/2\n"
+                                                b"Loading safetensors checkpoint shards: 100% | 2/2\r\n")

@@ -65,6 +65,7 @@ mirrors = dict(repos={}, requirements={})
 hf_endpoint = None  # None: the public hub; set for a private hub or mirror
 hf_token_env = "HF_TOKEN"  # read on the controller; else its huggingface_hub token file
 api_key_env = "SPECFLEET_API_KEY"  # if set on the controller, the server requires it
+remove_api_key = False  # True: remove the host's key when api_key_env is unset (else the host keeps it)
 pip_index_url = None  # None: PyPI
 
 service_name = "sglang"

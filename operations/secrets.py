@@ -68,12 +68,12 @@ class UserFileStates(FileStates):
 
 
 @operation()
-def hf_token(deployment: Deployment, token_env: str = "HF_TOKEN"):
+def hf_token(deployment: Deployment):
     """
     Write the controller's Hugging Face token to the service user's HF_HOME token file, mode 0600.
 
-    + deployment: the host's resolved deployment (service user, HF_HOME)
-    + token_env: the controller variable holding the token (else its huggingface_hub token file)
+    + deployment: the host's resolved deployment (service user, HF_HOME, the controller variable
+      holding the token, else its huggingface_hub token file)
 
     **Example:**
 
@@ -82,7 +82,7 @@ def hf_token(deployment: Deployment, token_env: str = "HF_TOKEN"):
         secrets.hf_token(name="Install the Hugging Face token", deployment=deployment)
     """
     d = deployment
-    token = controller_token(token_env) or ""
+    token = controller_token(d.hf_token_env) or ""
     token_file = f"{d.hf_home}/token"
     states = host.get_fact(UserFileStates, user=d.service_user, paths=(d.hf_home, token_file))
     if matches(states[d.hf_home], "directory", "700", d.service_user) and \
@@ -93,37 +93,35 @@ def hf_token(deployment: Deployment, token_env: str = "HF_TOKEN"):
 
 
 @operation()
-def api_key(deployment: Deployment, key_env: str = "SPECFLEET_API_KEY", remove: bool = False):
+def api_key(deployment: Deployment):
     """
-    Give the server the controller's API key (`key_env`) as a file root owns and the service reads.
+    Give the server the controller's API key (`api_key_env`) as a file root owns and the service reads.
 
     Without the variable the host keeps the key it has (a deploy from another shell does not
-    open the server); the key file is removed only when `remove` asks for it.
+    open the server); the key file is removed only when `remove_api_key` asks for it.
 
-    + deployment: the host's resolved deployment (API key file, service user)
-    + key_env: the controller variable holding the API key
-    + remove: remove the host's key when the controller has none (the server then runs without one)
+    + deployment: the host's resolved deployment (API key file, service user, api_key_env, remove_api_key)
 
     **Example:**
 
     .. code:: python
 
-        secrets.api_key(name="Install the API key", deployment=deployment, remove=False)
+        secrets.api_key(name="Install the API key", deployment=deployment)
     """
     d = deployment
-    key = os.environ.get(key_env, "")
+    key = os.environ.get(d.api_key_env, "")
     directory, name = d.api_key_file.rsplit("/", 1)
     state = host.get_fact(FileStates, paths=(d.api_key_file,))[d.api_key_file]
     if not key:
-        if state and remove:
+        if state and d.remove_api_key:
             yield StringCommand("rm", "-f", QuoteString(d.api_key_file))
         else:
-            host.noop(f"no ${key_env} on the controller: {d.api_key_file} "
+            host.noop(f"no ${d.api_key_env} on the controller: {d.api_key_file} "
                       + ("kept (remove_api_key=true removes it)" if state else "absent, the server has no key"))
         return
     if not API_KEY.fullmatch(key):
         # Never the key itself: only what is wrong with it.
-        yield fail_host([f"{host.name}: ${key_env} must be 16 to 512 characters of letters, digits and "
+        yield fail_host([f"{host.name}: ${d.api_key_env} must be 16 to 512 characters of letters, digits and "
                          f"-._~+/= (e.g. `openssl rand -hex 32`), found {len(key)} characters that are not"])
         return
     if matches(state, "file", API_KEY_MODE, sha1=sha1_of(key.encode())) and \

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from lab import fleet
-from tests.conftest import run_deploy, write_group_data
 from tests.faults.faultlab import main_pid, record, secret_locations
+from tests.helpers import run_deploy, write_group_data
 
 pytestmark = pytest.mark.lab
 
@@ -45,6 +45,12 @@ def status_of(host, path: str, key: str | None = None) -> int:
                                "rm -f /root/.probe-header", check=False) or 0)
 
 
+def printed_nowhere(run) -> None:
+    assert "Hugging Face token" in run.output and "API key" in run.output  # both operations ran
+    for secret in (TOKEN, *KEYS):
+        assert secret not in run.output, f"a secret ({secret[:6]}...) is in the deploy's output"
+
+
 @pytest.fixture
 def api_key_removed_after(lab_hosts, monkeypatch):
     """Every test here leaves the lab as it found it: no API key (the other tests call the server without one)."""
@@ -64,20 +70,19 @@ def test_secrets_only_in_their_files_after_diff_verbose_debug_failing_and_rotati
     monkeypatch.setenv("SPECFLEET_API_KEY", KEYS[0])
     drop_secret_files(lab_hosts)
     failed = run_deploy(*LOUD, group_data=failing)
+    printed_nowhere(failed)
     assert failed.returncode != 0 and "rejects the rendered flags" in failed.output, failed.output[-3000:]
     uploaded(lab_hosts, TOKEN_FILE, KEY_FILE)
     drop_secret_files(lab_hosts)
     first = run_deploy(*LOUD)  # first upload of both
+    printed_nowhere(first)
     assert first.returncode == 0, first.output[-3000:]
     uploaded(lab_hosts, TOKEN_FILE, KEY_FILE)
     monkeypatch.setenv("SPECFLEET_API_KEY", KEYS[1])
     rotated = run_deploy(*LOUD)  # the key file exists and changes
+    printed_nowhere(rotated)
     assert rotated.returncode == 0, rotated.output[-3000:]
     runs = (failed, first, rotated)
-    for run in runs:
-        assert "Hugging Face token" in run.output and "API key" in run.output
-        for secret in (TOKEN, *KEYS):
-            assert secret not in run.output
     for host in lab_hosts:
         assert fleet.ssh(host, f"stat -c '%a %U %G' {TOKEN_FILE}").split() == ["600", "sglang", "sglang"]
         assert fleet.ssh(host, f"stat -c '%a' {TOKEN_FILE.rsplit('/', 1)[0]}").strip() == "700"

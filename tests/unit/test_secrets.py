@@ -11,6 +11,7 @@ from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
 
 D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
+REMOVING = resolve(host_data("rtx_pro_6000_pcie", remove_api_key="true"), "rtx_pro_6000_pcie")
 TOKEN_FILE = f"{D.hf_home}/token"
 KEY = "0123456789abcdef0123456789abcdef"
 
@@ -60,9 +61,9 @@ def test_no_key_on_the_controller_keeps_the_hosts_key(monkeypatch):
 def test_the_key_is_removed_only_when_asked(monkeypatch):
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
     facts = {FileStates: {D.api_key_file: file("640", "root", "sglang", KEY)}}
-    commands, _ = run(secrets.api_key, facts, deployment=D, remove=True)
+    commands, _ = run(secrets.api_key, facts, deployment=REMOVING)
     assert commands == [f"rm -f {D.api_key_file}"]
-    commands, noops = run(secrets.api_key, {FileStates: {D.api_key_file: None}}, deployment=D, remove=True)
+    commands, noops = run(secrets.api_key, {FileStates: {D.api_key_file: None}}, deployment=REMOVING)
     assert commands == [] and "absent, the server has no key" in noops[0]
 
 

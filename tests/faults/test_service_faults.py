@@ -96,7 +96,8 @@ def test_killed_server_is_restarted_by_systemd(deployed_lab, b200_host, victim):
 
 
 def test_crash_looping_server_fails_readiness_within_a_minute_and_is_rolled_back(deployed_lab, pcie_host, tmp_path):
-    """The new config's server dies a second after every start (its own knobs file); ready_timeout_s is 10 min."""
+    """The new config's server never answers health and dies a second after every start (its own knobs
+    file); ready_timeout_s is 10 min."""
     host, crash_knobs = pcie_host, "/etc/specfleet-lab/crash-loop.json"
     change = write_group_data(tmp_path, "all", (
         "profiles = copy.deepcopy(base['profiles'])\n"
@@ -110,7 +111,7 @@ def test_crash_looping_server_fails_readiness_within_a_minute_and_is_rolled_back
         wait_for(lambda: "num-draft-tokens 8" in fleet.ssh(host, f"cat {UNIT}"), 150, 0.3, "the restore")
         times["restored"] = time.monotonic()
 
-    fleet.ssh(host, f"echo '{{\"exit_after_s\": 1}}' > {crash_knobs}")
+    fleet.ssh(host, f"echo '{{\"exit_after_s\": 1, \"health_fail\": true}}' > {crash_knobs}")
     timer = threading.Thread(target=time_the_rollback, daemon=True)
     try:
         timer.start()

@@ -118,7 +118,6 @@ def test_a_deploy_without_the_key_keeps_it_and_root_directories_stay_roots(
     monkeypatch.delenv("SPECFLEET_API_KEY")
     keyless = run_deploy("--limit", host.name)
     assert keyless.returncode == 0, keyless.output[-3000:]
-    assert f"no $SPECFLEET_API_KEY on the controller: {KEY_FILE} kept" in keyless.output, keyless.output[-3000:]
     assert fleet.ssh(host, f"test -f {KEY_FILE} && echo kept", check=False).strip() == "kept"
     assert main_pid(host) == pid, "the server was restarted"
     assert status_of(host, "/v1/models") == 401, "the server runs open"

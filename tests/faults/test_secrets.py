@@ -8,8 +8,8 @@ import time
 import pytest
 
 from lab import fleet
-from tests.faults.faultlab import main_pid, record, secret_locations
-from tests.helpers import run_deploy, write_group_data
+from tests.faults.faultlab import record, secret_locations
+from tests.helpers import main_pid, run_deploy, write_group_data
 
 pytestmark = pytest.mark.lab
 

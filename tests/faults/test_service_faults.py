@@ -77,7 +77,7 @@ def test_failed_readiness_restores_the_previous_unit_and_shows_the_journal(deplo
 @pytest.mark.parametrize("victim", ["server", "launcher"])
 def test_killed_server_is_restarted_by_systemd(deployed_lab, b200_host, victim):
     host = b200_host
-    launcher = main_pid(host)
+    launcher = main_pid(host).split()[0]  # the pid (main_pid also gives the start time)
     target = fleet.ssh(host, f"pgrep -P {launcher}").split()[0] if victim == "server" else launcher
     restarts = int(fleet.ssh(host, "systemctl show -p NRestarts --value sglang"))
     restart_sec = float(fleet.ssh(host, "systemctl show -p RestartUSec --value sglang").strip().rstrip("s"))
@@ -87,7 +87,7 @@ def test_killed_server_is_restarted_by_systemd(deployed_lab, b200_host, victim):
     wait_for(lambda: http_status(host) == 200, 60, 0.2, "/health_generate to answer again")
     recovered = time.monotonic() - killed
     assert int(fleet.ssh(host, "systemctl show -p NRestarts --value sglang")) == restarts + 1
-    assert main_pid(host) != launcher
+    assert main_pid(host).split()[0] != launcher
     assert server_info(host)["speculative_algorithm"] == "DFLASH"
     # Restart delay plus a start of the stand-in (about a second) plus polling slack.
     assert recovered < restart_sec + 8, f"recovered after {recovered:.1f}s"

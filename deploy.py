@@ -10,7 +10,7 @@ the other hosts go on.
 
 from pyinfra import host
 
-from operations import preflight, secrets, service, venv, weights
+from operations import layout, preflight, readiness, secrets, service, venv, weights
 from operations.deployment import BadHostData, host_class_of, resolve
 from operations.gpu import nvidia, smoke
 
@@ -36,8 +36,9 @@ if deployment and not hub_problems:
         nvidia.fabric_manager(name="NVIDIA fabric manager")
     preflight.fabric(name="GPU fabric", deployment=deployment)
 
-    # 3. Service user and secrets (0600 files only).
-    service.user(name="Service user", user=deployment.service_user, home=deployment.service_home)
+    # 3. Service user, root's directories and secrets (files with their final mode).
+    layout.service_user(name="Service user", user=deployment.service_user, home=deployment.service_home)
+    layout.root_directories(name="Root's directories", deployment=deployment)
     secrets.hf_token(name="Hugging Face token", deployment=deployment)
     api_key = secrets.api_key(name="API key", deployment=deployment)
 
@@ -46,7 +47,7 @@ if deployment and not hub_problems:
                      requirement=deployment.huggingface_hub_requirement, index_url=deployment.pip_index_url)
     venv.requirement(name="SGLang", path=deployment.venv, distribution="sglang",
                      requirement=deployment.sglang_requirement, index_url=deployment.pip_index_url)
-    service.host_scripts(name="Host scripts", deployment=deployment)
+    layout.host_scripts(name="Host scripts", deployment=deployment)
     smoke.allreduce(name="GPU smoke test", deployment=deployment)
 
     # 5. Weights, pinned and verified, fetched by units that survive a dropped connection.
@@ -56,5 +57,6 @@ if deployment and not hub_problems:
     # 6. The unit (restarted only when its inputs change), then proof that it generates.
     unit = service.configure(name="SGLang service", deployment=deployment,
                              inputs=service.inputs(deployment, snapshots), restart_when=[api_key])
-    service.ready(name="SGLang generates", deployment=deployment, restarted=unit,
-                  timeout_s=deployment.ready_timeout_s)
+    readiness.ready(name="SGLang generates", deployment=deployment, restarted=unit,
+                    timeout_s=deployment.ready_timeout_s or readiness.ready_timeout(
+                        sum(snapshot.total_bytes for snapshot in snapshots.values())))

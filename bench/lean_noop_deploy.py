@@ -17,7 +17,9 @@ from operations import preflight
 from operations.deployment import host_class_of, resolve
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
 from operations.preflight import WeightsDisk
-from operations.service import HOST_SCRIPTS, ServerProbe, ServiceState
+from operations.layout import HOST_SCRIPTS
+from operations.readiness import ServerProbe
+from operations.service import ServiceState
 from operations.venv import VenvRequirement
 from operations.weights import WeightsState
 
@@ -35,7 +37,7 @@ SECTIONS = [
     f"stat -c '%a %U %G %n' {scripts}; sha1sum {scripts}",
     WeightsState().command(dirs),
     ServiceState().command(d.unit_file, d.env_file, d.service_name),
-    ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file),
+    ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file, d.service_user),
 ]
 
 

@@ -67,7 +67,7 @@ mirrors = dict(repos={}, requirements={})
 
 hf_endpoint = None  # None: the public hub; set for a private hub or mirror
 hf_token_env = "HF_TOKEN"  # read on the controller; else its huggingface_hub token file
-# If set on the controller, the server requires this key (/etc/specfleet/api-key, 0600). Unset,
+# If set on the controller, the server requires this key (/etc/specfleet/api-key: root's, 0640, the service group reads it). Unset,
 # a key already on the host stays; only remove_api_key=true removes it.
 api_key_env = "SPECFLEET_API_KEY"
 remove_api_key = False
@@ -84,7 +84,7 @@ bind_address = "127.0.0.1"
 port = 30000
 enable_metrics = True  # /metrics with sglang:spec_accept_length
 
-ready_timeout_s = 1800  # loading ~600 GB into 8 GPUs takes minutes
+ready_timeout_s = None  # None: from the weights' size (readiness.ready_timeout: 300 s + 400 MB/s, ~30 min for 595 GB)
 verify_weights = False  # True (or --data verify_weights=true): hash every file against the hub
 install_driver = False  # True: install the open-module driver branch below (reboots if it changed)
 driver_branch = "580"

@@ -90,7 +90,7 @@ class Deployment:
     install_driver: bool
     driver_branch: str  # digits, as the driver's version string starts
     verify_weights: bool
-    ready_timeout_s: int
+    ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
     remove_api_key: bool  # only this removes a key from a host; the server must then bind to loopback
     allow_branch_revisions: bool  # deploy whatever a branch points at now, with a warning
     gpu_smoke_engine: str | None  # None: the smoke test's own torch + NCCL workers; else a program's path
@@ -360,7 +360,8 @@ def _resolve(data: Any, host_class: str, profile_name: str, profile: dict) -> De
         install_driver=_boolean("install_driver", data.install_driver),
         driver_branch=str(_integer("driver_branch", data.driver_branch, minimum=1)),
         verify_weights=_boolean("verify_weights", data.verify_weights),
-        ready_timeout_s=_integer("ready_timeout_s", data.ready_timeout_s, minimum=1),
+        ready_timeout_s=None if data.ready_timeout_s is None else _integer("ready_timeout_s", data.ready_timeout_s,
+                                                                             minimum=1),
         remove_api_key=_boolean("remove_api_key", data.remove_api_key),
         allow_branch_revisions=_boolean("allow_branch_revisions", data.allow_branch_revisions),
         gpu_smoke_engine=None if data.gpu_smoke_engine is None else _path("gpu_smoke_engine", data.gpu_smoke_engine),

@@ -1,20 +1,70 @@
-"""The Hugging Face token and the server's API key: 0600 files on the host, nowhere else.
+"""The Hugging Face token and the server's API key: files on the host created with their final mode.
 
-Neither secret is ever an operation or fact argument (pyinfra prints those at
--v, pyinfra#1148): each operation reads its secret from the controller's
-environment inside its body and uploads it as file content.
+Neither secret is ever an operation or fact argument (pyinfra prints those at -v, pyinfra#1148),
+nor content given to files.put (`pyinfra --diff` prints that): each operation reads its secret
+from the controller's environment inside its body and hands it to one host command on standard
+input (the connector's `_stdin`, which no log level prints). That command writes a temporary
+file under umask 077 and renames it into place, so the file never exists with a looser mode and
+a link planted at its name is replaced, never followed.
+
+Root never writes in a directory the service user owns: the token, which lives in the service
+user's HF_HOME, is written by the service user itself (runuser); the API key lives in the
+root-owned config directory, root-owned and readable by the service user's group only.
 """
 
 import os
-from io import StringIO
+import re
+import shlex
 
 from pyinfra import host
-from pyinfra.api import operation
-from pyinfra.operations import files
+from pyinfra.api import QuoteString, StringCommand, operation
 
 from operations.deployment import Deployment
+from operations.failure import fail_host
 from operations.filestate import FileStates, matches, sha1_of
 from operations.hub import controller_token
+
+# Letters, digits and `-._~+/=` (hex, base64 and URL-safe base64 keys): nothing a shell, a unit
+# file or a log escapes beyond the few forms the launcher masks. 16 characters at least.
+API_KEY = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
+API_KEY_MODE = "640"  # root:<service group>: the launcher (service user) reads it, cannot replace it
+
+# Writes stdin (its trailing newline dropped) to "$1/$2" (mode "$3", group "$4"), under umask 077
+# from its first byte, through a temporary file renamed into place.
+_WRITE_NEW_FILE = ('t=$(mktemp "$1/.$2.XXXXXX") && '
+                   '{ tr -d "\\n" > "$t" && chmod "$3" "$t" && chgrp "$4" "$t" && mv -f "$t" "$1/$2"; } '
+                   '|| { rm -f "$t"; exit 1; }')
+
+
+def write_secret(secret: str, directory: str, name: str, mode: str, group: str,
+                 as_user: str | None = None) -> StringCommand:
+    """The command writing `secret` (given on its stdin) to directory/name, as root or as `as_user`."""
+    if as_user:
+        # The service user's own directory: it creates it (and its parents) and the file itself.
+        runner = ["runuser", "-u", as_user, "--", "sh", "-c"]
+        script = 'umask 077 && mkdir -p "$1" && chmod 700 "$1" && ' + _WRITE_NEW_FILE
+    else:
+        runner, script = ["sh", "-c"], "umask 077 && " + _WRITE_NEW_FILE
+    return StringCommand(*runner, QuoteString(script), "secret", *map(QuoteString, (directory, name, mode, group)),
+                         _stdin=secret)
+
+
+class UserFileStates(FileStates):
+    """
+    FileStates read as `user` (for paths in that user's directories, so root follows none of its
+    links); every path reads as missing while the user does not exist.
+
+    .. code:: python
+
+        {"/home/sglang/.cache/huggingface/token":
+            {"kind": "file", "mode": "600", "user": "sglang", "group": "sglang", "sha1": "5f1d..."}}
+    """
+
+    def command(self, user: str, paths: tuple[str, ...]) -> str:
+        missing = "; ".join(f"echo {shlex.quote(p + '|missing')}" for p in paths)
+        return (f"if id -u {shlex.quote(user)} >/dev/null 2>&1; then "
+                f"runuser -u {shlex.quote(user)} -- sh -c {shlex.quote(super().command(paths))}; "
+                f"else {missing}; fi")
 
 
 @operation()
@@ -34,23 +84,23 @@ def hf_token(deployment: Deployment):
     d = deployment
     token = controller_token(d.hf_token_env) or ""
     token_file = f"{d.hf_home}/token"
-    states = host.get_fact(FileStates, paths=(d.hf_home, token_file))
+    states = host.get_fact(UserFileStates, user=d.service_user, paths=(d.hf_home, token_file))
     if matches(states[d.hf_home], "directory", "700", d.service_user) and \
             matches(states[token_file], "file", "600", d.service_user, sha1_of(token.encode())):
         host.noop(f"{token_file} holds the token (0600, {d.service_user})")
         return
-    yield from files.directory._inner(path=d.hf_home, user=d.service_user, group=d.service_user,
-                                      mode="700")
-    yield from files.put._inner(src=StringIO(token), dest=token_file, user=d.service_user,
-                                group=d.service_user, mode="600")
+    yield write_secret(token, d.hf_home, "token", "600", d.service_user, as_user=d.service_user)
 
 
 @operation()
 def api_key(deployment: Deployment):
     """
-    Give the server the controller's API key (`api_key_env`) as a 0600 file, or remove it when unset.
+    Give the server the controller's API key (`api_key_env`) as a file root owns and the service reads.
 
-    + deployment: the host's resolved deployment (config dir, service user, api_key_env)
+    Without the variable the host keeps the key it has (a deploy from another shell does not
+    open the server); the key file is removed only when `remove_api_key` asks for it.
+
+    + deployment: the host's resolved deployment (API key file, service user, api_key_env, remove_api_key)
 
     **Example:**
 
@@ -59,9 +109,23 @@ def api_key(deployment: Deployment):
         secrets.api_key(name="Install the API key", deployment=deployment)
     """
     d = deployment
-    key = os.environ.get(d.api_key_env)
+    key = os.environ.get(d.api_key_env, "")
+    directory, name = d.api_key_file.rsplit("/", 1)
+    state = host.get_fact(FileStates, paths=(d.api_key_file,))[d.api_key_file]
     if not key:
-        yield from files.file._inner(path=d.api_key_file, present=False)
+        if state and d.remove_api_key:
+            yield StringCommand("rm", "-f", QuoteString(d.api_key_file))
+        else:
+            host.noop(f"no ${d.api_key_env} on the controller: {d.api_key_file} "
+                      + ("kept (remove_api_key=true removes it)" if state else "absent, the server has no key"))
         return
-    yield from files.put._inner(src=StringIO(key), dest=d.api_key_file, user=d.service_user,
-                                group=d.service_user, mode="600")
+    if not API_KEY.fullmatch(key):
+        # Never the key itself: only what is wrong with it.
+        yield fail_host([f"{host.name}: ${d.api_key_env} must be 16 to 512 characters of letters, digits and "
+                         f"-._~+/= (e.g. `openssl rand -hex 32`), found {len(key)} characters that are not"])
+        return
+    if matches(state, "file", API_KEY_MODE, sha1=sha1_of(key.encode())) and \
+            (state["user"], state["group"]) == ("root", d.service_user):
+        host.noop(f"{d.api_key_file} holds the key (0{API_KEY_MODE}, root:{d.service_user})")
+        return
+    yield write_secret(key, directory, name, API_KEY_MODE, d.service_user)

@@ -2,13 +2,13 @@
 
 import json
 import shlex
-import time
 from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.operations import files
 
+from operations import poll
 from operations.deployment import Deployment, Repo
 from operations.hub import RepoSnapshot
 from operations.templates import render
@@ -178,23 +178,23 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
         f"echo $(systemctl is-active {r.unit_name}) $(systemctl show -p Result --value {r.unit_name}) "
         f"$(test -f {shlex.quote(r.local_dir)}/{MANIFEST} && echo complete || echo missing)"
         for r in repos) + f"; du -sbc {dirs} 2>/dev/null | tail -1 | cut -f1"
-    started = time.monotonic()
-    last_logged = 0.0
-    while True:
+    unit_states: list[list[str]] = []
+
+    def check(elapsed: float):
         ok, output = host.run_shell_command(probe)
         lines = output.stdout_lines
         if len(lines) != len(repos) + 1:
-            return False
-        unit_states = [line.split() for line in lines[:-1]]
+            return False, ""
+        unit_states[:] = [line.split() for line in lines[:-1]]
         done = int(lines[-1] or 0)
         running = any(active in ("activating", "active", "reloading") for active, *_ in unit_states)
         not_begun = any(result == "success" and manifest == "missing" for _, result, manifest in unit_states)
-        if not running and not (not_begun and time.monotonic() - started < start_grace_s):
-            break
-        if time.monotonic() - last_logged >= 10:
-            host.log(f"weights: {done / 1e9:.2f} / {total / 1e9:.2f} GB ({min(done / max(total, 1), 1):.0%})")
-            last_logged = time.monotonic()
-        time.sleep(poll_interval)
+        if not running and not (not_begun and elapsed < start_grace_s):
+            return True, ""
+        return None, f"weights: {done / 1e9:.2f} / {total / 1e9:.2f} GB ({min(done / max(total, 1), 1):.0%})"
+
+    if not poll.wait(host, check, interval_s=poll_interval, log_every_s=10):
+        return False
     failed = [r for r, (_, result, manifest) in zip(repos, unit_states)
               if result != "success" or manifest != "complete"]
     for repo in failed:

@@ -1,10 +1,12 @@
 """Runs ON THE HOST as the SGLang unit's ExecStart: `python -m sglang.launch_server` plus the API key.
 
-The key is read from the 0600 file named by SPECFLEET_API_KEY_FILE and added to
-the server's argv inside the process, so it is never in the unit file or in
-`ps` (the kernel keeps the exec-time argv). SGLang logs its resolved
-ServerArgs, api_key included, so the server (and every process it spawns)
-writes into a pipe that this process copies to the journal with the key masked.
+The key is read from the file named by SPECFLEET_API_KEY_FILE and added to the
+server's argv inside the process (as `--api-key=KEY`, so a key starting with `-`
+is never read as a flag), so it is never in the unit file or in `ps` (the kernel
+keeps the exec-time argv). SGLang logs its resolved ServerArgs, api_key included,
+so the server (and every process it spawns) writes into a pipe that this process
+copies to the journal with the key masked: raw, and in the escaped forms a log
+line can carry (repr, JSON, URL-encoded).
 
 The server dies with this process (PR_SET_PDEATHSIG): a launcher killed with
 SIGKILL must not leave its server holding the port, or every restart systemd
@@ -13,44 +15,77 @@ killed (containers with a partial cgroup setup).
 """
 
 import ctypes
+import json
 import os
+import re
 import runpy
 import signal
 import sys
+import urllib.parse
 from pathlib import Path
 
-key_file = Path(os.environ.get("SPECFLEET_API_KEY_FILE", "/nonexistent"))
-key = key_file.read_text().strip() if key_file.is_file() else ""
-argv = ["sglang.launch_server", *sys.argv[1:], *(["--api-key", key] if key else [])]
-
 PR_SET_PDEATHSIG = 1
+MASK = b"***"
+LONE_CR = re.compile(rb"\r(?!\n)")  # a progress bar's redraw (tqdm): a line of its own in the journal
 
-read_end, write_end = os.pipe()
-launcher = os.getpid()
-server = os.fork()
-if server == 0:
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != launcher:  # the launcher died before prctl took effect
-        os._exit(1)
-    os.close(read_end)
-    os.dup2(write_end, 1)
-    os.dup2(write_end, 2)
-    sys.argv = argv
-    runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
-    sys.exit(0)
 
-os.close(write_end)
-for signum in (signal.SIGTERM, signal.SIGINT):
-    signal.signal(signum, lambda number, _frame: os.kill(server, number))
-secret = key.encode()
-with os.fdopen(read_end, "rb") as server_output:
-    for line in server_output:
-        sys.stdout.buffer.write(line.replace(secret, b"***") if secret else line)
-        sys.stdout.flush()
-_, status = os.waitpid(server, 0)
-if os.WIFSIGNALED(status):
-    # Die of the server's signal, so systemd sees what happened: SIGTERM from `systemctl stop`
-    # is a clean stop, SIGKILL or SIGSEGV a crash to restart from.
-    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-    os.kill(os.getpid(), os.WTERMSIG(status))
-sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+def read_key(key_file: str) -> str:
+    path = Path(key_file)
+    return path.read_text().strip() if path.is_file() else ""
+
+
+def server_argv(args: list[str], key: str) -> list[str]:
+    return ["sglang.launch_server", *args, *([f"--api-key={key}"] if key else [])]
+
+
+def key_forms(key: str) -> list[bytes]:
+    """The key as a log line can print it, longest first (so no form is left half-masked)."""
+    if not key:
+        return []
+    forms = {key, repr(key)[1:-1], json.dumps(key)[1:-1], json.dumps(key)[1:-1].replace("/", "\\/"),
+             urllib.parse.quote(key, safe=""), urllib.parse.quote_plus(key, safe="")}
+    return sorted((form.encode() for form in forms), key=len, reverse=True)
+
+
+def masked(line: bytes, forms: list[bytes]) -> bytes:
+    for form in forms:
+        line = line.replace(form, MASK)
+    return line
+
+
+def main() -> None:
+    key = read_key(os.environ.get("SPECFLEET_API_KEY_FILE", "/nonexistent"))
+    argv = server_argv(sys.argv[1:], key)
+    read_end, write_end = os.pipe()
+    launcher = os.getpid()
+    server = os.fork()
+    if server == 0:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != launcher:  # the launcher died before prctl took effect
+            os._exit(1)
+        os.close(read_end)
+        os.dup2(write_end, 1)
+        os.dup2(write_end, 2)
+        sys.argv = argv
+        runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
+        sys.exit(0)
+
+    os.close(write_end)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, _frame: os.kill(server, number))
+    forms = key_forms(key)
+    with os.fdopen(read_end, "rb") as server_output:
+        for line in server_output:
+            sys.stdout.buffer.write(LONE_CR.sub(b"\n", masked(line, forms)))
+            sys.stdout.flush()
+    _, status = os.waitpid(server, 0)
+    if os.WIFSIGNALED(status):
+        # Die of the server's signal, so systemd sees what happened: SIGTERM from `systemctl stop`
+        # is a clean stop, SIGKILL or SIGSEGV a crash to restart from.
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -162,3 +162,54 @@ def test_unit_arguments_are_what_group_data_asks_for(target):
     assert unit["props"].get("NeedDaemonReload") == "no", (
         f"{target.name}: expected systemd to have loaded {d.unit_file} as it is on disk, found it changed "
         "since (NeedDaemonReload=yes)")
+
+
+MAX_EXPOSURE = 4.0  # systemd-analyze security's scale: 10 is unconfined, 0 fully locked down
+
+
+def exposure(target, unit: str) -> float | None:
+    out = target.run(f"systemd-analyze security --no-pager {shlex.quote(unit)}").stdout
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    return float(last.split(":", 1)[1].split()[0]) if "Overall exposure level" in last else None
+
+
+def test_units_are_confined(target):
+    """The SGLang unit and every weights unit: NoNewPrivileges, ProtectSystem=strict, no capabilities..."""
+    d = target.deployment
+    scores = {unit: exposure(target, unit) for unit in (d.service_name, *(f"{r.unit_name}.service" for r in d.repos))}
+    loose = {unit: score for unit, score in scores.items() if score is None or score > MAX_EXPOSURE}
+    assert not loose, (f"{target.name}: expected `systemd-analyze security` to rate each unit at most "
+                       f"{MAX_EXPOSURE}, found " + ", ".join(f"{unit} {score}" for unit, score in loose.items()))
+
+
+# Each path: owner, and whether a user other than root can write it (group or other write bit
+# with a non-root group, or other write), without following links.
+_OWNERS_SCRIPT = r"""
+import json, os, pwd, grp, stat, sys
+result = {}
+for path in sys.argv[1:]:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        continue
+    group = grp.getgrgid(st.st_gid).gr_name
+    writable = bool(st.st_mode & stat.S_IWOTH) or (bool(st.st_mode & stat.S_IWGRP) and group != "root")
+    result[path] = {"owner": pwd.getpwuid(st.st_uid).pw_name, "link": stat.S_ISLNK(st.st_mode), "writable": writable}
+print(json.dumps(result))
+"""
+
+
+def test_what_root_writes_or_runs_is_roots_alone(target):
+    """Root's directories and files (config, install, host scripts, units, the API key) are root's and
+    writable by root only; the service user's cache is the service user's."""
+    d = target.deployment
+    scripts = target.run(f"ls {shlex.quote(d.install_dir)}/bin").stdout.split()
+    paths = [d.config_dir, d.env_file, d.api_key_file, d.install_dir, f"{d.install_dir}/bin", d.unit_file,
+             *(f"{d.install_dir}/bin/{name}" for name in scripts), *(f"{d.config_dir}/weights-{r.role}.json" for r in d.repos)]
+    found = target.python(_OWNERS_SCRIPT, *paths, f"/home/{d.service_user}/.cache")
+    cache = found.pop(f"/home/{d.service_user}/.cache", None)
+    wrong = [f"{path} ({'a link, ' if f['link'] else ''}owner {f['owner']}{', writable by others' if f['writable'] else ''})"
+             for path, f in found.items() if f["owner"] != "root" or f["writable"] or f["link"]]
+    assert not wrong, f"{target.name}: expected root's paths owned and writable by root alone, found " + "; ".join(wrong)
+    assert cache and cache["owner"] == d.service_user and not cache["link"], (
+        f"{target.name}: expected /home/{d.service_user}/.cache to be {d.service_user}'s directory, found {cache}")

@@ -77,7 +77,7 @@ def test_failed_readiness_restores_the_previous_unit_and_shows_the_journal(deplo
 @pytest.mark.parametrize("victim", ["server", "launcher"])
 def test_killed_server_is_restarted_by_systemd(deployed_lab, b200_host, victim):
     host = b200_host
-    launcher = main_pid(host)
+    launcher = main_pid(host).split()[0]  # the pid (main_pid also gives the start time)
     target = fleet.ssh(host, f"pgrep -P {launcher}").split()[0] if victim == "server" else launcher
     restarts = int(fleet.ssh(host, "systemctl show -p NRestarts --value sglang"))
     restart_sec = float(fleet.ssh(host, "systemctl show -p RestartUSec --value sglang").strip().rstrip("s"))
@@ -87,9 +87,47 @@ def test_killed_server_is_restarted_by_systemd(deployed_lab, b200_host, victim):
     wait_for(lambda: http_status(host) == 200, 60, 0.2, "/health_generate to answer again")
     recovered = time.monotonic() - killed
     assert int(fleet.ssh(host, "systemctl show -p NRestarts --value sglang")) == restarts + 1
-    assert main_pid(host) != launcher
+    assert main_pid(host).split()[0] != launcher
     assert server_info(host)["speculative_algorithm"] == "DFLASH"
     # Restart delay plus a start of the stand-in (about a second) plus polling slack.
     assert recovered < restart_sec + 8, f"recovered after {recovered:.1f}s"
     record(f"server crash (kill -9 {victim})", result="restarted by systemd",
            recovered_s=round(recovered, 1), restart_sec=restart_sec)
+
+
+def test_crash_looping_server_fails_readiness_within_a_minute_and_is_rolled_back(deployed_lab, pcie_host, tmp_path):
+    """The new config's server never answers health and dies a second after every start (its own knobs
+    file); ready_timeout_s is 10 min."""
+    host, crash_knobs = pcie_host, "/etc/specfleet-lab/crash-loop.json"
+    change = write_group_data(tmp_path, "all", (
+        "profiles = copy.deepcopy(base['profiles'])\n"
+        "profiles['kimi_k26_dflash']['speculative']['num_draft_tokens'] = 6\n"
+        f"profiles['kimi_k26_dflash']['env'] = {{'SPECFLEET_SGLANG_KNOBS': {crash_knobs!r}}}"))
+    times = {}
+
+    def time_the_rollback():
+        wait_for(lambda: "num-draft-tokens 6" in fleet.ssh(host, f"cat {UNIT}"), 90, 0.3, "the new unit")
+        times["new"] = time.monotonic()
+        wait_for(lambda: "num-draft-tokens 8" in fleet.ssh(host, f"cat {UNIT}"), 150, 0.3, "the restore")
+        times["restored"] = time.monotonic()
+
+    fleet.ssh(host, f"echo '{{\"exit_after_s\": 1, \"health_fail\": true}}' > {crash_knobs}")
+    timer = threading.Thread(target=time_the_rollback, daemon=True)
+    try:
+        timer.start()
+        result = run_deploy("--limit", host.name, "--data", "ready_timeout_s=600", group_data=change, timeout=180)
+        timer.join(5)
+    finally:
+        fleet.ssh(host, f"rm -f {crash_knobs}")
+    detected = times["restored"] - times["new"]
+    out = result.output
+    assert result.returncode != 0
+    assert "sglang crash-loops: the server died 3 times since the restart" in out, out[-3000:]
+    assert "restored the previous unit, which generates again" in out, out[-3000:]
+    assert "Last lines of its journal" in out and "lab stand-in fault: exit_after_s" in out  # the journal itself
+    assert detected < 60, f"the crash loop was rolled back {detected:.0f}s after the new unit"
+    assert "--speculative-num-draft-tokens 8" in fleet.ssh(host, f"cat {UNIT}")
+    assert server_info(host)["speculative_num_draft_tokens"] == 8 and http_status(host) == 200
+    record("crash loop", result="failed readiness and rolled back", new_unit_to_rollback_s=round(detected, 1))
+    again = run_deploy("--limit", host.name)
+    assert again.returncode == 0, again.output[-3000:]

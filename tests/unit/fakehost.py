@@ -1,0 +1,38 @@
+"""Run an operation's body on a host that only answers facts: facts in, commands out.
+
+Only the few Host methods operations call are here (get_fact, noop, name); pyinfra's own
+operations used through `_inner` run for real on the same facts.
+"""
+
+from pyinfra.api import FunctionCommand, StringCommand
+from pyinfra.context import ctx_host
+
+
+class FakeHost:
+    """Answers get_fact from `facts` ({fact class: value}); records noops."""
+
+    name = "host-1"
+
+    def __init__(self, facts: dict):
+        self.facts = facts
+        self.noops: list[str] = []
+
+    def get_fact(self, fact_class, *args, **kwargs):
+        return self.facts[fact_class]
+
+    def noop(self, description: str) -> None:
+        self.noops.append(description)
+
+
+def run(operation, facts: dict, **kwargs) -> tuple[list, list[str]]:
+    """(commands, noops): a shell command as its masked text, any other command as itself."""
+    host = FakeHost(facts)
+    with ctx_host.use(host):
+        commands = [str(c) if isinstance(c, (str, StringCommand)) else c for c in operation._inner(**kwargs)]
+    return commands, host.noops
+
+
+def failure(commands: list) -> list[str]:
+    """The problems of the one fail_host command an operation yielded."""
+    assert len(commands) == 1 and isinstance(commands[0], FunctionCommand), commands
+    return commands[0].args[0]

@@ -157,12 +157,13 @@ def test_truncated_and_bit_flipped_shards_are_fetched_again(deployed_lab, pcie_h
 
 
 HOSTILE = {
-    # A listed name that climbs out of the weights directory (an LFS file, so the resumable path takes it).
-    "listing": dict(hostile_listing={KIMI: "../specfleet-escape.safetensors"}),
     # A commit whose newline would add a root ExecStartPre= line to the download unit.
     "commit": dict(hostile_commit={KIMI: "0" * 40 + "\nExecStartPre=+/usr/bin/touch /tmp/specfleet-pwned"}),
+    # A listed name that climbs out of the weights directory into one the service user may write
+    # (an LFS file, so the resumable path takes it).
+    "listing": dict(hostile_listing={KIMI: "../../../../home/sglang/specfleet-escape.safetensors"}),
 }
-ESCAPES = ["/srv/specfleet/models/specfleet-escape.safetensors", "/tmp/specfleet-pwned"]
+ESCAPES = ["/home/sglang/specfleet-escape.safetensors", "/tmp/specfleet-pwned"]
 
 
 @pytest.mark.parametrize("answer", HOSTILE)
@@ -170,7 +171,7 @@ def test_hostile_hub_answers_are_refused_before_the_host_changes(deployed_lab, p
     host = pcie_host
     watched = ("/etc/systemd/system/specfleet-weights-target.service /etc/specfleet/weights-target.json "
                f"{TARGET_DIR}/.specfleet-manifest.json")
-    before = fleet.ssh(host, f"sha1sum {watched}")
+    before = fleet.ssh(host, f"sha1sum {watched} 2>&1", check=False)
     hub.set_faults(HUB_STATE, **HOSTILE[answer])
     try:
         refused = run_deploy("--limit", host.name)
@@ -178,7 +179,7 @@ def test_hostile_hub_answers_are_refused_before_the_host_changes(deployed_lab, p
         hub.clear_faults(HUB_STATE)
     assert refused.returncode != 0, refused.output[-3000:]
     assert "refusing" in refused.output, refused.output[-3000:]
-    assert fleet.ssh(host, f"sha1sum {watched}") == before  # unit, spec and manifest untouched
+    assert fleet.ssh(host, f"sha1sum {watched} 2>&1", check=False) == before  # unit, spec, manifest untouched
     assert fleet.ssh(host, f"ls -d {' '.join(ESCAPES)} 2>/dev/null", check=False).strip() == ""
     record(f"hostile hub {answer}", result="preflight refused the host; nothing on it changed")
 

@@ -50,14 +50,6 @@ def http_status(host, path: str = "/health_generate") -> int:
     return int(out or 0)
 
 
-def server_info(host) -> dict:
-    return json.loads(fleet.ssh(host, "curl -sf -m 10 localhost:30000/server_info"))
-
-
-def main_pid(host, unit: str = "sglang") -> str:
-    return fleet.ssh(host, f"systemctl show -p MainPID --value {unit}").strip()
-
-
 def set_knobs(host, **knobs) -> None:
     """The SGLang stand-in's fault knobs (health_fail is re-read per request); none: clear them."""
     fleet.ssh(host, f"echo {json.dumps(json.dumps(knobs))} > {SGLANG_KNOBS_FILE}" if knobs
@@ -118,10 +110,10 @@ def _shell_quote(text: str) -> str:
 
 def start_deploy(*args: str, token: str = "hf_lab_granted") -> subprocess.Popen:
     """The deploy in the background (to fault it while it runs); its output goes to a temp file."""
-    from tests.conftest import PYINFRA, REPO
+    from tests.helpers import PYINFRA, REPO
 
     log = open(f"/tmp/specfleet-faults-deploy-{LAB_ID}-{time.monotonic_ns()}.log", "w+")
-    process = subprocess.Popen([str(PYINFRA), "-y", "inventory/lab.py", "deploy.py", *args], cwd=REPO,
+    process = subprocess.Popen([str(PYINFRA), "-y", "lab/inventory.py", "deploy.py", *args], cwd=REPO,
                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_TOKEN": token})
     process.log = log
     return process

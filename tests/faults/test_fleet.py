@@ -5,8 +5,9 @@ import time
 import pytest
 
 from lab import fleet
-from tests.conftest import lab_cli, run_deploy
-from tests.faults.faultlab import http_status, main_pid, record, server_info
+from tests.helpers import lab_cli, run_deploy
+from tests.faults.faultlab import http_status, record
+from tests.helpers import main_pid, server_info
 
 pytestmark = pytest.mark.lab
 

@@ -2,7 +2,8 @@
 
 Usage: weights_state.py LISTINGS, where LISTINGS is JSON {directory: {path: size}}, the hub's
 files as the controller validated them. Prints JSON, per directory None (no manifest: not
-complete) or the manifest's commit and the listed files whose size on disk differs:
+complete) or the manifest's commit and the listed files whose size on disk differs or that the
+manifest does not record:
 
     {"/srv/specfleet/models/moonshotai--Kimi-K2.6": {"commit": "3f2a...", "bad": ["model-00007-of-00064.safetensors"]},
      "/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash": None}
@@ -28,7 +29,10 @@ def state(directory: str, sizes: dict[str, int]) -> dict | None:
     manifest = weights_manifest.read(directory)
     if manifest is None:
         return None
-    bad = [path for path, size in sizes.items() if size_or_none(os.path.join(directory, path)) != size]
+    recorded = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+    # A listed file the manifest does not record (an edited or older manifest) is fetched again too.
+    bad = [path for path, size in sizes.items()
+           if path not in recorded or size_or_none(os.path.join(directory, path)) != size]
     return {"commit": manifest.get("commit"), "bad": bad}
 
 

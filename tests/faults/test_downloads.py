@@ -217,6 +217,7 @@ def test_verify_acts_on_the_hubs_listing_not_a_manifest_the_service_user_can_edi
     manifest = json.loads(fleet.ssh(host, f"cat {manifest_file}"))
     size = manifest["files"]["README.md"]["size"]
     manifest["files"]["../../../.." + canary] = {**manifest["files"].pop("README.md"), "sha256": "0" * 64}
+    fleet.ssh(host, f"cp -p {manifest_file} /root/specfleet-manifest.bak")
     fleet.ssh(host, f"head -c {size} /dev/urandom > {canary} && runuser -u sglang -- python3 -c "
                     f"'import sys; open(sys.argv[1], \"w\").write(sys.argv[2])' {manifest_file} "
                     f"'{json.dumps(manifest)}'")
@@ -224,5 +225,8 @@ def test_verify_acts_on_the_hubs_listing_not_a_manifest_the_service_user_can_edi
         result = run_deploy("--limit", host.name, "--data", "verify_weights=true")
         assert result.returncode == 0, result.output[-3000:]
         assert fleet.ssh(host, f"ls {canary}", check=False).strip() == canary, "root deleted a file it was told to"
+        # The manifest did not record README.md: the deploy fetched it again and wrote a true manifest.
+        assert "README.md" in json.loads(fleet.ssh(host, f"cat {manifest_file}"))["files"]
     finally:
-        fleet.ssh(host, f"rm -f {canary}")
+        fleet.ssh(host, f"rm -f {canary}; test -f {manifest_file} || cp -p /root/specfleet-manifest.bak {manifest_file}; "
+                        "rm -f /root/specfleet-manifest.bak")

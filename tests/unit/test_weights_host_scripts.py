@@ -85,6 +85,10 @@ def test_state_reports_commit_and_wrong_sizes(weights_dir, tmp_path_factory):
     (directory / "config.json").write_bytes(b"{}")
     assert weights_state.main({str(directory): sizes, missing: sizes}) == {
         str(directory): {"commit": "a" * 40, "bad": ["config.json"]}, missing: None}
+    manifest = weights_manifest.read(directory)
+    manifest["files"]["../elsewhere"] = manifest["files"].pop("sub/model.safetensors")  # edited by hand
+    (directory / weights_manifest.MANIFEST).write_text(json.dumps(manifest))
+    assert weights_state.main({str(directory): sizes})[str(directory)]["bad"] == ["config.json", "sub/model.safetensors"]
 
 
 def test_verify_names_changed_bytes_and_links_out(weights_dir, tmp_path_factory):

@@ -21,7 +21,7 @@ from operations.layout import HOST_SCRIPTS
 from operations.readiness import ServerProbe
 from operations.service import ServiceState
 from operations.venv import VenvRequirement
-from operations.weights import WeightsState
+from operations.weights import WeightsState, state_listings
 
 deployment = d = resolve(host.data, host_class_of(host.groups))
 snapshots, hub_problems = preflight.hub_snapshots(deployment)
@@ -35,7 +35,7 @@ SECTIONS = [
     f"test -e {d.api_key_file} && echo api-key || echo no-api-key",
     VenvRequirement().command(d.tools_venv, "huggingface_hub"), VenvRequirement().command(d.venv, "sglang"),
     f"stat -c '%a %U %G %n' {scripts}; sha1sum {scripts}",
-    WeightsState().command(dirs),
+    WeightsState().command(state_listings(d.repos, snapshots)),
     ServiceState().command(d.unit_file, d.env_file, d.service_name),
     ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file, d.service_user),
 ]

@@ -23,7 +23,8 @@ from bench.p1 import SPEC, noop_run
 from lab import fleet
 from lab.repos import KIMI, KIMI_DFLASH, repo_dir
 from lab.services import HUB_STORE
-from operations import weights
+from bench.repos import listing
+from operations.host_programs import program
 from operations.venv import fingerprint
 
 TARGET = 0.5
@@ -77,7 +78,10 @@ def prepare(hosts) -> tuple[Path, Path]:
              "fingerprint": fingerprint(sglang_req, index)},
         ],
         "host_scripts": sorted(str(p) for p in (REPO / "operations" / "host_scripts").glob("*.py")),
-        "weights_state_script": weights._STATE_SCRIPT,
+        "weights_state_script": program("weights_state"),
+        "weights_listings": json.dumps({dir_: {f["path"]: f["size"] for f in listing(repo)} for dir_, repo in (
+            ("/srv/specfleet/models/moonshotai--Kimi-K2.6", KIMI),
+            ("/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash", KIMI_DFLASH))}, sort_keys=True),
         "target_dir": "/srv/specfleet/models/moonshotai--Kimi-K2.6",
         "drafter_dir": "/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash",
         "target_commit": commits[KIMI], "drafter_commit": commits[KIMI_DFLASH],

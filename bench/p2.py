@@ -9,6 +9,7 @@ WeightsState command itself timed on the host (20 runs in one SSH session) - plu
 for scale, what hashing the 64-shard repo (verify_weights's WeightsCorrupt) costs.
 """
 
+import json
 import os
 
 import lab
@@ -16,6 +17,7 @@ from bench import repos
 from bench.common import (changed_operations, deploy, fmt, log, operation_times, ratio_summary, summary,
                           write_result)
 from lab import fleet
+from lab.repos import KIMI_DFLASH
 from operations.weights import WeightsCorrupt, WeightsState
 
 SPEC = "pcie=2,b200=1"  # P1's fleet; P2 uses its first host only
@@ -41,7 +43,8 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5")) * 2) -> dict:
         commit = repos.ensure(repo_id, repos.GB2, shards)
         weights_dir = f"/srv/specfleet/bench/p2-{key}"
         overrides[key] = repos.target_override(f"p2-{key}", repo_id, commit, weights_dir)
-        dirs[key] = (f"{weights_dir}/moonshotai--Kimi-K2.6", f"{weights_dir}/z-lab--Kimi-K2.6-DFlash")
+        dirs[key] = {f"{weights_dir}/moonshotai--Kimi-K2.6": repos.listing(repo_id),
+                     f"{weights_dir}/z-lab--Kimi-K2.6-DFlash": repos.listing(KIMI_DFLASH)}
         log(f"P2: downloading it on {host.name} (once; kept for later runs)")
         deploy("--limit", host.name, group_data=overrides[key], deploy_file="bench/weights_deploy.py").check()
 
@@ -60,8 +63,10 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5")) * 2) -> dict:
     fact_s = {k: [] for k in LAYOUTS}
     for r in range(5):
         for key in LAYOUTS:
-            fact_s[key].append(host_time(host, WeightsState().command(dirs[key]), 20))
-    hash_s = host_time(host, WeightsCorrupt().command(dirs["64"][0]), 1)
+            sizes = {d: {f["path"]: f["size"] for f in listed} for d, listed in dirs[key].items()}
+            fact_s[key].append(host_time(host, WeightsState().command(json.dumps(sizes, sort_keys=True)), 20))
+    target_dir, listed = next(iter(dirs["64"].items()))
+    hash_s = host_time(host, WeightsCorrupt().command(target_dir, json.dumps(listed), "sglang"), 1)
 
     result = {
         "measure": "no-op weights stage (hub snapshot + fact WeightsState + noop), 64 vs 2 shards, 2 GiB each",

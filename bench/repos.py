@@ -20,6 +20,14 @@ def files_of(repo_id: str) -> Path:
     return repo_dir(HUB_STORE, repo_id) / "files"
 
 
+def listing(repo_id: str) -> list[dict]:
+    """The repo's files as the deploy's hub snapshot lists them (operations.hub.RepoFile.entry)."""
+    import json
+    manifest = json.loads((repo_dir(HUB_STORE, repo_id) / "manifest.json").read_text())
+    return [{"path": f["path"], "size": f["size"], "sha256": f["sha256"] if f["lfs"] else None,
+             "git_sha1": None if f["lfs"] else f["git_oid"]} for f in manifest["files"]]
+
+
 def target_override(name: str, repo_id: str, commit: str, weights_dir: str) -> Path:
     """A --group-data folder pointing the deploy's target at REPO_ID@COMMIT, downloaded into WEIGHTS_DIR."""
     return write_group_data(WORK / "group_data" / name, "lab", (

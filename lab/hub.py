@@ -65,7 +65,11 @@ def set_faults(state_dir, **faults) -> None:
     drop_after={substr: n}: cut the next matching body after n bytes, once.
     corrupt={substr: offset}: flip that byte of every matching body.
     gone=True: answer 503 to everything.
-    Substrings match against 'org/name/path/in/repo'."""
+    hostile_listing={substr: name}: matching repos also list NAME (e.g. '../x'), an LFS file
+        with the bytes of their first LFS file, and serve it under that name.
+    hostile_commit={substr: commit}: matching repos answer COMMIT (e.g. one holding a newline)
+        as their sha in model info, and resolve it as a revision.
+    Substrings match against 'org/name/path/in/repo' (hostile_*: against 'org/name')."""
     with _state_lock:
         _write_faults(state_dir, {**read_faults(state_dir), **faults})
 
@@ -117,12 +121,23 @@ class Repo:
         self.id, self.sha, self.gated = manifest["id"], manifest["sha"], manifest["gated"]
         self.last_modified = manifest["last_modified"]
         self.files = {f["path"]: f for f in manifest["files"]}
+        self.answered_sha = self.sha  # what model info says the commit is
+
+    def with_faults(self, faults: dict) -> "Repo":
+        """This repo as a hostile hub would answer for it (the hostile_* faults)."""
+        name = next((n for s, n in faults.get("hostile_listing", {}).items() if s in self.id), None)
+        if name:
+            source = next(f for f in self.files.values() if f["lfs"])
+            self.files[name] = {**source, "path": name, "stored": source["path"]}
+        self.answered_sha = next((c for s, c in faults.get("hostile_commit", {}).items() if s in self.id),
+                                 self.sha)
+        return self
 
     def file_path(self, entry: dict) -> Path:
-        return self.root / "files" / entry["path"]
+        return self.root / "files" / entry.get("stored", entry["path"])
 
     def resolves(self, revision: str) -> bool:
-        return revision in ("main", self.sha)
+        return revision in ("main", self.sha, self.answered_sha)
 
     def dirs(self) -> set[str]:
         return {p.rsplit("/", i)[0] for p in self.files for i in range(1, p.count("/") + 1)}
@@ -323,7 +338,7 @@ class HubHandler(Handler):
         if repo is None:
             # Like huggingface.co: anonymous callers can't tell "missing" from "private".
             raise HttpError(401 if self.auth == "none" else 404, "Repository not found", "RepoNotFound")
-        return repo
+        return repo.with_faults(self.faults)
 
     def check_revision(self, repo: Repo, revision: str):
         if not repo.resolves(revision):
@@ -341,7 +356,7 @@ class HubHandler(Handler):
         self.check_revision(repo, revision)
         blobs = self.query.get("blobs", ["false"])[0].lower() == "true"
         info = {"_id": repo.sha[:24], "id": repo.id, "modelId": repo.id, "author": repo.id.split("/")[0],
-                "sha": repo.sha, "lastModified": repo.last_modified, "private": False, "gated": repo.gated,
+                "sha": repo.answered_sha, "lastModified": repo.last_modified, "private": False, "gated": repo.gated,
                 "disabled": False, "downloads": 0, "likes": 0, "tags": [], "library_name": "transformers",
                 "siblings": [repo.sibling_json(f, blobs) for f in repo.files.values()]}
         config = repo.files.get("config.json")
@@ -411,6 +426,7 @@ class CdnHandler(Handler):
         if not hmac.compare_digest(signature, self.hub.sign(urlsplit(self.path).path)):
             raise HttpError(403, "SignatureDoesNotMatch")
         repo = load_repo(self.hub.store, parts[0], parts[1])
+        repo = repo and repo.with_faults(self.faults)
         entry = repo and repo.sha == parts[2] and repo.files.get("/".join(parts[3:]))
         if not entry:
             raise HttpError(404, "NoSuchKey")

@@ -35,7 +35,9 @@ STANDIN_BUILDS = {
     "0.5.23+lab": ("flags_0_5_23.json", True),
     "0.5.23+lab.ddtree29907": ("flags_0_5_23_ddtree.json", False),
 }
-HUB_REQUIREMENTS = ["huggingface_hub==2.4.0"]
+# Exactly the files of the deploy's committed hash lock, so the hosts' --require-hashes install passes.
+HUB_LOCK = Path(__file__).resolve().parent.parent / "operations" / "locks" / "huggingface_hub==2.4.0.txt"
+HUB_REQUIREMENTS = ["--require-hashes", "-r", str(HUB_LOCK)]
 # The lab hosts, not the controller: CPython 3.11 on bookworm's glibc 2.36.
 # pip takes platforms literally, so name every manylinux tag up to 2.36.
 HOST_PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
@@ -58,7 +60,7 @@ def download_host_wheels(wheels: Path) -> None:
     """pip download for the hosts' platform, skipped when already done: a stamp
     records what was asked for and the files it gave."""
     stamp = wheels / ".host-wheels.json"
-    want = [HUB_REQUIREMENTS, HOST_TARGET]
+    want = [HUB_REQUIREMENTS, HUB_LOCK.read_text(), HOST_TARGET]
     if stamp.is_file():
         done = json.loads(stamp.read_text())
         if done["want"] == want and all((wheels / f).is_file() for f in done["files"]):
@@ -69,7 +71,19 @@ def download_host_wheels(wheels: Path) -> None:
     stamp.write_text(json.dumps({"want": want, "files": files}))
 
 
+def standin_requirement(version: str) -> str:
+    """A pip requirement for the stand-in build VERSION pinned to its wheel's sha256 (the build is
+    reproducible), so the hosts install it with --require-hashes as they would a real release."""
+    return f"sglang=={version} --hash=sha256:{hashlib.sha256(standin_wheel_bytes(version)).hexdigest()}"
+
+
 def build_standin_wheel(version: str, dest: Path) -> Path:
+    path = dest / f"sglang-{version}-py3-none-any.whl"
+    path.write_bytes(standin_wheel_bytes(version))
+    return path
+
+
+def standin_wheel_bytes(version: str) -> bytes:
     """A py3-none-any wheel of the stand-in, written with zipfile; its
     _build.json names the version and the flag list this build parses with."""
     flags, _listed = STANDIN_BUILDS[version]
@@ -94,7 +108,6 @@ def build_standin_wheel(version: str, dest: Path) -> Path:
     record = "".join(f"{name},sha256={_b64_sha256(data)},{len(data)}\n" for name, data in files.items())
     files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
 
-    path = dest / f"sglang-{version}-py3-none-any.whl"
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in files.items():
@@ -102,8 +115,7 @@ def build_standin_wheel(version: str, dest: Path) -> Path:
             entry.external_attr = 0o644 << 16
             entry.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(entry, data)
-    path.write_bytes(buf.getvalue())
-    return path
+    return buf.getvalue()
 
 
 def _b64_sha256(data: bytes) -> str:

@@ -18,6 +18,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from operations.host_scripts.weights_manifest import COMMIT, entry_problem
+
 TOKENS_PAGE = "https://huggingface.co/settings/tokens"
 
 
@@ -31,6 +33,10 @@ class RepoFile:
     size: int
     sha256: str | None  # LFS files: the hub's sha256 of the content
     git_sha1: str | None  # other files: the git blob id
+
+    def entry(self) -> dict:
+        """As a listing entry (host_scripts/weights_manifest.py): what the host-side programs read."""
+        return {"path": self.path, "size": self.size, "sha256": self.sha256, "git_sha1": self.git_sha1}
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,9 @@ class RepoSnapshot:
     @property
     def weight_bytes(self) -> int:
         return sum(f.size for f in self.files if f.path.endswith(".safetensors"))
+
+    def listing(self) -> list[dict]:
+        return [f.entry() for f in self.files]
 
     def text_config(self) -> dict:
         """Multimodal wrappers (Kimi K2.6: model_type kimi_k25) nest the language model's config."""
@@ -83,6 +92,12 @@ def snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: st
     page = f"{_endpoint_url(endpoint)}/{repo_id}"
     try:
         info = api.model_info(repo_id, revision=revision, files_metadata=True)
+        files = tuple(
+            RepoFile(s.rfilename, s.size or 0, s.lfs.sha256 if s.lfs else None, None if s.lfs else s.blob_id)
+            for s in info.siblings or []
+        )
+        # Checked before its commit names anything, even the scratch download below.
+        listed = checked(RepoSnapshot(repo_id, info.sha, files, {}), revision, _endpoint_url(endpoint))
         # Gated repos show their listing to anyone; only the files tell whether access was granted.
         with tempfile.TemporaryDirectory() as scratch:
             config_path = hf_hub_download(repo_id, "config.json", revision=info.sha, token=token,
@@ -97,8 +112,25 @@ def snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: st
     except RepositoryNotFoundError:
         raise HubProblem(f"{repo_id} does not exist at {_endpoint_url(endpoint)} (or is private to "
                          "another account): fix the repo id in group_data") from None
-    files = tuple(
-        RepoFile(s.rfilename, s.size or 0, s.lfs.sha256 if s.lfs else None, None if s.lfs else s.blob_id)
-        for s in info.siblings or []
-    )
-    return RepoSnapshot(repo_id, info.sha, files, config)
+    return RepoSnapshot(repo_id, listed.commit, listed.files, config)
+
+
+def checked(snap: RepoSnapshot, revision: str, where: str) -> RepoSnapshot:
+    """SNAP, once its commit and file names are safe to put in a unit file, a path and a shell line.
+
+    The commit is 40 hex digits, and the pinned one when the revision is a commit; every file
+    name is relative, without '..', control characters or a leading '/'; sizes and hashes are
+    well formed. Anything else is a hostile or broken hub: refused, before any host changes.
+    """
+    distrust = f"{where} answered for {snap.repo_id}@{revision}"
+    if not (isinstance(snap.commit, str) and COMMIT.fullmatch(snap.commit)):
+        raise HubProblem(f"{distrust} the commit {snap.commit!r}, which is not 40 hex digits: refusing to "
+                         "deploy from it (check hf_endpoint and the mirror)")
+    if COMMIT.fullmatch(revision) and snap.commit != revision:
+        raise HubProblem(f"{distrust} another commit, {snap.commit}: refusing to deploy anything but the "
+                         "pinned commit (check hf_endpoint and the mirror)")
+    problems = [problem for entry in snap.listing() if (problem := entry_problem(entry))]
+    if problems:
+        raise HubProblem(f"{distrust} a file listing specfleet will not write to disk "
+                         f"({'; '.join(problems[:3])}): refusing it (check hf_endpoint and the mirror)")
+    return snap

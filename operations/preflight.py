@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import shlex
 
 import httpx2
 from huggingface_hub.errors import HfHubHTTPError
@@ -15,6 +14,7 @@ from operations.failure import fail_host
 from operations.filestate import FileStates
 from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.facts import NvidiaFabric, NvidiaHost
+from operations.host_programs import inline
 from operations.hub import HubProblem, RepoSnapshot, controller_token, snapshot, whoami
 from operations.sglang import SGLangRejects, server_args
 from operations.venv import VenvRequirement, fingerprint
@@ -27,32 +27,10 @@ GIT_REVISION = re.compile(r"git\+\S+?@([^#\s]+)")  # the ref after @ in 'name @ 
 # What the hub answers when it is down or broken: no connection, a timeout, a 5xx.
 HUB_OUTAGES = (httpx2.HTTPError, HfHubHTTPError, OSError)
 
-# Free space of the filesystem that will hold each weights directory (its nearest
-# existing ancestor), and the sizes of the files already there: what is missing
-# is computed on the controller against the hub's file list.
-_DISK_SCRIPT = """
-import json, os, sys
-result = {}
-for d in sys.argv[1:]:
-    probe = d
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    st = os.statvfs(probe)
-    files = {}
-    for root, dirs, names in os.walk(d):
-        dirs[:] = [x for x in dirs if x != ".cache"]
-        for name in names:
-            full = os.path.join(root, name)
-            files[os.path.relpath(full, d)] = os.path.getsize(full)
-    result[d] = {"free": st.f_bavail * st.f_frsize, "device": os.stat(probe).st_dev,
-                 "checked": probe, "files": files}
-print(json.dumps(result))
-"""
-
-
 class WeightsDisk(FactBase):
     """
-    Per weights directory: free bytes on its filesystem, the filesystem's device, and files present.
+    Per weights directory: free bytes on its filesystem, the filesystem's device, and files present
+    (host_scripts/weights_disk.py).
 
     .. code:: python
 
@@ -61,7 +39,7 @@ class WeightsDisk(FactBase):
     """
 
     def command(self, local_dirs: tuple[str, ...]) -> str:
-        return f"python3 -c {shlex.quote(_DISK_SCRIPT)} {' '.join(map(shlex.quote, local_dirs))}"
+        return inline("weights_disk", *local_dirs)
 
     def process(self, output):
         return json.loads("\n".join(output))

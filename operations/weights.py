@@ -1,6 +1,7 @@
 """Pinned, resumable, verified model weights, downloaded by a systemd unit on the host."""
 
 import json
+import posixpath
 import shlex
 from io import StringIO
 
@@ -10,72 +11,26 @@ from pyinfra.operations import files
 
 from operations import poll
 from operations.deployment import Deployment, Repo
+from operations.host_programs import inline
+from operations.host_scripts.weights_manifest import MANIFEST
 from operations.hub import RepoSnapshot
 from operations.templates import render
-
-MANIFEST = ".specfleet-manifest.json"
-
-# Reads each directory's manifest and stats the files it lists: time grows with
-# the number of files, not bytes, so a no-op re-run over 600 GB is instant.
-_STATE_SCRIPT = """
-import json, os, sys
-result = {}
-for d in sys.argv[1:]:
-    try:
-        manifest = json.load(open(os.path.join(d, ".specfleet-manifest.json")))
-    except (OSError, ValueError):
-        result[d] = None
-        continue
-    bad = []
-    for path, entry in manifest["files"].items():
-        try:
-            ok = os.stat(os.path.join(d, path)).st_size == entry["size"]
-        except OSError:
-            ok = False
-        if not ok:
-            bad.append(path)
-    result[d] = {"commit": manifest["commit"], "files": len(manifest["files"]), "bad": bad}
-print(json.dumps(result))
-"""
-
-# Hashes every file against the hub's hashes: sha256 for LFS files, git's blob sha1 otherwise.
-_VERIFY_SCRIPT = """
-import hashlib, json, os, sys
-d = sys.argv[1]
-manifest = json.load(open(os.path.join(d, ".specfleet-manifest.json")))
-bad = []
-for path, entry in manifest["files"].items():
-    full = os.path.join(d, path)
-    if entry.get("sha256"):
-        digest, expected = hashlib.sha256(), entry["sha256"]
-    else:
-        digest, expected = hashlib.sha1(b"blob %d\\0" % entry["size"]), entry["git_sha1"]
-    try:
-        with open(full, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                digest.update(block)
-    except OSError:
-        bad.append(path)
-        continue
-    if digest.hexdigest() != expected:
-        bad.append(path)
-print(json.dumps(bad))
-"""
 
 
 class WeightsState(FactBase):
     """
-    Per weights directory: the manifest's commit and file count, and files whose size is wrong.
+    Per weights directory: None without a manifest (incomplete), else the manifest's commit and
+    the hub-listed files whose size on disk is wrong (host_scripts/weights_state.py).
 
     .. code:: python
 
         {"/srv/specfleet/models/moonshotai--Kimi-K2.6":
-            {"commit": "3f2a...", "files": 71, "bad": ["model-00007-of-00064.safetensors"]},
+            {"commit": "3f2a...", "bad": ["model-00007-of-00064.safetensors"]},
          "/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash": None}
     """
 
-    def command(self, local_dirs: tuple[str, ...]) -> str:
-        return f"python3 -c {shlex.quote(_STATE_SCRIPT)} {' '.join(map(shlex.quote, local_dirs))}"
+    def command(self, listings: str) -> str:
+        return inline("weights_state", listings)
 
     def process(self, output):
         return json.loads("\n".join(output))
@@ -83,26 +38,29 @@ class WeightsState(FactBase):
 
 class WeightsCorrupt(FactBase):
     """
-    Files in a complete weights directory whose content differs from the hub's hashes (reads every byte).
+    Hub-listed files whose content differs from the hub's hashes (host_scripts/verify_weights.py,
+    run as the service user, who owns the files; reads every byte).
 
     .. code:: python
 
         ["model-00003-of-00064.safetensors"]
     """
 
-    def command(self, local_dir: str) -> str:
-        return f"python3 -c {shlex.quote(_VERIFY_SCRIPT)} {shlex.quote(local_dir)}"
+    def command(self, local_dir: str, listing: str, user: str) -> str:
+        return inline("verify_weights", local_dir, listing, user=user)
 
     def process(self, output):
         return json.loads("\n".join(output))
 
 
+def state_listings(repos: list[Repo], snapshots: dict[str, RepoSnapshot]) -> str:
+    """WeightsState's argument: per directory, each file the hub lists and its size (JSON, stable)."""
+    return json.dumps({r.local_dir: {f.path: f.size for f in snapshots[r.role].files} for r in repos},
+                      sort_keys=True)
+
+
 def download_spec(repo: Repo, snap: RepoSnapshot) -> dict:
-    return {
-        "repo_id": repo.repo_id, "commit": snap.commit, "local_dir": repo.local_dir,
-        "files": [{"path": f.path, "size": f.size, "sha256": f.sha256, "git_sha1": f.git_sha1}
-                  for f in snap.files],
-    }
+    return {"repo_id": repo.repo_id, "commit": snap.commit, "local_dir": repo.local_dir, "files": snap.listing()}
 
 
 @operation()
@@ -127,18 +85,24 @@ def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify:
         weights.download(name="Download weights", deployment=d, snapshots=snaps, verify=False)
     """
     d = deployment
-    states = host.get_fact(WeightsState, local_dirs=tuple(r.local_dir for r in d.repos))
+    states = host.get_fact(WeightsState, listings=state_listings(d.repos, snapshots))
     pending: list[Repo] = []
     for repo in d.repos:
         snap, state = snapshots[repo.role], states.get(repo.local_dir)
-        if not state or state["commit"] != snap.commit or state["bad"] or state["files"] != len(snap.files):
+        if not state or state["commit"] != snap.commit or state["bad"]:
             pending.append(repo)
             continue
-        corrupt = host.get_fact(WeightsCorrupt, local_dir=repo.local_dir) if verify else []
+        if not verify:
+            continue
+        listed = {f.path for f in snap.files}
+        corrupt = [path for path in host.get_fact(WeightsCorrupt, local_dir=repo.local_dir, user=d.service_user,
+                                                  listing=json.dumps(snap.listing(), sort_keys=True))
+                   if path in listed]  # names from the hub's validated listing only, never the host's
         if corrupt:
             pending.append(repo)
-            # Deleting them makes the download unit fetch them again.
-            yield f"cd {shlex.quote(repo.local_dir)} && rm -f {' '.join(map(shlex.quote, corrupt))}"
+            # Deleted as the service user, who owns them: the download unit then fetches them again.
+            yield (f"runuser -u {shlex.quote(d.service_user)} -- rm -f -- "
+                   + " ".join(shlex.quote(posixpath.join(repo.local_dir, path)) for path in corrupt))
 
     if not pending:
         host.noop("weights complete: " + ", ".join(

@@ -8,6 +8,7 @@ for the engine, which needs GPUs).
 """
 
 from lab import config
+from lab.index import standin_requirement
 
 hf_endpoint = config.HUB_URL
 pip_index_url = config.INDEX_URL
@@ -23,6 +24,8 @@ mirrors = dict(
         "z-lab/Qwen3.6-27B-DFlash": "lab/Qwen3.6-27B-DFlash-tiny@4abbd50e31b36b8b4b9754e84bb313d7196e632e",
     },
     requirements={
+        # The release pin, as the stand-in build pinned to its wheel's hash (installed with --require-hashes).
+        "sglang==0.5.23": standin_requirement("0.5.23+lab"),
         # The DDTree pull request's build, as the lab's second stand-in build.
         "sglang @ git+https://github.com/sgl-project/sglang@refs/pull/29907/head#subdirectory=python":
             f"sglang @ {config.WHEELS_URL}sglang-0.5.23+lab.ddtree29907-py3-none-any.whl",

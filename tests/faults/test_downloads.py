@@ -154,3 +154,79 @@ def test_truncated_and_bit_flipped_shards_are_fetched_again(deployed_lab, pcie_h
     record("corrupt shard", result="truncated re-fetched by size; flipped re-fetched by verify_weights",
            truncated_recovery_s=round(size_s, 1), truncated_bytes_refetched=sizes[truncated],
            flipped_recovery_s=round(hash_s, 1), flipped_bytes_refetched=sizes[flipped])
+
+
+HOSTILE = {
+    # A commit whose newline would add a root ExecStartPre= line to the download unit.
+    "commit": dict(hostile_commit={KIMI: "0" * 40 + "\nExecStartPre=+/usr/bin/touch /tmp/specfleet-pwned"}),
+    # A listed name that climbs out of the weights directory into one the service user may write
+    # (an LFS file, so the resumable path takes it).
+    "listing": dict(hostile_listing={KIMI: "../../../../home/sglang/specfleet-escape.safetensors"}),
+}
+ESCAPES = ["/home/sglang/specfleet-escape.safetensors", "/tmp/specfleet-pwned"]
+
+
+@pytest.mark.parametrize("answer", HOSTILE)
+def test_hostile_hub_answers_are_refused_before_the_host_changes(deployed_lab, pcie_host, answer):
+    host = pcie_host
+    watched = ("/etc/systemd/system/specfleet-weights-target.service /etc/specfleet/weights-target.json "
+               f"{TARGET_DIR}/.specfleet-manifest.json")
+    before = fleet.ssh(host, f"sha1sum {watched} 2>&1", check=False)
+    hub.set_faults(HUB_STATE, **HOSTILE[answer])
+    try:
+        refused = run_deploy("--limit", host.name)
+    finally:
+        hub.clear_faults(HUB_STATE)
+    assert refused.returncode != 0, refused.output[-3000:]
+    assert "refusing" in refused.output, refused.output[-3000:]
+    assert fleet.ssh(host, f"sha1sum {watched} 2>&1", check=False) == before  # unit, spec, manifest untouched
+    assert fleet.ssh(host, f"ls -d {' '.join(ESCAPES)} 2>/dev/null", check=False).strip() == ""
+    record(f"hostile hub {answer}", result="preflight refused the host; nothing on it changed")
+
+
+def test_bytes_corrupted_in_transit_are_caught_while_they_stream(deployed_lab, pcie_host):
+    host, shard = pcie_host, SHARDS[0]
+    fresh_target(host)
+    since = fleet.ssh(host, "date +%s").strip()
+    hub.set_faults(HUB_STATE, corrupt={f"{KIMI}/{shard}": 5000})  # same size: only a hash sees it
+    try:
+        failed = run_deploy("--limit", host.name)
+    finally:
+        hub.clear_faults(HUB_STATE)
+    assert failed.returncode != 0, failed.output[-3000:]
+    journal = fleet.ssh(host, f"journalctl -u specfleet-weights-target --since @{since} -o cat --no-pager")
+    assert f"sha256 mismatch for {shard}" in journal, journal
+    assert f"sha256 mismatch for {shard}" in failed.output, failed.output[-3000:]  # the deploy shows the journal
+    assert fleet.ssh(host, f"ls {TARGET_DIR}/{shard} {TARGET_DIR}/.specfleet-manifest.json 2>/dev/null",
+                     check=False).strip() == ""  # never put in place, repo not marked complete
+
+    again = run_deploy("--limit", host.name)
+    assert again.returncode == 0, again.output[-3000:]
+    expected = json.loads((HUB_STATE.parent / "store/models" / KIMI / "manifest.json").read_text())
+    sha = {f["path"]: f["sha256"] for f in expected["files"]}[shard]
+    assert fleet.ssh(host, f"sha256sum {TARGET_DIR}/{shard}").split()[0] == sha
+    record("shard corrupted in transit", result="sha256 mismatch while streaming: deleted, refetched, "
+           "unit failed; clean re-run completed")
+
+
+def test_verify_acts_on_the_hubs_listing_not_a_manifest_the_service_user_can_edit(deployed_lab, pcie_host):
+    """The service user owns the manifest: one entry renamed to a root-owned file of the same size
+    (with a wrong hash) must not make root hash, let alone delete, that file."""
+    host, canary = pcie_host, "/etc/specfleet-canary"
+    manifest_file = f"{TARGET_DIR}/.specfleet-manifest.json"
+    manifest = json.loads(fleet.ssh(host, f"cat {manifest_file}"))
+    size = manifest["files"]["README.md"]["size"]
+    manifest["files"]["../../../.." + canary] = {**manifest["files"].pop("README.md"), "sha256": "0" * 64}
+    fleet.ssh(host, f"cp -p {manifest_file} /root/specfleet-manifest.bak")
+    fleet.ssh(host, f"head -c {size} /dev/urandom > {canary} && runuser -u sglang -- python3 -c "
+                    f"'import sys; open(sys.argv[1], \"w\").write(sys.argv[2])' {manifest_file} "
+                    f"'{json.dumps(manifest)}'")
+    try:
+        result = run_deploy("--limit", host.name, "--data", "verify_weights=true")
+        assert result.returncode == 0, result.output[-3000:]
+        assert fleet.ssh(host, f"ls {canary}", check=False).strip() == canary, "root deleted a file it was told to"
+        # The manifest did not record README.md: the deploy fetched it again and wrote a true manifest.
+        assert "README.md" in json.loads(fleet.ssh(host, f"cat {manifest_file}"))["files"]
+    finally:
+        fleet.ssh(host, f"rm -f {canary}; test -f {manifest_file} || cp -p /root/specfleet-manifest.bak {manifest_file}; "
+                        "rm -f /root/specfleet-manifest.bak")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.index import build, build_standin_wheel, start_index
+from lab.index import HUB_LOCK, build, build_standin_wheel, standin_requirement, start_index
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The Makefile builds the index here too; the build skips what is present.
@@ -69,8 +69,11 @@ def test_fresh_venv_installs_and_runs_standin(index, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
     pip = [sys.executable, "-m", "pip", "--python", str(py), "install", "--quiet"]
-    subprocess.run([*pip, "--index-url", index.url, "sglang==0.5.23", "huggingface_hub==2.4.0"],
-                   env=env, check=True)
+    # As the hosts install them: every file checked against the deploy's committed lock, and the
+    # stand-in against the hash the lab pins it to.
+    (tmp_path / "standin.lock").write_text(standin_requirement("0.5.23+lab") + "\n")
+    subprocess.run([*pip, "--index-url", index.url, "--require-hashes", "-r", HUB_LOCK,
+                    "-r", tmp_path / "standin.lock"], env=env, check=True)
     version = "import sglang, huggingface_hub; print(sglang.__version__, huggingface_hub.__version__)"
     assert subprocess.check_output([py, "-c", version], text=True).split() == ["0.5.23+lab", "2.4.0"]
 
@@ -97,3 +100,24 @@ def test_fresh_venv_installs_and_runs_standin(index, tmp_path):
     subprocess.run([*pip, index.wheels_url + DDTREE.replace("+", "%2B")], env=env, check=True)
     check = [py, "-m", "sglang.check_args", "--model-path", str(target), "--speculative-ddtree-budget", "15"]
     assert subprocess.run(check).returncode == 0
+
+
+def test_a_wheel_that_differs_from_the_lock_is_refused(index, tmp_path):
+    """The lock's hashes are what pip checks: one byte more in a served wheel and nothing installs."""
+    tampered = tmp_path / "index"
+    (tampered / "wheels").mkdir(parents=True)
+    for whl in (INDEX_DIR / "wheels").glob("*.whl"):
+        (tampered / "wheels" / whl.name).symlink_to(whl)
+    hub_wheel = tampered / "wheels" / "huggingface_hub-2.4.0-py3-none-any.whl"
+    hub_wheel.unlink()
+    hub_wheel.write_bytes((INDEX_DIR / "wheels" / hub_wheel.name).read_bytes() + b"\0")
+    server = start_index(tampered, "127.0.0.1", 0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    try:
+        refused = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", tmp_path / "got",
+                                  "--index-url", server.url, "--require-hashes", "-r", HUB_LOCK],
+                                 env=env, capture_output=True, text=True)
+    finally:
+        server.stop()
+    assert refused.returncode != 0 and "DO NOT MATCH THE HASHES" in refused.stderr, refused.stderr

@@ -1,0 +1,111 @@
+"""The weights listing and manifest, shared by the controller and every host-side weights program.
+
+Standard library only: it runs on the hosts' system python3 (imported by
+fetch_weights.py next to it, or sent inline with the other programs, see
+operations/host_programs.py) and on the controller (operations/hub.py).
+
+A listing is the hub's file list for one commit, as the controller validated it:
+    [{"path": "model-00001-of-00064.safetensors", "size": 9825, "sha256": "...", "git_sha1": null}, ...]
+sha256 is set for LFS files, git_sha1 (git's blob id) for the others.
+
+The manifest, written into a weights directory once every file is in place, marks it complete:
+    {"repo_id": "...", "commit": "<40 hex>", "files": {path: {"size", "sha256", "git_sha1"}}}
+"""
+
+import hashlib
+import json
+import os
+import re
+import unicodedata
+
+MANIFEST = ".specfleet-manifest.json"
+RESERVED = (".cache", MANIFEST)  # first path segments the fetcher and the manifest own
+COMMIT = re.compile(r"[0-9a-f]{40}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def path_problem(path) -> str | None:
+    """Why a repo file name may not be written under a weights directory; None when it may."""
+    if not isinstance(path, str) or not path:
+        return "not a non-empty string"
+    if path.startswith("/"):
+        return "absolute"
+    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in path):
+        return "holds a control character"
+    segments = path.split("/")
+    if any(s in ("", ".", "..") for s in segments):
+        return "has an empty, '.' or '..' segment"
+    if segments[0] in RESERVED:
+        return f"is under {segments[0]}, which specfleet itself writes"
+    return None
+
+
+def entry_problem(entry: dict) -> str | None:
+    """Why a listing entry is not a safe path with a size and a well-formed hash; None when it is."""
+    problem = path_problem(entry.get("path"))
+    if problem:
+        return f"file name {entry.get('path')!r} {problem}"
+    size = entry.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return f"{entry['path']}: size {size!r} is not a byte count"
+    if entry.get("sha256") is not None and not SHA256.fullmatch(str(entry["sha256"])):
+        return f"{entry['path']}: sha256 {entry['sha256']!r} is not 64 hex digits"
+    if entry.get("sha256") is None and not COMMIT.fullmatch(str(entry.get("git_sha1"))):
+        return f"{entry['path']}: git blob id {entry.get('git_sha1')!r} is not 40 hex digits"
+    return None
+
+
+def inside(directory, path: str) -> str:
+    """DIRECTORY/PATH with links resolved, refused (ValueError) unless it stays inside DIRECTORY."""
+    if not isinstance(path, str) or not path or path.startswith("/"):
+        raise ValueError(f"refusing file name {path!r}: not a relative path")
+    root = os.path.realpath(directory)
+    full = os.path.realpath(os.path.join(root, path))
+    if os.path.commonpath([root, full]) != root or full == root:
+        raise ValueError(f"refusing file name {path!r}: it resolves to {full}, outside {root}")
+    return full
+
+
+def digest_for(entry: dict):
+    """A hash object primed as the hub hashes ENTRY: sha256 of LFS content, else git's blob sha1."""
+    if entry.get("sha256"):
+        return hashlib.sha256()
+    return hashlib.sha1(b"blob %d\0" % entry["size"])
+
+
+def expected_digest(entry: dict) -> str:
+    return entry.get("sha256") or entry["git_sha1"]
+
+
+def hash_file(path, entry: dict, block: int = 1 << 22) -> str:
+    digest = digest_for(entry)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(block), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read(directory) -> dict | None:
+    """The directory's manifest, or None when it has none (incomplete) or it is unreadable."""
+    try:
+        with open(os.path.join(directory, MANIFEST)) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def write(directory, repo_id: str, commit: str, listing: list[dict]) -> None:
+    manifest = {"repo_id": repo_id, "commit": commit,
+                "files": {e["path"]: {k: e.get(k) for k in ("size", "sha256", "git_sha1")} for e in listing}}
+    tmp = os.path.join(directory, f".{MANIFEST}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+    os.replace(tmp, os.path.join(directory, MANIFEST))
+
+
+def remove(directory) -> None:
+    try:
+        os.unlink(os.path.join(directory, MANIFEST))
+    except FileNotFoundError:
+        pass

@@ -35,6 +35,16 @@ DDTREE_FLAGS = [
 ]
 
 
+def choices_of(action: argparse.Action) -> list | None:
+    """The choices in a stable order: some are sets (SAMPLING_BACKEND_CHOICES), whose order
+    changes with Python's hash seed from one run to the next."""
+    if action.choices is None:
+        return None
+    if isinstance(action.choices, (set, frozenset)):
+        return sorted(action.choices)
+    return list(action.choices)
+
+
 def dump_actions() -> list[dict]:
     """Runs inside the real env: every action of the real parser."""
     # Running this file puts its folder, which holds the stand-in, first on
@@ -53,7 +63,7 @@ def dump_actions() -> list[dict]:
             "dest": a.dest,
             "nargs": a.nargs,
             "type": getattr(a.type, "__name__", None),
-            "choices": list(a.choices) if a.choices is not None else None,
+            "choices": choices_of(a),
             "default": a.default,
             "const": a.const,
             "action": type(a).__name__,

@@ -142,3 +142,50 @@ def test_standin_and_real_resolution_agree(cases, real, tmp_path):
         assert ("error" in mine) == ("error" in theirs), f"{name}: stand-in {mine.get('error')!r}, real {theirs.get('error')!r}"
         if "resolved" in theirs:
             assert {k: mine["resolved"][k] for k in KEYS} == {k: theirs["resolved"][k] for k in KEYS}, name
+
+
+@pytest.fixture(scope="module")
+def ddtree_src(tmp_path_factory) -> Path:
+    """The stand-in's DDTree build, unpacked as the wheel installs it."""
+    import zipfile
+
+    from lab.index import build_standin_wheel
+
+    out = tmp_path_factory.mktemp("ddtree")
+    zipfile.ZipFile(build_standin_wheel("0.5.23+lab.ddtree29907", out)).extractall(out / "site")
+    return out / "site"
+
+
+def test_ddtree_standin_refuses_what_the_release_plus_ddtree_rules_refuse(repos, ddtree_src, tmp_path):
+    """Today's DDTree profile on B200 and the old one (trtllm_mha, page size 1 asked): the real
+    release resolves the DFlash base, the deploy's DDTree rules judge it; the DDTree build agrees."""
+    from operations.sglang import server_args
+
+    good = deployment("b200_nvlink", "qwen36_ddtree", repos)
+    old = deployment("b200_nvlink", "qwen36_ddtree", repos, attention_backend="trtllm_mha")
+    real_good, real_old = resolve_many_with_real_sglang([case(good), case(old)])
+    budget = good.speculative.ddtree_budget
+    assert ddtree_violations(real_good["resolved"]["page_size"], real_good["resolved"]["attention_backend"], budget) == []
+    assert real_old["resolved"]["page_size"] == 64  # trtllm_mha overrode the profile's --page-size 1
+    assert ddtree_violations(real_old["resolved"]["page_size"], "trtllm_mha", budget)
+    for d, refused in ((good, False), (old, True)):
+        answer = standin_resolve({**case(d), "argv": server_args(d)}, tmp_path, src=ddtree_src)
+        assert ("error" in answer) == refused, answer.get("error")
+        if not refused:
+            assert answer["resolved"]["speculative_ddtree_budget"] == budget
+    assert "page_size == 1" in standin_resolve({**case(old), "argv": server_args(old)}, tmp_path, src=ddtree_src)["error"]
+
+
+def test_committed_flag_lists_are_the_real_wheels():
+    """lab/sglang_standin/extract_flags.py, re-run against the real wheel, writes the committed files."""
+    flags = STANDIN_SRC / "sglang"
+    committed = {name: (flags / name).read_text() for name in ("flags_0_5_23.json", "flags_0_5_23_ddtree.json")}
+    try:
+        subprocess.run([sys.executable, str(STANDIN_SRC / "extract_flags.py")], cwd=REPO, check=True,
+                       capture_output=True)
+        regenerated = {name: (flags / name).read_text() for name in committed}
+    finally:
+        for name, text in committed.items():
+            (flags / name).write_text(text)
+    for name in committed:
+        assert regenerated[name] == committed[name], f"{name} differs from the real sglang 0.5.23 wheel's flags"

@@ -150,3 +150,11 @@ class SGLangRejects(FactBase):
                 return result.get("error")
         errors = [line for line in output[:-1] if "error" in line.lower()]
         return (errors or output[-3:] or ["no output"])[-1]
+
+
+def rejection(host, deployment: Deployment, args: list[str]) -> str | None:
+    """Why the host's installed SGLang would refuse to start `args` for this deployment, or None:
+    resolved as the service user, with the unit's environment and the user's HF_HOME."""
+    d = deployment
+    env = (("HF_HOME", d.hf_home), *sorted(d.env.items()))
+    return host.get_fact(SGLangRejects, venv=d.venv, args=tuple(args), env=env, user=d.service_user)

@@ -52,7 +52,16 @@ def repos(tmp_path_factory) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cases(repos) -> dict:
     good = {combo: case(deployment(*combo, repos)) for combo in COMBOS}
-    return {**good, **bad_cases(repos)}
+    # The DDTree profile's old B200 setting: trtllm_mha (its --page-size 1 is overridden).
+    old_ddtree = {OLD_DDTREE: case(old_ddtree_deployment(repos))}
+    return {**good, **old_ddtree, **bad_cases(repos)}
+
+
+OLD_DDTREE = "qwen36_ddtree on b200 with trtllm_mha"
+
+
+def old_ddtree_deployment(repos):
+    return deployment("b200_nvlink", "qwen36_ddtree", repos, attention_backend="trtllm_mha")
 
 
 @pytest.fixture(scope="module")
@@ -156,14 +165,13 @@ def ddtree_src(tmp_path_factory) -> Path:
     return out / "site"
 
 
-def test_ddtree_standin_refuses_what_the_release_plus_ddtree_rules_refuse(repos, ddtree_src, tmp_path):
+def test_ddtree_standin_refuses_what_the_release_plus_ddtree_rules_refuse(repos, real, ddtree_src, tmp_path):
     """Today's DDTree profile on B200 and the old one (trtllm_mha, page size 1 asked): the real
     release resolves the DFlash base, the deploy's DDTree rules judge it; the DDTree build agrees."""
     from operations.sglang import server_args
 
-    good = deployment("b200_nvlink", "qwen36_ddtree", repos)
-    old = deployment("b200_nvlink", "qwen36_ddtree", repos, attention_backend="trtllm_mha")
-    real_good, real_old = resolve_many_with_real_sglang([case(good), case(old)])
+    good, old = deployment("b200_nvlink", "qwen36_ddtree", repos), old_ddtree_deployment(repos)
+    real_good, real_old = real[("b200_nvlink", "qwen36_ddtree")], real[OLD_DDTREE]
     budget = good.speculative.ddtree_budget
     assert ddtree_violations(real_good["resolved"]["page_size"], real_good["resolved"]["attention_backend"], budget) == []
     assert real_old["resolved"]["page_size"] == 64  # trtllm_mha overrode the profile's --page-size 1
@@ -176,16 +184,10 @@ def test_ddtree_standin_refuses_what_the_release_plus_ddtree_rules_refuse(repos,
     assert "page_size == 1" in standin_resolve({**case(old), "argv": server_args(old)}, tmp_path, src=ddtree_src)["error"]
 
 
-def test_committed_flag_lists_are_the_real_wheels():
+def test_committed_flag_lists_are_the_real_wheels(tmp_path):
     """lab/sglang_standin/extract_flags.py, re-run against the real wheel, writes the committed files."""
-    flags = STANDIN_SRC / "sglang"
-    committed = {name: (flags / name).read_text() for name in ("flags_0_5_23.json", "flags_0_5_23_ddtree.json")}
-    try:
-        subprocess.run([sys.executable, str(STANDIN_SRC / "extract_flags.py")], cwd=REPO, check=True,
-                       capture_output=True)
-        regenerated = {name: (flags / name).read_text() for name in committed}
-    finally:
-        for name, text in committed.items():
-            (flags / name).write_text(text)
-    for name in committed:
-        assert regenerated[name] == committed[name], f"{name} differs from the real sglang 0.5.23 wheel's flags"
+    subprocess.run([sys.executable, str(STANDIN_SRC / "extract_flags.py"), str(tmp_path)], cwd=REPO, check=True,
+                   capture_output=True)
+    for name in ("flags_0_5_23.json", "flags_0_5_23_ddtree.json"):
+        assert (tmp_path / name).read_text() == (STANDIN_SRC / "sglang" / name).read_text(), (
+            f"{name} differs from the real sglang 0.5.23 wheel's flags: re-run extract_flags.py")

@@ -16,6 +16,7 @@ import pytest
 
 from operations.deployment import HOST_CLASSES
 from operations.sglang import RESOLVE, ddtree_violations
+from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import resolve_many_with_real_sglang
 from tests.unit.group_data import host_data
 from tests.unit.resolution_cases import GPU_PROFILES, PROFILES, case, deployment, lab_repos
@@ -133,12 +134,7 @@ def standin_resolve(case: dict, tmp: Path, src: Path = STANDIN_SRC) -> dict:
     """RESOLVE run against the stand-in, with the GPU stand-in's nvidia-smi showing the case's GPU."""
     profile = next(p.name for p in GPU_PROFILES.iterdir() if (p / "profile.json").is_file() and json.loads(
         (p / "profile.json").read_text())["gpus"][0]["name"] == case["gpu"]["name"])
-    (tmp / "bin").mkdir(exist_ok=True)
-    if not (tmp / "bin" / "nvidia-smi").exists():
-        (tmp / "bin" / "nvidia-smi").symlink_to(REPO / "lab" / "gpu_standin" / "nvidia-smi")
-    (tmp / "gpu-profile").write_text(profile)
-    env = {**os.environ, **case["env"], "PYTHONPATH": str(src), "PATH": f"{tmp / 'bin'}:{os.environ['PATH']}",
-           "SPECFLEET_GPU_PROFILE_FILE": str(tmp / "gpu-profile"), "SPECFLEET_GPU_PROFILES_DIR": str(GPU_PROFILES)}
+    env = {**os.environ, **case["env"], "PYTHONPATH": str(src), **gpu_standin_env(tmp, profile)}
     proc = subprocess.run([sys.executable, "-c", RESOLVE, json.dumps(case["argv"])], env=env,
                           capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.split("@@RESOLVED@@")[1])

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from lab.index import build_standin_wheel
+from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import parse_many_with_real_sglang
 
-REPO = Path(__file__).resolve().parents[2]
-STANDIN_SRC = REPO / "lab" / "sglang_standin"
+STANDIN_SRC = Path(__file__).resolve().parents[2] / "lab" / "sglang_standin"
 
 # Real-looking DFlash command lines, one per hardware class.
 KIMI_SM120 = [  # RTX PRO 6000: flashinfer target, flashinfer draft
@@ -60,12 +60,8 @@ REJECTED = [
 @pytest.fixture(autouse=True)
 def b200_gpu(tmp_path, monkeypatch):
     """The GPU stand-in's nvidia-smi on PATH, showing 8 B200s: the engine reads its GPU from it."""
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "nvidia-smi").symlink_to(REPO / "lab" / "gpu_standin" / "nvidia-smi")
-    (tmp_path / "gpu-profile").write_text("b200_nvlink")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    monkeypatch.setenv("SPECFLEET_GPU_PROFILE_FILE", str(tmp_path / "gpu-profile"))
-    monkeypatch.setenv("SPECFLEET_GPU_PROFILES_DIR", str(REPO / "lab" / "gpu_standin" / "profiles"))
+    for key, value in gpu_standin_env(tmp_path / "gpu", "b200_nvlink").items():
+        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture(scope="module")

@@ -152,9 +152,22 @@ class SGLangRejects(FactBase):
         return (errors or output[-3:] or ["no output"])[-1]
 
 
+def rendered_ddtree_violations(deployment: Deployment) -> list[str]:
+    """The deploy's DDTree rules over what it renders (page size as asked; SGLang's resolution may
+    still raise it, which the host's own check sees); [] for other algorithms."""
+    d = deployment
+    if d.speculative.algorithm != "DDTREE":
+        return []
+    args = list(d.extra_args)
+    page_size = int(args[args.index("--page-size") + 1]) if "--page-size" in args else None
+    return ddtree_violations(page_size, d.attention_backend, d.speculative.ddtree_budget)
+
+
 def rejection(host, deployment: Deployment, args: list[str]) -> str | None:
     """Why the host's installed SGLang would refuse to start `args` for this deployment, or None:
-    resolved as the service user, with the unit's environment and the user's HF_HOME."""
+    resolved as the service user, with the unit's environment and the user's HF_HOME. A DDTree
+    build that accepts them is held to the deploy's DDTree rules as well."""
     d = deployment
     env = (("HF_HOME", d.hf_home), *sorted(d.env.items()))
-    return host.get_fact(SGLangRejects, venv=d.venv, args=tuple(args), env=env, user=d.service_user)
+    refused = host.get_fact(SGLangRejects, venv=d.venv, args=tuple(args), env=env, user=d.service_user)
+    return refused or next(iter(rendered_ddtree_violations(d)), None)

@@ -8,6 +8,7 @@ The lab's stand-in engine must agree with it, good combinations and bad ones ali
 
 import json
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from operations.deployment import HOST_CLASSES
-from operations.sglang import RESOLVE, ddtree_violations
+from operations.sglang import (DDTREE_BUDGET_RANGE, DDTREE_TARGET_BACKENDS, RESOLVE, ddtree_violations,
+                               rendered_ddtree_violations)
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import resolve_many_with_real_sglang
 from tests.unit.group_data import host_data
@@ -106,6 +108,20 @@ def test_ddtree_rules():
     assert [p.split(" (")[0] for p in ddtree_violations(64, "trtllm_mha", 15)] == [
         "DDTREE currently supports only page_size == 1", "DDTREE needs a target attention backend that allows page size 1"]
     assert ddtree_violations(1, "flashinfer", 0) and ddtree_violations(1, "flashinfer", 1025)
+
+
+def test_the_deploy_holds_ddtree_profiles_to_the_rules(repos):
+    for host_class in HOST_CLASSES:
+        assert rendered_ddtree_violations(deployment(host_class, "qwen36_ddtree", repos)) == []
+        assert rendered_ddtree_violations(deployment(host_class, "kimi_k26_dflash", repos)) == []
+    assert rendered_ddtree_violations(old_ddtree_deployment(repos))  # trtllm_mha
+
+
+def test_standin_ddtree_rules_are_the_deploys():
+    """The DDTree build runs on hosts without operations/: its copy of the constants must match."""
+    namespace = runpy.run_path(str(STANDIN_SRC / "sglang" / "srt" / "resolution.py"))
+    assert namespace["DDTREE_TARGET_BACKENDS"] == DDTREE_TARGET_BACKENDS
+    assert namespace["DDTREE_BUDGET_RANGE"] == DDTREE_BUDGET_RANGE
 
 
 def test_pcie_nccl_settings_follow_nccl_and_the_reported_workaround():

@@ -46,7 +46,7 @@ def present_gpu(gpu: dict) -> None:
     """The class's GPUs, as the CUDA driver would describe them."""
     major, minor = (int(part) for part in gpu["compute_capability"].split("."))
     memory = gpu["memory_mib"] * MIB
-    properties = DeviceProperties(gpu["name"], major, minor, memory, 148)
+    properties = DeviceProperties(gpu["name"], major, minor, memory, 148)  # SM count: not read by resolution
     torch.cuda.is_available = lambda: True
     torch.cuda.device_count = lambda: gpu["count"]
     torch.cuda.current_device = lambda: 0

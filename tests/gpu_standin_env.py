@@ -15,4 +15,7 @@ def gpu_standin_env(directory: Path, profile: str) -> dict[str, str]:
     (directory / "gpu-profile").write_text(profile)
     return {"PATH": f"{directory / 'bin'}:{os.environ['PATH']}",
             "SPECFLEET_GPU_PROFILE_FILE": str(directory / "gpu-profile"),
-            "SPECFLEET_GPU_PROFILES_DIR": str(GPU_STANDIN / "profiles")}
+            "SPECFLEET_GPU_PROFILES_DIR": str(GPU_STANDIN / "profiles"),
+            # the driver the profile's host has loaded (on a lab host: /proc/driver, laid at boot)
+            "SPECFLEET_PROC_DRIVER": str(GPU_STANDIN / "profiles" / profile / "proc-driver"),
+            "SPECFLEET_GPU_RUN_DIR": str(directory / "run")}

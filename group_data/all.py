@@ -29,6 +29,10 @@ profiles = {
             "--reasoning-parser", "kimi_k2",
             "--tool-call-parser", "kimi_k2",
         ],
+        # DFlash builds the drafter with the target's context length; SGLang refuses one above the
+        # drafter's max_position_embeddings unless this is set (0.5.23 srt/configs/model_config.py,
+        # srt/speculative/draft_worker_common.py; z-lab's README exports it before every command).
+        env=dict(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN="1"),
         sglang=dict(requirement="sglang==0.5.23", version="0.5.23"),
     ),
     # Qwen3.6-27B (hybrid attention) with DFlash drafts verified as a DDTree tree;

@@ -26,12 +26,16 @@ sglang_tuning = dict(
     mem_fraction_static=0.90,  # leave room for the drafter and CUDA graphs on 96 GB cards
     extra_args=[
         "--chunked-prefill-size", "8192",  # community recipe for Kimi on PRO 6000
-        "--cuda-graph-max-bs-decode", "16",  # 0.5.23 splits --cuda-graph-max-bs into decode/prefill
+        # CUDA graphs for every batch the scheduler runs: speculation defaults max running requests
+        # to 48 (0.5.23 srt/arg_groups/speculative_hook.py, _handle_dflash); the community recipe's
+        # 16 left batches 17-48 without graphs. 0.5.23 splits --cuda-graph-max-bs into decode/prefill.
+        "--cuda-graph-max-bs-decode", "48",
     ],
     env=dict(
-        # PCIe only: NCCL's P2P path through the PEX switches; SYS lets it cross NUMA nodes.
-        NCCL_P2P_LEVEL="SYS",
-        # P2P all-reduce hangs were reported on this card (NVIDIA/nccl#1999): LL keeps latency low.
-        NCCL_PROTO="LL,LL128,Simple",
+        # P2P all-reduce hangs on this card (NVIDIA/nccl#1999, local-inference-lab/rtx6kpro#15 with
+        # NCCL 2.30.4) were worked around by disabling P2P, not by forcing NCCL_P2P_LEVEL=SYS.
+        # NCCL_PROTO is left to NCCL: listing LL128 forces it on PCIe paths, where NCCL's environment
+        # documentation warns it can corrupt data (notes sglang.md section 8).
+        NCCL_P2P_DISABLE="1",
     ),
 )

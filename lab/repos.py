@@ -217,6 +217,27 @@ KIMI_TEXT_CONFIG = {
 }
 
 
+# The real repo ships its config class as remote code (config.json's auto_map), and with
+# --trust-remote-code SGLang loads the config through it: the same shape, reduced to what
+# builds the config (DeepSeek-V3 text model plus vision tower settings).
+KIMI_CONFIG_CODE = b'''"""Kimi K2.5/K2.6 configuration (lab copy of the remote code the real repo ships)."""
+
+from transformers import DeepseekV3Config, PretrainedConfig
+
+
+class KimiK25Config(PretrainedConfig):
+    model_type = "kimi_k25"
+
+    def __init__(self, text_config=None, vision_config=None, media_placeholder_token_id=163605, **kwargs):
+        if not isinstance(text_config, PretrainedConfig):
+            text_config = DeepseekV3Config(**(text_config or {}))
+        self.text_config = text_config
+        self.vision_config = vision_config or {}
+        self.media_placeholder_token_id = media_placeholder_token_id
+        super().__init__(**kwargs)
+'''
+
+
 def kimi_files() -> dict[str, bytes]:
     text = KIMI_TEXT_CONFIG
     config = {
@@ -240,6 +261,7 @@ def kimi_files() -> dict[str, bytes]:
     ]
     return {
         "config.json": to_json(config),
+        "configuration_kimi_k25.py": KIMI_CONFIG_CODE,
         **sharded_weights(KIMI, tensors, shards=4),
         "generation_config.json": to_json({"bos_token_id": 1, "eos_token_id": 2, "max_length": 262144}),
         "tiktoken.model": tiktoken_model(KIMI, text["vocab_size"] - 16),

@@ -16,7 +16,7 @@ from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.facts import NvidiaFabric, NvidiaHost
 from operations.host_programs import inline
 from operations.hub import HubProblem, RepoSnapshot, controller_token, snapshot, whoami
-from operations.sglang import SGLangRejects, server_args
+from operations.sglang import rejection, server_args
 from operations.venv import VenvRequirement, fingerprint
 
 GIB = 1 << 30
@@ -151,7 +151,7 @@ def ddtree_problems(deployment: Deployment) -> list[str]:
     installed = host.get_fact(VenvRequirement, path=d.venv, distribution="sglang")
     if installed["fingerprint"] != fingerprint(d.sglang_requirement, d.pip_index_url):
         return []  # not installed yet: the unit's validation checks it before any restart
-    rejected = host.get_fact(SGLangRejects, venv=d.venv, args=tuple(server_args(d)))
+    rejected = rejection(host, d, server_args(d))
     if rejected:
         return [f"{host.name}: the SGLang installed from {d.sglang_requirement} rejects the DDTree flags "
                 f"({rejected}): point the profile's sglang requirement at a DDTree build (PR #29907)"]

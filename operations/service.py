@@ -12,7 +12,7 @@ from operations.deployment import Deployment
 from operations.failure import fail_host
 from operations.filestate import sha1_of
 from operations.layout import HOST_SCRIPTS
-from operations.sglang import SGLangRejects, server_args
+from operations.sglang import rejection, server_args
 from operations.templates import render
 from operations.venv import fingerprint
 
@@ -84,7 +84,7 @@ def configure(deployment: Deployment, inputs: str, restart_when: list[OperationM
         return
 
     args = server_args(d)
-    rejected = host.get_fact(SGLangRejects, venv=d.venv, args=tuple(args))
+    rejected = rejection(host, d, args)
     if rejected:
         yield fail_host([f"{host.name}: the SGLang in {d.venv} rejects the rendered flags ({rejected}); "
                          f"fix the flag in group_data or the SGLang pin; {d.service_name} was left as it was"])

@@ -61,33 +61,113 @@ def server_args(deployment: Deployment) -> list[str]:
     return [spell(arg, d.sglang_version) if arg.startswith("--") else arg for arg in args]
 
 
-# Builds the parser the way `python -m sglang.launch_server` does, through
-# ServerArgs.add_cli_args, so it holds for the real package and the lab's stand-in.
-_VALIDATE = (
-    "import argparse, json, sys\n"
-    "from sglang.srt.server_args import ServerArgs\n"
-    "parser = argparse.ArgumentParser(prog='sglang.launch_server')\n"
-    "ServerArgs.add_cli_args(parser)\n"
-    "parser.parse_args(json.loads(sys.argv[1]))\n"
-)
+# DDTree (open PR #29907, in no release): its own refusals, which the deploy checks itself
+# because the released SGLang it validates with does not know DDTree (notes §2, §7).
+# Its tree verify needs one-token KV pages ("DDTREE currently supports only page_size == 1"),
+# so the target attention backend must allow page size 1: trtllm_mha forces 16/32/64 and
+# refuses tree (topk > 1) speculation, trtllm_mla forces 32/64 (srt/arg_groups/overrides.py,
+# _mla_backend_page_constraints, run before the speculative hook).
+DDTREE_PAGE_SIZE = 1
+DDTREE_TARGET_BACKENDS = ("flashinfer", "triton", "fa3")
+# A budget is the number of tree nodes verified per step: at least one; at most 1024, the
+# largest budget the DDTree paper's reference code runs (liranringel/ddtree benchmark.py).
+DDTREE_BUDGET_RANGE = (1, 1024)
+
+
+def ddtree_violations(page_size: int | None, attention_backend: str | None, budget: int | None) -> list[str]:
+    """Why a DDTree server would refuse these (resolved) settings; [] if it accepts them."""
+    problems = []
+    if page_size != DDTREE_PAGE_SIZE:
+        problems.append(f"DDTREE currently supports only page_size == 1 (resolved page size {page_size})")
+    if attention_backend not in DDTREE_TARGET_BACKENDS:
+        problems.append(f"DDTREE needs a target attention backend that allows page size 1 "
+                        f"({', '.join(DDTREE_TARGET_BACKENDS)}), not {attention_backend}")
+    low, high = DDTREE_BUDGET_RANGE
+    if budget is not None and not low <= budget <= high:
+        problems.append(f"DDTREE budget must be within [{low}, {high}], not {budget}")
+    return problems
+
+
+# What the host runs to validate a command line: SGLang's own construction, as
+# `sglang serve` does it (prepare_server_args: argparse), then its full resolution
+# (ServerArgs.resolve_once: the post-init hooks that reject or rewrite combinations
+# argparse accepts), without loading the model. On a GPU host it sees the real GPU.
+# Before the weights are on disk (a first preflight) only argparse can run: the
+# hooks read the model's config. The lab's SGLang stand-in answers the same calls,
+# and tests/sglang_real.py runs this very text in the real SGLang 0.5.23.
+RESOLVE = r"""
+import contextlib, io, json, os, sys
+from sglang.srt.server_args import prepare_server_args
+
+
+def resolve(argv):
+    # What SGLang makes of argv: {"resolved": {...}} or {"error": "why it refuses"}.
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            server_args = prepare_server_args(argv)
+    except SystemExit:
+        lines = stderr.getvalue().strip().splitlines() or ["argparse refused the arguments"]
+        return {"error": lines[-1]}
+    models = [server_args.model_path, server_args.speculative_draft_model_path]
+    if not all(os.path.isfile(os.path.join(m, "config.json")) for m in models if m):
+        return {"parsed_only": True}
+    try:
+        server_args.resolve_once()
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+    return {"resolved": server_args.resolved_dict()}
+
+
+if __name__ == "__main__":
+    print("@@RESOLVED@@" + json.dumps(resolve(json.loads(sys.argv[1])), default=repr))
+"""
 
 
 class SGLangRejects(FactBase):
     """
-    Why the SGLang installed in `venv` rejects `args` (its argparse error), or None if it accepts them.
+    Why the SGLang installed in `venv` refuses `args` (argparse's or its resolution's error), or None.
+
+    Resolution runs as `user` (it reads, and with --trust-remote-code imports, the model
+    folder, which that user can write) with `env`, the unit's environment, offline.
 
     .. code:: python
 
-        "sglang.launch_server: error: unrecognized arguments: --speculative-ddtree-budget 15"
+        "ValueError: DDTREE currently supports only page_size == 1"
     """
 
-    def command(self, venv: str, args: tuple[str, ...]) -> str:
-        python = f"{shlex.quote(venv)}/bin/python"
-        return (f"{python} -c {shlex.quote(_VALIDATE)} {shlex.quote(json.dumps(list(args)))} 2>&1; "
-                "echo \"exit=$?\"")
+    def command(self, venv: str, args: tuple[str, ...], env: tuple[tuple[str, str], ...] = (),
+                user: str | None = None) -> str:
+        settings = [f"{k}={v}" for k, v in (("HF_HUB_OFFLINE", "1"), *env)]
+        run_as = ["runuser", "-u", user, "--"] if user else []
+        command = [*run_as, "env", *settings, f"{venv}/bin/python", "-c", RESOLVE, json.dumps(list(args))]
+        return f"cd / && {shlex.join(command)} 2>&1; echo \"exit=$?\""
 
     def process(self, output):
-        if output and output[-1] == "exit=0":
-            return None
+        for line in output:
+            if line.startswith("@@RESOLVED@@"):
+                result = json.loads(line[len("@@RESOLVED@@"):])
+                return result.get("error")
         errors = [line for line in output[:-1] if "error" in line.lower()]
         return (errors or output[-3:] or ["no output"])[-1]
+
+
+def rendered_ddtree_violations(deployment: Deployment) -> list[str]:
+    """The deploy's DDTree rules over what it renders (page size as asked; SGLang's resolution may
+    still raise it, which the host's own check sees); [] for other algorithms."""
+    d = deployment
+    if d.speculative.algorithm != "DDTREE":
+        return []
+    args = list(d.extra_args)
+    page_size = int(args[args.index("--page-size") + 1]) if "--page-size" in args else None
+    return ddtree_violations(page_size, d.attention_backend, d.speculative.ddtree_budget)
+
+
+def rejection(host, deployment: Deployment, args: list[str]) -> str | None:
+    """Why the host's installed SGLang would refuse to start `args` for this deployment, or None:
+    resolved as the service user, with the unit's environment and the user's HF_HOME. A DDTree
+    build that accepts them is held to the deploy's DDTree rules as well."""
+    d = deployment
+    env = (("HF_HOME", d.hf_home), *sorted(d.env.items()))
+    refused = host.get_fact(SGLangRejects, venv=d.venv, args=tuple(args), env=env, user=d.service_user)
+    return refused or next(iter(rendered_ddtree_violations(d)), None)

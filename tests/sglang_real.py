@@ -1,13 +1,19 @@
-"""The REAL SGLang 0.5.23 argument parser, for checking rendered command lines.
+"""The REAL SGLang 0.5.23, for checking rendered command lines: its parser and its resolution.
 
-The real package cannot run here (no GPU, CUDA-only deps), but its parser can:
-`sglang.srt.server_args` imports only light modules, so an env with the real
-wheel installed `--no-deps` plus those modules (and a CPU torch) builds the
-exact parser the servers use. The env lives in build/sglang-real/ and is built
-once per clone; `python -m tests.sglang_real` builds it ahead of the tests.
+The real package cannot serve here (no GPU), but everything up to loading the model can run:
+its argument parser and `ServerArgs.resolve_once`, the post-init hooks that reject or rewrite
+what argparse accepts (tests/sglang_real_gpu.py presents a host class's GPU to them).
+
+The env is the real wheel installed `--no-deps` plus what its resolution path imports, all from
+PyPI (found by trial; a fresh Debian 12 machine reaching only PyPI builds it): torch is PyPI's
+torch==2.14.1, the version the wheel pins, and for Linux that is the CUDA build with its nvidia-*
+libraries (~5.6 GB installed; importing it needs no GPU). It is built once per machine and pin set
+under the cache directory (SPECFLEET_CACHE, else /var/cache/specfleet, else ~/.cache/specfleet),
+outside any checkout, so a fresh clone reuses it. `python -m tests.sglang_real` builds it ahead.
 """
 
 import fcntl
+import hashlib
 import json
 import os
 import subprocess
@@ -15,15 +21,17 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-ENV_DIR = REPO_ROOT / "build" / "sglang-real"
-
 SGLANG_PIN = "sglang==0.5.23"
-# What `from sglang.srt.server_args import ServerArgs` imports, found by trial.
-# torch is the CPU build on this machine's disk: the plain `torch==2.13.0`
-# would let pip fall back to the multi-GB CUDA build from PyPI.
-LIGHT_DEPS = [
-    "torch==2.13.0+cpu",
-    "triton==3.9.0",
+# What the resolution path (server_args, arg_groups, configs, model_loader) imports.
+RESOLUTION_DEPS = [
+    "torch==2.14.1",  # sglang 0.5.23 pins it; PyPI's Linux wheel is the CUDA build
+    "torchvision==0.29.2",
+    "transformers==5.19.0",  # pinned by the wheel; reads the model configs
+    "apache-tvm-ffi==0.1.11",
+    "sentencepiece==0.2.1",
+    "compressed-tensors==0.20.1",
+    "gguf==0.19.0",
+    "dill==0.4.1",
     "numpy==2.4.6",
     "msgspec==0.23.0",
     "orjson==3.13.0",
@@ -39,14 +47,23 @@ LIGHT_DEPS = [
     "ipython==9.18.1",
     "aiohttp==3.14.5",
 ]
-# The stamp holds the pins, so changing them rebuilds the env.
-_STAMP = ENV_DIR / ".specfleet-complete"
-_STAMP_TEXT = "\n".join([SGLANG_PIN, *LIGHT_DEPS]) + "\n"
+PINS = [SGLANG_PIN, *RESOLUTION_DEPS]
+KEY = hashlib.sha256("\n".join(PINS).encode()).hexdigest()[:16]
 
-# Builds the parser exactly as the real launch_server does and parses each argv
-# of a JSON list; one process for many argvs, since importing takes seconds.
-# The deploy validates on hosts with the same calls, so this snippet also
-# works against the lab stand-in.
+
+def cache_root() -> Path:
+    if os.environ.get("SPECFLEET_CACHE"):
+        return Path(os.environ["SPECFLEET_CACHE"])
+    system = Path("/var/cache/specfleet")
+    if os.access(system if system.exists() else system.parent, os.W_OK):
+        return system
+    return Path.home() / ".cache" / "specfleet"
+
+
+ENV_DIR = cache_root() / f"sglang-real-{KEY}"
+_STAMP = ENV_DIR / ".specfleet-complete"
+_STAMP_TEXT = "\n".join(PINS) + "\n"
+
 _PARSE_SNIPPET = r"""
 import argparse, contextlib, io, json, sys
 from sglang.srt.server_args import ServerArgs
@@ -75,8 +92,8 @@ def real_sglang_python() -> Path:
     if _stamp_ok():
         return python
     ENV_DIR.parent.mkdir(parents=True, exist_ok=True)
-    # A lock, so parallel test workers build the env once.
-    with open(ENV_DIR.parent / ".sglang-real.lock", "w") as lock:
+    # A lock, so parallel test runs (other clones on this machine) build the env once.
+    with open(ENV_DIR.parent / f".sglang-real-{KEY}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _stamp_ok():
             _build(python)
@@ -90,9 +107,9 @@ def _stamp_ok() -> bool:
 def _build(python: Path) -> None:
     _STAMP.unlink(missing_ok=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(ENV_DIR)], check=True)
-    pip = [str(python), "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, *LIGHT_DEPS], check=True)
-    # --no-deps: the real wheel requires CUDA kernels and a GPU torch.
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--only-binary=:all:"]
+    subprocess.run([*pip, *RESOLUTION_DEPS], check=True)
+    # --no-deps: the rest of what the wheel requires serves models (CUDA kernels), not arguments.
     subprocess.run([*pip, "--no-deps", SGLANG_PIN], check=True)
     _STAMP.write_text(_STAMP_TEXT)
 
@@ -118,6 +135,23 @@ def parse_with_real_sglang(argv: list[str]) -> dict:
     if not result["ok"]:
         raise RealSGLangRejected(result["stderr"])
     return result["args"]
+
+
+def resolve_many_with_real_sglang(cases: list[dict]) -> list[dict]:
+    """Resolve each case {"argv", "env", "gpu": {name, compute_capability, count, memory_mib}} as the
+    deploy's host check does (operations.sglang.RESOLVE) on a host with that GPU; per case
+    {"resolved": {...}}, {"error": "..."} or {"parsed_only": True} (no config.json at the paths)."""
+    from operations.sglang import RESOLVE
+
+    proc = subprocess.run(
+        [str(real_sglang_python()), str(REPO_ROOT / "tests" / "sglang_real_gpu.py"), RESOLVE],
+        input=json.dumps(cases), capture_output=True, text=True, cwd="/",
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("@@CASES@@"):
+            return json.loads(line[len("@@CASES@@"):])
+    raise RuntimeError(f"real sglang resolution crashed:\n{proc.stderr[-4000:]}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ pip_index_url = config.INDEX_URL
 # keeps the two in step).
 mirrors = dict(
     repos={
-        "moonshotai/Kimi-K2.6": "lab/Kimi-K2.6-tiny@301e6e07c505cb089c241b08fd4309967629b1c7",
+        "moonshotai/Kimi-K2.6": "lab/Kimi-K2.6-tiny@cab62ee5866130af4b3f1e1a6a83cf419015a31f",
         "z-lab/Kimi-K2.6-DFlash": "lab/Kimi-K2.6-DFlash-tiny@2a8aa93380f769c31e6b66b6d1b736180c23b058",
         "Qwen/Qwen3.6-27B": "lab/Qwen3.6-27B-tiny@486dd609013642a52d0bf93941f6c21d3fb7ee37",
         "z-lab/Qwen3.6-27B-DFlash": "lab/Qwen3.6-27B-DFlash-tiny@4abbd50e31b36b8b4b9754e84bb313d7196e632e",

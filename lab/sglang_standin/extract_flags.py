@@ -1,7 +1,7 @@
 """Extract the REAL SGLang 0.5.23 CLI flags for the lab's SGLang stand-in.
 
 Run from the repo root with the controller venv:
-    python lab/sglang_standin/extract_flags.py
+    python lab/sglang_standin/extract_flags.py [OUT_DIR]
 It re-runs itself inside the real-parser env (tests/sglang_real.py builds it),
 dumps every argparse action of `ServerArgs.add_cli_args` to
 sglang/flags_0_5_23.json, and writes sglang/flags_0_5_23_ddtree.json: the same
@@ -35,6 +35,16 @@ DDTREE_FLAGS = [
 ]
 
 
+def choices_of(action: argparse.Action) -> list | None:
+    """The choices in a stable order: some are sets (SAMPLING_BACKEND_CHOICES), whose order
+    changes with Python's hash seed from one run to the next."""
+    if action.choices is None:
+        return None
+    if isinstance(action.choices, (set, frozenset)):
+        return sorted(action.choices)
+    return list(action.choices)
+
+
 def dump_actions() -> list[dict]:
     """Runs inside the real env: every action of the real parser."""
     # Running this file puts its folder, which holds the stand-in, first on
@@ -53,7 +63,7 @@ def dump_actions() -> list[dict]:
             "dest": a.dest,
             "nargs": a.nargs,
             "type": getattr(a.type, "__name__", None),
-            "choices": list(a.choices) if a.choices is not None else None,
+            "choices": choices_of(a),
             "default": a.default,
             "const": a.const,
             "action": type(a).__name__,
@@ -65,11 +75,11 @@ def dump_actions() -> list[dict]:
     return actions
 
 
-def write(name: str, actions: list[dict], source: str) -> None:
+def write(out_dir: Path, name: str, actions: list[dict], source: str) -> None:
     # One action a line, so a re-extraction diffs flag by flag.
     lines = ",\n".join("  " + json.dumps(a, default=repr) for a in actions)
     head = json.dumps({"sglang_version": VERSION, "source": source})[:-1]
-    (OUT_DIR / name).write_text(f'{head}, "actions": [\n{lines}\n]}}\n')
+    (out_dir / name).write_text(f'{head}, "actions": [\n{lines}\n]}}\n')
 
 
 def main() -> None:
@@ -86,17 +96,20 @@ def main() -> None:
         text=True,
     ).stdout
     actions = json.loads(out.splitlines()[-1])
+    out_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else OUT_DIR  # default: the stand-in's own
     write(
+        out_dir,
         "flags_0_5_23.json",
         actions,
         f"sglang=={VERSION} ServerArgs.add_cli_args (extracted by extract_flags.py)",
     )
     write(
+        out_dir,
         "flags_0_5_23_ddtree.json",
         actions + DDTREE_FLAGS,
         f"sglang=={VERSION} plus DDTree PR #29907 flags (extract_flags.py)",
     )
-    print(f"{len(actions)} flags from sglang=={VERSION} written to {OUT_DIR}")
+    print(f"{len(actions)} flags from sglang=={VERSION} written to {out_dir}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ def test_each_class_gets_its_backends_and_environment():
     b200 = resolve(host_data("b200_nvlink"), "b200_nvlink")
     assert (pcie.attention_backend, pcie.draft_attention_backend) == ("flashinfer", "flashinfer")
     assert (b200.attention_backend, b200.draft_attention_backend) == ("trtllm_mla", "fa4")
-    assert pcie.env["NCCL_P2P_LEVEL"] == "SYS" and "NCCL_P2P_LEVEL" not in b200.env
+    assert pcie.env["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_DISABLE" not in b200.env
     assert pcie.target.local_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6"
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lab.index import HUB_LOCK, build, build_standin_wheel, standin_requirement, start_index
+from tests.gpu_standin_env import gpu_standin_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The Makefile builds the index here too; the build skips what is present.
@@ -85,7 +86,8 @@ def test_fresh_venv_installs_and_runs_standin(index, tmp_path):
         port = s.getsockname()[1]
     server = subprocess.Popen([py, "-m", "sglang.launch_server", "--model-path", str(target), "--port", str(port)],
                               stdout=subprocess.PIPE, text=True,
-                              env={**env, "SPECFLEET_SGLANG_KNOBS": str(tmp_path / "no-knobs.json")})
+                              env={**env, "SPECFLEET_SGLANG_KNOBS": str(tmp_path / "no-knobs.json"),
+                                   **gpu_standin_env(tmp_path / "gpu", "b200_nvlink")})
     try:
         for line in server.stdout:
             if "fired up and ready to roll" in line:

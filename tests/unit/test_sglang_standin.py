@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lab.index import build_standin_wheel
+from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import parse_many_with_real_sglang
 
 STANDIN_SRC = Path(__file__).resolve().parents[2] / "lab" / "sglang_standin"
@@ -54,6 +55,13 @@ REJECTED = [
     # The community SM120 recipe's flag is ambiguous in 0.5.23 (-decode/-prefill).
     KIMI_SM120 + ["--cuda-graph-max-bs", "16"],
 ]
+
+
+@pytest.fixture(autouse=True)
+def b200_gpu(tmp_path, monkeypatch):
+    """The GPU stand-in's nvidia-smi on PATH, showing 8 B200s: the engine reads its GPU from it."""
+    for key, value in gpu_standin_env(tmp_path / "gpu", "b200_nvlink").items():
+        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +210,7 @@ def test_endpoints(start, models):
     assert info["attention_backend"] == "trtllm_mla" and info["tp_size"] == 8
     assert info["speculative_draft_attention_backend"] == "fa4"
     assert info["api_key"] is None  # never echoed
-    assert info["disable_overlap_schedule"] is True  # DFlash turns overlap off
+    assert info["page_size"] == 64  # trtllm_mla's pages, as 0.5.23 resolves them
     accept = info["internal_states"][0]["avg_spec_accept_length"]
     assert accept == pytest.approx(1 + 0.35 * 7)
 
@@ -233,19 +241,28 @@ def test_metrics_only_when_enabled(start, models):
 
 
 def test_ddtree_on_the_ddtree_build(start, models, ddtree_src):
-    args = dflash_args(models) + ["--speculative-algorithm", "DDTREE"]
+    args = dflash_args(models) + ["--speculative-algorithm", "DDTREE", "--attention-backend", "flashinfer"]
     s = start(args, src=ddtree_src)
     s.wait_ready()
     info = json.loads(s.get("/server_info")[1])
     assert info["version"] == "0.5.23+lab.ddtree29907"
     assert info["speculative_ddtree_budget"] == 7  # block_size - 1
+    assert info["page_size"] == 1 and info["disable_overlap_schedule"] is True
     assert info["internal_states"][0]["avg_spec_accept_length"] > 1 + 0.35 * 7
 
 
-def test_ddtree_build_refuses_pages_over_one(models, ddtree_src):
-    args = dflash_args(models) + ["--speculative-algorithm", "DDTREE", "--page-size", "16"]
+@pytest.mark.parametrize("pages", [["--attention-backend", "flashinfer", "--page-size", "16"],
+                                   ["--attention-backend", "trtllm_mha", "--page-size", "1"]])
+def test_ddtree_build_refuses_pages_over_one(models, ddtree_src, pages):
+    args = dflash_args(models) + ["--speculative-algorithm", "DDTREE", *pages]
     proc = run_module(ddtree_src, "sglang.launch_server", args, timeout=10)
-    assert proc.returncode == 1 and "DDTREE requires page_size == 1" in proc.stderr
+    assert proc.returncode == 1 and "DDTREE currently supports only page_size == 1" in proc.stderr
+
+
+def test_no_gpu_no_server(models, monkeypatch):
+    monkeypatch.setenv("SPECFLEET_GPU_PROFILE_FILE", "/nonexistent")  # nvidia-smi: no driver
+    proc = run_module(STANDIN_SRC, "sglang.launch_server", dflash_args(models), timeout=10)
+    assert proc.returncode == 1 and "No accelerator (CUDA" in proc.stderr
 
 
 def test_ddtree_parses_but_fails_to_start_on_plain_build(models):

@@ -1,6 +1,7 @@
 """LAB STAND-IN for SGLang, not the real package (specfleet lab/sglang_standin).
 
-Parses the real 0.5.23 CLI and serves SGLang's HTTP endpoints with canned
+Parses the real 0.5.23 CLI, resolves it with the real post-init rules a deploy
+can meet (srt/resolution.py) and serves SGLang's HTTP endpoints with canned
 answers, so the lab's hosts can be provisioned without GPUs. The wheel build
 writes _build.json naming its variant; a source checkout is the plain build.
 """

@@ -19,17 +19,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import sglang
-from sglang.srt.server_args import ServerArgs
+from sglang.srt.server_args import prepare_server_args
 
 # lab/config.py SGLANG_KNOBS_FILE; the stand-in runs on hosts without lab/.
 KNOBS_FILE = "/etc/specfleet-lab/sglang-standin.json"
 READY_LINE = "The server is fired up and ready to roll!"
 # Never echoed: the real server does not print these either.
 SECRET_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
-# SpeculativeAlgorithm members of 0.5.23 (NEXTN is its alias of EAGLE); the
-# DDTree build adds DDTREE, as PR #29907 does.
-KNOWN_ALGORITHMS = {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "NEXTN",
-                    "FROZEN_KV_MTP", "STANDALONE", "NGRAM"}
 WORDS = ("alpha", "bravo", "draft", "verify", "token", "block", "tree", "accept",
          "lab", "spec", "decode", "prefill", "cache", "kernel", "batch", "reply")
 
@@ -55,37 +51,6 @@ def load_config(model_dir: str) -> dict:
     except (OSError, ValueError):
         fail(f"OSError: {model_dir} does not appear to have a file named config.json. "
              f"Checkout 'https://huggingface.co/{model_dir}/tree/main' for available files.")
-
-
-def resolve_speculative(args: argparse.Namespace, draft_config: dict) -> None:
-    """Fill the speculative args the way 0.5.23 resolves them for DFlash."""
-    algo = args.speculative_algorithm
-    if algo is None:
-        return
-    algo = args.speculative_algorithm = algo.upper()
-    known = KNOWN_ALGORITHMS | ({"DDTREE"} if hasattr(args, "speculative_ddtree_budget") else set())
-    if algo not in known:
-        fail(f"ValueError: Unknown speculative algorithm name: {algo}")
-    if algo not in ("DFLASH", "DDTREE"):
-        return
-    if not args.speculative_draft_model_path:
-        fail(f"ValueError: {algo} requires --speculative-draft-model-path")
-    # The block size comes from the drafter's config, 16 when absent.
-    block = draft_config.get("dflash_config", {}).get("block_size", 16)
-    n = args.speculative_num_draft_tokens or args.speculative_dflash_block_size or block
-    args.speculative_num_draft_tokens = args.speculative_dflash_block_size = n
-    args.speculative_num_steps = args.speculative_eagle_topk = 1
-    # DFlash turns the overlap scheduler off, and so does PR #29907 for DDTree.
-    args.disable_overlap_schedule = True
-    if algo == "DDTREE":
-        # PR #29907's own checks: its tree verify needs one-token pages and
-        # does not do rejection sampling.
-        if (args.page_size or 1) != 1:
-            fail("ValueError: DDTREE requires page_size == 1")
-        if args.speculative_use_rejection_sampling:
-            fail("ValueError: DDTREE does not support --speculative-use-rejection-sampling")
-        if args.speculative_ddtree_budget is None:
-            args.speculative_ddtree_budget = n - 1  # the DDTree ports' default
 
 
 def accept_length(args: argparse.Namespace) -> float:
@@ -149,7 +114,7 @@ class Server:
         return self.args.speculative_num_draft_tokens or 4
 
     def server_info(self) -> dict:
-        info = {k: (None if k in SECRET_ARGS and v else v) for k, v in vars(self.args).items()}
+        info = {k: (None if k in SECRET_ARGS and v else v) for k, v in self.args.resolved_dict().items()}
         info["internal_states"] = [{"avg_spec_accept_length": self.accept_length}]
         info["version"] = sglang.__version__
         return info
@@ -293,13 +258,13 @@ ROUTES = {
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
-    args = parser.parse_args(argv)
+    args = prepare_server_args(argv)
     knobs = read_knobs()
     target_config = load_config(args.model_path)
-    draft_config = load_config(args.speculative_draft_model_path) if args.speculative_draft_model_path else {}
-    resolve_speculative(args, draft_config)
+    try:
+        args.resolve_once()  # the real post-init rules (srt/resolution.py)
+    except Exception as exc:
+        fail(f"{type(exc).__name__}: {exc}")
 
     app = Server(args, target_config)
     Handler.app = app

@@ -171,7 +171,29 @@ def _add(parser: argparse.ArgumentParser, a: dict) -> None:
 
 
 class ServerArgs:
+    """The parsed arguments; `resolve_once` applies the real post-init rules (srt/resolution.py)."""
+
+    def __init__(self, namespace: argparse.Namespace):
+        self.__dict__.update(vars(namespace))
+
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
         for a in flag_list()["actions"]:
             _add(parser, a)
+
+    def resolve_once(self) -> None:
+        from sglang.srt.resolution import resolve
+
+        if not getattr(self, "_resolution_finished", False):
+            resolve(self, ddtree_build="speculative_ddtree_budget" in self.__dict__)
+            self._resolution_finished = True
+
+    def resolved_dict(self) -> dict:
+        return {key: value for key, value in vars(self).items() if not key.startswith("_")}
+
+
+def prepare_server_args(argv: list[str]) -> ServerArgs:
+    """As the real one: `sglang serve`'s parser, the arguments unresolved."""
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    return ServerArgs(parser.parse_args(argv))

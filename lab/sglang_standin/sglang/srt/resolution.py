@@ -1,0 +1,125 @@
+"""LAB STAND-IN for SGLang 0.5.23's argument resolution (`ServerArgs.resolve_once`).
+
+The real resolution runs ~70 post-init hooks; this holds the ones a specfleet deploy can
+meet, copied from the 0.5.23 wheel's source (paths below are inside it) with its messages,
+and tests/unit/test_sglang_resolution.py checks that the stand-in and the real release agree
+on every host class x profile and on deliberately bad combinations. The DDTree build adds the
+refusals of PR #29907 (which no release has).
+
+The GPU comes from `nvidia-smi --query-gpu` (on a lab host: the GPU stand-in), as the real
+SGLang reads its memory through nvidia-smi and its compute capability through the driver.
+"""
+
+import json
+import subprocess
+from pathlib import Path
+
+NO_ACCELERATOR = "No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform plugin is available."
+# SpeculativeAlgorithm members of 0.5.23 (NEXTN is its alias of EAGLE).
+KNOWN_ALGORITHMS = {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "NEXTN",
+                    "FROZEN_KV_MTP", "STANDALONE", "NGRAM"}
+DDTREE_TARGET_BACKENDS = ("flashinfer", "triton", "fa3")  # backends that keep page size 1
+DDTREE_BUDGET_RANGE = (1, 1024)
+
+
+def query_gpu() -> dict:
+    """Compute capability, count and memory of the host's GPUs, from nvidia-smi."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap,memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        raise RuntimeError(NO_ACCELERATOR)
+    rows = [line.split(",") for line in out.strip().splitlines()]
+    major, minor = (int(part) for part in rows[0][0].strip().split("."))
+    return {"capability": (major, minor), "count": len(rows), "memory_mib": min(float(r[1]) for r in rows)}
+
+
+def read_config(model_dir: str) -> dict:
+    """config.json as transformers reads a local folder; its message when there is none."""
+    try:
+        return json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        raise OSError(f"{model_dir} does not appear to have a file named config.json. "
+                      f"Checkout 'https://huggingface.co/{model_dir}/tree/main' for available files.")
+
+
+def resolve(args, ddtree_build: bool) -> None:
+    """Resolve `args` (the parsed namespace) in place, or raise what the real resolution raises."""
+    gpu = query_gpu()
+    args.device = "cuda"
+    read_config(args.model_path)
+    _attention_backend(args, gpu["capability"])
+    _speculative(args, ddtree_build)
+
+
+def _attention_backend(args, capability: tuple[int, int]) -> None:
+    """srt/arg_groups/overrides.py (_mla_backend_page_constraints, _mla_kv_cache_dtype_checks,
+    _page_size_default) and attention_hook.py (handle_attention_backend_compatibility)."""
+    major = capability[0]
+    backends = (args.attention_backend, args.decode_attention_backend, args.prefill_attention_backend)
+    if "trtllm_mla" in backends:
+        if args.page_size not in (32, 64):
+            args.page_size = 64  # "TensorRT-LLM MLA only supports page_size of 32 or 64, changing ..."
+        if major not in (10, 11, 12):
+            raise ValueError("TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x). "
+                             "Please use a different backend.")
+    if "trtllm_mha" in (*backends, args.speculative_draft_attention_backend):
+        if args.page_size not in (16, 32, 64, 128):
+            args.page_size = 64  # "TensorRT-LLM MHA only supports page_size of 16, 32, 64 or 128, ..."
+        if "trtllm_mha" in backends and major not in (9, 10, 12):
+            raise ValueError("TRTLLM MHA backend for decode is only supported on Hopper (SM90), Blackwell "
+                             "(SM100) and (SM120) GPUs. Please use a different decode backend.")
+    if args.page_size is None:
+        args.page_size = 1
+
+
+def _speculative(args, ddtree_build: bool) -> None:
+    """srt/arg_groups/speculative_hook.py (_handle_dflash) and, on the DDTree build, PR #29907."""
+    if args.speculative_algorithm is None:
+        return
+    algo = args.speculative_algorithm = args.speculative_algorithm.upper()
+    if algo not in KNOWN_ALGORITHMS | ({"DDTREE"} if ddtree_build else set()):
+        raise ValueError(f"Unknown speculative algorithm name: {algo}")
+    if algo not in ("DFLASH", "DDTREE"):
+        return
+    if args.pp_size != 1:
+        raise ValueError("Currently DFLASH speculative decoding only supports pp_size == 1.")
+    if args.speculative_draft_model_path is None:
+        raise ValueError("DFLASH speculative decoding requires setting --speculative-draft-model-path.")
+    args.speculative_num_steps = args.speculative_eagle_topk = 1
+    if args.speculative_dflash_block_size is not None:
+        if args.speculative_num_draft_tokens not in (None, args.speculative_dflash_block_size):
+            raise ValueError(
+                "Both --speculative-num-draft-tokens and --speculative-dflash-block-size are set but they "
+                "differ. For DFLASH they must match. "
+                f"speculative_num_draft_tokens={args.speculative_num_draft_tokens}, "
+                f"speculative_dflash_block_size={args.speculative_dflash_block_size}.")
+        args.speculative_num_draft_tokens = args.speculative_dflash_block_size
+    elif args.speculative_num_draft_tokens is None:
+        draft = read_config(args.speculative_draft_model_path)
+        args.speculative_num_draft_tokens = draft.get("dflash_config", {}).get("block_size") or 16
+    block = args.speculative_num_draft_tokens
+    if args.speculative_draft_window_size is not None and args.speculative_draft_window_size < block:
+        raise ValueError("--speculative-draft-window-size must be >= --speculative-num-draft-tokens "
+                         f"(block_size). window_size={args.speculative_draft_window_size}, block_size={block}.")
+    if args.max_running_requests is None:
+        args.max_running_requests = 48
+    if algo == "DDTREE":
+        _ddtree(args, block)
+
+
+def _ddtree(args, block: int) -> None:
+    """PR #29907's refusals, as the deploy's profile rules state them (operations/sglang.py)."""
+    if args.page_size != 1:
+        raise ValueError("DDTREE currently supports only page_size == 1")
+    if args.attention_backend not in DDTREE_TARGET_BACKENDS:
+        raise ValueError(f"DDTREE needs a target attention backend that allows page size 1 "
+                         f"({', '.join(DDTREE_TARGET_BACKENDS)}), not {args.attention_backend}")
+    if args.speculative_use_rejection_sampling:
+        raise ValueError("DDTREE does not support --speculative-use-rejection-sampling")
+    if args.speculative_ddtree_budget is None:
+        args.speculative_ddtree_budget = block - 1  # the DDTree ports' default
+    low, high = DDTREE_BUDGET_RANGE
+    if not low <= args.speculative_ddtree_budget <= high:
+        raise ValueError(f"DDTREE budget must be within [{low}, {high}], not {args.speculative_ddtree_budget}")
+    args.disable_overlap_schedule = True  # PR #29907 runs without the overlap scheduler

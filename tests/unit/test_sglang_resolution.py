@@ -1,0 +1,205 @@
+"""What the REAL SGLang 0.5.23 makes of every rendered command line, on each class's GPU.
+
+The real release resolves each class x profile through its full ServerArgs construction and
+post-init hooks (tests/sglang_real_gpu.py says which GPU queries are answered with the class's
+GPU, and why), with the lab's tiny repos (configs shaped like the real ones) as model folders.
+The lab's stand-in engine must agree with it, good combinations and bad ones alike.
+"""
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from operations.deployment import HOST_CLASSES
+from operations.sglang import (DDTREE_BUDGET_RANGE, DDTREE_TARGET_BACKENDS, RESOLVE, ddtree_violations,
+                               rendered_ddtree_violations)
+from tests.gpu_standin_env import gpu_standin_env
+from tests.sglang_real import resolve_many_with_real_sglang
+from tests.unit.group_data import host_data
+from tests.unit.resolution_cases import GPU_PROFILES, PROFILES, case, deployment, lab_repos
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN_SRC = REPO / "lab" / "sglang_standin"
+COMBOS = [(c, p) for c in HOST_CLASSES for p in PROFILES]
+# What the deploy relies on in the resolved settings (and what the stand-in must get right).
+KEYS = ("page_size", "attention_backend", "speculative_algorithm", "speculative_num_draft_tokens",
+        "speculative_num_steps", "speculative_eagle_topk", "speculative_draft_attention_backend",
+        "max_running_requests", "cuda_graph_max_bs_decode")
+H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "count": 8, "memory_mib": 81559}
+
+
+def bad_cases(repos) -> dict[str, dict]:
+    """Combinations argparse accepts and the real resolution refuses."""
+    kimi_b200 = case(deployment("b200_nvlink", "kimi_k26_dflash", repos))
+    argv = kimi_b200["argv"]
+    draft = argv.index("--speculative-draft-model-path")
+    return {
+        "trtllm_mla on a Hopper GPU": {**kimi_b200, "gpu": H100},
+        "no drafter": {**kimi_b200, "argv": argv[:draft] + argv[draft + 2:]},
+        "block size differs": {**kimi_b200, "argv": argv + ["--speculative-dflash-block-size", "16"]},
+        "draft window below the block": {**kimi_b200, "argv": argv + ["--speculative-draft-window-size", "4"]},
+        "pipeline parallel": {**kimi_b200, "argv": argv + ["--pp-size", "2"]},
+    }
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory) -> dict[str, str]:
+    return lab_repos(tmp_path_factory.mktemp("repos"))
+
+
+@pytest.fixture(scope="module")
+def cases(repos) -> dict:
+    good = {combo: case(deployment(*combo, repos)) for combo in COMBOS}
+    # The DDTree profile's old B200 setting: trtllm_mha (its --page-size 1 is overridden).
+    old_ddtree = {OLD_DDTREE: case(old_ddtree_deployment(repos))}
+    return {**good, **old_ddtree, **bad_cases(repos)}
+
+
+OLD_DDTREE = "qwen36_ddtree on b200 with trtllm_mha"
+
+
+def old_ddtree_deployment(repos):
+    return deployment("b200_nvlink", "qwen36_ddtree", repos, attention_backend="trtllm_mha")
+
+
+@pytest.fixture(scope="module")
+def real(cases) -> dict:
+    """The real release's answer per case (one warmed process, a fork per case)."""
+    return dict(zip(cases, resolve_many_with_real_sglang(list(cases.values()))))
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=[f"{c}-{p}" for c, p in COMBOS])
+def test_real_sglang_resolves_each_class_and_profile_as_the_deploy_expects(combo, real, repos):
+    host_class, profile = combo
+    d = deployment(host_class, profile, repos)
+    result = real[combo]
+    assert "error" not in result, f"real SGLang 0.5.23 refuses {host_class} x {profile}: {result['error']}"
+    r = result["resolved"]
+    assert r["attention_backend"] == d.attention_backend
+    assert r["speculative_draft_attention_backend"] == d.draft_attention_backend
+    assert r["speculative_algorithm"] == "DFLASH"  # DDTree drafts with DFlash (PR #29907)
+    assert r["speculative_num_draft_tokens"] == d.speculative.num_draft_tokens
+    assert (r["speculative_num_steps"], r["speculative_eagle_topk"]) == (1, 1)
+    assert r["tp_size"] == d.tp_size
+    # Every batch size the scheduler may run gets a CUDA graph (None: SGLang sizes it to fit).
+    graphs = r["cuda_graph_max_bs_decode"]
+    assert graphs is None or graphs >= r["max_running_requests"], (
+        f"CUDA graphs up to batch {graphs}, but up to {r['max_running_requests']} requests run at once")
+    if d.speculative.algorithm == "DDTREE":
+        assert ddtree_violations(r["page_size"], r["attention_backend"], d.speculative.ddtree_budget) == []
+
+
+def test_real_sglang_refuses_the_bad_combinations(real, repos):
+    refused = {name: real[name].get("error") for name in bad_cases(repos)}
+    assert all(refused.values()), refused
+    assert "Blackwell" in refused["trtllm_mla on a Hopper GPU"]
+    assert "--speculative-draft-model-path" in refused["no drafter"]
+
+
+def test_ddtree_rules():
+    assert ddtree_violations(1, "flashinfer", 15) == []
+    assert ddtree_violations(1, "triton", 1) == []
+    # What trtllm_mha on SM100 resolves to: it forces the page size to 64.
+    assert [p.split(" (")[0] for p in ddtree_violations(64, "trtllm_mha", 15)] == [
+        "DDTREE currently supports only page_size == 1", "DDTREE needs a target attention backend that allows page size 1"]
+    assert ddtree_violations(1, "flashinfer", 0) and ddtree_violations(1, "flashinfer", 1025)
+
+
+def test_the_deploy_holds_ddtree_profiles_to_the_rules(repos):
+    for host_class in HOST_CLASSES:
+        assert rendered_ddtree_violations(deployment(host_class, "qwen36_ddtree", repos)) == []
+        assert rendered_ddtree_violations(deployment(host_class, "kimi_k26_dflash", repos)) == []
+    assert rendered_ddtree_violations(old_ddtree_deployment(repos))  # trtllm_mha
+
+
+def test_standin_ddtree_rules_are_the_deploys():
+    """The DDTree build runs on hosts without operations/: its copy of the constants must match."""
+    namespace = runpy.run_path(str(STANDIN_SRC / "sglang" / "srt" / "resolution.py"))
+    assert namespace["DDTREE_TARGET_BACKENDS"] == DDTREE_TARGET_BACKENDS
+    assert namespace["DDTREE_BUDGET_RANGE"] == DDTREE_BUDGET_RANGE
+
+
+def test_pcie_nccl_settings_follow_nccl_and_the_reported_workaround():
+    env = host_data("rtx_pro_6000_pcie").sglang_tuning["env"]
+    assert "LL128" not in env.get("NCCL_PROTO", "").replace("^LL128", "")
+    assert env.get("NCCL_P2P_DISABLE") == "1" and "NCCL_P2P_LEVEL" not in env
+
+
+@pytest.mark.parametrize("host_class", HOST_CLASSES)
+def test_dflash_profiles_let_the_drafter_take_the_target_context(host_class):
+    for profile in PROFILES:
+        d = deployment(host_class, profile, repos={r: r for r in _real_repo_ids()})
+        assert (d.env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN") == "1"
+                or "--context-length" in d.extra_args), f"{profile} on {host_class}"
+
+
+def _real_repo_ids() -> list[str]:
+    profiles = host_data("b200_nvlink").profiles.values()
+    return [p[role]["repo"] for p in profiles for role in ("target", "drafter")]
+
+
+# --- the stand-in agrees --------------------------------------------------
+
+
+def standin_resolve(case: dict, tmp: Path, src: Path = STANDIN_SRC) -> dict:
+    """RESOLVE run against the stand-in, with the GPU stand-in's nvidia-smi showing the case's GPU."""
+    profile = next(p.name for p in GPU_PROFILES.iterdir() if (p / "profile.json").is_file() and json.loads(
+        (p / "profile.json").read_text())["gpus"][0]["name"] == case["gpu"]["name"])
+    env = {**os.environ, **case["env"], "PYTHONPATH": str(src), **gpu_standin_env(tmp, profile)}
+    proc = subprocess.run([sys.executable, "-c", RESOLVE, json.dumps(case["argv"])], env=env,
+                          capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.split("@@RESOLVED@@")[1])
+
+
+def test_standin_and_real_resolution_agree(cases, real, tmp_path):
+    hopper_free = {name: c for name, c in cases.items() if c["gpu"] != H100}  # the lab has no Hopper profile
+    for name, c in hopper_free.items():
+        mine, theirs = standin_resolve(c, tmp_path), real[name]
+        assert ("error" in mine) == ("error" in theirs), f"{name}: stand-in {mine.get('error')!r}, real {theirs.get('error')!r}"
+        if "resolved" in theirs:
+            assert {k: mine["resolved"][k] for k in KEYS} == {k: theirs["resolved"][k] for k in KEYS}, name
+
+
+@pytest.fixture(scope="module")
+def ddtree_src(tmp_path_factory) -> Path:
+    """The stand-in's DDTree build, unpacked as the wheel installs it."""
+    import zipfile
+
+    from lab.index import build_standin_wheel
+
+    out = tmp_path_factory.mktemp("ddtree")
+    zipfile.ZipFile(build_standin_wheel("0.5.23+lab.ddtree29907", out)).extractall(out / "site")
+    return out / "site"
+
+
+def test_ddtree_standin_refuses_what_the_release_plus_ddtree_rules_refuse(repos, real, ddtree_src, tmp_path):
+    """Today's DDTree profile on B200 and the old one (trtllm_mha, page size 1 asked): the real
+    release resolves the DFlash base, the deploy's DDTree rules judge it; the DDTree build agrees."""
+    from operations.sglang import server_args
+
+    good, old = deployment("b200_nvlink", "qwen36_ddtree", repos), old_ddtree_deployment(repos)
+    real_good, real_old = real[("b200_nvlink", "qwen36_ddtree")], real[OLD_DDTREE]
+    budget = good.speculative.ddtree_budget
+    assert ddtree_violations(real_good["resolved"]["page_size"], real_good["resolved"]["attention_backend"], budget) == []
+    assert real_old["resolved"]["page_size"] == 64  # trtllm_mha overrode the profile's --page-size 1
+    assert ddtree_violations(real_old["resolved"]["page_size"], "trtllm_mha", budget)
+    for d, refused in ((good, False), (old, True)):
+        answer = standin_resolve({**case(d), "argv": server_args(d)}, tmp_path, src=ddtree_src)
+        assert ("error" in answer) == refused, answer.get("error")
+        if not refused:
+            assert answer["resolved"]["speculative_ddtree_budget"] == budget
+    assert "page_size == 1" in standin_resolve({**case(old), "argv": server_args(old)}, tmp_path, src=ddtree_src)["error"]
+
+
+def test_committed_flag_lists_are_the_real_wheels(tmp_path):
+    """lab/sglang_standin/extract_flags.py, re-run against the real wheel, writes the committed files."""
+    subprocess.run([sys.executable, str(STANDIN_SRC / "extract_flags.py"), str(tmp_path)], cwd=REPO, check=True,
+                   capture_output=True)
+    for name in ("flags_0_5_23.json", "flags_0_5_23_ddtree.json"):
+        assert (tmp_path / name).read_text() == (STANDIN_SRC / "sglang" / name).read_text(), (
+            f"{name} differs from the real sglang 0.5.23 wheel's flags: re-run extract_flags.py")

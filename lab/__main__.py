@@ -13,9 +13,11 @@ def main() -> None:
     up = commands.add_parser("up", help="build (once) and boot the lab; idempotent")
     up.add_argument("--hosts", default=fleet.DEFAULT_SPEC,
                     help=f"hosts per class, e.g. pcie=2,b200=1,b300=1 (default {fleet.DEFAULT_SPEC})")
+    up.add_argument("--bare", default="", metavar="HOST[,HOST]",
+                    help="hosts booted now start as freshly imaged machines: no driver, no NVIDIA repository")
     commands.add_parser("status", help="each host, its address, class and state")
     commands.add_parser("down", help="stop and remove every host and lab server")
-    gpu = commands.add_parser("gpu", help="switch a host's GPU stand-in profile")
+    gpu = commands.add_parser("gpu", help="switch a host's GPU stand-in profile, or `no-driver`")
     gpu.add_argument("host")
     gpu.add_argument("profile")
     args = parser.parse_args()
@@ -24,7 +26,7 @@ def main() -> None:
         services.build_content()
         fleet.ensure_bridge()  # the servers bind to the controller's address on it
         services.start()
-        hosts = fleet.up(args.hosts)
+        hosts = fleet.up(args.hosts, bare=set(args.bare.split(",")))
         print(f"lab: {len(hosts)} hosts up; hub {HUB_URL}, index {INDEX_URL}")
     elif args.command == "status":
         for host in fleet.read_fleet():

@@ -80,4 +80,6 @@ ready_timeout_s = 1800  # loading ~600 GB into 8 GPUs takes minutes
 verify_weights = False  # True (or --data verify_weights=true): hash every file against the hub
 install_driver = False  # True: install the open-module driver branch below (reboots if it changed)
 driver_branch = "580"
+# NVIDIA's apt repositories (the driver, fabric manager, nvlsm), per OS release and architecture below it.
+nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos"
 huggingface_hub_requirement = "huggingface_hub==2.4.0"  # the downloader's own virtualenv

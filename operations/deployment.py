@@ -86,6 +86,7 @@ class Deployment:
     api_key_env: str
     install_driver: bool
     driver_branch: str  # digits, as the driver's version string starts
+    nvidia_repo_url: str  # NVIDIA's CUDA repositories, <os release>/<arch>/ below it
     verify_weights: bool
     ready_timeout_s: int
 
@@ -153,6 +154,13 @@ def _mirror_repo(mirrors: dict, repo_id: str, revision: str) -> tuple[str, str]:
     return mirror_id, mirror_revision or revision
 
 
+def _url(name: str, value: Any) -> str:
+    if not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._~/-]*)?", str(value)):
+        raise BadKnob(f"{name}={value!r} is not a plain http(s) URL: use e.g. "
+                      "https://developer.download.nvidia.com/compute/cuda/repos")
+    return str(value).rstrip("/")
+
+
 def expected_gpus(values: dict) -> GpuExpectations:
     """A class's `expected_gpus` dict (group_data/<class>.py) as the typed expectations."""
     return GpuExpectations(**{**values, "name_patterns": tuple(values["name_patterns"]),
@@ -208,6 +216,7 @@ def resolve(data: Any, host_class: str) -> Deployment:
         api_key_env=data.api_key_env,
         install_driver=_boolean("install_driver", data.install_driver),
         driver_branch=str(_integer("driver_branch", data.driver_branch, minimum=1)),
+        nvidia_repo_url=_url("nvidia_repo_url", data.nvidia_repo_url),
         verify_weights=_boolean("verify_weights", data.verify_weights),
         ready_timeout_s=_integer("ready_timeout_s", data.ready_timeout_s, minimum=1),
     )

@@ -101,7 +101,7 @@ def fabric_manager():
     yield from commands
 
 
-def _release():
+def host_release():
     """This host's OS release in NVIDIA's repository, or the reason there is none."""
     distribution = host.get_fact(LinuxDistribution)
     release = packages.os_release(distribution)
@@ -133,7 +133,7 @@ def repository(base_url: str):
             base_url="https://developer.download.nvidia.com/compute/cuda/repos",
         )
     """
-    release, problem = _release()
+    release, problem = host_release()
     if problem:
         yield fail_host([problem])
         return
@@ -192,7 +192,7 @@ def open_driver(branch: str, install: bool = False):
     if not install:
         host.noop(f"{found}, open branch {branch} wanted; install_driver is off, so nothing changes")
         return
-    release, problem = _release()
+    release, problem = host_release()
     if problem:
         yield fail_host([problem])
         return

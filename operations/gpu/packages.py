@@ -113,6 +113,10 @@ class NvidiaPackages(FactBase):
          "held": ["nvidia-open-580"]}
     """
 
+    @staticmethod
+    def default() -> dict:
+        return dict(installed={}, held=[])
+
     @override
     def command(self) -> str:
         return ("dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${Version}\\n' "
@@ -140,6 +144,8 @@ class AptVersions(FactBase):
         {"nvidia-open-580": ["580.95.05-1", "580.82.07-1"]}
     """
 
+    default = dict
+
     @override
     def command(self, packages: tuple[str, ...]) -> str:
         return f"apt-cache madison {' '.join(packages)} 2>/dev/null || true"
@@ -152,3 +158,47 @@ class AptVersions(FactBase):
             if len(cells) == 3 and cells[2].endswith("Packages"):
                 versions.setdefault(cells[0], []).append(cells[1])
         return versions
+
+
+class FreshHost(FactBase):
+    """
+    Returns what can be checked on a host before its driver exists: whether its python3 has
+    SGLang's minimum (3.11) with venv, and how many NVIDIA display/3D controllers ``lspci -n``
+    lists (None without lspci).
+
+    .. code:: python
+
+        {"python": "3.11.2", "python_ok": True, "nvidia_pci_devices": 8}
+    """
+
+    @override
+    def command(self) -> str:
+        return ("python3 -c 'import sys, ensurepip; print(\"python\", \"%d.%d.%d\" % sys.version_info[:3], "
+                "sys.version_info >= (3, 11))' 2>/dev/null || echo 'python none False'; "
+                "if command -v lspci >/dev/null; then echo \"pci $(lspci -n -d 10de: | grep -cE ' 03(00|02): ')\"; fi")
+
+    @override
+    def process(self, output: list[str]) -> dict:
+        facts = dict(python=None, python_ok=False, nvidia_pci_devices=None)
+        for line in output:
+            words = line.split()
+            if words[:1] == ["python"] and len(words) == 3:
+                facts.update(python=None if words[1] == "none" else words[1], python_ok=words[2] == "True")
+            if words[:1] == ["pci"] and len(words) == 2 and words[1].isdigit():
+                facts["nvidia_pci_devices"] = int(words[1])
+        return facts
+
+
+def before_driver_problems(host_name: str, release: OsRelease | None, release_problem: str | None,
+                           fresh: dict, gpu_count: int) -> list[str]:
+    """What keeps a host without a driver from getting one and serving: OS release, Python, PCI devices."""
+    problems = [release_problem] if release_problem else []
+    if not fresh["python_ok"]:
+        way_out = (f"install {' '.join(release.python_packages)} and make it the python3 the deploy finds"
+                   if release and release.python_packages else "install python3 (3.11 or newer) with its venv module")
+        problems.append(f"{host_name}: SGLang's virtualenv needs Python 3.11 or newer with venv, found "
+                        f"{fresh['python'] or 'no python3'}: {way_out}")
+    if fresh["nvidia_pci_devices"] is not None and fresh["nvidia_pci_devices"] != gpu_count:
+        problems.append(f"{host_name}: expected {gpu_count} NVIDIA GPUs on the PCI bus, `lspci -n -d 10de:` lists "
+                        f"{fresh['nvidia_pci_devices']}: this host belongs to another class, or a GPU is missing")
+    return problems

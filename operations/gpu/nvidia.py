@@ -145,13 +145,12 @@ def repository(base_url: str):
     yield from apt.update._inner()
 
 
-def _apt_install(names: list[str], upgrade_held: bool):
+def _apt_install(names: list[str]):
     """Install `names`, updating the package lists first only if apt does not know one of them."""
-    known = host.get_fact(AptVersions, packages=tuple(name.split("=")[0] for name in names))
-    if any(name.split("=")[0] not in known for name in names):
+    known = host.get_fact(AptVersions, packages=tuple(names))
+    if any(name not in known for name in names):
         yield from apt.update._inner()
-    yield from apt.packages._inner(packages=names, no_recommends=True,
-                                   extra_install_args="--allow-change-held-packages" if upgrade_held else None)
+    yield from apt.packages._inner(packages=names, no_recommends=True)
 
 
 @operation()
@@ -196,12 +195,14 @@ def open_driver(branch: str, install: bool = False):
     if problem:
         yield fail_host([problem])
         return
-    held = bool(nvidia_packages["held"])
+    if nvidia_packages["held"]:
+        # apt removes no held package, and a new branch replaces them: held again by hold_driver.
+        yield f"apt-mark unhold {' '.join(nvidia_packages['held'])}"
     steps = packages.driver_installs(int(branch))
     # DKMS needs the running kernel's headers before the module package is configured.
     steps[0] = [f"linux-headers-{host.get_fact(KernelVersion)}", *steps[0]]
     for names in steps:
-        yield from _apt_install(names, upgrade_held=held)
+        yield from _apt_install(names)
 
 
 @operation()

@@ -52,6 +52,8 @@ def base_root() -> Path:
 def build_base(log=print) -> Path:
     """Return the shared root, debootstrapping it first if this key has none."""
     root = base_root()
+    if (root.parent / "complete").exists():
+        return root  # built: no need to queue behind another lab building its own base
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     # Labs side by side share the base: the first to need it builds it, the others wait.
     with open(CACHE_DIR / "base.lock", "w") as lock:

@@ -39,6 +39,8 @@ DEB_ARCH = "amd64"
 # Driver versions the repository holds: two 580 releases (fabric manager pinned to the older
 # one is the version-mismatch case), the 590 branch (upgrade), 595 (the PCIe profile's image).
 DRIVER_VERSIONS = ["580.82.07", "580.95.05", "590.48.01", "595.58.03"]
+# The CUDA version each branch's driver supports, as nvidia-smi reports it.
+CUDA = {580: "13.0", 590: "13.1", 595: "13.2"}
 NVLSM_VERSION = "2025.06.1-1"
 KEYRING_VERSION = "1.1-1"
 # The running kernel is the controller's: nspawn containers share it.
@@ -62,6 +64,7 @@ def _deb(pool: Path, name: str, version: str, description: str, depends: list[st
     """Build one .deb with dpkg-deb: control fields, files {path: (bytes, mode)}, maintainer scripts."""
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp)
+        tree.chmod(0o755)  # the package's "./": dpkg-deb records its mode
         (tree / "DEBIAN").mkdir()
         control = [f"Package: {name}", f"Version: {version}", f"Architecture: {arch}",
                    "Maintainer: specfleet lab <lab@specfleet.invalid>", "Section: lab", "Priority: optional"]
@@ -114,7 +117,9 @@ def _driver_debs(pool: Path, driver: str) -> None:
     lib = "usr/lib/x86_64-linux-gnu"
     _deb(pool, names["nvml"], version, f"NVIDIA Management Library {driver}", **replaces("nvml"), files={
         f"{lib}/libnvidia-ml.so.{driver}": (f"{LABEL}: NVML {driver}\n".encode(), 0o644),
-        f"{lib}/libnvidia-ml.so.1": (f"libnvidia-ml.so.{driver}".encode(), 0)})
+        f"{lib}/libnvidia-ml.so.1": (f"libnvidia-ml.so.{driver}".encode(), 0),
+        # The library's version as the nvidia-smi stand-in reads it (its docstring: NVML_VERSION_FILE).
+        "usr/lib/specfleet-lab/nvml-version": (f"{driver} {CUDA[branch]}\n".encode(), 0o644)})
     _deb(pool, names["smi"], version, f"NVIDIA System Management Interface {driver}", **replaces("smi"),
          depends=[exact("nvml")], files={"usr/bin/nvidia-smi": (smi, 0o755)})
     _deb(pool, names["persistenced"], version, f"NVIDIA persistence daemon {driver}", **replaces("persistenced"),
@@ -140,7 +145,7 @@ def _driver_debs(pool: Path, driver: str) -> None:
              arch="all", files={f"etc/apt/preferences.d/nvidia-driver-pinning-{branch}": (pin.encode(), 0o644)})
     nv_fabricmanager = (f"#!/bin/sh\n# {LABEL}: stands in for nv-fabricmanager {driver}.\n"
                         f'case "$1" in -v|--version) echo "Fabric Manager version is : {driver}"; exit 0;; esac\n'
-                        "exec /usr/lib/specfleet-lab/driver-daemon-standin\n")
+                        'exec /usr/lib/specfleet-lab/driver-daemon-standin nvidia-fabricmanager "$@"\n')
     _deb(pool, "nvidia-fabricmanager", version, f"NVIDIA fabric manager {driver}",
          provides=[f"nvidia-fabricmanager-{branch} (= {version})"], files={
              "usr/lib/systemd/system/nvidia-fabricmanager.service": (fabricmanager, 0o644),

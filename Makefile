@@ -8,12 +8,14 @@ HOSTS ?= pcie=1,b200=1
 
 .PHONY: demo test deps venv lab-up lab-down lab-status bench clean
 
-# Debian packages the lab needs on the controller (nspawn, debootstrap, ssh, venv).
+# Debian packages the lab needs on the controller (nspawn, debootstrap, ssh, venv; apt-utils
+# and gpg build the lab's signed NVIDIA apt repository).
 deps:
 	@command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null \
 	  && command -v ssh >/dev/null && $(PYTHON) -c 'import ensurepip' 2>/dev/null \
+	  && command -v apt-ftparchive >/dev/null && command -v gpg >/dev/null \
 	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	       systemd-container debootstrap openssh-client iproute2 python3-venv >/dev/null; }
+	       systemd-container debootstrap openssh-client iproute2 python3-venv apt-utils gpg >/dev/null; }
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt

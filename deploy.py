@@ -28,12 +28,20 @@ if deployment:
 
 # Nothing below is prepared for a host whose hub checks failed: preflight has reported them.
 if deployment and not hub_problems:
-    # 2. The GPU runtime the class needs.
+    # 2. The GPU runtime the class needs: the driver (install_driver) from NVIDIA's repository,
+    # the host rebooted into it and its GPUs checked; persistence; fabric manager; all held.
+    nvidia_packages = deployment.install_driver or deployment.expected_gpus.fabric_manager
+    if nvidia_packages:
+        nvidia.repository(name="NVIDIA apt repository", base_url=deployment.nvidia_repo_url)
     if deployment.install_driver:
         nvidia.open_driver(name="NVIDIA open driver", branch=deployment.driver_branch, install=True)
+        nvidia.reboot_into_driver(name="Boot into the installed driver")
+        preflight.gpus(name="GPUs as the class says", deployment=deployment)
     nvidia.persistence_daemon(name="NVIDIA persistence daemon")
     if deployment.expected_gpus.fabric_manager:
         nvidia.fabric_manager(name="NVIDIA fabric manager")
+    if nvidia_packages:
+        nvidia.hold_driver(name="Hold the NVIDIA packages")
     preflight.fabric(name="GPU fabric", deployment=deployment)
 
     # 3. Service user, root's directories and secrets (files with their final mode).

@@ -92,6 +92,8 @@ ready_timeout_s = None  # None: from the weights' size (readiness.ready_timeout:
 verify_weights = False  # True (or --data verify_weights=true): hash every file against the hub
 install_driver = False  # True: install the open-module driver branch below (reboots if it changed)
 driver_branch = "580"
+# NVIDIA's apt repositories (the driver, fabric manager, nvlsm), per OS release and architecture below it.
+nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos"
 huggingface_hub_requirement = "huggingface_hub==2.4.0"  # the downloader's own virtualenv
 allow_branch_revisions = False  # True: a branch revision only warns (the weights follow the branch)
 # The GPU smoke test's engine: None runs its own torch.distributed + NCCL workers in the SGLang

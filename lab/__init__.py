@@ -14,13 +14,13 @@ The lab's API, shared by ``python -m lab``, the tests and ``bench/``: ``up()``,
 from lab import fleet, services
 
 
-def up(spec: str = fleet.DEFAULT_SPEC, log=print) -> list[fleet.LabHost]:
+def up(spec: str = fleet.DEFAULT_SPEC, log=print, bare: set[str] = frozenset()) -> list[fleet.LabHost]:
     """Build (once) and start the hub and index, then boot the hosts of `spec` (idempotent:
-    running hosts stay, hosts not in `spec` are stopped)."""
+    running hosts stay, hosts not in `spec` are stopped); those named in `bare` boot without a driver."""
     services.build_content(log=log)
     fleet.ensure_bridge()  # the servers bind to the controller's address on it
     services.start(log=log)
-    return fleet.up(spec, log=log)
+    return fleet.up(spec, log=log, bare=bare)
 
 
 def down(log=print) -> None:

@@ -14,15 +14,17 @@ def main() -> None:
     up = commands.add_parser("up", help="build (once) and boot the lab; idempotent")
     up.add_argument("--hosts", default=fleet.DEFAULT_SPEC,
                     help=f"hosts per class, e.g. pcie=2,b200=1,b300=1 (default {fleet.DEFAULT_SPEC})")
+    up.add_argument("--bare", default="", metavar="HOST[,HOST]",
+                    help="hosts booted now start as freshly imaged machines: no driver, no NVIDIA repository")
     commands.add_parser("status", help="each host, its address, class and state")
     commands.add_parser("down", help="stop and remove every host and lab server")
-    gpu = commands.add_parser("gpu", help="switch a host's GPU stand-in profile")
+    gpu = commands.add_parser("gpu", help="switch a host's GPU stand-in profile, or `no-driver`")
     gpu.add_argument("host")
     gpu.add_argument("profile")
     args = parser.parse_args()
 
     if args.command == "up":
-        hosts = lab.up(args.hosts)
+        hosts = lab.up(args.hosts, bare=set(args.bare.split(",")))
         print(f"lab: {len(hosts)} hosts up; hub {HUB_URL}, index {INDEX_URL}; "
               "deploy with `pyinfra lab/inventory.py deploy.py`")
     elif args.command == "status":

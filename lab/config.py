@@ -26,10 +26,13 @@ _PORTS = 8800 + 10 * LAB_ID
 HUB_PORT = _PORTS  # Hugging Face-compatible API and resolve endpoints
 HUB_CDN_PORT = _PORTS + 1  # second origin for LFS redirects, like the real hub's CDN
 INDEX_PORT = _PORTS + 2  # PEP 503 package index and plain wheel downloads
+APT_PORT = _PORTS + 3  # the stand-in NVIDIA apt repository (lab/apt_repo.py)
 
 HUB_URL = f"http://{CONTROLLER_IP}:{HUB_PORT}"
 INDEX_URL = f"http://{CONTROLLER_IP}:{INDEX_PORT}/simple/"
 WHEELS_URL = f"http://{CONTROLLER_IP}:{INDEX_PORT}/wheels/"
+# Laid out like https://developer.download.nvidia.com/compute/cuda/repos (<os release>/<arch>/).
+APT_URL = f"http://{CONTROLLER_IP}:{APT_PORT}/compute/cuda/repos"
 
 # Lab tokens: the only tokens that ever appear in this repository.
 TOKEN_GRANTED = "hf_lab_granted"  # valid, accepted the gated drafter's terms

@@ -13,12 +13,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lab import rootfs
-from lab.config import BRIDGE, CONTROLLER_IP, LAB_DIR, LAB_ID, PREFIX_LEN, SUBNET
+from lab.config import BRIDGE, CONTROLLER_IP, HOST_LAB_ETC, LAB_DIR, LAB_ID, PREFIX_LEN, SUBNET
 from operations.deployment import HOST_CLASSES
 
 # Host classes the lab stands in for (operations.deployment.HOST_CLASSES): short name used in
@@ -122,7 +123,24 @@ def ensure_ssh_key() -> None:
                         "-f", str(SSH_KEY)], check=True)
 
 
-def _prepare_root(host: LabHost, base: Path) -> None:
+# A freshly imaged machine: the image's driver gone (nvidia-smi, the persistence daemon's unit),
+# no NVIDIA package, no NVIDIA repository or pin. The flag keeps the lab's GPU unit from laying
+# the driver's /proc files until a driver installed from packages is loaded at boot.
+NO_DRIVER = "no-driver"
+_REMOVE_DRIVER = f"""
+packages=$(dpkg -l 'nvidia-*' 'libnvidia-*' 'linux-headers-*' cuda-keyring nvlsm 2>/dev/null \\
+           | awk '/^[a-z][a-zA-Z] / && $1 != "un" {{print $2}}')
+if [ -n "$packages" ]; then apt-mark unhold $packages >/dev/null; dpkg --purge $packages >/dev/null; fi
+rm -f /usr/bin/nvidia-smi /usr/lib/systemd/system/nvidia-persistenced.service \\
+      /etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service \\
+      /etc/apt/sources.list.d/cuda-*.list /etc/apt/preferences.d/nvidia-* \\
+      /usr/share/keyrings/cuda-archive-keyring.gpg /etc/modules-load.d/ib_umad.conf \\
+      /var/lib/apt/lists/*_compute_cuda_repos_*
+touch {HOST_LAB_ETC}/{NO_DRIVER}
+"""
+
+
+def _prepare_root(host: LabHost, base: Path, bare: bool = False) -> None:
     """Mount the host's overlay and write what makes it this host."""
     for sub in ("upper", "work", "root"):
         (host.dir / sub).mkdir(parents=True, exist_ok=True)
@@ -144,24 +162,28 @@ def _prepare_root(host: LabHost, base: Path) -> None:
     (ssh_dir / "authorized_keys").chmod(0o600)
     if not list((root / "etc/ssh").glob("ssh_host_*_key")):
         subprocess.run(["ssh-keygen", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL)
+    # No Debian mirror is reachable from the lab's hosts: an apt source for one only costs each
+    # `apt-get update` a DNS timeout. The lab's NVIDIA repository is their only apt source.
+    (root / "etc/apt/sources.list").write_text("# the lab's hosts reach no Debian mirror\n")
     # The lab's index is plain http on the lab network, as a site's internal mirror may be.
     (root / "etc/pip.conf").write_text(f"[global]\ntrusted-host = {CONTROLLER_IP}\n")
     lab_etc = root / "etc/specfleet-lab"
     lab_etc.mkdir(exist_ok=True)
     (lab_etc / "gpu-profile").write_text(host.gpu_profile + "\n")
     (lab_etc / "host-class").write_text(host.host_class + "\n")
-    if host.host_class.endswith("_nvlink") and not (root / "var/lib/dpkg/info/nvlsm.list").exists():
-        # NVSwitch vendor images ship fabric manager and nvlsm (disabled until the deploy enables them).
-        debs = [f"{rootfs.VENDOR_DEBS}/{package}.deb" for package in rootfs.VENDOR_PACKAGES]
-        subprocess.run(["chroot", str(root), "dpkg", "-i", *debs], check=True, stdout=subprocess.DEVNULL)
+    if bare:
+        subprocess.run(["chroot", str(root), "sh", "-ec", _REMOVE_DRIVER], check=True)
 
 
 def _boot(host: LabHost) -> None:
+    """Boot the host under lab.boot, which boots it again each time it reboots itself."""
     log = open(host.dir / "console.log", "ab")
     process = subprocess.Popen(
-        ["systemd-nspawn", "--register=no", "--keep-unit", "--boot", "--quiet",
+        [sys.executable, "-m", "lab.boot",
+         "systemd-nspawn", "--register=no", "--keep-unit", "--boot", "--quiet",
          f"--directory={host.root}", f"--machine={host.machine}", f"--network-bridge={BRIDGE}",
          "--console=read-only"],
+        cwd=Path(__file__).resolve().parent.parent,
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
     )
     host.pid_file.write_text(str(process.pid))
@@ -225,8 +247,9 @@ def stop_host(host: LabHost) -> None:
     shutil.rmtree(host.dir, ignore_errors=True)
 
 
-def up(spec: str = DEFAULT_SPEC, log=print) -> list[LabHost]:
-    """Converge the fleet to `spec`: boot missing hosts in parallel, stop hosts not asked for."""
+def up(spec: str = DEFAULT_SPEC, log=print, bare: set[str] = frozenset()) -> list[LabHost]:
+    """Converge the fleet to `spec`: boot missing hosts in parallel, stop hosts not asked for.
+    Hosts named in `bare` that are booted now start as freshly imaged machines (no driver)."""
     wanted = parse_spec(spec)
     wanted_names = {h.name for h in wanted}
     for host in read_fleet():
@@ -239,7 +262,7 @@ def up(spec: str = DEFAULT_SPEC, log=print) -> list[LabHost]:
     for host in wanted:
         if not is_running(host):
             log(f"lab: booting {host.name} ({host.host_class}, {host.address})")
-            _prepare_root(host, base)
+            _prepare_root(host, base, bare=host.name in bare)
             _boot(host)
     _write_fleet(wanted)
     wait_ready(wanted)
@@ -261,7 +284,14 @@ def down(log=print) -> None:
 
 
 def set_gpu_profile(host: LabHost, profile: str) -> None:
-    """Switch a running host's GPU stand-in profile (fault tests: degraded NVLink, wrong count...)."""
+    """Switch a running host's GPU stand-in profile (fault tests: degraded NVLink, wrong count...).
+    `no-driver` keeps the hardware and makes its software a freshly imaged machine's (see NO_DRIVER)."""
+    if profile == NO_DRIVER:
+        ssh(host, f"systemctl disable --now nvidia-fabricmanager nvidia-persistenced 2>/dev/null; "
+                  f"{_REMOVE_DRIVER} rmdir /sys/module/ib_umad 2>/dev/null; systemctl daemon-reload; "
+                  "rm -f /run/specfleet-lab/loaded-module; systemctl restart specfleet-lab-gpu.service",
+            timeout=120)
+        return
     ssh(host, f"test -d /usr/share/specfleet-lab/gpu-profiles/{profile} && "
               f"echo {profile} > /etc/specfleet-lab/gpu-profile && "
               "systemctl restart specfleet-lab-gpu.service")

@@ -52,6 +52,8 @@ def base_root() -> Path:
 def build_base(log=print) -> Path:
     """Return the shared root, debootstrapping it first if this key has none."""
     root = base_root()
+    if (root.parent / "complete").exists():
+        return root  # built: no need to queue behind another lab building its own base
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     # Labs side by side share the base: the first to need it builds it, the others wait.
     with open(CACHE_DIR / "base.lock", "w") as lock:
@@ -104,29 +106,4 @@ def _customise(root: Path) -> None:
     shutil.copytree(standin / "profiles", root / "usr/share/specfleet-lab/gpu-profiles",
                     dirs_exist_ok=True)
     chroot("systemctl", "enable", "specfleet-lab-gpu.service")
-    _build_vendor_debs(root / VENDOR_DEBS.lstrip("/"))
 
-
-# LAB STAND-INS for NVIDIA's fabric packages, which an HGX vendor image ships: real
-# dpkg packages (so the deploy's dpkg facts and apt logic see them) holding no
-# software, only the fabric manager's unit running the stand-in daemon.
-VENDOR_DEBS = "/usr/share/specfleet-lab/debs"
-VENDOR_PACKAGES = {"nvidia-fabricmanager": "580.95.05-1", "nvlsm": "2025.06.1-1"}
-
-
-def _build_vendor_debs(out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    for package, version in VENDOR_PACKAGES.items():
-        tree = out / f"{package}.tree"
-        (tree / "DEBIAN").mkdir(parents=True)
-        (tree / "DEBIAN/control").write_text(
-            f"Package: {package}\nVersion: {version}\nArchitecture: all\n"
-            "Maintainer: specfleet lab <lab@specfleet.invalid>\n"
-            f"Description: specfleet lab stand-in for {package} (no software)\n")
-        if package == "nvidia-fabricmanager":
-            unit = tree / "usr/lib/systemd/system/nvidia-fabricmanager.service"
-            unit.parent.mkdir(parents=True)
-            shutil.copy2(LAB_FILES.parent / "vendor_units/nvidia-fabricmanager.service", unit)
-        subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(tree), str(out / f"{package}.deb")],
-                       check=True, stdout=subprocess.DEVNULL)
-        shutil.rmtree(tree)

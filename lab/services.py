@@ -1,4 +1,5 @@
-"""The lab's controller-side servers: the Hugging Face-compatible hub and the package index.
+"""The lab's controller-side servers: the Hugging Face-compatible hub, the package index and
+the stand-in NVIDIA apt repository.
 
 Both run as background processes bound to the controller's address on the lab
 bridge, so lab hosts reach them exactly as real hosts reach the hub or a mirror.
@@ -11,11 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from lab.config import CONTROLLER_IP, HUB_CDN_PORT, HUB_PORT, INDEX_PORT, LAB_DIR
+from lab.config import APT_PORT, CONTROLLER_IP, HUB_CDN_PORT, HUB_PORT, INDEX_PORT, LAB_DIR
 
 HUB_STORE = LAB_DIR / "hub" / "store"
 HUB_STATE = LAB_DIR / "hub" / "state"
 INDEX_DIR = LAB_DIR / "index"
+APT_DIR = LAB_DIR / "apt"
 PIDS = LAB_DIR / "services"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,17 +27,21 @@ SERVICES = {
                        "--cdn-port", str(HUB_CDN_PORT)]),
     "index": (INDEX_PORT, ["-m", "lab.index", "serve", "--dir", str(INDEX_DIR),
                            "--host", CONTROLLER_IP, "--port", str(INDEX_PORT)]),
+    # Plain files over HTTP, as NVIDIA serves its repository.
+    "apt": (APT_PORT, ["-m", "http.server", "--bind", CONTROLLER_IP, "--directory", str(APT_DIR), str(APT_PORT)]),
 }
 
 
 def build_content(log=print) -> dict[str, str]:
-    """Build the hub's repos and the index's wheels (both idempotent and cached)."""
+    """Build the hub's repos, the index's wheels and the apt repository (idempotent and cached)."""
+    from lab import apt_repo
     from lab.repos import build_lab_repos
 
     shas = build_lab_repos(HUB_STORE)
     log("lab: building the package index (cached after the first run)")
     subprocess.run([sys.executable, "-m", "lab.index", "build", "--out", str(INDEX_DIR)],
                    check=True, cwd=REPO_ROOT)
+    apt_repo.build(APT_DIR)
     return shas
 
 

@@ -89,6 +89,7 @@ class Deployment:
     api_key_env: str
     install_driver: bool
     driver_branch: str  # digits, as the driver's version string starts
+    nvidia_repo_url: str  # NVIDIA's CUDA repositories, <os release>/<arch>/ below it
     verify_weights: bool
     ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
     remove_api_key: bool  # only this removes a key from a host; the server must then bind to loopback
@@ -359,6 +360,7 @@ def _resolve(data: Any, host_class: str, profile_name: str, profile: dict) -> De
         api_key_env=_matching("api_key_env", data.api_key_env, ENV_NAME, "a variable name"),
         install_driver=_boolean("install_driver", data.install_driver),
         driver_branch=str(_integer("driver_branch", data.driver_branch, minimum=1)),
+        nvidia_repo_url=_url("nvidia_repo_url", data.nvidia_repo_url),
         verify_weights=_boolean("verify_weights", data.verify_weights),
         ready_timeout_s=None if data.ready_timeout_s is None else _integer("ready_timeout_s", data.ready_timeout_s,
                                                                              minimum=1),

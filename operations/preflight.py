@@ -13,7 +13,9 @@ from operations.deployment import COMMIT, Deployment
 from operations.failure import fail_host
 from operations.filestate import FileStates
 from operations.gpu.checks import check_fabric, check_gpu_class
+from operations.gpu import packages
 from operations.gpu.facts import NvidiaFabric, NvidiaHost
+from operations.gpu.nvidia import host_release
 from operations.host_programs import inline
 from operations.hub import HubProblem, RepoSnapshot, controller_token, snapshot, whoami
 from operations.sglang import rejection, server_args
@@ -215,9 +217,14 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
     problems += [f"{host.name}: {problem}" for problem in hub_problems]
     gpu_host = host.get_fact(NvidiaHost)  # one round trip for GPUs, topology, driver, reboot
     gpus = gpu_host["NvidiaGpus"]
-    problems += check_gpu_class(host.name, d.host_class, d.expected_gpus, gpus, gpu_host["NvidiaTopology"],
-                                gpu_host["NvidiaDriver"], gpu_host["RebootPending"],
-                                install_driver=d.install_driver)
+    if gpus is None and d.install_driver:
+        # No driver yet: the deploy lays it down; the GPUs are checked after its reboot (`gpus`).
+        problems += packages.before_driver_problems(host.name, *host_release(), host.get_fact(packages.FreshHost),
+                                                    d.expected_gpus.count)
+    else:
+        problems += check_gpu_class(host.name, d.host_class, d.expected_gpus, gpus, gpu_host["NvidiaTopology"],
+                                    gpu_host["NvidiaDriver"], gpu_host["RebootPending"],
+                                    install_driver=d.install_driver)
     if len(snapshots) == len(d.repos):
         problems += memory_problems(d, snapshots, gpus)
         disk = host.get_fact(WeightsDisk, local_dirs=tuple(r.local_dir for r in d.repos))
@@ -234,7 +241,8 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
     for warning in branches:
         host.log_styled(warning, fg="yellow")
     text = snapshots["target"].text_config()
-    host.noop(f"preflight passed: {len(gpus)}x {gpus[0]['name']} as {d.host_class}; "
+    found = f"{len(gpus)}x {gpus[0]['name']}" if gpus else "no driver yet"
+    host.noop(f"preflight passed: {found} as {d.host_class}; "
               f"{d.target.repo_id}@{snapshots['target'].commit[:12]} ({text.get('model_type')}, "
               f"{text.get('num_hidden_layers')} layers, {_gb(snapshots['target'].total_bytes)}) with "
               f"{d.drafter.repo_id}@{snapshots['drafter'].commit[:12]}")
@@ -255,6 +263,31 @@ def refuse(problem: str):
         preflight.refuse(name="Preflight", problem="ct200: install_driver='maybe' is not a boolean: ...")
     """
     yield fail_host([problem])
+
+
+@operation()
+def gpus(deployment: Deployment):
+    """
+    Check the GPUs against the host's class once the driver the deploy installed is loaded
+    (preflight could not read them without a driver).
+
+    + deployment: the host's resolved deployment
+
+    **Example:**
+
+    .. code:: python
+
+        preflight.gpus(name="GPUs as the class says", deployment=deployment)
+    """
+    d = deployment
+    gpu_host = host.get_fact(NvidiaHost)
+    problems = check_gpu_class(host.name, d.host_class, d.expected_gpus, gpu_host["NvidiaGpus"],
+                               gpu_host["NvidiaTopology"], gpu_host["NvidiaDriver"], gpu_host["RebootPending"])
+    if problems:
+        yield fail_host(problems)
+    else:
+        host.noop(f"{len(gpu_host['NvidiaGpus'])}x {gpu_host['NvidiaGpus'][0]['name']} on driver "
+                  f"{gpu_host['NvidiaDriver']['version']}, as {d.host_class} needs")
 
 
 @operation()

@@ -37,7 +37,8 @@ def check_gpu_class(
     tag = f"(class {class_name})"
     if gpus is None:
         return [f"{where} {expected.count} GPUs {tag}, found no nvidia-smi: install the NVIDIA driver "
-                f"(branch {expected.driver_min}+, open kernel module) or check the PATH"]
+                f"(branch {expected.driver_min}+, open kernel module), or let the deploy install it and reboot "
+                "the host with `--data install_driver=true`"]
     problems = []
     if not gpus and reboot_pending:
         return [f"{where} {expected.count} GPUs {tag}, found nvidia-smi unable to read them "

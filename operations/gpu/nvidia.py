@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import operation
-from pyinfra.operations import server
+from pyinfra.facts.server import Arch, KernelVersion, LinuxDistribution
+from pyinfra.operations import apt, server
 
 from operations.failure import fail_host
 
+from . import packages
 from .facts import NvidiaDriver, NvidiaFabric, NvidiaGpus
+from .packages import AptVersions, NvidiaPackages
 
 APT_INSTALL = "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends"
 # `systemctl is-enabled` states in which the unit needs no `systemctl enable`.
@@ -56,25 +59,15 @@ def persistence_daemon():
     yield from commands
 
 
-def fabric_manager_package(driver_version: str) -> str:
-    """The apt package pinned to the driver's exact version (fabric manager refuses any other).
-
-    NVIDIA's repository names it per branch before 580 (``nvidia-fabricmanager-570``) and
-    unversioned from 580 on, pinned by version either way.
-    """
-    branch = driver_version.split(".")[0]
-    name = "nvidia-fabricmanager" if int(branch) >= 580 else f"nvidia-fabricmanager-{branch}"
-    return f"{name}={driver_version}-1"
-
-
 @operation()
 def fabric_manager():
     """
     Set up what NVSwitch boards need before CUDA can run (else error 802): nvidia-fabricmanager
     at the loaded driver's exact version, enabled and started; on NVLink5 boards (Blackwell,
     compute capability 10.x) also the NVLink Subnet Manager package ``nvlsm``, which fabric
-    manager starts, and the ``ib_umad`` module it talks through. A fabric manager already there
-    (a vendor image's) is only enabled and started. Packages come from NVIDIA's apt repository.
+    manager starts, and the ``ib_umad`` module it talks through. A fabric manager at another
+    version (it would refuse to start) is replaced by the driver's and restarted. Packages come
+    from NVIDIA's apt repository (``repository``).
 
     **Example:**
 
@@ -91,13 +84,14 @@ def fabric_manager():
     nvlink5 = any((gpu.get("compute_capability") or "").startswith("10.") for gpu in host.get_fact(NvidiaGpus) or [])
 
     manager = fabric["units"].get("nvidia-fabricmanager", {})
-    packages = []
-    if manager.get("enabled") is None:
-        packages.append(fabric_manager_package(driver["version"]))
-        manager = {}  # installed just now: neither enabled nor active
-    if nvlink5 and "nvlsm" not in fabric["packages"]:
-        packages.append("nvlsm")
-    commands = [f"{APT_INSTALL} {' '.join(packages)}"] if packages else []
+    wanted = packages.fabric_packages(driver["version"], nvlink5, fabric["packages"])
+    commands = []
+    if wanted:
+        # Fabric manager follows the driver, down as well as up, held or not.
+        commands.append(f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages {' '.join(wanted)}")
+        if manager.get("active") == "active" and "=" in wanted[0]:
+            commands.append("systemctl restart nvidia-fabricmanager.service")
+        manager = manager if manager.get("enabled") is not None else {}  # installed just now: not enabled
     if nvlink5 and not fabric["ib_umad_loaded"]:
         # Loaded now for this boot, and listed so it loads on the next one.
         commands += ["modprobe ib_umad", "echo ib_umad > /etc/modules-load.d/ib_umad.conf"]
@@ -107,17 +101,70 @@ def fabric_manager():
     yield from commands
 
 
-@operation()
-def open_driver(branch: str, install: bool = False, reboot_timeout: int = 900):
-    """
-    Install the open-kernel-module NVIDIA driver of ``branch`` and reboot into it. Opt-in:
-    with ``install=False`` (the default; the deploy passes its ``install_driver`` data flag)
-    it only reports, and preflight names the mismatch. The loaded branch must equal ``branch``:
-    any other, newer ones included, is replaced by it.
+def host_release():
+    """This host's OS release in NVIDIA's repository, or the reason there is none."""
+    distribution = host.get_fact(LinuxDistribution)
+    release = packages.os_release(distribution)
+    machine = host.get_fact(Arch)
+    if release is None or machine not in packages.ARCHES:
+        meta = distribution.get("release_meta") or {}
+        supported = ", ".join(f"{name} {version}" for name, version in packages.OS_RELEASES)
+        return None, (f"{host.name}: {meta.get('PRETTY_NAME', 'this OS')} on {machine} is not a release "
+                      f"NVIDIA's repository serves here (supported: {supported}; x86_64 or aarch64)")
+    return release, None
 
-    + branch: driver branch, like ``"580"`` (installs NVIDIA's ``nvidia-open-<branch>``)
+
+@operation()
+def repository(base_url: str):
+    """
+    Add NVIDIA's CUDA apt repository the way NVIDIA documents it: its ``cuda-keyring`` package
+    for this host's OS release and architecture (the key and the source line), then update
+    the package lists. A host that has the keyring is left as it is.
+
+    + base_url: where NVIDIA's repositories are (the OS release and architecture are appended)
+
+    **Example:**
+
+    .. code:: python
+
+        from operations.gpu import nvidia
+        nvidia.repository(
+            name="NVIDIA apt repository",
+            base_url="https://developer.download.nvidia.com/compute/cuda/repos",
+        )
+    """
+    release, problem = host_release()
+    if problem:
+        yield fail_host([problem])
+        return
+    if packages.KEYRING_PACKAGE in host.get_fact(NvidiaPackages)["installed"]:
+        host.noop(f"{packages.KEYRING_PACKAGE} is installed")
+        return
+    url = packages.repository(base_url, release, host.get_fact(Arch))
+    yield from apt.deb._inner(src=f"{url}/{packages.KEYRING_DEB}")
+    yield from apt.update._inner()
+
+
+def _apt_install(names: list[str]):
+    """Install `names`, updating the package lists first only if apt does not know one of them."""
+    known = host.get_fact(AptVersions, packages=tuple(names))
+    if any(name not in known for name in names):
+        yield from apt.update._inner()
+    yield from apt.packages._inner(packages=names, no_recommends=True)
+
+
+@operation()
+def open_driver(branch: str, install: bool = False):
+    """
+    Install the open-kernel-module NVIDIA driver of ``branch`` with the running kernel's headers
+    (DKMS builds the module against them). Opt-in: with ``install=False`` (the default; the deploy
+    passes its ``install_driver`` data flag) it only reports. Never downgrades: a host whose driver
+    (installed or loaded) is of ``branch`` or newer keeps it. The new module is loaded by
+    ``reboot_into_driver``.
+
+    + branch: driver branch, like ``"580"`` (``nvidia-open-580``; from 590 on
+      ``nvidia-driver-pinning-<branch>`` then ``nvidia-open``)
     + install: whether this deploy may change the driver at all
-    + reboot_timeout: seconds to wait for the host to come back
 
     **Example:**
 
@@ -131,15 +178,77 @@ def open_driver(branch: str, install: bool = False, reboot_timeout: int = 900):
         )
     """
     driver = host.get_fact(NvidiaDriver)
-    module = {True: "open", False: "proprietary", None: "unknown"}[driver and driver["open_kernel_module"]]
-    found = "no driver" if driver is None else f"driver {driver['version']} ({module} kernel module)"
-    # An unreadable /proc/driver/nvidia/version (None) is no reason to reinstall on every run.
-    if driver and driver["version"].split(".")[0] == branch and driver["open_kernel_module"] is not False:
-        host.noop(f"{found} is loaded")
+    nvidia_packages = host.get_fact(NvidiaPackages)
+    installed = packages.installed_driver(nvidia_packages["installed"])
+    loaded = driver and driver["version"]
+    current = max((v for v in (installed, loaded) if v), key=packages.branch_of, default=None)
+    proprietary = driver is not None and driver["open_kernel_module"] is False
+    if current and packages.branch_of(current) >= int(branch) and not proprietary:
+        newer = "" if packages.branch_of(current) == int(branch) else f", newer than branch {branch}: kept"
+        host.noop(f"driver {current} is installed{newer}")
         return
+    found = f"driver {current}" if current else "no driver"
     if not install:
-        host.noop(f"{found} is loaded, open branch {branch} wanted; install is off, so nothing changes")
+        host.noop(f"{found}, open branch {branch} wanted; install_driver is off, so nothing changes")
         return
-    yield f"{APT_INSTALL} nvidia-open-{branch}"
-    # The new kernel module only loads on boot; until then nvidia-smi reports a mismatch.
-    yield from server.reboot._inner(delay=30, reboot_timeout=reboot_timeout)
+    release, problem = host_release()
+    if problem:
+        yield fail_host([problem])
+        return
+    if nvidia_packages["held"]:
+        # apt removes no held package, and a new branch replaces them: held again by hold_driver.
+        yield f"apt-mark unhold {' '.join(nvidia_packages['held'])}"
+    steps = packages.driver_installs(int(branch))
+    # DKMS needs the running kernel's headers before the module package is configured.
+    steps[0] = [f"linux-headers-{host.get_fact(KernelVersion)}", *steps[0]]
+    for names in steps:
+        yield from _apt_install(names)
+
+
+@operation()
+def reboot_into_driver(reboot_timeout: int = 900):
+    """
+    Reboot when the installed kernel module is not the loaded one (a driver just installed or
+    upgraded: until the reboot nvidia-smi reports a version mismatch), and wait for the host.
+    Operations after this one read the GPU facts of the rebooted host.
+
+    + reboot_timeout: seconds to wait for the host to come back
+
+    **Example:**
+
+    .. code:: python
+
+        from operations.gpu import nvidia
+        nvidia.reboot_into_driver(name="Boot into the installed driver")
+    """
+    installed = packages.installed_driver(host.get_fact(NvidiaPackages)["installed"])
+    driver = host.get_fact(NvidiaDriver)
+    loaded = driver and driver["kernel_module_version"]
+    if installed is None or installed == loaded:
+        host.noop(f"the loaded module is the installed driver {installed}" if installed
+                  else "no driver installed from packages")
+        return
+    host.log_styled(f"rebooting: driver {installed} installed, {loaded or 'none'} loaded", fg="yellow")
+    yield from server.reboot._inner(delay=10, interval=1, reboot_timeout=reboot_timeout)
+
+
+@operation()
+def hold_driver():
+    """
+    Hold the installed NVIDIA driver packages and fabric manager (``apt-mark hold``), so that an
+    unattended upgrade cannot move one without the others: fabric manager refuses to start with
+    a driver of another version, and a new module needs a reboot.
+
+    **Example:**
+
+    .. code:: python
+
+        from operations.gpu import nvidia
+        nvidia.hold_driver(name="Hold the NVIDIA packages")
+    """
+    nvidia_packages = host.get_fact(NvidiaPackages)
+    names = packages.to_hold(nvidia_packages["installed"], set(nvidia_packages["held"]))
+    if not names:
+        host.noop(f"{len(nvidia_packages['held'])} NVIDIA packages held")
+        return
+    yield f"apt-mark hold {' '.join(names)}"

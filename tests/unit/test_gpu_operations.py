@@ -50,6 +50,7 @@ UP = dict(enabled="enabled", active="active")
 DRIVER_580 = dict(version="580.95.05", kernel_module_version="580.95.05", open_kernel_module=True, cuda_version="13.0")
 B200_GPUS = [dict(index=i, name="NVIDIA B200", compute_capability="10.0") for i in range(8)]
 H200_GPUS = [dict(index=0, name="NVIDIA H200", compute_capability="9.0")]
+FM_580 = {"nvidia-fabricmanager": "580.95.05-1", "nvlsm": "2025.06.1-1"}
 
 
 def test_persistence_daemon_enabled_and_started():
@@ -71,7 +72,8 @@ def test_persistence_daemon_missing_is_an_error():
 def test_fabric_manager_fresh_blackwell_host():
     commands, _ = run(nvidia.fabric_manager, {NvidiaDriver: DRIVER_580, NvidiaFabric: fabric(), NvidiaGpus: B200_GPUS})
     assert commands == [
-        "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nvidia-fabricmanager=580.95.05-1 nvlsm",
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-downgrades "
+        "--allow-change-held-packages nvidia-fabricmanager=580.95.05-1 nvlsm",
         "modprobe ib_umad",
         "echo ib_umad > /etc/modules-load.d/ib_umad.conf",
         "systemctl enable nvidia-fabricmanager.service",
@@ -82,7 +84,7 @@ def test_fabric_manager_fresh_blackwell_host():
 def test_fabric_manager_before_580_is_named_per_branch_and_hopper_needs_no_nvlsm():
     driver = dict(DRIVER_580, version="570.158.01")
     commands, _ = run(nvidia.fabric_manager, {NvidiaDriver: driver, NvidiaFabric: fabric(), NvidiaGpus: H200_GPUS})
-    assert commands[0].endswith("install -y --no-install-recommends nvidia-fabricmanager-570=570.158.01-1")
+    assert commands[0].endswith(" nvidia-fabricmanager-570=570.158.01-1")
     assert "modprobe ib_umad" not in commands
 
 
@@ -90,7 +92,7 @@ def test_fabric_manager_from_the_vendor_image_is_only_started():
     facts = {
         NvidiaDriver: DRIVER_580,
         NvidiaFabric: fabric({"nvidia-fabricmanager": dict(enabled="enabled", active="inactive")},
-                             packages={"nvlsm": "2025.06.1-1"}, ib_umad_loaded=True),
+                             packages=FM_580, ib_umad_loaded=True),
         NvidiaGpus: B200_GPUS,
     }
     commands, _ = run(nvidia.fabric_manager, facts)
@@ -100,11 +102,26 @@ def test_fabric_manager_from_the_vendor_image_is_only_started():
 def test_fabric_manager_noop():
     facts = {
         NvidiaDriver: DRIVER_580,
-        NvidiaFabric: fabric({"nvidia-fabricmanager": UP}, packages={"nvlsm": "2025.06.1-1"}, ib_umad_loaded=True),
+        NvidiaFabric: fabric({"nvidia-fabricmanager": UP}, packages=FM_580, ib_umad_loaded=True),
         NvidiaGpus: B200_GPUS,
     }
     commands, noops = run(nvidia.fabric_manager, facts)
     assert commands == [] and noops == ["nvidia-fabricmanager is enabled and active for driver 580.95.05"]
+
+
+def test_fabric_manager_at_another_version_than_the_driver_is_replaced_and_restarted():
+    facts = {
+        NvidiaDriver: DRIVER_580,
+        NvidiaFabric: fabric({"nvidia-fabricmanager": UP}, packages={**FM_580, "nvidia-fabricmanager": "580.82.07-1"},
+                             ib_umad_loaded=True),
+        NvidiaGpus: B200_GPUS,
+    }
+    commands, _ = run(nvidia.fabric_manager, facts)
+    assert commands == [
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-downgrades "
+        "--allow-change-held-packages nvidia-fabricmanager=580.95.05-1",
+        "systemctl restart nvidia-fabricmanager.service",
+    ]
 
 
 def test_fabric_manager_needs_a_driver():
@@ -113,40 +130,7 @@ def test_fabric_manager_needs_a_driver():
 
 
 def test_fabric_manager_masked():
-    masked = fabric({"nvidia-fabricmanager": dict(enabled="masked", active="inactive")})
+    masked = fabric({"nvidia-fabricmanager": dict(enabled="masked", active="inactive")}, packages=FM_580)
     facts = {NvidiaDriver: DRIVER_580, NvidiaFabric: masked, NvidiaGpus: H200_GPUS}
     [problem] = failures(nvidia.fabric_manager, facts)
     assert "systemctl unmask nvidia-fabricmanager" in problem
-
-
-def test_open_driver_off_by_default_only_reports():
-    old = dict(version="570.158.01", open_kernel_module=False, cuda_version="12.9")
-    commands, noops = run(nvidia.open_driver, {NvidiaDriver: old}, branch="580")
-    assert commands == []
-    assert noops == ["driver 570.158.01 (proprietary kernel module) is loaded, open branch 580 wanted; "
-                     "install is off, so nothing changes"]
-
-
-def test_open_driver_installs_and_reboots_when_allowed():
-    old = dict(version="570.158.01", open_kernel_module=False, cuda_version="12.9")
-    commands, _ = run(nvidia.open_driver, {NvidiaDriver: old}, branch="580", install=True)
-    assert commands[0] == "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nvidia-open-580"
-    # pyinfra's own server.reboot follows: detached reboot, then wait and reconnect.
-    assert "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &" in commands
-    assert "wait_and_reconnect" in commands
-
-
-def test_open_driver_without_any_driver_installs():
-    commands, _ = run(nvidia.open_driver, {NvidiaDriver: None}, branch="580", install=True)
-    assert commands[0].endswith("nvidia-open-580")
-
-
-def test_open_driver_noop_when_the_branch_is_loaded():
-    commands, noops = run(nvidia.open_driver, {NvidiaDriver: DRIVER_580}, branch="580", install=True)
-    assert commands == [] and noops == ["driver 580.95.05 (open kernel module) is loaded"]
-
-
-def test_open_driver_unknown_module_kind_is_left_alone():
-    unreadable = dict(DRIVER_580, kernel_module_version=None, open_kernel_module=None)
-    commands, noops = run(nvidia.open_driver, {NvidiaDriver: unreadable}, branch="580", install=True)
-    assert commands == [] and noops == ["driver 580.95.05 (unknown kernel module) is loaded"]

@@ -9,6 +9,7 @@ from pyinfra.context import ctx_host
 
 from operations.deployment import resolve
 from operations.gpu import nvidia
+from operations.gpu.packages import NvidiaPackages
 from operations.hub import RepoSnapshot
 from operations.preflight import exposure_problems, hub_snapshots, unpinned, unpinned_builds
 from tests.unit.group_data import host_data
@@ -105,7 +106,7 @@ class DriverHost(NamedHost):
         self.driver, self.noops = driver, []
 
     def get_fact(self, fact, **kwargs):
-        return self.driver
+        return NvidiaPackages.default() if fact is NvidiaPackages else self.driver
 
     def noop(self, text):
         self.noops.append(text)

@@ -1,0 +1,232 @@
+"""The lab's NVIDIA apt repository: LAB STAND-INS for NVIDIA's driver packages, in a real,
+signed apt repository laid out like NVIDIA's CUDA repository.
+
+    python -m lab.apt_repo build --out DIR     (idempotent; rebuilt when its inputs change)
+
+DIR/compute/cuda/repos/<os release>/x86_64/ is a flat repository like
+https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/: .debs built
+with dpkg-deb, Packages and Release from apt-ftparchive, InRelease and Release.gpg signed
+with the lab's own key (made once per lab with gpg). The lab's `cuda-keyring` package
+installs that key and the source line, as NVIDIA's installs NVIDIA's; the services serve
+DIR over plain HTTP (lab.services).
+
+Every package here is a stand-in holding no NVIDIA software, labelled in its description.
+Names, versions and dependency shapes follow NVIDIA's repository (../shared/notes/hosts.md):
+`nvidia-open-<branch>` and branch-suffixed parts before 590, `nvidia-driver-pinning-<branch>`
+plus unsuffixed `nvidia-open` from 590 on, `nvidia-fabricmanager` at each exact driver version (providing
+`nvidia-fabricmanager-<branch>`), `nvlsm`. Their content is the GPU stand-in's (h5's files
+in lab/gpu_standin and lab/host_files), so installing them is how nvidia-smi and the
+driver's units reach a host. The stand-in kernel module is "built" by the dkms package's
+postinst (which, like DKMS, fails without the running kernel's headers) and "loaded" only at
+boot by the lab's GPU unit (lab/host_files/usr/lib/specfleet-lab/apply-gpu-profile).
+"""
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from lab.config import APT_URL
+
+LAB = Path(__file__).resolve().parent
+OS_RELEASES = ["debian12"]  # the lab's hosts are Debian bookworm (lab/rootfs.py)
+ARCH = "x86_64"
+DEB_ARCH = "amd64"
+# Driver versions the repository holds: two 580 releases (fabric manager pinned to the older
+# one is the version-mismatch case), the 590 branch (upgrade), 595 (the PCIe profile's image).
+DRIVER_VERSIONS = ["580.82.07", "580.95.05", "590.48.01", "595.58.03"]
+# The CUDA version each branch's driver supports, as nvidia-smi reports it.
+CUDA = {580: "13.0", 590: "13.1", 595: "13.2"}
+NVLSM_VERSION = "2025.06.1-1"
+KEYRING_VERSION = "1.1-1"
+# The running kernel is the controller's: nspawn containers share it.
+KERNEL_RELEASE = os.uname().release
+MODULE_PATH = "lib/modules/$(uname -r)/updates/dkms/nvidia.ko"
+LABEL = "specfleet lab STAND-IN, no NVIDIA software"
+
+
+def repo_dir(out: Path, os_release: str) -> Path:
+    return out / "compute/cuda/repos" / os_release / ARCH
+
+
+def _branch(version: str) -> int:
+    return int(version.split(".")[0])
+
+
+def _deb(pool: Path, name: str, version: str, description: str, depends: list[str] = (),
+         provides: list[str] = (), conflicts: list[str] = (), replaces: list[str] = (),
+         files: dict[str, tuple[bytes, int]] | None = None,
+         scripts: dict[str, str] | None = None, arch: str = DEB_ARCH) -> None:
+    """Build one .deb with dpkg-deb: control fields, files {path: (bytes, mode)}, maintainer scripts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp)
+        tree.chmod(0o755)  # the package's "./": dpkg-deb records its mode
+        (tree / "DEBIAN").mkdir()
+        control = [f"Package: {name}", f"Version: {version}", f"Architecture: {arch}",
+                   "Maintainer: specfleet lab <lab@specfleet.invalid>", "Section: lab", "Priority: optional"]
+        if depends:
+            control.append("Depends: " + ", ".join(depends))
+        for field, values in (("Provides", provides), ("Conflicts", conflicts), ("Replaces", replaces)):
+            if values:
+                control.append(f"{field}: " + ", ".join(values))
+        control.append(f"Description: {description} ({LABEL})")
+        (tree / "DEBIAN/control").write_text("\n".join(control) + "\n")
+        for script, body in (scripts or {}).items():
+            path = tree / "DEBIAN" / script
+            path.write_text("#!/bin/sh\nset -e\n" + body)
+            path.chmod(0o755)
+        for path, (content, mode) in (files or {}).items():
+            target = tree / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if mode == 0:  # a symlink to `content`
+                target.symlink_to(content.decode())
+            else:
+                target.write_bytes(content)
+                target.chmod(mode)
+        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree),
+                        str(pool / f"{name}_{version}_{arch}.deb")], check=True, stdout=subprocess.DEVNULL)
+
+
+def _leaf_names(branch: int) -> dict[str, str]:
+    """The driver's parts by role. Before 590 every part carries its branch in its name (apt only
+    installs candidate versions of dependencies, so a branch needs names of its own); from 590 on
+    they are unsuffixed and an apt pin chooses the branch."""
+    if branch < 590:
+        return dict(module=f"nvidia-dkms-{branch}-open", smi=f"nvidia-utils-{branch}",
+                    persistenced=f"nvidia-compute-utils-{branch}", nvml=f"libnvidia-compute-{branch}",
+                    meta=f"nvidia-open-{branch}")
+    return dict(module="nvidia-kernel-open-dkms", smi="nvidia-smi", persistenced="nvidia-persistenced",
+                nvml="libnvidia-ml1", meta="nvidia-open")
+
+
+def _driver_debs(pool: Path, driver: str) -> None:
+    version, branch = f"{driver}-1", _branch(driver)
+    names = _leaf_names(branch)
+    exact = lambda role: f"{names[role]} (= {version})"  # noqa: E731 (one-line helper)
+    # Parts of the other branches that hold the same files: an upgrade replaces them.
+    others = lambda role: [n for b in {_branch(d) for d in DRIVER_VERSIONS} - {branch}  # noqa: E731
+                           if (n := _leaf_names(b)[role]) != names[role]]
+    replaces = lambda role: dict(conflicts=others(role), replaces=others(role))  # noqa: E731
+    smi = (LAB / "gpu_standin/nvidia-smi").read_bytes()
+    persistenced = (LAB / "host_files/usr/lib/systemd/system/nvidia-persistenced.service").read_bytes()
+    fabricmanager = (LAB / "vendor_units/nvidia-fabricmanager.service").read_bytes()
+    lib = "usr/lib/x86_64-linux-gnu"
+    _deb(pool, names["nvml"], version, f"NVIDIA Management Library {driver}", **replaces("nvml"), files={
+        f"{lib}/libnvidia-ml.so.{driver}": (f"{LABEL}: NVML {driver}\n".encode(), 0o644),
+        f"{lib}/libnvidia-ml.so.1": (f"libnvidia-ml.so.{driver}".encode(), 0),
+        # The library's version as the nvidia-smi stand-in reads it (its docstring: NVML_VERSION_FILE).
+        "usr/lib/specfleet-lab/nvml-version": (f"{driver} {CUDA[branch]}\n".encode(), 0o644)})
+    _deb(pool, names["smi"], version, f"NVIDIA System Management Interface {driver}", **replaces("smi"),
+         depends=[exact("nvml")], files={"usr/bin/nvidia-smi": (smi, 0o755)})
+    _deb(pool, names["persistenced"], version, f"NVIDIA persistence daemon {driver}", **replaces("persistenced"),
+         files={"usr/lib/systemd/system/nvidia-persistenced.service": (persistenced, 0o644)})
+    # DKMS builds the module for the running kernel at configure time, and needs its headers.
+    _deb(pool, names["module"], version, f"NVIDIA open kernel module {driver} (DKMS source)",
+         **replaces("module"), files={f"usr/src/nvidia-{driver}/README": (f"{LABEL}\n".encode(), 0o644)},
+         scripts={
+             "postinst": (
+                 'if [ "$1" = configure ]; then\n'
+                 '  if [ ! -d "/lib/modules/$(uname -r)/build" ]; then\n'
+                 '    echo "Error! Your kernel headers for kernel $(uname -r) cannot be found at '
+                 '/lib/modules/$(uname -r)/build" >&2; exit 1\n  fi\n'
+                 f'  mkdir -p "$(dirname /{MODULE_PATH})"\n'
+                 f'  echo "{driver} open" > "/{MODULE_PATH}"\nfi\n'),
+             "prerm": f'rm -f "/{MODULE_PATH}"\n'})
+    _deb(pool, names["meta"], version, f"NVIDIA open driver {driver} (metapackage)",
+         depends=[exact("module"), exact("smi"), exact("persistenced")])
+    if branch >= 590:
+        pin = (f"Package: {' '.join(names.values())} nvidia-fabricmanager\n"
+               f"Pin: version {branch}.*\nPin-Priority: 1000\n")
+        _deb(pool, f"nvidia-driver-pinning-{branch}", version, f"Pins the NVIDIA driver to branch {branch}",
+             arch="all", files={f"etc/apt/preferences.d/nvidia-driver-pinning-{branch}": (pin.encode(), 0o644)})
+    nv_fabricmanager = (f"#!/bin/sh\n# {LABEL}: stands in for nv-fabricmanager {driver}.\n"
+                        f'case "$1" in -v|--version) echo "Fabric Manager version is : {driver}"; exit 0;; esac\n'
+                        'exec /usr/lib/specfleet-lab/driver-daemon-standin nvidia-fabricmanager "$@"\n')
+    _deb(pool, "nvidia-fabricmanager", version, f"NVIDIA fabric manager {driver}",
+         provides=[f"nvidia-fabricmanager-{branch} (= {version})"], files={
+             "usr/lib/systemd/system/nvidia-fabricmanager.service": (fabricmanager, 0o644),
+             "usr/bin/nv-fabricmanager": (nv_fabricmanager.encode(), 0o755)})
+
+
+def _keyring_deb(pool: Path, os_release: str, public_key: bytes) -> None:
+    keyring = "usr/share/keyrings/cuda-archive-keyring.gpg"
+    source = f"deb [signed-by=/{keyring}] {APT_URL}/{os_release}/{ARCH}/ /\n"
+    _deb(pool, "cuda-keyring", KEYRING_VERSION, f"the lab's apt key for the {os_release} CUDA repository",
+         arch="all", files={keyring: (public_key, 0o644),
+                            f"etc/apt/sources.list.d/cuda-{os_release}-{ARCH}.list": (source.encode(), 0o644)})
+
+
+def _gpg(home: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(["gpg", "--batch", "--quiet", "--homedir", str(home), *args], check=True,
+                          capture_output=True, **kwargs)
+
+
+def _signing_key(out: Path) -> tuple[Path, bytes]:
+    """The lab's signing key, made once per lab: its GNUPGHOME and its public key."""
+    home = out / "gnupg"
+    if not (home / "public.gpg").exists():
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(mode=0o700, parents=True)
+        _gpg(home, "--passphrase", "", "--quick-gen-key", "specfleet lab apt <lab@specfleet.invalid>",
+             "ed25519", "sign", "never")
+        (home / "public.gpg").write_bytes(_gpg(home, "--export").stdout)
+    return home, (home / "public.gpg").read_bytes()
+
+
+def _inputs_key() -> str:
+    digest = hashlib.sha256(" ".join([*DRIVER_VERSIONS, NVLSM_VERSION, KEYRING_VERSION, KERNEL_RELEASE,
+                                      APT_URL]).encode())
+    for path in [Path(__file__), LAB / "gpu_standin/nvidia-smi", LAB / "vendor_units/nvidia-fabricmanager.service",
+                 LAB / "host_files/usr/lib/systemd/system/nvidia-persistenced.service"]:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build(out: Path) -> None:
+    stamp = out / ".built"
+    key = _inputs_key()
+    if stamp.exists() and stamp.read_text() == key:
+        return
+    home, public_key = _signing_key(out)
+    for os_release in OS_RELEASES:
+        repo = repo_dir(out, os_release)
+        shutil.rmtree(repo, ignore_errors=True)
+        repo.mkdir(parents=True)
+        _keyring_deb(repo, os_release, public_key)
+        for driver in DRIVER_VERSIONS:
+            _driver_debs(repo, driver)
+        _deb(repo, "nvlsm", NVLSM_VERSION, "NVLink Subnet Manager")
+        # On a real host the running kernel's headers come from the distribution's archive.
+        _deb(repo, f"linux-headers-{KERNEL_RELEASE}", "1-lab", f"Linux kernel headers for {KERNEL_RELEASE}",
+             files={f"usr/src/linux-headers-{KERNEL_RELEASE}/README": (f"{LABEL}\n".encode(), 0o644),
+                    f"lib/modules/{KERNEL_RELEASE}/build": (f"/usr/src/linux-headers-{KERNEL_RELEASE}".encode(), 0)})
+        packages = subprocess.run(["apt-ftparchive", "packages", "."], cwd=repo, check=True,
+                                  capture_output=True).stdout
+        (repo / "Packages").write_bytes(packages)
+        subprocess.run(["gzip", "-9kn", "Packages"], cwd=repo, check=True)
+        release = subprocess.run(
+            ["apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=specfleet lab",
+             "-o", "APT::FTPArchive::Release::Label=specfleet lab stand-in for NVIDIA CUDA",
+             "-o", f"APT::FTPArchive::Release::Architectures={DEB_ARCH}", "release", "."],
+            cwd=repo, check=True, capture_output=True).stdout
+        (repo / "Release").write_bytes(release)
+        _gpg(home, "--yes", "--clearsign", "-o", str(repo / "InRelease"), str(repo / "Release"))
+        _gpg(home, "--yes", "-abs", "-o", str(repo / "Release.gpg"), str(repo / "Release"))
+    stamp.write_text(key)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lab.apt_repo")
+    commands = parser.add_subparsers(dest="command", required=True)
+    build_cmd = commands.add_parser("build")
+    build_cmd.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    build(args.out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

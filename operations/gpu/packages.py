@@ -1,0 +1,204 @@
+"""NVIDIA's driver packages as data, per OS release, and the pure decisions over them.
+
+Facts in, package names and versions out: the operations in operations.gpu.nvidia turn these
+into apt commands. Sources: NVIDIA's driver installation guide and CUDA repository layout
+(../shared/notes/hosts.md, "Laying down the driver on a fresh host").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from typing_extensions import override
+
+from pyinfra.api import FactBase
+
+KEYRING_PACKAGE = "cuda-keyring"
+KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
+# From this branch on NVIDIA's packages carry no branch suffix; a pinning package picks the branch.
+PINNING_FROM = 590
+# The package holding the kernel module, under NVIDIA's names of every branch (open and
+# proprietary): its version is the driver the host boots into next.
+MODULE_PACKAGE = re.compile(r"^(nvidia-kernel-open-dkms|nvidia-kernel-dkms|nvidia-dkms-\d+(-open)?)$")
+# Installed NVIDIA packages that must move together: an unattended upgrade of one of them splits
+# the driver from its libraries or from fabric manager (which then refuses to start).
+HELD = re.compile(r"^(nvidia-.*|libnvidia-.*|nvlsm)$")
+# Packages the keyring is, or that pin a branch: moving them is not an upgrade to hold back.
+NOT_HELD = re.compile(r"^(cuda-keyring|nvidia-driver-pinning-\d+)$")
+
+
+@dataclass(frozen=True)
+class OsRelease:
+    """What differs between the OS releases NVIDIA's repository serves."""
+
+    repo: str  # NVIDIA's repository directory for the release
+    python: str  # a Python >= 3.11 with venv, for SGLang's virtualenv
+    python_packages: tuple[str, ...]  # what installs it where the release's python3 is older
+
+
+# (ID, VERSION_ID) from /etc/os-release.
+OS_RELEASES = {
+    ("debian", "12"): OsRelease("debian12", "python3", ()),  # 3.11
+    ("ubuntu", "22.04"): OsRelease("ubuntu2204", "python3.11", ("python3.11", "python3.11-venv")),  # 3.10
+    ("ubuntu", "24.04"): OsRelease("ubuntu2404", "python3", ()),  # 3.12
+}
+# `uname -m` -> NVIDIA's repository architecture.
+ARCHES = {"x86_64": "x86_64", "aarch64": "sbsa"}
+
+
+def os_release(distribution: dict) -> OsRelease | None:
+    """The release from pyinfra's LinuxDistribution fact; None where NVIDIA's repo is not supported here."""
+    meta = distribution.get("release_meta") or {}
+    return OS_RELEASES.get((meta.get("ID", ""), meta.get("VERSION_ID", "")))
+
+
+def repository(base_url: str, release: OsRelease, machine: str) -> str:
+    """The repository for this host, e.g. https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64"""
+    return f"{base_url.rstrip('/')}/{release.repo}/{ARCHES[machine]}"
+
+
+def branch_of(version: str | None) -> int | None:
+    head = (version or "").split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def driver_installs(branch: int) -> list[list[str]]:
+    """The apt installs, in order, that lay down the open driver of `branch`.
+
+    Before 590: the branch's metapackage. From 590 on: the pinning package first (its apt pin must
+    be in place before apt chooses versions), then the unsuffixed metapackage.
+    """
+    if branch < PINNING_FROM:
+        return [[f"nvidia-open-{branch}"]]
+    return [[f"nvidia-driver-pinning-{branch}"], ["nvidia-open"]]
+
+
+def installed_driver(installed: dict[str, str]) -> str | None:
+    """The driver version the installed module package holds (`580.95.05` from `580.95.05-1`)."""
+    versions = [version for name, version in installed.items() if MODULE_PACKAGE.match(name)]
+    return versions[0].split("-")[0] if versions else None
+
+
+def fabric_package(driver_version: str) -> str:
+    """Fabric manager's package for the driver: per branch before 580 (``nvidia-fabricmanager-570``),
+    unsuffixed from 580 on (providing ``nvidia-fabricmanager-<branch>``)."""
+    branch = branch_of(driver_version)
+    return "nvidia-fabricmanager" if branch >= 580 else f"nvidia-fabricmanager-{branch}"
+
+
+def fabric_packages(driver_version: str, nvlink5: bool, installed: dict[str, str]) -> list[str]:
+    """apt arguments for fabric manager at the driver's exact version (it refuses any other; the
+    ``-1`` revision is NVIDIA's repository's) and nvlsm on NVLink5, where not installed so."""
+    name = fabric_package(driver_version)
+    wanted = [] if installed.get(name) == f"{driver_version}-1" else [f"{name}={driver_version}-1"]
+    if nvlink5 and "nvlsm" not in installed:
+        wanted.append("nvlsm")
+    return wanted
+
+
+def to_hold(installed: dict[str, str], held: set[str]) -> list[str]:
+    """Installed NVIDIA packages not held yet."""
+    return sorted(name for name in installed if HELD.match(name) and not NOT_HELD.match(name) and name not in held)
+
+
+class NvidiaPackages(FactBase):
+    """
+    Returns the installed NVIDIA packages (driver parts, fabric manager, nvlsm, the keyring,
+    kernel headers) with their versions, and which of them are held.
+
+    .. code:: python
+
+        {"installed": {"nvidia-open-580": "580.95.05-1", "cuda-keyring": "1.1-1"},
+         "held": ["nvidia-open-580"]}
+    """
+
+    @staticmethod
+    def default() -> dict:
+        return dict(installed={}, held=[])
+
+    @override
+    def command(self) -> str:
+        return ("dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${Version}\\n' "
+                f"'nvidia-*' 'libnvidia-*' nvlsm {KEYRING_PACKAGE} 'linux-headers-*' 2>/dev/null || true")
+
+    @override
+    def process(self, output: list[str]) -> dict:
+        installed, held = {}, []
+        for line in output:
+            status, name, version = (line.split() + ["", "", ""])[:3]
+            if status[1:2] == "i":  # installed, whatever was wanted (h: hold)
+                installed[name] = version
+                if status[0] == "h":
+                    held.append(name)
+        return dict(installed=installed, held=held)
+
+
+class AptVersions(FactBase):
+    """
+    Returns the versions apt can install of each package, from the package lists as they are
+    (``apt-cache madison``); a package apt does not know is missing.
+
+    .. code:: python
+
+        {"nvidia-open-580": ["580.95.05-1", "580.82.07-1"]}
+    """
+
+    default = dict
+
+    @override
+    def command(self, packages: tuple[str, ...]) -> str:
+        return f"apt-cache madison {' '.join(packages)} 2>/dev/null || true"
+
+    @override
+    def process(self, output: list[str]) -> dict[str, list[str]]:
+        versions: dict[str, list[str]] = {}
+        for line in output:
+            cells = [cell.strip() for cell in line.split("|")]
+            if len(cells) == 3 and cells[2].endswith("Packages"):
+                versions.setdefault(cells[0], []).append(cells[1])
+        return versions
+
+
+class FreshHost(FactBase):
+    """
+    Returns what can be checked on a host before its driver exists: whether its python3 has
+    SGLang's minimum (3.11) with venv, and how many NVIDIA display/3D controllers ``lspci -n``
+    lists (None without lspci).
+
+    .. code:: python
+
+        {"python": "3.11.2", "python_ok": True, "nvidia_pci_devices": 8}
+    """
+
+    @override
+    def command(self) -> str:
+        return ("python3 -c 'import sys, ensurepip; print(\"python\", \"%d.%d.%d\" % sys.version_info[:3], "
+                "sys.version_info >= (3, 11))' 2>/dev/null || echo 'python none False'; "
+                "if command -v lspci >/dev/null; then echo \"pci $(lspci -n -d 10de: | grep -cE ' 03(00|02): ')\"; fi")
+
+    @override
+    def process(self, output: list[str]) -> dict:
+        facts = dict(python=None, python_ok=False, nvidia_pci_devices=None)
+        for line in output:
+            words = line.split()
+            if words[:1] == ["python"] and len(words) == 3:
+                facts.update(python=None if words[1] == "none" else words[1], python_ok=words[2] == "True")
+            if words[:1] == ["pci"] and len(words) == 2 and words[1].isdigit():
+                facts["nvidia_pci_devices"] = int(words[1])
+        return facts
+
+
+def before_driver_problems(host_name: str, release: OsRelease | None, release_problem: str | None,
+                           fresh: dict, gpu_count: int) -> list[str]:
+    """What keeps a host without a driver from getting one and serving: OS release, Python, PCI devices."""
+    problems = [release_problem] if release_problem else []
+    if not fresh["python_ok"]:
+        way_out = (f"install {' '.join(release.python_packages)} and make it the python3 the deploy finds"
+                   if release and release.python_packages else "install python3 (3.11 or newer) with its venv module")
+        problems.append(f"{host_name}: SGLang's virtualenv needs Python 3.11 or newer with venv, found "
+                        f"{fresh['python'] or 'no python3'}: {way_out}")
+    if fresh["nvidia_pci_devices"] is not None and fresh["nvidia_pci_devices"] != gpu_count:
+        problems.append(f"{host_name}: expected {gpu_count} NVIDIA GPUs on the PCI bus, `lspci -n -d 10de:` lists "
+                        f"{fresh['nvidia_pci_devices']}: this host belongs to another class, or a GPU is missing")
+    return problems

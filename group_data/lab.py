@@ -27,3 +27,5 @@ mirrors = dict(
 )
 
 ready_timeout_s = 60  # the stand-in is ready in about a second
+# The benchmark client (bench.py) cannot load the tiny models' tokenizers: a stand-in one.
+bench_tokenizer = "lab/sglang_standin/bench_tokenizer"

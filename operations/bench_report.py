@@ -110,6 +110,9 @@ def plots(doc: dict, out: Path) -> list[Path]:
             if points:
                 axes.plot(*zip(*points), marker="o", label=mode)
         axes.set_xscale("log", base=2)
+        levels = sorted({int(c) for lv in measured.values() for c in lv})
+        axes.set_xticks(levels, [str(c) for c in levels])
+        axes.minorticks_off()
         axes.set_xlabel("concurrency (requests in flight)")
         axes.set_ylabel(ylabel)
         axes.set_title(title, fontsize=9)

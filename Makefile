@@ -31,7 +31,7 @@ lab-status: venv
 	$(LAB) status
 
 demo: lab-up
-	HF_TOKEN=hf_lab_granted $(VENV)/bin/pyinfra -y inventory/lab.py deploy.py
+	HF_TOKEN=hf_lab_granted $(VENV)/bin/pyinfra -y lab/inventory.py deploy.py
 
 # The whole suite: unit tests, then the lab (booted once and shared), then the
 # lab's lifecycle tests last; the lab is torn down whatever the outcome.

@@ -13,40 +13,39 @@ from operations.deployment import host_class_of, resolve
 from operations.gpu import nvidia
 
 deployment = resolve(host.data, host_class_of(host.groups))
-snapshots, hub_problems = preflight.hub_snapshots(deployment, host.data.hf_token_env)
+snapshots, hub_problems = preflight.hub_snapshots(deployment)
 
 # 1. Preflight: hardware, driver, token and repo access, GPU memory, disk, DDTree build.
-preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems,
-                install_driver=host.data.install_driver)
+preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems)
 
 # Nothing below is prepared for a host whose hub checks failed: preflight has reported them.
 if not hub_problems:
     # 2. The GPU runtime the class needs.
-    if host.data.install_driver:
-        nvidia.open_driver(name="NVIDIA open driver", branch=host.data.driver_branch, install=True)
+    if deployment.install_driver:
+        nvidia.open_driver(name="NVIDIA open driver", branch=deployment.driver_branch, install=True)
     nvidia.persistence_daemon(name="NVIDIA persistence daemon")
-    if deployment.gpu["fabric_manager"]:
+    if deployment.expected_gpus.fabric_manager:
         nvidia.fabric_manager(name="NVIDIA fabric manager")
     preflight.fabric(name="GPU fabric", deployment=deployment)
 
     # 3. Service user and secrets (0600 files only).
-    service.user(name="Service user", user=deployment.service_user, home=f"/home/{deployment.service_user}")
-    secrets.hf_token(name="Hugging Face token", deployment=deployment, token_env=host.data.hf_token_env)
-    api_key = secrets.api_key(name="API key", deployment=deployment, key_env=host.data.api_key_env)
+    service.user(name="Service user", user=deployment.service_user, home=deployment.service_home)
+    secrets.hf_token(name="Hugging Face token", deployment=deployment)
+    api_key = secrets.api_key(name="API key", deployment=deployment)
 
     # 4. Software: huggingface_hub for the downloads, SGLang in its own virtualenv.
     venv.requirement(name="huggingface_hub", path=deployment.tools_venv, distribution="huggingface_hub",
-                     requirement=host.data.huggingface_hub_requirement, index_url=deployment.pip_index_url)
+                     requirement=deployment.huggingface_hub_requirement, index_url=deployment.pip_index_url)
     venv.requirement(name="SGLang", path=deployment.venv, distribution="sglang",
                      requirement=deployment.sglang_requirement, index_url=deployment.pip_index_url)
     service.host_scripts(name="Host scripts", deployment=deployment)
 
     # 5. Weights, pinned and verified, fetched by units that survive a dropped connection.
     weights.download(name="Weights", deployment=deployment, snapshots=snapshots,
-                     verify=host.data.verify_weights)
+                     verify=deployment.verify_weights)
 
     # 6. The unit (restarted only when its inputs change), then proof that it generates.
     unit = service.configure(name="SGLang service", deployment=deployment,
                              inputs=service.inputs(deployment, snapshots), restart_when=[api_key])
     service.ready(name="SGLang generates", deployment=deployment, restarted=unit,
-                  timeout_s=host.data.ready_timeout_s)
+                  timeout_s=deployment.ready_timeout_s)

@@ -62,18 +62,10 @@ def run_timed(command, env=None, cwd=REPO, timeout=900) -> Timed:
 
 
 def deploy(*args, group_data: Path | None = None, deploy_file: str = "deploy.py",
-           inventory: str = "inventory/lab.py") -> Timed:
-    """`pyinfra -y [--group-data DIR] inventory/lab.py DEPLOY ARGS`, as a user runs it (HF_TOKEN set)."""
+           inventory: str = "lab/inventory.py") -> Timed:
+    """`pyinfra -y [--group-data DIR] lab/inventory.py DEPLOY ARGS`, as a user runs it (HF_TOKEN set)."""
     extra = ["--group-data", str(group_data)] if group_data else []
     return run_timed([PYINFRA, "-y", *extra, inventory, deploy_file, *args], env={"HF_TOKEN": TOKEN})
-
-
-def write_group_data(directory: Path, group: str, code: str) -> Path:
-    """An extra group_data folder whose GROUP.py overrides keys with CODE (as tests/conftest.py does)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{group}.py").write_text(
-        f"import copy, runpy\nbase = runpy.run_path({str(REPO / 'group_data' / (group + '.py'))!r})\n{code}\n")
-    return directory
 
 
 def summary(values: list[float]) -> dict:

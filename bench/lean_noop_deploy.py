@@ -22,13 +22,13 @@ from operations.venv import VenvRequirement
 from operations.weights import WeightsState
 
 deployment = d = resolve(host.data, host_class_of(host.groups))
-snapshots, hub_problems = preflight.hub_snapshots(deployment, host.data.hf_token_env)
+snapshots, hub_problems = preflight.hub_snapshots(deployment)
 dirs = tuple(r.local_dir for r in d.repos)
 scripts = " ".join(shlex.quote(f"{d.install_dir}/bin/{p.name}") for p in sorted(HOST_SCRIPTS.glob("*.py")))
 SECTIONS = [
     NvidiaGpus().command(), NvidiaTopology().command(), NvidiaDriver().command(), RebootPending().command(),
     WeightsDisk().command(dirs), NvidiaFabric().command(),
-    f"getent passwd {d.service_user}; id -nG {d.service_user}; stat -c '%a %U %G' /home/{d.service_user}",
+    f"getent passwd {d.service_user}; id -nG {d.service_user}; stat -c '%a %U %G' {d.service_home}",
     f"stat -c '%a %U %G' {d.hf_home} {d.hf_home}/token; sha1sum {d.hf_home}/token",
     f"test -e {d.api_key_file} && echo api-key || echo no-api-key",
     VenvRequirement().command(d.tools_venv, "huggingface_hub"), VenvRequirement().command(d.venv, "sglang"),

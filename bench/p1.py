@@ -9,7 +9,7 @@ to back (the order rotates), and the ratio is taken within a round. One extra
 
 import os
 
-from bench import labctl
+import lab
 import statistics
 import time
 
@@ -26,7 +26,7 @@ def floor_run():
 
 
 def fact_run():
-    return run_timed([PYINFRA, "inventory/lab.py", "fact", "server.Hostname"], env={"HF_TOKEN": TOKEN}).check()
+    return run_timed([PYINFRA, "lab/inventory.py", "fact", "server.Hostname"], env={"HF_TOKEN": TOKEN}).check()
 
 
 def lean_run():
@@ -71,7 +71,7 @@ def on_host_times(debug_lines: list[str], host: fleet.LabHost, reps: int = 3) ->
 
 def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     log(f"P1: lab hosts {SPEC}")
-    labctl.up(SPEC)
+    lab.up(SPEC, log=log)
     log("P1: converging deploy")
     deploy().check()
     noop_run()  # warm: the first re-run after a change may still settle something

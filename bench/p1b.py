@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import labctl
+import lab
 from bench.common import (BENCH, REPO, TOKEN, WORK, deploy, fmt, log, ratio_summary,
                           run_timed, summary, write_result)
 from bench.p1 import SPEC, noop_run
@@ -103,7 +103,7 @@ def ansible_run(playbook_bin, inventory, vars_file, pipelining=False):
 def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict:
     playbook_bin = ensure_ansible()
     version = subprocess.run([str(playbook_bin), "--version"], capture_output=True, text=True).stdout.split("\n")[0]
-    hosts = labctl.up(SPEC)
+    hosts = lab.up(SPEC, log=log)
     log("P1b: converging deploy")
     deploy().check()
     inventory, vars_file = prepare(hosts)

@@ -11,7 +11,8 @@ for scale, what hashing the 64-shard repo (verify_weights's WeightsCorrupt) cost
 
 import os
 
-from bench import labctl, repos
+import lab
+from bench import repos
 from bench.common import (changed_operations, deploy, fmt, log, operation_times, ratio_summary, summary,
                           write_result)
 from lab import fleet
@@ -30,7 +31,7 @@ def host_time(host, command: str, reps: int) -> float:
 
 
 def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5")) * 2) -> dict:
-    hosts = labctl.up(SPEC)
+    hosts = lab.up(SPEC, log=log)
     host = hosts[0]
     log(f"P2: converging deploy on {host.name} (service user, tools venv, host scripts)")
     deploy("--limit", host.name).check()

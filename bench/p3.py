@@ -17,7 +17,8 @@ import json
 import os
 import shlex
 
-from bench import labctl, repos
+import lab
+from bench import repos
 from bench.common import deploy, fmt, log, operation_times, ratio_summary, summary, write_result
 from lab import fleet
 from lab.config import HUB_URL, TOKEN_GRANTED
@@ -73,7 +74,7 @@ def hf_script(repo_ids: list[tuple[str, str]], dest: str, raw_chunks: bool = Fal
 
 
 def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict:
-    hosts = labctl.up(SPEC)
+    hosts = lab.up(SPEC, log=log)
     host = hosts[0]
     log(f"P3: converging deploy on {host.name} (service user, tools venv, host scripts)")
     deploy("--limit", host.name).check()

@@ -1,7 +1,7 @@
 """P4: a full fresh deploy on 8 lab hosts against the same on 1 host.
 
 Fresh = new hosts: each round removes the hosts (the hub and the index stay up) and
-boots `pcie=1` or `pcie=8` from the base image, then times `pyinfra -y inventory/lab.py
+boots `pcie=1` or `pcie=8` from the base image, then times `pyinfra -y lab/inventory.py
 deploy.py` (booting is not timed). The order alternates. Reported with each run: the
 wall time of every operation (all hosts in parallel), the controller's pyinfra CPU
 time, and how busy the machine's CPUs were during the run (all lab hosts share them).
@@ -12,6 +12,7 @@ import resource
 import time
 from collections import defaultdict
 
+import lab
 from bench import labctl
 from bench.common import deploy, fmt, log, operation_times, phase_times, ratio_summary, summary, write_result
 from lab import fleet
@@ -52,7 +53,7 @@ def host_cpu(hosts) -> dict[str, float]:
 
 def fresh_deploy(spec: str) -> dict:
     labctl.remove_hosts()
-    hosts = labctl.up(spec)
+    hosts = lab.up(spec, log=log)
     cpu0 = host_cpu(hosts)
     busy0, total0 = cpu_busy()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from bench.common import WORK, write_group_data
+from bench.common import WORK
+from tests.helpers import write_group_data
 from lab.repos import build_bench_repo, repo_dir
 from lab.services import HUB_STORE
 

@@ -1,7 +1,7 @@
 """The deploy's weights stage alone (P2, P3): resolve, the hub snapshot on the controller, weights.download.
 
 The same operation with the same arguments as deploy.py's stage 5; point the target at
-a bench repo with --group-data (bench.common.write_group_data).
+a bench repo with --group-data (tests.helpers.write_group_data).
 """
 
 from pyinfra import host
@@ -10,7 +10,7 @@ from operations import preflight, weights
 from operations.deployment import host_class_of, resolve
 
 deployment = resolve(host.data, host_class_of(host.groups))
-snapshots, hub_problems = preflight.hub_snapshots(deployment, host.data.hf_token_env)
+snapshots, hub_problems = preflight.hub_snapshots(deployment)
 if hub_problems:
     raise SystemExit(f"hub problems: {hub_problems}")
-weights.download(name="Weights", deployment=deployment, snapshots=snapshots, verify=host.data.verify_weights)
+weights.download(name="Weights", deployment=deployment, snapshots=snapshots, verify=deployment.verify_weights)

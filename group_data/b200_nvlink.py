@@ -1,6 +1,6 @@
 """8x B200 HGX (sm_100, 180 GB each), NV18 NVLink between every pair through NVSwitch."""
 
-gpu = dict(
+expected_gpus = dict(
     name_patterns=[r"^NVIDIA B200$"],
     count=8,
     min_memory_mib=180000,  # 183359 MiB reported per card
@@ -11,7 +11,7 @@ gpu = dict(
     fabric_manager=True,  # NVSwitch: without fabric manager CUDA fails with error 802
 )
 
-sglang_class = dict(
+sglang_tuning = dict(
     tp_size=8,
     # sm_100: the z-lab Kimi DFlash recipe (trtllm_mla target, fa4 drafter); SGLang picks
     # trtllm_mla for Kimi itself, written out to pin it. trtllm_mha for MHA/hybrid models.

@@ -1,6 +1,6 @@
 """8x B300 HGX (sm_103, 268 GB each), NV18 NVLink between every pair through NVSwitch."""
 
-gpu = dict(
+expected_gpus = dict(
     name_patterns=[r"^NVIDIA B300 SXM6 AC$"],
     count=8,
     min_memory_mib=270000,  # 275040 MiB reported per card
@@ -11,7 +11,7 @@ gpu = dict(
     fabric_manager=True,
 )
 
-sglang_class = dict(
+sglang_tuning = dict(
     tp_size=8,
     # SM10x family: the same backends as B200.
     attention_backends=dict(mla=("trtllm_mla", "fa4"), mha=("trtllm_mha", "fa4")),

@@ -1,7 +1,7 @@
 """8x RTX PRO 6000 Blackwell (sm_120, 96 GB each) on PCIe, no NVLink: the CT200 box."""
 
 # What preflight expects of the hardware (operations.gpu checks the host's facts against it).
-gpu = dict(
+expected_gpus = dict(
     # nvidia-smi --query-gpu=name; all PCIe Blackwell PRO 6000 variants share sm_120 and 96 GB.
     name_patterns=[r"^NVIDIA RTX PRO 6000 Blackwell (Server|Workstation|Max-Q Workstation) Edition$"],
     count=8,  # Kimi K2.6 needs all 8 cards; 4 run out of memory
@@ -13,7 +13,7 @@ gpu = dict(
     fabric_manager=False,  # no NVSwitch: fabric manager fails on such boxes (gpu-operator#610)
 )
 
-sglang_class = dict(
+sglang_tuning = dict(
     tp_size=8,
     # sm_120: trtllm_mla fails at runtime (sglang#24633) and FA3/FA4 need sm_90/sm_100 instructions,
     # so flashinfer for target and drafter (community Kimi recipe: 73-90 tok/s). Keyed by the

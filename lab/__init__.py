@@ -6,4 +6,32 @@ Stand-ins (labelled as such in their own files): the GPU itself (an
 ``nvidia-smi`` stand-in answering from profiles built from real captured
 output) and the SGLang engine (a ``sglang`` distribution that parses the real
 0.5.23 flag list and serves the real endpoints with deterministic output).
+
+The lab's API, shared by ``python -m lab``, the tests and ``bench/``: ``up()``,
+``down()``, ``status()``. Deploy onto it with ``pyinfra lab/inventory.py deploy.py``.
 """
+
+from lab import fleet, services
+
+
+def up(spec: str = fleet.DEFAULT_SPEC, log=print) -> list[fleet.LabHost]:
+    """Build (once) and start the hub and index, then boot the hosts of `spec` (idempotent:
+    running hosts stay, hosts not in `spec` are stopped)."""
+    services.build_content(log=log)
+    fleet.ensure_bridge()  # the servers bind to the controller's address on it
+    services.start(log=log)
+    return fleet.up(spec, log=log)
+
+
+def down(log=print) -> None:
+    """Stop and remove every host, the bridge, the hub and the index."""
+    fleet.down(log=log)
+    services.stop(log=log)
+
+
+def status() -> dict:
+    """Each host with its address, class, GPU profile and systemd state; each server's state."""
+    return {"hosts": [{"name": host.name, "address": host.address, "host_class": host.host_class,
+                       "gpu_profile": host.gpu_profile, "state": fleet.system_state(host)}
+                      for host in fleet.read_fleet()],
+            "services": services.status()}

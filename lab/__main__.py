@@ -3,7 +3,8 @@
 import argparse
 import json
 
-from lab import fleet, services
+import lab
+from lab import fleet
 from lab.config import HUB_URL, INDEX_URL
 
 
@@ -21,19 +22,17 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.command == "up":
-        services.build_content()
-        fleet.ensure_bridge()  # the servers bind to the controller's address on it
-        services.start()
-        hosts = fleet.up(args.hosts)
-        print(f"lab: {len(hosts)} hosts up; hub {HUB_URL}, index {INDEX_URL}")
+        hosts = lab.up(args.hosts)
+        print(f"lab: {len(hosts)} hosts up; hub {HUB_URL}, index {INDEX_URL}; "
+              "deploy with `pyinfra lab/inventory.py deploy.py`")
     elif args.command == "status":
-        for host in fleet.read_fleet():
-            print(f"{host.name:12} {host.address:14} {host.host_class:18} {host.gpu_profile:28} "
-                  f"{fleet.system_state(host)}")
-        print(json.dumps(services.status()))
+        status = lab.status()
+        for host in status["hosts"]:
+            print(f"{host['name']:12} {host['address']:14} {host['host_class']:18} {host['gpu_profile']:28} "
+                  f"{host['state']}")
+        print(json.dumps(status["services"]))
     elif args.command == "down":
-        fleet.down()
-        services.stop()
+        lab.down()
     elif args.command == "gpu":
         host = next((h for h in fleet.read_fleet() if h.name == args.host), None)
         if host is None:

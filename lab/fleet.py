@@ -19,14 +19,12 @@ from pathlib import Path
 
 from lab import rootfs
 from lab.config import BRIDGE, CONTROLLER_IP, LAB_DIR, LAB_ID, PREFIX_LEN, SUBNET
+from operations.deployment import HOST_CLASSES
 
-# Host classes the lab can stand in for: short name used in host names and
-# --hosts, the inventory group, the GPU profile, and the third address octet.
-CLASSES = {
-    "pcie": ("rtx_pro_6000_pcie", "rtx_pro_6000_pcie", 1),
-    "b200": ("b200_nvlink", "b200_nvlink", 2),
-    "b300": ("b300_nvlink", "b300_nvlink", 3),
-}
+# Host classes the lab stands in for (operations.deployment.HOST_CLASSES): short name used in
+# host names and --hosts -> the inventory group, the GPU profile (named after it), the third address octet.
+CLASSES = {short: (host_class, host_class, octet)
+           for octet, (host_class, short) in enumerate(HOST_CLASSES.items(), start=1)}
 DEFAULT_SPEC = "pcie=1,b200=1"
 
 HOSTS_DIR = LAB_DIR / "hosts"

@@ -61,10 +61,10 @@ class WeightsDisk(FactBase):
         return json.loads("\n".join(output))
 
 
-def hub_snapshots(deployment: Deployment, token_env: str) -> tuple[dict[str, RepoSnapshot], list[str]]:
+def hub_snapshots(deployment: Deployment) -> tuple[dict[str, RepoSnapshot], list[str]]:
     """On the controller: the token works and may download every repo; each repo's commit and files."""
     d = deployment
-    token = controller_token(token_env)
+    token = controller_token(d.hf_token_env)
     try:
         whoami(d.hf_endpoint, token)
     except HubProblem as problem:
@@ -84,7 +84,7 @@ def _gb(size: int) -> str:
 
 def memory_problems(deployment: Deployment, snapshots: dict[str, RepoSnapshot], gpus: list | None) -> list[str]:
     d = deployment
-    per_card_mib = min((g.get("memory_total_mib") or 0 for g in gpus or []), default=d.gpu["min_memory_mib"])
+    per_card_mib = min((g.get("memory_total_mib") or 0 for g in gpus or []), default=d.expected_gpus.min_memory_mib)
     usable = per_card_mib * (1 << 20) * d.mem_fraction_static
     weights = sum(s.weight_bytes for s in snapshots.values())
     per_gpu = weights / d.tp_size
@@ -118,7 +118,7 @@ def disk_problems(deployment: Deployment, snapshots: dict[str, RepoSnapshot], di
 def ddtree_problems(deployment: Deployment) -> list[str]:
     """DDTree needs an SGLang build that has it; the installed one must accept its flags."""
     d = deployment
-    if d.speculative["algorithm"] != "DDTREE":
+    if d.speculative.algorithm != "DDTREE":
         return []
     if RELEASE_PIN.match(d.sglang_requirement):
         return [f"{host.name}: profile {d.profile_name} uses DDTree, but {d.sglang_requirement} is a release and "
@@ -143,8 +143,7 @@ def unpinned(deployment: Deployment, snapshots: dict[str, RepoSnapshot]) -> list
 
 
 @operation()
-def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_problems: list[str],
-          install_driver: bool = False):
+def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_problems: list[str]):
     """
     Refuse the host, changing nothing, unless it can serve this deployment.
 
@@ -155,13 +154,12 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
     + deployment: the host's resolved deployment
     + snapshots: per role, each repo's commit and files (from ``hub_snapshots``)
     + hub_problems: what ``hub_snapshots`` found wrong on the controller
-    + install_driver: the deploy installs the driver itself, so an old loaded driver is no reason to stop
 
     **Example:**
 
     .. code:: python
 
-        snapshots, hub_problems = preflight.hub_snapshots(deployment, "HF_TOKEN")
+        snapshots, hub_problems = preflight.hub_snapshots(deployment)
         preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots,
                         hub_problems=hub_problems)
     """
@@ -169,9 +167,9 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
     problems = [f"{host.name}: {problem}" for problem in hub_problems]
     gpu_host = host.get_fact(NvidiaHost)  # one round trip for GPUs, topology, driver, reboot
     gpus = gpu_host["NvidiaGpus"]
-    problems += check_gpu_class(host.name, d.host_class, d.gpu, gpus, gpu_host["NvidiaTopology"],
+    problems += check_gpu_class(host.name, d.host_class, d.expected_gpus, gpus, gpu_host["NvidiaTopology"],
                                 gpu_host["NvidiaDriver"], gpu_host["RebootPending"],
-                                driver_managed=install_driver)
+                                install_driver=d.install_driver)
     if len(snapshots) == len(d.repos):
         problems += memory_problems(d, snapshots, gpus)
         disk = host.get_fact(WeightsDisk, local_dirs=tuple(r.local_dir for r in d.repos))
@@ -203,7 +201,7 @@ def fabric(deployment: Deployment):
 
         preflight.fabric(name="Check the GPU fabric", deployment=deployment)
     """
-    problems = check_fabric(host.name, deployment.host_class, deployment.gpu, host.get_fact(NvidiaFabric))
+    problems = check_fabric(host.name, deployment.host_class, deployment.expected_gpus, host.get_fact(NvidiaFabric))
     if problems:
         yield fail_host(problems)
     else:

@@ -18,12 +18,12 @@ from operations.hub import controller_token
 
 
 @operation()
-def hf_token(deployment: Deployment, token_env: str = "HF_TOKEN"):
+def hf_token(deployment: Deployment):
     """
     Write the controller's Hugging Face token to the service user's HF_HOME token file, mode 0600.
 
-    + deployment: the host's resolved deployment (service user, HF_HOME)
-    + token_env: the controller variable holding the token (else its huggingface_hub token file)
+    + deployment: the host's resolved deployment (service user, HF_HOME, the controller variable
+      holding the token, else its huggingface_hub token file)
 
     **Example:**
 
@@ -32,7 +32,7 @@ def hf_token(deployment: Deployment, token_env: str = "HF_TOKEN"):
         secrets.hf_token(name="Install the Hugging Face token", deployment=deployment)
     """
     d = deployment
-    token = controller_token(token_env) or ""
+    token = controller_token(d.hf_token_env) or ""
     token_file = f"{d.hf_home}/token"
     states = host.get_fact(FileStates, paths=(d.hf_home, token_file))
     if matches(states[d.hf_home], "directory", "700", d.service_user) and \
@@ -46,12 +46,11 @@ def hf_token(deployment: Deployment, token_env: str = "HF_TOKEN"):
 
 
 @operation()
-def api_key(deployment: Deployment, key_env: str = "SPECFLEET_API_KEY"):
+def api_key(deployment: Deployment):
     """
-    Give the server the controller's API key (`key_env`) as a 0600 file, or remove it when unset.
+    Give the server the controller's API key (`api_key_env`) as a 0600 file, or remove it when unset.
 
-    + deployment: the host's resolved deployment (config dir, service user)
-    + key_env: the controller variable holding the API key
+    + deployment: the host's resolved deployment (config dir, service user, api_key_env)
 
     **Example:**
 
@@ -60,7 +59,7 @@ def api_key(deployment: Deployment, key_env: str = "SPECFLEET_API_KEY"):
         secrets.api_key(name="Install the API key", deployment=deployment)
     """
     d = deployment
-    key = os.environ.get(key_env)
+    key = os.environ.get(d.api_key_env)
     if not key:
         yield from files.file._inner(path=d.api_key_file, present=False)
         return

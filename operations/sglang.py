@@ -46,15 +46,15 @@ def server_args(deployment: Deployment) -> list[str]:
         "--tp-size", str(d.tp_size),
         "--mem-fraction-static", str(d.mem_fraction_static),
         "--attention-backend", d.attention_backend,
-        "--speculative-algorithm", spec["algorithm"],
+        "--speculative-algorithm", spec.algorithm,
         "--speculative-draft-model-path", d.drafter.local_dir,
-        "--speculative-num-draft-tokens", str(spec["num_draft_tokens"]),
+        "--speculative-num-draft-tokens", str(spec.num_draft_tokens),
         "--speculative-draft-attention-backend", d.draft_attention_backend,
     ]
-    if "draft_window_size" in spec:
-        args += ["--speculative-draft-window-size", str(spec["draft_window_size"])]
-    if "ddtree_budget" in spec:
-        args += ["--speculative-ddtree-budget", str(spec["ddtree_budget"])]
+    if spec.draft_window_size is not None:
+        args += ["--speculative-draft-window-size", str(spec.draft_window_size)]
+    if spec.ddtree_budget is not None:
+        args += ["--speculative-ddtree-budget", str(spec.ddtree_budget)]
     if d.enable_metrics:
         args.append("--enable-metrics")
     args += d.extra_args

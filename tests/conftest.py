@@ -1,4 +1,4 @@
-"""Fixtures shared by the suites: the lab fleet, booted once per test run."""
+"""Fixtures shared by the suites: the lab fleet, booted once per test run (helpers: tests/helpers.py)."""
 
 import os
 import subprocess
@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import lab  # noqa: E402
 from lab import fleet  # noqa: E402
+from tests.helpers import run_deploy  # noqa: E402
 
 LAB_HOSTS = os.environ.get("SPECFLEET_LAB_HOSTS", fleet.DEFAULT_SPEC)
 
@@ -20,17 +21,14 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("lab_lifecycle") is not None)
 
 
-def lab_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lab", *args], cwd=REPO, capture_output=True,
-                          text=True, check=check)
-
-
 @pytest.fixture(scope="session")
 def lab_hosts() -> list[fleet.LabHost]:
     """The running lab (booted here unless it already runs with this spec)."""
-    result = lab_cli("up", "--hosts", LAB_HOSTS, check=False)
-    assert result.returncode == 0, f"python -m lab up failed:\n{result.stdout}\n{result.stderr}"
-    return fleet.read_fleet()
+    lines = []
+    try:
+        return lab.up(LAB_HOSTS, log=lines.append)
+    except (SystemExit, subprocess.CalledProcessError) as error:
+        pytest.fail(f"lab up --hosts {LAB_HOSTS} failed: {error}\n" + "\n".join(lines))
 
 
 @pytest.fixture(scope="session")
@@ -41,32 +39,6 @@ def pcie_host(lab_hosts) -> fleet.LabHost:
 @pytest.fixture(scope="session")
 def b200_host(lab_hosts) -> fleet.LabHost:
     return next(h for h in lab_hosts if h.host_class == "b200_nvlink")
-
-
-PYINFRA = Path(sys.executable).parent / "pyinfra"
-
-
-def run_deploy(*args: str, token: str = "hf_lab_granted", group_data: Path | None = None,
-               timeout: float = 600) -> subprocess.CompletedProcess:
-    """`pyinfra -y inventory/lab.py deploy.py ARGS` as a user runs it, with HF_TOKEN set to `token`.
-
-    With --dry there is no -y: pyinfra then detects and lists what would change.
-    """
-    extra = ["--group-data", str(group_data)] if group_data else []
-    confirm = [] if "--dry" in args else ["-y"]
-    command = [str(PYINFRA), *confirm, *extra, "inventory/lab.py", "deploy.py", *args]
-    env = {**os.environ, "HF_TOKEN": token}
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout)
-    result.output = result.stdout + result.stderr
-    return result
-
-
-def write_group_data(directory: Path, group: str, code: str) -> Path:
-    """An extra group_data folder (pyinfra --group-data) whose `group`.py overrides keys with `code`."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{group}.py").write_text(
-        f"import copy, runpy\nbase = runpy.run_path({str(REPO / 'group_data' / (group + '.py'))!r})\n{code}\n")
-    return directory
 
 
 @pytest.fixture(scope="session")

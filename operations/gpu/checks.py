@@ -1,4 +1,4 @@
-"""Check a host's GPU facts against its class's expectations (group_data/<class>.py `gpu`).
+"""Check a host's GPU facts against its class's expectations (group_data/<class>.py `expected_gpus`).
 
 Each problem is one sentence naming the host, what was expected, what was found, and what
 to do. Hardware/driver checks run in preflight; fabric/runtime checks run after the deploy
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from operations.deployment import GpuExpectations
+
 
 def _driver_major(version: str | None) -> int | None:
     return int(version.split(".")[0]) if version and version.split(".")[0].isdigit() else None
@@ -17,62 +19,62 @@ def _driver_major(version: str | None) -> int | None:
 def check_gpu_class(
     host_name: str,
     class_name: str,
-    expected: dict,
+    expected: GpuExpectations,
     gpus: list[dict] | None,
     topology: dict | None,
     driver: dict | None,
     reboot_pending: list[str] | None = None,
-    driver_managed: bool = False,
+    install_driver: bool = False,
 ) -> list[str]:
     """Return the problems that keep this host from serving as `class_name` (empty: fits).
 
     `gpus`, `topology`, `driver`, `reboot_pending` are the values of the facts NvidiaGpus,
     NvidiaTopology, NvidiaDriver and RebootPending (None where nvidia-smi is missing).
-    `driver_managed`: the deploy installs the driver branch itself (install_driver), so the
-    loaded driver's branch and module kind are not a reason to stop.
+    `install_driver`: the deploy installs the driver branch itself, so the loaded driver's
+    branch and module kind are not a reason to stop.
     """
     where = f"{host_name}: expected"
     tag = f"(class {class_name})"
     if gpus is None:
-        return [f"{where} {expected['count']} GPUs {tag}, found no nvidia-smi: install the NVIDIA driver "
-                f"(branch {expected['driver_min']}+, open kernel module) or check the PATH"]
+        return [f"{where} {expected.count} GPUs {tag}, found no nvidia-smi: install the NVIDIA driver "
+                f"(branch {expected.driver_min}+, open kernel module) or check the PATH"]
     problems = []
     if not gpus and reboot_pending:
-        return [f"{where} {expected['count']} GPUs {tag}, found nvidia-smi unable to read them "
+        return [f"{where} {expected.count} GPUs {tag}, found nvidia-smi unable to read them "
                 f"({'; '.join(reboot_pending)}): reboot the host so the new driver loads"]
 
-    patterns = expected["name_patterns"]
+    patterns = expected.name_patterns
     matching = [gpu for gpu in gpus if any(re.search(p, gpu.get("name") or "") for p in patterns)]
-    if len(matching) != expected["count"] or len(gpus) != expected["count"]:
+    if len(matching) != expected.count or len(gpus) != expected.count:
         names = sorted({gpu.get("name") or "?" for gpu in gpus}) or ["none"]
         problems.append(
-            f"{where} {expected['count']} GPUs matching {' or '.join(patterns)} {tag}, found {len(gpus)} "
+            f"{where} {expected.count} GPUs matching {' or '.join(patterns)} {tag}, found {len(gpus)} "
             f"({len(matching)} matching; names: {', '.join(names)}): check `nvidia-smi -L`; "
             "a missing GPU usually needs a reseat or an RMA, a wrong model means this host belongs to another class"
         )
-    small = [gpu for gpu in matching if (gpu.get("memory_total_mib") or 0) < expected["min_memory_mib"]]
+    small = [gpu for gpu in matching if (gpu.get("memory_total_mib") or 0) < expected.min_memory_mib]
     if small:
         problems.append(
-            f"{where} at least {expected['min_memory_mib']} MiB per GPU {tag}, found "
+            f"{where} at least {expected.min_memory_mib} MiB per GPU {tag}, found "
             + ", ".join(f"GPU {gpu.get('index')} with {gpu.get('memory_total_mib')} MiB" for gpu in small)
             + ": check `nvidia-smi -q -d MEMORY` for MIG slices or a different SKU"
         )
     caps = sorted({gpu.get("compute_capability") or "unknown" for gpu in matching})
-    if matching and caps != [expected["compute_capability"]]:
+    if matching and caps != [expected.compute_capability]:
         problems.append(
-            f"{where} compute capability {expected['compute_capability']} {tag}, found {', '.join(caps)}: "
+            f"{where} compute capability {expected.compute_capability} {tag}, found {', '.join(caps)}: "
             "the attention backends are chosen per architecture, so assign this host to its own class"
         )
     problems += _check_topology(where, tag, expected, topology)
-    if not driver_managed:
+    if not install_driver:
         problems += _check_driver(where, tag, expected, driver)
     if reboot_pending:
         problems.append(f"{host_name}: a reboot is pending ({'; '.join(reboot_pending)}): reboot before serving")
     return problems
 
 
-def _check_topology(where: str, tag: str, expected: dict, topology: dict | None) -> list[str]:
-    wanted = expected["interconnect"]
+def _check_topology(where: str, tag: str, expected: GpuExpectations, topology: dict | None) -> list[str]:
+    wanted = expected.interconnect
     if topology is None:
         return [f"{where} {wanted} interconnect {tag}, found no `nvidia-smi topo -m` output: check the driver"]
     if topology["degraded"]:
@@ -91,19 +93,19 @@ def _check_topology(where: str, tag: str, expected: dict, topology: dict | None)
     return []
 
 
-def _check_driver(where: str, tag: str, expected: dict, driver: dict | None) -> list[str]:
+def _check_driver(where: str, tag: str, expected: GpuExpectations, driver: dict | None) -> list[str]:
     if driver is None or not driver.get("version"):
-        return [f"{where} NVIDIA driver branch {expected['driver_min']}+ {tag}, found none loaded: "
+        return [f"{where} NVIDIA driver branch {expected.driver_min}+ {tag}, found none loaded: "
                 "install the driver (open kernel module) and reboot"]
     problems = []
-    major, wanted = _driver_major(driver["version"]), int(expected["driver_min"])
+    major, wanted = _driver_major(driver["version"]), expected.driver_min
     if major is None or major < wanted:
         problems.append(
             f"{where} NVIDIA driver branch {wanted}+ {tag}, found {driver['version']} "
             f"(CUDA {driver.get('cuda_version') or 'unknown'}): install driver branch {wanted} or newer "
             "(set install_driver to let the deploy do it) and reboot"
         )
-    if expected["open_kernel_module"] and driver.get("open_kernel_module") is False:
+    if expected.open_kernel_module and driver.get("open_kernel_module") is False:
         problems.append(
             f"{where} the open NVIDIA kernel module {tag}, found the proprietary one: install the "
             f"nvidia-open-{max(major or 0, wanted)} packages and reboot; these GPUs do not work with the proprietary module"
@@ -111,7 +113,7 @@ def _check_driver(where: str, tag: str, expected: dict, driver: dict | None) -> 
     return problems
 
 
-def check_fabric(host_name: str, class_name: str, expected: dict, fabric: dict | None) -> list[str]:
+def check_fabric(host_name: str, class_name: str, expected: GpuExpectations, fabric: dict | None) -> list[str]:
     """Return runtime problems with NVSwitch/fabric manager for the NvidiaFabric fact's value.
 
     NVSwitch classes need fabric manager active and every GPU's fabric State Completed;
@@ -121,7 +123,7 @@ def check_fabric(host_name: str, class_name: str, expected: dict, fabric: dict |
     if fabric is None:
         return [f"{where} fabric state {tag}, found nothing readable: check that the driver is loaded"]
     manager = fabric["units"].get("nvidia-fabricmanager", {})
-    if not expected["fabric_manager"]:
+    if not expected.fabric_manager:
         if manager.get("enabled") == "enabled" or manager.get("active") == "active":
             return [
                 f"{where} no nvidia-fabricmanager on a board without NVSwitch {tag}, found it "

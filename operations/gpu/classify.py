@@ -27,12 +27,12 @@ CAPTURE_READERS = {
 
 
 def load_class_expectations(group_data_dir: Path = GROUP_DATA_DIR) -> dict[str, dict]:
-    """Return {class name: its `gpu` expectations} for every group_data file defining one."""
+    """Return {class name: its `expected_gpus`} for every group_data file defining one."""
     classes = {}
     for path in sorted(group_data_dir.glob("*.py")):
         if path.stem == "all":  # pyinfra's data for every host, not a class
             continue
-        gpu = runpy.run_path(str(path)).get("gpu")
+        gpu = runpy.run_path(str(path)).get("expected_gpus")
         if isinstance(gpu, dict):
             classes[path.stem] = gpu
     return classes

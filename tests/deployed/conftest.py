@@ -1,7 +1,7 @@
 """Verify deployed hosts with testinfra, against the inventory they were deployed with.
 
     pytest tests/deployed --inventory inventory/ct200.py            # real hosts, as deployed
-    pytest tests/deployed --inventory inventory/lab.py --limit lab-b200-1
+    pytest tests/deployed --inventory lab/inventory.py --limit lab-b200-1
     pytest tests/deployed                                           # the lab: booted and deployed first
 
 Every test taking `target` runs once per inventory host (ids are host names); a target

@@ -32,7 +32,7 @@ from operations.hub import controller_token
 
 REPO = Path(__file__).resolve().parents[2]
 CONNECT_TIMEOUT = 10  # pyinfra's default (Config.CONNECT_TIMEOUT)
-LAB_INVENTORY = REPO / "inventory" / "lab.py"
+LAB_INVENTORY = REPO / "lab" / "inventory.py"
 
 
 # pyinfra's CLI entry (`pyinfra_cli`) monkey-patches the stdlib for gevent on import, which
@@ -262,7 +262,7 @@ class Target:
 
         if self.lab_mode:
             return TOKEN_GRANTED
-        token = controller_token(self.host.data.hf_token_env)
+        token = controller_token(self.deployment.hf_token_env)
         if not token and "lab" in self.host.groups:
             return TOKEN_GRANTED
         return token

@@ -18,15 +18,15 @@ import pytest
 from lab import fleet
 from lab.config import TOKEN_GRANTED
 from operations.weights import MANIFEST
-from tests.conftest import REPO, lab_cli, run_deploy
+from tests.helpers import REPO, lab_cli, run_deploy
 from tests.deployed.hosts import LAB_INVENTORY, Target, load_inventory
 
 pytestmark = [pytest.mark.lab, pytest.mark.deployed_faults]
 
 
 def run_suite(*limit: str) -> subprocess.CompletedProcess:
-    """`pytest tests/deployed --inventory inventory/lab.py --limit HOST` as a user runs it."""
-    command = [sys.executable, "-m", "pytest", "tests/deployed", "--inventory", "inventory/lab.py",
+    """`pytest tests/deployed --inventory lab/inventory.py --limit HOST` as a user runs it."""
+    command = [sys.executable, "-m", "pytest", "tests/deployed", "--inventory", "lab/inventory.py",
                *(arg for name in limit for arg in ("--limit", name)),
                "-q", "--tb=short", "-p", "no:cacheprovider", "--color=no"]
     env = {**os.environ, "HF_TOKEN": TOKEN_GRANTED}
@@ -126,7 +126,7 @@ def test_a_truncated_weight_shard_is_caught(deployed_lab, pcie_host):
 
 def test_draft_tokens_edited_by_hand_in_the_unit_are_caught(deployed_lab, pcie_host):
     d = deployment_of(pcie_host)
-    wanted = d.speculative["num_draft_tokens"]
+    wanted = d.speculative.num_draft_tokens
     edited = 6 if wanted != 6 else 5
     flag = "--speculative-num-draft-tokens"
     backup = "/root/specfleet-fault-sglang.service"

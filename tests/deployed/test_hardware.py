@@ -16,7 +16,7 @@ def gpu_facts(target) -> dict:
 
 def test_gpus_and_interconnect_match_the_class(target):
     facts = gpu_facts(target)
-    problems = check_gpu_class(target.name, target.host_class, target.deployment.gpu, facts["gpus"],
+    problems = check_gpu_class(target.name, target.host_class, target.deployment.expected_gpus, facts["gpus"],
                                facts["topology"], facts["driver"], facts["reboot"])
     assert not problems, "\n".join(problems)
 
@@ -35,5 +35,5 @@ def test_persistence_mode_is_on_for_every_gpu(target):
 
 def test_fabric_manager_as_the_class_needs(target):
     """NVSwitch classes: fabric manager active, every GPU's fabric Completed. PCIe: no fabric manager."""
-    problems = check_fabric(target.name, target.host_class, target.deployment.gpu, gpu_facts(target)["fabric"])
+    problems = check_fabric(target.name, target.host_class, target.deployment.expected_gpus, gpu_facts(target)["fabric"])
     assert not problems, "\n".join(problems)

@@ -80,8 +80,8 @@ def test_server_info_reports_speculative_decoding_accepting_drafts(target):
     d = target.deployment
     info = body_json(target, "/server_info", serving(target)["server_info"])
     algorithm = info.get("speculative_algorithm")
-    assert algorithm == d.speculative["algorithm"], (
-        f"{target.name}: expected /server_info speculative_algorithm {d.speculative['algorithm']}, found {algorithm}")
+    assert algorithm == d.speculative.algorithm, (
+        f"{target.name}: expected /server_info speculative_algorithm {d.speculative.algorithm}, found {algorithm}")
     states = info.get("internal_states") or [{}]
     accept = states[0].get("avg_spec_accept_length")
     assert isinstance(accept, (int, float)) and accept > 1.0, (

@@ -53,7 +53,7 @@ def expected_token(target) -> str:
     token = target.hf_token()
     if not token:
         pytest.fail(f"{target.name}: expected the controller to hold the HF token the deploy used "
-                    f"(${target.host.data.hf_token_env} or huggingface_hub's token file), found none")
+                    f"(${target.deployment.hf_token_env} or huggingface_hub's token file), found none")
     return token
 
 

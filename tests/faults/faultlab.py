@@ -118,10 +118,10 @@ def _shell_quote(text: str) -> str:
 
 def start_deploy(*args: str, token: str = "hf_lab_granted") -> subprocess.Popen:
     """The deploy in the background (to fault it while it runs); its output goes to a temp file."""
-    from tests.conftest import PYINFRA, REPO
+    from tests.helpers import PYINFRA, REPO
 
     log = open(f"/tmp/specfleet-faults-deploy-{LAB_ID}-{time.monotonic_ns()}.log", "w+")
-    process = subprocess.Popen([str(PYINFRA), "-y", "inventory/lab.py", "deploy.py", *args], cwd=REPO,
+    process = subprocess.Popen([str(PYINFRA), "-y", "lab/inventory.py", "deploy.py", *args], cwd=REPO,
                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_TOKEN": token})
     process.log = log
     return process

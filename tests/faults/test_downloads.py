@@ -8,7 +8,7 @@ import pytest
 
 from lab import fleet, hub
 from lab.services import HUB_STATE
-from tests.conftest import run_deploy
+from tests.helpers import run_deploy
 from tests.faults.faultlab import (KIMI, SHARDS, TARGET_DIR, output_of, record, repo_sizes, served_per_file,
                                    start_deploy, wait_for)
 

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from lab import fleet
-from tests.conftest import lab_cli, run_deploy
+from tests.helpers import lab_cli, run_deploy
 from tests.faults.faultlab import http_status, main_pid, record, server_info
 
 pytestmark = pytest.mark.lab

@@ -3,7 +3,7 @@
 import pytest
 
 from lab import fleet
-from tests.conftest import run_deploy, write_group_data
+from tests.helpers import run_deploy, write_group_data
 from tests.faults.faultlab import record, secret_locations
 
 pytestmark = pytest.mark.lab

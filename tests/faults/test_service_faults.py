@@ -6,7 +6,7 @@ import time
 import pytest
 
 from lab import fleet
-from tests.conftest import run_deploy, write_group_data
+from tests.helpers import run_deploy, write_group_data
 from tests.faults.faultlab import http_status, main_pid, record, server_info, set_knobs, wait_for
 from tests.lab.test_deploy import operations_started
 
@@ -23,8 +23,8 @@ def test_flag_the_installed_sglang_rejects_fails_before_restart_naming_it(deploy
     host = pcie_host
     pid, unit = main_pid(host), unit_sha(host)
     bad = write_group_data(tmp_path, "rtx_pro_6000_pcie", (
-        "sglang_class = copy.deepcopy(base['sglang_class'])\n"
-        "sglang_class['attention_backends']['mla'] = ('flashmla_v9', 'flashinfer')"))
+        "sglang_tuning = copy.deepcopy(base['sglang_tuning'])\n"
+        "sglang_tuning['attention_backends']['mla'] = ('flashmla_v9', 'flashinfer')"))
     result = run_deploy("--limit", host.name, group_data=bad)
     assert result.returncode != 0
     line = next((l for l in result.output.splitlines() if "rejects the rendered flags" in l), "")

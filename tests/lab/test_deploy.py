@@ -7,7 +7,7 @@ import pytest
 
 from lab import fleet
 from lab.config import HUB_URL, WHEELS_URL
-from tests.conftest import run_deploy, write_group_data
+from tests.helpers import run_deploy, write_group_data
 
 pytestmark = pytest.mark.lab
 

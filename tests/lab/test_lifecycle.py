@@ -5,7 +5,7 @@ import pytest
 
 from lab import fleet, services
 from lab.config import BRIDGE
-from tests.conftest import lab_cli
+from tests.helpers import lab_cli
 
 pytestmark = pytest.mark.lab_lifecycle
 

@@ -2,16 +2,29 @@
 
 import runpy
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
-GROUP_DATA = Path(__file__).resolve().parents[2] / "group_data"
+from operations.deployment import GpuExpectations, expected_gpus
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP_DATA = REPO / "group_data"
+LAB_GROUP_DATA = REPO / "lab" / "group_data"
+
+
+def _values(path: Path) -> dict:
+    """A group data file's values, without what it imports (as pyinfra reads it)."""
+    return {key: value for key, value in runpy.run_path(str(path)).items()
+            if not key.startswith("__") and not isinstance(value, ModuleType)}
 
 
 def host_data(host_class: str, lab: bool = False, **overrides) -> SimpleNamespace:
     data = {}
-    for name in ["all", host_class, *(["lab"] if lab else [])]:
-        values = runpy.run_path(str(GROUP_DATA / f"{name}.py"))
-        data.update({k: v for k, v in values.items() if not k.startswith("__") and k not in
-                     ("HUB_URL", "INDEX_URL", "WHEELS_URL")})
+    for path in [GROUP_DATA / "all.py", GROUP_DATA / f"{host_class}.py", *([LAB_GROUP_DATA / "lab.py"] if lab else [])]:
+        data.update(_values(path))
     data.update(overrides)
     return SimpleNamespace(**data)
+
+
+def class_expectations(host_class: str) -> GpuExpectations:
+    """What group_data/<host_class>.py expects of the GPUs."""
+    return expected_gpus(_values(GROUP_DATA / f"{host_class}.py")["expected_gpus"])

@@ -42,7 +42,7 @@ def test_lab_pins_are_the_commits_the_lab_hub_builds(tmp_path):
     data = host_data("b200_nvlink", lab=True)
     for pinned in data.mirrors["repos"].values():
         repo_id, commit = pinned.split("@")
-        assert shas[repo_id] == commit, f"group_data/lab.py pins {repo_id} at {commit}, lab/repos.py builds {shas[repo_id]}"
+        assert shas[repo_id] == commit, f"lab/group_data/lab.py pins {repo_id} at {commit}, lab/repos.py builds {shas[repo_id]}"
 
 
 def test_a_host_needs_exactly_one_class_group():

@@ -1,17 +1,13 @@
 """The class check and the fabric check, fed facts parsed from the real captures."""
 
-import runpy
 from pathlib import Path
 
 from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.parse import parse_query_csv, parse_topology
+from tests.unit.group_data import class_expectations as expectations
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
-
-
-def expectations(class_name):
-    return runpy.run_path(str(REPO / "group_data" / f"{class_name}.py"))["gpu"]
 
 
 def b200_gpus(count=8, name="NVIDIA B200", driver="580.95.05"):
@@ -118,4 +114,4 @@ def test_fabric_manager_must_not_run_on_the_pcie_class():
 def test_an_old_driver_is_no_reason_to_stop_when_the_deploy_installs_the_driver():
     old = dict(version="570.158.01", kernel_module_version="570.158.01", open_kernel_module=False, cuda_version="12.9")
     assert len(check_b200(driver=old)) == 2  # branch too old, proprietary module
-    assert check_b200(driver=old, driver_managed=True) == []
+    assert check_b200(driver=old, install_driver=True) == []

@@ -4,7 +4,6 @@ the controller must read the same raw outputs the same way."""
 
 import json
 import re
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from operations.gpu.checks import check_gpu_class
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaTopology
 from operations.gpu.parse import parse_query_csv
+from tests.unit.group_data import class_expectations
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
@@ -108,7 +108,7 @@ def test_nv_count_in_topo_equals_the_links_nvlink_s_lists(capture):
 def test_the_h200_fails_the_b200_class_with_clear_sentences(capture):
     case, folder, want = capture
     there = facts_on_the_host(folder)
-    expected = runpy.run_path(str(REPO / "group_data" / "b200_nvlink.py"))["gpu"]
+    expected = class_expectations("b200_nvlink")
     problems = check_gpu_class(
         case, "b200_nvlink", expected,
         gpus=there["NvidiaGpus"], topology=there["NvidiaTopology"], driver=there["NvidiaDriver"],

@@ -4,7 +4,6 @@ the real captures each profile was built from."""
 
 import json
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.classify import classify_dir
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaHost, NvidiaTopology, RebootPending
 from operations.gpu.parse import parse_topology
+from tests.unit.group_data import class_expectations
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "lab" / "gpu_standin" / "nvidia-smi"
@@ -115,7 +115,7 @@ def test_every_profile_has_a_class():
 def test_facts_through_the_standin_pass_or_fail_the_class_check(lab_host, profile):
     lab_host.use(profile)
     class_name = CLASS_OF_PROFILE[profile]
-    expected = runpy.run_path(str(REPO / "group_data" / f"{class_name}.py"))["gpu"]
+    expected = class_expectations(class_name)
     driver = lab_host.fact(NvidiaDriver)
     assert driver["open_kernel_module"] is True
     assert driver["version"] == driver["kernel_module_version"]
@@ -129,9 +129,9 @@ def test_facts_through_the_standin_pass_or_fail_the_class_check(lab_host, profil
     else:
         assert problems == []
     fabric = lab_host.fact(NvidiaFabric)
-    assert fabric["nvswitch"] is expected["fabric_manager"]
-    assert {gpu["fabric_state"] for gpu in fabric["gpus"]} == ({"Completed"} if expected["fabric_manager"] else {None})
-    if expected["fabric_manager"]:
+    assert fabric["nvswitch"] is expected.fabric_manager
+    assert {gpu["fabric_state"] for gpu in fabric["gpus"]} == ({"Completed"} if expected.fabric_manager else {None})
+    if expected.fabric_manager:
         # Only the unit state is left to the lab (the controller runs no fabric manager).
         units = dict(fabric["units"], **{"nvidia-fabricmanager": dict(enabled="enabled", active="active")})
         assert check_fabric("lab", class_name, expected, dict(fabric, units=units)) == []

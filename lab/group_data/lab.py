@@ -1,17 +1,20 @@
 """Only what differs in the lab (`python -m lab up`): its hub, its package index, tiny models.
 
-The lab's hub serves tiny repos laid out like the real ones (lab/repos.py), under
-their own ids and commits; its index serves huggingface_hub and the SGLang
-stand-in (lab/sglang_standin: a labelled stand-in for the engine, which needs GPUs).
+pyinfra loads this file for `pyinfra lab/inventory.py ...` only (it sits next to that
+inventory), so real inventories never import the lab. The lab's hub serves tiny repos
+laid out like the real ones (lab/repos.py), under their own ids and commits; its index
+serves huggingface_hub and the SGLang stand-in (lab/sglang_standin: a labelled stand-in
+for the engine, which needs GPUs).
 """
 
-from lab.config import HUB_URL, INDEX_URL, WHEELS_URL
+from lab import config
 
-hf_endpoint = HUB_URL
-pip_index_url = INDEX_URL
+hf_endpoint = config.HUB_URL
+pip_index_url = config.INDEX_URL
 
 # The real repos and SGLang builds, as the lab serves them (commits: lab/repos.py builds
-# these exact bytes; tests/unit/test_lab_pins.py keeps the two in step).
+# these exact bytes; tests/unit/test_deployment.py::test_lab_pins_are_the_commits_the_lab_hub_builds
+# keeps the two in step).
 mirrors = dict(
     repos={
         "moonshotai/Kimi-K2.6": "lab/Kimi-K2.6-tiny@301e6e07c505cb089c241b08fd4309967629b1c7",
@@ -22,7 +25,7 @@ mirrors = dict(
     requirements={
         # The DDTree pull request's build, as the lab's second stand-in build.
         "sglang @ git+https://github.com/sgl-project/sglang@refs/pull/29907/head#subdirectory=python":
-            f"sglang @ {WHEELS_URL}sglang-0.5.23+lab.ddtree29907-py3-none-any.whl",
+            f"sglang @ {config.WHEELS_URL}sglang-0.5.23+lab.ddtree29907-py3-none-any.whl",
     },
 )
 

@@ -1,0 +1,29 @@
+"""The running lab fleet (`python -m lab up`), in the same class groups as real inventories.
+
+    pyinfra lab/inventory.py deploy.py
+
+deploys exactly as `pyinfra inventory/ct200.py deploy.py` does. Every host here is also in
+the `lab` group, whose data (lab/group_data/lab.py, which pyinfra loads because it sits
+next to this inventory) points the deploy at the lab's hub, index and tiny models.
+"""
+
+from lab.fleet import SSH_KEY, read_fleet
+from operations.deployment import HOST_CLASSES
+
+_fleet = read_fleet()
+
+for _host_class in HOST_CLASSES:
+    globals()[_host_class] = [
+        (host.name, {
+            "ssh_hostname": host.address,
+            "ssh_user": "root",
+            "ssh_key": str(SSH_KEY),
+            # Lab hosts get fresh host keys whenever they are rebuilt.
+            "ssh_strict_host_key_checking": "off",
+            "ssh_known_hosts_file": "/dev/null",
+        })
+        for host in _fleet
+        if host.host_class == _host_class
+    ]
+
+lab = [host.name for host in _fleet]

@@ -1,0 +1,48 @@
+"""What the suites share: paths, the deploy as a user runs it, group data overrides, the lab CLI."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PYINFRA = Path(sys.executable).parent / "pyinfra"
+LAB_INVENTORY = "lab/inventory.py"  # relative to REPO, as a user types it
+# Where each group's data lives: the lab's next to its inventory, the product's in group_data/.
+GROUP_DATA_DIRS = (REPO / "group_data", REPO / "lab" / "group_data")
+
+
+def lab_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lab", *args], cwd=REPO, capture_output=True,
+                          text=True, check=check)
+
+
+def run_deploy(*args: str, token: str = "hf_lab_granted", group_data: Path | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess:
+    """`pyinfra -y lab/inventory.py deploy.py ARGS` as a user runs it, with HF_TOKEN set to `token`.
+
+    With --dry there is no -y: pyinfra then detects and lists what would change.
+    """
+    extra = ["--group-data", str(group_data)] if group_data else []
+    confirm = [] if "--dry" in args else ["-y"]
+    command = [str(PYINFRA), *confirm, *extra, LAB_INVENTORY, "deploy.py", *args]
+    env = {**os.environ, "HF_TOKEN": token}
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout)
+    result.output = result.stdout + result.stderr
+    return result
+
+
+def group_data_file(group: str) -> Path:
+    """The file holding `group`'s data (group_data/<group>.py, or the lab's lab/group_data/lab.py)."""
+    return next(path for path in (d / f"{group}.py" for d in GROUP_DATA_DIRS) if path.exists())
+
+
+def write_group_data(directory: Path, group: str, code: str) -> Path:
+    """An extra group_data folder (pyinfra --group-data) whose `group`.py overrides keys with `code`.
+
+    `base` holds the group's own values (copy what you change: `copy.deepcopy(base[...])`).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{group}.py").write_text(
+        f"import copy, runpy\nbase = runpy.run_path({str(group_data_file(group))!r})\n{code}\n")
+    return directory

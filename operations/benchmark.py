@@ -24,7 +24,7 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.operations import files
 
 from operations import bench_report
-from operations.deployment import Deployment
+from operations.deployment import Deployment, Speculative
 from operations.failure import fail_host
 from operations.gpu.facts import NvidiaGpus
 from operations.service import _probe_until_ready
@@ -136,13 +136,12 @@ def not_behind_gateway(gateway: str | None, force: bool = False):
     host.noop("no gateway routes to this host" if not gateway else f"forced despite the gateway {gateway}")
 
 
-def _speculative(deployment: Deployment, mode: str) -> dict:
+def _speculative(deployment: Deployment, mode: str) -> Speculative:
     spec = deployment.speculative
-    blocks = spec["num_draft_tokens"]
     if mode == "dflash":
-        return {"algorithm": "DFLASH", "num_draft_tokens": blocks,
-                **({"draft_window_size": spec["draft_window_size"]} if "draft_window_size" in spec else {})}
-    return {"algorithm": "DDTREE", "num_draft_tokens": blocks, "ddtree_budget": spec.get("ddtree_budget", blocks - 1)}
+        return Speculative("DFLASH", spec.num_draft_tokens, draft_window_size=spec.draft_window_size)
+    budget = spec.num_draft_tokens - 1 if spec.ddtree_budget is None else spec.ddtree_budget
+    return Speculative("DDTREE", spec.num_draft_tokens, ddtree_budget=budget)
 
 
 def mode_args(deployment: Deployment, mode: str) -> list[str]:
@@ -324,7 +323,7 @@ def run_sweep(state, host, d: Deployment, plan: Plan, host_class: str, modes: di
     run_id = STARTED.strftime("%Y%m%dT%H%M%SZ")
     out = plan.results_dir / run_id / host.name
     remote_root = f"/var/lib/{BENCH_UNIT}/{run_id}"
-    ready_s = int(host.data.get("ready_timeout_s") or 1800)
+    ready_s = d.ready_timeout_s
     # A bound, not an estimate: every level at 10 tokens/s per request, one request at a time.
     level_budget_s = sum(60 + plan.requests_at(c) * plan.output_tokens // 10 for c in plan.concurrency)
     out.mkdir(parents=True, exist_ok=True)

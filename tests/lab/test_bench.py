@@ -6,14 +6,14 @@ import subprocess
 
 import pytest
 
-from tests.conftest import PYINFRA, REPO, run_deploy
+from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, run_deploy
 from tests.lab.test_deploy import results_table, server_info
 
 pytestmark = pytest.mark.lab
 
 
 def run_bench(host, *data: str) -> subprocess.CompletedProcess:
-    command = [str(PYINFRA), "-y", "inventory/lab.py", "bench.py", "--limit", host.name,
+    command = [str(PYINFRA), "-y", LAB_INVENTORY, "bench.py", "--limit", host.name,
                *(arg for item in data for arg in ("--data", item))]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     result.output = result.stdout + result.stderr

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import re
 import shlex
+import signal
 import subprocess
 import tarfile
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import gevent
 from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.operations import files
@@ -264,9 +266,12 @@ def _start_mode(host, d: Deployment, args: list[str], max_runtime_s: int) -> tup
         " ".join(shlex.quote(a) for a in run) + " 2>&1"]))
 
 
-def _restore(host, d: Deployment, timeout_s: int) -> dict:
-    """Stop the bench unit and start the deployed service; wait until it generates."""
-    _run(host, f"rm -f {SWITCHING}; systemctl stop {BENCH_UNIT} 2>/dev/null; systemctl start {d.service_name}")
+def _restore(host, d: Deployment, remote_root: str, timeout_s: int) -> dict:
+    """Stop a client still running, the bench unit, and start the deployed service; wait until it generates."""
+    clients = (f"for pid in {remote_root}/*/*/client.pid; do dir=${{pid%/client.pid}}; "
+               f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
+    _run(host, f"{clients}; rm -f {SWITCHING}; systemctl stop {BENCH_UNIT} 2>/dev/null; "
+               f"systemctl start {d.service_name}")
     return _probe_until_ready(host, d, timeout_s, 2.0, f"waiting for the deployed {d.service_name} to generate")
 
 
@@ -319,7 +324,39 @@ def specfleet_commit() -> str:
     return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+_SWEEPS: set = set()  # the greenlets of the sweeps in progress (one per host)
+
+
+class Interrupted(Exception):
+    """Ctrl+C during a sweep: the sweep stops and restores its host."""
+
+
+def _interrupt_sweeps(previous):
+    """A SIGINT handler: interrupt the running sweeps (each then restores its host); with none
+    running, pyinfra's own handler (exit)."""
+    def handler(signum, frame):
+        if not _SWEEPS:
+            return previous(signum, frame) if callable(previous) else None
+        for sweep_greenlet in list(_SWEEPS):
+            gevent.kill(sweep_greenlet, Interrupted, block=False)
+        _SWEEPS.clear()
+    return handler
+
+
 def run_sweep(state, host, d: Deployment, plan: Plan, host_class: str, modes: dict, gpus) -> bool:
+    """The sweep on one host (a FunctionCommand); the deployed service is started again whatever happens."""
+    if not _SWEEPS:
+        signal.signal(signal.SIGINT, _interrupt_sweeps(signal.getsignal(signal.SIGINT)))
+    _SWEEPS.add(gevent.getcurrent())
+    try:
+        return _sweep(host, d, plan, host_class, modes, gpus)
+    except Interrupted:  # while writing the results: the host is restored already
+        return False
+    finally:
+        _SWEEPS.discard(gevent.getcurrent())
+
+
+def _sweep(host, d: Deployment, plan: Plan, host_class: str, modes: dict, gpus) -> bool:
     run_id = STARTED.strftime("%Y%m%dT%H%M%SZ")
     out = plan.results_dir / run_id / host.name
     remote_root = f"/var/lib/{BENCH_UNIT}/{run_id}"
@@ -363,8 +400,12 @@ def run_sweep(state, host, d: Deployment, plan: Plan, host_class: str, modes: di
                 result["levels"][str(concurrency)] = level
                 host.log(f"bench {mode}: concurrency {concurrency}: {level['output_tok_s']:.1f} output tok/s, "
                          f"{level['request_s']:.2f} req/s, accept length {level['accept_length']} ({progress})")
+    except Interrupted:
+        host.log_styled("bench interrupted: stopping the client, starting the deployed service again", fg="yellow")
+        failed.append("interrupted")
     finally:
-        back = _restore(host, d, ready_s)
+        _SWEEPS.discard(gevent.getcurrent())  # a second Ctrl+C now exits pyinfra
+        back = _restore(host, d, remote_root, ready_s)
     if not (back.get("ready") and back.get("completion")):
         host.log_styled(f"the deployed {d.service_name} does not generate again ({back.get('error')}): "
                         f"run the deploy to repair it", fg="red")

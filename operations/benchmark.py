@@ -270,8 +270,9 @@ def _restore(host, d: Deployment, remote_root: str, timeout_s: int) -> dict:
     """Stop a client still running, the bench unit, and start the deployed service; wait until it generates."""
     clients = (f"for pid in {remote_root}/*/*/client.pid; do dir=${{pid%/client.pid}}; "
                f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
-    _run(host, f"{clients}; rm -f {SWITCHING}; systemctl stop {BENCH_UNIT} 2>/dev/null; "
-               f"systemctl start {d.service_name}")
+    # The raw results are on the controller by now: the host keeps nothing of the run.
+    _run(host, f"{clients}; rm -rf {remote_root}; rm -f {SWITCHING}; "
+               f"systemctl stop {BENCH_UNIT} 2>/dev/null; systemctl start {d.service_name}")
     return _probe_until_ready(host, d, timeout_s, 2.0, f"waiting for the deployed {d.service_name} to generate")
 
 

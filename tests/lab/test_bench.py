@@ -2,10 +2,12 @@
 stand-in engine (its speed model makes the numbers: modelled, not measured)."""
 
 import json
+import signal
 import subprocess
 
 import pytest
 
+from lab import fleet
 from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, run_deploy
 from tests.lab.test_deploy import results_table, server_info
 
@@ -77,3 +79,22 @@ def test_bench_sweeps_modes_brings_results_back_restores_the_deployment_and_gate
     assert again.returncode == 0, again.output[-3000:]
     for operation, (hosts, success, error, no_change) in results_table(again.output).items():
         assert (success, error) == ("-", "-") and no_change == hosts, f"{operation} changed after the bench"
+
+
+def test_ctrl_c_stops_the_client_and_serves_the_deployed_configuration_again(deployed_lab, pcie_host, tmp_path):
+    command = [str(PYINFRA), "-y", LAB_INVENTORY, "bench.py", "--limit", pcie_host.name, "--data", "modes=ar",
+               "--data", "concurrency=1", "--data", "requests=500", "--data", f"results_dir={tmp_path}"]
+    bench = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in bench.stdout:  # wait until the client runs against the ar server
+        lines.append(line)
+        if "bench ar: concurrency 1, 500 requests" in line:
+            bench.send_signal(signal.SIGINT)
+            break
+    lines += bench.stdout.readlines()
+    assert bench.wait(timeout=300) != 0
+    output = "".join(lines)
+    assert "bench interrupted: stopping the client, starting the deployed service again" in output, output[-3000:]
+    assert server_info(pcie_host)["speculative_algorithm"] == "DFLASH"
+    assert fleet.ssh(pcie_host, "systemctl is-active specfleet-bench || true").strip() == "inactive"
+    assert fleet.ssh(pcie_host, "pgrep -f '[a]iperf profile' || echo none").strip() == "none"

@@ -247,6 +247,11 @@ def _run(host, command: str) -> tuple[bool, str]:
     return ok, output.stdout
 
 
+def _as_user(user: str, command: str) -> str:
+    """`command` run as `user`: what touches the client's directory (which that user can write) never runs as root."""
+    return f"runuser -u {shlex.quote(user)} -- sh -c {shlex.quote(command)}"
+
+
 def _http(host, port: int, path: str, method: str = "GET") -> str:
     ok, out = _run(host, f"python3 -c {shlex.quote(_HTTP)} http://127.0.0.1:{port}{path} {method}")
     return out if ok else ""
@@ -271,7 +276,7 @@ def _restore(host, d: Deployment, remote_root: str, timeout_s: int) -> dict:
     clients = (f"for pid in {remote_root}/*/*/client.pid; do dir=${{pid%/client.pid}}; "
                f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
     # The raw results are on the controller by now: the host keeps nothing of the run.
-    _run(host, f"{clients}; rm -rf {remote_root}; rm -f {SWITCHING}; "
+    _run(host, f"{_as_user(d.service_user, clients)}; rm -rf {remote_root}; rm -f {SWITCHING}; "
                f"systemctl stop {BENCH_UNIT} 2>/dev/null; systemctl start {d.service_name}")
     return _probe_until_ready(host, d, timeout_s, 2.0, f"waiting for the deployed {d.service_name} to generate")
 
@@ -288,15 +293,18 @@ def _level(host, d: Deployment, plan: Plan, remote: str, concurrency: int) -> tu
               "--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--random-seed", "0",
               *client_tokenizer(d, plan.tokenizer),
               "--output-artifact-dir", remote, "--no-auto-plot", "--ui-type", "none"]
-    command = " ".join(shlex.quote(a) for a in client)
-    _run(host, f"mkdir -p {remote} && cd {remote} && "
-               f"(setsid sh -c {shlex.quote(command + ' > client.log 2>&1; echo $? > client.rc')} "
-               f"> /dev/null 2>&1 & echo $! > client.pid)")
+    # As the service user, which runs the server too: with tokenizer=target, the model's tokenizer
+    # code (trust_remote_code) runs from a directory that user owns. Its own session, so the
+    # whole client can be stopped; $$ is that session's process group.
+    script = f"echo $$ > client.pid; {' '.join(shlex.quote(a) for a in client)} > client.log 2>&1; echo $? > client.rc"
+    user = d.service_user
+    _run(host, f"mkdir -p {remote} && chown {shlex.quote(user)} {remote} && cd {remote} && "
+               f"({_as_user(user, 'exec setsid sh -c ' + shlex.quote(script))} > /dev/null 2>&1 &)")
     started = last = time.monotonic()
     while True:
         time.sleep(2)
-        ok, out = _run(host, f"cat {remote}/client.rc 2>/dev/null || echo running; "
-                             f"cat {remote}/profile_export.jsonl 2>/dev/null | wc -l")
+        ok, out = _run(host, _as_user(user, f"cat {remote}/client.rc 2>/dev/null || echo running; "
+                                            f"cat {remote}/profile_export.jsonl 2>/dev/null | wc -l"))
         status, records = (out.split() + ["?", "0"])[:2]
         done = max(0, int(records) - warmup) if records.isdigit() else 0  # warmup requests are recorded too
         if status != "running":
@@ -306,12 +314,12 @@ def _level(host, d: Deployment, plan: Plan, remote: str, concurrency: int) -> tu
             last = time.monotonic()
 
 
-def _fetch(host, remote: str, local: Path) -> None:
+def _fetch(host, user: str, remote: str, local: Path) -> None:
     """Bring a level's directory back (one tarball) and unpack it under `local`."""
     local.mkdir(parents=True, exist_ok=True)
     tarball = local.with_suffix(".tar.gz")
-    _run(host, f"tar -C {remote} -czf {remote}.tar.gz .")
-    host.get_file(f"{remote}.tar.gz", str(tarball))
+    _run(host, _as_user(user, f"cd {remote} && tar --exclude=./level.tar.gz -czf level.tar.gz ."))
+    host.get_file(f"{remote}/level.tar.gz", str(tarball))
     with tarfile.open(tarball) as archive:
         archive.extractall(local, filter="data")
     tarball.unlink()
@@ -328,8 +336,9 @@ def specfleet_commit() -> str:
 _SWEEPS: set = set()  # the greenlets of the sweeps in progress (one per host)
 
 
-class Interrupted(Exception):
-    """Ctrl+C during a sweep: the sweep stops and restores its host."""
+class Interrupted(BaseException):
+    """Ctrl+C during a sweep: the sweep stops and restores its host. A BaseException, like
+    KeyboardInterrupt, so that no `except Exception` on the way (pyinfra's, paramiko's) swallows it."""
 
 
 def _interrupt_sweeps(previous):
@@ -339,7 +348,7 @@ def _interrupt_sweeps(previous):
         if not _SWEEPS:
             return previous(signum, frame) if callable(previous) else None
         for sweep_greenlet in list(_SWEEPS):
-            gevent.kill(sweep_greenlet, Interrupted, block=False)
+            gevent.kill(sweep_greenlet, Interrupted)  # raised in that greenlet at its next switch
         _SWEEPS.clear()
     return handler
 
@@ -387,9 +396,9 @@ def _sweep(host, d: Deployment, plan: Plan, host_class: str, modes: dict, gpus) 
                 host.log(f"bench {mode}: concurrency {concurrency}, {plan.requests_at(concurrency)} requests")
                 ok, progress = _level(host, d, plan, remote, concurrency)
                 info = _http(host, d.port, "/server_info")
-                _run(host, f"cat > {remote}/server_info.json << 'EOF'\n{info}\nEOF")
+                _run(host, _as_user(d.service_user, f"cat > {remote}/server_info.json << 'EOF'\n{info}\nEOF"))
                 local = out / "raw" / mode / f"c{concurrency}"
-                _fetch(host, remote, local)
+                _fetch(host, d.service_user, remote, local)
                 if not ok or not (local / "profile_export_aiperf.json").is_file():
                     result["failed"] = f"the client failed at concurrency {concurrency} (raw/{mode}/c{concurrency}/client.log)"
                     host.log_styled(result["failed"], fg="red")

@@ -4,22 +4,30 @@
     pyinfra inventory/ct200.py deploy.py --dry      # show what would change
 
 Each stage is an operation in operations/; nothing changes on a host until its preflight passes.
+A host whose data cannot be deployed, or whose hub checks fail, is refused with one sentence;
+the other hosts go on.
 """
 
 from pyinfra import host
 
 from operations import preflight, secrets, service, venv, weights
-from operations.deployment import host_class_of, resolve
+from operations.deployment import BadHostData, host_class_of, resolve
 from operations.gpu import nvidia
 
-deployment = resolve(host.data, host_class_of(host.groups))
-snapshots, hub_problems = preflight.hub_snapshots(deployment)
+try:
+    deployment = resolve(host.data, host_class_of(host.groups))  # every knob, parsed and checked
+except BadHostData as problem:
+    deployment = None
+    preflight.refuse(name="Preflight", problem=f"{host.name}: {problem}")
 
-# 1. Preflight: hardware, driver, token and repo access, GPU memory, disk, DDTree build.
-preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems)
+if deployment:
+    snapshots, hub_problems = preflight.hub_snapshots(deployment)
+
+    # 1. Preflight: hardware, driver, token and repo access, GPU memory, disk, DDTree build, exposure.
+    preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems)
 
 # Nothing below is prepared for a host whose hub checks failed: preflight has reported them.
-if not hub_problems:
+if deployment and not hub_problems:
     # 2. The GPU runtime the class needs.
     if deployment.install_driver:
         nvidia.open_driver(name="NVIDIA open driver", branch=deployment.driver_branch, install=True)

@@ -3,9 +3,9 @@ sweep with aiperf next to the server, results and a regression gate on the contr
 
 The deployed unit is never edited: a mode runs as the transient unit `specfleet-bench` (loopback
 only, so no API key is needed and none is handed to the client) while the deployed service is
-stopped, and the deployed service is started again at the end, also after a failure. If the
-controller vanishes mid-run, the transient unit stops by itself after its time limit and its
-ExecStopPost starts the deployed service.
+stopped, and the deployed service is started again at the end, also after a failure or Ctrl+C. If
+the controller vanishes mid-run, the transient unit stops by itself after its time limit and its
+ExecStopPost starts the deployed service. The client runs as the service user, like the server.
 """
 
 import dataclasses

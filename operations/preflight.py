@@ -67,6 +67,34 @@ class WeightsDisk(FactBase):
         return json.loads("\n".join(output))
 
 
+class LoginUser(FactBase):
+    """
+    The user the SSH session logged in as, and whether the deploy's commands run through sudo.
+
+    .. code:: python
+
+        {"user": "deployer", "sudo": True}
+    """
+
+    def command(self) -> str:
+        return 'echo "${SUDO_USER:-$(id -un)} ${SUDO_USER:+sudo}"'
+
+    def process(self, output):
+        user, _, sudo = output[0].partition(" ")
+        return {"user": user, "sudo": sudo == "sudo"}
+
+
+def login_problems(login: dict) -> list[str]:
+    """The deploy logs in as root: its progress polls, readiness probe, journal reads and rollback run
+    on the SSH session itself, where pyinfra's --sudo does not reach, so another user would fail halfway."""
+    if login["user"] == "root" and not login["sudo"]:
+        return []
+    how = f"{login['user']} through sudo" if login["sudo"] else login["user"]
+    return [f"{host.name}: the deploy logged in as {how}, but it must log in as root (its readiness checks, "
+            "journal reads and rollback run outside sudo): connect as root (`User root` in your SSH config, "
+            "or SPECFLEET_SSH_USER=root) with a key only you hold"]
+
+
 def hub_snapshots(deployment: Deployment) -> tuple[dict[str, RepoSnapshot], list[str]]:
     """On the controller: the token works and may download every repo; each repo's commit and files."""
     d = deployment
@@ -205,7 +233,8 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
                         hub_problems=hub_problems)
     """
     d = deployment
-    problems = [f"{host.name}: {problem}" for problem in hub_problems]
+    problems = login_problems(host.get_fact(LoginUser))
+    problems += [f"{host.name}: {problem}" for problem in hub_problems]
     gpu_host = host.get_fact(NvidiaHost)  # one round trip for GPUs, topology, driver, reboot
     gpus = gpu_host["NvidiaGpus"]
     problems += check_gpu_class(host.name, d.host_class, d.expected_gpus, gpus, gpu_host["NvidiaTopology"],

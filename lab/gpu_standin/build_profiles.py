@@ -154,7 +154,7 @@ def profiles() -> dict[str, dict]:
             derived="FAULT: GPU7 missing (7 of 8 visible, like a public HGX B300 report); " + b200_derived,
         ),
         "b300_nvlink": profile(
-            source="synthesized from /work/shared/notes/hosts.md (no capture): 'NVIDIA B300 SXM6 AC', "
+            source="synthesized from NVIDIA's published B300 HGX figures (no capture): 'NVIDIA B300 SXM6 AC', "
             "275040 MiB, compute capability 10.3, NV18 between every pair",
             driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B300 SXM6 AC", 275040, "10.3"),
             topology=synthesized_nvlink_topology(8, legend), nvswitch=True,

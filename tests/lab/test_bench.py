@@ -8,8 +8,7 @@ import subprocess
 import pytest
 
 from lab import fleet
-from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, run_deploy
-from tests.lab.test_deploy import results_table, server_info
+from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, results_table, run_deploy, server_info
 
 pytestmark = pytest.mark.lab
 

@@ -12,7 +12,7 @@ from pyinfra import host
 
 from operations import preflight, secrets, service, venv, weights
 from operations.deployment import BadHostData, host_class_of, resolve
-from operations.gpu import nvidia
+from operations.gpu import nvidia, smoke
 
 try:
     deployment = resolve(host.data, host_class_of(host.groups))  # every knob, parsed and checked
@@ -47,6 +47,7 @@ if deployment and not hub_problems:
     venv.requirement(name="SGLang", path=deployment.venv, distribution="sglang",
                      requirement=deployment.sglang_requirement, index_url=deployment.pip_index_url)
     service.host_scripts(name="Host scripts", deployment=deployment)
+    smoke.allreduce(name="GPU smoke test", deployment=deployment)
 
     # 5. Weights, pinned and verified, fetched by units that survive a dropped connection.
     weights.download(name="Weights", deployment=deployment, snapshots=snapshots,

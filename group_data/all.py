@@ -90,3 +90,6 @@ install_driver = False  # True: install the open-module driver branch below (reb
 driver_branch = "580"
 huggingface_hub_requirement = "huggingface_hub==2.4.0"  # the downloader's own virtualenv
 allow_branch_revisions = False  # True: a branch revision only warns (the weights follow the branch)
+# The GPU smoke test's engine: None runs its own torch.distributed + NCCL workers in the SGLang
+# venv; an absolute path names another program printing the same measurements (the lab's stand-in).
+gpu_smoke_engine = None

@@ -31,6 +31,7 @@ class GpuExpectations:
     driver_min: int  # driver branch
     open_kernel_module: bool
     fabric_manager: bool  # NVSwitch boards
+    allreduce_floor_gbps: int  # GB/s: the GPU smoke test's all-reduce bus bandwidth floor (operations/gpu/smoke.py)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class Deployment:
     ready_timeout_s: int
     remove_api_key: bool  # only this removes a key from a host; the server must then bind to loopback
     allow_branch_revisions: bool  # deploy whatever a branch points at now, with a warning
+    gpu_smoke_engine: str | None  # None: the smoke test's own torch + NCCL workers; else a program's path
 
     @property
     def exposed(self) -> bool:
@@ -252,6 +254,7 @@ def expected_gpus(values: dict) -> GpuExpectations:
         driver_min=_integer("expected_gpus driver_min", values["driver_min"], minimum=1),
         open_kernel_module=_boolean("expected_gpus open_kernel_module", values["open_kernel_module"]),
         fabric_manager=_boolean("expected_gpus fabric_manager", values["fabric_manager"]),
+        allreduce_floor_gbps=_integer("expected_gpus allreduce_floor_gbps", values["allreduce_floor_gbps"], minimum=1),
     )
 
 
@@ -360,6 +363,7 @@ def _resolve(data: Any, host_class: str, profile_name: str, profile: dict) -> De
         ready_timeout_s=_integer("ready_timeout_s", data.ready_timeout_s, minimum=1),
         remove_api_key=_boolean("remove_api_key", data.remove_api_key),
         allow_branch_revisions=_boolean("allow_branch_revisions", data.allow_branch_revisions),
+        gpu_smoke_engine=None if data.gpu_smoke_engine is None else _path("gpu_smoke_engine", data.gpu_smoke_engine),
     )
 
 

@@ -1,7 +1,7 @@
 """The lab's package index: the wheels lab hosts install, served from the controller.
 
     python -m lab.index build --out DIR
-        DIR/wheels/ gets huggingface_hub and its dependencies for the hosts
+        DIR/wheels/ gets huggingface_hub, aiperf and their dependencies for the hosts
         (CPython 3.11, manylinux x86_64, as on Debian bookworm) and the two
         SGLang stand-in wheels built from lab/sglang_standin.
     python -m lab.index serve --dir DIR [--host H] [--port P]
@@ -38,6 +38,8 @@ STANDIN_BUILDS = {
 # Exactly the files of the deploy's committed hash lock, so the hosts' --require-hashes install passes.
 HUB_LOCK = Path(__file__).resolve().parent.parent / "operations" / "locks" / "huggingface_hub==2.4.0.txt"
 HUB_REQUIREMENTS = ["--require-hashes", "-r", str(HUB_LOCK)]
+# The benchmark client's virtualenv (bench.py), resolved on its own: it pins huggingface-hub<2.
+BENCH_REQUIREMENTS = ["aiperf==0.13.0"]
 # The lab hosts, not the controller: CPython 3.11 on bookworm's glibc 2.36.
 # pip takes platforms literally, so name every manylinux tag up to 2.36.
 HOST_PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
@@ -60,13 +62,14 @@ def download_host_wheels(wheels: Path) -> None:
     """pip download for the hosts' platform, skipped when already done: a stamp
     records what was asked for and the files it gave."""
     stamp = wheels / ".host-wheels.json"
-    want = [HUB_REQUIREMENTS, HUB_LOCK.read_text(), HOST_TARGET]
+    want = [HUB_REQUIREMENTS, HUB_LOCK.read_text(), BENCH_REQUIREMENTS, HOST_TARGET]
     if stamp.is_file():
         done = json.loads(stamp.read_text())
         if done["want"] == want and all((wheels / f).is_file() for f in done["files"]):
             return
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels),
-                    *HOST_TARGET, *HUB_REQUIREMENTS], check=True)
+    for requirements in (HUB_REQUIREMENTS, BENCH_REQUIREMENTS):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels),
+                        *HOST_TARGET, *requirements], check=True)
     files = sorted(p.name for p in wheels.glob("*.whl") if not p.name.startswith("sglang-"))
     stamp.write_text(json.dumps({"want": want, "files": files}))
 

@@ -34,6 +34,8 @@ mirrors = dict(
 )
 
 ready_timeout_s = 60  # the stand-in is ready in about a second
+# The benchmark client (bench.py) cannot load the tiny models' tokenizers: a stand-in one.
+bench_tokenizer = "lab/sglang_standin/bench_tokenizer"
 
 # LAB STAND-IN for the GPU smoke test's torch + NCCL (the lab has neither): it answers from the
 # host's GPU profile (lab/host_files/usr/lib/specfleet-lab/gpu-allreduce-standin).

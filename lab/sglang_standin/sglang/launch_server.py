@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import sglang
+from sglang import speed_model
 from sglang.srt.server_args import prepare_server_args
 
 # lab/config.py SGLANG_KNOBS_FILE; the stand-in runs on hosts without lab/.
@@ -68,9 +69,12 @@ def accept_length(args: argparse.Namespace) -> float:
 
 
 def reply(prompt: str, max_tokens: int) -> list[str]:
-    """Deterministic words derived from the prompt."""
-    digest = hashlib.sha256(prompt.encode()).digest()
-    return [WORDS[b % len(WORDS)] for b in digest[: max(1, min(max_tokens, 32))]]
+    """`max_tokens` deterministic words derived from the prompt (a hash chain, 32 words a link)."""
+    words, digest = [], hashlib.sha256(prompt.encode()).digest()
+    while len(words) < max(1, max_tokens):
+        words += [WORDS[b % len(WORDS)] for b in digest]
+        digest = hashlib.sha256(digest).digest()
+    return words[: max(1, max_tokens)]
 
 
 class Server:
@@ -95,6 +99,9 @@ class Server:
         self.max_model_len = args.context_length or text_config.get("max_position_embeddings", 4096)
         self.lock = threading.Lock()
         self.verify_calls = self.generated_tokens = 0
+        # Replies are paced by the lab's speed model (modelled, not measured timings).
+        self.engine = speed_model.Engine(args.speculative_algorithm, args.speculative_num_draft_tokens,
+                                         getattr(args, "speculative_ddtree_budget", None), self.accept_length)
 
     def generate(self, prompt: str, max_tokens: int) -> tuple[list[str], dict]:
         words = reply(prompt, max_tokens)
@@ -117,6 +124,7 @@ class Server:
         info = {k: (None if k in SECRET_ARGS and v else v) for k, v in self.args.resolved_dict().items()}
         info["internal_states"] = [{"avg_spec_accept_length": self.accept_length}]
         info["version"] = sglang.__version__
+        info["lab_speed_model"] = self.engine.describe()
         return info
 
     def metrics(self) -> str:
@@ -212,6 +220,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(503, {"error": "server is starting"})
         params = body.get("sampling_params") or {}
         words, meta = self.app.generate(str(body.get("text", "")), int(params.get("max_new_tokens", 16)))
+        for _ in self.app.engine.steps(len(words)):
+            pass
         meta["finish_reason"] = {"type": "length", "length": len(words)}
         self.send_json(200, {"text": " ".join(words), "meta_info": meta})
 
@@ -227,19 +237,41 @@ class Handler(BaseHTTPRequestHandler):
                  "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
         model = self.app.served_model_name
         if not body.get("stream"):
+            for _ in self.app.engine.steps(len(words)):
+                pass
             return self.send_json(200, {
                 "id": cid, "object": "chat.completion", "created": created, "model": model,
                 "choices": [{"index": 0, "finish_reason": "length",
                              "message": {"role": "assistant", "content": " ".join(words)}}],
                 "usage": usage})
-        # Server-sent events, one word a chunk, as OpenAI streaming clients expect.
-        chunks = [{"role": "assistant", "content": w if i == 0 else " " + w} for i, w in enumerate(words)]
-        events = [{"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                   "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in chunks]
-        events[-1]["choices"][0]["finish_reason"] = "length"
-        events[-1]["usage"] = usage
-        data = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
-        self.send_body(200, data.encode(), "text/event-stream")
+        # Server-sent events, one a decode step (paced by the speed model), as OpenAI
+        # streaming clients expect; the last one carries finish_reason and usage.
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        sent = 0
+        for count in self.app.engine.steps(len(words)):
+            text = " ".join(words[sent:sent + count])
+            event = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                     "choices": [{"index": 0, "finish_reason": None,
+                                  "delta": {"role": "assistant", "content": text if sent == 0 else " " + text}}]}
+            sent += count
+            if sent == len(words):
+                event["choices"][0]["finish_reason"] = "length"
+                event["usage"] = usage
+            self.send_chunk(f"data: {json.dumps(event)}\n\n".encode())
+        self.send_chunk(b"data: [DONE]\n\n")
+        self.send_chunk(b"")
+
+    def send_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def flush_cache(self, _body):
+        self.send_body(200, b"Cache flushed.\nPlease check backend logs for more details. "
+                            b"(When there are running or waiting requests, the operation will not be performed.)\n",
+                       "text/plain")
 
 
 ROUTES = {
@@ -254,6 +286,7 @@ ROUTES = {
     ("GET", "/metrics"): Handler.metrics,
     ("POST", "/generate"): Handler.generate,
     ("POST", "/v1/chat/completions"): Handler.chat,
+    ("POST", "/flush_cache"): Handler.flush_cache,
 }
 
 

@@ -1,0 +1,122 @@
+"""The serving benchmark's pure parts: knobs, each mode's server arguments, the report, the gate,
+and the lab stand-in's speed model."""
+
+import json
+
+import pytest
+
+from lab.sglang_standin.sglang import speed_model
+from operations import bench_report
+from operations.benchmark import mode_args, plan, unit_environment
+from operations.deployment import resolve
+from tests.sglang_real import parse_many_with_real_sglang
+from tests.unit.group_data import host_data
+
+
+def test_plan_defaults_and_refusals(tmp_path):
+    default = plan({})
+    assert default.modes == ("ar", "dflash", "ddtree") and default.concurrency == (1, 4, 16, 64)
+    assert default.requests_at(1) == 16 and default.requests_at(64) == 256 and default.tokenizer == "target"
+    given = plan({"modes": "dflash,ar", "concurrency": "4,1,4", "requests": "6", "force": "true"})
+    assert given.modes == ("dflash", "ar") and given.concurrency == (1, 4) and given.requests_at(4) == 6
+    assert given.force
+    for bad in ({"modes": "ar,eagle"}, {"concurrency": "1,0"}, {"concurrency": "1;rm -rf /"},
+                {"baseline": str(tmp_path / "missing.json")}, {"force": "maybe"},
+                {"max_throughput_drop": "1.5"}, {"bench_tokenizer": "/etc"}):
+        with pytest.raises(ValueError):
+            plan(bad)
+
+
+def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_accepts_them():
+    kimi = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
+    ar, dflash = mode_args(kimi, "ar"), mode_args(kimi, "dflash")
+    assert not [a for a in ar if a.startswith("--speculative")] and "--trust-remote-code" in ar
+    assert ar[ar.index("--host") + 1] == dflash[dflash.index("--host") + 1] == "127.0.0.1"
+    assert dflash[dflash.index("--speculative-algorithm") + 1] == "DFLASH"
+    assert dflash[dflash.index("--speculative-num-draft-tokens") + 1] == "8"
+    assert [r["ok"] for r in parse_many_with_real_sglang([ar, dflash])] == [True, True]
+
+    qwen = resolve(host_data("b200_nvlink", profile="qwen36_ddtree"), "b200_nvlink")
+    ddtree, dflash = mode_args(qwen, "ddtree"), mode_args(qwen, "dflash")
+    assert ddtree[ddtree.index("--speculative-ddtree-budget") + 1] == "15" and "--page-size" in ddtree
+    assert "--speculative-ddtree-budget" not in dflash and "DFLASH" in dflash
+    kimi_ddtree = mode_args(kimi, "ddtree")  # a DFlash profile's drafter verified as a tree
+    assert kimi_ddtree[kimi_ddtree.index("--speculative-ddtree-budget") + 1] == "7"
+    assert kimi_ddtree[kimi_ddtree.index("--page-size") + 1] == "1"
+
+
+def test_bench_server_environment_is_the_units_without_the_api_key():
+    env = unit_environment(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie"))
+    assert env["HF_HUB_OFFLINE"] == "1" and env["NCCL_P2P_LEVEL"] == "SYS"
+    assert "SPECFLEET_API_KEY_FILE" not in env
+
+
+CLIENT_EXPORT = {  # the fields read from aiperf 0.13.0's profile_export_aiperf.json (a lab run)
+    "output_token_throughput": {"unit": "tokens/sec", "avg": 503.5},
+    "request_throughput": {"unit": "requests/sec", "avg": 7.87},
+    "completed_request_count": {"unit": "requests", "avg": 8.0},
+    "time_to_first_token": {"unit": "ms", "avg": 51.4, "p50": 51.6, "p90": 60.3, "p99": 62.0},
+    "inter_token_latency": {"unit": "ms", "avg": 7.1, "p50": 7.2, "p90": 7.2, "p99": 7.2},
+    "inter_chunk_latency": {"unit": "ms", "avg": 25.0, "p50": 25.3, "p90": 26.4, "p99": 33.4},
+    "request_latency": {"unit": "ms", "avg": 501.5, "p50": 501.9, "p90": 510.3, "p99": 510.6},
+    "error_summary": [],
+}
+
+
+def summary_of(throughput: dict[str, float], accept: float, stand_in=True) -> dict:
+    info = {"version": "0.5.23+lab", "internal_states": [{"avg_spec_accept_length": accept}],
+            **({"lab_speed_model": {"step_s": 0.02}} if stand_in else {})}
+    modes = {"ar": {"server_args": ["--port", "30000"], "server_info": info, "levels": {}},
+             "ddtree": {"skipped": "ddtree skipped: no DDTree build is deployed"}}
+    for level, tok_s in throughput.items():
+        export = {**CLIENT_EXPORT, "output_token_throughput": {"avg": tok_s}}
+        modes["ar"]["levels"][level] = bench_report.level_result(export, info)
+    meta = {"host": "h", "host_class": "b200_nvlink", "profile": "qwen36_ddtree", "started": "r",
+            "specfleet_commit": "c", "client": "aiperf==0.13.0", "gpus": [],
+            "workload": {"input_tokens": 64, "output_tokens": 64}}
+    return bench_report.summary(meta, modes)
+
+
+def test_summary_table_and_plots(tmp_path):
+    doc = summary_of({"1": 100.0, "4": 350.0}, 1.0)
+    level = doc["modes"]["ar"]["levels"]["4"]
+    assert level["output_tok_s"] == 350.0 and level["ttft_ms"]["p99"] == 62.0 and level["itl_ms"]["p50"] == 25.3
+    assert level["tpot_ms"]["p50"] == 7.2 and level["accept_length"] == 1.0 and level["request_s"] == 7.87
+    assert doc["stand_in"] and doc["note"] == bench_report.STAND_IN_LABEL and doc["sglang_version"] == "0.5.23+lab"
+    assert doc["modes"]["ddtree"] == {"skipped": "ddtree skipped: no DDTree build is deployed"}
+    assert not summary_of({"1": 1.0}, 1.0, stand_in=False)["stand_in"]
+    written = bench_report.write_report(doc, tmp_path)
+    assert json.loads((tmp_path / "summary.json").read_text()) == doc
+    table = (tmp_path / "summary.md").read_text()
+    assert "| ar | 4 | 350.0 | 1.00x |" in table and "LAB STAND-IN" in table and "no DDTree build" in table
+    for png in written[2:]:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gate_fails_on_throughput_or_accept_length_drops_beyond_the_limits():
+    baseline = summary_of({"1": 100.0, "4": 400.0}, 4.0)
+    assert bench_report.regressions(summary_of({"1": 91.0, "4": 400.0}, 3.85), baseline) == []
+    worse = bench_report.regressions(summary_of({"1": 89.0, "4": 400.0}, 3.7), baseline)
+    assert [(r["concurrency"], r["metric"]) for r in worse] == [
+        ("1", "output tok/s"), ("1", "accept length"), ("4", "accept length")]
+    assert "| ar | 1 | output tok/s | 100.00 | 89.00 | -11.0% | -10% |" in bench_report.regression_table(worse)
+    assert bench_report.regressions(summary_of({"1": 89.0}, 4.0), baseline, max_throughput_drop=0.2) == []
+    other = {**baseline, "profile": "kimi_k26_dflash"}
+    with pytest.raises(ValueError, match="same class and profile"):
+        bench_report.regressions(summary_of({"1": 100.0}, 4.0), other)
+    with pytest.raises(ValueError, match="none of this run's"):
+        bench_report.regressions(summary_of({"16": 100.0}, 4.0), baseline)
+
+
+def test_speed_model_shares_a_step_budget_so_speculation_gains_less_at_high_concurrency():
+    def throughput(batch, width, accept, speculative):
+        return batch * accept / speed_model.step_seconds(batch, width, speculative)
+
+    assert speed_model.step_seconds(1, 1, False) == speed_model.STEP_S
+    assert speed_model.step_seconds(64, 8, False) == 8 * speed_model.STEP_S
+    assert [speed_model.tokens_after(k, 3.45) for k in (1, 2, 3)] == [3, 6, 10]
+    dflash = speed_model.width("DFLASH", 8, None)
+    low = throughput(1, dflash, 3.45, True) / throughput(1, 1, 1.0, False)
+    high = throughput(64, dflash, 3.45, True) / throughput(64, 1, 1.0, False)
+    assert low == pytest.approx(3.45 / 1.25) and high < 1 < low
+    assert speed_model.width("DDTREE", 16, 15) == 16 and speed_model.width(None, 8, None) == 1

@@ -4,22 +4,25 @@
     pyinfra inventory/ct200.py deploy.py --dry      # show what would change
 
 Each stage is an operation in operations/; nothing changes on a host until its preflight passes.
+Hosts of the `gateway` group also get SGLang's model gateway, last (stage 7); a gateway-only
+host (in no class group) has no GPU and gets only that.
 """
 
-from pyinfra import host
+from pyinfra import host, inventory
 
-from operations import preflight, secrets, service, venv, weights
+from operations import gateway, preflight, secrets, service, venv, weights
 from operations.deployment import host_class_of, resolve
 from operations.gpu import nvidia
 
-deployment = resolve(host.data, host_class_of(host.groups))
-snapshots, hub_problems = preflight.hub_snapshots(deployment)
+deployment = resolve(host.data, host_class_of(host.groups)) if gateway.serves_model(host.groups) else None
+if deployment:
+    snapshots, hub_problems = preflight.hub_snapshots(deployment)
 
-# 1. Preflight: hardware, driver, token and repo access, GPU memory, disk, DDTree build.
-preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems)
+    # 1. Preflight: hardware, driver, token and repo access, GPU memory, disk, DDTree build.
+    preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems)
 
 # Nothing below is prepared for a host whose hub checks failed: preflight has reported them.
-if not hub_problems:
+if deployment and not hub_problems:
     # 2. The GPU runtime the class needs.
     if deployment.install_driver:
         nvidia.open_driver(name="NVIDIA open driver", branch=deployment.driver_branch, install=True)
@@ -49,3 +52,17 @@ if not hub_problems:
                              inputs=service.inputs(deployment, snapshots), restart_when=[api_key])
     service.ready(name="SGLang generates", deployment=deployment, restarted=unit,
                   timeout_s=deployment.ready_timeout_s)
+
+# 7. The gateway, after every worker's readiness (pyinfra runs each operation on all hosts before
+#    the next): smg in its own virtualenv, its key, its unit, then the inventory's workers registered.
+if gateway.GROUP in host.groups:
+    g = gateway.resolve_gateway(host.data)
+    service.user(name="Gateway user", user=g.user, home=g.home)
+    gateway_key = gateway.api_key(name="Gateway API key", gateway=g)
+    smg = venv.requirement(name="smg", path=g.venv, distribution="smg", requirement=g.requirement,
+                           index_url=g.pip_index_url)
+    launcher = gateway.scripts(name="Gateway scripts", gateway=g)
+    gateway_unit = gateway.configure(name="Gateway service", gateway=g, inputs=g.requirement,
+                                     restart_when=[gateway_key, smg, launcher])
+    gateway.register_workers(name="Gateway workers", gateway=g, wanted=gateway.workers(inventory, host, g.model),
+                             restarted=gateway_unit)

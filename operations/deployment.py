@@ -167,7 +167,6 @@ def resolve(data: Any, host_class: str) -> Deployment:
     tuning = data.sglang_tuning
     mirrors = data.mirrors or {}
     requirements = mirrors.get("requirements", {})
-    target_name = profile["target"]["repo"]
 
     def repo(role: str) -> Repo:
         repo_id, revision = _mirror_repo(mirrors, profile[role]["repo"], profile[role]["revision"])
@@ -192,7 +191,7 @@ def resolve(data: Any, host_class: str) -> Deployment:
         draft_attention_backend=backends[1],
         tp_size=_integer("tp_size", tuning["tp_size"], minimum=1),
         mem_fraction_static=float(tuning["mem_fraction_static"]),
-        served_model_name=profile.get("served_model_name") or target_name,
+        served_model_name=served_model_name(data),
         extra_args=(*tuning.get("extra_args", ()), *profile.get("server_args", ())),
         env={**tuning.get("env", {}), **profile.get("env", {})},
         service_name=data.service_name,
@@ -211,6 +210,12 @@ def resolve(data: Any, host_class: str) -> Deployment:
         verify_weights=_boolean("verify_weights", data.verify_weights),
         ready_timeout_s=_integer("ready_timeout_s", data.ready_timeout_s, minimum=1),
     )
+
+
+def served_model_name(data: Any) -> str:
+    """The model name the host's profile serves under (its workers' and its gateway's)."""
+    profile = data.profiles[data.profile]
+    return profile.get("served_model_name") or profile["target"]["repo"]
 
 
 def host_class_of(group_names) -> str:

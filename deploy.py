@@ -53,8 +53,9 @@ if deployment and not hub_problems:
     service.ready(name="SGLang generates", deployment=deployment, restarted=unit,
                   timeout_s=deployment.ready_timeout_s)
 
-# 7. The gateway, after every worker's readiness (pyinfra runs each operation on all hosts before
-#    the next): smg in its own virtualenv, its key, its unit, then the inventory's workers registered.
+# 7. The gateway, after every worker's readiness (every host passes `workers_done`, which orders the
+#    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers registered.
+gateway.workers_done(name="Workers done")
 if gateway.GROUP in host.groups:
     g = gateway.resolve_gateway(host.data)
     service.user(name="Gateway user", user=g.user, home=g.home)

@@ -161,6 +161,24 @@ def workers(inventory, gateway_host, model: str) -> list[Worker]:
     return found
 
 
+@operation()
+def workers_done():
+    """
+    The point every host passes between the workers' stages and the gateway's: pyinfra orders
+    operations by each host's own sequence, so without an operation that workers and gateway
+    hosts share, a gateway-only host would register workers before they serve.
+
+    **Example:**
+
+    .. code:: python
+
+        gateway.workers_done(name="Workers done")
+    """
+    host.noop("the gateway stage starts after every worker's readiness")
+    return
+    yield  # an operation is a generator
+
+
 class GatewayWorkers(FactBase):
     """
     The gateway's registered workers of one model and its /readiness (host_scripts/gateway_workers.py).

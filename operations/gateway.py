@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import time
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
@@ -331,11 +332,13 @@ def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker]) -> bool:
     command = " ".join(shlex.quote(part) for part in (
         "python3", gateway.script, str(gateway.port), gateway.key_file, gateway.model, "sync",
         str(gateway.register_timeout_s), "--register", *register, "--inventory", *(w.url for w in wanted)))
+    started = time.monotonic()
     ok, output = host.run_shell_command(command)
     if not ok:
         host.log_styled(f"gateway workers not converged: {output.stderr or output.stdout}", fg="red")
         return False
     result = json.loads(output.stdout_lines[-1])
     host.log_styled(f"gateway {gateway.model}: registered {result['added'] or 'none'}, "
-                    f"removed {result['removed'] or 'none'}; {len(register)} workers ready", fg="green")
+                    f"removed {result['removed'] or 'none'}; {len(register)} workers ready "
+                    f"({time.monotonic() - started:.1f} s)", fg="green")
     return True

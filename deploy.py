@@ -4,21 +4,28 @@
     pyinfra inventory/ct200.py deploy.py --dry      # show what would change
 
 Each stage is an operation in operations/; nothing changes on a host until its preflight passes.
-Hosts of the `gateway` group also get SGLang's model gateway, last (stage 7); a gateway-only
-host (in no class group) has no GPU and gets only that.
+A host whose data cannot be deployed, or whose hub checks fail, is refused with one sentence;
+the other hosts go on. Hosts of the `gateway` group also get SGLang's model gateway, last
+(stage 7); a gateway-only host (in no class group) has no GPU and gets only that.
 """
 
 from pyinfra import host, inventory
 
 from operations import gateway, preflight, secrets, service, venv, weights
-from operations.deployment import host_class_of, resolve
-from operations.gpu import nvidia
+from operations.deployment import BadHostData, host_class_of, resolve
+from operations.gpu import nvidia, smoke
 
-deployment = resolve(host.data, host_class_of(host.groups)) if gateway.serves_model(host.groups) else None
+deployment = None
+try:
+    if gateway.serves_model(host.groups):
+        deployment = resolve(host.data, host_class_of(host.groups))  # every knob, parsed and checked
+except BadHostData as problem:
+    preflight.refuse(name="Preflight", problem=f"{host.name}: {problem}")
+
 if deployment:
     snapshots, hub_problems = preflight.hub_snapshots(deployment)
 
-    # 1. Preflight: hardware, driver, token and repo access, GPU memory, disk, DDTree build.
+    # 1. Preflight: hardware, driver, token and repo access, GPU memory, disk, DDTree build, exposure.
     preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems)
 
 # Nothing below is prepared for a host whose hub checks failed: preflight has reported them.
@@ -42,6 +49,7 @@ if deployment and not hub_problems:
     venv.requirement(name="SGLang", path=deployment.venv, distribution="sglang",
                      requirement=deployment.sglang_requirement, index_url=deployment.pip_index_url)
     service.host_scripts(name="Host scripts", deployment=deployment)
+    smoke.allreduce(name="GPU smoke test", deployment=deployment)
 
     # 5. Weights, pinned and verified, fetched by units that survive a dropped connection.
     weights.download(name="Weights", deployment=deployment, snapshots=snapshots,
@@ -55,7 +63,8 @@ if deployment and not hub_problems:
 
 # 7. The gateway, after every worker's readiness (every host passes `workers_done`, which orders the
 #    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers registered.
-gateway.workers_done(name="Workers done")
+if any(gateway.GROUP in other.groups for other in inventory):
+    gateway.workers_done(name="Workers done")
 if gateway.GROUP in host.groups:
     g = gateway.resolve_gateway(host.data)
     service.user(name="Gateway user", user=g.user, home=g.home)

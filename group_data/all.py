@@ -9,8 +9,9 @@ profile = "kimi_k26_dflash"
 
 # Each profile names the target model, its drafter, the speculative algorithm and
 # the SGLang build that serves it. Revisions are hub commits: set them to the
-# commits you validated (`hf models info REPO`); a branch name is resolved to its
-# current commit at preflight and the deploy warns that the weights are unpinned.
+# commits you validated (`hf models info REPO`). A branch name is refused at preflight,
+# which names the commit it points at now; allow_branch_revisions=true deploys it anyway
+# with a warning. A git requirement (DDTree's build) is refused unless it names a commit too.
 profiles = {
     # Kimi K2.6 (1T MoE, MLA, ~595 GB) with z-lab's gated DFlash drafter.
     "kimi_k26_dflash": dict(
@@ -49,7 +50,9 @@ profiles = {
             "--mamba-radix-cache-strategy", "extra_buffer",  # hybrid model + speculation + radix cache
         ],
         env=dict(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN="1"),  # z-lab's Qwen3.6 recipe
-        # DDTree is in no SGLang release up to 0.5.23: it lives in open PR #29907.
+        # DDTree is in no SGLang release up to 0.5.23: it lives in open PR #29907. Replace the
+        # pull request's ref with the commit you validated (`git ls-remote
+        # https://github.com/sgl-project/sglang refs/pull/29907/head`): preflight refuses a moving ref.
         sglang=dict(
             requirement="sglang @ git+https://github.com/sgl-project/sglang@refs/pull/29907/head#subdirectory=python",
             version="0.5.23",
@@ -64,7 +67,10 @@ mirrors = dict(repos={}, requirements={})
 
 hf_endpoint = None  # None: the public hub; set for a private hub or mirror
 hf_token_env = "HF_TOKEN"  # read on the controller; else its huggingface_hub token file
-api_key_env = "SPECFLEET_API_KEY"  # if set on the controller, the server requires it
+# If set on the controller, the server requires this key (/etc/specfleet/api-key, 0600). Unset,
+# a key already on the host stays; only remove_api_key=true removes it.
+api_key_env = "SPECFLEET_API_KEY"
+remove_api_key = False
 pip_index_url = None  # None: PyPI
 
 service_name = "sglang"
@@ -72,7 +78,9 @@ service_user = "sglang"
 install_dir = "/opt/specfleet"  # virtualenvs, host-side scripts
 weights_dir = "/srv/specfleet/models"  # one directory per repo
 config_dir = "/etc/specfleet"  # unit environment file; the API key (0600)
-bind_address = "0.0.0.0"
+# Loopback: only the host itself (or a gateway on it) reaches the server. Any other address
+# needs an API key: preflight refuses a server reachable beyond loopback without one.
+bind_address = "127.0.0.1"
 port = 30000
 enable_metrics = True  # /metrics with sglang:spec_accept_length
 
@@ -81,3 +89,7 @@ verify_weights = False  # True (or --data verify_weights=true): hash every file 
 install_driver = False  # True: install the open-module driver branch below (reboots if it changed)
 driver_branch = "580"
 huggingface_hub_requirement = "huggingface_hub==2.4.0"  # the downloader's own virtualenv
+allow_branch_revisions = False  # True: a branch revision only warns (the weights follow the branch)
+# The GPU smoke test's engine: None runs its own torch.distributed + NCCL workers in the SGLang
+# venv; an absolute path names another program printing the same measurements (the lab's stand-in).
+gpu_smoke_engine = None

@@ -9,6 +9,10 @@ expected_gpus = dict(
     driver_min="580",  # SGLang 0.5.23 wheels are CUDA 13 builds
     open_kernel_module=True,  # Blackwell data-center parts require the open modules
     fabric_manager=True,  # NVSwitch: without fabric manager CUDA fails with error 802
+    # GPU smoke test: NCCL all-reduce bus bandwidth (GB/s, at 512 MiB) that proves NVLink. Above any
+    # PCIe path (a real 2x H200 pair read 27.2 with NCCL_P2P_DISABLE=1; PCIe Gen5 x16 carries ~64 each
+    # way), well below NVLink (the same pair read 313 over NV18): tests/fixtures/nvidia-smi/h200-x2-smoke.
+    allreduce_floor_gbps=150,
 )
 
 sglang_tuning = dict(

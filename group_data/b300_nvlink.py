@@ -9,6 +9,7 @@ expected_gpus = dict(
     driver_min="580",
     open_kernel_module=True,
     fabric_manager=True,
+    allreduce_floor_gbps=150,  # NVLink territory, as b200_nvlink.py explains
 )
 
 sglang_tuning = dict(

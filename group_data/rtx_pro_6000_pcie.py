@@ -11,6 +11,10 @@ expected_gpus = dict(
     driver_min="580",  # SGLang 0.5.23 wheels are CUDA 13 builds: driver branch 580+
     open_kernel_module=True,  # Blackwell PRO cards only work with the open modules
     fabric_manager=False,  # no NVSwitch: fabric manager fails on such boxes (gpu-operator#610)
+    # GPU smoke test: NCCL all-reduce bus bandwidth floor (GB/s, at 512 MiB). 8 PCIe Gen5 cards read
+    # ~28 (8x RTX 5090, NVIDIA/nccl#1639); a link trained down or a path through a starved CPU falls
+    # far below. A hanging P2P all-reduce (nccl#1999) fails on the smoke test's timeout instead.
+    allreduce_floor_gbps=5,
 )
 
 sglang_tuning = dict(

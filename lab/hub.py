@@ -1,7 +1,7 @@
 """A Hugging Face Hub stand-in that huggingface_hub 2.4 downloads from as from huggingface.co.
 
 Serves the repos lab.repos writes, over plain HTTP, with the endpoints,
-headers and error codes listed in /work/shared/notes/hfhub.md §2. LFS files
+headers and error codes the real huggingface_hub 2.4 client was seen to need. LFS files
 are redirected to a second port (the "CDN"), which, like S3, refuses requests
 that carry Authorization. Standard library only: it runs on the controller
 before any package index exists.

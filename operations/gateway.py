@@ -23,7 +23,7 @@ from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
-from operations.deployment import HOST_CLASSES, host_class_of, resolve, served_model_name
+from operations.deployment import HOST_CLASSES, BadHostData, host_class_of, resolve, served_model_name
 from operations.failure import fail_host
 from operations.filestate import FileStates, matches, sha1_of
 from operations.service import ServiceState
@@ -145,7 +145,11 @@ def workers(inventory, gateway_host, model: str) -> list[Worker]:
     for worker in inventory:
         if not serves_model(worker.groups):
             continue
-        d = resolve(worker.data, host_class_of(worker.groups))
+        try:
+            d = resolve(worker.data, host_class_of(worker.groups))
+        except BadHostData as problem:  # refused on its own host too
+            found.append(Worker(worker.name, "", f"{worker.name}: {problem}"))
+            continue
         if d.served_model_name != model:
             continue
         if worker is gateway_host:

@@ -1,9 +1,13 @@
 """What the suites share: paths, the deploy as a user runs it, group data overrides, the lab CLI."""
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+from lab import fleet
 
 REPO = Path(__file__).resolve().parent.parent
 PYINFRA = Path(sys.executable).parent / "pyinfra"
@@ -46,3 +50,28 @@ def write_group_data(directory: Path, group: str, code: str) -> Path:
     (directory / f"{group}.py").write_text(
         f"import copy, runpy\nbase = runpy.run_path({str(group_data_file(group))!r})\n{code}\n")
     return directory
+
+
+def results_table(output: str) -> dict[str, list[str]]:
+    """pyinfra's closing table: operation -> [hosts, success, error, no change]."""
+    table = output.split("--> Results:")[1].split("-->")[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) == 5 and cells[0] != "Grand total":
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def operations_started(output: str) -> list[str]:
+    return re.findall(r"--> Starting operation: (.+?) *$", output, flags=re.M)
+
+
+def server_info(host) -> dict:
+    """/server_info of the SGLang server on a lab host, asked on the host itself."""
+    return json.loads(fleet.ssh(host, "curl -sf -m 10 localhost:30000/server_info"))
+
+
+def main_pid(host, unit: str = "sglang") -> str:
+    """A unit's main pid and start time on a lab host: equal only if it was not restarted."""
+    return fleet.ssh(host, f"systemctl show -p MainPID -p ExecMainStartTimestampMonotonic --value {unit}").strip()

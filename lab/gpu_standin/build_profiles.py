@@ -4,7 +4,13 @@
 
 Reproducible: the same captures give byte-identical profiles (a test checks the committed
 ones). Where a profile departs from its capture (a newer driver, a fault), profile.json
-says so under "derived"; b300_nvlink has no capture and says "synthesized".
+says so under "derived"; b300_nvlink has no capture and says "synthesized". The captures are
+read with plain text operations here, never with operations.gpu's parsers: the stand-in
+answers what the capture holds, so a parser bug cannot hide itself by agreeing with itself.
+
+A profile holds what does not change on a host (GPUs, topology, NVSwitch, driver at boot, the
+all-reduce figures of the smoke test's lab stand-in); persistence mode and fabric registration
+are the host's state, which the nvidia-smi stand-in reads from the running daemons.
 """
 
 from __future__ import annotations
@@ -16,10 +22,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-from operations.gpu.parse import parse_smi_q  # noqa: E402
-
 CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
+SMOKE_CAPTURE = CAPTURES / "h200-x2-smoke"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 BUS_ID = re.compile(r"\b[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.\d\b")
 # Two NVSwitch chips on an HGX B200/B300 baseboard: entries the fact only counts.
@@ -30,12 +34,26 @@ def zeroed_uuid(index: int) -> str:
     return f"GPU-{index:08d}-0000-0000-0000-{index:012d}"
 
 
-def gpu_entry(index, name, memory_mib, compute_cap, bus_id, fabric):
-    return dict(
-        index=index, name=name, memory_total_mib=memory_mib, compute_cap=compute_cap,
-        persistence_mode="Enabled", mig_mode="Disabled", pci_bus_id=bus_id, uuid=zeroed_uuid(index),
-        fabric_state="Completed" if fabric else None, fabric_status="Success" if fabric else None,
-    )
+def gpu_entry(index, name, memory_mib, compute_cap, bus_id):
+    return dict(index=index, name=name, memory_total_mib=memory_mib, compute_cap=compute_cap, mig_mode="Disabled",
+                pci_bus_id=bus_id, uuid=zeroed_uuid(index))
+
+
+def captured_gpus(q_text: str) -> list[tuple[str, str, int]]:
+    """(bus id, product name, FB memory total MiB) of each GPU block of a real -q capture."""
+    blocks = re.split(r"(?m)^GPU (?=[0-9A-F]{8}:)", q_text)[1:]
+    return [(block.split()[0], re.search(r"(?m)^    Product Name +: (.+)$", block).group(1).strip(),
+             int(re.search(r"(?m)^    FB Memory Usage\n        Total +: (\d+) MiB", block).group(1)))
+            for block in blocks]
+
+
+def allreduce(record_file: str, note: str) -> dict:
+    """The smoke test's figures for the lab's all-reduce stand-in: bus bandwidth by message size
+    from a real run's record (tests/fixtures/nvidia-smi/h200-x2-smoke)."""
+    record = json.loads(next(line for line in (SMOKE_CAPTURE / record_file).read_text().splitlines()
+                             if line.startswith("{")))
+    return dict(source=f"tests/fixtures/nvidia-smi/h200-x2-smoke/{record_file} ({note})",
+                busbw_gbps={str(result["bytes"]): result["busbw_gbps"] for result in record["results"]})
 
 
 def driver_version_file(version: str) -> str:
@@ -99,18 +117,18 @@ def profiles() -> dict[str, dict]:
     b200_topology = (b200_capture / "topo.txt").read_text()
     b200_topology_tabs = (b200_capture / "topo_normalized.txt").read_text()
     rtx_q = zero_identifiers((rtx_capture / "smi_q.txt").read_text())
-    rtx_gpus = [
-        gpu_entry(i, gpu["name"], gpu["memory_total_mib"], "12.0", gpu["pci_bus_id"], fabric=False)
-        for i, gpu in enumerate(parse_smi_q(rtx_q.splitlines())["gpus"])
-    ]
+    rtx_gpus = [gpu_entry(i, name, memory, "12.0", bus_id) for i, (bus_id, name, memory) in enumerate(captured_gpus(rtx_q))]
+    nvlink_figures = allreduce("record.json", "a real 2x H200 NVLink pair's figures, not this board's")
+    pcie_figures = allreduce("p2p-disabled.txt", "the same real pair with NCCL_P2P_DISABLE=1: a PCIe/host-memory path")
 
     def nvlink_gpus(name, memory_mib, compute_cap, count=8):
-        return [gpu_entry(i, name, memory_mib, compute_cap, b200_bus_ids[i], fabric=True) for i in range(count)]
+        return [gpu_entry(i, name, memory_mib, compute_cap, b200_bus_ids[i]) for i in range(count)]
 
-    def profile(source, driver, cuda, gpus, topology, q_text=None, nvswitch=False, **notes):
+    def profile(source, driver, cuda, gpus, topology, allreduce, q_text=None, nvswitch=False, **notes):
+        described = dict(source=source, **notes, driver_version=driver, cuda_version=cuda, nvswitch=nvswitch,
+                         allreduce=allreduce, gpus=gpus)
         files = {
-            "profile.json": json.dumps(
-                dict(source=source, **notes, driver_version=driver, cuda_version=cuda, gpus=gpus), indent=2) + "\n",
+            "profile.json": json.dumps(described, indent=2) + "\n",
             "topo.txt": topology,
             "proc-driver/nvidia/version": driver_version_file(driver),
         }
@@ -130,34 +148,45 @@ def profiles() -> dict[str, dict]:
     return {
         "rtx_pro_6000_pcie": profile(
             **rtx, driver="595.58.03", cuda="13.2", gpus=rtx_gpus, topology=(rtx_capture / "topo.txt").read_text(),
-            q_text=rtx_q, capture="tests/fixtures/nvidia-smi/rtxpro6000se-8x-pcie",
+            q_text=rtx_q, capture="tests/fixtures/nvidia-smi/rtxpro6000se-8x-pcie", allreduce=pcie_figures,
             derived="serials/UUIDs zeroed; compute capability 12.0 from the notes (the capture has none)",
         ),
         "rtx_pro_6000_pcie_old_driver": profile(
             **rtx, driver="570.124.06", cuda="12.8", gpus=rtx_gpus, topology=(rtx_capture / "topo.txt").read_text(),
-            q_text=rtx_q.replace("595.58.03", "570.124.06").replace(": 13.2\n", ": 12.8\n"),
+            q_text=rtx_q, allreduce=pcie_figures,
             derived="FAULT: driver 570.124.06 / CUDA 12.8 (below the 580 branch) instead of 595.58.03 / 13.2",
+        ),
+        "rtx_pro_6000_pcie_p2p_hang": profile(
+            **rtx, driver="595.58.03", cuda="13.2", gpus=rtx_gpus, topology=(rtx_capture / "topo.txt").read_text(),
+            q_text=rtx_q, allreduce=dict(source="FAULT: the P2P all-reduce never completes (NVIDIA/nccl#1999)", hang=True),
+            derived="FAULT: the all-reduce hangs, as reported for P2P on this card; the rest as rtx_pro_6000_pcie",
         ),
         "b200_nvlink": profile(
             **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0"),
             topology=b200_topology, capture="tests/fixtures/nvidia-smi/b200-8x-nvlink", derived=b200_derived,
+            allreduce=nvlink_figures,
         ),
         "b200_nvlink_degraded": profile(
             **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0"),
-            topology=edit_topology(b200_topology_tabs, pcie_only_gpu=3),
+            topology=edit_topology(b200_topology_tabs, pcie_only_gpu=3), allreduce=pcie_figures,
             derived="FAULT: GPU3 reaches the others over PCIe only (NODE/SYS), like the public degraded report; "
             + b200_derived,
         ),
         "b200_nvlink_7gpu": profile(
             **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0", count=7),
-            topology=edit_topology(b200_topology_tabs, drop_gpu=7),
+            topology=edit_topology(b200_topology_tabs, drop_gpu=7), allreduce=nvlink_figures,
             derived="FAULT: GPU7 missing (7 of 8 visible, like a public HGX B300 report); " + b200_derived,
         ),
+        "b200_nvlink_slow_allreduce": profile(
+            **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0"),
+            topology=b200_topology, allreduce=pcie_figures,
+            derived="FAULT: topo -m reads NV18 everywhere but the all-reduce runs at PCIe speed; " + b200_derived,
+        ),
         "b300_nvlink": profile(
-            source="synthesized from /work/shared/notes/hosts.md (no capture): 'NVIDIA B300 SXM6 AC', "
+            source="synthesized from NVIDIA's published B300 HGX figures (no capture): 'NVIDIA B300 SXM6 AC', "
             "275040 MiB, compute capability 10.3, NV18 between every pair",
             driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B300 SXM6 AC", 275040, "10.3"),
-            topology=synthesized_nvlink_topology(8, legend), nvswitch=True,
+            topology=synthesized_nvlink_topology(8, legend), nvswitch=True, allreduce=nvlink_figures,
         ),
     }
 

@@ -30,3 +30,7 @@ mirrors = dict(
 )
 
 ready_timeout_s = 60  # the stand-in is ready in about a second
+
+# LAB STAND-IN for the GPU smoke test's torch + NCCL (the lab has neither): it answers from the
+# host's GPU profile (lab/host_files/usr/lib/specfleet-lab/gpu-allreduce-standin).
+gpu_smoke_engine = "/usr/lib/specfleet-lab/gpu-allreduce-standin"

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from .parse import parse_query_csv, parse_smi_q, parse_smi_table, parse_smi_xml, parse_topology
+from .products import interconnect_by_product
 
 GROUP_DATA_DIR = Path(__file__).resolve().parents[2] / "group_data"
 
@@ -51,9 +52,10 @@ def host_class_for(gpu_name: str | None, interconnect: str | None, classes: dict
 
 
 def classify_dir(capture_dir: Path, classes: dict[str, dict] | None = None) -> dict:
-    """Summarize the captures in `capture_dir`; a field no file tells is None (so interconnect
-    and degraded are None without topo.txt; with it, interconnect is 'unknown' when the pairs
-    are mixed or there is no pair).
+    """Summarize the captures in `capture_dir`; a field no file tells is None. With topo.txt,
+    interconnect is what its GPU pairs read ('unknown' when mixed or there is no pair);
+    without it, the GPUs' product may tell (operations/gpu/products.py: cards that have no
+    NVLink are 'pcie', and not degraded), else interconnect and degraded are None.
 
     Raises FileNotFoundError when the folder holds no readable capture.
     """
@@ -89,14 +91,15 @@ def classify_dir(capture_dir: Path, classes: dict[str, dict] | None = None) -> d
     counts = [len(reading["gpus"]) for reading in readings if reading.get("gpus")]
     if not counts and topology and topology["gpus"]:
         counts = [len(topology["gpus"])]
+    by_product = interconnect_by_product(names)  # only where no topology was read
     result = dict(
         gpu_name=most_common(names),
         gpu_count=counts[0] if counts else None,
         memory_total_mib=min(memories) if memories else None,
         driver_version=next((version for version in driver_versions if version), None),
         compute_capability=most_common(per_gpu("compute_capability")),
-        interconnect=topology["interconnect"] if topology else None,
-        degraded=topology["degraded"] if topology else None,
+        interconnect=topology["interconnect"] if topology else by_product,
+        degraded=topology["degraded"] if topology else (False if by_product else None),
     )
     classes = load_class_expectations() if classes is None else classes
     result["host_class"] = host_class_for(result["gpu_name"], result["interconnect"], classes)

@@ -72,7 +72,8 @@ def parse_query_csv(lines: list[str], fields: list[str] | None = None) -> list[d
 # findall splits glued cells such as 'PXBNODE' or 'SYSSYS' as published in real reports.
 TOPO_CELL = re.compile(r"NV\d+|PIX|PXB|PHB|NODE|SYS|X")
 TOPO_DEVICE = re.compile(r"^(GPU|NIC)(\d+)$")
-TOPO_GPU_ROW = re.compile(r"^\s*(GPU\d+)\s+(.*)$")
+# A data row: a device label, then cells (the first is X, NV# or a PCIe word, glued or not).
+TOPO_ROW = re.compile(r"^\s*((?:GPU|NIC)\d+)\s+((?:NV\d+|PIX|PXB|PHB|NODE|SYS|X)\b.*)$")
 
 
 def parse_topology(lines: list[str]) -> dict:
@@ -83,17 +84,17 @@ def parse_topology(lines: list[str]) -> dict:
     when every GPU pair is NV#, ``pcie`` when none is, else ``unknown`` (also with fewer
     than two GPUs: no pair, nothing to read). ``degraded`` is True when some pairs are
     NVLink and some GPU has no NVLink at all (an NVLink board with a GPU that fell back).
+
+    Columns are read from the header row; pasted without it, the columns follow the row
+    labels in order (nvidia-smi prints rows and columns in the same device order).
     """
     clean = [ANSI_ESCAPE.sub("", line).rstrip() for line in lines]
-    header = next((line for line in clean if re.search(r"\bGPU0\b", line) and not line.startswith("GPU")), None)
-    if header is None:
-        return _topology([], {})
+    rows = [match.groups() for line in clean if (match := TOPO_ROW.match(line))]
+    header = next((line for line in clean if re.search(r"\bGPU0\b", line) and not TOPO_ROW.match(line)), None)
     # Device columns come first; CPU/NUMA affinity columns follow and are not links.
-    columns = [token for token in header.split() if TOPO_DEVICE.match(token)]
-    cells = {}
-    for line in clean:
-        if row := TOPO_GPU_ROW.match(line):
-            cells[row.group(1)] = dict(zip(columns, TOPO_CELL.findall(row.group(2))))
+    columns = ([token for token in header.split() if TOPO_DEVICE.match(token)] if header is not None
+               else [label for label, _ in rows])
+    cells = {label: dict(zip(columns, TOPO_CELL.findall(rest))) for label, rest in rows if label.startswith("GPU")}
     gpus = sorted(int(TOPO_DEVICE.match(label).group(2)) for label in cells)
     links = {}
     for i, a in enumerate(gpus):

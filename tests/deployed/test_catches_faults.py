@@ -17,6 +17,7 @@ import pytest
 
 from lab import fleet
 from lab.config import TOKEN_GRANTED
+from operations.gpu.smoke import record_path
 from operations.weights import MANIFEST
 from tests.helpers import REPO, lab_cli, run_deploy
 from tests.deployed.hosts import LAB_INVENTORY, Target, load_inventory
@@ -157,6 +158,24 @@ def test_degraded_nvlink_is_caught(deployed_lab, b200_host):
     assert_caught(result, b200_host.name, {"test_gpus_and_interconnect_match_the_class"},
                   rf"{b200_host.name}: expected NVLink between every GPU pair \(class b200_nvlink\), "
                   r"found a degraded board")
+
+
+def test_gpu_runtime_flipped_back_is_caught(deployed_lab, b200_host):
+    """The daemons the deploy started are stopped, and the smoke test's record is from another boot."""
+    record, backup = record_path(deployment_of(b200_host)), "/root/specfleet-fault-gpu-smoke.json"
+    fleet.ssh(b200_host, f"cp -p {record} {backup} && "
+                         f"sed -i 's/\"boot_id\": \"[^\"]*\"/\"boot_id\": \"another-boot\"/' {record} && "
+                         "systemctl stop nvidia-persistenced nvidia-fabricmanager")
+    try:
+        result = run_suite(b200_host.name)
+    finally:
+        fleet.ssh(b200_host, f"mv {backup} {record} && systemctl start nvidia-persistenced nvidia-fabricmanager")
+    assert_caught(result, b200_host.name, {"test_persistence_mode_is_on_for_every_gpu",
+                                           "test_fabric_manager_as_the_class_needs",
+                                           "test_gpu_smoke_test_passed_in_this_boot"},
+                  rf"{b200_host.name}: expected persistence mode Enabled on every GPU, found GPU 0 Disabled",
+                  r"fabric State Completed / Status Success \(class b200_nvlink\), found \S+ In Progress/None",
+                  r"tested in boot another-boot, this is boot")
 
 
 def detected_changes(dry_output: str) -> list[str]:

@@ -6,12 +6,13 @@ commands and parsers) and judged by the same checks as preflight, batched into o
 
 from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
+from operations.gpu.smoke import GpuSmokeRecord, record_path, summary
 
 
 def gpu_facts(target) -> dict:
     return target.memo("gpu", lambda: target.facts(
         gpus=NvidiaGpus(), topology=NvidiaTopology(), driver=NvidiaDriver(), reboot=RebootPending(),
-        fabric=NvidiaFabric()))
+        fabric=NvidiaFabric(), smoke=(GpuSmokeRecord(), dict(path=record_path(target.deployment)))))
 
 
 def test_gpus_and_interconnect_match_the_class(target):
@@ -37,3 +38,24 @@ def test_fabric_manager_as_the_class_needs(target):
     """NVSwitch classes: fabric manager active, every GPU's fabric Completed. PCIe: no fabric manager."""
     problems = check_fabric(target.name, target.host_class, target.deployment.expected_gpus, gpu_facts(target)["fabric"])
     assert not problems, "\n".join(problems)
+
+
+def test_gpu_smoke_test_passed_in_this_boot(target):
+    """The deploy's NCCL all-reduce across all GPUs (operations/gpu/smoke.py) passed since the host
+    last booted, on every GPU, at or above the class's bus bandwidth floor."""
+    found = gpu_facts(target)["smoke"]
+    record, floor = found["record"], target.deployment.expected_gpus.allreduce_floor_gbps
+    assert record, (f"{target.name}: expected the GPU smoke test's record {record_path(target.deployment)}, "
+                    "found none: run the deploy")
+    problems = []
+    if record.get("verdict") != "passed":
+        problems.append(summary(record))
+    if record.get("boot_id") != found["boot_id"]:
+        problems.append(f"tested in boot {record.get('boot_id')}, this is boot {found['boot_id']}: the host rebooted "
+                        "since; run the deploy to test again")
+    if record.get("gpus") != target.deployment.expected_gpus.count:
+        problems.append(f"tested {record.get('gpus')} GPUs, the class has {target.deployment.expected_gpus.count}")
+    if record.get("floor_gbps") != floor or (record.get("busbw_gbps") or 0) < floor:
+        problems.append(f"bus bandwidth {record.get('busbw_gbps')} GB/s against floor {record.get('floor_gbps')}, "
+                        f"the class's floor is {floor}")
+    assert not problems, f"{target.name}: expected a passed GPU smoke test, found " + "; ".join(problems)

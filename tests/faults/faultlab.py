@@ -50,14 +50,6 @@ def http_status(host, path: str = "/health_generate") -> int:
     return int(out or 0)
 
 
-def server_info(host) -> dict:
-    return json.loads(fleet.ssh(host, "curl -sf -m 10 localhost:30000/server_info"))
-
-
-def main_pid(host, unit: str = "sglang") -> str:
-    return fleet.ssh(host, f"systemctl show -p MainPID --value {unit}").strip()
-
-
 def set_knobs(host, **knobs) -> None:
     """The SGLang stand-in's fault knobs (health_fail is re-read per request); none: clear them."""
     fleet.ssh(host, f"echo {json.dumps(json.dumps(knobs))} > {SGLANG_KNOBS_FILE}" if knobs

@@ -6,7 +6,8 @@ import pytest
 
 from lab import fleet
 from tests.helpers import lab_cli, run_deploy
-from tests.faults.faultlab import http_status, main_pid, record, server_info
+from tests.faults.faultlab import http_status, record
+from tests.helpers import main_pid, server_info
 
 pytestmark = pytest.mark.lab
 

@@ -7,8 +7,8 @@ import pytest
 from lab import fleet
 from lab.config import HUB_URL
 from tests.helpers import run_deploy
-from tests.faults.faultlab import KIMI, KIMI_DRAFTER, http_status, main_pid, record, repo_sizes, served
-from tests.lab.test_deploy import operations_started
+from tests.faults.faultlab import KIMI, KIMI_DRAFTER, http_status, record, repo_sizes, served
+from tests.helpers import main_pid, operations_started
 
 pytestmark = pytest.mark.lab
 

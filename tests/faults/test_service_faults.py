@@ -7,8 +7,8 @@ import pytest
 
 from lab import fleet
 from tests.helpers import run_deploy, write_group_data
-from tests.faults.faultlab import http_status, main_pid, record, server_info, set_knobs, wait_for
-from tests.lab.test_deploy import operations_started
+from tests.faults.faultlab import http_status, record, set_knobs, wait_for
+from tests.helpers import main_pid, operations_started, server_info
 
 pytestmark = pytest.mark.lab
 

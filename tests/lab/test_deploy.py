@@ -1,38 +1,14 @@
 """The deploy against the lab, through pyinfra as a user runs it: converge, no-op, change, refuse."""
 
-import json
 import re
 
 import pytest
 
 from lab import fleet
 from lab.config import HUB_URL, WHEELS_URL
-from tests.helpers import run_deploy, write_group_data
+from tests.helpers import main_pid, operations_started, results_table, run_deploy, server_info, write_group_data
 
 pytestmark = pytest.mark.lab
-
-
-def results_table(output: str) -> dict[str, list[str]]:
-    """pyinfra's closing table: operation -> [hosts, success, error, no change]."""
-    table = output.split("--> Results:")[1].split("-->")[0]
-    rows = {}
-    for line in table.splitlines()[2:]:
-        cells = re.split(r"\s{2,}", line.strip())
-        if len(cells) == 5 and cells[0] != "Grand total":
-            rows[cells[0]] = cells[1:]
-    return rows
-
-
-def operations_started(output: str) -> list[str]:
-    return re.findall(r"--> Starting operation: (.+?) *$", output, flags=re.M)
-
-
-def server_info(host) -> dict:
-    return json.loads(fleet.ssh(host, "curl -sf localhost:30000/server_info"))
-
-
-def main_pid(host, unit: str) -> str:
-    return fleet.ssh(host, f"systemctl show -p MainPID -p ExecMainStartTimestampMonotonic --value {unit}")
 
 
 def test_first_deploy_serves_and_prints_accept_length_from_every_host(deployed_lab, lab_hosts):

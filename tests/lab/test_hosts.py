@@ -5,7 +5,7 @@ import json
 import pytest
 
 from lab import fleet
-from lab.config import CONTROLLER_IP, HUB_URL, INDEX_URL, TOKEN_DENIED, TOKEN_GRANTED
+from lab.config import BRIDGE, CONTROLLER_IP, HUB_PORT, HUB_URL, INDEX_URL, TOKEN_DENIED, TOKEN_GRANTED
 
 pytestmark = pytest.mark.lab
 
@@ -22,9 +22,9 @@ def test_each_host_has_its_own_network_namespace(lab_hosts):
     for host in lab_hosts:
         links = fleet.ssh(host, "ip -br addr")
         assert f"{host.address}/16" in links and "host0" in links, links
-        assert "sflab0" not in links and "eth0 " not in links, f"{host.name} sees the controller's links"
-        # ...and reaches the controller across its veth link.
-        fleet.ssh(host, f"timeout 3 bash -c 'echo > /dev/tcp/{CONTROLLER_IP}/22' || true")
+        assert BRIDGE not in links and "eth0 " not in links, f"{host.name} sees the controller's links"
+        # ...and reaches the controller across its veth link (the hub listens on the bridge address).
+        fleet.ssh(host, f"timeout 3 bash -c 'echo > /dev/tcp/{CONTROLLER_IP}/{HUB_PORT}'")
 
 
 def test_gpu_standin_answers_as_the_pcie_profile(pcie_host):

@@ -4,7 +4,7 @@ import pytest
 
 from lab import fleet
 from tests.helpers import run_deploy
-from tests.lab.test_deploy import main_pid, operations_started
+from tests.helpers import main_pid, operations_started
 
 pytestmark = pytest.mark.lab
 

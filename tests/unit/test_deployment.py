@@ -3,7 +3,7 @@
 import pytest
 
 from lab.repos import build_lab_repos
-from operations.deployment import HOST_CLASSES, host_class_of, resolve
+from operations.deployment import HOST_CLASSES, BadHostData, host_class_of, resolve
 from operations.hub import RepoSnapshot
 from operations.preflight import unpinned
 from operations.sglang import server_args, spell
@@ -46,9 +46,7 @@ def test_lab_pins_are_the_commits_the_lab_hub_builds(tmp_path):
 
 
 def test_a_host_needs_exactly_one_class_group():
-    assert host_class_of(["all", "lab", "b200_nvlink"]) == "b200_nvlink"
-    with pytest.raises(ValueError, match="exactly one"):
-        host_class_of(["all", "ct200"])
+    assert host_class_of(["all", "lab", "b200_nvlink", "b200_nvlink"]) == "b200_nvlink"
 
 
 def test_rendered_command_lines_parse_with_the_real_sglang_0_5_23():
@@ -71,3 +69,72 @@ def test_branch_revisions_are_reported_unpinned_and_lab_commits_are_not():
     assert [w.split(":")[0] for w in unpinned(real, snapshots)] == ["moonshotai/Kimi-K2.6", "z-lab/Kimi-K2.6-DFlash"]
     assert f"resolves to {commit} now" in unpinned(real, snapshots)[0]
     assert unpinned(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink"), snapshots) == []
+
+
+@pytest.mark.parametrize("value, wanted", [("no", False), ("false", False), ("0", False), (False, False),
+                                           ("yes", True), ("TRUE", True), ("1", True), (True, True)])
+def test_boolean_knobs_read_words_as_a_user_means_them(value, wanted):
+    d = resolve(host_data("b200_nvlink", install_driver=value, verify_weights=value, remove_api_key=value,
+                          allow_branch_revisions=value), "b200_nvlink")
+    assert (d.install_driver, d.verify_weights, d.remove_api_key, d.allow_branch_revisions) == (wanted,) * 4
+
+
+def test_numbers_are_numbers_whichever_way_they_arrive():
+    """`--data driver_branch=580` arrives as an int, group_data's "580" as a string: both are one branch."""
+    as_int = resolve(host_data("b200_nvlink", driver_branch=580, ready_timeout_s="90", port="31000"), "b200_nvlink")
+    as_str = resolve(host_data("b200_nvlink", driver_branch="580"), "b200_nvlink")
+    assert as_int.driver_branch == as_str.driver_branch == "580"
+    assert (as_int.ready_timeout_s, as_int.port) == (90, 31000)
+    assert resolve(host_data("b200_nvlink"), "b200_nvlink").expected_gpus.driver_min == 580
+
+
+@pytest.mark.parametrize("knob, value, message", [
+    ("install_driver", "maybe", "install_driver='maybe' is not a boolean: use true/false, yes/no or 1/0"),
+    ("ready_timeout_s", "abc", "ready_timeout_s='abc' is not a whole number at least 1"),
+    ("port", 70000, "port=70000 is not a whole number from 1 to 65535"),
+    ("driver_branch", "580.1", "driver_branch='580.1' is not a whole number at least 1"),
+    ("weights_dir", "models", "weights_dir='models' is not accepted: use an absolute path"),
+    ("weights_dir", "/srv/../etc", "weights_dir='/srv/../etc' is not a normalized absolute path: use e.g. '/etc'"),
+    ("install_dir", "/opt/spec fleet", "install_dir='/opt/spec fleet' is not accepted: use an absolute path"),
+    ("service_user", "root;rm", "service_user='root;rm' is not accepted: use a user name"),
+    ("service_name", "sglang\nExecStartPre=/bin/sh", "service_name='sglang\\nExecStartPre=/bin/sh' is not accepted"),
+    ("hf_endpoint", "file:///etc/passwd", "hf_endpoint='file:///etc/passwd' is not accepted: use an http(s) URL"),
+    ("pip_index_url", "http://x/simple' --trusted-host evil", "pip_index_url=\"http://x/simple' --trusted-host evil\""),
+    ("bind_address", "everywhere", "bind_address='everywhere' is not an IP address"),
+    ("hf_token_env", "HF TOKEN", "hf_token_env='HF TOKEN' is not accepted: use a variable name"),
+    ("huggingface_hub_requirement", "--index-url=http://evil huggingface_hub",
+     "huggingface_hub_requirement='--index-url=http://evil huggingface_hub' is not accepted"),
+    ("profile", "kimi_k26_dlfash", "profile='kimi_k26_dlfash' is not one of kimi_k26_dflash, qwen36_ddtree"),
+])
+def test_a_bad_knob_is_one_line_naming_the_knob_the_value_and_what_is_accepted(knob, value, message):
+    with pytest.raises(BadHostData) as refused:
+        resolve(host_data("b200_nvlink", **{knob: value}), "b200_nvlink")
+    assert message in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+
+
+def test_profile_values_are_checked_too():
+    data = host_data("b200_nvlink")
+    data.profiles["kimi_k26_dflash"]["attention"] = "gqa"
+    with pytest.raises(BadHostData, match=r"\['attention'\]='gqa' is not one of mha, mla \(sglang_tuning "
+                                          r"attention_backends of b200_nvlink\)"):
+        resolve(data, "b200_nvlink")
+    data = host_data("b200_nvlink")
+    data.profiles["kimi_k26_dflash"]["target"]["revision"] = "main\nExecStartPre=/bin/sh"
+    with pytest.raises(BadHostData, match="target revision"):
+        resolve(data, "b200_nvlink")
+    data = host_data("b200_nvlink")
+    data.profiles["kimi_k26_dflash"]["server_args"] = ["--api-key", "x y"]
+    with pytest.raises(BadHostData, match=r"server_args'\]='x y' is not accepted: use single words"):
+        resolve(data, "b200_nvlink")
+    data = host_data("b200_nvlink")
+    data.profiles["kimi_k26_dflash"]["speculative"]["num_draft_token"] = 8
+    with pytest.raises(BadHostData, match=r"\['speculative'\]=.* is not accepted"):
+        resolve(data, "b200_nvlink")
+
+
+def test_an_unknown_or_double_class_is_one_sentence():
+    with pytest.raises(BadHostData, match="the host is in no class group: put it in exactly one of the "
+                                          "inventory groups rtx_pro_6000_pcie, b200_nvlink, b300_nvlink"):
+        host_class_of(["all", "ct200"])
+    with pytest.raises(BadHostData, match="in b200_nvlink and b300_nvlink class groups"):
+        host_class_of(["b300_nvlink", "b200_nvlink"])

@@ -10,7 +10,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 FIELDS = ["gpu_name", "gpu_count", "memory_total_mib", "driver_version", "compute_capability", "interconnect", "degraded"]
-HOST_CLASS = {"b200-8x-nvlink": "b200_nvlink", "rtxpro6000se-8x-pcie": "rtx_pro_6000_pcie", "h200-x2-nvlink": "unknown"}
+HOST_CLASS = {
+    "b200-8x-nvlink": "b200_nvlink",
+    "rtxpro6000se-8x-pcie": "rtx_pro_6000_pcie",
+    "h200-x2-nvlink": "unknown",
+    # Real outputs of the two kinds classify used to miss (the case.json says where each is from):
+    "h100-8x-nvlink-topo-rows-only": "unknown",  # topo -m without its header row: NVLink from the rows
+    "rtxpro6000se-8x-query-only": "rtx_pro_6000_pcie",  # --query-gpu only: PCIe by product
+}
 
 
 def classify(capture_dir):
@@ -63,3 +70,24 @@ def test_a_broken_file_is_skipped_when_another_reads(tmp_path):
     (tmp_path / "topo.txt").write_bytes((CAPTURES / "h200-x2-nvlink" / "topo.txt").read_bytes())
     result = classify(tmp_path)
     assert result.returncode == 0 and json.loads(result.stdout)["interconnect"] == "nvlink"
+
+
+def test_rows_without_header_still_show_a_degraded_board(tmp_path):
+    # The lab's degraded B200 (the real capture, GPU3's NVLinks cut), its header row dropped.
+    topology = (REPO / "lab" / "gpu_standin" / "profiles" / "b200_nvlink_degraded" / "topo.txt").read_text()
+    (tmp_path / "topo.txt").write_text(topology.split("\n", 1)[1])
+    found = json.loads(classify(tmp_path).stdout)
+    assert (found["gpu_count"], found["interconnect"], found["degraded"]) == (8, "unknown", True)
+    (tmp_path / "topo.txt").write_text(topology)
+    assert json.loads(classify(tmp_path).stdout) == found
+
+
+def test_product_knowledge_only_where_no_topology_was_read(tmp_path):
+    # H200s may have NVLink or not: their names alone say nothing.
+    (tmp_path / "query.csv").write_bytes((CAPTURES / "h200-x2-nvlink" / "query.csv").read_bytes())
+    assert (json.loads(classify(tmp_path).stdout)["interconnect"], json.loads(classify(tmp_path).stdout)["degraded"]) == (None, None)
+    # RTX PRO 6000 cards have none; a topology read wins over the product (a 1-GPU matrix has no pair).
+    (tmp_path / "query.csv").write_bytes((CAPTURES / "rtxpro6000se-8x-query-only" / "query.csv").read_bytes())
+    assert json.loads(classify(tmp_path).stdout)["interconnect"] == "pcie"
+    (tmp_path / "topo.txt").write_text("\tGPU0\tCPU Affinity\nGPU0\t X \t0-31\n")
+    assert json.loads(classify(tmp_path).stdout)["interconnect"] == "unknown"

@@ -4,8 +4,12 @@ the real captures each profile was built from."""
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -13,7 +17,7 @@ import pytest
 from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.classify import classify_dir
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaHost, NvidiaTopology, RebootPending
-from operations.gpu.parse import parse_topology
+from operations.gpu.parse import parse_smi_xml, parse_topology
 from tests.unit.group_data import class_expectations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,27 +26,63 @@ PROFILES = REPO / "lab" / "gpu_standin" / "profiles"
 ALL_PROFILES = sorted(path.name for path in PROFILES.iterdir())
 
 
+DAEMON_STANDIN = REPO / "lab" / "host_files" / "usr" / "lib" / "specfleet-lab" / "driver-daemon-standin"
+ALLREDUCE_STANDIN = REPO / "lab" / "host_files" / "usr" / "lib" / "specfleet-lab" / "gpu-allreduce-standin"
+GPU_SMOKE = REPO / "operations" / "host_scripts" / "gpu_smoke.py"
+H200_CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
+
+
 @pytest.fixture
 def lab_host(tmp_path):
-    """A controller-side lab host: nvidia-smi on PATH, its profile file, /proc/driver swapped."""
+    """A controller-side lab host: nvidia-smi on PATH, its profile file, /proc/driver swapped,
+    its own run directory for the daemon stand-ins (stopped again at the end)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").symlink_to(STANDIN)
     profile_file = tmp_path / "gpu-profile"
+    run_dir = tmp_path / "run"
     env = dict(
         os.environ,
         PATH=f"{bin_dir}:/usr/bin:/bin",
         SPECFLEET_GPU_PROFILE_FILE=str(profile_file),
         SPECFLEET_GPU_PROFILES_DIR=str(PROFILES),
+        SPECFLEET_GPU_RUN_DIR=str(run_dir),
+        SPECFLEET_NVML_VERSION_FILE=str(tmp_path / "nvml-version"),
     )
 
     class LabHost:
+        library_file = tmp_path / "nvml-version"
+
         def use(self, profile):
             profile_file.write_text(profile + "\n")
             self.profile = profile
+            env["SPECFLEET_PROC_DRIVER"] = str(PROFILES / profile / "proc-driver")
 
         def smi(self, *args):
             return subprocess.run([str(STANDIN), *args], env=env, capture_output=True, text=True)
+
+        def start(self, daemon, **extra_env):
+            """Start a daemon stand-in as its forking unit would; the CompletedProcess of its start."""
+            return subprocess.run([str(DAEMON_STANDIN), daemon], env=dict(env, **extra_env), capture_output=True,
+                                  text=True, timeout=10)
+
+        def stop(self, daemon):
+            os.kill(int((run_dir / f"{daemon}.pid").read_text()), signal.SIGTERM)
+            time.sleep(0.1)
+
+        def runtime_up(self):
+            """What the deploy's GPU runtime steps start (nvidia.persistence_daemon, nvidia.fabric_manager)."""
+            assert self.start("nvidia-persistenced").returncode == 0
+            if json.loads((PROFILES / self.profile / "profile.json").read_text())["nvswitch"]:
+                driver = lab_host_driver(self.profile)
+                assert self.start("nvidia-fabricmanager", SPECFLEET_FABRICMANAGER_VERSION=driver).returncode == 0
+
+        def smoke(self, floor_gbps, timeout=20):
+            """operations/host_scripts/gpu_smoke.py with the lab's all-reduce stand-in: its record."""
+            record = tmp_path / "gpu-smoke.json"
+            subprocess.run([sys.executable, str(GPU_SMOKE), "--floor-gbps", str(floor_gbps), "--timeout", str(timeout),
+                            "--record", str(record), "--engine", str(ALLREDUCE_STANDIN)], env=env, timeout=timeout + 30)
+            return json.loads(record.read_text())
 
         def fact(self, fact_class):
             # The lab mounts the profile's proc-driver/ over /proc/driver; here the path is swapped.
@@ -67,7 +107,17 @@ def lab_host(tmp_path):
                 (directory / file_name).write_text(result.stdout)
             return directory
 
-    return LabHost()
+    host = LabHost()
+    yield host
+    for pid_file in run_dir.glob("*.pid") if run_dir.exists() else []:
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def lab_host_driver(profile):
+    return json.loads((PROFILES / profile / "profile.json").read_text())["driver_version"]
 
 
 CAPTURED_PROFILES = [
@@ -96,14 +146,22 @@ CLASS_OF_PROFILE = {
     "b200_nvlink": "b200_nvlink",
     "b200_nvlink_7gpu": "b200_nvlink",
     "b200_nvlink_degraded": "b200_nvlink",
+    "b200_nvlink_slow_allreduce": "b200_nvlink",
     "b300_nvlink": "b300_nvlink",
     "rtx_pro_6000_pcie": "rtx_pro_6000_pcie",
     "rtx_pro_6000_pcie_old_driver": "rtx_pro_6000_pcie",
+    "rtx_pro_6000_pcie_p2p_hang": "rtx_pro_6000_pcie",
 }
 EXPECTED_PROBLEM = {
     "b200_nvlink_7gpu": "found 7",
     "b200_nvlink_degraded": "found a degraded board: GPU 3 reach",
     "rtx_pro_6000_pcie_old_driver": "found 570.124.06 (CUDA 12.8)",
+}
+# What the GPU smoke test says on each profile once the GPU runtime is up (the reason's start).
+EXPECTED_SMOKE = {
+    "b200_nvlink_degraded": "bus bandwidth 27.17 GB/s at 512 MiB is below the class's floor of 150",
+    "b200_nvlink_slow_allreduce": "bus bandwidth 27.17 GB/s at 512 MiB is below the class's floor of 150",
+    "rtx_pro_6000_pcie_p2p_hang": "the all-reduce did not finish within 2 s",
 }
 
 
@@ -128,23 +186,80 @@ def test_facts_through_the_standin_pass_or_fail_the_class_check(lab_host, profil
         assert len(problems) == 1 and EXPECTED_PROBLEM[profile] in problems[0], problems
     else:
         assert problems == []
-    fabric = lab_host.fact(NvidiaFabric)
-    assert fabric["nvswitch"] is expected.fabric_manager
-    assert {gpu["fabric_state"] for gpu in fabric["gpus"]} == ({"Completed"} if expected.fabric_manager else {None})
+
+
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_gpu_runtime_state_changes_only_when_its_daemons_run(lab_host, profile):
+    lab_host.use(profile)
+    expected = class_expectations(CLASS_OF_PROFILE[profile])
+    before = lab_host.fact(NvidiaFabric)
+    assert before["nvswitch"] is expected.fabric_manager
+    assert {gpu["persistence_mode"] for gpu in lab_host.fact(NvidiaGpus)} == {"Disabled"}
+    assert {(gpu["fabric_state"], gpu["fabric_status"]) for gpu in before["gpus"]} == (
+        {("In Progress", None)} if expected.fabric_manager else {(None, None)})
+    lab_host.runtime_up()
+    after = lab_host.fact(NvidiaFabric)
+    assert {gpu["persistence_mode"] for gpu in lab_host.fact(NvidiaGpus)} == {"Enabled"}
+    assert {gpu["fabric_state"] for gpu in after["gpus"]} == ({"Completed"} if expected.fabric_manager else {None})
     if expected.fabric_manager:
-        # Only the unit state is left to the lab (the controller runs no fabric manager).
-        units = dict(fabric["units"], **{"nvidia-fabricmanager": dict(enabled="enabled", active="active")})
-        assert check_fabric("lab", class_name, expected, dict(fabric, units=units)) == []
+        # Only the unit state is left to the lab (the controller runs no systemd units).
+        units = dict(after["units"], **{"nvidia-fabricmanager": dict(enabled="enabled", active="active")})
+        assert check_fabric("lab", CLASS_OF_PROFILE[profile], expected, dict(after, units=units)) == []
+        assert "found 0000" in " ".join(check_fabric("lab", CLASS_OF_PROFILE[profile], expected, dict(before, units=units)))
+    lab_host.stop("nvidia-persistenced")
+    assert {gpu["persistence_mode"] for gpu in lab_host.fact(NvidiaGpus)} == {"Disabled"}
+
+
+def test_fabric_manager_refuses_another_driver_version_like_the_real_one(lab_host):
+    lab_host.use("b200_nvlink")
+    started = lab_host.start("nvidia-fabricmanager", SPECFLEET_FABRICMANAGER_VERSION="580.82.07")
+    assert started.returncode == 1
+    # The real daemon's words (NVIDIA/gpu-operator#544, NVIDIA/gpu-driver-container#735).
+    assert started.stderr == ("fabric manager NVIDIA GPU driver interface version 580.82.07 don't match with driver "
+                              "version 580.95.05. Please update with matching NVIDIA driver package.\n")
+    assert {gpu["fabric_state"] for gpu in lab_host.fact(NvidiaFabric)["gpus"]} == {"In Progress"}
+
+
+def test_driver_library_mismatch_shows_like_the_real_tool(lab_host):
+    lab_host.use("b200_nvlink")
+    lab_host.library_file.write_text("595.58.03 13.2\n")  # packages upgraded, the 580 module still loaded
+    for args in [["-L"], ["--query-gpu=name", "--format=csv"], ["-q"], ["topo", "-m"]]:
+        result = lab_host.smi(*args)
+        # The real tool's words and exit code (anderskm/gputil#55, mozilla/translations#1167).
+        assert (result.returncode, result.stdout) == (
+            18, "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 595.58\n")
+    assert lab_host.fact(RebootPending) == ["Failed to initialize NVML: Driver/library version mismatch"]
+    assert lab_host.fact(NvidiaGpus) == []
+    lab_host.library_file.write_text("580.95.05 13.0\n")  # after the reboot the installed module is loaded
+    assert lab_host.smi("-L").returncode == 0
 
 
 def test_gpus_fact_fields(lab_host):
     lab_host.use("b300_nvlink")
+    lab_host.runtime_up()
     gpus = lab_host.fact(NvidiaGpus)
     assert len(gpus) == 8
     assert gpus[7] == dict(
         index=7, name="NVIDIA B300 SXM6 AC", memory_total_mib=275040, compute_capability="10.3",
         driver_version="580.95.05", persistence_mode="Enabled", mig_mode="Disabled",
     )
+
+
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_smoke_test_with_the_lab_allreduce_standin(lab_host, profile):
+    lab_host.use(profile)
+    floor = class_expectations(CLASS_OF_PROFILE[profile]).allreduce_floor_gbps
+    if json.loads((PROFILES / profile / "profile.json").read_text())["nvswitch"]:
+        before = lab_host.smoke(floor)
+        assert before["verdict"] == "failed" and "CUDA error: system not yet initialized" in before["reason"]
+    lab_host.runtime_up()
+    record = lab_host.smoke(floor, timeout=2 if profile in EXPECTED_SMOKE else 20)
+    assert record["gpus"] == len(json.loads((PROFILES / profile / "profile.json").read_text())["gpus"])
+    if profile in EXPECTED_SMOKE:
+        assert record["verdict"] == "failed" and record["reason"].startswith(EXPECTED_SMOKE[profile]), record
+    else:
+        assert record["verdict"] == "passed" and record["busbw_gbps"] >= floor, record
+        assert record["engine"].startswith("specfleet lab stand-in (figures: tests/fixtures/nvidia-smi/h200-x2-smoke/")
 
 
 def test_profile_switches_without_restart(lab_host):
@@ -164,14 +279,90 @@ def test_query_units_and_header_like_the_real_tool(lab_host):
     assert "NVIDIA RTX PRO 6000 Blac..." in lab_host.smi().stdout
 
 
-@pytest.mark.parametrize(
-    "args", [["--bogus"], ["-q", "-d", "MEMORY"], ["--query-gpu=name"], ["--query-gpu=foo", "--format=csv"]]
-)
-def test_unknown_options_exit_2(lab_host, args):
+def real_probes():
+    """{nvidia-smi arguments: (stdout, exit code)} as a real H200 host answered them."""
+    text = (H200_CAPTURES / "h200-x2-smoke" / "probes.txt").read_text()
+    found = re.findall(r"(?ms)^### nvidia-smi (.*?)\n(.*?)^### rc=(\d+)\n", text)
+    return {args: (output, int(code)) for args, output, code in found}
+
+
+# Answered exactly (text and exit code) whatever the GPUs are.
+EXACT_PROBES = ["--bogus", "--query-gpu=foo --format=csv", "--query-gpu=name --format=foo", "-q -d BOGUS"]
+
+
+@pytest.mark.parametrize("args", EXACT_PROBES)
+def test_errors_are_the_real_tools(lab_host, args):
     lab_host.use("b200_nvlink")
-    result = lab_host.smi(*args)
-    assert result.returncode == 2
-    assert result.stdout.strip()
+    result = lab_host.smi(*args.split())
+    assert (result.stdout, result.returncode) == real_probes()[args]
+
+
+def key_paths(q_text):
+    """The (GPU-relative) key paths of -q text, values dropped: its shape."""
+    paths, sections = set(), []
+    for line in q_text.splitlines():
+        if not line.strip() or line.startswith(("GPU ", "=")):
+            continue
+        indent = len(line) - len(line.lstrip())
+        key = line.split(":")[0].strip()
+        sections = [(i, k) for i, k in sections if i < indent]
+        paths.add(tuple(k for _, k in sections) + (key,))
+        sections.append((indent, key))
+    return paths
+
+
+@pytest.mark.parametrize("profile", ["b200_nvlink", "rtx_pro_6000_pcie"])
+@pytest.mark.parametrize("args", ["-q -d MEMORY", "-q -d COMPUTE"])
+def test_display_sections_are_shaped_like_the_real_tools(lab_host, profile, args):
+    lab_host.use(profile)
+    result = lab_host.smi(*args.split())
+    real, code = real_probes()[args]
+    assert result.returncode == code == 0
+    assert key_paths(result.stdout) <= key_paths(real)
+    assert "Total" in result.stdout if "MEMORY" in args else "Compute Mode" in result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[:3] == real.splitlines()[:3] and lines[-1] == "" and lines[-2].startswith("    ")
+    assert sum(line.startswith("GPU ") for line in lines) == 8
+
+
+def test_query_without_format_answers_csv_like_the_real_tool(lab_host):
+    lab_host.use("b200_nvlink")
+    result = lab_host.smi("--query-gpu=name")
+    assert (result.returncode, result.stdout) == (0, "name\n" + "NVIDIA B200\n" * 8)
+    assert real_probes()["--query-gpu=name"] == ("name\nNVIDIA H200\nNVIDIA H200\n", 0)
+    fabric = "--query-gpu=name,persistence_mode,fabric.state,fabric.status --format=csv"
+    lab_host.runtime_up()
+    assert lab_host.smi(*fabric.split()).stdout.splitlines()[:2] == real_probes()[fabric][0].replace(
+        "NVIDIA H200", "NVIDIA B200").splitlines()[:2]
+
+
+def xml_paths(node, prefix=""):
+    path = f"{prefix}/{node.tag}"
+    return {path}.union(*(xml_paths(child, path) for child in node))
+
+
+@pytest.mark.parametrize("profile", ["b200_nvlink", "rtx_pro_6000_pcie"])
+def test_q_xml_is_shaped_like_the_real_tools_and_says_the_hosts_state(lab_host, profile):
+    lab_host.use(profile)
+    real = (H200_CAPTURES / "h200-x2" / "q.xml").read_text()
+    before = lab_host.smi("-q", "-x").stdout
+    assert before.splitlines()[:3] == real.splitlines()[:3]  # XML declaration, DOCTYPE, root
+    assert xml_paths(ET.fromstring(before)) <= xml_paths(ET.fromstring(real))
+    lab_host.runtime_up()
+    after = parse_smi_xml(lab_host.smi("-q", "-x").stdout)
+    described = json.loads((PROFILES / profile / "profile.json").read_text())
+    assert (after["driver_version"], after["cuda_version"]) == (described["driver_version"], described["cuda_version"])
+    assert [(gpu["pci_bus_id"], gpu["name"], gpu["memory_total_mib"]) for gpu in after["gpus"]] == [
+        (gpu["pci_bus_id"], gpu["name"], gpu["memory_total_mib"]) for gpu in described["gpus"]]
+    fabric = ("Completed", "Success") if described["nvswitch"] else (None, None)
+    assert {(gpu["persistence_mode"], gpu["fabric_state"], gpu["fabric_status"]) for gpu in after["gpus"]} == {
+        ("Enabled", *fabric)}
+    assert {gpu["persistence_mode"] for gpu in parse_smi_xml(before)["gpus"]} == {"Disabled"}
+
+
+def test_profiles_are_built_without_the_projects_parsers():
+    source = (REPO / "lab" / "gpu_standin" / "build_profiles.py").read_text()
+    assert "operations" not in source.split('"""', 2)[2]  # the docstring may name them; the code never
 
 
 def test_standin_says_what_it_is():

@@ -1,0 +1,25 @@
+"""What a GPU product is on any host: facts that hold for every card of a name (no pyinfra here).
+
+Used where a host's own outputs do not tell, e.g. classify over captures without `topo -m`.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Products built without an NVLink connector: every pair of such GPUs talks over PCIe.
+# RTX PRO 6000 Blackwell (all editions, and the China 6000D): NVIDIA's datasheets list no NVLink;
+# GeForce RTX 40 and 50 series dropped the NVLink bridge; L4, L40 and L40S have none.
+PCIE_ONLY_NAMES = [
+    r"^NVIDIA RTX PRO 6000 Blackwell (Server|Workstation|Max-Q Workstation) Edition$",
+    r"^NVIDIA RTX (PRO )?6000D\b",
+    r"^NVIDIA GeForce RTX [45]0[5-9]0\b",
+    r"^NVIDIA L(4|40|40S)$",
+]
+
+
+def interconnect_by_product(names: list[str]) -> str | None:
+    """'pcie' when every GPU named is a product without NVLink; None when the names do not tell."""
+    if names and all(any(re.search(pattern, name or "") for pattern in PCIE_ONLY_NAMES) for name in names):
+        return "pcie"
+    return None

@@ -1,0 +1,58 @@
+"""The real inventories: known targets only, verified host keys, the SSH config's User."""
+
+import runpy
+
+import pytest
+from pyinfra.connectors.sshuserclient.client import SSHClient
+
+from tests.helpers import REPO
+
+SSH_CONFIG = "Host ct200\n    HostName 192.0.2.10\n    User ops\n"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """An empty HOME (no SSH config) and none of the inventories' variables."""
+    for name in ("SPECFLEET_CT200_HOST", "SPECFLEET_CT200_USER", "SPECFLEET_B200_HOSTS", "SPECFLEET_B300_HOSTS",
+                 "SPECFLEET_SSH_USER", "SPECFLEET_SSH_STRICT_HOST_KEY_CHECKING"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    return tmp_path
+
+
+def inventory(name: str) -> dict:
+    return runpy.run_path(str(REPO / "inventory" / f"{name}.py"))
+
+
+@pytest.mark.parametrize("name, variable", [("ct200", "SPECFLEET_CT200_HOST"), ("b200", "SPECFLEET_B200_HOSTS"),
+                                            ("b300", "SPECFLEET_B300_HOSTS")])
+def test_no_target_is_invented_when_nothing_names_one(home, name, variable):
+    with pytest.raises(SystemExit) as stopped:
+        inventory(name)
+    assert variable in str(stopped.value) and "\n" not in str(stopped.value)
+
+
+def test_host_keys_are_verified_unless_the_user_chooses_otherwise(home, monkeypatch):
+    monkeypatch.setenv("SPECFLEET_B200_HOSTS", "b200-a, b200-b")
+    assert inventory("b200")["b200_nvlink"] == [("b200-a", {"ssh_strict_host_key_checking": "yes"}),
+                                                ("b200-b", {"ssh_strict_host_key_checking": "yes"})]
+    monkeypatch.setenv("SPECFLEET_SSH_STRICT_HOST_KEY_CHECKING", "accept-new")
+    assert inventory("b200")["b200_nvlink"][0][1] == {"ssh_strict_host_key_checking": "accept-new"}
+    monkeypatch.setenv("SPECFLEET_SSH_STRICT_HOST_KEY_CHECKING", "off")
+    with pytest.raises(SystemExit, match="use yes, accept-new or no"):
+        inventory("b200")
+
+
+def test_ct200_comes_from_the_ssh_config_and_keeps_its_user(home, monkeypatch):
+    (home / ".ssh" / "config").write_text(SSH_CONFIG)
+    [(target, data)] = inventory("ct200")["rtx_pro_6000_pcie"]
+    assert (target, data) == ("ct200", {"ssh_strict_host_key_checking": "yes"})  # no ssh_user: the config's
+    # pyinfra's SSH client then connects to the config's HostName as its User.
+    hostname, config, *_ = SSHClient().parse_config(target, {}, ssh_config_file=str(home / ".ssh" / "config"),
+                                                    strict_host_key_checking=data["ssh_strict_host_key_checking"])
+    assert (hostname, config["username"]) == ("192.0.2.10", "ops")
+    monkeypatch.setenv("SPECFLEET_CT200_HOST", "10.0.0.7")
+    monkeypatch.setenv("SPECFLEET_CT200_USER", "root")
+    assert inventory("ct200")["rtx_pro_6000_pcie"] == [
+        ("10.0.0.7", {"ssh_strict_host_key_checking": "yes", "ssh_user": "root"})]

@@ -1,0 +1,119 @@
+"""Preflight rules that are pure: exposure without a key, moving revisions and builds, hub outages."""
+
+import http.server
+import threading
+from dataclasses import replace
+
+import pytest
+from pyinfra.context import ctx_host
+
+from operations.deployment import resolve
+from operations.gpu import nvidia
+from operations.hub import RepoSnapshot
+from operations.preflight import exposure_problems, hub_snapshots, unpinned, unpinned_builds
+from tests.unit.group_data import host_data
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+class NamedHost:
+    name = "gpu-host"
+
+
+def deployment(**data):
+    return resolve(host_data("b200_nvlink", **data), "b200_nvlink")
+
+
+def exposure(d, key_on_controller=False, key_on_host=False):
+    with ctx_host.use(NamedHost()):
+        return exposure_problems(d, key_on_controller, key_on_host)
+
+
+def test_a_server_beyond_loopback_needs_a_key_and_the_refusal_names_both_ways_out():
+    assert deployment().bind_address == "127.0.0.1" and exposure(deployment()) == []
+    wide = deployment(bind_address="0.0.0.0")
+    [problem] = exposure(wide)
+    assert problem == ("gpu-host: the server would listen on 0.0.0.0:30000, beyond loopback, without an API key "
+                       "($SPECFLEET_API_KEY is not set on the controller and the host has no key): export "
+                       "SPECFLEET_API_KEY on the controller (the server then requires it), or set "
+                       "bind_address=127.0.0.1 and reach it through a gateway on the host")
+    assert exposure(wide, key_on_controller=True) == []
+    assert exposure(wide, key_on_host=True) == []  # the host's key stays: only remove_api_key removes it
+
+
+def test_removing_the_key_is_refused_while_the_server_is_reachable_beyond_loopback():
+    assert "remove_api_key is set" in exposure(deployment(bind_address="10.0.0.5", remove_api_key="yes"),
+                                               key_on_controller=True, key_on_host=True)[0]
+    assert exposure(deployment(remove_api_key=True)) == []  # loopback: no key needed
+    assert exposure(deployment(bind_address="::1")) == []
+
+
+def test_branch_revisions_name_the_commit_to_pin():
+    snapshots = {role: RepoSnapshot(f"r/{role}", COMMIT, (), {}) for role in ("target", "drafter")}
+    [target, drafter] = unpinned(deployment(), snapshots)
+    assert target == (f"moonshotai/Kimi-K2.6: revision 'main' is not a commit; it resolves to {COMMIT} now: pin "
+                      "that commit in group_data (profiles['kimi_k26_dflash']['target']['revision']) for "
+                      "reproducible weights, or set allow_branch_revisions=true to follow the branch")
+    assert unpinned(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink"), snapshots) == []
+
+
+def test_a_git_build_must_name_a_commit_not_a_pull_request_ref():
+    ddtree = deployment(profile="qwen36_ddtree")
+    [problem] = unpinned_builds(ddtree)
+    assert "'refs/pull/29907/head' is not a commit" in problem and "pin a 40-hex commit" in problem
+    pinned = replace(ddtree, sglang_requirement=f"sglang @ git+https://github.com/sgl-project/sglang@{COMMIT}"
+                                                "#subdirectory=python")
+    assert unpinned_builds(pinned) == []
+    assert unpinned_builds(deployment()) == []  # a release pin has no git ref
+
+
+class Failing(http.server.BaseHTTPRequestHandler):
+    """Accepts the token, then answers 503 to everything else (a hub whose storage is down)."""
+
+    def do_GET(self):
+        body = b'{"type": "user", "name": "unit"}' if self.path.startswith("/api/whoami-v2") else b""
+        self.send_response(200 if body else 503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def broken_hub():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_a_hub_outage_or_5xx_is_a_sentence_not_a_traceback(broken_hub, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_unit")
+    snapshots, problems = hub_snapshots(deployment(hf_endpoint=broken_hub))
+    assert snapshots == {} and [p.split(" (")[0] for p in problems] == [
+        f"the hub at {broken_hub}/moonshotai/Kimi-K2.6 did not answer as a hub does",
+        f"the hub at {broken_hub}/z-lab/Kimi-K2.6-DFlash did not answer as a hub does"]
+    assert "503" in problems[0] and problems[0].endswith("then re-run (nothing was changed)")
+    snapshots, [problem] = hub_snapshots(deployment(hf_endpoint="http://127.0.0.1:9"))  # nothing listens
+    assert problem.startswith("the hub at http://127.0.0.1:9 did not answer as a hub does (ConnectError")
+
+
+class DriverHost(NamedHost):
+    def __init__(self, driver):
+        self.driver, self.noops = driver, []
+
+    def get_fact(self, fact, **kwargs):
+        return self.driver
+
+    def noop(self, text):
+        self.noops.append(text)
+
+
+def test_driver_branch_given_as_a_number_keeps_the_loaded_580_driver():
+    """`--data driver_branch=580` arrives as an int; the deploy must not reinstall 580 on every run."""
+    d = deployment(install_driver="yes", driver_branch=580)
+    loaded = dict(version="580.95.05", kernel_module_version="580.95.05", open_kernel_module=True, cuda_version="13.0")
+    with ctx_host.use(DriverHost(loaded)):
+        assert list(nvidia.open_driver._inner(branch=d.driver_branch, install=d.install_driver)) == []

@@ -63,12 +63,11 @@ def test_a_loopback_worker_on_another_host_is_a_problem_and_on_the_gateways_own_
     assert "serves on 127.0.0.1 only" in found["apart"].problem
 
 
-# gateway_workers.py list, as it printed on lab-gateway-1 (smg 1.13.0, two stand-in workers).
+# gateway_workers.py list's JSON, its worker and readiness values as smg 1.13.0 answered them
+# (GET /workers, GET /readiness) for one stand-in worker registered through POST /workers.
 CAPTURED_LIST = ('{"reachable": true, "workers": [{"id": "01a22e16-88f1-76c6-92e3-9750c60fde5e", '
-                 '"url": "http://10.221.1.10:30000", "status": "ready", "model_id": "kimi-k2.6"}, '
-                 '{"id": "01a22e17-0b2c-7a51-8f0e-3f5a2c9d1e77", "url": "http://10.221.1.11:30000", '
-                 '"status": "ready", "model_id": "kimi-k2.6"}], '
-                 '"readiness": {"status": "ready", "healthy_workers": 2, "total_workers": 2}}')
+                 '"url": "http://127.0.0.1:38321", "status": "ready", "model_id": "lab/m"}], '
+                 '"readiness": {"status": "ready", "healthy_workers": 1, "total_workers": 1}}')
 
 
 def test_gateway_workers_fact_reads_the_listing_and_treats_no_answer_as_unreachable():

@@ -134,6 +134,7 @@ def test_a_worker_removed_from_the_inventory_is_removed_from_the_gateway(gateway
     run = subprocess.run([str(PYINFRA), "-y", "--group-data", str(REPO / "lab" / "group_data"), str(inventory),
                           "deploy.py", *EXPOSED], cwd=REPO, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "HF_TOKEN": "hf_lab_granted", "PYTHONPATH": str(REPO)})
-    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
-    assert f"removed ['http://{removed.address}:30000']" in run.stdout
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert f"removed ['http://{removed.address}:30000']" in output, output[-3000:]
     assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in kept}

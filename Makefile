@@ -4,7 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 LAB := $(PY) -m lab
-HOSTS ?= pcie=1,b200=1
+HOSTS ?= pcie=1,b200=1,gateway=1
+# The demo's API key: workers behind the gateway listen on the lab network, so they need one.
+DEMO_KEY ?= lab-demo-key
 
 .PHONY: demo test deps venv lab-up lab-down lab-status bench clean
 
@@ -33,7 +35,13 @@ lab-status: venv
 	$(LAB) status
 
 demo: lab-up
-	HF_TOKEN=hf_lab_granted $(VENV)/bin/pyinfra -y lab/inventory.py deploy.py
+	HF_TOKEN=hf_lab_granted SPECFLEET_API_KEY=$(DEMO_KEY) $(VENV)/bin/pyinfra -y lab/inventory.py deploy.py \
+	  --data bind_address=0.0.0.0 --data gateway_bind_address=0.0.0.0
+	@gateway=$$($(PY) -c 'from lab import fleet; print(*[h.address for h in fleet.read_fleet() if h.host_class == "gateway"][:1])'); \
+	if [ -n "$$gateway" ]; then echo "one completion through the gateway ($$gateway:30080):"; \
+	  curl -sS --noproxy '*' -H "Authorization: Bearer $(DEMO_KEY)" -H 'Content-Type: application/json' \
+	    "http://$$gateway:30080/v1/chat/completions" \
+	    -d '{"model": "kimi-k2.6", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}'; echo; fi
 
 # The whole suite: unit tests, then the lab (booted once and shared), then the
 # lab's lifecycle tests last; the lab is torn down whatever the outcome.

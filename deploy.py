@@ -5,19 +5,21 @@
 
 Each stage is an operation in operations/; nothing changes on a host until its preflight passes.
 A host whose data cannot be deployed, or whose hub checks fail, is refused with one sentence;
-the other hosts go on.
+the other hosts go on. Hosts of the `gateway` group also get SGLang's model gateway, last
+(stage 7); a gateway-only host (in no class group) has no GPU and gets only that.
 """
 
-from pyinfra import host
+from pyinfra import host, inventory
 
-from operations import layout, preflight, readiness, secrets, service, venv, weights
+from operations import gateway, layout, preflight, readiness, secrets, service, venv, weights
 from operations.deployment import BadHostData, host_class_of, resolve
 from operations.gpu import nvidia, smoke
 
+deployment = None
 try:
-    deployment = resolve(host.data, host_class_of(host.groups))  # every knob, parsed and checked
+    if gateway.serves_model(host.groups):
+        deployment = resolve(host.data, host_class_of(host.groups))  # every knob, parsed and checked
 except BadHostData as problem:
-    deployment = None
     preflight.refuse(name="Preflight", problem=f"{host.name}: {problem}")
 
 if deployment:
@@ -68,3 +70,19 @@ if deployment and not hub_problems:
     readiness.ready(name="SGLang generates", deployment=deployment, restarted=unit,
                     timeout_s=deployment.ready_timeout_s or readiness.ready_timeout(
                         sum(snapshot.total_bytes for snapshot in snapshots.values())))
+
+# 7. The gateway, after every worker's readiness (every host passes `workers_done`, which orders the
+#    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers registered.
+if any(gateway.GROUP in other.groups for other in inventory):
+    gateway.workers_done(name="Workers done")
+if gateway.GROUP in host.groups:
+    g = gateway.resolve_gateway(host.data)
+    layout.service_user(name="Gateway user", user=g.user, home=g.home)
+    gateway_key = gateway.api_key(name="Gateway API key", gateway=g)
+    smg = venv.requirement(name="smg", path=g.venv, distribution="smg", requirement=g.requirement,
+                           index_url=g.pip_index_url)
+    launcher = gateway.scripts(name="Gateway scripts", gateway=g)
+    gateway_unit = gateway.configure(name="Gateway service", gateway=g, inputs=g.requirement,
+                                     restart_when=[gateway_key, smg, launcher])
+    gateway.register_workers(name="Gateway workers", gateway=g, wanted=gateway.workers(inventory, host, g.model),
+                             restarted=gateway_unit)

@@ -26,6 +26,9 @@ from operations.deployment import HOST_CLASSES
 # host names and --hosts -> the inventory group, the GPU profile (named after it), the third address octet.
 CLASSES = {short: (host_class, host_class, octet)
            for octet, (host_class, short) in enumerate(HOST_CLASSES.items(), start=1)}
+# A GPU-less gateway host (`gateway=1` -> lab-gateway-1, in the inventory's `gateway` group):
+# its GPU profile names none, so /proc/driver stays empty.
+CLASSES["gateway"] = ("gateway", "none", 9)
 DEFAULT_SPEC = "pcie=1,b200=1"
 
 HOSTS_DIR = LAB_DIR / "hosts"

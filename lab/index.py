@@ -1,7 +1,7 @@
 """The lab's package index: the wheels lab hosts install, served from the controller.
 
     python -m lab.index build --out DIR
-        DIR/wheels/ gets huggingface_hub, aiperf and their dependencies for the hosts
+        DIR/wheels/ gets huggingface_hub, smg (the gateway), aiperf and their dependencies for the hosts
         (CPython 3.11, manylinux x86_64, as on Debian bookworm) and the two
         SGLang stand-in wheels built from lab/sglang_standin.
     python -m lab.index serve --dir DIR [--host H] [--port P]
@@ -40,6 +40,7 @@ HUB_LOCK = Path(__file__).resolve().parent.parent / "operations" / "locks" / "hu
 HUB_REQUIREMENTS = ["--require-hashes", "-r", str(HUB_LOCK)]
 # The benchmark client's virtualenv (bench.py), resolved on its own: it pins huggingface-hub<2.
 BENCH_REQUIREMENTS = ["aiperf==0.13.0"]
+GATEWAY_REQUIREMENTS = ["smg==1.13.0"]  # the real SGLang model gateway (group_data/gateway.py)
 # The lab hosts, not the controller: CPython 3.11 on bookworm's glibc 2.36.
 # pip takes platforms literally, so name every manylinux tag up to 2.36.
 HOST_PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
@@ -62,12 +63,12 @@ def download_host_wheels(wheels: Path) -> None:
     """pip download for the hosts' platform, skipped when already done: a stamp
     records what was asked for and the files it gave."""
     stamp = wheels / ".host-wheels.json"
-    want = [HUB_REQUIREMENTS, HUB_LOCK.read_text(), BENCH_REQUIREMENTS, HOST_TARGET]
+    want = [HUB_REQUIREMENTS, HUB_LOCK.read_text(), BENCH_REQUIREMENTS, GATEWAY_REQUIREMENTS, HOST_TARGET]
     if stamp.is_file():
         done = json.loads(stamp.read_text())
         if done["want"] == want and all((wheels / f).is_file() for f in done["files"]):
             return
-    for requirements in (HUB_REQUIREMENTS, BENCH_REQUIREMENTS):
+    for requirements in (HUB_REQUIREMENTS, BENCH_REQUIREMENTS, GATEWAY_REQUIREMENTS):
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels),
                         *HOST_TARGET, *requirements], check=True)
     files = sorted(p.name for p in wheels.glob("*.whl") if not p.name.startswith("sglang-"))

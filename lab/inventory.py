@@ -12,7 +12,7 @@ from operations.deployment import HOST_CLASSES
 
 _fleet = read_fleet()
 
-for _host_class in HOST_CLASSES:
+for _host_class in (*HOST_CLASSES, "gateway"):  # gateway: GPU-less smg hosts
     globals()[_host_class] = [
         (host.name, {
             "ssh_hostname": host.address,

@@ -321,7 +321,6 @@ def _resolve(data: Any, host_class: str, profile_name: str, profile: dict) -> De
         raise BadHostData(f"profiles[{profile_name!r}]['attention']={attention!r} is not one of "
                           f"{', '.join(sorted(backends))} (sglang_tuning attention_backends of {host_class})")
     target_backend, draft_backend = backends[attention]
-    served = profile.get("served_model_name") or profile["target"]["repo"]
     return Deployment(
         host_class=host_class,
         expected_gpus=expected_gpus(data.expected_gpus),
@@ -338,8 +337,7 @@ def _resolve(data: Any, host_class: str, profile_name: str, profile: dict) -> De
                                           "an SGLang backend name"),
         tp_size=_integer("sglang_tuning tp_size", tuning["tp_size"], minimum=1),
         mem_fraction_static=_fraction("sglang_tuning mem_fraction_static", tuning["mem_fraction_static"]),
-        served_model_name=_matching("served_model_name", served, re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"),
-                                    "letters, digits and ._/-"),
+        served_model_name=served_model_name(data),
         extra_args=(*_names("sglang_tuning extra_args", tuning.get("extra_args", []), ARGUMENT,
                             "single words (letters, digits, ._:/=,+@%-)"),
                     *_names(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
@@ -368,6 +366,13 @@ def _resolve(data: Any, host_class: str, profile_name: str, profile: dict) -> De
         allow_branch_revisions=_boolean("allow_branch_revisions", data.allow_branch_revisions),
         gpu_smoke_engine=None if data.gpu_smoke_engine is None else _path("gpu_smoke_engine", data.gpu_smoke_engine),
     )
+
+
+def served_model_name(data: Any) -> str:
+    """The model name the host's profile serves under (its workers' and its gateway's), checked."""
+    profile = data.profiles[data.profile]
+    return _matching("served_model_name", profile.get("served_model_name") or profile["target"]["repo"],
+                     re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"), "letters, digits and ._/-")
 
 
 def host_class_of(group_names) -> str:

@@ -16,6 +16,8 @@ import os
 import pytest
 
 from lab import fleet
+from operations.gateway import GROUP as GATEWAY
+from operations.gateway import serves_model
 from tests.conftest import LAB_HOSTS
 from tests.deployed.hosts import LAB_INVENTORY, REPO, Target, load_inventory, matches
 
@@ -63,7 +65,9 @@ def _select_hosts(config) -> list[str]:
         hosts = [(h.name, set(h.groups) | {"all"}) for h in inventory.values()]
         where = args[0]
     names = [name for name, groups in hosts if matches(name, groups, limits)]
-    if not names:
+    config._specfleet_gateways = [name for name, groups in hosts if name in names and GATEWAY in groups]
+    names = [name for name, groups in hosts if name in names and serves_model(groups)]  # SGLang workers
+    if not names and not config._specfleet_gateways:
         raise pytest.UsageError(f"no host of {where} matches --limit {' '.join(limits)}"
                                 if limits else f"{where} has no hosts")
     return names
@@ -73,6 +77,10 @@ def pytest_generate_tests(metafunc):
     if "target" in metafunc.fixturenames:
         names = _selected_hosts(metafunc.config)
         metafunc.parametrize("target", names, ids=names, indirect=True, scope="session")
+    if "gateway_target" in metafunc.fixturenames:  # hosts of the `gateway` group (tests/deployed/test_gateway.py)
+        _selected_hosts(metafunc.config)
+        names = metafunc.config._specfleet_gateways
+        metafunc.parametrize("gateway_target", names, ids=names, indirect=True, scope="session")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -103,8 +111,18 @@ def _targets():
 
 
 @pytest.fixture(scope="session")
+def gateway_target(request, deployed_inventory, _targets) -> Target:
+    """One host of the inventory's `gateway` group (parametrized by name)."""
+    return _target(request, deployed_inventory, _targets)
+
+
+@pytest.fixture(scope="session")
 def target(request, deployed_inventory, _targets) -> Target:
     """One inventory host (parametrized by name): pyinfra host, class, deployment, testinfra host."""
+    return _target(request, deployed_inventory, _targets)
+
+
+def _target(request, deployed_inventory, _targets) -> Target:
     inventory, lab_mode = deployed_inventory
     name = request.param
     if name not in _targets:

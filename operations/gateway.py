@@ -1,0 +1,348 @@
+"""SGLang's model gateway (smg) on the `gateway` group's hosts, with the inventory's workers registered.
+
+The deploy knows which workers the gateway should route to from the inventory itself: every
+host in a class group whose profile serves the gateway's model (`workers()`). The gateway's
+own list (`GET /workers`, read as the `GatewayWorkers` fact) is compared with it: a worker
+missing there is registered (`POST /workers`, then waited until `ready`), a worker of that
+model that the inventory no longer has is removed (`DELETE /workers/{id}`), and when both
+agree nothing is written to the gateway. Workers of other models are left alone.
+"""
+
+import json
+import os
+import re
+import shlex
+import time
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.api.operation import OperationMeta
+from pyinfra.operations import files
+
+from operations.deployment import HOST_CLASSES, BadHostData, host_class_of, resolve, served_model_name
+from operations.failure import fail_host
+from operations.filestate import FileStates, matches, sha1_of
+from operations.service import ServiceState
+from operations.templates import render
+
+GROUP = "gateway"
+HOST_SCRIPTS = Path(__file__).resolve().parent / "host_scripts"
+SCRIPTS = ("launch_smg.py", "gateway_workers.py")
+ADDRESS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")  # a host name or IPv4 address, nothing a shell reads
+POLICY = re.compile(r"^[a-z_]+$")
+ENDPOINT = re.compile(r"^/[A-Za-z0-9_./-]*$")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """What one gateway host runs (group_data/gateway.py), resolved and validated."""
+
+    model: str  # the served model name of the host's profile: its workers serve the same
+    requirement: str
+    service_name: str
+    user: str
+    bind_address: str
+    port: int
+    prometheus_port: int
+    policy: str
+    health: dict[str, Any]
+    register_timeout_s: int
+    install_dir: str
+    config_dir: str
+    pip_index_url: str | None
+    api_key_env: str
+
+    @property
+    def venv(self) -> str:
+        return f"{self.install_dir}/smg-venv"
+
+    @property
+    def home(self) -> str:
+        return f"/var/lib/{self.service_name}"
+
+    @property
+    def key_file(self) -> str:
+        return f"{self.config_dir}/{self.service_name}-api-key"
+
+    @property
+    def unit_file(self) -> str:
+        return f"/etc/systemd/system/{self.service_name}.service"
+
+    @property
+    def script(self) -> str:
+        return f"{self.install_dir}/bin/gateway_workers.py"
+
+    @property
+    def exposed(self) -> bool:
+        return self.bind_address not in LOOPBACK
+
+    def args(self) -> list[str]:
+        """smg launch's arguments (the API key is added on the host by launch_smg.py)."""
+        h = self.health
+        return ["--host", self.bind_address, "--port", str(self.port), "--policy", self.policy,
+                "--prometheus-host", self.bind_address, "--prometheus-port", str(self.prometheus_port),
+                "--health-check-endpoint", h["endpoint"],
+                "--health-check-interval-secs", str(h["interval_secs"]),
+                "--health-check-timeout-secs", str(h["timeout_secs"]),
+                "--health-failure-threshold", str(h["failure_threshold"]),
+                "--health-success-threshold", str(h["success_threshold"]),
+                "--worker-startup-timeout-secs", str(self.register_timeout_s)]
+
+
+def _checked(name: str, value: Any, pattern: re.Pattern) -> str:
+    if not pattern.fullmatch(str(value)):
+        raise ValueError(f"{name}={value!r} is not allowed (expected {pattern.pattern})")
+    return str(value)
+
+
+def resolve_gateway(data: Any) -> Gateway:
+    """A gateway host's data as the typed, validated `Gateway` (every value reaches a unit file)."""
+    health = dict(data.gateway_health)
+    return Gateway(
+        model=served_model_name(data),
+        requirement=data.gateway_requirement,
+        service_name=_checked("gateway_service_name", data.gateway_service_name, POLICY),
+        user=_checked("gateway_user", data.gateway_user, POLICY),
+        bind_address=_checked("gateway_bind_address", data.gateway_bind_address, ADDRESS),
+        port=int(data.gateway_port),
+        prometheus_port=int(data.gateway_prometheus_port),
+        policy=_checked("gateway_policy", data.gateway_policy, POLICY),
+        health={"endpoint": _checked("gateway_health.endpoint", health["endpoint"], ENDPOINT),
+                **{k: int(health[k]) for k in ("interval_secs", "timeout_secs", "failure_threshold",
+                                               "success_threshold")}},
+        register_timeout_s=int(data.gateway_register_timeout_s),
+        install_dir=data.install_dir,
+        config_dir=data.config_dir,
+        pip_index_url=data.pip_index_url,
+        api_key_env=data.api_key_env,
+    )
+
+
+def serves_model(groups) -> bool:
+    """In a class group: an SGLang worker (a gateway-only host is in none and skips every GPU stage)."""
+    return any(group in HOST_CLASSES for group in groups)
+
+
+@dataclass(frozen=True)
+class Worker:
+    name: str
+    url: str  # as the gateway reaches it
+    problem: str | None = None  # why it cannot be registered
+
+
+def workers(inventory, gateway_host, model: str) -> list[Worker]:
+    """The inventory's workers of `model`, each with its URL on the network the gateway reaches.
+
+    The address is the worker's `gateway_worker_address` if set, else its `ssh_hostname`, else
+    its name; a worker on the gateway's own host is reached on loopback.
+    """
+    found = []
+    for worker in inventory:
+        if not serves_model(worker.groups):
+            continue
+        try:
+            d = resolve(worker.data, host_class_of(worker.groups))
+        except BadHostData as problem:  # refused on its own host too
+            found.append(Worker(worker.name, "", f"{worker.name}: {problem}"))
+            continue
+        if d.served_model_name != model:
+            continue
+        if worker is gateway_host:
+            found.append(Worker(worker.name, f"http://127.0.0.1:{d.port}"))
+            continue
+        address = worker.data.get("gateway_worker_address") or worker.data.get("ssh_hostname") or worker.name
+        problem = None
+        if not ADDRESS.fullmatch(str(address)):
+            problem = f"{worker.name}: its address {address!r} is not a host name or IPv4 address"
+        elif d.bind_address in LOOPBACK:
+            problem = (f"{worker.name} serves on {d.bind_address} only, which the gateway cannot reach: "
+                       f"deploy it with bind_address=0.0.0.0 and ${d.api_key_env} set")
+        found.append(Worker(worker.name, f"http://{address}:{d.port}", problem))
+    return found
+
+
+@operation()
+def workers_done():
+    """
+    The point every host passes between the workers' stages and the gateway's: pyinfra orders
+    operations by each host's own sequence, so without an operation that workers and gateway
+    hosts share, a gateway-only host would register workers before they serve.
+
+    **Example:**
+
+    .. code:: python
+
+        gateway.workers_done(name="Workers done")
+    """
+    host.noop("the gateway stage starts after every worker's readiness")
+    return
+    yield  # an operation is a generator
+
+
+class GatewayWorkers(FactBase):
+    """
+    The gateway's registered workers of one model and its /readiness (host_scripts/gateway_workers.py).
+
+    .. code:: python
+
+        {"reachable": True, "readiness": {"status": "ready", "healthy_workers": 2, "total_workers": 2},
+         "workers": [{"id": "01a2...", "url": "http://10.213.1.10:30000", "status": "ready",
+                      "model_id": "moonshotai/Kimi-K2.6"}]}
+    """
+
+    def command(self, script: str, port: int, key_file: str, model: str) -> str:
+        run = " ".join(shlex.quote(part) for part in ("python3", script, str(port), key_file, model, "list"))
+        return f"if [ -f {shlex.quote(script)} ]; then {run}; else echo '{{\"reachable\": false, \"workers\": []}}'; fi"
+
+    def process(self, output):
+        try:
+            return json.loads(output[-1])
+        except (IndexError, ValueError):
+            return {"reachable": False, "workers": [], "error": " ".join(output)[-200:]}
+
+
+@operation()
+def api_key(gateway: Gateway):
+    """
+    The controller's API key (`api_key_env`) as the gateway's 0600 key file; a key already there stays
+    when the controller has none. The key is read here, never an argument.
+
+    + gateway: the host's resolved gateway
+
+    **Example:**
+
+    .. code:: python
+
+        gateway.api_key(name="Gateway API key", gateway=g)
+    """
+    g = gateway
+    key = os.environ.get(g.api_key_env, "")
+    state = host.get_fact(FileStates, paths=(g.key_file,))[g.key_file]
+    if not key:
+        if g.exposed and not state:
+            yield fail_host([f"{host.name}: the gateway would listen on {g.bind_address} without a key: "
+                             f"set ${g.api_key_env} on the controller or keep gateway_bind_address=127.0.0.1"])
+            return
+        host.noop(f"no ${g.api_key_env} on the controller: {g.key_file} {'stays' if state else 'is absent'}")
+        return
+    if matches(state, "file", "600", g.user, sha1_of(key.encode())):
+        host.noop(f"{g.key_file} holds the key (0600, {g.user})")
+        return
+    yield from files.put._inner(src=StringIO(key), dest=g.key_file, user=g.user, group=g.user, mode="600")
+
+
+@operation()
+def scripts(gateway: Gateway):
+    """
+    Upload the gateway's host scripts: its launcher (adds the key in-process) and the worker registrar.
+
+    + gateway: the host's resolved gateway (install directory)
+
+    **Example:**
+
+    .. code:: python
+
+        gateway.scripts(name="Gateway scripts", gateway=g)
+    """
+    paths = {f"{gateway.install_dir}/bin/{name}": HOST_SCRIPTS / name for name in SCRIPTS}
+    states = host.get_fact(FileStates, paths=tuple(paths))
+    stale = {dest: src for dest, src in paths.items()
+             if not matches(states[dest], "file", "755", sha1=sha1_of(src.read_bytes()))}
+    if not stale:
+        host.noop(f"{len(paths)} gateway scripts are current")
+    for dest, src in stale.items():
+        yield from files.put._inner(src=str(src), dest=dest, mode="755")
+
+
+def unit_text(gateway: Gateway, inputs: str) -> str:
+    return render("smg.service.j2", g=gateway, args=[shlex.quote(a) for a in gateway.args()], inputs=inputs)
+
+
+@operation()
+def configure(gateway: Gateway, inputs: str, restart_when: list[OperationMeta]):
+    """
+    Write the smg unit and (re)start it, only when the unit or a restart input changed.
+
+    + gateway: the host's resolved gateway
+    + inputs: what the gateway runs (the smg requirement, its launcher); written into the unit
+    + restart_when: operations whose change alone needs a restart (the key, the venv)
+
+    **Example:**
+
+    .. code:: python
+
+        gateway.configure(name="Gateway service", gateway=g, inputs="smg==1.13.0", restart_when=[key])
+    """
+    g = gateway
+    text = unit_text(g, inputs)
+    current = host.get_fact(ServiceState, unit_file=g.unit_file, env_file="/dev/null", service=g.service_name)
+    if current["unit_sha1"] == sha1_of(text.encode()):
+        if any(op.changed for op in restart_when):
+            yield f"systemctl restart {g.service_name}"
+        elif current["active"] != "active" or current["enabled"] != "enabled":
+            yield f"systemctl enable --now {g.service_name}"
+        else:
+            host.noop(f"{g.service_name} is running its current unit ({inputs})")
+        return
+    yield from files.put._inner(src=StringIO(text), dest=g.unit_file, mode="644")
+    yield "systemctl daemon-reload"
+    yield f"systemctl enable {g.service_name}"
+    yield f"systemctl restart {g.service_name}"
+
+
+@operation()
+def register_workers(gateway: Gateway, wanted: list[Worker], restarted: OperationMeta):
+    """
+    Make the gateway's workers of its model exactly the inventory's: register the missing ones
+    (`POST /workers`, waited until `ready`), remove those the inventory no longer has.
+
+    Runs after every worker's readiness (deploy.py's last stage); a worker that failed earlier
+    in this run is neither registered nor removed. With nothing to change, nothing is written.
+
+    + gateway: the host's resolved gateway
+    + wanted: the inventory's workers of the gateway's model (`workers()`)
+    + restarted: the gateway's unit operation (a restarted smg has forgotten its workers)
+
+    **Example:**
+
+    .. code:: python
+
+        gateway.register_workers(name="Gateway workers", gateway=g, wanted=workers(inventory, host, g.model),
+                                 restarted=unit)
+    """
+    g = gateway
+    problems = [w.problem for w in wanted if w.problem]
+    if problems:
+        yield fail_host(problems)
+        return
+    if not restarted.changed:
+        current = host.get_fact(GatewayWorkers, script=g.script, port=g.port, key_file=g.key_file, model=g.model)
+        registered = {w["url"]: w["status"] for w in current["workers"]}
+        if current["reachable"] and registered == {w.url: "ready" for w in wanted}:
+            host.noop(f"the gateway routes {g.model} to its {len(wanted)} inventory workers, all ready")
+            return
+    yield FunctionCommand(_sync_workers, (g, wanted), {})
+
+
+def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker]) -> bool:
+    """At execution time, after the workers' own stages: skip those that failed in this run."""
+    failed = {h.name for h in state.failed_hosts}
+    register = [w.url for w in wanted if w.name not in failed]
+    command = " ".join(shlex.quote(part) for part in (
+        "python3", gateway.script, str(gateway.port), gateway.key_file, gateway.model, "sync",
+        str(gateway.register_timeout_s), "--register", *register, "--inventory", *(w.url for w in wanted)))
+    started = time.monotonic()
+    ok, output = host.run_shell_command(command)
+    if not ok:
+        host.log_styled(f"gateway workers not converged: {output.stderr or output.stdout}", fg="red")
+        return False
+    result = json.loads(output.stdout_lines[-1])
+    host.log_styled(f"gateway {gateway.model}: registered {result['added'] or 'none'}, "
+                    f"removed {result['removed'] or 'none'}; {len(register)} workers ready "
+                    f"({time.monotonic() - started:.1f} s)", fg="green")
+    return True

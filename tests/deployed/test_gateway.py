@@ -1,0 +1,65 @@
+"""The gateway hosts (inventory group `gateway`) as deployed: smg running, every inventory worker registered.
+
+    pytest tests/deployed/test_gateway.py --inventory lab/inventory.py
+
+Runs once per gateway host; an inventory without one has nothing to check here.
+"""
+
+import json
+import shlex
+
+from operations.gateway import resolve_gateway, workers
+
+# Runs on the gateway host as root: the key is read there, from the gateway's 0600 file.
+ASK_THROUGH_GATEWAY = r"""
+import json, pathlib, sys, urllib.request
+port, key_file, model = sys.argv[1:4]
+key = pathlib.Path(key_file).read_text().strip() if pathlib.Path(key_file).is_file() else ""
+body = {"model": model, "messages": [{"role": "user", "content": "specfleet gateway check"}], "max_tokens": 8}
+request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+with urllib.request.urlopen(request, timeout=60) as response:
+    print(json.dumps({"status": response.status, "body": json.loads(response.read())}))
+"""
+
+
+def gateway_of(gateway_target):
+    return resolve_gateway(gateway_target.host.data)
+
+
+def inventory_workers(gateway_target, deployed_inventory):
+    inventory, _ = deployed_inventory
+    host = inventory[gateway_target.name]
+    return workers(inventory.values(), host, gateway_of(gateway_target).model)
+
+
+def registered(gateway_target) -> dict:
+    g = gateway_of(gateway_target)
+    return gateway_target.memo("gateway workers", lambda: json.loads(gateway_target.run(
+        shlex.join(["python3", g.script, str(g.port), g.key_file, g.model, "list"])).stdout))
+
+
+def test_gateway_unit_is_enabled_and_active(gateway_target):
+    g = gateway_of(gateway_target)
+    unit = gateway_target.testinfra.service(g.service_name)
+    assert unit.is_enabled and unit.is_running, f"{gateway_target.name}: expected {g.service_name} enabled and active"
+
+
+def test_gateway_readiness_counts_every_inventory_worker_healthy(gateway_target, deployed_inventory):
+    expected = len(inventory_workers(gateway_target, deployed_inventory))
+    readiness = registered(gateway_target).get("readiness", {})
+    assert (readiness.get("status"), readiness.get("healthy_workers")) == ("ready", expected), \
+        f"{gateway_target.name}: expected /readiness ready with {expected} healthy workers, found {readiness}"
+
+
+def test_every_inventory_worker_is_registered_and_ready(gateway_target, deployed_inventory):
+    expected = {w.url: "ready" for w in inventory_workers(gateway_target, deployed_inventory)}
+    found = {w["url"]: w["status"] for w in registered(gateway_target)["workers"]}
+    assert found == expected, f"{gateway_target.name}: expected the gateway's workers {expected}, found {found}"
+
+
+def test_a_request_through_the_gateway_answers(gateway_target):
+    g = gateway_of(gateway_target)
+    answer = gateway_target.python(ASK_THROUGH_GATEWAY, str(g.port), g.key_file, g.model)
+    assert answer["status"] == 200 and answer["body"]["choices"][0]["message"]["content"], \
+        f"{gateway_target.name}: expected a completion through the gateway, found {answer}"

@@ -1,0 +1,140 @@
+"""A gateway host in front of the lab's workers: the real smg, workers registered through its API.
+
+The lab's fleet gets `gateway=1` (lab-gateway-1, GPU-less) for this module; the workers are
+deployed listening on the lab network with an API key, as a gateway needs. Afterwards the
+gateway host is stopped and the workers are deployed back to the shared lab's state.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+import lab
+from lab import fleet
+from tests.conftest import LAB_HOSTS
+from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, run_deploy
+from tests.lab.test_deploy import main_pid, results_table
+
+pytestmark = pytest.mark.lab
+
+KEY = "lab-gateway-test-key"
+EXPOSED = ("--data", "bind_address=0.0.0.0", "--data", "gateway_bind_address=0.0.0.0")
+GATEWAY_PORT = 30080  # group_data/gateway.py
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(scope="module")
+def gateway_lab(lab_hosts):
+    """The lab with a gateway host; the first deploy's output and how long it took."""
+    hosts = lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SPECFLEET_API_KEY", KEY)
+        try:
+            started = time.monotonic()
+            first = run_deploy(*EXPOSED)
+            yield hosts, first, time.monotonic() - started
+        finally:
+            lab.up(LAB_HOSTS, log=lambda line: None)
+            env.delenv("SPECFLEET_API_KEY")
+            restored = run_deploy("--data", "remove_api_key=true")
+            assert restored.returncode == 0, restored.output[-3000:]
+
+
+def gateway_host(hosts):
+    return next(h for h in hosts if h.host_class == "gateway")
+
+
+def worker_hosts(hosts):
+    return [h for h in hosts if h.host_class != "gateway"]
+
+
+# Lab addresses directly, never through this machine's outbound proxy.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def call(url: str, key: str | None = None, body: dict | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {key}"} if key else {})})
+    try:
+        with DIRECT.open(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def gateway_workers(gateway) -> dict[str, str]:
+    _, listing = call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", key=KEY)
+    return {w["url"]: w["status"] for w in listing["workers"]}
+
+
+def admin_writes(gateway) -> int:
+    """POST/DELETE /workers the gateway answered, from its own request log (journal)."""
+    journal = ANSI.sub("", fleet.ssh(gateway, "journalctl -u smg -o cat --no-pager"))
+    return len(re.findall(r"method=(?:POST|DELETE) path=/workers\S* .*status_code=", journal))
+
+
+def test_every_worker_is_registered_and_a_request_through_the_gateway_answers(gateway_lab):
+    hosts, first, seconds = gateway_lab
+    assert first.returncode == 0, first.output[-4000:]
+    gateway, workers = gateway_host(hosts), worker_hosts(hosts)
+    registration = re.search(r"\[lab-gateway-1\] gateway .*: registered .*\((\d+\.\d) s\)", first.output)
+    print(f"deploy with a gateway: {seconds:.0f} s; registration: {registration and registration.group(1)} s")
+    assert registration, first.output[-3000:]
+    _, readiness = call(f"http://{gateway.address}:{GATEWAY_PORT}/readiness")
+    assert readiness == {"status": "ready", "healthy_workers": len(workers), "total_workers": len(workers)}
+    assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in workers}
+
+    ask = {"model": "kimi-k2.6", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+    status, answer = call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", key=KEY, body=ask)
+    assert status == 200 and answer["choices"][0]["message"]["content"], answer
+    assert call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", body=ask)[0] == 401
+    # The key is in the gateway's 0600 file only: not in any process's argv, not in its journal.
+    assert KEY not in fleet.ssh(gateway, "ps -eo args; journalctl -u smg -o cat --no-pager")
+
+    checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "tests/deployed/test_gateway.py", "--inventory", LAB_INVENTORY],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert checks.returncode == 0 and "4 passed" in checks.stdout, checks.stdout[-3000:]
+
+
+def test_a_second_run_changes_nothing_and_writes_nothing_to_the_gateway(gateway_lab):
+    hosts, _, _ = gateway_lab
+    gateway, workers = gateway_host(hosts), worker_hosts(hosts)
+    pids = {w.name: main_pid(w, "sglang") for w in workers}
+    writes = admin_writes(gateway)
+    assert writes >= len(workers)  # the first run's registrations are in the gateway's log
+
+    again = run_deploy(*EXPOSED)
+    assert again.returncode == 0, again.output[-3000:]
+    changed = {op: row for op, row in results_table(again.output).items() if row[1] != "-"}
+    assert changed == {}, changed
+    assert admin_writes(gateway) == writes
+    assert {w.name: main_pid(w, "sglang") for w in workers} == pids
+
+
+def test_a_worker_removed_from_the_inventory_is_removed_from_the_gateway(gateway_lab, tmp_path):
+    hosts, _, _ = gateway_lab
+    gateway, workers = gateway_host(hosts), worker_hosts(hosts)
+    removed, kept = workers[0], workers[1:]
+    inventory = tmp_path / "without_one_worker.py"
+    # The lab inventory's groups without that worker (underscored names are not groups to pyinfra).
+    inventory.write_text(
+        "import lab.inventory as _lab\n"
+        "for _group, _hosts in list(vars(_lab).items()):\n"
+        "    if isinstance(_hosts, list) and not _group.startswith('_'):\n"
+        f"        globals()[_group] = [_h for _h in _hosts if (_h[0] if isinstance(_h, tuple) else _h) != {removed.name!r}]\n")
+    run = subprocess.run([str(PYINFRA), "-y", "--group-data", str(REPO / "lab" / "group_data"), str(inventory),
+                          "deploy.py", *EXPOSED], cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "HF_TOKEN": "hf_lab_granted", "PYTHONPATH": str(REPO)})
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert f"removed ['http://{removed.address}:30000']" in output, output[-3000:]
+    assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in kept}

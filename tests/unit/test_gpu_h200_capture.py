@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from operations.gpu.capture import facts_printed
 from operations.gpu.checks import check_gpu_class
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaTopology
 from operations.gpu.parse import parse_query_csv
@@ -60,9 +61,7 @@ def text_lines(folder, file_name):
 
 def facts_on_the_host(folder):
     """{fact class name: value} from the `pyinfra @local fact` output captured there."""
-    pattern = r"--> Fact data for: operations\.gpu\.facts\.(\w+)\n(\{.*?\n\})\n"
-    blocks = re.findall(pattern, (folder / "facts.txt").read_text(), re.S)
-    return {name: json.loads(block)["@local"] for name, block in blocks}
+    return facts_printed((folder / "facts.txt").read_text())
 
 
 def test_classify_on_the_controller_equals_the_host_and_case_json(capture):

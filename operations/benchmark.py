@@ -29,7 +29,8 @@ from operations import bench_report
 from operations.deployment import Deployment, Speculative
 from operations.failure import fail_host
 from operations.gpu.facts import NvidiaGpus
-from operations.service import _probe_until_ready
+from operations import poll
+from operations.readiness import PROGRESS_EVERY_S, ServerProbe
 from operations.sglang import SGLangRejects, server_args
 from operations.templates import render
 
@@ -279,6 +280,22 @@ def _restore(host, d: Deployment, remote_root: str, timeout_s: int) -> dict:
     _run(host, f"{_as_user(d.service_user, clients)}; rm -rf {remote_root}; rm -f {SWITCHING}; "
                f"systemctl stop {BENCH_UNIT} 2>/dev/null; systemctl start {d.service_name}")
     return _probe_until_ready(host, d, timeout_s, 2.0, f"waiting for the deployed {d.service_name} to generate")
+
+
+def _probe_until_ready(host, d: Deployment, timeout_s: float, interval_s: float, what: str) -> dict:
+    """Probe the local server until it generates or `timeout_s` passes: the last probe."""
+    command = ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file, d.service_user)
+    last = {"probe": {"ready": False}}
+
+    def check(elapsed: float):
+        _, output = host.run_shell_command(command)
+        last["probe"] = ServerProbe().process(output.stdout_lines)
+        if last["probe"].get("ready") and last["probe"].get("completion"):
+            return True, ""
+        return None, f"{what}: {elapsed:.0f}s of {timeout_s:.0f}s ({last['probe'].get('error', 'not ready')})"
+
+    poll.wait(host, check, interval_s=interval_s, log_every_s=PROGRESS_EVERY_S, timeout_s=timeout_s)
+    return last["probe"]
 
 
 def _level(host, d: Deployment, plan: Plan, remote: str, concurrency: int) -> tuple[bool, str]:

@@ -57,8 +57,9 @@ def test_first_run_tests_with_the_sglang_venv_and_the_class_floor():
     [command], host = run(None)
     assert isinstance(command, FunctionCommand) and command.function.__name__ == "_run_smoke_test"
     argv = shlex.split(command.args[0])
-    assert argv[:2] == ["env", "/opt/specfleet/sglang-venv/bin/python"]
-    assert argv[2:] == ["/opt/specfleet/bin/gpu_smoke.py", "--floor-gbps", "150.0", "--timeout", "180",
+    python = argv.index("/opt/specfleet/sglang-venv/bin/python")
+    assert argv[0] == "env" and argv[1:python] == [f"{k}={v}" for k, v in sorted(deployment().env.items())]
+    assert argv[python + 1:] == ["/opt/specfleet/bin/gpu_smoke.py", "--floor-gbps", "150.0", "--timeout", "180",
                         "--record", "/opt/specfleet/gpu-smoke.json", "--key", smoke.smoke_key(deployment())]
     assert host.noops == []
 
@@ -67,7 +68,8 @@ def test_the_unit_nccl_environment_and_the_lab_engine_reach_the_command():
     d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie")
     [command], _ = run(None, d)
     argv = shlex.split(command.args[0])
-    assert [arg for arg in argv if arg.startswith("NCCL_")] == [f"{k}={v}" for k, v in sorted(d.env.items())]
+    assert [arg for arg in argv if arg.startswith("NCCL_")] == [f"{k}={v}" for k, v in sorted(d.env.items())
+                                                                   if k.startswith("NCCL_")]
     assert argv[argv.index("--floor-gbps") + 1] == "5.0"
     assert argv[-2:] == ["--engine", "/usr/lib/specfleet-lab/gpu-allreduce-standin"]
 

@@ -344,7 +344,7 @@ def test_hostile_commit_is_served_and_refused_by_preflight(hub, commit, problem)
 
 def test_snapshot_of_an_honest_hub_passes(hub):
     snap = snapshot.__wrapped__(hub.url, None, KIMI, "main")
-    assert snap.commit == hub.shas[KIMI] and len(snap.files) == 11 and snap.config["model_type"] == "kimi_k25"
+    assert snap.commit == hub.shas[KIMI] and len(snap.files) == 12 and snap.config["model_type"] == "kimi_k25"
 
 
 def fetch_spec(hub, tmp_path, repo_id=KIMI, extra=()) -> dict:

@@ -72,7 +72,7 @@ if deployment and not hub_problems:
                         sum(snapshot.total_bytes for snapshot in snapshots.values())))
 
 # 7. The gateway, after every worker's readiness (every host passes `workers_done`, which orders the
-#    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers registered.
+#    stage after the workers'): smg in its own virtualenv, its key (0640, root's), its unit, the inventory's workers registered.
 if any(gateway.GROUP in other.groups for other in inventory):
     gateway.workers_done(name="Workers done")
 if gateway.GROUP in host.groups:

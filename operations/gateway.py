@@ -10,6 +10,7 @@ agree nothing is written to the gateway. Workers of other models are left alone.
 
 import json
 import os
+import posixpath
 import re
 import shlex
 import time
@@ -26,6 +27,7 @@ from pyinfra.operations import files
 from operations.deployment import HOST_CLASSES, BadHostData, host_class_of, resolve, served_model_name
 from operations.failure import fail_host
 from operations.filestate import FileStates, matches, sha1_of
+from operations.secrets import write_secret
 from operations.service import ServiceState
 from operations.templates import render
 
@@ -209,7 +211,7 @@ class GatewayWorkers(FactBase):
 @operation()
 def api_key(gateway: Gateway):
     """
-    The controller's API key (`api_key_env`) as the gateway's 0600 key file; a key already there stays
+    The controller's API key (`api_key_env`) as the gateway's root-owned 0640 key file (group: the gateway user); a key already there stays
     when the controller has none. The key is read here, never an argument.
 
     + gateway: the host's resolved gateway
@@ -230,10 +232,12 @@ def api_key(gateway: Gateway):
             return
         host.noop(f"no ${g.api_key_env} on the controller: {g.key_file} {'stays' if state else 'is absent'}")
         return
-    if matches(state, "file", "600", g.user, sha1_of(key.encode())):
-        host.noop(f"{g.key_file} holds the key (0600, {g.user})")
+    if matches(state, "file", "640", sha1=sha1_of(key.encode())) and (state["user"], state["group"]) == ("root", g.user):
+        host.noop(f"{g.key_file} holds the key (root:{g.user} 0640)")
         return
-    yield from files.put._inner(src=StringIO(key), dest=g.key_file, user=g.user, group=g.user, mode="600")
+    # On stdin, never through files.put, whose contents --diff prints; root's file the launcher can read.
+    yield f"install -d -m 755 -o root -g root {shlex.quote(posixpath.dirname(g.key_file))}"
+    yield write_secret(key, posixpath.dirname(g.key_file), posixpath.basename(g.key_file), "640", g.user)
 
 
 @operation()

@@ -10,7 +10,7 @@ import shlex
 
 from operations.gateway import resolve_gateway, workers
 
-# Runs on the gateway host as root: the key is read there, from the gateway's 0600 file.
+# Runs on the gateway host as root: the key is read there, from the gateway's root-owned 0640 file.
 ASK_THROUGH_GATEWAY = r"""
 import json, pathlib, sys, urllib.request
 port, key_file, model = sys.argv[1:4]

@@ -96,7 +96,7 @@ def test_every_worker_is_registered_and_a_request_through_the_gateway_answers(ga
     status, answer = call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", key=KEY, body=ask)
     assert status == 200 and answer["choices"][0]["message"]["content"], answer
     assert call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", body=ask)[0] == 401
-    # The key is in the gateway's 0600 file only: not in any process's argv, not in its journal.
+    # The key is in the gateway's key file only: not in any process's argv, not in its journal.
     assert KEY not in fleet.ssh(gateway, "ps -eo args; journalctl -u smg -o cat --no-pager")
 
     checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

@@ -5,30 +5,40 @@
 
 Each stage is an operation in operations/; nothing changes on a host until its preflight passes.
 A host whose data cannot be deployed, or whose hub checks fail, is refused with one sentence;
-the other hosts go on. Hosts of the `gateway` group also get SGLang's model gateway, last
-(stage 7); a gateway-only host (in no class group) has no GPU and gets only that.
+the other hosts go on. Hosts of the `gateway` group also get SGLang's model gateway (stage 7)
+and Prometheus scraping it and its workers (stage 8); a gateway-only host (in no class group)
+has no GPU and gets only those.
 """
 
 from pyinfra import host, inventory
 
-from operations import gateway, layout, preflight, readiness, secrets, service, venv, weights
-from operations.deployment import BadHostData, host_class_of, resolve
+from operations import (gateway, layout, monitoring, multinode, nodes, preflight, readiness, secrets, service, venv,
+                        weights)
+from operations.deployment import host_class_of, resolve
 from operations.gpu import nvidia, smoke
+from operations.knobs import BadHostData
 
 deployment = None
 try:
     if gateway.serves_model(host.groups):
-        deployment = resolve(host.data, host_class_of(host.groups))  # every knob, parsed and checked
+        # Every knob, parsed and checked; a host of a node group with its group's members.
+        deployment = resolve(host.data, host_class_of(host.groups), nodes.members(inventory, host))
 except BadHostData as problem:
     preflight.refuse(name="Preflight", problem=f"{host.name}: {problem}")
 
 if deployment:
-    snapshots, hub_problems = preflight.hub_snapshots(deployment)
+    snapshots, hub_problems, access_pending = preflight.hub_snapshots(deployment)
 
     # 1. Preflight: hardware, driver, token and repo access, GPU memory, disk, DDTree build, exposure.
-    preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems)
+    preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots, hub_problems=hub_problems,
+                    access_pending=access_pending)
+    if deployment.node_group:
+        # One server over several nodes: every node reaches rank 0's dist-init port.
+        multinode.reachable(name="Nodes reach rank 0", deployment=deployment)
 
-# Nothing below is prepared for a host whose hub checks failed: preflight has reported them.
+# Nothing below is prepared for a host whose hub checks failed: preflight has reported them. A gated
+# repo still waiting for access stops only a host that serves (preflight); one serving nothing yet is
+# prepared up to its downloads, then fails naming the repo's terms page (stage 5).
 if deployment and not hub_problems:
     # 2. The GPU runtime the class needs: the driver (install_driver) from NVIDIA's repository,
     # the host rebooted into it and its GPUs checked; persistence; fabric manager; all held.
@@ -52,24 +62,44 @@ if deployment and not hub_problems:
     secrets.hf_token(name="Hugging Face token", deployment=deployment)
     api_key = secrets.api_key(name="API key", deployment=deployment)
 
-    # 4. Software: huggingface_hub for the downloads, SGLang in its own virtualenv.
+    # 4. Software: uv, then huggingface_hub for the downloads, SGLang in its own virtualenv.
+    uv = venv.Uv(deployment.install_dir)
+    venv.uv(name="uv", uv=uv, index_url=deployment.pip_index_url)
     venv.requirement(name="huggingface_hub", path=deployment.tools_venv, distribution="huggingface_hub",
-                     requirement=deployment.huggingface_hub_requirement, index_url=deployment.pip_index_url)
+                     requirement=deployment.huggingface_hub_requirement, index_url=deployment.pip_index_url, uv=uv)
     venv.requirement(name="SGLang", path=deployment.venv, distribution="sglang",
-                     requirement=deployment.sglang_requirement, index_url=deployment.pip_index_url)
+                     requirement=deployment.sglang_requirement, index_url=deployment.pip_index_url, uv=uv)
     layout.host_scripts(name="Host scripts", deployment=deployment)
     smoke.allreduce(name="GPU smoke test", deployment=deployment)
 
     # 5. Weights, pinned and verified, fetched by units that survive a dropped connection.
     weights.download(name="Weights", deployment=deployment, snapshots=snapshots,
-                     verify=deployment.verify_weights)
+                     verify=deployment.verify_weights, wait=not access_pending)
+    if access_pending:
+        preflight.access_pending(name="Access to gated repos", deployment=deployment, snapshots=snapshots,
+                                 pending=access_pending)
 
-    # 6. The unit (restarted only when its inputs change), then proof that it generates.
-    unit = service.configure(name="SGLang service", deployment=deployment,
-                             inputs=service.inputs(deployment, snapshots), restart_when=[api_key])
-    readiness.ready(name="SGLang generates", deployment=deployment, restarted=unit,
-                    timeout_s=deployment.ready_timeout_s or readiness.ready_timeout(
-                        sum(snapshot.total_bytes for snapshot in snapshots.values())))
+if deployment and not hub_problems and not access_pending:  # serving needs every repo's weights
+    # 6. The unit (restarted only when its inputs change), then proof that it generates. A worker
+    #    behind a gateway leaves it before the restart and comes back once it generates
+    #    (rollout.py does the fleet N workers at a time); one that fails readiness is rolled back and stays out.
+    inputs = service.inputs(deployment, snapshots)
+    serves_http = not deployment.node_group or deployment.node_group.serves_http
+    routes = gateway.routes(inventory, host, deployment.served_model_name)  # none for a rank >= 1
+    if routes:
+        drained = gateway.drain(name="Drain from the gateway", deployment=deployment, routes=routes,
+                                restart=service.restart_reason(deployment, inputs, [api_key]))
+    unit = service.configure(name="SGLang service", deployment=deployment, inputs=inputs, restart_when=[api_key])
+    ready_timeout_s = deployment.ready_timeout_s or readiness.ready_timeout(
+        sum(snapshot.total_bytes for snapshot in snapshots.values()))
+    if not serves_http:
+        # Rank >= 1 serves no HTTP: it is up and joined. Written first: pyinfra orders operations by
+        # their line here, so the ranks' joins come before rank 0's readiness (which is the group's).
+        multinode.joined(name="Rank joined rank 0", deployment=deployment, timeout_s=ready_timeout_s)
+    else:
+        readiness.ready(name="SGLang generates", deployment=deployment, restarted=unit, timeout_s=ready_timeout_s)
+    if routes:
+        gateway.rejoin(name="Back in the gateway", deployment=deployment, routes=routes, drained=drained)
 
 # 7. The gateway, after every worker's readiness (every host passes `workers_done`, which orders the
 #    stage after the workers'): smg in its own virtualenv, its key (0640, root's), its unit, the inventory's workers registered.
@@ -79,10 +109,30 @@ if gateway.GROUP in host.groups:
     g = gateway.resolve_gateway(host.data)
     layout.service_user(name="Gateway user", user=g.user, home=g.home)
     gateway_key = gateway.api_key(name="Gateway API key", gateway=g)
+    gateway_uv = venv.Uv(g.install_dir)
+    if not deployment:  # a worker has it from stage 4
+        venv.uv(name="uv", uv=gateway_uv, index_url=g.pip_index_url)
     smg = venv.requirement(name="smg", path=g.venv, distribution="smg", requirement=g.requirement,
-                           index_url=g.pip_index_url)
+                           index_url=g.pip_index_url, uv=gateway_uv)
     launcher = gateway.scripts(name="Gateway scripts", gateway=g)
     gateway_unit = gateway.configure(name="Gateway service", gateway=g, inputs=g.requirement,
                                      restart_when=[gateway_key, smg, launcher])
     gateway.register_workers(name="Gateway workers", gateway=g, wanted=gateway.workers(inventory, host, g.model),
                              restarted=gateway_unit)
+
+    # 8. Prometheus (Debian's package): its arguments and targets written before the package (its first
+    #    start listens on loopback), the workers' key, then every target checked up.
+    try:
+        m = monitoring.resolve_monitoring(host.data)
+    except BadHostData as problem:
+        preflight.refuse(name="Prometheus", problem=f"{host.name}: {problem}")
+    else:
+        targets = monitoring.scrape_targets(host.name, g, gateway.workers(inventory, host, g.model))
+        prometheus_args = monitoring.arguments(name="Prometheus arguments", monitoring=m)
+        prometheus_config = monitoring.scrape_config(name="Prometheus targets", monitoring=m, targets=targets)
+        prometheus = monitoring.package(name="Prometheus package")
+        monitoring.scrape_key(name="Prometheus scrape key", monitoring=m)
+        prometheus_unit = monitoring.service(name="Prometheus service", restart_when=[prometheus_args, prometheus],
+                                             reload_when=[prometheus_config])
+        monitoring.targets_up(name="Prometheus targets up", monitoring=m, targets=targets,
+                              changed=[prometheus_config, prometheus_unit])

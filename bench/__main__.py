@@ -6,20 +6,26 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ["P1", "P1b", "P2", "P3", "P4"]
+BENCHMARKS = ["P1", "P1b", "P2", "P3", "P3b", "P4", "P5"]
+MEASURED_BY = {"P3b": "P3"}  # figures measured side by side in another benchmark's run
+SEPARATE = ["P6"]  # moves several GB: run on its own, `python -m bench P6`
 
 
 def main(argv: list[str]) -> int:
     wanted = argv or BENCHMARKS
-    unknown = [b for b in wanted if b not in BENCHMARKS]
+    unknown = [b for b in wanted if b not in BENCHMARKS + SEPARATE]
     if unknown:
-        print(f"unknown benchmark(s) {unknown}; choose from {BENCHMARKS}", file=sys.stderr)
+        print(f"unknown benchmark(s) {unknown}; choose from {BENCHMARKS + SEPARATE}", file=sys.stderr)
         return 2
-    failed = []
+    failed, ran = [], set()
     for bench_id in wanted:
+        runner = MEASURED_BY.get(bench_id, bench_id)
+        if runner in ran:
+            continue
+        ran.add(runner)
         started = time.monotonic()
         try:
-            importlib.import_module(f"bench.{bench_id.lower()}").main()
+            importlib.import_module(f"bench.{runner.lower()}").main()
         except Exception as error:  # one failing benchmark does not stop the others
             print(f"{bench_id} failed: {error}", file=sys.stderr)
             failed.append(bench_id)

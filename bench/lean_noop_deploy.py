@@ -24,7 +24,7 @@ from operations.venv import VenvRequirement
 from operations.weights import WeightsState, state_listings
 
 deployment = d = resolve(host.data, host_class_of(host.groups))
-snapshots, hub_problems = preflight.hub_snapshots(deployment)
+snapshots, hub_problems, access_pending = preflight.hub_snapshots(deployment)
 dirs = tuple(r.local_dir for r in d.repos)
 scripts = " ".join(shlex.quote(f"{d.install_dir}/bin/{p.name}") for p in sorted(HOST_SCRIPTS.glob("*.py")))
 SECTIONS = [

@@ -1,16 +1,20 @@
-"""P3: a fresh download of the lab's benchmark repo through the deploy, against parallel curl.
+"""P3 and P3b: a fresh download of the lab's benchmark repo through the deploy, against parallel
+curl (P3) and against huggingface_hub's own `hf download` (P3b), measured side by side.
 
 The repo: lab/bench-2g-64 (2 GiB in 64 shards) as the deploy's target (its drafter
 comes along, as in any deploy). Each round, on one host, in alternating order:
-  deploy: the deploy's weights stage (bench/weights_deploy.py) into an emptied weights_dir;
-          timed as the Weights operation's wall time (primary) and the whole run;
-  curl:   the same files (target and drafter) from the same hub's resolve URLs, following
-          the CDN redirect as huggingface_hub does, 8 at a time (xargs -P8, huggingface_hub's
-          default max_workers), timed on the host;
-  hf:     huggingface_hub's snapshot_download alone, run by hand on the host with the
-          deploy's tools venv (diagnostic: the library's own cost vs the deploy's around it);
-  raw:    the same with huggingface_hub.constants.DOWNLOAD_CHUNK_SIZE = None (diagnostic: the
-          library copies every body through 10 MiB BytesIO chunks).
+  deploy:   the deploy's weights stage (bench/weights_deploy.py) into an emptied weights_dir;
+            timed as the Weights operation's wall time (primary) and the whole run;
+  curl:     the same files (target and drafter) from the same hub's resolve URLs, following
+            the CDN redirect as huggingface_hub does, 8 at a time (xargs -P8, huggingface_hub's
+            default max_workers), timed on the host;
+  hf:       `hf download REPO --revision COMMIT --local-dir DIR --max-workers 8` with the deploy's
+            tools venv, target and drafter at once (as the deploy's two units run), on the host;
+  fetch:    the deploy's host fetcher alone (host_scripts/fetch_weights.py, both repos at once, as
+            its units run it), with hashing (as deployed) and without (the hash objects replaced
+            by ones that do nothing and agree, a what-if here only), back to back in alternating
+            order: what hashing while streaming costs (issue #10), and, against `deploy`, what the
+            deploy adds around the fetcher (pyinfra, unit start, progress polling).
 """
 
 import json
@@ -25,12 +29,15 @@ from lab.config import HUB_URL, TOKEN_GRANTED
 from lab.repos import KIMI_DFLASH
 
 SPEC = "pcie=2,b200=1"
-TARGET = 1.25
+TARGET, TARGET_B = 1.25, 1.0
 REPO_ID, SHARDS = "lab/bench-2g-64", 64
 WEIGHTS_DIR = "/srv/specfleet/bench/p3"
 CURL_DIR = "/srv/specfleet/bench/p3-curl"
 HF_DIR = "/srv/specfleet/bench/p3-hf"
+FETCH_DIR = "/srv/specfleet/bench/p3-fetch"
 TOOLS_PY = "/opt/specfleet/tools-venv/bin/python"
+HF_CLI = "/opt/specfleet/tools-venv/bin/hf"
+SCRIPTS = "/opt/specfleet/bin"  # the deploy's host scripts (layout.host_scripts)
 
 
 def manifest_files(repo_id: str) -> tuple[str, list[str]]:
@@ -61,19 +68,40 @@ def curl_script(urls: list[tuple[str, str]], dest: str) -> str:
             f"printf '%s\\n' {shlex.quote(lines)} | xargs -P8 -L1 sh -c {shlex.quote(fetch)} sh")
 
 
-def hf_script(repo_ids: list[tuple[str, str]], dest: str, raw_chunks: bool = False) -> str:
-    # raw_chunks: huggingface_hub re-chunks each body into DOWNLOAD_CHUNK_SIZE (10 MiB) pieces through
-    # a BytesIO; None hands the socket's chunks straight to the file (a one-line change in a fetcher).
-    patch = "import huggingface_hub.constants as c\nc.DOWNLOAD_CHUNK_SIZE = None\n" if raw_chunks else ""
-    code = (patch + "import sys\nfrom huggingface_hub import snapshot_download\n"
-            "for repo, rev in zip(sys.argv[1::3], sys.argv[2::3]):\n"
-            "    snapshot_download(repo, revision=rev, local_dir=sys.argv[3 + sys.argv.index(repo) - 1])\n")
-    args = " ".join(f"{shlex.quote(r)} {rev} {shlex.quote(dest + '/' + r.replace('/', '--'))}" for r, rev in repo_ids)
-    return (f"rm -rf {shlex.quote(dest)} && HF_ENDPOINT={HUB_URL} HF_TOKEN={TOKEN_GRANTED} "
-            f"HF_HUB_DISABLE_PROGRESS_BARS=1 {TOOLS_PY} -c {shlex.quote(code)} {args}")
+def hf_script(repo_ids: list[tuple[str, str]], dest: str) -> str:
+    """`hf download` of each repo at its commit into DEST/<repo>, 8 workers each, all repos at once."""
+    downloads = " & ".join(
+        f"{HF_CLI} download {shlex.quote(repo)} --revision {rev} --max-workers 8 --quiet "
+        f"--local-dir {shlex.quote(dest + '/' + repo.replace('/', '--'))} >/dev/null" for repo, rev in repo_ids)
+    return (f"rm -rf {shlex.quote(dest)}; export HF_ENDPOINT={HUB_URL} HF_TOKEN={TOKEN_GRANTED} "
+            f"HF_HOME={dest}/hf-home HF_HUB_DISABLE_PROGRESS_BARS=1; {downloads} & wait_all")
 
 
-def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict:
+# The fetcher with its hash objects replaced by ones that take the bytes and agree with the hub:
+# a what-if for the bench only (the deployed fetcher has no way to skip hashing).
+UNHASHED = ("import weights_manifest\n"
+            "class Unhashed:\n"
+            "    def __init__(self, entry): self.entry = entry\n"
+            "    def update(self, data): pass\n"
+            "    def hexdigest(self): return weights_manifest.expected_digest(self.entry)\n"
+            "weights_manifest.digest_for = Unhashed\n")
+
+
+def fetch_script(specs: list[dict], hashed: bool) -> str:
+    """The deploy's fetcher on each SPEC at once, as its units run it (tools venv, HF_ENDPOINT, token)."""
+    code = ("import sys\n" + ("" if hashed else UNHASHED)
+            + "import fetch_weights\nsys.exit(fetch_weights.main(sys.argv[1]))\n")
+    dirs = " ".join(shlex.quote(spec["local_dir"]) for spec in specs)
+    runs = " & ".join(f"{TOOLS_PY} -c {shlex.quote(code)} {FETCH_DIR}/{i}.json >/dev/null" for i in range(len(specs)))
+    return (f"rm -rf {dirs}; cd {SCRIPTS} || exit 1; export HF_ENDPOINT={HUB_URL} HF_TOKEN={TOKEN_GRANTED}; "
+            f"{runs} & wait_all")
+
+
+# `wait` alone exits 0 whatever its jobs did: each job's status is checked.
+WAIT_ALL = "wait_all() { for job in $(jobs -p); do wait $job || return 1; done; }; "
+
+
+def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     hosts = lab.up(SPEC, log=log)
     host = hosts[0]
     log(f"P3: converging deploy on {host.name} (service user, tools venv, host scripts)")
@@ -84,63 +112,76 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict
     _, target_files = manifest_files(REPO_ID)
     urls = ([(f"{HUB_URL}/{REPO_ID}/resolve/{commit}/{p}", p) for p in target_files]
             + [(f"{HUB_URL}/{KIMI_DFLASH}/resolve/{drafter_sha}/{p}", f"drafter-{p}") for p in drafter_files])
+    pinned = [(REPO_ID, commit), (KIMI_DFLASH, drafter_sha)]
+    specs = [{"repo_id": repo, "commit": rev, "local_dir": f"{FETCH_DIR}/{repo.replace('/', '--')}",
+              "files": repos.listing(repo)} for repo, rev in pinned]
+    fleet.ssh(host, f"mkdir -p {FETCH_DIR} && " + " && ".join(
+        f"printf %s {shlex.quote(json.dumps(spec))} > {FETCH_DIR}/{i}.json" for i, spec in enumerate(specs)))
     total = sum(f["size"] for f in json.loads((repos.files_of(REPO_ID).parent / "manifest.json").read_text())["files"])
     log(f"P3: {REPO_ID} ({len(target_files)} files, {total} bytes) + drafter, on {host.name}")
 
-    deploy_op, deploy_run, curl_s, hf_s, curl_cpu, hf_cpu, raw_s, raw_cpu = [], [], [], [], [], [], [], []
+    times = {kind: [] for kind in ("deploy_op", "deploy_run", "curl", "hf", "hashed", "unhashed")}
+    cpu = {kind: [] for kind in ("curl", "hf", "hashed", "unhashed")}
+    on_host = {"curl": curl_script(urls, CURL_DIR), "hf": hf_script(pinned, HF_DIR),
+               "hashed": fetch_script(specs, hashed=True), "unhashed": fetch_script(specs, hashed=False)}
     for r in range(rounds):
-        order = ["deploy", "curl", "hf", "raw"] if r % 2 == 0 else ["curl", "raw", "hf", "deploy"]
-        for kind in order:
+        order = ["deploy", "curl", "hf", "hashed", "unhashed"]
+        for kind in order if r % 2 == 0 else order[::-1]:
             if kind == "deploy":
                 fleet.ssh(host, f"rm -rf {WEIGHTS_DIR}")
                 run = deploy("--limit", host.name, group_data=override,
                              deploy_file="bench/weights_deploy.py").check()
-                deploy_op.append(operation_times(run)["operations"]["Weights"])
-                deploy_run.append(run.seconds)
-            elif kind == "curl":
-                curl_s.append(timed_on_host(host, curl_script(urls, CURL_DIR), cpu=curl_cpu))
-            elif kind == "raw":
-                raw_s.append(timed_on_host(host, hf_script([(REPO_ID, commit), (KIMI_DFLASH, drafter_sha)],
-                                                           HF_DIR, raw_chunks=True), cpu=raw_cpu))
+                times["deploy_op"].append(operation_times(run)["operations"]["Weights"])
+                times["deploy_run"].append(run.seconds)
             else:
-                hf_s.append(timed_on_host(host, hf_script([(REPO_ID, commit), (KIMI_DFLASH, drafter_sha)],
-                                                          HF_DIR), cpu=hf_cpu))
-        fleet.ssh(host, f"rm -rf {CURL_DIR} {HF_DIR}")
-        log(f"P3 round {r + 1}/{rounds}: deploy {deploy_op[-1]:.2f}s (run {deploy_run[-1]:.2f}s), "
-            f"curl -P8 {curl_s[-1]:.2f}s, snapshot_download {hf_s[-1]:.2f}s (raw chunks {raw_s[-1]:.2f}s)")
-    fleet.ssh(host, f"rm -rf {WEIGHTS_DIR}")
+                times[kind].append(timed_on_host(host, WAIT_ALL + on_host[kind], cpu=cpu[kind]))
+        fleet.ssh(host, f"rm -rf {CURL_DIR} {HF_DIR} " + " ".join(spec["local_dir"] for spec in specs))
+        log(f"P3 round {r + 1}/{rounds}: deploy {times['deploy_op'][-1]:.2f}s (run {times['deploy_run'][-1]:.2f}s), "
+            f"curl -P8 {times['curl'][-1]:.2f}s, hf download {times['hf'][-1]:.2f}s, fetcher hashed "
+            f"{times['hashed'][-1]:.2f}s / unhashed {times['unhashed'][-1]:.2f}s")
+    fleet.ssh(host, f"rm -rf {WEIGHTS_DIR} {FETCH_DIR}")
 
-    result = {
-        "measure": "fresh download of a 2 GiB 64-shard repo (+ drafter) through the deploy / curl xargs -P8",
-        "host": host.name, "target": f"<= {TARGET}", "rounds": rounds, "bytes": total,
-        "deploy_weights_op_s": summary(deploy_op), "deploy_weights_run_s": summary(deploy_run),
-        "curl_p8_s": summary(curl_s), "snapshot_download_s": summary(hf_s),
-        "curl_cpu_s": summary(curl_cpu), "snapshot_download_cpu_s": summary(hf_cpu),
-        "snapshot_download_raw_chunks_s": summary(raw_s), "snapshot_download_raw_chunks_cpu_s": summary(raw_cpu),
-        "ratio_snapshot_download_raw_chunks_vs_curl": ratio_summary(raw_s, curl_s),
-        "ratio": ratio_summary(deploy_op, curl_s),
-        "ratio_whole_run": ratio_summary(deploy_run, curl_s),
-        "ratio_snapshot_download_vs_curl": ratio_summary(hf_s, curl_s),
-        "ratio_deploy_vs_snapshot_download": ratio_summary(deploy_op, hf_s),
-        "curl_MBps": round(total / summary(curl_s)["median"] / 1e6, 1),
-        "deploy_MBps": round(total / summary(deploy_op)["median"] / 1e6, 1),
-    }
-    result["met"] = result["ratio"]["median"] <= TARGET
-    print(f"P3 deploy Weights op    {fmt(result['deploy_weights_op_s'])} ({result['deploy_MBps']} MB/s)")
-    print(f"P3 deploy whole run     {fmt(result['deploy_weights_run_s'])}")
-    print(f"P3 curl xargs -P8       {fmt(result['curl_p8_s'])} ({result['curl_MBps']} MB/s)")
-    print(f"P3 snapshot_download    {fmt(result['snapshot_download_s'])}")
-    print(f"P3 CPU on the host (user+sys): curl {fmt(result['curl_cpu_s'])}, "
-          f"snapshot_download {fmt(result['snapshot_download_cpu_s'])}")
-    print(f"P3 ratio deploy/curl    {fmt(result['ratio'], '')}  target <= {TARGET}: "
-          f"{'MET' if result['met'] else 'MISSED'}")
-    print(f"P3 ratio whole run/curl {fmt(result['ratio_whole_run'], '')}")
-    print(f"P3 ratio snapshot_download/curl {fmt(result['ratio_snapshot_download_vs_curl'], '')}")
-    print(f"P3 snapshot_download with DOWNLOAD_CHUNK_SIZE=None: {fmt(result['snapshot_download_raw_chunks_s'])}, "
-          f"CPU {fmt(result['snapshot_download_raw_chunks_cpu_s'])}; /curl "
-          f"{fmt(result['ratio_snapshot_download_raw_chunks_vs_curl'], '')}")
-    write_result("P3", result)
-    return result
+    hash_cost = [(on - off) / op for on, off, op in zip(times["hashed"], times["unhashed"], times["deploy_op"])]
+    common = {"host": host.name, "rounds": rounds, "bytes": total,
+              "deploy_weights_op_s": summary(times["deploy_op"]), "deploy_weights_run_s": summary(times["deploy_run"]),
+              "curl_p8_s": summary(times["curl"]), "hf_download_s": summary(times["hf"]),
+              "fetcher_hashed_s": summary(times["hashed"]), "fetcher_unhashed_s": summary(times["unhashed"]),
+              "curl_cpu_s": summary(cpu["curl"]), "hf_download_cpu_s": summary(cpu["hf"]),
+              "fetcher_hashed_cpu_s": summary(cpu["hashed"]), "fetcher_unhashed_cpu_s": summary(cpu["unhashed"]),
+              "ratio_fetcher_hashed_vs_unhashed": ratio_summary(times["hashed"], times["unhashed"]),
+              "hash_cost_share_of_deploy": summary(hash_cost),
+              "ratio_deploy_vs_fetcher": ratio_summary(times["deploy_op"], times["hashed"]),
+              "ratio_fetcher_vs_curl": ratio_summary(times["hashed"], times["curl"]),
+              "ratio_hf_download_vs_curl": ratio_summary(times["hf"], times["curl"]),
+              "curl_MBps": round(total / summary(times["curl"])["median"] / 1e6, 1),
+              "hf_download_MBps": round(total / summary(times["hf"])["median"] / 1e6, 1),
+              "deploy_MBps": round(total / summary(times["deploy_op"])["median"] / 1e6, 1)}
+    p3 = {"measure": "fresh download of a 2 GiB 64-shard repo (+ drafter) through the deploy / curl xargs -P8",
+          "target": f"<= {TARGET}", **common, "ratio": ratio_summary(times["deploy_op"], times["curl"]),
+          "ratio_whole_run": ratio_summary(times["deploy_run"], times["curl"])}
+    p3["met"] = p3["ratio"]["median"] <= TARGET
+    p3b = {"measure": "fresh download of a 2 GiB 64-shard repo (+ drafter) through the deploy / hf download "
+                      "--max-workers 8 (both repos at once, on the host)",
+           "target": f"<= {TARGET_B}", **common, "ratio": ratio_summary(times["deploy_op"], times["hf"]),
+           "ratio_whole_run": ratio_summary(times["deploy_run"], times["hf"])}
+    p3b["met"] = p3b["ratio"]["median"] <= TARGET_B
+    print(f"P3 deploy Weights op    {fmt(p3['deploy_weights_op_s'])} ({p3['deploy_MBps']} MB/s)")
+    print(f"P3 deploy whole run     {fmt(p3['deploy_weights_run_s'])}")
+    print(f"P3 curl xargs -P8       {fmt(p3['curl_p8_s'])} ({p3['curl_MBps']} MB/s)")
+    print(f"P3 hf download          {fmt(p3['hf_download_s'])} ({p3['hf_download_MBps']} MB/s)")
+    print(f"P3 fetcher alone        hashed {fmt(p3['fetcher_hashed_s'])}, unhashed {fmt(p3['fetcher_unhashed_s'])}")
+    print(f"P3 CPU on the host (user+sys): curl {fmt(p3['curl_cpu_s'])}, hf download {fmt(p3['hf_download_cpu_s'])}, "
+          f"fetcher hashed {fmt(p3['fetcher_hashed_cpu_s'])}, unhashed {fmt(p3['fetcher_unhashed_cpu_s'])}")
+    print(f"P3 hashing while streaming: fetcher hashed/unhashed {fmt(p3['ratio_fetcher_hashed_vs_unhashed'], '')}; "
+          f"(hashed - unhashed) / deploy {fmt(p3['hash_cost_share_of_deploy'], '')}")
+    print(f"P3 ratio deploy/fetcher alone {fmt(p3['ratio_deploy_vs_fetcher'], '')}")
+    print(f"P3 ratio deploy/curl    {fmt(p3['ratio'], '')}  target <= {TARGET}: {'MET' if p3['met'] else 'MISSED'}")
+    print(f"P3 ratio whole run/curl {fmt(p3['ratio_whole_run'], '')}")
+    print(f"P3b ratio deploy/hf download {fmt(p3b['ratio'], '')}  target <= {TARGET_B}: "
+          f"{'MET' if p3b['met'] else 'MISSED'}")
+    write_result("P3", p3)
+    write_result("P3b", p3b)
+    return p3
 
 
 if __name__ == "__main__":

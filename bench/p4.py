@@ -18,6 +18,7 @@ from bench.common import deploy, fmt, log, operation_times, phase_times, ratio_s
 from lab import fleet
 
 TARGET = 1.5
+CPU_TARGET_S = 8  # host CPU-seconds per host for a fresh deploy
 SIZES = {"1": "pcie=1", "8": "pcie=8"}
 
 
@@ -92,7 +93,9 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 2)) -> dict
                                      for op in ops["8"]},
         "pyinfra_cpu_s": {k: summary([run["pyinfra_cpu_s"] for run in v]) for k, v in runs.items()},
         "machine_cpu_busy": {k: summary([run["machine_cpu_busy"] for run in v]) for k, v in runs.items()},
-        "cpu_per_host_s": {k: summary([c for run in v for c in run["host_cpu_s"]]) for k, v in runs.items()},
+        # Every host of every fresh deploy, both sizes: what one host costs (target <= 8 CPU-s).
+        "cpu_per_host_s": summary([c for v in runs.values() for run in v for c in run["host_cpu_s"]]),
+        "cpu_per_host_s_by_size": {k: summary([c for run in v for c in run["host_cpu_s"]]) for k, v in runs.items()},
         "hosts_cpu_total_s": {k: summary([run["hosts_cpu_total_s"] for run in v]) for k, v in runs.items()},
         "cores": os.cpu_count(),
         "runs": runs,
@@ -104,9 +107,11 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 2)) -> dict
     print(f"P4 ratio 8/1   {fmt(result['ratio'], '')}  target <= {TARGET}: {'MET' if result['met'] else 'MISSED'}")
     for key, spec in SIZES.items():
         total = result["hosts_cpu_total_s"][key]["median"]
-        print(f"P4 {spec}: the hosts used {total:.1f} CPU-s (per host {fmt(result['cpu_per_host_s'][key])}) + "
+        print(f"P4 {spec}: the hosts used {total:.1f} CPU-s (per host {fmt(result['cpu_per_host_s_by_size'][key])}) + "
               f"pyinfra {result['pyinfra_cpu_s'][key]['median']:.1f} CPU-s; on {os.cpu_count()} cores that alone "
               f"needs >= {(total + result['pyinfra_cpu_s'][key]['median']) / os.cpu_count():.1f}s")
+    print(f"P4 host CPU per host (all fresh deploys) {fmt(result['cpu_per_host_s'])}  target <= {CPU_TARGET_S}: "
+          f"{'MET' if result['cpu_per_host_s']['median'] <= CPU_TARGET_S else 'MISSED'}")
     print("P4 operation wall time, 1 host -> 8 hosts (median s):")
     for op in ops["8"]:
         print(f"    {op:28} {ops['1'].get(op, 0):7.2f} -> {ops['8'][op]:7.2f}")

@@ -10,7 +10,7 @@ from operations import preflight, weights
 from operations.deployment import host_class_of, resolve
 
 deployment = resolve(host.data, host_class_of(host.groups))
-snapshots, hub_problems = preflight.hub_snapshots(deployment)
-if hub_problems:
-    raise SystemExit(f"hub problems: {hub_problems}")
+snapshots, hub_problems, access_pending = preflight.hub_snapshots(deployment)
+if hub_problems or access_pending:
+    raise SystemExit(f"hub problems: {hub_problems + access_pending}")
 weights.download(name="Weights", deployment=deployment, snapshots=snapshots, verify=deployment.verify_weights)

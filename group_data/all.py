@@ -41,6 +41,9 @@ profiles = {
         target=dict(repo="Qwen/Qwen3.6-27B", revision="main"),
         drafter=dict(repo="z-lab/Qwen3.6-27B-DFlash", revision="main"),
         attention="mha",
+        # PR #29907 since 93e9850e4 (2026-07-08): the full-tree verify fails fast unless the resolved
+        # prefill/decode attention backend is triton (the author's update note in the PR thread).
+        attention_backend="triton",
         speculative=dict(
             algorithm="DDTREE",
             num_draft_tokens=16,  # the drafter's block size
@@ -96,6 +99,29 @@ driver_branch = "580"
 nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos"
 huggingface_hub_requirement = "huggingface_hub==2.4.0"  # the downloader's own virtualenv
 allow_branch_revisions = False  # True: a branch revision only warns (the weights follow the branch)
+# FOR TESTS ONLY: restart a worker behind a gateway without draining it first, so requests fail
+# (tests/lab/test_rollout.py proves the drain is what keeps them from failing). Never in production.
+test_only_skip_drain = False
 # The GPU smoke test's engine: None runs its own torch.distributed + NCCL workers in the SGLang
 # venv; an absolute path names another program printing the same measurements (the lab's stand-in).
 gpu_smoke_engine = None
+
+# One model over several nodes: a server spanning hosts, tensor parallel over all their GPUs
+# (e.g. Kimi K2.6 at TP 16 over two 8-GPU B200 nodes). A host joins a group with its inventory
+# data `node_group` (a key below) and `node_rank`: rank 0 runs the HTTP server (health-checked,
+# registered with a gateway), the others join it over rank 0's `dist_init_port` (torch's TCP
+# store; with attention DP also the 6 ports after it; NCCL picks its own ports between all the
+# nodes: open the node network between them, and keep it private, as nothing there takes a key).
+# The members: every inventory host naming the group, one class and one profile, ranks 0..N-1
+# (inventory/b200.py: SPECFLEET_B200_NODE_GROUP). Each host's `node_address` is its IP on the
+# node network (else its ssh_hostname, if that is an IP).
+node_groups = {
+    "kimi-tp16": dict(
+        tp_size=16,  # over all the nodes: tp_size / nodes GPUs on each (8 on a B200 node)
+        dist_init_port=25000,
+        socket_ifname=None,  # NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME, e.g. "ens1f0"; None: NCCL/Gloo pick
+    ),
+}
+node_group = None  # this host serves alone
+node_rank = None
+node_address = None

@@ -18,9 +18,9 @@ expected_gpus = dict(
 sglang_tuning = dict(
     tp_size=8,
     # sm_100: the z-lab Kimi DFlash recipe (trtllm_mla target, fa4 drafter); SGLang picks
-    # trtllm_mla for Kimi itself, written out to pin it. MHA/hybrid models (the DDTree profile):
-    # flashinfer, not trtllm_mha, which forces the page size to 16-128 (0.5.23
-    # srt/arg_groups/overrides.py, _mla_backend_page_constraints) where DDTree needs 1.
+    # trtllm_mla for Kimi itself, written out to pin it. MHA/hybrid models: flashinfer, not
+    # trtllm_mha, which forces the page size to 16-128 (0.5.23 srt/arg_groups/overrides.py,
+    # _mla_backend_page_constraints); the DDTree profile names its own backend (triton).
     attention_backends=dict(mla=("trtllm_mla", "fa4"), mha=("flashinfer", "fa4")),
     mem_fraction_static=0.90,
     extra_args=[],

@@ -14,7 +14,7 @@ expected_gpus = dict(
 
 sglang_tuning = dict(
     tp_size=8,
-    # SM10x family: the same backends as B200 (flashinfer for MHA: DDTree needs page size 1).
+    # SM10x family: the same backends as B200 (flashinfer for MHA).
     attention_backends=dict(mla=("trtllm_mla", "fa4"), mha=("flashinfer", "fa4")),
     mem_fraction_static=0.90,
     extra_args=[],

@@ -36,3 +36,13 @@ gateway_health = dict(
 )
 # How long a registered worker may take to become `ready` on the gateway.
 gateway_register_timeout_s = 120
+
+# Prometheus (Debian's `prometheus` package) on the gateway host, scraping every worker's /metrics
+# and smg's Prometheus port (operations/monitoring.py). It has no key, so it listens on loopback
+# only: query it on the host (`curl localhost:9090/api/v1/query ...`) or through an SSH tunnel.
+prometheus_listen_address = "127.0.0.1"
+prometheus_port = 9090  # Debian's default
+prometheus_scrape_interval_s = 15
+prometheus_retention = "15d"  # Prometheus's default; a worker's few dozen series take little disk
+# How long the deploy waits for every target's first successful scrape after a change.
+prometheus_targets_timeout_s = 60

@@ -11,16 +11,18 @@ The lab's API, shared by ``python -m lab``, the tests and ``bench/``: ``up()``,
 ``down()``, ``status()``. Deploy onto it with ``pyinfra lab/inventory.py deploy.py``.
 """
 
-from lab import fleet, services
+from lab import fleet, rootfs, services
 
 
-def up(spec: str = fleet.DEFAULT_SPEC, log=print, bare: set[str] = frozenset()) -> list[fleet.LabHost]:
+def up(spec: str = fleet.DEFAULT_SPEC, log=print, bare: set[str] = frozenset(),
+       suite: str = rootfs.DEFAULT_SUITE) -> list[fleet.LabHost]:
     """Build (once) and start the hub and index, then boot the hosts of `spec` (idempotent:
-    running hosts stay, hosts not in `spec` are stopped); those named in `bare` boot without a driver."""
+    running hosts stay, hosts not in `spec` are stopped); those named in `bare` boot without a driver;
+    those booted now boot from Debian `suite` (bookworm, or trixie)."""
     services.build_content(log=log)
     fleet.ensure_bridge()  # the servers bind to the controller's address on it
     services.start(log=log)
-    return fleet.up(spec, log=log, bare=bare)
+    return fleet.up(spec, log=log, bare=bare, suite=suite)
 
 
 def down(log=print) -> None:
@@ -32,6 +34,6 @@ def down(log=print) -> None:
 def status() -> dict:
     """Each host with its address, class, GPU profile and systemd state; each server's state."""
     return {"hosts": [{"name": host.name, "address": host.address, "host_class": host.host_class,
-                       "gpu_profile": host.gpu_profile, "state": fleet.system_state(host)}
+                       "gpu_profile": host.gpu_profile, "suite": host.suite, "state": fleet.system_state(host)}
                       for host in fleet.read_fleet()],
             "services": services.status()}

@@ -1,10 +1,10 @@
-"""python -m lab up [--hosts SPEC] | status | down | gpu HOST PROFILE"""
+"""python -m lab up [--hosts SPEC] [--bare HOST,...] [--os bookworm|trixie] | status | down | gpu HOST PROFILE"""
 
 import argparse
 import json
 
 import lab
-from lab import fleet
+from lab import fleet, rootfs
 from lab.config import HUB_URL, INDEX_URL
 
 
@@ -16,6 +16,8 @@ def main() -> None:
                     help=f"hosts per class, e.g. pcie=2,b200=1,b300=1 (default {fleet.DEFAULT_SPEC})")
     up.add_argument("--bare", default="", metavar="HOST[,HOST]",
                     help="hosts booted now start as freshly imaged machines: no driver, no NVIDIA repository")
+    up.add_argument("--os", default=rootfs.DEFAULT_SUITE, choices=rootfs.SUITES,
+                    help="the Debian release hosts booted now run (its root is built once per machine)")
     commands.add_parser("status", help="each host, its address, class and state")
     commands.add_parser("down", help="stop and remove every host and lab server")
     gpu = commands.add_parser("gpu", help="switch a host's GPU stand-in profile, or `no-driver`")
@@ -24,14 +26,14 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.command == "up":
-        hosts = lab.up(args.hosts, bare=set(args.bare.split(",")))
+        hosts = lab.up(args.hosts, bare=set(args.bare.split(",")), suite=args.os)
         print(f"lab: {len(hosts)} hosts up; hub {HUB_URL}, index {INDEX_URL}; "
               "deploy with `pyinfra lab/inventory.py deploy.py`")
     elif args.command == "status":
         status = lab.status()
         for host in status["hosts"]:
             print(f"{host['name']:12} {host['address']:14} {host['host_class']:18} {host['gpu_profile']:28} "
-                  f"{host['state']}")
+                  f"{host['suite']:9} {host['state']}")
         print(json.dumps(status["services"]))
     elif args.command == "down":
         lab.down()

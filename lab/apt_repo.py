@@ -19,9 +19,17 @@ in lab/gpu_standin and lab/host_files), so installing them is how nvidia-smi and
 driver's units reach a host. The stand-in kernel module is "built" by the dkms package's
 postinst (which, like DKMS, fails without the running kernel's headers) and "loaded" only at
 boot by the lab's GPU unit (lab/host_files/usr/lib/specfleet-lab/apply-gpu-profile).
+
+DIR/debian/ is the lab hosts' Debian mirror (they reach no other): Debian's REAL packages that the
+deploy installs from Debian (DEBIAN_PACKAGES: Prometheus on gateway hosts) with every dependency,
+downloaded once on the controller by its own apt from deb.debian.org, which checks Debian's signed
+InRelease against Debian's archive keyring and each .deb against the signed index's SHA256, and
+cached in DEBIAN_CACHE. They are served as a `dists/<suite>/main` archive signed with the lab's key,
+the source every lab host's /etc/apt/sources.list names (debian_source, at boot).
 """
 
 import argparse
+import fcntl
 import hashlib
 import os
 import shutil
@@ -30,10 +38,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lab.config import APT_URL
+from lab import rootfs
+from lab.config import APT_URL, DEBIAN_URL
 
 LAB = Path(__file__).resolve().parent
-OS_RELEASES = ["debian12"]  # the lab's hosts are Debian bookworm (lab/rootfs.py)
+OS_RELEASES = ["debian12", "debian13"]  # the lab's hosts: Debian bookworm, or trixie (lab/rootfs.py)
 ARCH = "x86_64"
 DEB_ARCH = "amd64"
 # Driver versions the repository holds: two 580 releases (fabric manager pinned to the older
@@ -47,6 +56,15 @@ KEYRING_VERSION = "1.1-1"
 KERNEL_RELEASE = os.uname().release
 MODULE_PATH = "lib/modules/$(uname -r)/updates/dkms/nvidia.ko"
 LABEL = "specfleet lab STAND-IN, no NVIDIA software"
+
+# What the deploy installs from Debian's archive (operations/monitoring.py), resolved by apt as a
+# host with nothing installed would (so the closure holds whatever a host lacks), without
+# Recommends, as the deploy installs it.
+DEBIAN_PACKAGES = ["prometheus"]
+# Bookworm only: trixie hosts (`lab up --os trixie`) are GPU hosts, which install nothing from Debian.
+DEBIAN_SUITES = [rootfs.DEFAULT_SUITE]
+DEBIAN_CACHE = Path("/var/cache/specfleet/debian")
+DEBIAN_KEYRING = "usr/share/keyrings/specfleet-lab-archive.gpg"  # on a lab host
 
 
 def repo_dir(out: Path, os_release: str) -> Path:
@@ -165,6 +183,22 @@ def _gpg(home: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
                           capture_output=True, **kwargs)
 
 
+def _signed_index(home: Path, root: Path, pool: str, packages_dir: Path, release_dir: Path,
+                  fields: dict[str, str]) -> None:
+    """Packages (and .gz) in `packages_dir` for the .debs under root/pool (paths relative to root), then
+    `release_dir`'s Release with `fields`, signed with the lab's key (InRelease, Release.gpg)."""
+    packages = subprocess.run(["apt-ftparchive", "packages", pool], cwd=root, check=True, capture_output=True).stdout
+    (packages_dir / "Packages").write_bytes(packages)
+    subprocess.run(["gzip", "-9kn", "Packages"], cwd=packages_dir, check=True)
+    options = [part for field, value in {**fields, "Architectures": DEB_ARCH}.items()
+               for part in ("-o", f"APT::FTPArchive::Release::{field}={value}")]
+    release = subprocess.run(["apt-ftparchive", *options, "release", "."], cwd=release_dir, check=True,
+                             capture_output=True).stdout
+    (release_dir / "Release").write_bytes(release)
+    _gpg(home, "--yes", "--clearsign", "-o", str(release_dir / "InRelease"), str(release_dir / "Release"))
+    _gpg(home, "--yes", "-abs", "-o", str(release_dir / "Release.gpg"), str(release_dir / "Release"))
+
+
 def _signing_key(out: Path) -> tuple[Path, bytes]:
     """The lab's signing key, made once per lab: its GNUPGHOME and its public key."""
     home = out / "gnupg"
@@ -177,9 +211,73 @@ def _signing_key(out: Path) -> tuple[Path, bytes]:
     return home, (home / "public.gpg").read_bytes()
 
 
+def _debian_apt(cache: Path, *args: str) -> subprocess.CompletedProcess:
+    """The controller's apt on its own lists, archives and an empty dpkg status (a host with nothing installed)."""
+    options = {"Dir::Etc::sourcelist": cache / "sources.list", "Dir::Etc::sourceparts": cache / "none",
+               "Dir::Etc::preferences": cache / "none", "Dir::Etc::preferencesparts": cache / "none",
+               "Dir::State::Lists": cache / "lists", "Dir::State::status": cache / "status",
+               "Dir::Cache::archives": cache / "archives", "APT::Architectures": DEB_ARCH,
+               "APT::Architecture": DEB_ARCH}
+    return subprocess.run(["apt-get", "-q", *(f"-o{k}={v}" for k, v in options.items()), *args],
+                          check=True, capture_output=True, text=True)
+
+
+def _debian_debs(suite: str) -> list[Path]:
+    """Debian's .debs of DEBIAN_PACKAGES and their dependencies for `suite`, downloaded once (cached).
+
+    apt refuses an index whose InRelease is not signed by Debian's archive keyring and a .deb
+    whose SHA256 is not the signed index's, so what lands in the cache is Debian's."""
+    cache = DEBIAN_CACHE / suite
+    stamp = cache / f"debs-{'-'.join(DEBIAN_PACKAGES)}"
+    DEBIAN_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(DEBIAN_CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # labs side by side share the cache
+        if not stamp.exists():
+            for sub in ("lists/partial", "archives/partial", "none"):
+                (cache / sub).mkdir(parents=True, exist_ok=True)
+            (cache / "status").write_text("")
+            (cache / "sources.list").write_text(
+                f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {rootfs.MIRROR} {suite} main\n")
+            _debian_apt(cache, "update")
+            _debian_apt(cache, "install", "--download-only", "--no-install-recommends", "-y",
+                        *DEBIAN_PACKAGES)
+            names = sorted(path.name for path in (cache / "archives").glob("*.deb"))
+            stamp.write_text("\n".join(names) + "\n")
+    return [cache / "archives" / name for name in stamp.read_text().split()]
+
+
+def _debian_archive(out: Path, home: Path, suite: str) -> None:
+    """out/debian: `dists/<suite>/main/binary-amd64` over `pool/main`, its Release signed by the lab."""
+    root = out / "debian"
+    pool, dist = root / "pool/main", root / "dists" / suite
+    for directory in (pool, dist):
+        shutil.rmtree(directory, ignore_errors=True)
+    pool.mkdir(parents=True, exist_ok=True)
+    (dist / f"main/binary-{DEB_ARCH}").mkdir(parents=True)
+    for deb in _debian_debs(suite):
+        shutil.copy2(deb, pool / deb.name)
+    _signed_index(home, root, "pool/main", dist / f"main/binary-{DEB_ARCH}", dist, {
+        "Origin": "Debian", "Label": "specfleet lab mirror of Debian", "Suite": suite, "Codename": suite,
+        "Components": "main"})
+
+
+def debian_source(root: Path, out: Path) -> None:
+    """Make the lab's Debian mirror (built in `out`) the only Debian source of the host whose root is `root`."""
+    release = (root / "etc/os-release").read_text()
+    suite = next((line.split("=", 1)[1].strip('"') for line in release.splitlines()
+                  if line.startswith("VERSION_CODENAME=")), "")
+    public_key = out / "gnupg/public.gpg"
+    if suite not in DEBIAN_SUITES or not public_key.exists():
+        (root / "etc/apt/sources.list").write_text(f"# the lab serves no Debian mirror for {suite or 'this release'}\n")
+        return
+    shutil.copyfile(public_key, root / DEBIAN_KEYRING)
+    (root / DEBIAN_KEYRING).chmod(0o644)
+    (root / "etc/apt/sources.list").write_text(f"deb [signed-by=/{DEBIAN_KEYRING}] {DEBIAN_URL} {suite} main\n")
+
+
 def _inputs_key() -> str:
     digest = hashlib.sha256(" ".join([*DRIVER_VERSIONS, NVLSM_VERSION, KEYRING_VERSION, KERNEL_RELEASE,
-                                      APT_URL]).encode())
+                                      APT_URL, DEBIAN_URL, *DEBIAN_PACKAGES, *DEBIAN_SUITES]).encode())
     for path in [Path(__file__), LAB / "gpu_standin/nvidia-smi", LAB / "vendor_units/nvidia-fabricmanager.service",
                  LAB / "host_files/usr/lib/systemd/system/nvidia-persistenced.service"]:
         digest.update(path.read_bytes())
@@ -204,18 +302,10 @@ def build(out: Path) -> None:
         _deb(repo, f"linux-headers-{KERNEL_RELEASE}", "1-lab", f"Linux kernel headers for {KERNEL_RELEASE}",
              files={f"usr/src/linux-headers-{KERNEL_RELEASE}/README": (f"{LABEL}\n".encode(), 0o644),
                     f"lib/modules/{KERNEL_RELEASE}/build": (f"/usr/src/linux-headers-{KERNEL_RELEASE}".encode(), 0)})
-        packages = subprocess.run(["apt-ftparchive", "packages", "."], cwd=repo, check=True,
-                                  capture_output=True).stdout
-        (repo / "Packages").write_bytes(packages)
-        subprocess.run(["gzip", "-9kn", "Packages"], cwd=repo, check=True)
-        release = subprocess.run(
-            ["apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=specfleet lab",
-             "-o", "APT::FTPArchive::Release::Label=specfleet lab stand-in for NVIDIA CUDA",
-             "-o", f"APT::FTPArchive::Release::Architectures={DEB_ARCH}", "release", "."],
-            cwd=repo, check=True, capture_output=True).stdout
-        (repo / "Release").write_bytes(release)
-        _gpg(home, "--yes", "--clearsign", "-o", str(repo / "InRelease"), str(repo / "Release"))
-        _gpg(home, "--yes", "-abs", "-o", str(repo / "Release.gpg"), str(repo / "Release"))
+        _signed_index(home, repo, ".", repo, repo,
+                      {"Origin": "specfleet lab", "Label": "specfleet lab stand-in for NVIDIA CUDA"})
+    for suite in DEBIAN_SUITES:
+        _debian_archive(out, home, suite)
     stamp.write_text(key)
 
 

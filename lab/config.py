@@ -33,6 +33,8 @@ INDEX_URL = f"http://{CONTROLLER_IP}:{INDEX_PORT}/simple/"
 WHEELS_URL = f"http://{CONTROLLER_IP}:{INDEX_PORT}/wheels/"
 # Laid out like https://developer.download.nvidia.com/compute/cuda/repos (<os release>/<arch>/).
 APT_URL = f"http://{CONTROLLER_IP}:{APT_PORT}/compute/cuda/repos"
+# The lab hosts' Debian mirror on the same server (Debian's real packages: lab/apt_repo.py).
+DEBIAN_URL = f"http://{CONTROLLER_IP}:{APT_PORT}/debian"
 
 # Lab tokens: the only tokens that ever appear in this repository.
 TOKEN_GRANTED = "hf_lab_granted"  # valid, accepted the gated drafter's terms

@@ -1,4 +1,4 @@
-"""Lab hosts: Debian bookworm containers booted with systemd-nspawn.
+"""Lab hosts: Debian bookworm (or trixie: `lab up --os trixie`) containers booted with systemd-nspawn.
 
 Each host is a real system (systemd as PID 1, sshd, systemd-networkd) in its own
 network namespace, joined to the controller by a veth link on the lab bridge.
@@ -15,11 +15,12 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from lab import rootfs
+from lab import apt_repo, rootfs
 from lab.config import BRIDGE, CONTROLLER_IP, HOST_LAB_ETC, LAB_DIR, LAB_ID, PREFIX_LEN, SUBNET
+from lab.services import APT_DIR
 from operations.deployment import HOST_CLASSES
 
 # Host classes the lab stands in for (operations.deployment.HOST_CLASSES): short name used in
@@ -42,6 +43,7 @@ class LabHost:
     host_class: str
     address: str
     gpu_profile: str
+    suite: str = rootfs.DEFAULT_SUITE  # the Debian release its root is built from (lab/rootfs.py)
 
     @property
     def dir(self) -> Path:
@@ -119,6 +121,18 @@ def remove_bridge() -> None:
         subprocess.run(["ip", "link", "del", BRIDGE], check=True)
 
 
+# Each booted host's systemd holds inotify instances counted against root on the controller (no user
+# namespace): the kernel's default of 128 runs out with a few labs side by side, and a host booted then
+# hangs ("Failed to create inotify object: Too many open files"). LXD's production settings use 1024.
+INOTIFY_INSTANCES = 1024
+INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def ensure_inotify_instances() -> None:
+    if int(INOTIFY_LIMIT.read_text()) < INOTIFY_INSTANCES:
+        INOTIFY_LIMIT.write_text(f"{INOTIFY_INSTANCES}\n")
+
+
 def ensure_ssh_key() -> None:
     if not SSH_KEY.exists():
         SSH_KEY.parent.mkdir(parents=True, exist_ok=True)
@@ -165,9 +179,9 @@ def _prepare_root(host: LabHost, base: Path, bare: bool = False) -> None:
     (ssh_dir / "authorized_keys").chmod(0o600)
     if not list((root / "etc/ssh").glob("ssh_host_*_key")):
         subprocess.run(["ssh-keygen", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL)
-    # No Debian mirror is reachable from the lab's hosts: an apt source for one only costs each
-    # `apt-get update` a DNS timeout. The lab's NVIDIA repository is their only apt source.
-    (root / "etc/apt/sources.list").write_text("# the lab's hosts reach no Debian mirror\n")
+    # No Debian mirror on the internet is reachable from the lab's hosts: their Debian source is
+    # the lab's mirror of the Debian packages a deploy installs (lab/apt_repo.py).
+    apt_repo.debian_source(root, APT_DIR)
     # The lab's index is plain http on the lab network, as a site's internal mirror may be.
     (root / "etc/pip.conf").write_text(f"[global]\ntrusted-host = {CONTROLLER_IP}\n")
     lab_etc = root / "etc/specfleet-lab"
@@ -250,21 +264,29 @@ def stop_host(host: LabHost) -> None:
     shutil.rmtree(host.dir, ignore_errors=True)
 
 
-def up(spec: str = DEFAULT_SPEC, log=print, bare: set[str] = frozenset()) -> list[LabHost]:
+def up(spec: str = DEFAULT_SPEC, log=print, bare: set[str] = frozenset(),
+       suite: str = rootfs.DEFAULT_SUITE) -> list[LabHost]:
     """Converge the fleet to `spec`: boot missing hosts in parallel, stop hosts not asked for.
-    Hosts named in `bare` that are booted now start as freshly imaged machines (no driver)."""
+    Hosts named in `bare` that are booted now start as freshly imaged machines (no driver); hosts
+    booted now boot from Debian `suite` (running hosts keep theirs)."""
     wanted = parse_spec(spec)
     wanted_names = {h.name for h in wanted}
+    running = {}
     for host in read_fleet():
         if host.name not in wanted_names:
             log(f"lab: stopping {host.name} (not in {spec})")
             stop_host(host)
-    base = rootfs.build_base(log)
+        running[host.name] = host.suite
+    base = rootfs.build_base(log, suite)
     ensure_bridge()
     ensure_ssh_key()
+    ensure_inotify_instances()
     for host in wanted:
-        if not is_running(host):
-            log(f"lab: booting {host.name} ({host.host_class}, {host.address})")
+        if is_running(host):
+            host.suite = running.get(host.name, rootfs.DEFAULT_SUITE)
+        else:
+            log(f"lab: booting {host.name} ({host.host_class}, {host.address}, Debian {suite})")
+            host.suite = suite
             _prepare_root(host, base, bare=host.name in bare)
             _boot(host)
     _write_fleet(wanted)
@@ -298,6 +320,5 @@ def set_gpu_profile(host: LabHost, profile: str) -> None:
     ssh(host, f"test -d /usr/share/specfleet-lab/gpu-profiles/{profile} && "
               f"echo {profile} > /etc/specfleet-lab/gpu-profile && "
               "systemctl restart specfleet-lab-gpu.service")
-    fleet = [h if h.name != host.name else LabHost(h.name, h.host_class, h.address, profile)
-             for h in read_fleet()]
+    fleet = [h if h.name != host.name else replace(h, gpu_profile=profile) for h in read_fleet()]
     _write_fleet(fleet)

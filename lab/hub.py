@@ -235,7 +235,7 @@ class Handler(BaseHTTPRequestHandler):
             _log_request(self.hub.state, {
                 "time": time.time(), "server": self.server_name, "method": self.command, "path": url.path,
                 "status": self._status, "range": self.headers.get("Range"), "bytes_sent": self._bytes_sent,
-                "auth": self.auth,
+                "auth": self.auth, "client": self.client_address[0],
             })
 
     def route(self, parts: list[str]):

@@ -1,7 +1,7 @@
 """The lab's package index: the wheels lab hosts install, served from the controller.
 
     python -m lab.index build --out DIR
-        DIR/wheels/ gets huggingface_hub, smg (the gateway), aiperf and their dependencies for the hosts
+        DIR/wheels/ gets uv, huggingface_hub, smg (the gateway), aiperf and their dependencies for the hosts
         (CPython 3.11, manylinux x86_64, as on Debian bookworm) and the two
         SGLang stand-in wheels built from lab/sglang_standin.
     python -m lab.index serve --dir DIR [--host H] [--port P]
@@ -14,11 +14,13 @@ so pip would pick the higher `0.5.23+lab.ddtree29907` over `0.5.23+lab`.
 
 import argparse
 import base64
+import functools
 import hashlib
 import html
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -28,6 +30,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from lab.config import INDEX_PORT
+from operations.venv import UV_VERSION
 
 STANDIN_SRC = Path(__file__).resolve().parent / "sglang_standin" / "sglang"
 # Stand-in builds: version -> (flag list it parses with, listed in /simple/?).
@@ -38,6 +41,9 @@ STANDIN_BUILDS = {
 # Exactly the files of the deploy's committed hash lock, so the hosts' --require-hashes install passes.
 HUB_LOCK = Path(__file__).resolve().parent.parent / "operations" / "locks" / "huggingface_hub==2.4.0.txt"
 HUB_REQUIREMENTS = ["--require-hashes", "-r", str(HUB_LOCK)]
+# uv, the hosts' installer (operations/venv.py): its locked wheel, fetched by install_uv.py from /simple/uv/.
+UV_LOCK = HUB_LOCK.parent / f"uv=={UV_VERSION}.txt"
+UV_REQUIREMENTS = ["--require-hashes", "-r", str(UV_LOCK)]
 # The benchmark client's virtualenv (bench.py), resolved on its own: it pins huggingface-hub<2.
 BENCH_REQUIREMENTS = ["aiperf==0.13.0"]
 GATEWAY_REQUIREMENTS = ["smg==1.13.0"]  # the real SGLang model gateway (group_data/gateway.py)
@@ -47,6 +53,8 @@ HOST_PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] +
     "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
 HOST_TARGET = ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
                *(arg for p in HOST_PLATFORMS for arg in ("--platform", p))]
+# Debian trixie hosts (`lab up --os trixie`) run CPython 3.13: the deploy's locked huggingface_hub for it too.
+TRIXIE_TARGET = [("3.13" if arg == "3.11" else arg) for arg in HOST_TARGET]
 # Fixed zip timestamps, so the same source always gives the same wheel bytes.
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -63,14 +71,17 @@ def download_host_wheels(wheels: Path) -> None:
     """pip download for the hosts' platform, skipped when already done: a stamp
     records what was asked for and the files it gave."""
     stamp = wheels / ".host-wheels.json"
-    want = [HUB_REQUIREMENTS, HUB_LOCK.read_text(), BENCH_REQUIREMENTS, GATEWAY_REQUIREMENTS, HOST_TARGET]
+    want = [HUB_REQUIREMENTS, HUB_LOCK.read_text(), UV_REQUIREMENTS, UV_LOCK.read_text(), BENCH_REQUIREMENTS,
+            GATEWAY_REQUIREMENTS, HOST_TARGET, TRIXIE_TARGET]
     if stamp.is_file():
         done = json.loads(stamp.read_text())
         if done["want"] == want and all((wheels / f).is_file() for f in done["files"]):
             return
-    for requirements in (HUB_REQUIREMENTS, BENCH_REQUIREMENTS, GATEWAY_REQUIREMENTS):
+    for target, requirements in ((HOST_TARGET, HUB_REQUIREMENTS), (HOST_TARGET, UV_REQUIREMENTS),
+                                 (HOST_TARGET, BENCH_REQUIREMENTS), (HOST_TARGET, GATEWAY_REQUIREMENTS),
+                                 (TRIXIE_TARGET, HUB_REQUIREMENTS)):
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels),
-                        *HOST_TARGET, *requirements], check=True)
+                        *target, *requirements], check=True)
     files = sorted(p.name for p in wheels.glob("*.whl") if not p.name.startswith("sglang-"))
     stamp.write_text(json.dumps({"want": want, "files": files}))
 
@@ -126,6 +137,21 @@ def _b64_sha256(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
+@functools.lru_cache(maxsize=None)
+def _sha256(path: Path, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """The wheel's sha256, hashed once per file version (a CUDA wheel is GBs; pages are asked for often)."""
+    stat = path.stat()
+    return _sha256(path, stat.st_size, stat.st_mtime_ns)
+
+
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
 
@@ -157,14 +183,27 @@ class IndexHandler(BaseHTTPRequestHandler):
             files = listed_wheels(wheels).get(name)
             if not files:
                 return self.send_status(404)
-            links = [f'<a href="../../wheels/{quote(w.name)}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">'
+            links = [f'<a href="../../wheels/{quote(w.name)}#sha256={file_sha256(w)}">'
                      f"{html.escape(w.name)}</a>" for w in files]
             return self.send_page(f"Links for {name}", links)
         if m := re.fullmatch(r"/wheels/([^/]+\.whl)", path):
             whl = wheels / m.group(1)
             if whl.is_file():
-                return self.send_data(200, whl.read_bytes(), "application/octet-stream")
+                return self.send_file(whl)
         self.send_status(404)
+
+    def do_HEAD(self):  # uv asks before it downloads (range support); the answer is GET's without the body
+        self.do_GET()
+
+    def send_file(self, path: Path) -> None:
+        """Streamed: P6's index serves wheels of GBs (torch, CUDA libraries) to parallel downloads."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(path.stat().st_size))
+        self.end_headers()
+        if self.command != "HEAD":
+            with open(path, "rb") as data:
+                shutil.copyfileobj(data, self.wfile, 1 << 20)
 
     def send_page(self, title: str, links: list[str]) -> None:
         body = f"<!DOCTYPE html>\n<html><head><title>{title}</title></head><body>\n"
@@ -185,7 +224,8 @@ class IndexHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
     def log_request(self, code="-", size="-"):
         with self.log_lock, open(self.root / "requests.log", "a") as log:

@@ -5,12 +5,18 @@
 deploys exactly as `pyinfra inventory/ct200.py deploy.py` does. Every host here is also in
 the `lab` group, whose data (lab/group_data/lab.py, which pyinfra loads because it sits
 next to this inventory) points the deploy at the lab's hub, index and tiny models.
+
+SPECFLEET_LAB_NODE_GROUP=lab-b200-1,lab-b200-2 makes those hosts one server over two nodes (the
+lab's node group `lab-tp16`, lab/group_data/lab.py), ranks in the order named.
 """
+
+import os
 
 from lab.fleet import SSH_KEY, read_fleet
 from operations.deployment import HOST_CLASSES
 
 _fleet = read_fleet()
+_group = [name for name in os.environ.get("SPECFLEET_LAB_NODE_GROUP", "").split(",") if name]
 
 for _host_class in (*HOST_CLASSES, "gateway"):  # gateway: GPU-less smg hosts
     globals()[_host_class] = [
@@ -21,6 +27,7 @@ for _host_class in (*HOST_CLASSES, "gateway"):  # gateway: GPU-less smg hosts
             # Lab hosts get fresh host keys whenever they are rebuilt.
             "ssh_strict_host_key_checking": "off",
             "ssh_known_hosts_file": "/dev/null",
+            **({"node_group": "lab-tp16", "node_rank": _group.index(host.name)} if host.name in _group else {}),
         })
         for host in _fleet
         if host.host_class == _host_class

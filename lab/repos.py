@@ -369,72 +369,13 @@ def build_lab_repos(store: Path) -> dict[str, str]:
     }
 
 
-BENCH_BLOCK = 1024 * 1024
-
-
-def build_bench_repo(store: Path, repo_id: str, total_bytes: int, shards: int) -> str:
-    """A big public repo for download benchmarks: SHARDS safetensors of one U8 tensor each.
-
-    The tensor bytes repeat one seeded 1 MiB block, so gigabytes are written at
-    disk speed. A rebuild with the same arguments finds the files in place and
-    returns at once."""
-    params = {"bench": {"total_bytes": total_bytes, "shards": shards}}
-    manifest_path = repo_dir(store, repo_id) / "manifest.json"
-    base = repo_dir(store, repo_id) / "files"
-    if manifest_path.exists():
-        manifest = json.loads(manifest_path.read_text())
-        if manifest.get("bench") == params["bench"] and all(
-                (base / f["path"]).is_file() and (base / f["path"]).stat().st_size == f["size"]
-                for f in manifest["files"]):
-            return manifest["sha"]
-
-    shard_names = [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
-    index = {"metadata": {"total_size": total_bytes},
-             "weight_map": {f"bench.shard_{i}.weight": name for i, name in enumerate(shard_names)}}
-    files = {"config.json": to_json({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}),
-             "model.safetensors.index.json": to_json(index),
-             "README.md": readme(repo_id, "none", "Download benchmark repo.", gated=False)}
-    entries = write_files(base, files)
-    block = seeded_bytes(f"{repo_id}:block", BENCH_BLOCK)
-    for i, name in enumerate(shard_names):
-        nbytes = total_bytes // shards + (1 if i < total_bytes % shards else 0)
-        entries.append(write_repeated_shard(base / name, f"bench.shard_{i}.weight", nbytes, block))
-    return write_manifest(store, repo_id, False, entries, params)
-
-
-def write_repeated_shard(path: Path, tensor: str, nbytes: int, block: bytes) -> dict:
-    """Stream one shard to disk, hashing as it goes; returns its manifest entry."""
-    header = safetensors_header([(tensor, "U8", [nbytes], nbytes)])
-    sha = hashlib.sha256(header)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(header)
-        left = nbytes
-        while left:
-            chunk = block[:min(left, len(block))]
-            out.write(chunk)
-            sha.update(chunk)
-            left -= len(chunk)
-    os.replace(tmp, path)
-    return file_entry(path.name, len(header) + nbytes, sha.hexdigest(), None)
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lab.repos")
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="write the lab repos and print repo -> commit sha as JSON")
     build.add_argument("--store", required=True, type=Path)
-    bench = sub.add_parser("bench", help="write one benchmark repo and print its commit sha")
-    bench.add_argument("--store", required=True, type=Path)
-    bench.add_argument("--repo", required=True)
-    bench.add_argument("--total-bytes", required=True, type=int)
-    bench.add_argument("--shards", required=True, type=int)
     args = parser.parse_args(argv)
-    if args.command == "build":
-        json.dump(build_lab_repos(args.store), sys.stdout, indent=2)
-    else:
-        json.dump({args.repo: build_bench_repo(args.store, args.repo, args.total_bytes, args.shards)}, sys.stdout)
+    json.dump(build_lab_repos(args.store), sys.stdout, indent=2)
     print()
 
 

@@ -1,13 +1,15 @@
-"""The lab's Debian bookworm root filesystem, built once and shared by every host.
+"""The lab's Debian root filesystems (bookworm, and trixie for `lab up --os trixie`), each built
+once and shared by every host booted from it.
 
-Each host boots from an overlay whose lower layer is this root, so building it
-is the only slow step (about 90 s with debootstrap) and it happens once per
-machine: the root is kept under CACHE_DIR keyed by what goes into it, and
-every lab on the machine boots from it.
+Each host boots from an overlay whose lower layer is its suite's root, so building it
+is the only slow step (about 90 s with debootstrap) and it happens once per machine
+and suite: the root is kept under CACHE_DIR keyed by what goes into it, and every lab
+on the machine boots from it.
 """
 
 import fcntl
 import hashlib
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,7 +17,8 @@ from pathlib import Path
 from lab.config import CACHE_DIR
 
 MIRROR = "http://deb.debian.org/debian"
-SUITE = "bookworm"
+SUITES = ("bookworm", "trixie")  # Debian 12 (the lab's default), Debian 13
+DEFAULT_SUITE = SUITES[0]
 
 # What a fresh cloud GPU image has that the deploy relies on: systemd, sshd,
 # python3 with venv (pyinfra facts and the service's virtualenv), curl, sudo.
@@ -34,9 +37,9 @@ MASKED_UNITS = [
 LAB_FILES = Path(__file__).parent / "host_files"
 
 
-def _key() -> str:
-    """Changes whenever the packages or the files baked into the root change."""
-    digest = hashlib.sha256(" ".join([SUITE, *PACKAGES, *MASKED_UNITS]).encode())
+def _key(suite: str) -> str:
+    """Changes whenever the suite, the packages or the files baked into the root change."""
+    digest = hashlib.sha256(" ".join([suite, *PACKAGES, *MASKED_UNITS]).encode())
     lab = Path(__file__).parent
     for path in sorted([*LAB_FILES.rglob("*"), *(lab / "gpu_standin").rglob("*"), *(lab / "vendor_units").rglob("*")]):
         if path.is_file() and "__pycache__" not in path.parts:
@@ -45,13 +48,20 @@ def _key() -> str:
     return digest.hexdigest()[:12]
 
 
-def base_root() -> Path:
-    return CACHE_DIR / f"base-{_key()}" / "root"
+def _prefix(suite: str) -> str:
+    """Cache directories are PREFIX + key: `base-<key>` for bookworm, `base-trixie-<key>` for trixie."""
+    return "base-" if suite == DEFAULT_SUITE else f"base-{suite}-"
 
 
-def build_base(log=print) -> Path:
-    """Return the shared root, debootstrapping it first if this key has none."""
-    root = base_root()
+def base_root(suite: str = DEFAULT_SUITE) -> Path:
+    return CACHE_DIR / f"{_prefix(suite)}{_key(suite)}" / "root"
+
+
+def build_base(log=print, suite: str = DEFAULT_SUITE) -> Path:
+    """Return the shared root of `suite`, debootstrapping it first if this key has none."""
+    if suite not in SUITES:
+        raise SystemExit(f"lab: no root for Debian {suite!r}: use one of {', '.join(SUITES)}")
+    root = base_root(suite)
     if (root.parent / "complete").exists():
         return root  # built: no need to queue behind another lab building its own base
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
@@ -59,27 +69,34 @@ def build_base(log=print) -> Path:
     with open(CACHE_DIR / "base.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (root.parent / "complete").exists():
-            _build(root, log)
+            _build(root, suite, log)
     return root
 
 
-def _build(root: Path, log) -> None:
+def _build(root: Path, suite: str, log) -> None:
     staging = root.parent.with_name(root.parent.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     cache = CACHE_DIR / "debootstrap-cache"  # keeps the .debs: a rebuild after a key change is offline
     cache.mkdir(parents=True, exist_ok=True)
-    log(f"lab: debootstrapping {SUITE} into {staging} (once per machine)")
+    log(f"lab: debootstrapping {suite} into {staging} (once per machine)")
     subprocess.run(
         ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-         f"--cache-dir={cache}", SUITE, str(staging / "root"), MIRROR],
+         f"--cache-dir={cache}", suite, str(staging / "root"), MIRROR],
         check=True, stdout=subprocess.DEVNULL,
     )
     _customise(staging / "root")
     (staging / "complete").touch()
     staging.rename(root.parent)
-    for stale in CACHE_DIR.glob("base-*"):
-        if stale != root.parent and not _in_use(stale):
+    _remove_stale(root.parent, suite)
+
+
+def _remove_stale(base_dir: Path, suite: str) -> None:
+    """Remove the older roots of `suite` that no host boots from; another suite's root, or one being
+    built (`.staging`), stays."""
+    for stale in CACHE_DIR.glob(f"{_prefix(suite)}*"):
+        if re.fullmatch(r"[0-9a-f]{12}", stale.name.removeprefix(_prefix(suite))) and stale != base_dir \
+                and not _in_use(stale):
             shutil.rmtree(stale, ignore_errors=True)
 
 

@@ -29,9 +29,8 @@ from operations import bench_report
 from operations.deployment import Deployment, Speculative
 from operations.failure import fail_host
 from operations.gpu.facts import NvidiaGpus
-from operations import poll
-from operations.readiness import PROGRESS_EVERY_S, ServerProbe
-from operations.sglang import SGLangRejects, server_args
+from operations import readiness
+from operations.sglang import DDTREE_TARGET_BACKENDS, SGLangRejects, server_args
 from operations.templates import render
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,7 +150,7 @@ def mode_args(deployment: Deployment, mode: str) -> list[str]:
     """The deployed server's arguments for `mode`, served on loopback only.
 
     ar drops every speculative flag; dflash and ddtree keep the deployed drafter and block size
-    (ddtree's budget defaults to block - 1, and it needs one-token pages).
+    (ddtree's budget defaults to block - 1, and it needs one-token pages and its own target backend).
     """
     d = dataclasses.replace(deployment, bind_address="127.0.0.1")
     if mode == "ar":
@@ -164,6 +163,8 @@ def mode_args(deployment: Deployment, mode: str) -> list[str]:
             else:
                 args.append(arg)
         return args
+    if mode == "ddtree":
+        d = dataclasses.replace(d, attention_backend=DDTREE_TARGET_BACKENDS[0])
     args = server_args(dataclasses.replace(d, speculative=_speculative(deployment, mode)))
     if mode == "ddtree" and "--page-size" not in args:
         args += ["--page-size", "1"]
@@ -279,23 +280,8 @@ def _restore(host, d: Deployment, remote_root: str, timeout_s: int) -> dict:
     # The raw results are on the controller by now: the host keeps nothing of the run.
     _run(host, f"{_as_user(d.service_user, clients)}; rm -rf {remote_root}; rm -f {SWITCHING}; "
                f"systemctl stop {BENCH_UNIT} 2>/dev/null; systemctl start {d.service_name}")
-    return _probe_until_ready(host, d, timeout_s, 2.0, f"waiting for the deployed {d.service_name} to generate")
-
-
-def _probe_until_ready(host, d: Deployment, timeout_s: float, interval_s: float, what: str) -> dict:
-    """Probe the local server until it generates or `timeout_s` passes: the last probe."""
-    command = ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file, d.service_user)
-    last = {"probe": {"ready": False}}
-
-    def check(elapsed: float):
-        _, output = host.run_shell_command(command)
-        last["probe"] = ServerProbe().process(output.stdout_lines)
-        if last["probe"].get("ready") and last["probe"].get("completion"):
-            return True, ""
-        return None, f"{what}: {elapsed:.0f}s of {timeout_s:.0f}s ({last['probe'].get('error', 'not ready')})"
-
-    poll.wait(host, check, interval_s=interval_s, log_every_s=PROGRESS_EVERY_S, timeout_s=timeout_s)
-    return last["probe"]
+    probe, _ = readiness.watch(host, d, timeout_s, f"waiting for the deployed {d.service_name} to generate", 2.0)
+    return probe
 
 
 def _level(host, d: Deployment, plan: Plan, remote: str, concurrency: int) -> tuple[bool, str]:
@@ -399,8 +385,9 @@ def _sweep(host, d: Deployment, plan: Plan, host_class: str, modes: dict, gpus) 
                 continue
             host.log(f"bench {mode}: starting the server ({' '.join(result['server_args'])})")
             started, said = _start_mode(host, d, result["server_args"], ready_s + level_budget_s)
-            probe = _probe_until_ready(host, d, ready_s, 2.0, f"waiting for {mode} to generate") if started else {}
-            if not (probe.get("ready") and probe.get("completion")):
+            probe = readiness.watch(host, d, ready_s, f"waiting for {mode} to generate", 2.0,
+                                    service=BENCH_UNIT)[0] if started else {}
+            if not readiness.generates(probe):
                 _, journal = _run(host, f"journalctl -u {BENCH_UNIT} -n 15 --no-pager -o cat")
                 result["failed"] = f"{mode} did not start within {ready_s}s ({probe.get('error', said.strip())})"
                 host.log_styled(f"{result['failed']}; its journal:\n{journal}", fg="red")

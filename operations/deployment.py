@@ -1,15 +1,18 @@
 """The deployment one host gets: its profile, its class's expectations and tuning, every knob, resolved.
 
 `resolve()` is the only reader of host data: deploy.py and every operation take the
-`Deployment` it returns. Pure, so it is unit-tested without hosts.
+`Deployment` it returns. Pure, so it is unit-tested without hosts. The parsers and validators it
+applies to each value live in operations/knobs.py.
 """
 
 import ipaddress
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlsplit
+
+from operations import knobs, nodes
+from operations.knobs import BadHostData
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a pinned revision; anything else is a branch or tag
 
@@ -94,7 +97,9 @@ class Deployment:
     ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
     remove_api_key: bool  # only this removes a key from a host; the server must then bind to loopback
     allow_branch_revisions: bool  # deploy whatever a branch points at now, with a warning
+    test_only_skip_drain: bool  # tests only: restart behind a gateway without draining (requests fail)
     gpu_smoke_engine: str | None  # None: the smoke test's own torch + NCCL workers; else a program's path
+    node_group: nodes.NodeGroup | None = None  # a server spanning several hosts: this host's part (operations/nodes.py)
 
     @property
     def exposed(self) -> bool:
@@ -135,97 +140,6 @@ class Deployment:
         return f"/etc/systemd/system/{self.service_name}.service"
 
 
-class BadHostData(ValueError):
-    """Host data that cannot be deployed; the message is one line naming the knob, its value and what is accepted."""
-
-
-# What a value may look like before it reaches a shell, a unit file or a path.
-SAFE_PATH = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
-USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")  # useradd's portable names
-UNIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
-ARGUMENT = re.compile(r"^[A-Za-z0-9._:/=,+@%-]+$")  # one word of SGLang's command line
-ENV_VALUE = re.compile(r"^[A-Za-z0-9 ._:/=,+@%-]*$")
-VERSION = re.compile(r"^\d+(\.\d+)*([.+][A-Za-z0-9.]+)?$")
-REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/=<>!~,+@#%-]*$")  # PEP 508, a path or a URL
-BACKEND = re.compile(r"^[a-z0-9_]+$")
-
-
-def _boolean(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-    if str(value).strip().lower() not in words:
-        raise BadHostData(f"{name}={value!r} is not a boolean: use true/false, yes/no or 1/0")
-    return words[str(value).strip().lower()]
-
-
-def _integer(name: str, value: Any, minimum: int = 0, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not re.fullmatch(r"\s*\d+\s*", str(value)) or int(value) < minimum \
-            or (maximum is not None and int(value) > maximum):
-        limits = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
-        raise BadHostData(f"{name}={value!r} is not a whole number {limits}")
-    return int(value)
-
-
-def _fraction(name: str, value: Any) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = -1.0
-    if isinstance(value, bool) or not 0 < number <= 1:
-        raise BadHostData(f"{name}={value!r} is not a fraction: use a number above 0 and at most 1")
-    return number
-
-
-def _matching(name: str, value: Any, pattern: re.Pattern, accepted: str) -> str:
-    if not isinstance(value, str) or not pattern.match(value) or ".." in value.split("/"):
-        raise BadHostData(f"{name}={value!r} is not accepted: use {accepted}")
-    return value
-
-
-def _path(name: str, value: Any) -> str:
-    if isinstance(value, str) and posixpath.normpath(value) != value:
-        raise BadHostData(f"{name}={value!r} is not a normalized absolute path: use e.g. "
-                          f"{posixpath.normpath(posixpath.join('/', value))!r}")
-    return _matching(name, value, SAFE_PATH, "an absolute path of letters, digits and ._- (e.g. /srv/specfleet)")
-
-
-def _url(name: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    parts = urlsplit(value) if isinstance(value, str) else None
-    if not parts or parts.scheme not in ("http", "https") or not parts.hostname \
-            or not re.fullmatch(r"[A-Za-z0-9._~:/?#\[\]@%=+,-]+", value):
-        raise BadHostData(f"{name}={value!r} is not accepted: use an http(s) URL such as https://host/path, "
-                          "or None")
-    return value
-
-
-def _address(name: str, value: Any) -> str:
-    try:
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        raise BadHostData(f"{name}={value!r} is not an IP address: use e.g. 127.0.0.1 (loopback), "
-                          "or the host's address on the serving network") from None
-
-
-def _names(name: str, values: Any, pattern: re.Pattern, accepted: str) -> tuple[str, ...]:
-    if not isinstance(values, (list, tuple)):
-        raise BadHostData(f"{name}={values!r} is not a list: use a list of {accepted}")
-    return tuple(_matching(name, value, pattern, accepted) for value in values)
-
-
-def _environment(name: str, values: Any) -> dict[str, str]:
-    if not isinstance(values, dict):
-        raise BadHostData(f"{name}={values!r} is not a dict: use dict(NAME='value')")
-    return {_matching(f"{name} key", key, ENV_NAME, "a variable name ([A-Za-z_][A-Za-z0-9_]*)"):
-            _matching(f"{name}[{key!r}]", str(value), ENV_VALUE, "letters, digits, spaces and ._:/=,+@%-")
-            for key, value in values.items()}
-
-
 def _mirror_repo(mirrors: dict, repo_id: str, revision: str) -> tuple[str, str]:
     replacement = mirrors.get("repos", {}).get(repo_id)
     if not replacement:
@@ -246,16 +160,17 @@ def expected_gpus(values: dict) -> GpuExpectations:
                           f"use exactly {', '.join(GpuExpectations.__dataclass_fields__)}")
     return GpuExpectations(
         name_patterns=tuple(values["name_patterns"]),
-        count=_integer("expected_gpus count", values["count"], minimum=1),
-        min_memory_mib=_integer("expected_gpus min_memory_mib", values["min_memory_mib"]),
-        compute_capability=_matching("expected_gpus compute_capability", str(values["compute_capability"]),
+        count=knobs.integer("expected_gpus count", values["count"], minimum=1),
+        min_memory_mib=knobs.integer("expected_gpus min_memory_mib", values["min_memory_mib"]),
+        compute_capability=knobs.matching("expected_gpus compute_capability", str(values["compute_capability"]),
                                      re.compile(r"^\d+\.\d+$"), "major.minor, e.g. 12.0"),
-        interconnect=_matching("expected_gpus interconnect", values["interconnect"],
-                               re.compile(r"^(nvlink|pcie)$"), "nvlink or pcie"),
-        driver_min=_integer("expected_gpus driver_min", values["driver_min"], minimum=1),
-        open_kernel_module=_boolean("expected_gpus open_kernel_module", values["open_kernel_module"]),
-        fabric_manager=_boolean("expected_gpus fabric_manager", values["fabric_manager"]),
-        allreduce_floor_gbps=_integer("expected_gpus allreduce_floor_gbps", values["allreduce_floor_gbps"], minimum=1),
+        interconnect=knobs.matching("expected_gpus interconnect", values["interconnect"],
+                                    re.compile(r"^(nvlink|pcie)$"), "nvlink or pcie"),
+        driver_min=knobs.integer("expected_gpus driver_min", values["driver_min"], minimum=1),
+        open_kernel_module=knobs.boolean("expected_gpus open_kernel_module", values["open_kernel_module"]),
+        fabric_manager=knobs.boolean("expected_gpus fabric_manager", values["fabric_manager"]),
+        allreduce_floor_gbps=knobs.integer("expected_gpus allreduce_floor_gbps", values["allreduce_floor_gbps"],
+                                           minimum=1),
     )
 
 
@@ -266,18 +181,19 @@ def _speculative(profile_name: str, values: Any) -> Speculative:
         raise BadHostData(f"profiles[{profile_name!r}]['speculative']={values!r} is not accepted: use a dict "
                           f"with algorithm and num_draft_tokens, optionally draft_window_size, ddtree_budget")
     where = f"profiles[{profile_name!r}]['speculative']"
-    optional = {key: _integer(f"{where}[{key!r}]", values[key], minimum=1)
+    optional = {key: knobs.integer(f"{where}[{key!r}]", values[key], minimum=1)
                 for key in ("draft_window_size", "ddtree_budget") if values.get(key) is not None}
     return Speculative(
-        algorithm=_matching(f"{where}['algorithm']", values["algorithm"], re.compile(r"^[A-Z0-9_]+$"),
+        algorithm=knobs.matching(f"{where}['algorithm']", values["algorithm"], re.compile(r"^[A-Z0-9_]+$"),
                             "an SGLang algorithm name such as DFLASH or DDTREE"),
-        num_draft_tokens=_integer(f"{where}['num_draft_tokens']", values["num_draft_tokens"], minimum=1),
+        num_draft_tokens=knobs.integer(f"{where}['num_draft_tokens']", values["num_draft_tokens"], minimum=1),
         **optional,
     )
 
 
-def resolve(data: Any, host_class: str) -> Deployment:
-    """Resolve `host.data` (or any object with the same attributes) for a host of `host_class`.
+def resolve(data: Any, host_class: str, node_members: dict | None = None) -> Deployment:
+    """Resolve `host.data` (or any object with the same attributes) for a host of `host_class`;
+    `node_members`: its node group's hosts (`nodes.members(inventory, host)`), if it is in one.
 
     Every value is parsed and checked here, before any host is touched: a value that cannot be
     deployed raises BadHostData, one line naming it and what is accepted.
@@ -287,33 +203,39 @@ def resolve(data: Any, host_class: str) -> Deployment:
         raise BadHostData(f"profile={data.profile!r} is not one of {', '.join(sorted(profiles))} "
                           "(group_data/all.py profiles)")
     try:
-        return _resolve(data, host_class, data.profile, profiles[data.profile])
+        d = _resolve(data, host_class, data.profile, profiles[data.profile])
     except (KeyError, TypeError, AttributeError, IndexError) as error:
         raise BadHostData(f"group data for profile {data.profile!r} on class {host_class} is incomplete or "
                           f"malformed ({type(error).__name__}: {error}): compare it with group_data/all.py "
                           f"and group_data/{host_class}.py") from None
+    group = nodes.group(data, host_class, data.profile, d.expected_gpus.count, d.port, node_members)
+    if group is None:
+        return d
+    # One server over the group's nodes: TP over all their GPUs, the network between them named.
+    return replace(d, node_group=group, tp_size=group.tp_size, env={**d.env, **group.env()})
 
 
 def _resolve(data: Any, host_class: str, profile_name: str, profile: dict) -> Deployment:
     tuning = data.sglang_tuning
     mirrors = data.mirrors or {}
     requirements = mirrors.get("requirements", {})
-    weights_dir = _path("weights_dir", data.weights_dir)
+    weights_dir = knobs.path("weights_dir", data.weights_dir)
 
     def repo(role: str) -> Repo:
-        real_id = _matching(f"profiles[{profile_name!r}][{role!r}]['repo']", profile[role]["repo"], REPO_ID,
-                            "a hub repo id, owner/name")
+        real_id = knobs.matching(f"profiles[{profile_name!r}][{role!r}]['repo']", profile[role]["repo"],
+                                 knobs.REPO_ID, "a hub repo id, owner/name")
         repo_id, revision = _mirror_repo(mirrors, real_id, profile[role]["revision"])
         # Directories are named after the real repo, so a mirror swap keeps paths stable.
         return Repo(role,
-                    _matching(f"{role} repo (mirrors)", repo_id, REPO_ID, "a hub repo id, owner/name"),
-                    _matching(f"{role} revision", revision, REVISION, "a 40-hex commit (or a branch or tag name)"),
+                    knobs.matching(f"{role} repo (mirrors)", repo_id, knobs.REPO_ID, "a hub repo id, owner/name"),
+                    knobs.matching(f"{role} revision", revision, knobs.REVISION,
+                                   "a 40-hex commit (or a branch or tag name)"),
                     posixpath.join(weights_dir, real_id.replace("/", "--")))
 
     def requirement(name: str, wanted: Any) -> str:
         chosen = requirements.get(wanted, wanted)
-        return _matching(name, chosen, REQUIREMENT, "a pip requirement on one line (name==version, "
-                         "'name @ URL' or a wheel path)")
+        return knobs.matching(name, chosen, knobs.REQUIREMENT, "a pip requirement on one line (name==version, "
+                              "'name @ URL' or a wheel path)")
 
     attention = profile["attention"]
     backends = tuning["attention_backends"]
@@ -321,6 +243,8 @@ def _resolve(data: Any, host_class: str, profile_name: str, profile: dict) -> De
         raise BadHostData(f"profiles[{profile_name!r}]['attention']={attention!r} is not one of "
                           f"{', '.join(sorted(backends))} (sglang_tuning attention_backends of {host_class})")
     target_backend, draft_backend = backends[attention]
+    # A profile whose algorithm allows one backend only (DDTree: triton) names it; it wins on every class.
+    target_backend = profile.get("attention_backend", target_backend)
     return Deployment(
         host_class=host_class,
         expected_gpus=expected_gpus(data.expected_gpus),
@@ -329,50 +253,54 @@ def _resolve(data: Any, host_class: str, profile_name: str, profile: dict) -> De
         drafter=repo("drafter"),
         sglang_requirement=requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
                                        profile["sglang"]["requirement"]),
-        sglang_version=_matching("sglang version", profile["sglang"]["version"], VERSION, "a version like 0.5.23"),
+        sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
+                                      "a version like 0.5.23"),
         huggingface_hub_requirement=requirement("huggingface_hub_requirement", data.huggingface_hub_requirement),
         speculative=_speculative(profile_name, profile["speculative"]),
-        attention_backend=_matching("attention backend", target_backend, BACKEND, "an SGLang backend name"),
-        draft_attention_backend=_matching("draft attention backend", draft_backend, BACKEND,
-                                          "an SGLang backend name"),
-        tp_size=_integer("sglang_tuning tp_size", tuning["tp_size"], minimum=1),
-        mem_fraction_static=_fraction("sglang_tuning mem_fraction_static", tuning["mem_fraction_static"]),
+        attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
+        draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,
+                                               "an SGLang backend name"),
+        tp_size=knobs.integer("sglang_tuning tp_size", tuning["tp_size"], minimum=1),
+        mem_fraction_static=knobs.fraction("sglang_tuning mem_fraction_static", tuning["mem_fraction_static"]),
         served_model_name=served_model_name(data),
-        extra_args=(*_names("sglang_tuning extra_args", tuning.get("extra_args", []), ARGUMENT,
-                            "single words (letters, digits, ._:/=,+@%-)"),
-                    *_names(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
-                            ARGUMENT, "single words (letters, digits, ._:/=,+@%-)")),
-        env={**_environment("sglang_tuning env", tuning.get("env", {})),
-             **_environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))},
-        service_name=_matching("service_name", data.service_name, UNIT_NAME, "a unit name (letters, digits, _.-)"),
-        service_user=_matching("service_user", data.service_user, USER_NAME,
-                               "a user name ([a-z_][a-z0-9_-], at most 32)"),
-        install_dir=_path("install_dir", data.install_dir),
-        config_dir=_path("config_dir", data.config_dir),
-        bind_address=_address("bind_address", data.bind_address),
-        port=_integer("port", data.port, minimum=1, maximum=65535),
-        enable_metrics=_boolean("enable_metrics", data.enable_metrics),
-        hf_endpoint=_url("hf_endpoint", data.hf_endpoint),
-        pip_index_url=_url("pip_index_url", data.pip_index_url),
-        hf_token_env=_matching("hf_token_env", data.hf_token_env, ENV_NAME, "a variable name"),
-        api_key_env=_matching("api_key_env", data.api_key_env, ENV_NAME, "a variable name"),
-        install_driver=_boolean("install_driver", data.install_driver),
-        driver_branch=str(_integer("driver_branch", data.driver_branch, minimum=1)),
-        nvidia_repo_url=_url("nvidia_repo_url", data.nvidia_repo_url),
-        verify_weights=_boolean("verify_weights", data.verify_weights),
-        ready_timeout_s=None if data.ready_timeout_s is None else _integer("ready_timeout_s", data.ready_timeout_s,
-                                                                             minimum=1),
-        remove_api_key=_boolean("remove_api_key", data.remove_api_key),
-        allow_branch_revisions=_boolean("allow_branch_revisions", data.allow_branch_revisions),
-        gpu_smoke_engine=None if data.gpu_smoke_engine is None else _path("gpu_smoke_engine", data.gpu_smoke_engine),
+        extra_args=(*knobs.names("sglang_tuning extra_args", tuning.get("extra_args", []), knobs.ARGUMENT,
+                                 "single words (letters, digits, ._:/=,+@%-)"),
+                    *knobs.names(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
+                                 knobs.ARGUMENT, "single words (letters, digits, ._:/=,+@%-)")),
+        env={**knobs.environment("sglang_tuning env", tuning.get("env", {})),
+             **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))},
+        service_name=knobs.matching("service_name", data.service_name, knobs.UNIT_NAME,
+                                    "a unit name (letters, digits, _.-)"),
+        service_user=knobs.matching("service_user", data.service_user, knobs.USER_NAME,
+                                    "a user name ([a-z_][a-z0-9_-], at most 32)"),
+        install_dir=knobs.path("install_dir", data.install_dir),
+        config_dir=knobs.path("config_dir", data.config_dir),
+        bind_address=knobs.address("bind_address", data.bind_address),
+        port=knobs.integer("port", data.port, minimum=1, maximum=65535),
+        enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
+        hf_endpoint=knobs.url("hf_endpoint", data.hf_endpoint),
+        pip_index_url=knobs.url("pip_index_url", data.pip_index_url),
+        hf_token_env=knobs.matching("hf_token_env", data.hf_token_env, knobs.ENV_NAME, "a variable name"),
+        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
+        install_driver=knobs.boolean("install_driver", data.install_driver),
+        driver_branch=str(knobs.integer("driver_branch", data.driver_branch, minimum=1)),
+        nvidia_repo_url=knobs.url("nvidia_repo_url", data.nvidia_repo_url),
+        verify_weights=knobs.boolean("verify_weights", data.verify_weights),
+        ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
+                                                                                data.ready_timeout_s, minimum=1),
+        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
+        allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions),
+        test_only_skip_drain=knobs.boolean("test_only_skip_drain", data.test_only_skip_drain),
+        gpu_smoke_engine=None if data.gpu_smoke_engine is None else knobs.path("gpu_smoke_engine",
+                                                                               data.gpu_smoke_engine),
     )
 
 
 def served_model_name(data: Any) -> str:
     """The model name the host's profile serves under (its workers' and its gateway's), checked."""
     profile = data.profiles[data.profile]
-    return _matching("served_model_name", profile.get("served_model_name") or profile["target"]["repo"],
-                     re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"), "letters, digits and ._/-")
+    return knobs.matching("served_model_name", profile.get("served_model_name") or profile["target"]["repo"],
+                          re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"), "letters, digits and ._/-")
 
 
 def host_class_of(group_names) -> str:

@@ -6,6 +6,12 @@ own list (`GET /workers`, read as the `GatewayWorkers` fact) is compared with it
 missing there is registered (`POST /workers`, then waited until `ready`), a worker of that
 model that the inventory no longer has is removed (`DELETE /workers/{id}`), and when both
 agree nothing is written to the gateway. Workers of other models are left alone.
+
+A worker whose server is about to restart drains itself first (`drain`, on the worker host,
+talking to each of its gateways at the address `routes()` derives from the inventory): the
+gateway stops sending it requests, systemd's SIGTERM lets the server finish those in flight,
+and once the new server generates, `rejoin` registers it again. A worker that fails readiness
+is rolled back by readiness.py and stays out; rollout.py runs the fleet N workers at a time.
 """
 
 import json
@@ -24,10 +30,14 @@ from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
-from operations.deployment import HOST_CLASSES, BadHostData, host_class_of, resolve, served_model_name
+from operations import service
+from operations.deployment import HOST_CLASSES, Deployment, host_class_of, resolve, served_model_name
 from operations.failure import fail_host
+from operations.nodes import members
 from operations.filestate import FileStates, matches, sha1_of
-from operations.secrets import write_secret
+from operations.host_programs import inline
+from operations.knobs import BadHostData, boolean
+from operations.secrets import controller_key_file
 from operations.service import ServiceState
 from operations.templates import render
 
@@ -58,6 +68,7 @@ class Gateway:
     config_dir: str
     pip_index_url: str | None
     api_key_env: str
+    remove_api_key: bool  # only this removes the gateway's key (as the workers', `remove_api_key`)
 
     @property
     def venv(self) -> str:
@@ -122,6 +133,7 @@ def resolve_gateway(data: Any) -> Gateway:
         config_dir=data.config_dir,
         pip_index_url=data.pip_index_url,
         api_key_env=data.api_key_env,
+        remove_api_key=boolean("remove_api_key", data.remove_api_key),
     )
 
 
@@ -148,12 +160,12 @@ def workers(inventory, gateway_host, model: str) -> list[Worker]:
         if not serves_model(worker.groups):
             continue
         try:
-            d = resolve(worker.data, host_class_of(worker.groups))
+            d = resolve(worker.data, host_class_of(worker.groups), members(inventory, worker))
         except BadHostData as problem:  # refused on its own host too
             found.append(Worker(worker.name, "", f"{worker.name}: {problem}"))
             continue
-        if d.served_model_name != model:
-            continue
+        if d.served_model_name != model or (d.node_group and not d.node_group.serves_http):
+            continue  # a rank >= 1 of a node group serves no HTTP: the group is reached at its rank 0
         if worker is gateway_host:
             found.append(Worker(worker.name, f"http://127.0.0.1:{d.port}"))
             continue
@@ -166,6 +178,130 @@ def workers(inventory, gateway_host, model: str) -> list[Worker]:
                        f"deploy it with bind_address=0.0.0.0 and ${d.api_key_env} set")
         found.append(Worker(worker.name, f"http://{address}:{d.port}", problem))
     return found
+
+
+@dataclass(frozen=True)
+class Route:
+    """One gateway in front of a worker, as the worker's host reaches it (to drain and rejoin itself)."""
+
+    gateway: str  # the gateway host's name
+    address: str  # where the worker's host reaches the gateway's API
+    port: int
+    worker_url: str  # the worker as that gateway registers it
+    timeout_s: int  # the gateway's register timeout: how long a drain or a rejoin may take
+    problem: str | None = None
+
+
+def _address_of(inventory_host) -> str:
+    """A host's address on the serving network: `gateway_worker_address`, else `ssh_hostname`, else its name."""
+    data = inventory_host.data
+    return str(data.get("gateway_worker_address") or data.get("ssh_hostname") or inventory_host.name)
+
+
+def routes(inventory, worker_host, model: str) -> list[Route]:
+    """The gateways of the inventory serving `model`, each as `worker_host` reaches it: on loopback
+    when it is the same host, else at the gateway's bind address (its network address for 0.0.0.0)."""
+    found = []
+    for gateway_host in inventory:
+        if GROUP not in gateway_host.groups:
+            continue
+        try:
+            g = resolve_gateway(gateway_host.data)
+        except (ValueError, KeyError, TypeError) as error:
+            found.append(Route(gateway_host.name, "", 0, "", 0, f"{gateway_host.name}: {error}"))
+            continue
+        if g.model != model:
+            continue
+        me = next((w for w in workers(inventory, gateway_host, model) if w.name == worker_host.name), None)
+        if me is None:  # refused data: the worker fails preflight on its own
+            continue
+        if gateway_host is worker_host:
+            address, problem = "127.0.0.1", None
+        elif not g.exposed:
+            address, problem = "", (f"{worker_host.name} cannot drain itself from {gateway_host.name}, whose gateway "
+                                    f"listens on {g.bind_address} only: set gateway_bind_address (with a key)")
+        else:
+            address = _address_of(gateway_host) if g.bind_address in ("0.0.0.0", "::") else g.bind_address
+            problem = None if ADDRESS.fullmatch(address) else f"{gateway_host.name}: address {address!r} is not accepted"
+        found.append(Route(gateway_host.name, address, g.port, me.url, g.register_timeout_s, me.problem or problem))
+    return found
+
+
+def _listing(deployment: Deployment, route: Route) -> dict:
+    """The route's gateway's workers of this worker's model, read from the worker's host with its own key."""
+    d = deployment
+    return host.get_fact(GatewayWorkers, port=route.port, key_file=d.api_key_file, model=d.served_model_name,
+                         address=route.address)
+
+
+def _worker_command(deployment: Deployment, route: Route, action: str) -> str:
+    d = deployment
+    return inline("gateway_workers", "--address", route.address, str(route.port), d.api_key_file,
+                  d.served_model_name, action, str(route.timeout_s), route.worker_url)
+
+
+@operation()
+def drain(deployment: Deployment, routes: list[Route], restart: str | None):
+    """
+    Take this worker out of its gateways before its server restarts: `DELETE /workers/{id}` (no new
+    requests), waited until the gateway lets it go. The restart that follows is systemd's SIGTERM,
+    on which SGLang answers 503 to health checks and exits once its in-flight requests are done.
+
+    + deployment: the worker's resolved deployment
+    + routes: its gateways as its host reaches them (`routes()`)
+    + restart: why the server restarts in this run (service.restart_reason), None if it does not
+
+    **Example:**
+
+    .. code:: python
+
+        gateway.drain(name="Drain from the gateway", deployment=d, routes=routes(inventory, host, d.served_model_name),
+                      restart=service.restart_reason(d, inputs, [api_key]))
+    """
+    d = deployment
+    problems = [route.problem for route in routes if route.problem]
+    if restart is None or (restart == service.FILES_CHANGED and service.refusal(d)):
+        host.noop("the server does not restart: it stays in its gateways")
+        return
+    if problems:
+        yield fail_host(problems)
+        return
+    if d.test_only_skip_drain:
+        host.noop(f"test_only_skip_drain: restarting without draining ({restart})")
+        return
+    listed = [route for route in routes
+              if any(w["url"] == route.worker_url for w in _listing(d, route)["workers"])]
+    if not listed:
+        host.noop("no gateway lists this worker: nothing to drain")
+    for route in listed:
+        yield _worker_command(d, route, "drain")
+
+
+@operation()
+def rejoin(deployment: Deployment, routes: list[Route], drained: OperationMeta):
+    """
+    Once the restarted server generates, register this worker again (`POST /workers`, waited until
+    `ready`) with every gateway of its model that answers; one that does not answer registers it
+    in its own stage. Only after a drain in this run: a worker that failed readiness never gets
+    here and stays out.
+
+    + deployment: the worker's resolved deployment
+    + routes: its gateways as its host reaches them (`routes()`)
+    + drained: the drain operation of this run
+
+    **Example:**
+
+    .. code:: python
+
+        gateway.rejoin(name="Back in the gateway", deployment=d, routes=routes, drained=drained)
+    """
+    if not drained.changed:
+        host.noop("not drained in this run: nothing to register again")
+        return
+    for route in routes:
+        listing = _listing(deployment, route)
+        if listing["reachable"] and all(w["url"] != route.worker_url for w in listing["workers"]):
+            yield _worker_command(deployment, route, "join")
 
 
 @operation()
@@ -197,9 +333,9 @@ class GatewayWorkers(FactBase):
                       "model_id": "moonshotai/Kimi-K2.6"}]}
     """
 
-    def command(self, script: str, port: int, key_file: str, model: str) -> str:
-        run = " ".join(shlex.quote(part) for part in ("python3", script, str(port), key_file, model, "list"))
-        return f"if [ -f {shlex.quote(script)} ]; then {run}; else echo '{{\"reachable\": false, \"workers\": []}}'; fi"
+    def command(self, port: int, key_file: str, model: str, address: str = "127.0.0.1") -> str:
+        # Inline: read the same way from the gateway host and from a worker's host, before any upload.
+        return inline("gateway_workers", "--address", address, str(port), key_file, model, "list")
 
     def process(self, output):
         try:
@@ -211,8 +347,10 @@ class GatewayWorkers(FactBase):
 @operation()
 def api_key(gateway: Gateway):
     """
-    The controller's API key (`api_key_env`) as the gateway's root-owned 0640 key file (group: the gateway user); a key already there stays
-    when the controller has none. The key is read here, never an argument.
+    The controller's API key (`api_key_env`) as the gateway's root-owned 0640 key file (group: the
+    gateway user). A key already there stays when the controller has none; it is removed only with
+    `remove_api_key=true`, which is refused for a gateway listening beyond loopback. The key is read
+    here, never an argument.
 
     + gateway: the host's resolved gateway
 
@@ -225,19 +363,14 @@ def api_key(gateway: Gateway):
     g = gateway
     key = os.environ.get(g.api_key_env, "")
     state = host.get_fact(FileStates, paths=(g.key_file,))[g.key_file]
-    if not key:
-        if g.exposed and not state:
-            yield fail_host([f"{host.name}: the gateway would listen on {g.bind_address} without a key: "
-                             f"set ${g.api_key_env} on the controller or keep gateway_bind_address=127.0.0.1"])
-            return
-        host.noop(f"no ${g.api_key_env} on the controller: {g.key_file} {'stays' if state else 'is absent'}")
+    if g.exposed and not key and (not state or g.remove_api_key):
+        yield fail_host([f"{host.name}: the gateway would listen on {g.bind_address} without a key: "
+                         f"set ${g.api_key_env} on the controller or keep gateway_bind_address=127.0.0.1"])
         return
-    if matches(state, "file", "640", sha1=sha1_of(key.encode())) and (state["user"], state["group"]) == ("root", g.user):
-        host.noop(f"{g.key_file} holds the key (root:{g.user} 0640)")
-        return
+    if key and not state:
+        yield f"install -d -m 755 -o root -g root {shlex.quote(posixpath.dirname(g.key_file))}"
     # On stdin, never through files.put, whose contents --diff prints; root's file the launcher can read.
-    yield f"install -d -m 755 -o root -g root {shlex.quote(posixpath.dirname(g.key_file))}"
-    yield write_secret(key, posixpath.dirname(g.key_file), posixpath.basename(g.key_file), "640", g.user)
+    yield from controller_key_file(g.api_key_env, g.key_file, g.user, remove=g.remove_api_key)
 
 
 @operation()
@@ -325,7 +458,7 @@ def register_workers(gateway: Gateway, wanted: list[Worker], restarted: Operatio
         yield fail_host(problems)
         return
     if not restarted.changed:
-        current = host.get_fact(GatewayWorkers, script=g.script, port=g.port, key_file=g.key_file, model=g.model)
+        current = host.get_fact(GatewayWorkers, port=g.port, key_file=g.key_file, model=g.model)
         registered = {w["url"]: w["status"] for w in current["workers"]}
         if current["reachable"] and registered == {w.url: "ready" for w in wanted}:
             host.noop(f"the gateway routes {g.model} to its {len(wanted)} inventory workers, all ready")

@@ -10,19 +10,34 @@ import shlex
 from pathlib import Path
 
 HOST_SCRIPTS = Path(__file__).resolve().parent / "host_scripts"
-SHARED_MODULES = ("weights_manifest",)
 
 _LOADER = ("import sys as _sys, types as _types\n"
            "_module = _sys.modules[{name!r}] = _types.ModuleType({name!r})\n"
            "exec({source!r}, _module.__dict__)\n")
 
 
+def _imported(source: str) -> list[str]:
+    """The host_scripts modules SOURCE imports."""
+    return [module for module in re.findall(r"^(?:import|from) (\w+)", source, re.M)
+            if (HOST_SCRIPTS / f"{module}.py").is_file()]
+
+
 def program(name: str) -> str:
-    """The Python source that runs host_scripts/NAME.py with its shared modules loaded."""
+    """The Python source that runs host_scripts/NAME.py with the host_scripts modules it imports
+    (and those they import) loaded first."""
     source = (HOST_SCRIPTS / f"{name}.py").read_text()
-    loaders = [_LOADER.format(name=module, source=(HOST_SCRIPTS / f"{module}.py").read_text())
-               for module in SHARED_MODULES if re.search(rf"^(import|from) {module}\b", source, re.M)]
-    return "".join(loaders) + source
+    order: list[str] = []
+
+    def visit(module: str) -> None:
+        if module not in order:
+            for dependency in _imported((HOST_SCRIPTS / f"{module}.py").read_text()):
+                visit(dependency)
+            order.append(module)
+
+    for module in _imported(source):
+        visit(module)
+    return "".join(_LOADER.format(name=module, source=(HOST_SCRIPTS / f"{module}.py").read_text())
+                   for module in order) + source
 
 
 def inline(name: str, *args: str, user: str | None = None) -> str:

@@ -27,6 +27,10 @@ class HubProblem(Exception):
     """A preflight failure with its cause and fix in the message."""
 
 
+class AccessPending(HubProblem):
+    """The token's user has not been granted a gated repo yet (its terms page is in the message)."""
+
+
 @dataclass(frozen=True)
 class RepoFile:
     path: str
@@ -105,7 +109,7 @@ def snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: st
             with open(config_path) as config_file:
                 config = json.load(config_file)
     except GatedRepoError:
-        raise HubProblem(f"the token has no access to the gated repo {repo_id}: accept its terms at "
+        raise AccessPending(f"the token has no access to the gated repo {repo_id}: accept its terms at "
                          f"{page} (logged in as the token's user), then re-run") from None
     except RevisionNotFoundError:
         raise HubProblem(f"{repo_id} has no revision {revision}: fix the revision in group_data") from None

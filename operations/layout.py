@@ -12,6 +12,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.operations import files, server
 
+from operations import host_state
 from operations.deployment import Deployment
 from operations.filestate import FileStates, matches, sha1_of
 
@@ -55,7 +56,7 @@ def service_user(user: str, home: str):
 
         layout.service_user(name="Service user", user="sglang", home="/home/sglang")
     """
-    existing = host.get_fact(SystemUser, user=user)
+    existing = host_state.read(SystemUser, user=user)
     if not existing or existing["home"] != home or not existing["home_exists"]:
         yield from server.user._inner(user=user, system=True, home=home, shell="/usr/sbin/nologin",
                                       ensure_home=True)
@@ -81,12 +82,17 @@ def root_directories(deployment: Deployment):
     """
     d = deployment
     paths = (d.install_dir, f"{d.install_dir}/bin", d.config_dir)
-    states = host.get_fact(FileStates, paths=paths)
+    states = host_state.read(FileStates, paths=paths)
     wrong = [path for path in paths if not matches(states[path], "directory", "755", "root")]
     if not wrong:
         host.noop(f"{', '.join(paths)} are root's (0755)")
     for path in wrong:
         yield from files.directory._inner(path=path, user="root", group="root", mode="755")
+
+
+def host_script_paths(deployment: Deployment) -> tuple[str, ...]:
+    """Where each host script goes: INSTALL_DIR/bin/NAME, in the order of their names."""
+    return tuple(f"{deployment.install_dir}/bin/{script.name}" for script in sorted(HOST_SCRIPTS.glob("*.py")))
 
 
 @operation()
@@ -102,8 +108,8 @@ def host_scripts(deployment: Deployment):
 
         layout.host_scripts(name="Install specfleet's host scripts", deployment=deployment)
     """
-    scripts = {f"{deployment.install_dir}/bin/{script.name}": script for script in sorted(HOST_SCRIPTS.glob("*.py"))}
-    states = host.get_fact(FileStates, paths=tuple(scripts))
+    scripts = dict(zip(host_script_paths(deployment), sorted(HOST_SCRIPTS.glob("*.py"))))
+    states = host_state.read(FileStates, paths=tuple(scripts))
     stale = {dest: script for dest, script in scripts.items()
              if not matches(states[dest], "file", "755", "root", sha1=sha1_of(script.read_bytes()))}
     if not stale:

@@ -3,22 +3,26 @@
 import json
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx2
 from huggingface_hub.errors import HfHubHTTPError
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from operations.deployment import COMMIT, Deployment
+from operations.deployment import COMMIT, Deployment, Repo
 from operations.failure import fail_host
+from operations import host_state
 from operations.filestate import FileStates
 from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu import packages
 from operations.gpu.facts import NvidiaFabric, NvidiaHost
 from operations.gpu.nvidia import host_release
 from operations.host_programs import inline
-from operations.hub import HubProblem, RepoSnapshot, controller_token, snapshot, whoami
+from operations.hub import AccessPending, HubProblem, RepoSnapshot, controller_token, snapshot, whoami
+from operations.service import ServiceState
 from operations.sglang import rejection, server_args
+from operations import venv
 from operations.venv import VenvRequirement, fingerprint
 
 GIB = 1 << 30
@@ -75,26 +79,44 @@ def login_problems(login: dict) -> list[str]:
             "or SPECFLEET_SSH_USER=root) with a key only you hold"]
 
 
-def hub_snapshots(deployment: Deployment) -> tuple[dict[str, RepoSnapshot], list[str]]:
-    """On the controller: the token works and may download every repo; each repo's commit and files."""
+def hub_snapshots(deployment: Deployment) -> tuple[dict[str, RepoSnapshot], list[str], list[str]]:
+    """On the controller: the token works and may download every repo; each repo's commit and files.
+
+    Returns the snapshots of the repos the token may read, the problems that stop the host before
+    any change, and the gated repos whose terms the token's user has not accepted yet (``check``
+    lets a host serving nothing yet be prepared while those wait: see ``access_pending``).
+    """
     d = deployment
     endpoint = d.hf_endpoint or "https://huggingface.co"
     token = controller_token(d.hf_token_env)
     try:
         whoami(d.hf_endpoint, token)
     except HubProblem as problem:
-        return {}, [str(problem)]
+        return {}, [str(problem)], []
     except HUB_OUTAGES as error:
-        return {}, [_outage(endpoint, error)]
-    snapshots, problems = {}, []
-    for repo in d.repos:
+        return {}, [_outage(endpoint, error)], []
+
+    def one(repo):
         try:
-            snapshots[repo.role] = snapshot(d.hf_endpoint, token, repo.repo_id, repo.revision)
+            return snapshot(d.hf_endpoint, token, repo.repo_id, repo.revision)
+        except AccessPending as waiting:  # before HubProblem, which it is
+            return waiting
         except HubProblem as problem:
-            problems.append(str(problem))
+            return str(problem)
         except HUB_OUTAGES as error:
-            problems.append(_outage(f"{endpoint}/{repo.repo_id}", error))
-    return snapshots, problems
+            return _outage(f"{endpoint}/{repo.repo_id}", error)
+
+    snapshots, problems, pending = {}, [], []
+    # The repos' hub calls at once: the run waits for the slowest repo, not for their sum.
+    with ThreadPoolExecutor(max_workers=len(d.repos)) as pool:
+        for repo, outcome in zip(d.repos, pool.map(one, d.repos)):
+            if isinstance(outcome, RepoSnapshot):
+                snapshots[repo.role] = outcome
+            elif isinstance(outcome, AccessPending):
+                pending.append(str(outcome))
+            else:
+                problems.append(outcome)
+    return snapshots, problems, pending
 
 
 def _outage(where: str, error: Exception) -> str:
@@ -124,7 +146,7 @@ def memory_problems(deployment: Deployment, snapshots: dict[str, RepoSnapshot], 
 def disk_problems(deployment: Deployment, snapshots: dict[str, RepoSnapshot], disk: dict) -> list[str]:
     """Bytes still missing per filesystem (plus one shard of headroom for a partial file) against free bytes."""
     needs: dict[int, list] = {}
-    for repo in deployment.repos:
+    for repo in (r for r in deployment.repos if r.role in snapshots):  # a repo waiting for access: next run
         on_disk, snap = disk[repo.local_dir], snapshots[repo.role]
         missing = [f.size for f in snap.files if on_disk["files"].get(f.path) != f.size]
         need = needs.setdefault(on_disk["device"], [0, 0, on_disk["free"], on_disk["checked"], []])
@@ -150,7 +172,7 @@ def ddtree_problems(deployment: Deployment) -> list[str]:
                 "no SGLang release up to 0.5.23 has DDTree (it is in open pull request #29907): set "
                 f"profiles['{d.profile_name}']['sglang']['requirement'] to a build that has it, e.g. "
                 f"'{DDTREE_BUILD}' with the pull request's commit, or a wheel path/URL"]
-    installed = host.get_fact(VenvRequirement, path=d.venv, distribution="sglang")
+    installed = host_state.read(VenvRequirement, path=d.venv, distribution="sglang")
     if installed["fingerprint"] != fingerprint(d.sglang_requirement, d.pip_index_url):
         return []  # not installed yet: the unit's validation checks it before any restart
     rejected = rejection(host, d, server_args(d))
@@ -191,61 +213,118 @@ def exposure_problems(deployment: Deployment, key_on_controller: bool, key_on_ho
             "set bind_address=127.0.0.1 and reach it through a gateway on the host"]
 
 
+def serves(service: dict) -> bool:
+    """The host serves this deployment, or did: its SGLang unit is written, or the service runs."""
+    return service["unit_sha1"] is not None or service["active"] in ("active", "activating", "reloading")
+
+
+def _described(repo: Repo, snapshots: dict[str, RepoSnapshot]) -> str:
+    snap = snapshots.get(repo.role)
+    if snap is None:
+        return f"{repo.repo_id} (waiting for access)"
+    if repo.role != "target":
+        return f"{repo.repo_id}@{snap.commit[:12]}"
+    text = snap.text_config()
+    return (f"{repo.repo_id}@{snap.commit[:12]} ({text.get('model_type')}, {text.get('num_hidden_layers')} "
+            f"layers, {_gb(snap.total_bytes)})")
+
+
 @operation()
-def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_problems: list[str]):
+def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_problems: list[str],
+          access_pending: list[str]):
     """
     Refuse the host, changing nothing, unless it can serve this deployment.
 
     Hardware matches the class, the driver suits the pinned SGLang, the token may
     download every repo, the model fits the GPUs at the class's TP size, the disk
     has room for what is still missing, and a DDTree profile has a DDTree build.
+    A gated repo whose terms the token's user has not accepted yet refuses a host
+    that serves (or did); a host serving nothing yet passes, to be prepared while
+    access is pending (``access_pending`` fails it after its downloads started).
 
     + deployment: the host's resolved deployment
-    + snapshots: per role, each repo's commit and files (from ``hub_snapshots``)
+    + snapshots: per role, the commit and files of each repo the token may read (from ``hub_snapshots``)
     + hub_problems: what ``hub_snapshots`` found wrong on the controller
+    + access_pending: the gated repos the token may not download yet (from ``hub_snapshots``)
 
     **Example:**
 
     .. code:: python
 
-        snapshots, hub_problems = preflight.hub_snapshots(deployment)
+        snapshots, hub_problems, access_pending = preflight.hub_snapshots(deployment)
         preflight.check(name="Preflight", deployment=deployment, snapshots=snapshots,
-                        hub_problems=hub_problems)
+                        hub_problems=hub_problems, access_pending=access_pending)
     """
     d = deployment
-    problems = login_problems(host.get_fact(LoginUser))
+    host_state.gather(host_state.requests(d, snapshots))  # what every operation reads, in one round trip
+    problems = login_problems(host_state.read(LoginUser))
     problems += [f"{host.name}: {problem}" for problem in hub_problems]
-    gpu_host = host.get_fact(NvidiaHost)  # one round trip for GPUs, topology, driver, reboot
+    gpu_host = host_state.read(NvidiaHost)
     gpus = gpu_host["NvidiaGpus"]
     if gpus is None and d.install_driver:
         # No driver yet: the deploy lays it down; the GPUs are checked after its reboot (`gpus`).
-        problems += packages.before_driver_problems(host.name, *host_release(), host.get_fact(packages.FreshHost),
+        _release, release_problem = host_release()
+        problems += packages.before_driver_problems(host.name, release_problem, host.get_fact(packages.FreshHost),
                                                     d.expected_gpus.count)
     else:
         problems += check_gpu_class(host.name, d.host_class, d.expected_gpus, gpus, gpu_host["NvidiaTopology"],
                                     gpu_host["NvidiaDriver"], gpu_host["RebootPending"],
                                     install_driver=d.install_driver)
-    if len(snapshots) == len(d.repos):
+    if snapshots:  # the repos the token may read; one waiting for access is checked on the run after
         problems += memory_problems(d, snapshots, gpus)
-        disk = host.get_fact(WeightsDisk, local_dirs=tuple(r.local_dir for r in d.repos))
+        disk = host_state.read(WeightsDisk, local_dirs=tuple(r.local_dir for r in d.repos))
         problems += disk_problems(d, snapshots, disk)
+    problems += venv.python_problems(host.name, host_state.read(venv.HostPython, uv=venv.Uv(d.install_dir).binary))
     problems += ddtree_problems(d)
-    key_file = host.get_fact(FileStates, paths=(d.api_key_file,))[d.api_key_file]
+    key_file = host_state.read(FileStates, paths=(d.api_key_file,))[d.api_key_file]
     problems += exposure_problems(d, bool(os.environ.get(d.api_key_env)), key_file is not None)
     branches = [f"{host.name}: {sentence}" for sentence in [*unpinned(d, snapshots), *unpinned_builds(d)]]
     if not d.allow_branch_revisions:
         problems += branches
+    waiting = [f"{host.name}: {problem}" for problem in access_pending]
+    # A host that serves is never touched while a repo waits for access: its server keeps running as is.
+    if waiting and (problems or serves(host.get_fact(ServiceState, unit_file=d.unit_file, env_file=d.env_file,
+                                                     service=d.service_name))):
+        problems += waiting
     if problems:
         yield fail_host(problems)
         return
     for warning in branches:
         host.log_styled(warning, fg="yellow")
-    text = snapshots["target"].text_config()
+    if waiting:
+        host.log_styled(f"{host.name}: serves nothing yet and waits for access to "
+                        f"{', '.join(r.repo_id for r in d.repos if r.role not in snapshots)}: preparing "
+                        "everything else and starting the downloads it may read; it fails once they are started",
+                        fg="yellow")
     found = f"{len(gpus)}x {gpus[0]['name']}" if gpus else "no driver yet"
     host.noop(f"preflight passed: {found} as {d.host_class}; "
-              f"{d.target.repo_id}@{snapshots['target'].commit[:12]} ({text.get('model_type')}, "
-              f"{text.get('num_hidden_layers')} layers, {_gb(snapshots['target'].total_bytes)}) with "
-              f"{d.drafter.repo_id}@{snapshots['drafter'].commit[:12]}")
+              + " with ".join(_described(repo, snapshots) for repo in d.repos))
+
+
+@operation()
+def access_pending(deployment: Deployment, snapshots: dict[str, RepoSnapshot], pending: list[str]):
+    """
+    Fail a host prepared while gated repos wait for access, naming each repo and its terms page.
+
+    Runs after the downloads of the repos the token may read were started in their units
+    (they go on after the deploy ends); the run after access is granted fetches only what
+    is missing and starts serving.
+
+    + deployment: the host's resolved deployment
+    + snapshots: the repos the token may read (from ``hub_snapshots``)
+    + pending: the gated repos the token may not download yet (from ``hub_snapshots``)
+
+    **Example:**
+
+    .. code:: python
+
+        preflight.access_pending(name="Access to gated repos", deployment=d, snapshots=snapshots,
+                                 pending=access_pending)
+    """
+    units = " ".join(f"{r.unit_name}.service" for r in deployment.repos if r.role in snapshots)
+    started = f"the downloads it may read go on in their units ({units})" if units else "it may read no repo"
+    yield fail_host([f"{host.name}: {problem}; meanwhile everything else is prepared and {started}, so that run "
+                     "fetches only what is missing and starts serving" for problem in pending])
 
 
 @operation()
@@ -304,7 +383,7 @@ def fabric(deployment: Deployment):
 
         preflight.fabric(name="Check the GPU fabric", deployment=deployment)
     """
-    problems = check_fabric(host.name, deployment.host_class, deployment.expected_gpus, host.get_fact(NvidiaFabric))
+    problems = check_fabric(host.name, deployment.host_class, deployment.expected_gpus, host_state.read(NvidiaFabric))
     if problems:
         yield fail_host(problems)
     else:

@@ -8,7 +8,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
-from operations import poll
+from operations import host_state, poll
 from operations.deployment import Deployment
 from operations.service import PREVIOUS
 
@@ -110,7 +110,7 @@ def ready(deployment: Deployment, restarted: OperationMeta, timeout_s: int):
     """
     d = deployment
     if not restarted.changed:
-        probe = host.get_fact(ServerProbe, install_dir=d.install_dir, port=d.port, model=d.served_model_name,
+        probe = host_state.read(ServerProbe, install_dir=d.install_dir, port=d.port, model=d.served_model_name,
                               key_file=d.api_key_file, service_user=d.service_user)
         if probe.get("ready") and probe.get("completion"):
             log_serving(host, probe)
@@ -124,15 +124,17 @@ def log_serving(host, probe: dict) -> None:
                     f"{probe['accept_length']}; completion: {probe['completion']!r}", fg="green")
 
 
-def _generates(probe: dict) -> bool:
+def generates(probe: dict) -> bool:
     return bool(probe.get("ready") and probe.get("completion"))
 
 
-def _watch(host, deployment: Deployment, timeout_s: float, what: str, interval_s: float) -> tuple[dict, str | None]:
-    """Probe the server until it generates, crash-loops or `timeout_s` passes: (last probe, crash or None)."""
+def watch(host, deployment: Deployment, timeout_s: float, what: str, interval_s: float,
+          service: str | None = None) -> tuple[dict, str | None]:
+    """Probe the server until it generates, its unit (`service`, else the deployment's) crash-loops or
+    `timeout_s` passes: (last probe, crash or None)."""
     d = deployment
     probe_command = ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file, d.service_user)
-    run_command = ServiceRun().command(d.service_name)
+    run_command = ServiceRun().command(service or d.service_name)
     last = {"probe": {"ready": False}, "crash": None}
 
     def check(elapsed: float):
@@ -144,7 +146,7 @@ def _watch(host, deployment: Deployment, timeout_s: float, what: str, interval_s
             return False, ""
         _, output = host.run_shell_command(probe_command)
         last["probe"] = ServerProbe().process(output.stdout_lines)
-        if _generates(last["probe"]):
+        if generates(last["probe"]):
             return True, ""
         return None, (f"{what}: {elapsed:.0f}s of {timeout_s:.0f}s, {run['active']}/{run['sub']}, "
                       f"restarts {run['restarts'] - last['restarts_before']}: "
@@ -158,8 +160,8 @@ def _watch(host, deployment: Deployment, timeout_s: float, what: str, interval_s
 def wait_ready(state, host, deployment: Deployment, timeout_s: int, interval_s: float = 2.0) -> bool:
     """Wait for the (re)started server to generate; else restore the previous unit and prove it serves."""
     d = deployment
-    probe, crashed = _watch(host, d, timeout_s, f"waiting for {d.service_name} to generate", interval_s)
-    if _generates(probe):
+    probe, crashed = watch(host, d, timeout_s, f"waiting for {d.service_name} to generate", interval_s)
+    if generates(probe):
         log_serving(host, probe)
         return True
 
@@ -175,9 +177,9 @@ def wait_ready(state, host, deployment: Deployment, timeout_s: int, interval_s: 
     restored, _ = host.run_shell_command(restore)
     if restored:
         # The previous unit served before this deploy: it should be back within a normal start.
-        again, _ = _watch(host, d, min(timeout_s, 120), f"waiting for the restored {d.service_name} to generate",
+        again, _ = watch(host, d, min(timeout_s, 120), f"waiting for the restored {d.service_name} to generate",
                           interval_s)
-        outcome = ("restored the previous unit, which generates again" if _generates(again) else
+        outcome = ("restored the previous unit, which generates again" if generates(again) else
                    f"restored the previous unit, but it does not generate either ({again.get('error', 'not ready')})")
     else:
         outcome = "no previous unit to restore"

@@ -19,6 +19,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
+from operations import host_state
 from operations.deployment import Deployment
 from operations.failure import fail_host
 from operations.filestate import FileStates, matches, sha1_of
@@ -84,7 +85,7 @@ def hf_token(deployment: Deployment):
     d = deployment
     token = controller_token(d.hf_token_env) or ""
     token_file = f"{d.hf_home}/token"
-    states = host.get_fact(UserFileStates, user=d.service_user, paths=(d.hf_home, token_file))
+    states = host_state.read(UserFileStates, user=d.service_user, paths=(d.hf_home, token_file))
     if matches(states[d.hf_home], "directory", "700", d.service_user) and \
             matches(states[token_file], "file", "600", d.service_user, sha1_of(token.encode())):
         host.noop(f"{token_file} holds the token (0600, {d.service_user})")
@@ -109,23 +110,32 @@ def api_key(deployment: Deployment):
         secrets.api_key(name="Install the API key", deployment=deployment)
     """
     d = deployment
-    key = os.environ.get(d.api_key_env, "")
-    directory, name = d.api_key_file.rsplit("/", 1)
-    state = host.get_fact(FileStates, paths=(d.api_key_file,))[d.api_key_file]
+    yield from controller_key_file(d.api_key_env, d.api_key_file, d.service_user, remove=d.remove_api_key)
+
+
+def controller_key_file(key_env: str, path: str, group: str, remove: bool):
+    """
+    The commands (an operation's body) making `path` the controller's API key in `key_env`, root's,
+    mode 0640, group `group`: written from stdin when it differs. Without the variable the host
+    keeps its key; only `remove` removes it. Never the key itself in a message.
+    """
+    key = os.environ.get(key_env, "")
+    directory, name = path.rsplit("/", 1)
+    state = host_state.read(FileStates, paths=(path,))[path]
     if not key:
-        if state and d.remove_api_key:
-            yield StringCommand("rm", "-f", QuoteString(d.api_key_file))
+        if state and remove:
+            yield StringCommand("rm", "-f", QuoteString(path))
         else:
-            host.noop(f"no ${d.api_key_env} on the controller: {d.api_key_file} "
+            host.noop(f"no ${key_env} on the controller: {path} "
                       + ("kept (remove_api_key=true removes it)" if state else "absent, the server has no key"))
         return
     if not API_KEY.fullmatch(key):
         # Never the key itself: only what is wrong with it.
-        yield fail_host([f"{host.name}: ${d.api_key_env} must be 16 to 512 characters of letters, digits and "
+        yield fail_host([f"{host.name}: ${key_env} must be 16 to 512 characters of letters, digits and "
                          f"-._~+/= (e.g. `openssl rand -hex 32`), found {len(key)} characters that are not"])
         return
     if matches(state, "file", API_KEY_MODE, sha1=sha1_of(key.encode())) and \
-            (state["user"], state["group"]) == ("root", d.service_user):
-        host.noop(f"{d.api_key_file} holds the key (0{API_KEY_MODE}, root:{d.service_user})")
+            (state["user"], state["group"]) == ("root", group):
+        host.noop(f"{path} holds the key (0{API_KEY_MODE}, root:{group})")
         return
-    yield write_secret(key, directory, name, API_KEY_MODE, d.service_user)
+    yield write_secret(key, directory, name, API_KEY_MODE, group)

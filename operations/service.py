@@ -8,6 +8,7 @@ from pyinfra.api import FactBase, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, systemd
 
+from operations import host_state
 from operations.deployment import Deployment
 from operations.failure import fail_host
 from operations.filestate import sha1_of
@@ -50,6 +51,24 @@ def unit_files(deployment: Deployment, inputs: str) -> tuple[str, str]:
     return unit_text, env_text
 
 
+# Why configure() (re)starts the server in a run (restart_reason); a drain before it keys on these.
+FILES_CHANGED = "its unit or environment file changed"
+INPUT_CHANGED = "an input operation changed (the API key)"
+STOPPED = "it is not running"
+
+
+def restart_reason(deployment: Deployment, inputs: str, restart_when: list[OperationMeta]) -> str | None:
+    """Why `configure` (re)starts the server in this run, or None when it leaves the server running."""
+    d = deployment
+    unit_text, env_text = unit_files(d, inputs)
+    current = host_state.read(ServiceState, unit_file=d.unit_file, env_file=d.env_file, service=d.service_name)
+    if (current["unit_sha1"], current["env_sha1"]) != (sha1_of(unit_text.encode()), sha1_of(env_text.encode())):
+        return FILES_CHANGED
+    if any(op.changed for op in restart_when):
+        return INPUT_CHANGED
+    return STOPPED if current["active"] != "active" else None
+
+
 @operation()
 def configure(deployment: Deployment, inputs: str, restart_when: list[OperationMeta] | None = None):
     """
@@ -58,6 +77,7 @@ def configure(deployment: Deployment, inputs: str, restart_when: list[OperationM
     The rendered arguments are validated by the SGLang installed on the host first:
     if it rejects them the deploy fails naming the flag, and the running service is
     untouched. The previous files are kept so a failed readiness check can restore them.
+    The restart is systemd's: SIGTERM, which SGLang answers by finishing its in-flight requests.
 
     + deployment: the host's resolved deployment
     + inputs: what the server is built from (SGLang fingerprint, weights commits); written into the unit
@@ -70,21 +90,19 @@ def configure(deployment: Deployment, inputs: str, restart_when: list[OperationM
         service.configure(name="Configure the SGLang service", deployment=d, inputs="sglang=3f2a target=ab12")
     """
     d = deployment
-    unit_text, env_text = unit_files(d, inputs)
-    current = host.get_fact(ServiceState, unit_file=d.unit_file, env_file=d.env_file, service=d.service_name)
-    unchanged = current["unit_sha1"] == sha1_of(unit_text.encode()) and current["env_sha1"] == sha1_of(env_text.encode())
-    if unchanged:
-        # Asked to restart by another operation, or found stopped: converge it.
-        if any(op.changed for op in restart_when or []):
-            yield from systemd.service._inner(service=d.service_name, running=True, restarted=True, enabled=True)
-        elif current["active"] != "active" or current["enabled"] != "enabled":
+    reason = restart_reason(d, inputs, restart_when or [])
+    if reason == INPUT_CHANGED:
+        yield from systemd.service._inner(service=d.service_name, running=True, restarted=True, enabled=True)
+        return
+    if reason != FILES_CHANGED:
+        current = host_state.read(ServiceState, unit_file=d.unit_file, env_file=d.env_file, service=d.service_name)
+        if reason == STOPPED or current["enabled"] != "enabled":  # found stopped or disabled: converge it
             yield from systemd.service._inner(service=d.service_name, running=True, enabled=True)
         else:
             host.noop(f"{d.service_name} is running its current unit ({inputs})")
         return
 
-    args = server_args(d)
-    rejected = rejection(host, d, args)
+    rejected = refusal(d)
     if rejected:
         yield fail_host([f"{host.name}: the SGLang in {d.venv} rejects the rendered flags ({rejected}); "
                          f"fix the flag in group_data or the SGLang pin; {d.service_name} was left as it was"])
@@ -93,10 +111,16 @@ def configure(deployment: Deployment, inputs: str, restart_when: list[OperationM
         # Kept by hand (files has no "copy on the host"): root's own files in root's directories
         # (layout.root_directories); a link at the backup's name is replaced, never written through.
         yield f"if [ -f {path} ]; then cp -p --remove-destination {path} {path}{PREVIOUS}; fi"
+    unit_text, env_text = unit_files(d, inputs)
     yield from files.put._inner(src=StringIO(env_text), dest=d.env_file, user="root", group="root", mode="644")
     yield from files.put._inner(src=StringIO(unit_text), dest=d.unit_file, user="root", group="root", mode="644")
     yield from systemd.service._inner(service=d.service_name, running=True, restarted=True, enabled=True,
                                       daemon_reload=True)
+
+
+def refusal(deployment: Deployment) -> str | None:
+    """Why the host's SGLang refuses the rendered flags (configure then leaves the server as it is), or None."""
+    return rejection(host, deployment, server_args(deployment))
 
 
 def inputs(deployment: Deployment, snapshots) -> str:

@@ -57,6 +57,8 @@ def server_args(deployment: Deployment) -> list[str]:
         args += ["--speculative-ddtree-budget", str(spec.ddtree_budget)]
     if d.enable_metrics:
         args.append("--enable-metrics")
+    if d.node_group:
+        args += d.node_group.server_args()
     args += d.extra_args
     return [spell(arg, d.sglang_version) if arg.startswith("--") else arg for arg in args]
 
@@ -66,9 +68,10 @@ def server_args(deployment: Deployment) -> list[str]:
 # Its tree verify needs one-token KV pages ("DDTREE currently supports only page_size == 1"),
 # so the target attention backend must allow page size 1: trtllm_mha forces 16/32/64 and
 # refuses tree (topk > 1) speculation, trtllm_mla forces 32/64 (srt/arg_groups/overrides.py,
-# _mla_backend_page_constraints, run before the speculative hook).
+# _mla_backend_page_constraints, run before the speculative hook). Since the PR's 93e9850e4
+# (2026-07-08) its full-tree verify also fails fast on any target backend but triton.
 DDTREE_PAGE_SIZE = 1
-DDTREE_TARGET_BACKENDS = ("flashinfer", "triton", "fa3")
+DDTREE_TARGET_BACKENDS = ("triton",)  # PR #29907 since 93e9850e4: full-tree verify is triton-only
 # A budget is the number of tree nodes verified per step: at least one; at most 1024, the
 # largest budget the DDTree paper's reference code runs (liranringel/ddtree benchmark.py).
 DDTREE_BUDGET_RANGE = (1, 1024)
@@ -80,7 +83,7 @@ def ddtree_violations(page_size: int | None, attention_backend: str | None, budg
     if page_size != DDTREE_PAGE_SIZE:
         problems.append(f"DDTREE currently supports only page_size == 1 (resolved page size {page_size})")
     if attention_backend not in DDTREE_TARGET_BACKENDS:
-        problems.append(f"DDTREE needs a target attention backend that allows page size 1 "
+        problems.append(f"DDTREE full-tree verify needs the target attention backend "
                         f"({', '.join(DDTREE_TARGET_BACKENDS)}), not {attention_backend}")
     low, high = DDTREE_BUDGET_RANGE
     if budget is not None and not low <= budget <= high:
@@ -91,7 +94,9 @@ def ddtree_violations(page_size: int | None, attention_backend: str | None, budg
 # What the host runs to validate a command line: SGLang's own construction, as
 # `sglang serve` does it (prepare_server_args: argparse), then its full resolution
 # (ServerArgs.resolve_once: the post-init hooks that reject or rewrite combinations
-# argparse accepts), without loading the model. On a GPU host it sees the real GPU.
+# argparse accepts) and the checks the engine runs before it launches anything
+# (check_server_args: e.g. a TP size that the nodes do not divide), without loading the
+# model. On a GPU host it sees the real GPU.
 # Before the weights are on disk (a first preflight) only argparse can run: the
 # hooks read the model's config. The lab's SGLang stand-in answers the same calls,
 # and tests/sglang_real.py runs this very text in the real SGLang 0.5.23.
@@ -114,6 +119,7 @@ def resolve(argv):
         return {"parsed_only": True}
     try:
         server_args.resolve_once()
+        server_args.check_server_args()
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     return {"resolved": server_args.resolved_dict()}

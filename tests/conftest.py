@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import lab  # noqa: E402
 from lab import fleet  # noqa: E402
+from lab.hub import clear_faults  # noqa: E402
 from tests.helpers import run_deploy  # noqa: E402
 
 LAB_HOSTS = os.environ.get("SPECFLEET_LAB_HOSTS", fleet.DEFAULT_SPEC)
@@ -39,6 +40,23 @@ def pcie_host(lab_hosts) -> fleet.LabHost:
 @pytest.fixture(scope="session")
 def b200_host(lab_hosts) -> fleet.LabHost:
     return next(h for h in lab_hosts if h.host_class == "b200_nvlink")
+
+
+@pytest.fixture(scope="session")
+def local_hub(tmp_path_factory):
+    """The lab hub on 127.0.0.1 over a store of its own (tests/lab_hub.py): no lab host needed."""
+    from tests import lab_hub  # sets huggingface_hub's environment: only where a test asks for the hub
+    server = lab_hub.start(tmp_path_factory.mktemp("store"), tmp_path_factory.mktemp("state"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def hub(local_hub):
+    """The local hub with no fault set, before and after the test."""
+    clear_faults(local_hub.state)
+    yield local_hub
+    clear_faults(local_hub.state)
 
 
 @pytest.fixture(scope="session")

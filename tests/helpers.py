@@ -5,9 +5,11 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
-from lab import fleet
+import lab
+from lab import fleet, rootfs
 
 REPO = Path(__file__).resolve().parent.parent
 PYINFRA = Path(sys.executable).parent / "pyinfra"
@@ -75,3 +77,17 @@ def server_info(host) -> dict:
 def main_pid(host, unit: str = "sglang") -> str:
     """A unit's main pid on a lab host (a restart changes it)."""
     return fleet.ssh(host, f"systemctl show -p MainPID --value {unit}").strip()
+
+
+def extra_bare_host(lab_hosts, short: str, restore_spec: str, suite: str = rootfs.DEFAULT_SUITE):
+    """Boot one more `short` (pcie, b200...) lab host beside `lab_hosts`, bare (no driver) and from
+    Debian `suite`; yield it, then bring the lab back to `restore_spec`. For a module fixture."""
+    counts = Counter(h.name.split("-")[1] for h in lab_hosts)
+    counts[short] += 1
+    name = f"lab-{short}-{counts[short]}"
+    leftover = next((h for h in fleet.read_fleet() if h.name == name), None)
+    if leftover:
+        fleet.stop_host(leftover)  # bare, and from `suite`, only when booted so
+    spec = ",".join(f"{kind}={count}" for kind, count in counts.items())
+    yield next(h for h in lab.up(spec, log=lambda line: None, bare={name}, suite=suite) if h.name == name)
+    lab.up(restore_spec, log=lambda line: None)

@@ -40,3 +40,10 @@ bench_tokenizer = "lab/sglang_standin/bench_tokenizer"
 # LAB STAND-IN for the GPU smoke test's torch + NCCL (the lab has neither): it answers from the
 # host's GPU profile (lab/host_files/usr/lib/specfleet-lab/gpu-allreduce-standin).
 gpu_smoke_engine = "/usr/lib/specfleet-lab/gpu-allreduce-standin"
+
+# The lab's one server over two nodes (SPECFLEET_LAB_NODE_GROUP, lab/inventory.py): TP 16 over two
+# 8-GPU stand-in hosts, on the lab network (each host's interface to it is nspawn's host0).
+node_groups = {"lab-tp16": dict(tp_size=16, dist_init_port=25000, socket_ifname="host0")}
+
+# Prometheus on the lab's gateway scrapes every 5 s, so its checks settle within seconds of a change.
+prometheus_scrape_interval_s = 5

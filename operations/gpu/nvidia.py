@@ -12,6 +12,7 @@ from pyinfra.api import operation
 from pyinfra.facts.server import Arch, KernelVersion, LinuxDistribution
 from pyinfra.operations import apt, server
 
+from operations import host_state
 from operations.failure import fail_host
 
 from . import packages
@@ -46,7 +47,7 @@ def persistence_daemon():
         from operations.gpu import nvidia
         nvidia.persistence_daemon(name="Keep the NVIDIA driver loaded")
     """
-    state = host.get_fact(NvidiaFabric)["units"].get("nvidia-persistenced", {})
+    state = host_state.read(NvidiaFabric)["units"].get("nvidia-persistenced", {})
     if state.get("enabled") is None:
         yield fail_host([
             f"{host.name}: nvidia-persistenced is not installed; it ships with the NVIDIA driver packages: "
@@ -76,12 +77,12 @@ def fabric_manager():
         from operations.gpu import nvidia
         nvidia.fabric_manager(name="NVSwitch fabric manager")
     """
-    driver = host.get_fact(NvidiaDriver)
+    driver = host_state.read(NvidiaDriver)
     if driver is None:
         yield fail_host([f"{host.name}: no NVIDIA driver is loaded: fabric manager must match the driver's version exactly"])
         return
-    fabric = host.get_fact(NvidiaFabric)
-    nvlink5 = any((gpu.get("compute_capability") or "").startswith("10.") for gpu in host.get_fact(NvidiaGpus) or [])
+    fabric = host_state.read(NvidiaFabric)
+    nvlink5 = any((gpu.get("compute_capability") or "").startswith("10.") for gpu in host_state.read(NvidiaGpus) or [])
 
     manager = fabric["units"].get("nvidia-fabricmanager", {})
     wanted = packages.fabric_packages(driver["version"], nvlink5, fabric["packages"])
@@ -103,9 +104,9 @@ def fabric_manager():
 
 def host_release():
     """This host's OS release in NVIDIA's repository, or the reason there is none."""
-    distribution = host.get_fact(LinuxDistribution)
+    distribution = host_state.read(LinuxDistribution)
     release = packages.os_release(distribution)
-    machine = host.get_fact(Arch)
+    machine = host_state.read(Arch)
     if release is None or machine not in packages.ARCHES:
         meta = distribution.get("release_meta") or {}
         supported = ", ".join(f"{name} {version}" for name, version in packages.OS_RELEASES)
@@ -137,15 +138,15 @@ def repository(base_url: str):
     if problem:
         yield fail_host([problem])
         return
-    if packages.KEYRING_PACKAGE in host.get_fact(NvidiaPackages)["installed"]:
+    if packages.KEYRING_PACKAGE in host_state.read(NvidiaPackages)["installed"]:
         host.noop(f"{packages.KEYRING_PACKAGE} is installed")
         return
-    url = packages.repository(base_url, release, host.get_fact(Arch))
+    url = packages.repository(base_url, release, host_state.read(Arch))
     yield from apt.deb._inner(src=f"{url}/{packages.KEYRING_DEB}")
     yield from apt.update._inner()
 
 
-def _apt_install(names: list[str]):
+def apt_install(names: list[str]):
     """Install `names`, updating the package lists first only if apt does not know one of them."""
     known = host.get_fact(AptVersions, packages=tuple(names))
     if any(name not in known for name in names):
@@ -177,8 +178,8 @@ def open_driver(branch: str, install: bool = False):
             install=host.data.install_driver,
         )
     """
-    driver = host.get_fact(NvidiaDriver)
-    nvidia_packages = host.get_fact(NvidiaPackages)
+    driver = host_state.read(NvidiaDriver)
+    nvidia_packages = host_state.read(NvidiaPackages)
     installed = packages.installed_driver(nvidia_packages["installed"])
     loaded = driver and driver["version"]
     current = max((v for v in (installed, loaded) if v), key=packages.branch_of, default=None)
@@ -202,7 +203,7 @@ def open_driver(branch: str, install: bool = False):
     # DKMS needs the running kernel's headers before the module package is configured.
     steps[0] = [f"linux-headers-{host.get_fact(KernelVersion)}", *steps[0]]
     for names in steps:
-        yield from _apt_install(names)
+        yield from apt_install(names)
 
 
 @operation()
@@ -221,8 +222,8 @@ def reboot_into_driver(reboot_timeout: int = 900):
         from operations.gpu import nvidia
         nvidia.reboot_into_driver(name="Boot into the installed driver")
     """
-    installed = packages.installed_driver(host.get_fact(NvidiaPackages)["installed"])
-    driver = host.get_fact(NvidiaDriver)
+    installed = packages.installed_driver(host_state.read(NvidiaPackages)["installed"])
+    driver = host_state.read(NvidiaDriver)
     loaded = driver and driver["kernel_module_version"]
     if installed is None or installed == loaded:
         host.noop(f"the loaded module is the installed driver {installed}" if installed
@@ -246,7 +247,7 @@ def hold_driver():
         from operations.gpu import nvidia
         nvidia.hold_driver(name="Hold the NVIDIA packages")
     """
-    nvidia_packages = host.get_fact(NvidiaPackages)
+    nvidia_packages = host_state.read(NvidiaPackages)
     names = packages.to_hold(nvidia_packages["installed"], set(nvidia_packages["held"]))
     if not names:
         host.noop(f"{len(nvidia_packages['held'])} NVIDIA packages held")

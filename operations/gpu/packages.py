@@ -33,15 +33,14 @@ class OsRelease:
     """What differs between the OS releases NVIDIA's repository serves."""
 
     repo: str  # NVIDIA's repository directory for the release
-    python: str  # a Python >= 3.11 with venv, for SGLang's virtualenv
-    python_packages: tuple[str, ...]  # what installs it where the release's python3 is older
 
 
 # (ID, VERSION_ID) from /etc/os-release.
 OS_RELEASES = {
-    ("debian", "12"): OsRelease("debian12", "python3", ()),  # 3.11
-    ("ubuntu", "22.04"): OsRelease("ubuntu2204", "python3.11", ("python3.11", "python3.11-venv")),  # 3.10
-    ("ubuntu", "24.04"): OsRelease("ubuntu2404", "python3", ()),  # 3.12
+    ("debian", "12"): OsRelease("debian12"),  # python3 3.11
+    ("debian", "13"): OsRelease("debian13"),  # python3 3.13
+    ("ubuntu", "22.04"): OsRelease("ubuntu2204"),  # python3 3.10: uv provides 3.11 (operations/venv.py)
+    ("ubuntu", "24.04"): OsRelease("ubuntu2404"),  # python3 3.12
 }
 # `uname -m` -> NVIDIA's repository architecture.
 ARCHES = {"x86_64": "x86_64", "aarch64": "sbsa"}
@@ -162,42 +161,34 @@ class AptVersions(FactBase):
 
 class FreshHost(FactBase):
     """
-    Returns what can be checked on a host before its driver exists: whether its python3 has
-    SGLang's minimum (3.11) with venv, and how many NVIDIA display/3D controllers ``lspci -n``
-    lists (None without lspci).
+    Returns what can be checked on a host before its driver exists: how many NVIDIA display/3D
+    controllers ``lspci -n`` lists (None without lspci). Its Python is checked for every host
+    (``operations.venv.python_problems``).
 
     .. code:: python
 
-        {"python": "3.11.2", "python_ok": True, "nvidia_pci_devices": 8}
+        {"nvidia_pci_devices": 8}
     """
 
     @override
     def command(self) -> str:
-        return ("python3 -c 'import sys, ensurepip; print(\"python\", \"%d.%d.%d\" % sys.version_info[:3], "
-                "sys.version_info >= (3, 11))' 2>/dev/null || echo 'python none False'; "
-                "if command -v lspci >/dev/null; then echo \"pci $(lspci -n -d 10de: | grep -cE ' 03(00|02): ')\"; fi")
+        # Always a line (pci none without lspci): a fact that prints nothing is pyinfra's None.
+        return ("if command -v lspci >/dev/null; then echo \"pci $(lspci -n -d 10de: | grep -cE ' 03(00|02): ')\"; "
+                "else echo pci none; fi")
 
     @override
     def process(self, output: list[str]) -> dict:
-        facts = dict(python=None, python_ok=False, nvidia_pci_devices=None)
+        facts = dict(nvidia_pci_devices=None)
         for line in output:
             words = line.split()
-            if words[:1] == ["python"] and len(words) == 3:
-                facts.update(python=None if words[1] == "none" else words[1], python_ok=words[2] == "True")
             if words[:1] == ["pci"] and len(words) == 2 and words[1].isdigit():
                 facts["nvidia_pci_devices"] = int(words[1])
         return facts
 
 
-def before_driver_problems(host_name: str, release: OsRelease | None, release_problem: str | None,
-                           fresh: dict, gpu_count: int) -> list[str]:
-    """What keeps a host without a driver from getting one and serving: OS release, Python, PCI devices."""
+def before_driver_problems(host_name: str, release_problem: str | None, fresh: dict, gpu_count: int) -> list[str]:
+    """What keeps a host without a driver from getting one and serving: OS release, PCI devices."""
     problems = [release_problem] if release_problem else []
-    if not fresh["python_ok"]:
-        way_out = (f"install {' '.join(release.python_packages)} and make it the python3 the deploy finds"
-                   if release and release.python_packages else "install python3 (3.11 or newer) with its venv module")
-        problems.append(f"{host_name}: SGLang's virtualenv needs Python 3.11 or newer with venv, found "
-                        f"{fresh['python'] or 'no python3'}: {way_out}")
     if fresh["nvidia_pci_devices"] is not None and fresh["nvidia_pci_devices"] != gpu_count:
         problems.append(f"{host_name}: expected {gpu_count} NVIDIA GPUs on the PCI bus, `lspci -n -d 10de:` lists "
                         f"{fresh['nvidia_pci_devices']}: this host belongs to another class, or a GPU is missing")

@@ -15,6 +15,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from typing_extensions import override
 
+from operations import host_state
 from operations.deployment import Deployment
 
 SMOKE_RECORD = "gpu-smoke.json"
@@ -113,7 +114,7 @@ def allreduce(deployment: Deployment, timeout_s: int = 180):
         from operations.gpu import smoke
         smoke.allreduce(name="GPU smoke test", deployment=deployment)
     """
-    found = host.get_fact(GpuSmokeRecord, path=record_path(deployment))
+    found = host_state.read(GpuSmokeRecord, path=record_path(deployment))
     record = found["record"] or {}
     if (record.get("verdict") in ("passed", "skipped") and record.get("key") == smoke_key(deployment)
             and record.get("boot_id") == found["boot_id"]):

@@ -18,6 +18,7 @@ import pytest
 from lab import fleet
 from operations.gateway import GROUP as GATEWAY
 from operations.gateway import serves_model
+from operations.nodes import members
 from tests.conftest import LAB_HOSTS
 from tests.deployed.hosts import LAB_INVENTORY, REPO, Target, load_inventory, matches
 
@@ -129,5 +130,5 @@ def _target(request, deployed_inventory, _targets) -> Target:
         host = inventory.get(name)
         if host is None:
             pytest.fail(f"{name}: expected in the inventory, found only {', '.join(inventory) or 'no hosts'}")
-        _targets[name] = Target(name, host, lab_mode)
+        _targets[name] = Target(name, host, lab_mode, members(inventory.values(), host))
     return _targets[name]

@@ -159,6 +159,7 @@ class Target:
     name: str
     host: InventoryHost  # name, groups and data of the pyinfra host
     lab_mode: bool  # deployed by this session's deployed_lab fixture
+    node_members: dict | None = None  # its node group's hosts (operations.nodes.members), if it is in one
     _memo: dict = field(default_factory=dict)
 
     @functools.cached_property
@@ -167,7 +168,13 @@ class Target:
 
     @functools.cached_property
     def deployment(self) -> Deployment:
-        return resolve(self.host.data, self.host_class)
+        return resolve(self.host.data, self.host_class, self.node_members)
+
+    @property
+    def serves_http(self) -> bool:
+        """Rank >= 1 of a node group runs no HTTP server (rank 0 serves for the group)."""
+        group = self.deployment.node_group
+        return group is None or group.serves_http
 
     @property
     def testinfra(self):

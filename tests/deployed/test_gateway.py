@@ -1,4 +1,5 @@
-"""The gateway hosts (inventory group `gateway`) as deployed: smg running, every inventory worker registered.
+"""The gateway hosts (inventory group `gateway`) as deployed: smg running, every inventory worker registered,
+Prometheus scraping every worker and smg.
 
     pytest tests/deployed/test_gateway.py --inventory lab/inventory.py
 
@@ -9,6 +10,7 @@ import json
 import shlex
 
 from operations.gateway import resolve_gateway, workers
+from operations.monitoring import PrometheusTargets, down_targets, resolve_monitoring, scrape_targets
 
 # Runs on the gateway host as root: the key is read there, from the gateway's root-owned 0640 file.
 ASK_THROUGH_GATEWAY = r"""
@@ -63,3 +65,21 @@ def test_a_request_through_the_gateway_answers(gateway_target):
     answer = gateway_target.python(ASK_THROUGH_GATEWAY, str(g.port), g.key_file, g.model)
     assert answer["status"] == 200 and answer["body"]["choices"][0]["message"]["content"], \
         f"{gateway_target.name}: expected a completion through the gateway, found {answer}"
+
+
+def test_prometheus_scrapes_every_inventory_worker_and_smg_all_up(gateway_target, deployed_inventory):
+    m = resolve_monitoring(gateway_target.host.data)
+    wanted = scrape_targets(gateway_target.name, gateway_of(gateway_target),
+                            inventory_workers(gateway_target, deployed_inventory))
+    found = gateway_target.facts(targets=(PrometheusTargets(), {"address": m.api_address, "port": m.port}))["targets"]
+    down = down_targets(found, wanted)
+    assert not down, f"{gateway_target.name}: expected Prometheus's {len(wanted)} targets up, found " + "; ".join(down)
+
+
+def test_prometheus_listens_only_where_group_data_says(gateway_target):
+    """It has no key: loopback unless prometheus_listen_address says otherwise."""
+    m = resolve_monitoring(gateway_target.host.data)
+    sockets = gateway_target.run("ss -Hltnp").stdout.splitlines()
+    listening = sorted(line.split()[3] for line in sockets if '(("prometheus",' in line)
+    assert listening == [f"{m.listen_address}:{m.port}"], \
+        f"{gateway_target.name}: expected Prometheus listening on {m.listen_address}:{m.port} only, found {listening}"

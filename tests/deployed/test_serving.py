@@ -35,6 +35,13 @@ print(json.dumps(result))
 """
 
 
+@pytest.fixture(autouse=True)
+def http_server(target):
+    if not target.serves_http:
+        pytest.skip("rank >= 1 of a node group runs no HTTP server: its group serves at rank 0 "
+                    "(tests/deployed/test_multinode.py)")
+
+
 def base_url(d) -> str:
     address = ipaddress.ip_address(d.bind_address)
     if address.is_unspecified:

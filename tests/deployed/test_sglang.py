@@ -12,6 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from operations.deployment import COMMIT
 from operations.hub import snapshot
+from operations import venv
 from operations.venv import VenvRequirement, fingerprint
 from operations.weights import MANIFEST
 
@@ -59,6 +60,19 @@ def test_sglang_virtualenv_has_the_pinned_version(target):
     assert installed["fingerprint"] == built_for, (
         f"{target.name}: expected {d.venv} built for {d.sglang_requirement} (fingerprint {built_for}), "
         f"found one built for another requirement or index (fingerprint {installed['fingerprint']})")
+
+
+def test_virtualenvs_are_built_by_the_pinned_uv(target):
+    d = target.deployment
+    uv = venv.Uv(d.install_dir)
+    host_python = target.facts(python=(venv.HostPython(), dict(uv=uv.binary)))["python"]
+    if host_python["machine"] not in venv.UV_MACHINES:
+        pytest.skip(f"{target.name}: no uv wheel for {host_python['machine']}: pip builds its virtualenvs")
+    assert host_python["uv"] == venv.UV_VERSION, (
+        f"{target.name}: expected uv {venv.UV_VERSION} at {uv.binary}, found {host_python['uv']}")
+    for path in (d.tools_venv, d.venv):
+        config = target.run(f"cat {path}/pyvenv.cfg").stdout
+        assert f"uv = {venv.UV_VERSION}" in config, f"{target.name}: expected {path} built by uv, found:\n{config}"
 
 
 def hub_listing(target, repo):

@@ -4,6 +4,8 @@ group_data says, with the arguments group_data asks for (operations.sglang.serve
 import ipaddress
 import shlex
 
+import pytest
+
 from operations.sglang import server_args
 
 # systemd's view of the unit, every process of its cgroup (user, socket inodes), the
@@ -137,6 +139,8 @@ def test_unit_has_a_restart_policy(target):
 
 
 def test_unit_listens_on_the_configured_address_and_port(target):
+    if not target.serves_http:
+        pytest.skip("rank >= 1 of a node group runs no HTTP server (tests/deployed/test_multinode.py)")
     d, listeners = target.deployment, unit_state(target)["listeners"]
     wanted = ipaddress.ip_address(d.bind_address)
     ours = [l for l in listeners if ipaddress.ip_address(l["address"]) == wanted and l["unit_pids"]]

@@ -8,6 +8,7 @@ import pytest
 
 from lab import fleet, hub
 from lab.services import HUB_STATE
+from operations import weights
 from tests.helpers import run_deploy
 from tests.faults.faultlab import (KIMI, SHARDS, TARGET_DIR, output_of, record, repo_sizes, served_per_file,
                                    start_deploy, wait_for)
@@ -15,7 +16,6 @@ from tests.faults.faultlab import (KIMI, SHARDS, TARGET_DIR, output_of, record, 
 pytestmark = pytest.mark.lab
 
 THROTTLE_BPS = 400_000  # a 6-7 MB shard takes 15-18 s, so a kill lands mid-file
-DOWNLOADS = f"{TARGET_DIR}/.cache/huggingface/download"
 
 
 @pytest.fixture
@@ -32,9 +32,9 @@ def fresh_target(host) -> None:
 
 
 def complete_shards(host) -> list[str]:
-    """Shards huggingface_hub has finished (it writes a file's .metadata once the file is in place)."""
-    out = fleet.ssh(host, f"cd {DOWNLOADS} 2>/dev/null && ls *.safetensors.metadata 2>/dev/null", check=False)
-    return [name.removesuffix(".metadata") for name in out.split()]
+    """Shards the fetcher has finished (it moves a file from its .part into place once its hash matched)."""
+    out = fleet.ssh(host, f"cd {TARGET_DIR} 2>/dev/null && ls *.safetensors 2>/dev/null", check=False)
+    return out.split()
 
 
 def partial_bytes(host) -> int:
@@ -230,3 +230,26 @@ def test_verify_acts_on_the_hubs_listing_not_a_manifest_the_service_user_can_edi
     finally:
         fleet.ssh(host, f"rm -f {canary}; test -f {manifest_file} || cp -p /root/specfleet-manifest.bak {manifest_file}; "
                         "rm -f /root/specfleet-manifest.bak")
+
+
+def test_download_units_are_reloaded_only_when_systemd_holds_a_changed_file(pcie_host):
+    """daemon-reload costs ~0.5 s: the weights stage reloads only when a unit systemd holds in memory
+    (running, failed) has a changed file; a unit it does not hold is read from its file."""
+    host, unit = pcie_host, "specfleet-reload-probe.service"
+    path = f"/etc/systemd/system/{unit}"
+
+    def reloaded_by(command: str) -> bool:
+        loads = "systemctl show -p UnitsLoadTimestampMonotonic --value"
+        before, after = fleet.ssh(host, f"{loads}; {command} >&2; {loads}").split()
+        return before != after
+
+    try:
+        fleet.ssh(host, f"printf '[Service]\\nType=oneshot\\nExecStart=/bin/false\\n' > {path}")
+        assert not reloaded_by(weights.reload_if_changed(unit))  # new, not held: read from its file
+        fleet.ssh(host, f"systemctl start {unit}", check=False)  # failed: now held in memory
+        fleet.ssh(host, f"echo '# changed' >> {path}")
+        assert reloaded_by(weights.reload_if_changed(unit))
+        assert fleet.ssh(host, f"systemctl show -p NeedDaemonReload --value {unit}").strip() == "no"
+        assert not reloaded_by(weights.reload_if_changed(unit))
+    finally:
+        fleet.ssh(host, f"systemctl reset-failed {unit}; rm -f {path}; systemctl daemon-reload", check=False)

@@ -1,1 +1,1 @@
-"""Tests against the booted lab."""
+"""Tests of the product against the booted lab: the deploy through pyinfra on lab hosts (lab code: tests/lab_code)."""

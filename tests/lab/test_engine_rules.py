@@ -9,14 +9,14 @@ pytestmark = pytest.mark.lab
 
 
 def test_a_setting_only_resolution_refuses_stops_before_the_restart(deployed_lab, b200_host, tmp_path):
-    """DDTree on B200 with the old trtllm_mha backend: every flag parses, but trtllm_mha forces the page
-    size to 64 and DDTree needs 1. The host's own SGLang (the DDTree build) refuses it when the deploy
+    """DDTree on B200 with trtllm_mha: every flag parses, but trtllm_mha forces the page size to 64 and
+    DDTree needs 1. The host's own SGLang (the DDTree build) refuses it when the deploy
     validates the unit, and the running server is left alone."""
     unit_state = "systemctl show -p MainPID --value sglang; sha1sum /etc/systemd/system/sglang.service"
     before = fleet.ssh(b200_host, unit_state)
-    old_backend = write_group_data(tmp_path, "b200_nvlink", (
-        "sglang_tuning = copy.deepcopy(base['sglang_tuning'])\n"
-        "sglang_tuning['attention_backends']['mha'] = ('trtllm_mha', 'fa4')"))
+    old_backend = write_group_data(tmp_path, "all", (
+        "profiles = copy.deepcopy(base['profiles'])\n"
+        "profiles['qwen36_ddtree']['attention_backend'] = 'trtllm_mha'"))
     refused = run_deploy("--limit", b200_host.name, "--data", "profile=qwen36_ddtree", group_data=old_backend)
     assert refused.returncode != 0
     assert "rejects the rendered flags (ValueError: DDTREE currently supports only page_size == 1)" in refused.output, \

@@ -3,14 +3,12 @@ deploy, then a fabric manager split from its driver, an upgrade to the 590 branc
 downgrade. One extra bare lab host, booted for this module only."""
 
 import time
-from collections import Counter
 
 import pytest
 
-import lab
 from lab import fleet
 from tests.conftest import LAB_HOSTS
-from tests.helpers import run_deploy
+from tests.helpers import extra_bare_host, run_deploy
 from tests.lab.test_deploy import results_table, server_info
 
 pytestmark = pytest.mark.lab
@@ -19,16 +17,7 @@ INSTALL = ("--data", "install_driver=true")
 
 @pytest.fixture(scope="module")
 def fresh(lab_hosts):
-    counts = Counter(h.name.split("-")[1] for h in lab_hosts)
-    counts["b200"] += 1
-    spec = ",".join(f"{short}={count}" for short, count in counts.items())
-    name = f"lab-b200-{counts['b200']}"
-    leftover = next((h for h in fleet.read_fleet() if h.name == name), None)
-    if leftover:
-        fleet.stop_host(leftover)  # bare only when booted bare
-    host = next(h for h in lab.up(spec, log=lambda line: None, bare={name}) if h.name == name)
-    yield host
-    lab.up(LAB_HOSTS, log=lambda line: None)
+    yield from extra_bare_host(lab_hosts, "b200", LAB_HOSTS)
 
 
 def deploy(host, *args):

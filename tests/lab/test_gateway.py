@@ -1,4 +1,5 @@
-"""A gateway host in front of the lab's workers: the real smg, workers registered through its API.
+"""A gateway host in front of the lab's workers: the real smg, workers registered through its API,
+Debian's Prometheus scraping them; the deployed-host checks of the gateway catch the faults made here.
 
 The lab's fleet gets `gateway=1` (lab-gateway-1, GPU-less) for this module; the workers are
 deployed listening on the lab network with an API key, as a gateway needs. Afterwards the
@@ -19,6 +20,8 @@ import pytest
 import lab
 from lab import fleet
 from tests.conftest import LAB_HOSTS
+from tests.deployed.faults import assert_caught, run_suite
+from tests.faults.faultlab import set_knobs, wait_for
 from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, run_deploy
 from tests.lab.test_deploy import main_pid, results_table
 
@@ -102,7 +105,7 @@ def test_every_worker_is_registered_and_a_request_through_the_gateway_answers(ga
     checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              "tests/deployed/test_gateway.py", "--inventory", LAB_INVENTORY],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert checks.returncode == 0 and "4 passed" in checks.stdout, checks.stdout[-3000:]
+    assert checks.returncode == 0 and "6 passed" in checks.stdout, checks.stdout[-3000:]
 
 
 def test_a_second_run_changes_nothing_and_writes_nothing_to_the_gateway(gateway_lab):
@@ -118,6 +121,110 @@ def test_a_second_run_changes_nothing_and_writes_nothing_to_the_gateway(gateway_
     assert changed == {}, changed
     assert admin_writes(gateway) == writes
     assert {w.name: main_pid(w, "sglang") for w in workers} == pids
+
+
+def prometheus_health(gateway) -> dict[str, str]:
+    """job/instance -> health, as Prometheus on the gateway host reports its targets."""
+    answer = fleet.ssh(gateway, "curl -s -m 5 127.0.0.1:9090/api/v1/targets", check=False)
+    try:
+        active = json.loads(answer)["data"]["activeTargets"]
+    except (ValueError, KeyError):
+        return {}
+    return {f"{t['labels']['job']}/{t['labels']['instance']}": t["health"] for t in active}
+
+
+GATEWAY_CHECKS = {"test_gateway_unit_is_enabled_and_active", "test_gateway_readiness_counts_every_inventory_worker_healthy",
+                  "test_every_inventory_worker_is_registered_and_ready", "test_a_request_through_the_gateway_answers",
+                  "test_prometheus_scrapes_every_inventory_worker_and_smg_all_up",
+                  "test_prometheus_listens_only_where_group_data_says"}
+
+
+def test_a_stopped_gateway_is_caught(gateway_lab):
+    hosts, _, _ = gateway_lab
+    gateway = gateway_host(hosts)
+    fleet.ssh(gateway, "systemctl stop smg")
+    try:
+        wait_for(lambda: prometheus_health(gateway).get("smg/127.0.0.1:29000") == "down", 60, 1,
+                 "Prometheus to see smg down")
+        result = run_suite(gateway.name)
+    finally:
+        fleet.ssh(gateway, "systemctl start smg")
+        assert run_deploy(*EXPOSED).returncode == 0  # a started smg has forgotten its workers
+    assert_caught(result, gateway.name, GATEWAY_CHECKS - {"test_prometheus_listens_only_where_group_data_says"},
+                  rf"{gateway.name}: expected smg enabled and active",
+                  rf"{gateway.name}: expected /readiness ready with {len(worker_hosts(hosts))} healthy workers, found \{{\}}",
+                  rf"{gateway.name}: expected Prometheus's {len(hosts)} targets up, found smg {gateway.name} "
+                  r"\(127\.0\.0\.1:29000\): down .*connection refused")
+
+
+def test_a_worker_missing_from_the_gateway_is_caught(gateway_lab):
+    hosts, _, _ = gateway_lab
+    gateway, workers = gateway_host(hosts), worker_hosts(hosts)
+    missing = f"http://{workers[0].address}:30000"
+    _, listing = call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", key=KEY)
+    worker_id = next(w["id"] for w in listing["workers"] if w["url"] == missing)
+    request = urllib.request.Request(f"http://{gateway.address}:{GATEWAY_PORT}/workers/{worker_id}", method="DELETE",
+                                     headers={"Authorization": f"Bearer {KEY}"})
+    DIRECT.open(request, timeout=30).close()
+    try:
+        wait_for(lambda: missing not in gateway_workers(gateway), 60, 1, f"the gateway to drop {missing}")
+        result = run_suite(gateway.name)
+    finally:
+        assert run_deploy(*EXPOSED).returncode == 0  # registers it again
+    # The other workers still answer through the gateway; a lab with one worker has none left.
+    unanswered = {"test_a_request_through_the_gateway_answers"} if len(workers) == 1 else set()
+    assert_caught(result, gateway.name, {"test_gateway_readiness_counts_every_inventory_worker_healthy",
+                                         "test_every_inventory_worker_is_registered_and_ready", *unanswered},
+                  rf"{gateway.name}: expected /readiness ready with {len(workers)} healthy workers, found ",
+                  rf"{gateway.name}: expected the gateway's workers .*{re.escape(missing)}")
+
+
+def test_a_worker_whose_metrics_fail_fails_the_gateway_host_naming_it_and_is_caught(gateway_lab):
+    hosts, _, _ = gateway_lab
+    gateway, worker = gateway_host(hosts), worker_hosts(hosts)[0]
+    target = f"sglang/{worker.address}:30000"
+    set_knobs(worker, metrics_fail=True)
+    try:
+        wait_for(lambda: prometheus_health(gateway).get(target) == "down", 60, 1, f"Prometheus to see {target} down")
+        deploy = run_deploy(*EXPOSED, "--data", "prometheus_targets_timeout_s=5")
+        result = run_suite(gateway.name)
+    finally:
+        set_knobs(worker)
+        wait_for(lambda: set(prometheus_health(gateway).values()) == {"up"}, 60, 1, "every Prometheus target up again")
+    assert deploy.returncode != 0, deploy.output[-3000:]
+    assert re.search(rf"\[{gateway.name}\] Prometheus targets down after \d+ s: sglang {worker.name} "
+                     rf"\({re.escape(worker.address)}:30000\): down server returned HTTP status 503", ANSI.sub("", deploy.output)), \
+        deploy.output[-3000:]
+    assert_caught(result, gateway.name, {"test_prometheus_scrapes_every_inventory_worker_and_smg_all_up"},
+                  rf"{gateway.name}: expected Prometheus's {len(hosts)} targets up, found sglang {worker.name} "
+                  rf"\({re.escape(worker.address)}:30000\): down server returned HTTP status 503")
+
+
+def test_prometheus_stopped_or_listening_beyond_loopback_is_caught(gateway_lab):
+    hosts, _, _ = gateway_lab
+    gateway = gateway_host(hosts)
+    all_up = lambda: set(prometheus_health(gateway).values()) == {"up"}  # noqa: E731
+    fleet.ssh(gateway, "systemctl stop prometheus")
+    try:
+        stopped = run_suite(gateway.name)
+    finally:
+        fleet.ssh(gateway, "systemctl start prometheus")
+    wait_for(all_up, 60, 1, "every Prometheus target up again")
+    fleet.ssh(gateway, "cp -p /etc/default/prometheus /root/prometheus.default && "
+                       "sed -i 's/127.0.0.1:9090/0.0.0.0:9090/' /etc/default/prometheus && systemctl restart prometheus")
+    try:
+        wait_for(all_up, 60, 1, "every Prometheus target up again")
+        exposed = run_suite(gateway.name)
+    finally:
+        fleet.ssh(gateway, "mv /root/prometheus.default /etc/default/prometheus && systemctl restart prometheus")
+        wait_for(all_up, 60, 1, "every Prometheus target up again")
+    assert_caught(stopped, gateway.name, {"test_prometheus_scrapes_every_inventory_worker_and_smg_all_up",
+                                          "test_prometheus_listens_only_where_group_data_says"},
+                  rf"{gateway.name}: expected Prometheus's {len(hosts)} targets up, found Prometheus does not answer",
+                  rf"{gateway.name}: expected Prometheus listening on 127\.0\.0\.1:9090 only, found \[\]")
+    # ss writes a socket on every IPv4 and IPv6 address as *.
+    assert_caught(exposed, gateway.name, {"test_prometheus_listens_only_where_group_data_says"},
+                  rf"{gateway.name}: expected Prometheus listening on 127\.0\.0\.1:9090 only, found \['\*:9090'\]")
 
 
 def test_a_worker_removed_from_the_inventory_is_removed_from_the_gateway(gateway_lab, tmp_path):

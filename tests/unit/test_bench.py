@@ -1,11 +1,10 @@
-"""The serving benchmark's pure parts: knobs, each mode's server arguments, the report, the gate,
-and the lab stand-in's speed model."""
+"""The serving benchmark's pure parts: knobs, each mode's server arguments, the report, the gate
+(the lab stand-in's speed model: tests/lab_code/test_sglang_standin.py)."""
 
 import json
 
 import pytest
 
-from lab.sglang_standin.sglang import speed_model
 from operations import bench_report
 from operations.benchmark import mode_args, plan, unit_environment
 from operations.deployment import resolve
@@ -106,17 +105,3 @@ def test_gate_fails_on_throughput_or_accept_length_drops_beyond_the_limits():
         bench_report.regressions(summary_of({"1": 100.0}, 4.0), other)
     with pytest.raises(ValueError, match="none of this run's"):
         bench_report.regressions(summary_of({"16": 100.0}, 4.0), baseline)
-
-
-def test_speed_model_shares_a_step_budget_so_speculation_gains_less_at_high_concurrency():
-    def throughput(batch, width, accept, speculative):
-        return batch * accept / speed_model.step_seconds(batch, width, speculative)
-
-    assert speed_model.step_seconds(1, 1, False) == speed_model.STEP_S
-    assert speed_model.step_seconds(64, 8, False) == 8 * speed_model.STEP_S
-    assert [speed_model.tokens_after(k, 3.45) for k in (1, 2, 3)] == [3, 6, 10]
-    dflash = speed_model.width("DFLASH", 8, None)
-    low = throughput(1, dflash, 3.45, True) / throughput(1, 1, 1.0, False)
-    high = throughput(64, dflash, 3.45, True) / throughput(64, 1, 1.0, False)
-    assert low == pytest.approx(3.45 / 1.25) and high < 1 < low
-    assert speed_model.width("DDTREE", 16, 15) == 16 and speed_model.width(None, 8, None) == 1

@@ -3,8 +3,9 @@
 import pytest
 
 from lab.repos import build_lab_repos
-from operations.deployment import HOST_CLASSES, BadHostData, host_class_of, resolve
+from operations.deployment import HOST_CLASSES, host_class_of, resolve
 from operations.hub import RepoSnapshot
+from operations.knobs import BadHostData
 from operations.preflight import unpinned
 from operations.sglang import server_args, spell
 from tests.sglang_real import parse_many_with_real_sglang
@@ -75,8 +76,9 @@ def test_branch_revisions_are_reported_unpinned_and_lab_commits_are_not():
                                            ("yes", True), ("TRUE", True), ("1", True), (True, True)])
 def test_boolean_knobs_read_words_as_a_user_means_them(value, wanted):
     d = resolve(host_data("b200_nvlink", install_driver=value, verify_weights=value, remove_api_key=value,
-                          allow_branch_revisions=value), "b200_nvlink")
-    assert (d.install_driver, d.verify_weights, d.remove_api_key, d.allow_branch_revisions) == (wanted,) * 4
+                          allow_branch_revisions=value, test_only_skip_drain=value), "b200_nvlink")
+    assert (d.install_driver, d.verify_weights, d.remove_api_key, d.allow_branch_revisions,
+            d.test_only_skip_drain) == (wanted,) * 5
 
 
 def test_numbers_are_numbers_whichever_way_they_arrive():
@@ -90,6 +92,7 @@ def test_numbers_are_numbers_whichever_way_they_arrive():
 
 @pytest.mark.parametrize("knob, value, message", [
     ("install_driver", "maybe", "install_driver='maybe' is not a boolean: use true/false, yes/no or 1/0"),
+    ("test_only_skip_drain", "sometimes", "test_only_skip_drain='sometimes' is not a boolean"),
     ("ready_timeout_s", "abc", "ready_timeout_s='abc' is not a whole number at least 1"),
     ("port", 70000, "port=70000 is not a whole number from 1 to 65535"),
     ("driver_branch", "580.1", "driver_branch='580.1' is not a whole number at least 1"),

@@ -80,6 +80,7 @@ def run(operation, facts, **kwargs):
 
 @pytest.mark.parametrize("dist, machine, url", [
     (DEBIAN12, "x86_64", "https://nv/repos/debian12/x86_64"),
+    (distribution("debian", "13"), "x86_64", "https://nv/repos/debian13/x86_64"),
     (UBUNTU2204, "x86_64", "https://nv/repos/ubuntu2204/x86_64"),
     (UBUNTU2404, "aarch64", "https://nv/repos/ubuntu2404/sbsa"),
 ])
@@ -172,20 +173,19 @@ def test_fabric_manager_at_the_drivers_exact_version():
     assert packages.fabric_packages("590.48.01", True, INSTALLED_590["installed"]) == []
 
 
-@pytest.mark.parametrize("dist, python, expected", [
-    (DEBIAN12, "python 3.11.2 True", []),
-    (UBUNTU2404, "python 3.12.3 True", []),
-    (UBUNTU2204, "python 3.10.12 False", ["gpu-host: SGLang's virtualenv needs Python 3.11 or newer with venv, "
-                                          "found 3.10.12: install python3.11 python3.11-venv and make it the "
-                                          "python3 the deploy finds"]),
-])
-def test_before_the_driver_os_and_python_are_checked(dist, python, expected):
-    fresh = FreshHost().process([python])
-    release = packages.os_release(dist)
-    assert packages.before_driver_problems("gpu-host", release, None, fresh, 8) == expected
+def test_before_the_driver_an_unsupported_release_is_the_problem():
+    fresh = FreshHost().process(["pci 8"])
+    assert packages.before_driver_problems("gpu-host", None, fresh, 8) == []
+    assert packages.before_driver_problems("gpu-host", "gpu-host: debian 11 is not served", fresh, 8) == [
+        "gpu-host: debian 11 is not served"]
+
+
+def test_without_lspci_the_fresh_host_fact_still_answers():
+    assert "else echo pci none" in FreshHost().command()
+    assert FreshHost().process(["pci none"]) == {"nvidia_pci_devices": None}
 
 
 def test_before_the_driver_the_pci_bus_shows_the_gpu_count_when_lspci_exists():
-    fresh = FreshHost().process(["python 3.11.2 True", "pci 7"])
-    [problem] = packages.before_driver_problems("gpu-host", packages.os_release(DEBIAN12), None, fresh, 8)
+    fresh = FreshHost().process(["pci 7"])
+    [problem] = packages.before_driver_problems("gpu-host", None, fresh, 8)
     assert "expected 8 NVIDIA GPUs on the PCI bus, `lspci -n -d 10de:` lists 7" in problem

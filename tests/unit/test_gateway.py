@@ -5,7 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from operations.gateway import GatewayWorkers, resolve_gateway, workers
+from operations import gateway, service
+from operations.deployment import resolve
+from operations.gateway import GatewayWorkers, Route, resolve_gateway, routes, workers
+from operations.sglang import SGLangRejects
+from tests.unit.fakehost import failure, run
 from tests.unit.group_data import host_data
 
 
@@ -63,6 +67,22 @@ def test_a_loopback_worker_on_another_host_is_a_problem_and_on_the_gateways_own_
     assert "serves on 127.0.0.1 only" in found["apart"].problem
 
 
+def test_a_worker_reaches_each_gateway_of_its_model_to_drain_itself_at_the_gateways_listening_address():
+    exposed = inventory_host("gw", ["gateway"], ssh_hostname="10.0.0.2", gateway_bind_address="0.0.0.0")
+    pinned = inventory_host("gw2", ["gateway"], ssh_hostname="10.0.0.3", gateway_bind_address="10.1.0.3")
+    closed = inventory_host("gw3", ["gateway"], ssh_hostname="10.0.0.4")  # loopback: group_data's default
+    other = inventory_host("gw4", ["gateway"], profile="qwen36_ddtree", gateway_bind_address="0.0.0.0")
+    worker = inventory_host("w", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.5", bind_address="0.0.0.0")
+    found = routes([exposed, pinned, closed, other, worker], worker, resolve_gateway(exposed.data).model)
+    assert [(r.gateway, r.address, r.port, r.worker_url) for r in found[:2]] == [
+        ("gw", "10.0.0.2", 30080, "http://10.0.0.5:30000"), ("gw2", "10.1.0.3", 30080, "http://10.0.0.5:30000")]
+    assert [r.problem for r in found[:2]] == [None, None] and len(found) == 3  # gw4 serves another model
+    assert "gw3, whose gateway listens on 127.0.0.1 only" in found[2].problem
+    both = inventory_host("both", ["rtx_pro_6000_pcie", "gateway"])  # loopback worker under its own gateway
+    assert [(r.address, r.worker_url, r.problem) for r in routes([both], both, "kimi-k2.6")] == [
+        ("127.0.0.1", "http://127.0.0.1:30000", None)]
+
+
 # gateway_workers.py list's JSON, its worker and readiness values as smg 1.13.0 answered them
 # (GET /workers, GET /readiness) for one stand-in worker registered through POST /workers.
 CAPTURED_LIST = ('{"reachable": true, "workers": [{"id": "01a22e16-88f1-76c6-92e3-9750c60fde5e", '
@@ -75,3 +95,57 @@ def test_gateway_workers_fact_reads_the_listing_and_treats_no_answer_as_unreacha
     listing = fact.process([CAPTURED_LIST])
     assert listing == json.loads(CAPTURED_LIST)
     assert fact.process(["Traceback (most recent call last):", "ConnectionRefusedError"])["reachable"] is False
+
+
+ROUTE = Route("gw", "10.0.0.2", 30080, "http://10.0.0.5:30000", 120)
+
+
+def listing(*urls: str, reachable: bool = True) -> dict:
+    return {"reachable": reachable, "workers": [{"id": f"id-{u}", "url": u, "status": "ready"} for u in urls]}
+
+
+def worker_deployment(**data):
+    return resolve(host_data("rtx_pro_6000_pcie", bind_address="0.0.0.0", **data), "rtx_pro_6000_pcie")
+
+
+def test_a_restarting_worker_listed_by_its_gateway_drains_itself_there_with_its_own_key_file():
+    d = worker_deployment()
+    commands, _ = run(gateway.drain, {GatewayWorkers: listing(ROUTE.worker_url, "http://10.0.0.6:30000"),
+                                      SGLangRejects: None},
+                      deployment=d, routes=[ROUTE], restart=service.FILES_CHANGED)
+    assert len(commands) == 1
+    tail = commands[0].rsplit("' ", 1)[1]  # after the inline program: the arguments
+    assert tail.split() == ["--address", "10.0.0.2", "30080", d.api_key_file, d.served_model_name, "drain", "120",
+                            ROUTE.worker_url]
+
+
+@pytest.mark.parametrize("restart, refused, listed, data, why", [
+    (None, None, True, {}, "the server does not restart"),
+    (service.FILES_CHANGED, "--bad-flag", True, {}, "the server does not restart"),  # configure refuses: no restart
+    (service.STOPPED, None, False, {}, "no gateway lists this worker"),
+    (service.FILES_CHANGED, None, True, {"test_only_skip_drain": "true"}, "test_only_skip_drain: restarting without"),
+])
+def test_no_drain_when_nothing_restarts_nothing_lists_the_worker_or_the_test_knob_says_so(restart, refused, listed,
+                                                                                           data, why):
+    facts = {GatewayWorkers: listing(*([ROUTE.worker_url] if listed else [])), SGLangRejects: refused}
+    commands, noops = run(gateway.drain, facts, deployment=worker_deployment(**data), routes=[ROUTE], restart=restart)
+    assert commands == [] and noops[0].startswith(why), noops
+
+
+def test_a_gateway_the_worker_cannot_reach_fails_the_worker_before_its_restart():
+    unreachable = Route("gw3", "", 30080, "http://10.0.0.5:30000", 120, "w cannot drain itself from gw3")
+    commands, _ = run(gateway.drain, {SGLangRejects: None}, deployment=worker_deployment(), routes=[unreachable],
+                      restart=service.FILES_CHANGED)
+    assert failure(commands) == ["w cannot drain itself from gw3"]
+
+
+@pytest.mark.parametrize("drained, answer, joins", [
+    (False, listing(), False),  # not drained in this run
+    (True, listing(), True),  # drained: registered again
+    (True, listing(ROUTE.worker_url), False),  # already back
+    (True, listing(reachable=False), False),  # no gateway answering: its own stage registers it
+])
+def test_a_drained_worker_rejoins_each_answering_gateway_that_lacks_it(drained, answer, joins):
+    commands, _ = run(gateway.rejoin, {GatewayWorkers: answer}, deployment=worker_deployment(), routes=[ROUTE],
+                      drained=SimpleNamespace(changed=drained))
+    assert [c.rsplit("' ", 1)[1].split()[-3] for c in commands] == (["join"] if joins else [])

@@ -11,7 +11,8 @@ from operations.deployment import resolve
 from operations.gpu import nvidia
 from operations.gpu.packages import NvidiaPackages
 from operations.hub import RepoSnapshot
-from operations.preflight import exposure_problems, hub_snapshots, unpinned, unpinned_builds
+from operations.preflight import exposure_problems, hub_snapshots, serves, unpinned, unpinned_builds
+from lab.config import TOKEN_DENIED, TOKEN_GRANTED
 from tests.unit.group_data import host_data
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -92,13 +93,63 @@ def broken_hub():
 
 def test_a_hub_outage_or_5xx_is_a_sentence_not_a_traceback(broken_hub, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_unit")
-    snapshots, problems = hub_snapshots(deployment(hf_endpoint=broken_hub))
-    assert snapshots == {} and [p.split(" (")[0] for p in problems] == [
+    snapshots, problems, access_pending = hub_snapshots(deployment(hf_endpoint=broken_hub))
+    assert snapshots == {} and access_pending == [] and [p.split(" (")[0] for p in problems] == [
         f"the hub at {broken_hub}/moonshotai/Kimi-K2.6 did not answer as a hub does",
         f"the hub at {broken_hub}/z-lab/Kimi-K2.6-DFlash did not answer as a hub does"]
     assert "503" in problems[0] and problems[0].endswith("then re-run (nothing was changed)")
-    snapshots, [problem] = hub_snapshots(deployment(hf_endpoint="http://127.0.0.1:9"))  # nothing listens
+    snapshots, [problem], _ = hub_snapshots(deployment(hf_endpoint="http://127.0.0.1:9"))  # nothing listens
     assert problem.startswith("the hub at http://127.0.0.1:9 did not answer as a hub does (ConnectError")
+
+
+class MeetingHub(Failing):
+    """Answers a repo's model info 500 only if the other repo's request arrives while it waits (the
+    repos are asked at once), else 503 after a bounded wait (asked one after the other)."""
+    barrier: threading.Barrier
+
+    def do_GET(self):
+        if not self.path.startswith("/api/models/"):
+            return super().do_GET()
+        try:
+            self.barrier.wait()
+            self.send_response(500)
+        except threading.BrokenBarrierError:
+            self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_the_repos_hub_snapshots_are_taken_at_once(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_unit")
+    monkeypatch.setattr(MeetingHub, "barrier", threading.Barrier(2, timeout=3), raising=False)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), MeetingHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _, problems, _ = hub_snapshots(deployment(hf_endpoint=f"http://127.0.0.1:{server.server_address[1]}"))
+    finally:
+        server.shutdown()
+    assert len(problems) == 2 and all("500" in problem for problem in problems), problems
+
+
+def test_a_gated_repo_without_access_is_pending_apart_from_the_problems_and_the_others_are_read(
+        hub, monkeypatch):
+    lab = resolve(host_data("b200_nvlink", lab=True, hf_endpoint=hub.url), "b200_nvlink")
+    monkeypatch.setenv("HF_TOKEN", TOKEN_DENIED)
+    snapshots, problems, [pending] = hub_snapshots(lab)
+    assert list(snapshots) == ["target"] and problems == []
+    assert pending == ("the token has no access to the gated repo lab/Kimi-K2.6-DFlash-tiny: accept its terms at "
+                       f"{hub.url}/lab/Kimi-K2.6-DFlash-tiny (logged in as the token's user), then re-run")
+    monkeypatch.setenv("HF_TOKEN", TOKEN_GRANTED)
+    snapshots, problems, access_pending = hub_snapshots(lab)
+    assert list(snapshots) == ["target", "drafter"] and problems == access_pending == []
+    monkeypatch.setenv("HF_TOKEN", "hf_lab_unknown")  # a bad token is a problem for every host, never pending
+    assert [len(found) for found in hub_snapshots(lab)] == [0, 1, 0]
+
+
+def test_a_host_serves_once_its_unit_is_written_or_its_service_runs():
+    assert not serves({"unit_sha1": None, "env_sha1": None, "active": "inactive", "enabled": "disabled"})
+    assert serves({"unit_sha1": "5f1d", "env_sha1": "9a0b", "active": "failed", "enabled": "enabled"})
+    assert serves({"unit_sha1": None, "env_sha1": None, "active": "activating", "enabled": "disabled"})
 
 
 class DriverHost(NamedHost):

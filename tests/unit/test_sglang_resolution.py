@@ -102,12 +102,13 @@ def test_real_sglang_refuses_the_bad_combinations(real, repos):
 
 
 def test_ddtree_rules():
-    assert ddtree_violations(1, "flashinfer", 15) == []
+    assert ddtree_violations(1, "triton", 15) == []
     assert ddtree_violations(1, "triton", 1) == []
+    assert ddtree_violations(1, "flashinfer", 15)  # page size 1, but the full-tree verify is triton-only
     # What trtllm_mha on SM100 resolves to: it forces the page size to 64.
     assert [p.split(" (")[0] for p in ddtree_violations(64, "trtllm_mha", 15)] == [
-        "DDTREE currently supports only page_size == 1", "DDTREE needs a target attention backend that allows page size 1"]
-    assert ddtree_violations(1, "flashinfer", 0) and ddtree_violations(1, "flashinfer", 1025)
+        "DDTREE currently supports only page_size == 1", "DDTREE full-tree verify needs the target attention backend"]
+    assert ddtree_violations(1, "triton", 0) and ddtree_violations(1, "triton", 1025)
 
 
 def test_the_deploy_holds_ddtree_profiles_to_the_rules(repos):

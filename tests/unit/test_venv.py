@@ -1,9 +1,15 @@
 """operations.venv: a release with a committed lock installs with --require-hashes (facts in, commands out)."""
 
 import hashlib
+import platform
+import subprocess
+import sys
+import zipfile
 
+from lab.index import start_index
 from operations import venv
-from operations.venv import VenvRequirement
+from operations.host_programs import program
+from operations.venv import HostPython, VenvRequirement
 from tests.unit.test_gpu_operations import FakeHost, run
 
 VENV = "/opt/specfleet/tools-venv"
@@ -42,15 +48,118 @@ def test_a_requirement_carrying_its_hash_is_its_own_lock():
 
 def test_a_release_without_a_lock_installs_unchecked_and_says_so(monkeypatch):
     monkeypatch.setattr("tests.unit.test_gpu_operations.FakeHost", WarnedHost)
-    commands = install("sglang==0.5.23")
-    assert commands[1].endswith("--index-url http://index/simple/ sglang==0.5.23")
-    assert any("sglang==0.5.23: no hash lock" in w for w in WarnedHost.warnings)
+    commands = install("sglang==0.5.22")
+    assert commands[1].endswith("--index-url http://index/simple/ sglang==0.5.22")
+    assert any("sglang==0.5.22: no hash lock" in w for w in WarnedHost.warnings)
 
 
 def test_fingerprint_covers_the_lock_and_keeps_unlocked_ones():
-    plain = hashlib.sha256(b"sglang==0.5.23|None").hexdigest()[:16]
-    assert venv.fingerprint("sglang==0.5.23", None) == plain  # no lock: as before, no rebuild
+    plain = hashlib.sha256(b"sglang==0.5.22|None").hexdigest()[:16]
+    assert venv.fingerprint("sglang==0.5.22", None) == plain  # no lock: as before, no rebuild
     hub = venv.fingerprint("huggingface_hub==2.4.0", None)
     assert hub != hashlib.sha256(b"huggingface_hub==2.4.0|None").hexdigest()[:16]
     installed = {"version": "2.4.0", "fingerprint": venv.fingerprint("huggingface_hub==2.4.0", "http://index/simple/")}
     assert install("huggingface_hub==2.4.0", installed) == []  # built from this lock: nothing to do
+
+
+UV = venv.Uv("/opt/specfleet")
+UV_ENV = "UV_CACHE_DIR=/opt/specfleet/uv-cache UV_PYTHON_INSTALL_DIR=/opt/specfleet/python "
+# HostPython on real hosts: Debian 12 (the lab), Ubuntu 22.04 without a route out, a POWER host.
+DEBIAN12 = HostPython().process(["machine x86_64", "python 3.11.2 -", "uv 0.13.8 (x86_64-unknown-linux-gnu)"])
+UBUNTU2204_OFFLINE = HostPython().process(["machine x86_64", "python 3.10.12 unreachable", "uv none"])
+PPC64LE = HostPython().process(["machine ppc64le", "python 3.10.12 reached", "uv none"])
+
+
+def install_with_uv(requirement: str, python: dict) -> list[str]:
+    commands, _ = run(venv.requirement, {VenvRequirement: {"version": None, "fingerprint": None}, HostPython: python},
+                      path=VENV, requirement=requirement, distribution="x", index_url="http://index/simple/", uv=UV)
+    return commands
+
+
+def test_host_python_fact_reads_machine_python_and_uv():
+    assert DEBIAN12 == {"machine": "x86_64", "python": "3.11.2", "python_source": None, "uv": "0.13.8"}
+    assert UBUNTU2204_OFFLINE == {"machine": "x86_64", "python": "3.10.12", "python_source": "unreachable", "uv": None}
+    assert HostPython().process(["machine x86_64", "python none -", "uv none"])["python"] is None
+
+
+def test_uv_builds_the_venv_on_the_system_python_and_installs_hash_checked():
+    commands = install_with_uv("huggingface_hub==2.4.0", DEBIAN12)
+    assert commands[0] == (f"rm -rf {VENV} /opt/specfleet/uv-cache && {UV_ENV}/opt/specfleet/bin/uv venv --quiet --no-config "
+                           f"--python python3 --no-python-downloads {VENV}")
+    assert commands[2] == (f"{UV_ENV}/opt/specfleet/bin/uv pip install --quiet --no-config --compile-bytecode "
+                           f"--python {VENV}/bin/python "
+                           f"--index-url http://index/simple/ --require-hashes -r {VENV}/.specfleet-requirements.lock")
+    assert len(commands) == 4
+
+
+def test_uv_provides_python_311_where_the_system_one_is_older():
+    reachable = {**UBUNTU2204_OFFLINE, "python_source": "reached"}
+    [create, *_] = install_with_uv("huggingface_hub==2.4.0", reachable)
+    assert "uv venv --quiet --no-config --python 3.11 --python-preference only-managed " in create
+    assert "UV_PYTHON_INSTALL_DIR=/opt/specfleet/python " in create  # root's, under the install dir
+
+
+def test_pip_is_the_fallback_where_the_lock_has_no_uv_wheel():
+    commands = install_with_uv("huggingface_hub==2.4.0", {**PPC64LE, "python": "3.12.3"})
+    assert commands[0] == f"rm -rf {VENV} && python3 -m venv {VENV}"
+    assert commands[2].startswith(f"{VENV}/bin/pip install ") and "--require-hashes" in commands[2]
+
+
+def test_a_python_older_than_311_is_refused_only_where_uv_cannot_provide_one():
+    assert venv.python_problems("h", DEBIAN12) == []
+    assert venv.python_problems("h", {**UBUNTU2204_OFFLINE, "python_source": "reached"}) == []
+    [offline] = venv.python_problems("h", UBUNTU2204_OFFLINE)
+    assert offline.startswith("h: SGLang needs Python 3.11 or newer, found 3.10.12; uv installs one from "
+                              "https://github.com/astral-sh/python-build-standalone/releases/download, "
+                              "which this host cannot reach")
+    [power] = venv.python_problems("h", PPC64LE)
+    assert "the uv lock has no wheel for ppc64le" in power
+    [none] = venv.python_problems("h", HostPython().process(["machine x86_64", "python none -", "uv none"]))
+    assert "found no python3: install python3" in none
+
+
+def test_uv_is_installed_from_its_locked_wheels_and_left_alone_once_there():
+    commands, _ = run(venv.uv, {HostPython: {**DEBIAN12, "uv": None}}, uv=UV, index_url="http://index/simple/")
+    [command] = commands
+    hashes = "e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984 " \
+             "0b3e8b1a4f5e405e31e2ff33de8af4744831e9f7338539671efbd8c3c94e791d"
+    assert command.startswith("python3 -c ") and command.endswith(
+        f" http://index/simple/ 0.13.8 /opt/specfleet/bin/uv {hashes}")
+    assert run(venv.uv, {HostPython: DEBIAN12}, uv=UV)[0] == []
+    commands, noops = run(venv.uv, {HostPython: PPC64LE}, uv=UV)
+    assert commands == [] and noops == ["no uv wheel for ppc64le: virtualenvs are built with python3 -m venv and pip"]
+
+
+def test_real_sglang_0_5_23_is_locked_with_its_cuda_13_torch():
+    lock = venv.committed_lock("sglang==0.5.23")
+    pins = dict(line.split(" ", 1)[0].split("==") for line in lock.splitlines() if not line.startswith("#"))
+    assert pins["sglang"] == "0.5.23" and pins["torch"] == "2.14.1" and pins["nvidia-cublas"].startswith("13.")
+    assert all("--hash=sha256:" in line for line in lock.splitlines() if not line.startswith("#"))
+    assert len(lock) < 100_000  # it travels inside one command (MAX_ARG_STRLEN is 128 KiB)
+
+
+def _fake_uv_wheel(directory, machine: str) -> str:
+    """A wheel shaped as uv's (its binary under uv-VERSION.data/scripts/), served by the lab's index code."""
+    wheels = directory / "wheels"
+    wheels.mkdir()
+    path = wheels / f"uv-{venv.UV_VERSION}-py3-none-manylinux_2_17_{machine}.manylinux2014_{machine}.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr(f"uv-{venv.UV_VERSION}.data/scripts/uv", "#!/bin/sh\necho uv stand-in\n")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_install_uv_takes_only_a_wheel_whose_hash_the_lock_lists(tmp_path):
+    digest = _fake_uv_wheel(tmp_path, platform.machine())
+    index = start_index(tmp_path)
+    dest = tmp_path / "bin" / "uv"
+    try:
+        def install(*hashes):
+            return subprocess.run([sys.executable, "-c", program("install_uv"), index.url, venv.UV_VERSION, str(dest),
+                                   *hashes], capture_output=True, text=True)
+        refused = install("0" * 64)
+        assert refused.returncode == 1 and "which the uv lock does not list: refused" in refused.stderr
+        assert not dest.exists()
+        assert install("0" * 64, digest).returncode == 0
+        assert subprocess.run([str(dest)], capture_output=True, text=True).stdout == "uv stand-in\n"
+    finally:
+        index.stop()

@@ -5,13 +5,27 @@ the drafter's config.json like the real server, then answers SGLang's HTTP
 endpoints with deterministic canned results, so deploys, health checks and
 benchmarks can be exercised in the lab. Faults come from a JSON knobs file
 (SPECFLEET_SGLANG_KNOBS, else /etc/specfleet-lab/sglang-standin.json):
-startup_delay_s, exit_after_s, health_fail (re-read on every health request).
+startup_delay_s, exit_after_s, health_fail (re-read on every health request), metrics_fail
+(re-read on every /metrics request: 503, a scrape target down).
+
+SIGTERM is a graceful stop, as in the real 0.5.23 (TokenizerManager's SignalHandler and
+sigterm_watchdog): /health and /health_generate answer 503 from then on, new requests are
+still served, and at the first check that finds none in flight the server shuts its
+schedulers down and exits (status 0). Requests that arrive during that shutdown are accepted
+but never answered, not even a streaming one's status line (0.5.23 awaits the first chunk
+before its 200, and no scheduler is left to make it), and are dropped when the process
+exits. The real watchdog checks every 5 s and waits up to 15 s for its schedulers to release
+the GPUs; the stand-in checks every DRAIN_CHECK_S and takes SCHEDULER_EXIT_S, to keep lab
+restarts short.
+
+With --nnodes > 1 it holds the multi-node rendezvous first (rendezvous.py).
 """
 
 import argparse
 import hashlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -19,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import sglang
-from sglang import speed_model
+from sglang import rendezvous, speed_model
 from sglang.srt.server_args import prepare_server_args
 
 # lab/config.py SGLANG_KNOBS_FILE; the stand-in runs on hosts without lab/.
@@ -27,6 +41,8 @@ KNOBS_FILE = "/etc/specfleet-lab/sglang-standin.json"
 READY_LINE = "The server is fired up and ready to roll!"
 # Never echoed: the real server does not print these either.
 SECRET_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+DRAIN_CHECK_S = 0.2  # the real sigterm_watchdog: 5 s
+SCHEDULER_EXIT_S = 2.0  # the real one: until its schedulers exit (ShutdownReq), at most 15 s
 WORDS = ("alpha", "bravo", "draft", "verify", "token", "block", "tree", "accept",
          "lab", "spec", "decode", "prefill", "cache", "kernel", "batch", "reply")
 
@@ -83,6 +99,9 @@ class Server:
     def __init__(self, args, target_config):
         self.args = args
         self.ready = False
+        self.exiting = threading.Event()  # SIGTERM received: draining in-flight requests
+        self.schedulers_gone = threading.Event()  # drained: nothing generates any more
+        self.in_flight = 0
         self.accept_length = accept_length(args)
         self.served_model_name = args.served_model_name or args.model_path
         text_config = target_config.get("text_config", target_config)
@@ -188,10 +207,21 @@ class Handler(BaseHTTPRequestHandler):
                 body = json.loads(raw or b"{}")
             except ValueError:
                 return self.send_json(400, {"error": "invalid JSON body"})
-        handler(self, body)
+        if path not in GENERATING:
+            return handler(self, body)
+        if self.app.schedulers_gone.is_set():  # accepted, never answered: dropped at the exit
+            time.sleep(SCHEDULER_EXIT_S * 2)
+            return
+        with self.app.lock:  # what a graceful stop waits for (the real server's rid_to_state)
+            self.app.in_flight += 1
+        try:
+            handler(self, body)
+        finally:
+            with self.app.lock:
+                self.app.in_flight -= 1
 
     def health(self, _body):
-        if not self.app.ready or read_knobs().get("health_fail"):
+        if not self.app.ready or self.app.exiting.is_set() or read_knobs().get("health_fail"):
             return self.send_body(503, b"", "text/plain")
         self.send_body(200, b"", "text/plain")
 
@@ -213,6 +243,8 @@ class Handler(BaseHTTPRequestHandler):
     def metrics(self, _body):
         if not self.app.args.enable_metrics:
             return self.send_json(404, {"detail": "Not Found"})
+        if read_knobs().get("metrics_fail"):
+            return self.send_body(503, b"", "text/plain")
         self.send_body(200, self.app.metrics().encode(), "text/plain; version=0.0.4")
 
     def generate(self, body):
@@ -288,6 +320,7 @@ ROUTES = {
     ("POST", "/v1/chat/completions"): Handler.chat,
     ("POST", "/flush_cache"): Handler.flush_cache,
 }
+GENERATING = ("/generate", "/v1/chat/completions")
 
 
 def main(argv: list[str]) -> None:
@@ -296,8 +329,17 @@ def main(argv: list[str]) -> None:
     target_config = load_config(args.model_path)
     try:
         args.resolve_once()  # the real post-init rules (srt/resolution.py)
+        args.check_server_args()  # and the checks the engine runs before it launches
     except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")
+
+    if args.nnodes > 1:
+        # Several nodes: rank 0 serves only once every rank joined; the others serve nothing.
+        rendezvous.check_interfaces()
+        if args.node_rank > 0:
+            rendezvous.watch({0: rendezvous.join(args)})
+            threading.Event().wait()
+        rendezvous.watch(rendezvous.gather(args))
 
     app = Server(args, target_config)
     Handler.app = app
@@ -320,6 +362,27 @@ def main(argv: list[str]) -> None:
         app.ready = True
         print(READY_LINE, flush=True)
     threading.Thread(target=warm_up, daemon=True).start()
+
+    def drain_then_exit():
+        app.exiting.wait()
+        shown = None
+        while True:
+            with app.lock:
+                remaining = app.in_flight
+            if remaining != shown:
+                print(f"Gracefully exiting... Remaining number of requests {remaining}.", flush=True)
+                shown = remaining
+            if not remaining:
+                app.schedulers_gone.set()
+                time.sleep(SCHEDULER_EXIT_S)
+                os._exit(0)
+            time.sleep(DRAIN_CHECK_S)
+
+    def sigterm(signum, frame):
+        print(f"SIGTERM received. signum={signum}. Draining requests and shutting down...", flush=True)
+        app.exiting.set()
+    signal.signal(signal.SIGTERM, sigterm)
+    threading.Thread(target=drain_then_exit, daemon=True).start()
     httpd.serve_forever()
 
 

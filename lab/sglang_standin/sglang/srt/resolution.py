@@ -18,7 +18,7 @@ NO_ACCELERATOR = "No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform pl
 # SpeculativeAlgorithm members of 0.5.23 (NEXTN is its alias of EAGLE).
 KNOWN_ALGORITHMS = {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "NEXTN",
                     "FROZEN_KV_MTP", "STANDALONE", "NGRAM"}
-DDTREE_TARGET_BACKENDS = ("flashinfer", "triton", "fa3")  # backends that keep page size 1
+DDTREE_TARGET_BACKENDS = ("triton",)  # PR #29907 since 93e9850e4: full-tree verify is triton-only
 DDTREE_BUDGET_RANGE = (1, 1024)
 
 
@@ -113,7 +113,7 @@ def _ddtree(args, block: int) -> None:
     if args.page_size != 1:
         raise ValueError("DDTREE currently supports only page_size == 1")
     if args.attention_backend not in DDTREE_TARGET_BACKENDS:
-        raise ValueError(f"DDTREE needs a target attention backend that allows page size 1 "
+        raise ValueError(f"DDTREE full-tree verify needs the target attention backend "
                          f"({', '.join(DDTREE_TARGET_BACKENDS)}), not {args.attention_backend}")
     if args.speculative_use_rejection_sampling:
         raise ValueError("DDTREE does not support --speculative-use-rejection-sampling")
@@ -123,3 +123,11 @@ def _ddtree(args, block: int) -> None:
     if not low <= args.speculative_ddtree_budget <= high:
         raise ValueError(f"DDTREE budget must be within [{low}, {high}], not {args.speculative_ddtree_budget}")
     args.disable_overlap_schedule = True  # PR #29907 runs without the overlap scheduler
+
+
+def check(args) -> None:
+    """srt/arg_groups/validation_hook.py (check_server_args), which the engine runs before it launches:
+    the parallel-size rules a multi-node deploy can meet, with the release's messages."""
+    assert (args.tp_size * args.pp_size) % args.nnodes == 0, "tp_size must be divisible by number of nodes"
+    assert not (args.dp_size > 1 and args.nnodes != 1), (
+        "multi-node data-parallel replicas are not supported; use attention DP (--attn-dp-size) across nodes")

@@ -188,6 +188,11 @@ class ServerArgs:
             resolve(self, ddtree_build="speculative_ddtree_budget" in self.__dict__)
             self._resolution_finished = True
 
+    def check_server_args(self) -> None:
+        from sglang.srt.resolution import check
+
+        check(self)
+
     def resolved_dict(self) -> dict:
         return {key: value for key, value in vars(self).items() if not key.startswith("_")}
 

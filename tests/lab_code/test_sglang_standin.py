@@ -2,9 +2,11 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from lab.index import build_standin_wheel
+from lab.sglang_standin.sglang import speed_model
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import parse_many_with_real_sglang
 
@@ -241,7 +244,7 @@ def test_metrics_only_when_enabled(start, models):
 
 
 def test_ddtree_on_the_ddtree_build(start, models, ddtree_src):
-    args = dflash_args(models) + ["--speculative-algorithm", "DDTREE", "--attention-backend", "flashinfer"]
+    args = dflash_args(models) + ["--speculative-algorithm", "DDTREE", "--attention-backend", "triton"]
     s = start(args, src=ddtree_src)
     s.wait_ready()
     info = json.loads(s.get("/server_info")[1])
@@ -251,7 +254,7 @@ def test_ddtree_on_the_ddtree_build(start, models, ddtree_src):
     assert info["internal_states"][0]["avg_spec_accept_length"] > 1 + 0.35 * 7
 
 
-@pytest.mark.parametrize("pages", [["--attention-backend", "flashinfer", "--page-size", "16"],
+@pytest.mark.parametrize("pages", [["--attention-backend", "triton", "--page-size", "16"],
                                    ["--attention-backend", "trtllm_mha", "--page-size", "1"]])
 def test_ddtree_build_refuses_pages_over_one(models, ddtree_src, pages):
     args = dflash_args(models) + ["--speculative-algorithm", "DDTREE", *pages]
@@ -297,3 +300,42 @@ def test_startup_delay_and_health_fail_knobs(start, models):
 def test_exit_after_knob(start, models):
     s = start(dflash_args(models), exit_after_s=0.3)
     assert s.proc.wait(timeout=5) != 0
+
+
+def test_speed_model_shares_a_step_budget_so_speculation_gains_less_at_high_concurrency():
+    def throughput(batch, width, accept, speculative):
+        return batch * accept / speed_model.step_seconds(batch, width, speculative)
+
+    assert speed_model.step_seconds(1, 1, False) == speed_model.STEP_S
+    assert speed_model.step_seconds(64, 8, False) == 8 * speed_model.STEP_S
+    assert [speed_model.tokens_after(k, 3.45) for k in (1, 2, 3)] == [3, 6, 10]
+    dflash = speed_model.width("DFLASH", 8, None)
+    low = throughput(1, dflash, 3.45, True) / throughput(1, 1, 1.0, False)
+    high = throughput(64, dflash, 3.45, True) / throughput(64, 1, 1.0, False)
+    assert low == pytest.approx(3.45 / 1.25) and high < 1 < low
+    assert speed_model.width("DDTREE", 16, 15) == 16 and speed_model.width(None, 8, None) == 1
+
+
+def test_sigterm_finishes_requests_in_flight_then_exits(start, models):
+    """Like the real 0.5.23: on SIGTERM health answers 503, requests (in flight and new) are still
+    served, and once none is in flight the server shuts down: a request arriving then is
+    accepted but dropped when it exits 0."""
+    s = start(dflash_args(models))
+    s.wait_ready()
+    answers = []
+    long_request = threading.Thread(target=lambda: answers.append(
+        s.get("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 200}})))  # ~1.2 s of steps
+    long_request.start()
+    time.sleep(0.3)
+    s.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert s.get("/health")[0] == 503 and s.get("/health_generate")[0] == 503
+    assert s.get("/generate", {"text": "late"})[0] == 200  # not refused: the gateway must stop sending
+    assert s.proc.poll() is None  # the long request is still in flight
+    long_request.join(10)
+    assert answers and answers[0][0] == 200 and len(json.loads(answers[0][1])["text"].split()) == 200
+    time.sleep(0.5)  # the next drain check found none in flight: the schedulers are shutting down
+    with pytest.raises((ConnectionError, urllib.error.URLError)):
+        s.get("/generate", {"text": "too late"})
+    assert s.proc.wait(timeout=5) == 0
+    assert "Gracefully exiting... Remaining number of requests 0." in s.proc.stdout.read()

@@ -1,7 +1,7 @@
 """The lab hub, driven by the real huggingface_hub 2.4 client (no mocks).
 
-The hub runs on 127.0.0.1 on free ports; every call passes endpoint= and an
-explicit token, so nothing depends on when huggingface_hub read HF_ENDPOINT.
+The hub runs on 127.0.0.1 on free ports (the `hub` fixture, tests/lab_hub.py); every call passes
+endpoint= and an explicit token, so nothing depends on when huggingface_hub read HF_ENDPOINT.
 """
 
 import hashlib
@@ -19,15 +19,10 @@ from pathlib import Path
 
 import pytest
 
-# Read by huggingface_hub at import time: plain HTTP only, and no stray token or cache.
-os.environ["HF_HUB_DISABLE_XET"] = "1"
-os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="specfleet-hf-home-")
-os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT"):
-    os.environ.pop(var, None)
+from tests.lab_hub import BIG, DRAFTER, KIMI, new_log_entries, repo_files  # sets the client's environment
 
-from huggingface_hub import HfApi, hf_hub_download, snapshot_download  # noqa: E402
-from huggingface_hub.errors import (  # noqa: E402
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
     RemoteEntryNotFoundError,
@@ -35,37 +30,13 @@ from huggingface_hub.errors import (  # noqa: E402
     RevisionNotFoundError,
 )
 
-from lab import repos  # noqa: E402
-from lab.config import TOKEN_DENIED, TOKEN_GRANTED  # noqa: E402
-from lab.hub import bytes_served, clear_faults, read_request_log, set_faults, start_hub  # noqa: E402
+from bench.repos import build_bench_repo
+from lab import repos
+from lab.config import TOKEN_DENIED, TOKEN_GRANTED
+from lab.hub import bytes_served, read_request_log, set_faults
 
-KIMI, DRAFTER = repos.KIMI, repos.KIMI_DFLASH
-BIG = "lab/resume-bench"  # one 24 MiB shard: big enough for the client's 10 MiB resume steps
 BAD_TOKEN = "hf_not_a_lab_token"
 HF_CLI = Path(sys.executable).with_name("hf")
-
-
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    store, state = tmp_path_factory.mktemp("store"), tmp_path_factory.mktemp("state")
-    shas = repos.build_lab_repos(store)
-    shas[BIG] = repos.build_bench_repo(store, BIG, 24 * 1024 * 1024, shards=1)
-    # A tiny tree page so every listing exercises Link pagination.
-    server = start_hub(store, state, tree_page_size=4)
-    server.shas = shas
-    yield server
-    server.stop()
-
-
-@pytest.fixture(autouse=True)
-def no_faults(hub):
-    clear_faults(hub.state)
-    yield
-    clear_faults(hub.state)
-
-
-def repo_files(hub, repo_id) -> Path:
-    return hub.store / "models" / repo_id / "files"
 
 
 def assert_same_files(hub, repo_id, local_dir):
@@ -82,16 +53,12 @@ def download(hub, repo_id, dest, token=False, **kwargs):
     return snapshot_download(repo_id, local_dir=dest, endpoint=hub.url, token=token, **kwargs)
 
 
-def new_log_entries(hub, since: int) -> list[dict]:
-    return read_request_log(hub.state)[since:]
-
-
 def test_build_is_deterministic_and_idempotent(hub, tmp_path):
     start = time.monotonic()
     assert repos.build_lab_repos(tmp_path) == {k: v for k, v in hub.shas.items() if k != BIG}
     assert time.monotonic() - start < 5
     start = time.monotonic()
-    assert repos.build_bench_repo(hub.store, BIG, 24 * 1024 * 1024, shards=1) == hub.shas[BIG]
+    assert build_bench_repo(hub.store, BIG, 24 * 1024 * 1024, shards=1) == hub.shas[BIG]
     assert time.monotonic() - start < 0.5  # already built: nothing rewritten
     for repo_id in hub.shas:
         if repo_id != BIG:
@@ -309,104 +276,3 @@ def test_log_records_auth_kind_never_the_token(hub):
     for token in (TOKEN_GRANTED, TOKEN_DENIED, BAD_TOKEN):
         assert token not in log_text
     assert [r["auth"] for r in read_request_log(hub.state)[-4:]] == ["none", "granted", "denied", "invalid"]
-
-
-# ---------------------------------------------------------------- a hostile hub, and the deploy's distrust of it
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operations" / "host_scripts"))
-import fetch_weights  # noqa: E402
-
-from operations.hub import HubProblem, snapshot  # noqa: E402
-
-SHARD = "model-00002-of-00004.safetensors"
-
-
-@pytest.mark.parametrize("name", ["../specfleet-escape.safetensors", "/tmp/specfleet-escape.safetensors"])
-def test_hostile_listing_is_served_and_refused_by_preflight(hub, name):
-    set_faults(hub.state, hostile_listing={KIMI: name})
-    info = HfApi(endpoint=hub.url).model_info(KIMI, files_metadata=True, token=False)
-    assert name in [s.rfilename for s in info.siblings]  # the knob works: the client takes it as listed
-    with pytest.raises(HubProblem, match="file listing specfleet will not write") as refused:
-        snapshot.__wrapped__(hub.url, None, KIMI, hub.shas[KIMI])
-    assert repr(name) in str(refused.value)
-
-
-@pytest.mark.parametrize("commit, problem", [
-    ("0" * 40 + "\nExecStartPre=+/usr/bin/touch /tmp/specfleet-pwned", "not 40 hex digits"),
-    ("1" * 40, "another commit"),
-])
-def test_hostile_commit_is_served_and_refused_by_preflight(hub, commit, problem):
-    set_faults(hub.state, hostile_commit={KIMI: commit})
-    assert HfApi(endpoint=hub.url).model_info(KIMI, revision=hub.shas[KIMI], token=False).sha == commit
-    with pytest.raises(HubProblem, match=problem):
-        snapshot.__wrapped__(hub.url, None, KIMI, hub.shas[KIMI])
-
-
-def test_snapshot_of_an_honest_hub_passes(hub):
-    snap = snapshot.__wrapped__(hub.url, None, KIMI, "main")
-    assert snap.commit == hub.shas[KIMI] and len(snap.files) == 12 and snap.config["model_type"] == "kimi_k25"
-
-
-def fetch_spec(hub, tmp_path, repo_id=KIMI, extra=()) -> dict:
-    snap = snapshot.__wrapped__(hub.url, None, repo_id, hub.shas[repo_id])
-    return {"repo_id": repo_id, "commit": snap.commit, "local_dir": str(tmp_path / "weights"),
-            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256, "git_sha1": f.git_sha1}
-                      for f in snap.files] + list(extra)}
-
-
-def test_fetcher_refuses_a_hostile_listing_before_writing_anything(hub, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    spec = fetch_spec(hub, tmp_path, extra=[{"path": "../escape.safetensors", "size": 1, "sha256": "0" * 64,
-                                             "git_sha1": None}])
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    mark = len(read_request_log(hub.state))
-    assert fetch_weights.main(str(tmp_path / "spec.json")) == 1
-    assert "refusing the listing" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.json", "weights"]
-    assert list((tmp_path / "weights").iterdir()) == [] and new_log_entries(hub, mark) == []
-
-
-def shard_entry(spec: dict) -> dict:
-    return next(e for e in spec["files"] if e["path"] == SHARD)
-
-
-def test_resumable_fetch_hashes_as_it_streams(hub, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    spec = fetch_spec(hub, tmp_path)
-    local_dir = Path(spec["local_dir"])
-    local_dir.mkdir()
-    assert fetch_weights.fetch_resumable(spec, shard_entry(spec), local_dir, None) == \
-        f"fetched {SHARD} (sha256 checked)"
-    assert (local_dir / SHARD).read_bytes() == (repo_files(hub, KIMI) / SHARD).read_bytes()
-
-
-def test_bytes_that_hash_wrong_are_deleted_refetched_then_refused(hub, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    spec = fetch_spec(hub, tmp_path)
-    local_dir = Path(spec["local_dir"])
-    local_dir.mkdir()
-    set_faults(hub.state, corrupt={SHARD: 5000})  # same size, one byte flipped: only a hash sees it
-    mark = len(read_request_log(hub.state))
-    with pytest.raises(fetch_weights.HashMismatch):
-        fetch_weights.fetch_resumable(spec, shard_entry(spec), local_dir, None)
-    assert capsys.readouterr().out.count(f"sha256 mismatch for {SHARD}") == 2
-    assert not (local_dir / SHARD).exists() and not list((local_dir / fetch_weights.PARTS).iterdir())
-    assert len([r for r in new_log_entries(hub, mark) if r["server"] == "cdn"]) == fetch_weights.ATTEMPTS
-
-
-def test_a_resumed_part_is_hashed_from_its_first_byte(hub, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    spec = fetch_spec(hub, tmp_path)
-    local_dir = Path(spec["local_dir"])
-    original = (repo_files(hub, KIMI) / SHARD).read_bytes()
-    part = local_dir / fetch_weights.PARTS / f"{SHARD}.part"
-    part.parent.mkdir(parents=True)
-    part.write_bytes(original[:100] + bytes([original[100] ^ 0xFF]) + original[101:2_000_000])  # a bad prefix
-
-    mark = len(read_request_log(hub.state))
-    assert fetch_weights.fetch_resumable(spec, shard_entry(spec), local_dir, None) == \
-        f"fetched {SHARD} (sha256 checked)"
-    assert f"sha256 mismatch for {SHARD}" in capsys.readouterr().out
-    assert (local_dir / SHARD).read_bytes() == original
-    cdn = [(r["status"], r["range"]) for r in new_log_entries(hub, mark) if r["server"] == "cdn"]
-    assert cdn == [(206, "bytes=2000000-"), (200, None)]  # resumed, caught, fetched again whole

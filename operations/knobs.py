@@ -1,0 +1,103 @@
+"""Parsers and validators of knob values: what a value from group data, the inventory or --data may look like.
+
+Each takes the knob's name (for the message) and its value, and returns the value parsed or raises
+BadHostData, one line naming the knob, its value and what is accepted. `deployment.resolve()`
+applies them before any host is touched, so nothing unchecked reaches a shell, a unit file or a path.
+"""
+
+import ipaddress
+import posixpath
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class BadHostData(ValueError):
+    """Host data that cannot be deployed; the message is one line naming the knob, its value and what is accepted."""
+
+
+# What a value may look like before it reaches a shell, a unit file or a path.
+SAFE_PATH = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")  # useradd's portable names
+UNIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+ARGUMENT = re.compile(r"^[A-Za-z0-9._:/=,+@%-]+$")  # one word of SGLang's command line
+ENV_VALUE = re.compile(r"^[A-Za-z0-9 ._:/=,+@%-]*$")
+VERSION = re.compile(r"^\d+(\.\d+)*([.+][A-Za-z0-9.]+)?$")
+REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/=<>!~,+@#%-]*$")  # PEP 508, a path or a URL
+BACKEND = re.compile(r"^[a-z0-9_]+$")
+
+
+def boolean(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+    if str(value).strip().lower() not in words:
+        raise BadHostData(f"{name}={value!r} is not a boolean: use true/false, yes/no or 1/0")
+    return words[str(value).strip().lower()]
+
+
+def integer(name: str, value: Any, minimum: int = 0, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not re.fullmatch(r"\s*\d+\s*", str(value)) or int(value) < minimum \
+            or (maximum is not None and int(value) > maximum):
+        limits = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+        raise BadHostData(f"{name}={value!r} is not a whole number {limits}")
+    return int(value)
+
+
+def fraction(name: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if isinstance(value, bool) or not 0 < number <= 1:
+        raise BadHostData(f"{name}={value!r} is not a fraction: use a number above 0 and at most 1")
+    return number
+
+
+def matching(name: str, value: Any, pattern: re.Pattern, accepted: str) -> str:
+    if not isinstance(value, str) or not pattern.match(value) or ".." in value.split("/"):
+        raise BadHostData(f"{name}={value!r} is not accepted: use {accepted}")
+    return value
+
+
+def path(name: str, value: Any) -> str:
+    if isinstance(value, str) and posixpath.normpath(value) != value:
+        raise BadHostData(f"{name}={value!r} is not a normalized absolute path: use e.g. "
+                          f"{posixpath.normpath(posixpath.join('/', value))!r}")
+    return matching(name, value, SAFE_PATH, "an absolute path of letters, digits and ._- (e.g. /srv/specfleet)")
+
+
+def url(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value) if isinstance(value, str) else None
+    if not parts or parts.scheme not in ("http", "https") or not parts.hostname \
+            or not re.fullmatch(r"[A-Za-z0-9._~:/?#\[\]@%=+,-]+", value):
+        raise BadHostData(f"{name}={value!r} is not accepted: use an http(s) URL such as https://host/path, "
+                          "or None")
+    return value
+
+
+def address(name: str, value: Any) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise BadHostData(f"{name}={value!r} is not an IP address: use e.g. 127.0.0.1 (loopback), "
+                          "or the host's address on the serving network") from None
+
+
+def names(name: str, values: Any, pattern: re.Pattern, accepted: str) -> tuple[str, ...]:
+    if not isinstance(values, (list, tuple)):
+        raise BadHostData(f"{name}={values!r} is not a list: use a list of {accepted}")
+    return tuple(matching(name, value, pattern, accepted) for value in values)
+
+
+def environment(name: str, values: Any) -> dict[str, str]:
+    if not isinstance(values, dict):
+        raise BadHostData(f"{name}={values!r} is not a dict: use dict(NAME='value')")
+    return {matching(f"{name} key", key, ENV_NAME, "a variable name ([A-Za-z_][A-Za-z0-9_]*)"):
+            matching(f"{name}[{key!r}]", str(value), ENV_VALUE, "letters, digits, spaces and ._:/=,+@%-")
+            for key, value in values.items()}

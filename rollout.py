@@ -1,0 +1,68 @@
+"""Roll deploy.py over a fleet N workers at a time, stopping at the first batch that fails.
+
+    python rollout.py inventory/ct200.py                        # one worker at a time
+    python rollout.py inventory/b200.py --batch 2 --data profile=qwen36_ddtree
+
+Each batch is one `pyinfra -y INVENTORY deploy.py --limit HOST...` run (pyinfra's --serial is one
+host at a time and --parallel chunks each operation, so neither finishes a batch before the
+next). Within a run, every worker whose server restarts drains itself from its gateways first
+and registers again once it generates; a worker that fails readiness is rolled back to its
+previous unit, stays out of the gateway and fails the run, and the rollout stops there: the
+later batches are not touched. The gateway-only hosts come last, in one run of their own.
+Options other than --batch go to pyinfra as they are (--data, --group-data, -v, ...).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent
+
+
+def batches(inventory_path: str, size: int) -> list[list[str]]:
+    """The inventory's workers (class groups) in batches of `size`, in inventory order, then its gateway-only hosts."""
+    sys.path.insert(0, str(REPO))  # inventories and deploy code import the repository's packages, as pyinfra's CLI does
+    from pyinfra.api import State
+    from pyinfra.context import ctx_state
+    from pyinfra_cli.inventory import make_inventory
+
+    from operations.gateway import GROUP, serves_model
+
+    with ctx_state.use(State()):  # pyinfra reads an inventory file inside a state, as its CLI does
+        hosts = list(make_inventory(inventory_path, cwd=os.getcwd()))
+    workers = [h.name for h in hosts if serves_model(h.groups)]
+    gateways = [h.name for h in hosts if GROUP in h.groups and not serves_model(h.groups)]
+    return [workers[i:i + size] for i in range(0, len(workers), size)] + ([gateways] if gateways else [])
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     usage="python rollout.py INVENTORY [--batch N] [pyinfra options]")
+    parser.add_argument("inventory")
+    parser.add_argument("--batch", type=int, default=1, help="workers deployed together (default 1)")
+    args, pyinfra_options = parser.parse_known_args(argv)
+    if args.batch < 1:
+        parser.error(f"--batch={args.batch} is not a whole number at least 1")
+    plan = batches(args.inventory, args.batch)
+    started = time.monotonic()
+    for number, batch in enumerate(plan, 1):
+        print(f"rollout: batch {number}/{len(plan)}: {', '.join(batch)}", flush=True)
+        began = time.monotonic()
+        run = subprocess.run([sys.executable, "-m", "pyinfra", "-y", args.inventory, str(REPO / "deploy.py"),
+                              *(option for name in batch for option in ("--limit", name)), *pyinfra_options])
+        if run.returncode:
+            untouched = [name for later in plan[number:] for name in later]
+            print(f"rollout: batch {number}/{len(plan)} failed (exit {run.returncode}) after "
+                  f"{time.monotonic() - began:.0f} s; stopped. Not touched: {', '.join(untouched) or 'none'}",
+                  flush=True)
+            return run.returncode
+        print(f"rollout: batch {number}/{len(plan)} done in {time.monotonic() - began:.0f} s", flush=True)
+    print(f"rollout: {len(plan)} batches done in {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

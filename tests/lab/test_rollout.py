@@ -1,0 +1,230 @@
+"""Rolling reprovisioning behind the real smg, under load: rollout.py one worker at a time.
+
+A bounded load generator sends chat completions through the gateway at a steady rate while a
+restart input (an environment value of the unit) changes on every worker. With the drain no
+request fails; with `test_only_skip_drain` the same kind of change makes requests fail (the
+gateway routes to a server that is shutting down or starting; its retries and circuit breakers
+then leave no worker for a while), so the check can fail. A worker failing readiness is rolled back, kept out, and stops the rollout.
+Like test_gateway.py, the module adds lab-gateway-1 and puts the shared lab back afterwards.
+"""
+
+import ipaddress
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from urllib.parse import urlsplit
+
+import pytest
+
+import lab
+from lab import config, fleet
+from tests.conftest import LAB_HOSTS
+from tests.helpers import LAB_INVENTORY, REPO, main_pid, results_table, run_deploy, write_group_data
+from tests.lab.test_gateway import DIRECT, EXPOSED, GATEWAY_PORT, KEY, admin_writes, call, gateway_workers
+
+pytestmark = pytest.mark.lab
+
+FAULT_KNOBS = "/etc/specfleet-lab/rollout-fault.json"  # only the victim of the failing rollout has it
+# The new servers take SLOW_START_S to load, as a real one takes minutes (stand-in knob startup_delay_s).
+SLOW_START = "/etc/specfleet-lab/rollout-slow-start.json"
+SLOW_START_S = 8
+PROMETHEUS_PORT = 29000  # group_data/gateway.py gateway_prometheus_port
+BANNER = "[lab stand-in sglang"  # printed once by every start of the stand-in server
+
+
+@pytest.fixture(scope="module")
+def fleet_behind_gateway(lab_hosts):
+    """(gateway, workers in rollout order): the lab with lab-gateway-1, workers registered with it."""
+    hosts, workers = lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None), []
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SPECFLEET_API_KEY", KEY)
+        try:
+            first = run_deploy(*EXPOSED)
+            assert first.returncode == 0, first.output[-4000:]
+            gateway = next(h for h in hosts if h.host_class == "gateway")
+            by_name = {h.name: h for h in hosts}
+            order = json.loads(subprocess.check_output(
+                [sys.executable, "-c", f"import json, rollout; print(json.dumps(rollout.batches({LAB_INVENTORY!r}, 1)))"],
+                cwd=REPO, text=True))
+            workers += [by_name[name] for [name] in order[:-1]]
+            for worker in workers:
+                fleet.ssh(worker, f"echo '{{\"startup_delay_s\": {SLOW_START_S}}}' > {SLOW_START}")
+            yield gateway, workers
+        finally:
+            for worker in workers:
+                fleet.ssh(worker, f"rm -f {SLOW_START}")
+            lab.up(LAB_HOSTS, log=lambda line: None)
+            env.delenv("SPECFLEET_API_KEY")
+            restored = run_deploy("--data", "remove_api_key=true")
+            assert restored.returncode == 0, restored.output[-3000:]
+
+
+def restart_input(tmp_path, value: str, knobs_file: str = SLOW_START):
+    """A group_data folder that changes the unit's environment (a restart input) on every worker."""
+    env = {"SPECFLEET_ROLLOUT": value, "SPECFLEET_SGLANG_KNOBS": knobs_file}
+    return write_group_data(tmp_path / value, "all", (
+        "profiles = copy.deepcopy(base['profiles'])\n"
+        f"profiles['kimi_k26_dflash']['env'] = {env!r}"))
+
+
+def rollout(group_data, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "rollout.py", LAB_INVENTORY, *args, "--group-data", str(group_data),
+                          *EXPOSED], cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "HF_TOKEN": "hf_lab_granted"})
+    run.output = run.stdout + run.stderr
+    return run, time.monotonic() - started
+
+
+class Load:
+    """A bounded load generator: one chat completion through the gateway every `interval_s`, each
+    on its own thread, until stopped, `max_requests` sent or `max_s` passed; lab addresses only."""
+
+    def __init__(self, url: str, interval_s: float = 0.25, max_requests: int = 1500, max_s: float = 300):
+        lab_net = ipaddress.ip_network(f"{config.SUBNET}.0.0/16")
+        assert ipaddress.ip_address(urlsplit(url).hostname) in lab_net, f"{url} is not a lab address"
+        self.url, self.interval_s, self.max_requests, self.max_s = url, interval_s, max_requests, max_s
+        self.results: list[tuple[bool, float, str]] = []  # (ok, seconds, what failed)
+        self.stopped = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.pacer = threading.Thread(target=self._pace, daemon=True)
+
+    def _one(self, number: int) -> None:
+        ask = {"model": "kimi-k2.6", "max_tokens": 16,
+               "messages": [{"role": "user", "content": f"rollout request {number}: {number * 7919 % 10007}"}]}
+        started = time.monotonic()
+        try:
+            status, answer = call(self.url, key=KEY, body=ask)
+            ok = status == 200 and bool(answer["choices"][0]["message"]["content"])
+            what = "" if ok else f"{status} {json.dumps(answer)[:200]}"
+        except Exception as error:  # a reset connection or a timeout is a failed request too
+            ok, what = False, f"{type(error).__name__}: {error}"
+        self.results.append((ok, time.monotonic() - started, what))
+
+    def _pace(self) -> None:
+        deadline = time.monotonic() + self.max_s
+        for number in itertools.count():
+            if self.stopped.is_set() or number >= self.max_requests or time.monotonic() > deadline:
+                return
+            thread = threading.Thread(target=self._one, args=(number,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+            self.stopped.wait(self.interval_s)
+
+    def __enter__(self):
+        self.pacer.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped.set()
+        self.pacer.join()
+        for thread in self.threads:
+            thread.join(70)
+
+    def figures(self) -> dict:
+        failures = [what for ok, _, what in self.results if not ok]
+        return {"sent": len(self.results), "failed": len(failures),
+                "longest_s": round(max((s for _, s, _ in self.results), default=0), 2),
+                "first_failures": failures[:3]}
+
+
+def gateway_retries(gateway) -> int:
+    """Requests that failed at a worker and that the gateway sent again to another (smg_worker_retries_total)."""
+    request = urllib.request.Request(f"http://{gateway.address}:{PROMETHEUS_PORT}/metrics")
+    with DIRECT.open(request, timeout=10) as response:
+        text = response.read().decode()
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("smg_worker_retries_total")))
+
+
+def starts_since(host, since: float) -> int:
+    """How many times the SGLang server started on `host` since `since` (epoch seconds), from its journal."""
+    journal = fleet.ssh(host, f"journalctl -u sglang --since @{int(since)} -o cat --no-pager")
+    return journal.count(BANNER)
+
+
+def changed_operations(output: str) -> set[str]:
+    """The operations that changed a host in any of the rollout's pyinfra runs."""
+    tables = [results_table(f"--> Results:{part}") for part in output.split("--> Results:")[1:]]
+    return {op for table in tables for op, row in table.items() if row[1] != "-"}
+
+
+def rolled(tmp_path, fleet_behind_gateway, value: str, *args: str) -> tuple[subprocess.CompletedProcess, dict, float]:
+    """A rollout of a new restart input under load: (the rollout, the load's figures, its seconds)."""
+    gateway, workers = fleet_behind_gateway
+    retries = gateway_retries(gateway)
+    with Load(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions") as load:
+        time.sleep(2)  # steady load before the first drain
+        run, seconds = rollout(restart_input(tmp_path, value), *args)
+        time.sleep(2)
+    return run, {**load.figures(), "retried_by_gateway": gateway_retries(gateway) - retries}, seconds
+
+
+def test_a_rolling_change_under_load_fails_no_request(fleet_behind_gateway, tmp_path):
+    gateway, workers = fleet_behind_gateway
+    pids = {w.name: main_pid(w) for w in workers}
+    since = time.time()
+    run, figures, seconds = rolled(tmp_path, fleet_behind_gateway, "drained")
+    print(f"rolling change with drain: {figures}, rollout {seconds:.0f} s")
+    assert run.returncode == 0, run.output[-4000:]
+    assert figures["failed"] == 0 and figures["sent"] > 100, figures
+    assert figures["retried_by_gateway"] == 0, figures  # no request even reached a stopping server
+    assert all(main_pid(w) != pids[w.name] for w in workers)
+    assert {w.name: starts_since(w, since) for w in workers} == {w.name: 1 for w in workers}
+    assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in workers}
+    assert run.output.count("rollout: batch") == 2 * (len(workers) + 1)  # one run per worker, then the gateway's
+    assert {"Drain from the gateway", "SGLang service", "Back in the gateway"} <= changed_operations(run.output)
+
+
+def test_a_second_rollout_changes_nothing_and_writes_nothing_to_the_gateway(fleet_behind_gateway, tmp_path):
+    gateway, workers = fleet_behind_gateway
+    pids, writes = {w.name: main_pid(w) for w in workers}, admin_writes(gateway)
+    run, seconds = rollout(restart_input(tmp_path, "drained"), "--batch", str(len(workers)))
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.output.count("--> Results:") == 2  # the workers' batch, the gateway's
+    assert changed_operations(run.output) == set()
+    assert admin_writes(gateway) == writes
+    assert {w.name: main_pid(w) for w in workers} == pids
+
+
+def test_a_worker_failing_readiness_is_rolled_back_kept_out_and_stops_the_rollout(fleet_behind_gateway, tmp_path):
+    gateway, workers = fleet_behind_gateway
+    victim, others = workers[0], workers[1:]
+    untouched = {w.name: (main_pid(w), fleet.ssh(w, "cat /etc/specfleet/sglang.env")) for w in others}
+    previous_env = fleet.ssh(victim, "cat /etc/specfleet/sglang.env")
+    fleet.ssh(victim, f"echo '{{\"health_fail\": true}}' > {FAULT_KNOBS}")  # the new unit's server never gets healthy
+    try:
+        run, seconds = rollout(restart_input(tmp_path, "failing", FAULT_KNOBS), "--data", "ready_timeout_s=15")
+    finally:
+        fleet.ssh(victim, f"rm -f {FAULT_KNOBS}")
+    out = run.output
+    print(f"worker failing readiness: rollout stopped after {seconds:.0f} s")
+    assert run.returncode != 0
+    assert "restored the previous unit, which generates again" in out, out[-3000:]
+    assert f"batch 1/{len(workers) + 1} failed" in out and f"Not touched: {', '.join(w.name for w in others)}" in out
+    assert fleet.ssh(victim, "cat /etc/specfleet/sglang.env") == previous_env  # the previous unit, restored
+    assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in others}  # victim not back
+    assert {w.name: (main_pid(w), fleet.ssh(w, "cat /etc/specfleet/sglang.env")) for w in others} == untouched
+    ask = {"model": "kimi-k2.6", "messages": [{"role": "user", "content": "still serving?"}], "max_tokens": 8}
+    assert call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", key=KEY, body=ask)[0] == 200
+    # The gateway's own stage registers the rolled-back worker again (it serves its previous unit).
+    back = run_deploy(*EXPOSED, "--limit", gateway.name)
+    assert back.returncode == 0, back.output[-3000:]
+    assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in workers}
+
+
+def test_the_same_change_without_the_drain_fails_requests(fleet_behind_gateway, tmp_path):
+    """Last: the failures it provokes leave the gateway's circuit breakers open for a while."""
+    gateway, workers = fleet_behind_gateway
+    assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in workers}  # as the drained run
+    run, figures, seconds = rolled(tmp_path, fleet_behind_gateway, "undrained", "--data", "test_only_skip_drain=true")
+    print(f"rolling change without drain: {figures}, rollout {seconds:.0f} s")
+    assert run.returncode == 0, run.output[-4000:]
+    assert "SGLang service" in changed_operations(run.output)
+    assert not {"Drain from the gateway", "Back in the gateway"} & changed_operations(run.output)
+    assert figures["failed"] + figures["retried_by_gateway"] > 0, figures

@@ -1,0 +1,146 @@
+"""The one-round-trip host program (operations/host_scripts/host_state.py) answers each fact as that
+fact's own command does: both run here, side by side, on the same files, units, venvs and GPU
+stand-in (which answers from real captures), and each fact's process() reads both; the GPU parts it
+derives from one `nvidia-smi -q` are checked against the facts a real H200 host gave."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyinfra.facts.server import Arch, LinuxDistribution
+
+from operations import host_state
+from operations.filestate import FileStates
+from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
+from operations.gpu.smoke import GpuSmokeRecord
+from operations.host_programs import HOST_SCRIPTS, program
+from operations.layout import SystemUser
+from operations.preflight import LoginUser
+from operations.readiness import ServerProbe
+from operations.secrets import UserFileStates
+from operations.service import ServiceState
+from operations.venv import MARKER, VenvRequirement
+from tests.gpu_standin_env import gpu_standin_env
+
+REPO = Path(__file__).resolve().parents[2]
+CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
+
+
+def own_command(fact, env: dict, **kwargs):
+    """The fact as pyinfra reads it: its command's output lines (exit 0), else its default."""
+    out = subprocess.run(["sh", "-c", fact().command(**kwargs)], capture_output=True, text=True, env=env)
+    lines = out.stdout.splitlines()
+    return fact().process(lines) if out.returncode == 0 and lines else fact.default()
+
+
+def host_program(wanted: list, env: dict) -> dict:
+    """host_state.answered's parsing of the host program run here on `wanted`."""
+    encoded = [[fact.__name__, host_state._host_arguments(fact, kwargs)] for fact, kwargs in wanted]
+    out = subprocess.run([sys.executable, "-c", program("host_state"), json.dumps(encoded)], capture_output=True,
+                         text=True, env=env, check=True)
+    answers = json.loads(out.stdout)
+    return {fact.__name__ + repr(sorted(kwargs.items())): fact().process(lines) if lines else fact.default()
+            for (fact, kwargs), lines in zip(wanted, answers) if lines is not None}
+
+
+def assert_same(wanted: list, env: dict) -> None:
+    gathered = host_program(wanted, env)
+    for fact, kwargs in wanted:
+        key = fact.__name__ + repr(sorted(kwargs.items()))
+        assert key in gathered, f"{key} left to its own command"
+        assert gathered[key] == own_command(fact, env, **kwargs), key
+
+
+@pytest.mark.parametrize("profile", ["b200_nvlink", "rtx_pro_6000_pcie"])
+def test_gpu_facts_as_their_own_commands_on_the_gpu_stand_in(tmp_path, profile):
+    env = {**os.environ, **gpu_standin_env(tmp_path, profile)}
+    assert_same([(NvidiaGpus, {}), (NvidiaTopology, {}), (NvidiaDriver, {}), (RebootPending, {}),
+                 (NvidiaFabric, {})], env)
+
+
+def test_a_driver_library_mismatch_reads_as_a_pending_reboot(tmp_path):
+    env = {**os.environ, **gpu_standin_env(tmp_path, "b200_nvlink")}
+    (tmp_path / "nvml-version").write_text("590.44.01 13.1\n")
+    env["SPECFLEET_NVML_VERSION_FILE"] = str(tmp_path / "nvml-version")
+    assert own_command(RebootPending, env) == ["Failed to initialize NVML: Driver/library version mismatch"]
+    assert_same([(RebootPending, {}), (NvidiaGpus, {})], env)
+
+
+@pytest.mark.parametrize("capture", ["h200-x1", "h200-x2-capture"])
+def test_driver_and_fabric_from_one_full_q_read_as_on_the_real_host(capture):
+    """One `nvidia-smi -q` stands for NvidiaDriver's `-q -d COMPUTE` and NvidiaFabric's filtered -q: the
+    facts a real H200 host gave through their own commands (facts.txt) come out of its full -q."""
+    sys.path.insert(0, str(HOST_SCRIPTS))
+    try:
+        import host_state as program_module
+    finally:
+        sys.path.remove(str(HOST_SCRIPTS))
+    folder = CAPTURES / capture
+    facts = dict(re.findall(r"--> Fact data for: operations\.gpu\.facts\.(\w+)\n(\{.*?\n\})\n", (folder / "facts.txt").read_text(), re.S))
+    real = {name: json.loads(text)["@local"] for name, text in facts.items()}
+    q = (folder / "q.txt").read_text().splitlines()
+    proc = (folder / "proc_driver_nvidia_version.txt").read_text().splitlines()
+    assert NvidiaDriver().process(proc + q) == real["NvidiaDriver"]
+    fabric = NvidiaFabric().process(program_module.nvidia_fabric("/nonexistent", {}, [], q))
+    assert fabric["gpus"] == real["NvidiaFabric"]["gpus"]
+
+
+def test_files_user_login_and_system_as_their_own_commands(tmp_path):
+    (tmp_path / "file").write_text("content\n")
+    (tmp_path / "file").chmod(0o640)
+    (tmp_path / "dir").mkdir(mode=0o750)
+    (tmp_path / "link").symlink_to(tmp_path / "file")  # [ -f ] follows it, stat does not
+    (tmp_path / "sticky").mkdir()
+    (tmp_path / "sticky").chmod(0o1777)
+    paths = tuple(str(tmp_path / name) for name in ("file", "dir", "link", "sticky", "missing"))
+    record = tmp_path / "gpu-smoke.json"
+    record.write_text(json.dumps({"verdict": "passed", "boot_id": "x"}) + "\n")
+    env = dict(os.environ)
+    assert_same([(FileStates, dict(paths=paths)), (SystemUser, dict(user="root")),
+                 (SystemUser, dict(user="specfleet-no-such-user")), (LoginUser, {}), (Arch, {}),
+                 (LinuxDistribution, {}), (GpuSmokeRecord, dict(path=str(record))),
+                 (GpuSmokeRecord, dict(path=str(tmp_path / "absent.json"))),
+                 (UserFileStates, dict(user="specfleet-no-such-user", paths=paths))], env)
+    if os.geteuid() == 0:  # read as another user: a forked child that became it, as runuser does
+        assert_same([(UserFileStates, dict(user="nobody", paths=("/etc/passwd", "/root", str(tmp_path))))], env)
+
+
+def test_venv_versions_from_dist_info_as_the_venvs_own_python_reads_them(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "Some_Dist-1.2.3+lab.dist-info").mkdir()
+    (site / "Some_Dist-1.2.3+lab.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: some-dist\nVersion: 1.2.3+lab\n\nbody\n")
+    (venv / MARKER).write_text("3f2a9c0d1e4b5a6c\n")
+    env = dict(os.environ)
+    assert_same([(VenvRequirement, dict(path=str(venv), distribution="some-dist")),
+                 (VenvRequirement, dict(path=str(venv), distribution="absent")),
+                 (VenvRequirement, dict(path=str(tmp_path / "no-venv"), distribution="some-dist"))], env)
+    assert own_command(VenvRequirement, env, path=str(venv), distribution="some-dist") == \
+        {"version": "1.2.3+lab", "fingerprint": "3f2a9c0d1e4b5a6c"}
+
+
+@pytest.mark.skipif(not Path("/run/systemd/system").is_dir(), reason="needs systemd as init")
+def test_units_and_the_probe_as_their_own_commands(tmp_path):
+    unit = tmp_path / "x.service"
+    unit.write_text("[Service]\n")
+    env = dict(os.environ)
+    assert_same([(ServiceState, dict(unit_file=str(unit), env_file=str(tmp_path / "absent"),
+                                     service="specfleet-no-such-unit")),
+                 (ServiceState, dict(unit_file=str(unit), env_file=str(unit), service="systemd-journald")),
+                 (ServiceState, dict(unit_file=str(unit), env_file=str(unit), service="dbus.socket"))], env)
+
+
+def test_a_probe_of_a_closed_port_answers_as_the_probe_script(tmp_path):
+    probe = dict(install_dir=str(HOST_SCRIPTS.parent), port=9, model="m", key_file=str(tmp_path / "key"),
+                 service_user="root")
+    env = dict(os.environ)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "probe_server.py").symlink_to(HOST_SCRIPTS / "probe_server.py")
+    probe["install_dir"] = str(tmp_path)
+    assert_same([(ServerProbe, probe)], env)

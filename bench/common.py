@@ -77,6 +77,11 @@ def fmt(s: dict, unit: str = "s") -> str:
     return f"{s['median']:.3f}{unit} (min {s['min']:.3f}, max {s['max']:.3f}, n={s['n']})"
 
 
+def against_target(label: str, figure: dict, target: float) -> str:
+    """One report line: the figure's median (with its spread) against its target, MET or MISSED."""
+    return f"{label} {fmt(figure, '')}  target <= {target}: {'MET' if figure['median'] <= target else 'MISSED'}"
+
+
 def ratio_summary(numerators: list[float], denominators: list[float]) -> dict:
     """Ratios of paired runs (measured side by side in the same round)."""
     return summary([n / d for n, d in zip(numerators, denominators)])

@@ -13,8 +13,9 @@ import lab
 import statistics
 import time
 
-from bench.common import (PYINFRA, TOKEN, changed_operations, count_commands, deploy, extract_commands, fmt,
-                          log, operation_times, phase_times, ratio_summary, run_timed, summary, write_result)
+from bench.common import (PYINFRA, TOKEN, against_target, changed_operations, count_commands, deploy,
+                          extract_commands, fmt, log, operation_times, phase_times, ratio_summary, run_timed, summary,
+                          write_result)
 from lab import fleet
 
 SPEC = "pcie=2,b200=1"
@@ -144,7 +145,7 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     print(f"P1 no-op deploy   {fmt(result['noop_s'])}")
     print(f"P1 floor          {fmt(result['floor_s'])}")
     print(f"P1 fact CLI       {fmt(result['fact_cli_s'])}")
-    print(f"P1 ratio          {fmt(ratio, '')}  target <= {TARGET}: {'MET' if result['met'] else 'MISSED'}")
+    print(against_target("P1 ratio         ", ratio, TARGET))
     print(f"P1 what-if: the same fact commands, each once, in 1 command per host (bench/lean_noop_deploy.py): "
           f"{fmt(result['what_if_one_command_per_host_s'])}, ratio {fmt(result['what_if_ratio'], '')}")
     print(f"P1 phases (median s): {median_phase}")

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import lab
-from bench.common import (BENCH, REPO, TOKEN, WORK, deploy, fmt, log, ratio_summary,
+from bench.common import (BENCH, REPO, TOKEN, WORK, against_target, deploy, fmt, log, ratio_summary,
                           run_timed, summary, write_result)
 from bench.p1 import SPEC, noop_run
 from lab import fleet
@@ -138,8 +138,7 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict
     result["met"] = result["ratio"]["median"] <= TARGET
     print(f"P1b pyinfra no-op          {fmt(result['pyinfra_noop_s'])}")
     print(f"P1b Ansible no-op          {fmt(result['ansible_noop_s'])}  ({version})")
-    print(f"P1b ratio pyinfra/Ansible  {fmt(result['ratio'], '')}  target <= {TARGET}: "
-          f"{'MET' if result['met'] else 'MISSED'}")
+    print(against_target("P1b ratio pyinfra/Ansible ", result["ratio"], TARGET))
     if ansible_pipe_s:
         print(f"P1b Ansible, pipelining    {fmt(result['ansible_pipelining_noop_s'])}; ratio "
               f"{fmt(result['ratio_vs_ansible_pipelining'], '')}")

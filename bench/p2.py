@@ -14,7 +14,7 @@ import os
 
 import lab
 from bench import repos
-from bench.common import (changed_operations, deploy, fmt, log, operation_times, ratio_summary, summary,
+from bench.common import (against_target, changed_operations, deploy, fmt, log, operation_times, ratio_summary, summary,
                           write_result)
 from lab import fleet
 from lab.repos import KIMI_DFLASH
@@ -82,8 +82,7 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5")) * 2) -> dict:
     result["met"] = result["ratio"]["median"] <= TARGET
     for key in LAYOUTS:
         print(f"P2 Weights op, {key:>2} shards   {fmt(result['weights_op_s'][key])}")
-    print(f"P2 ratio (Weights op)      {fmt(result['ratio'], '')}  target <= {TARGET}: "
-          f"{'MET' if result['met'] else 'MISSED'}")
+    print(against_target("P2 ratio (Weights op)     ", result["ratio"], TARGET))
     print(f"P2 ratio (whole stage run) {fmt(result['ratio_whole_run'], '')}")
     print(f"P2 ratio (WeightsState on the host) {fmt(result['ratio_fact_on_host'], '')}; "
           f"64: {fmt(result['weights_state_fact_on_host_s']['64'])}")

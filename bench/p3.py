@@ -23,7 +23,7 @@ import shlex
 
 import lab
 from bench import repos
-from bench.common import deploy, fmt, log, operation_times, ratio_summary, summary, write_result
+from bench.common import against_target, deploy, fmt, log, operation_times, ratio_summary, summary, write_result
 from lab import fleet
 from lab.config import HUB_URL, TOKEN_GRANTED
 from lab.repos import KIMI_DFLASH
@@ -175,10 +175,9 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     print(f"P3 hashing while streaming: fetcher hashed/unhashed {fmt(p3['ratio_fetcher_hashed_vs_unhashed'], '')}; "
           f"(hashed - unhashed) / deploy {fmt(p3['hash_cost_share_of_deploy'], '')}")
     print(f"P3 ratio deploy/fetcher alone {fmt(p3['ratio_deploy_vs_fetcher'], '')}")
-    print(f"P3 ratio deploy/curl    {fmt(p3['ratio'], '')}  target <= {TARGET}: {'MET' if p3['met'] else 'MISSED'}")
+    print(against_target("P3 ratio deploy/curl   ", p3["ratio"], TARGET))
     print(f"P3 ratio whole run/curl {fmt(p3['ratio_whole_run'], '')}")
-    print(f"P3b ratio deploy/hf download {fmt(p3b['ratio'], '')}  target <= {TARGET_B}: "
-          f"{'MET' if p3b['met'] else 'MISSED'}")
+    print(against_target("P3b ratio deploy/hf download", p3b["ratio"], TARGET_B))
     write_result("P3", p3)
     write_result("P3b", p3b)
     return p3

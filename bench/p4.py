@@ -14,7 +14,8 @@ from collections import defaultdict
 
 import lab
 from bench import labctl
-from bench.common import deploy, fmt, log, operation_times, phase_times, ratio_summary, summary, write_result
+from bench.common import (against_target, deploy, fmt, log, operation_times, phase_times, ratio_summary, summary,
+                          write_result)
 from lab import fleet
 
 TARGET = 1.5
@@ -104,14 +105,13 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 2)) -> dict
     for key, spec in SIZES.items():
         print(f"P4 fresh deploy, {spec}  {fmt(result['fresh_deploy_s'][key])}; machine CPU busy "
               f"{result['machine_cpu_busy'][key]['median']:.0%}, pyinfra CPU {result['pyinfra_cpu_s'][key]['median']}s")
-    print(f"P4 ratio 8/1   {fmt(result['ratio'], '')}  target <= {TARGET}: {'MET' if result['met'] else 'MISSED'}")
+    print(against_target("P4 ratio 8/1  ", result["ratio"], TARGET))
     for key, spec in SIZES.items():
         total = result["hosts_cpu_total_s"][key]["median"]
         print(f"P4 {spec}: the hosts used {total:.1f} CPU-s (per host {fmt(result['cpu_per_host_s_by_size'][key])}) + "
               f"pyinfra {result['pyinfra_cpu_s'][key]['median']:.1f} CPU-s; on {os.cpu_count()} cores that alone "
               f"needs >= {(total + result['pyinfra_cpu_s'][key]['median']) / os.cpu_count():.1f}s")
-    print(f"P4 host CPU per host (all fresh deploys) {fmt(result['cpu_per_host_s'])}  target <= {CPU_TARGET_S}: "
-          f"{'MET' if result['cpu_per_host_s']['median'] <= CPU_TARGET_S else 'MISSED'}")
+    print(against_target("P4 host CPU-s per host (all fresh deploys)", result["cpu_per_host_s"], CPU_TARGET_S))
     print("P4 operation wall time, 1 host -> 8 hosts (median s):")
     for op in ops["8"]:
         print(f"    {op:28} {ops['1'].get(op, 0):7.2f} -> {ops['8'][op]:7.2f}")

@@ -19,7 +19,7 @@ import time
 
 import lab
 from bench import labctl
-from bench.common import fmt, log, ratio_summary, summary, write_result
+from bench.common import against_target, fmt, log, ratio_summary, summary, write_result
 from bench.p4 import host_cpu
 from lab import fleet
 from lab.config import CONTROLLER_IP, INDEX_URL
@@ -122,7 +122,7 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "2"))) -> dict:
     result["met"] = result["ratio"]["median"] <= TARGET
     for name in runs:
         print(f"P6 {name:6} install {fmt(result['install_s'][name])}; host CPU {fmt(result['host_cpu_s'][name])}")
-    print(f"P6 ratio deploy/pip {fmt(result['ratio'], '')}  target <= {TARGET}: {'MET' if result['met'] else 'MISSED'}")
+    print(against_target("P6 ratio deploy/pip", result["ratio"], TARGET))
     write_result("P6", result)
     return result
 

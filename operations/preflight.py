@@ -200,6 +200,13 @@ def unpinned_builds(deployment: Deployment) -> list[str]:
             for ref in GIT_REVISION.findall(d.sglang_requirement) if not COMMIT.match(ref)]
 
 
+def moving_revisions(deployment: Deployment, snapshots: dict[str, RepoSnapshot]) -> tuple[list[str], list[str]]:
+    """(problems, warnings): a branch revision or git ref fails the host, unless allow_branch_revisions
+    makes it a warning."""
+    moving = [*unpinned(deployment, snapshots), *unpinned_builds(deployment)]
+    return ([], moving) if deployment.allow_branch_revisions else (moving, [])
+
+
 def exposure_problems(deployment: Deployment, key_on_controller: bool, key_on_host: bool) -> list[str]:
     """A server reachable beyond loopback never runs without an API key."""
     d = deployment
@@ -265,7 +272,7 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
         # No driver yet: the deploy lays it down; the GPUs are checked after its reboot (`gpus`).
         _release, release_problem = host_release()
         problems += packages.before_driver_problems(host.name, release_problem, host.get_fact(packages.FreshHost),
-                                                    d.expected_gpus.count)
+                                                    d.host_class, d.expected_gpus)
     else:
         problems += check_gpu_class(host.name, d.host_class, d.expected_gpus, gpus, gpu_host["NvidiaTopology"],
                                     gpu_host["NvidiaDriver"], gpu_host["RebootPending"],
@@ -278,9 +285,8 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
     problems += ddtree_problems(d)
     key_file = host_state.read(FileStates, paths=(d.api_key_file,))[d.api_key_file]
     problems += exposure_problems(d, bool(os.environ.get(d.api_key_env)), key_file is not None)
-    branches = [f"{host.name}: {sentence}" for sentence in [*unpinned(d, snapshots), *unpinned_builds(d)]]
-    if not d.allow_branch_revisions:
-        problems += branches
+    moving, warnings = moving_revisions(d, snapshots)
+    problems += [f"{host.name}: {sentence}" for sentence in moving]
     waiting = [f"{host.name}: {problem}" for problem in access_pending]
     # A host that serves is never touched while a repo waits for access: its server keeps running as is.
     if waiting and (problems or serves(host.get_fact(ServiceState, unit_file=d.unit_file, env_file=d.env_file,
@@ -289,8 +295,8 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
     if problems:
         yield fail_host(problems)
         return
-    for warning in branches:
-        host.log_styled(warning, fg="yellow")
+    for warning in warnings:
+        host.log_styled(f"{host.name}: {warning}", fg="yellow")
     if waiting:
         host.log_styled(f"{host.name}: serves nothing yet and waits for access to "
                         f"{', '.join(r.repo_id for r in d.repos if r.role not in snapshots)}: preparing "

@@ -11,7 +11,8 @@ from operations.deployment import resolve
 from operations.gpu import nvidia
 from operations.gpu.packages import NvidiaPackages
 from operations.hub import RepoSnapshot
-from operations.preflight import exposure_problems, hub_snapshots, serves, unpinned, unpinned_builds
+from operations.preflight import (exposure_problems, hub_snapshots, moving_revisions, serves, unpinned,
+                                  unpinned_builds)
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
 from tests.unit.group_data import host_data
 
@@ -67,6 +68,15 @@ def test_a_git_build_must_name_a_commit_not_a_pull_request_ref():
                                                 "#subdirectory=python")
     assert unpinned_builds(pinned) == []
     assert unpinned_builds(deployment()) == []  # a release pin has no git ref
+
+
+def test_moving_revisions_fail_the_host_unless_allow_branch_revisions_makes_them_warnings():
+    snapshots = {role: RepoSnapshot(f"r/{role}", COMMIT, (), {}) for role in ("target", "drafter")}
+    problems, warnings = moving_revisions(deployment(profile="qwen36_ddtree"), snapshots)
+    assert len(problems) == 3 and warnings == []  # both repos at 'main', and the pull-request ref
+    allowed = deployment(profile="qwen36_ddtree", allow_branch_revisions="yes")
+    assert moving_revisions(allowed, snapshots) == ([], problems)
+    assert moving_revisions(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink"), snapshots) == ([], [])
 
 
 class Failing(http.server.BaseHTTPRequestHandler):

@@ -2,7 +2,7 @@
 
 Facts in, package names and versions out: the operations in operations.gpu.nvidia turn these
 into apt commands. Sources: NVIDIA's driver installation guide and CUDA repository layout
-(../shared/notes/hosts.md, "Laying down the driver on a fresh host").
+(the project's hosts notes, "Laying down the driver on a fresh host").
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing_extensions import override
 
 from pyinfra.api import FactBase
+
+from operations.gpu import products
 
 KEYRING_PACKAGE = "cuda-keyring"
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
@@ -161,35 +163,48 @@ class AptVersions(FactBase):
 
 class FreshHost(FactBase):
     """
-    Returns what can be checked on a host before its driver exists: how many NVIDIA display/3D
-    controllers ``lspci -n`` lists (None without lspci). Its Python is checked for every host
-    (``operations.venv.python_problems``).
+    Returns what can be checked on a host before its driver exists: the vendor:device IDs of the
+    NVIDIA display/3D controllers ``lspci -n`` lists (None without lspci). Its Python is checked for
+    every host (``operations.venv.python_problems``).
 
     .. code:: python
 
-        {"nvidia_pci_devices": 8}
+        {"nvidia_pci_ids": ["10de:2bb5", "10de:2bb5"]}
     """
 
     @override
     def command(self) -> str:
+        # `lspci -n` lines: "17:00.0 0302: 10de:2bb5 (rev a1)"; class 0300 VGA, 0302 3D controller.
         # Always a line (pci none without lspci): a fact that prints nothing is pyinfra's None.
-        return ("if command -v lspci >/dev/null; then echo \"pci $(lspci -n -d 10de: | grep -cE ' 03(00|02): ')\"; "
-                "else echo pci none; fi")
+        return ("if command -v lspci >/dev/null; then echo \"pci $(lspci -n -d 10de: | "
+                "awk '$2 ~ /^030[02]:$/ {printf \" %s\", $3}')\"; else echo pci none; fi")
 
     @override
     def process(self, output: list[str]) -> dict:
-        facts = dict(nvidia_pci_devices=None)
+        facts = dict(nvidia_pci_ids=None)
         for line in output:
             words = line.split()
-            if words[:1] == ["pci"] and len(words) == 2 and words[1].isdigit():
-                facts["nvidia_pci_devices"] = int(words[1])
+            if words[:1] == ["pci"] and words[1:] != ["none"]:
+                facts["nvidia_pci_ids"] = [word.lower() for word in words[1:]]
         return facts
 
 
-def before_driver_problems(host_name: str, release_problem: str | None, fresh: dict, gpu_count: int) -> list[str]:
-    """What keeps a host without a driver from getting one and serving: OS release, PCI devices."""
+def before_driver_problems(host_name: str, release_problem: str | None, fresh: dict, host_class: str,
+                           expected) -> list[str]:
+    """What keeps a host without a driver from getting one and serving: OS release, and the PCI
+    bus against the class (`expected`: its GpuExpectations): how many NVIDIA GPUs, and, for the
+    products whose PCI IDs are known, whether the class expects them."""
     problems = [release_problem] if release_problem else []
-    if fresh["nvidia_pci_devices"] is not None and fresh["nvidia_pci_devices"] != gpu_count:
-        problems.append(f"{host_name}: expected {gpu_count} NVIDIA GPUs on the PCI bus, `lspci -n -d 10de:` lists "
-                        f"{fresh['nvidia_pci_devices']}: this host belongs to another class, or a GPU is missing")
+    ids = fresh["nvidia_pci_ids"]
+    if ids is None:
+        return problems
+    if len(ids) != expected.count:
+        problems.append(f"{host_name}: expected {expected.count} NVIDIA GPUs on the PCI bus, `lspci -n -d 10de:` lists "
+                        f"{len(ids)}: this host belongs to another class, or a GPU is missing")
+    foreign = sorted({(pci_id, name) for pci_id in ids if (name := products.name_by_pci_id(pci_id))
+                      and not any(re.search(pattern, name) for pattern in expected.name_patterns)})
+    if foreign:
+        listed = ", ".join(f"{pci_id} ({name})" for pci_id, name in foreign)
+        problems.append(f"{host_name}: `lspci -n` lists {listed}, which the inventory's class {host_class} does "
+                        f"not expect: put the host in its class's group, or fix the inventory")
     return problems

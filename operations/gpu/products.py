@@ -23,3 +23,22 @@ def interconnect_by_product(names: list[str]) -> str | None:
     if names and all(any(re.search(pattern, name or "") for pattern in PCIE_ONLY_NAMES) for name in names):
         return "pcie"
     return None
+
+
+# PCI device IDs (vendor 10de) -> the name nvidia-smi prints for that product, for hosts that have
+# no driver yet (`lspci -n` reads the bus without one). RTX PRO 6000 family: the hosts notes'
+# table; 2335: a real H200 host's `nvidia-smi --query-gpu=pci.device_id` (0x233510DE). Products
+# whose IDs no source here gives (B200, B300) are not listed: their hosts are checked by count only.
+PCI_DEVICE_NAMES = {
+    "2bb1": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+    "2bb4": "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+    "2bb5": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    "2bb9": "NVIDIA RTX 6000D",
+    "2335": "NVIDIA H200",
+}
+
+
+def name_by_pci_id(vendor_device: str) -> str | None:
+    """The product name of `10de:XXXX` (as `lspci -n` prints it), None when this table does not know it."""
+    vendor, _, device = vendor_device.lower().partition(":")
+    return PCI_DEVICE_NAMES.get(device) if vendor == "10de" else None

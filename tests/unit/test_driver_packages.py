@@ -4,15 +4,20 @@ Fact outputs are real: dpkg-query, apt-cache madison and /etc/os-release from a 
 (Debian 12) after the deploy installed the 590 branch from the lab's repository.
 """
 
+import shlex
+import subprocess
+
 import pytest
 from pyinfra.api.command import FunctionCommand
 from pyinfra.context import ctx_host
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.server import Arch, KernelVersion, LinuxDistribution
 
+from operations.deployment import resolve
 from operations.gpu import nvidia, packages
 from operations.gpu.facts import NvidiaDriver
 from operations.gpu.packages import AptVersions, FreshHost, NvidiaPackages
+from tests.unit.group_data import host_data
 
 DPKG_590 = """\
 ii  cuda-keyring 1.1-1
@@ -173,19 +178,52 @@ def test_fabric_manager_at_the_drivers_exact_version():
     assert packages.fabric_packages("590.48.01", True, INSTALLED_590["installed"]) == []
 
 
+PCIE = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").expected_gpus
+B200 = resolve(host_data("b200_nvlink"), "b200_nvlink").expected_gpus
+
+
+def lspci(*devices: str) -> list[str]:
+    """What FreshHost's command prints for `lspci -n` lines such as "17:00.0 0302: 10de:2bb5 (rev a1)"."""
+    return ["pci" + "".join(f" 10de:{device}" for device in devices)]
+
+
 def test_before_the_driver_an_unsupported_release_is_the_problem():
-    fresh = FreshHost().process(["pci 8"])
-    assert packages.before_driver_problems("gpu-host", None, fresh, 8) == []
-    assert packages.before_driver_problems("gpu-host", "gpu-host: debian 11 is not served", fresh, 8) == [
-        "gpu-host: debian 11 is not served"]
+    fresh = FreshHost().process(lspci(*["2bb5"] * 8))
+    assert packages.before_driver_problems("gpu-host", None, fresh, "rtx_pro_6000_pcie", PCIE) == []
+    assert packages.before_driver_problems("gpu-host", "gpu-host: debian 11 is not served", fresh,
+                                           "rtx_pro_6000_pcie", PCIE) == ["gpu-host: debian 11 is not served"]
 
 
 def test_without_lspci_the_fresh_host_fact_still_answers():
     assert "else echo pci none" in FreshHost().command()
-    assert FreshHost().process(["pci none"]) == {"nvidia_pci_devices": None}
+    assert FreshHost().process(["pci none"]) == {"nvidia_pci_ids": None}
+    assert FreshHost().process(["pci"]) == {"nvidia_pci_ids": []}  # lspci, but no NVIDIA GPU
+
+
+def test_the_fresh_host_command_lists_the_ids_of_display_and_3d_controllers_only():
+    """The command's awk over `lspci -n` lines (NVIDIA's audio function 0403 and bridges are not GPUs)."""
+    lines = "17:00.0 0302: 10de:2bb5 (rev a1)\n17:00.1 0403: 10de:22e8 (rev a1)\n0000:c1:00.0 0300: 10de:2bb1 (rev a1)\n"
+    script = FreshHost().command().replace("lspci -n -d 10de:", f"printf {shlex.quote(lines)}")
+    printed = subprocess.run(["bash", "-c", script.replace("command -v lspci", "true")], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    assert FreshHost().process(printed) == {"nvidia_pci_ids": ["10de:2bb5", "10de:2bb1"]}
 
 
 def test_before_the_driver_the_pci_bus_shows_the_gpu_count_when_lspci_exists():
-    fresh = FreshHost().process(["pci 7"])
-    [problem] = packages.before_driver_problems("gpu-host", None, fresh, 8)
+    fresh = FreshHost().process(lspci(*["2bb5"] * 7))
+    [problem] = packages.before_driver_problems("gpu-host", None, fresh, "rtx_pro_6000_pcie", PCIE)
     assert "expected 8 NVIDIA GPUs on the PCI bus, `lspci -n -d 10de:` lists 7" in problem
+
+
+def test_before_the_driver_the_pci_ids_tell_a_host_in_the_wrong_class():
+    pro_cards = FreshHost().process(lspci(*["2bb5"] * 8))
+    [problem] = packages.before_driver_problems("gpu-host", None, pro_cards, "b200_nvlink", B200)
+    assert problem == ("gpu-host: `lspci -n` lists 10de:2bb5 (NVIDIA RTX PRO 6000 Blackwell Server Edition), which "
+                       "the inventory's class b200_nvlink does not expect: put the host in its class's group, or "
+                       "fix the inventory")
+    h200 = FreshHost().process(lspci(*["2335"] * 8))
+    assert "10de:2335 (NVIDIA H200)" in packages.before_driver_problems("gpu-host", None, h200, "rtx_pro_6000_pcie",
+                                                                         PCIE)[0]
+    # IDs no source here names (a B200's) are checked by count only.
+    assert packages.before_driver_problems("gpu-host", None, FreshHost().process(lspci(*["2901"] * 8)),
+                                           "b200_nvlink", B200) == []

@@ -18,12 +18,15 @@ from operations.deployment import host_class_of, resolve
 from operations.gpu import nvidia, smoke
 from operations.knobs import BadHostData
 
-deployment = None
+deployment = gateway_data = None
 try:
+    # Every knob, parsed and checked; a host of a node group with its group's members.
     if gateway.serves_model(host.groups):
-        # Every knob, parsed and checked; a host of a node group with its group's members.
         deployment = resolve(host.data, host_class_of(host.groups), nodes.members(inventory, host))
+    if gateway.GROUP in host.groups:
+        gateway_data = gateway.resolve_gateway(host.data)
 except BadHostData as problem:
+    deployment = gateway_data = None
     preflight.refuse(name="Preflight", problem=f"{host.name}: {problem}")
 
 if deployment:
@@ -105,8 +108,8 @@ if deployment and not hub_problems and not access_pending:  # serving needs ever
 #    stage after the workers'): smg in its own virtualenv, its key (0640, root's), its unit, the inventory's workers registered.
 if any(gateway.GROUP in other.groups for other in inventory):
     gateway.workers_done(name="Workers done")
-if gateway.GROUP in host.groups:
-    g = gateway.resolve_gateway(host.data)
+if gateway_data:
+    g = gateway_data
     layout.service_user(name="Gateway user", user=g.user, home=g.home)
     gateway_key = gateway.api_key(name="Gateway API key", gateway=g)
     gateway_uv = venv.Uv(g.install_dir)

@@ -30,13 +30,13 @@ from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
-from operations import service
+from operations import knobs, service
 from operations.deployment import HOST_CLASSES, Deployment, host_class_of, resolve, served_model_name
 from operations.failure import fail_host
 from operations.nodes import members
 from operations.filestate import FileStates, matches, sha1_of
 from operations.host_programs import inline
-from operations.knobs import BadHostData, boolean
+from operations.knobs import BadHostData
 from operations.secrets import controller_key_file
 from operations.service import ServiceState
 from operations.templates import render
@@ -47,6 +47,7 @@ SCRIPTS = ("launch_smg.py", "gateway_workers.py")
 ADDRESS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")  # a host name or IPv4 address, nothing a shell reads
 POLICY = re.compile(r"^[a-z_]+$")
 ENDPOINT = re.compile(r"^/[A-Za-z0-9_./-]*$")
+HEALTH_KEYS = ("endpoint", "interval_secs", "timeout_secs", "failure_threshold", "success_threshold")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -107,33 +108,40 @@ class Gateway:
                 "--worker-startup-timeout-secs", str(self.register_timeout_s)]
 
 
-def _checked(name: str, value: Any, pattern: re.Pattern) -> str:
-    if not pattern.fullmatch(str(value)):
-        raise ValueError(f"{name}={value!r} is not allowed (expected {pattern.pattern})")
-    return str(value)
-
-
 def resolve_gateway(data: Any) -> Gateway:
-    """A gateway host's data as the typed, validated `Gateway` (every value reaches a unit file)."""
-    health = dict(data.gateway_health)
+    """A gateway host's data as the typed, validated `Gateway` (every value reaches a unit file or a
+    shell line); a bad value raises BadHostData naming the knob, the value and what is accepted."""
+    health = data.gateway_health
+    if not isinstance(health, dict) or set(health) != set(HEALTH_KEYS):
+        raise BadHostData(f"gateway_health={health!r} is not accepted: use dict({', '.join(HEALTH_KEYS)})")
+
+    def port(name: str) -> int:
+        return knobs.integer(name, getattr(data, name), minimum=1, maximum=65535)
+
+    def word(name: str, value: Any, pattern: re.Pattern, accepted: str) -> str:
+        return knobs.matching(name, value, pattern, accepted)
+
     return Gateway(
         model=served_model_name(data),
-        requirement=data.gateway_requirement,
-        service_name=_checked("gateway_service_name", data.gateway_service_name, POLICY),
-        user=_checked("gateway_user", data.gateway_user, POLICY),
-        bind_address=_checked("gateway_bind_address", data.gateway_bind_address, ADDRESS),
-        port=int(data.gateway_port),
-        prometheus_port=int(data.gateway_prometheus_port),
-        policy=_checked("gateway_policy", data.gateway_policy, POLICY),
-        health={"endpoint": _checked("gateway_health.endpoint", health["endpoint"], ENDPOINT),
-                **{k: int(health[k]) for k in ("interval_secs", "timeout_secs", "failure_threshold",
-                                               "success_threshold")}},
-        register_timeout_s=int(data.gateway_register_timeout_s),
-        install_dir=data.install_dir,
-        config_dir=data.config_dir,
-        pip_index_url=data.pip_index_url,
-        api_key_env=data.api_key_env,
-        remove_api_key=boolean("remove_api_key", data.remove_api_key),
+        requirement=word("gateway_requirement", data.gateway_requirement, knobs.REQUIREMENT,
+                         "a pip requirement on one line (e.g. smg==1.13.0)"),
+        service_name=word("gateway_service_name", data.gateway_service_name, knobs.UNIT_NAME,
+                          "a unit name (letters, digits, _.-)"),
+        user=word("gateway_user", data.gateway_user, knobs.USER_NAME, "a user name ([a-z_][a-z0-9_-], at most 32)"),
+        bind_address=word("gateway_bind_address", data.gateway_bind_address, ADDRESS,
+                          "an IP address or a host name"),
+        port=port("gateway_port"),
+        prometheus_port=port("gateway_prometheus_port"),
+        policy=word("gateway_policy", data.gateway_policy, POLICY, "an smg policy name (e.g. cache_aware)"),
+        health={"endpoint": word("gateway_health['endpoint']", health["endpoint"], ENDPOINT,
+                                 "a path such as /health"),
+                **{k: knobs.integer(f"gateway_health[{k!r}]", health[k], minimum=1) for k in HEALTH_KEYS[1:]}},
+        register_timeout_s=knobs.integer("gateway_register_timeout_s", data.gateway_register_timeout_s, minimum=1),
+        install_dir=knobs.path("install_dir", data.install_dir),
+        config_dir=knobs.path("config_dir", data.config_dir),
+        pip_index_url=knobs.url("pip_index_url", data.pip_index_url),
+        api_key_env=word("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
+        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
     )
 
 
@@ -207,7 +215,7 @@ def routes(inventory, worker_host, model: str) -> list[Route]:
             continue
         try:
             g = resolve_gateway(gateway_host.data)
-        except (ValueError, KeyError, TypeError) as error:
+        except BadHostData as error:
             found.append(Route(gateway_host.name, "", 0, "", 0, f"{gateway_host.name}: {error}"))
             continue
         if g.model != model:

@@ -8,6 +8,7 @@ import pytest
 from operations import gateway, service
 from operations.deployment import resolve
 from operations.gateway import GatewayWorkers, Route, resolve_gateway, routes, workers
+from operations.knobs import BadHostData
 from operations.sglang import SGLangRejects
 from tests.unit.fakehost import failure, run
 from tests.unit.group_data import host_data
@@ -39,10 +40,17 @@ def test_gateway_arguments_come_from_group_data_and_never_hold_the_key():
 
 
 @pytest.mark.parametrize("key, value", [("gateway_policy", "round_robin; rm -rf /"),
-                                        ("gateway_bind_address", "0.0.0.0 --api-key x")])
-def test_a_value_that_would_reach_the_unit_file_unchecked_is_refused(key, value):
-    with pytest.raises(ValueError, match=key):
+                                        ("gateway_bind_address", "0.0.0.0 --api-key x"),
+                                        ("gateway_requirement", "smg==1.13.0 | sh"),
+                                        ("gateway_port", "30080a"),
+                                        ("gateway_user", "smg; id"),
+                                        ("install_dir", "opt/specfleet"),
+                                        ("gateway_health", {"endpoint": "/health"})])
+def test_a_value_that_would_reach_the_unit_file_unchecked_is_one_line_naming_the_knob(key, value):
+    """BadHostData: deploy.py refuses the host with this line; the other hosts go on."""
+    with pytest.raises(BadHostData, match=key) as refused:
         resolve_gateway(host_data("gateway", **{key: value}))
+    assert "\n" not in str(refused.value) and repr(value) in str(refused.value)
 
 
 def test_workers_are_the_inventory_hosts_serving_the_gateways_model_at_their_network_address():

@@ -54,3 +54,14 @@ def test_classify_runs_without_lab(product):
     result = run([sys.executable, "-m", "operations.gpu", "classify", str(capture)], product)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["host_class"] == "rtx_pro_6000_pcie"
+
+
+def test_a_bad_gateway_knob_is_one_line_for_its_host_not_a_traceback_for_the_run(product):
+    """pyinfra re-raises an exception from loading deploy.py for every host: a gateway's data is
+    checked inside deploy.py's refusal, as a worker's is, so only its host fails (on `@local`
+    the refusal is the only operation that acts, and it changes nothing)."""
+    (product / "gateway_inventory.py").write_text('gateway = [("@local", {"gateway_port": "30080a"})]\n')
+    result = run([str(PYINFRA), "-y", "gateway_inventory.py", "deploy.py"], product)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "Traceback" not in output, output[-3000:]
+    assert "@local: gateway_port='30080a' is not a whole number from 1 to 65535" in output, output[-3000:]

@@ -1,4 +1,4 @@
-"""Roll deploy.py over a fleet N workers at a time, stopping at the first batch that fails.
+"""Roll deploy.py over a fleet N workers (or node groups) at a time, stopping at the first batch that fails.
 
     python rollout.py inventory/ct200.py                        # one worker at a time
     python rollout.py inventory/b200.py --batch 2 --data profile=qwen36_ddtree
@@ -8,7 +8,8 @@ host at a time and --parallel chunks each operation, so neither finishes a batch
 next). Within a run, every worker whose server restarts drains itself from its gateways first
 and registers again once it generates; a worker that fails readiness is rolled back to its
 previous unit, stays out of the gateway and fails the run, and the rollout stops there: the
-later batches are not touched. The gateway-only hosts come last, in one run of their own.
+later batches are not touched. A node group's hosts are one unit of a batch (deployed in the same
+run). The gateway-only hosts come last, in one run of their own.
 Options other than --batch go to pyinfra as they are (--data, --group-data, -v, ...).
 """
 
@@ -23,26 +24,40 @@ REPO = Path(__file__).resolve().parent
 
 
 def batches(inventory_path: str, size: int) -> list[list[str]]:
-    """The inventory's workers (class groups) in batches of `size`, in inventory order, then its gateway-only hosts."""
+    """The inventory's workers in batches of `size` units (`plan`), then its gateway-only hosts."""
     sys.path.insert(0, str(REPO))  # inventories and deploy code import the repository's packages, as pyinfra's CLI does
     from pyinfra.api import State
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory
 
+    with ctx_state.use(State()):  # pyinfra reads an inventory file inside a state, as its CLI does
+        return plan(list(make_inventory(inventory_path, cwd=os.getcwd())), size)
+
+
+def plan(hosts, size: int) -> list[list[str]]:
+    """Host names in batches of `size` units, in inventory order, then the gateway-only hosts.
+
+    A unit is one worker, or every host of a node group: its ranks serve one server together
+    (rank 0 cannot serve while another rank restarts), so they are deployed in the same run.
+    """
     from operations.gateway import GROUP, serves_model
 
-    with ctx_state.use(State()):  # pyinfra reads an inventory file inside a state, as its CLI does
-        hosts = list(make_inventory(inventory_path, cwd=os.getcwd()))
-    workers = [h.name for h in hosts if serves_model(h.groups)]
+    units: dict[tuple[str, str], list[str]] = {}
+    for h in hosts:
+        if serves_model(h.groups):
+            group = getattr(h.data, "node_group", None)
+            units.setdefault(("node group", group) if group else ("host", h.name), []).append(h.name)
+    ordered = list(units.values())
     gateways = [h.name for h in hosts if GROUP in h.groups and not serves_model(h.groups)]
-    return [workers[i:i + size] for i in range(0, len(workers), size)] + ([gateways] if gateways else [])
+    return [[name for unit in ordered[i:i + size] for name in unit] for i in range(0, len(ordered), size)] + \
+        ([gateways] if gateways else [])
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      usage="python rollout.py INVENTORY [--batch N] [pyinfra options]")
     parser.add_argument("inventory")
-    parser.add_argument("--batch", type=int, default=1, help="workers deployed together (default 1)")
+    parser.add_argument("--batch", type=int, default=1, help="workers (a node group counts as one) deployed together (default 1)")
     args, pyinfra_options = parser.parse_known_args(argv)
     if args.batch < 1:
         parser.error(f"--batch={args.batch} is not a whole number at least 1")

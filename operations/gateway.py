@@ -28,7 +28,7 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import files
+from pyinfra.operations import files, systemd
 
 from operations import knobs, service
 from operations.deployment import HOST_CLASSES, Deployment, host_class_of, resolve, served_model_name
@@ -428,16 +428,15 @@ def configure(gateway: Gateway, inputs: str, restart_when: list[OperationMeta]):
     current = host.get_fact(ServiceState, unit_file=g.unit_file, env_file="/dev/null", service=g.service_name)
     if current["unit_sha1"] == sha1_of(text.encode()):
         if any(op.changed for op in restart_when):
-            yield f"systemctl restart {g.service_name}"
+            yield from systemd.service._inner(service=g.service_name, running=True, restarted=True, enabled=True)
         elif current["active"] != "active" or current["enabled"] != "enabled":
-            yield f"systemctl enable --now {g.service_name}"
+            yield from systemd.service._inner(service=g.service_name, running=True, enabled=True)
         else:
             host.noop(f"{g.service_name} is running its current unit ({inputs})")
         return
-    yield from files.put._inner(src=StringIO(text), dest=g.unit_file, mode="644")
-    yield "systemctl daemon-reload"
-    yield f"systemctl enable {g.service_name}"
-    yield f"systemctl restart {g.service_name}"
+    yield from files.put._inner(src=StringIO(text), dest=g.unit_file, user="root", group="root", mode="644")
+    yield from systemd.service._inner(service=g.service_name, running=True, restarted=True, enabled=True,
+                                      daemon_reload=True)
 
 
 @operation()

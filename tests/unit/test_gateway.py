@@ -4,9 +4,11 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from operations import gateway, service
 from operations.deployment import resolve
+from operations.filestate import sha1_of
 from operations.gateway import GatewayWorkers, Route, resolve_gateway, routes, workers
 from operations.knobs import BadHostData
 from operations.sglang import SGLangRejects
@@ -157,3 +159,23 @@ def test_a_drained_worker_rejoins_each_answering_gateway_that_lacks_it(drained, 
     commands, _ = run(gateway.rejoin, {GatewayWorkers: answer}, deployment=worker_deployment(), routes=[ROUTE],
                       drained=SimpleNamespace(changed=drained))
     assert [c.rsplit("' ", 1)[1].split()[-3] for c in commands] == (["join"] if joins else [])
+
+
+def gateway_unit_facts(unit_sha1, active="active", enabled="enabled") -> dict:
+    return {service.ServiceState: dict(unit_sha1=unit_sha1, env_sha1=None, active=active, enabled=enabled),
+            SystemdStatus: {"smg.service": active == "active"}, SystemdEnabled: {"smg.service": enabled == "enabled"}}
+
+
+def test_the_gateway_unit_is_started_through_systemd_service_and_restarted_only_on_its_inputs():
+    g = resolve_gateway(host_data("gateway"))
+    written = sha1_of(gateway.unit_text(g, "smg==1.13.0").encode())
+    # A new unit's upload (files.put) needs a real host: tests/lab/test_gateway.py writes it.
+    stopped, _ = run(gateway.configure, gateway_unit_facts(written, "inactive", "disabled"), gateway=g,
+                     inputs="smg==1.13.0", restart_when=[])
+    assert stopped == ["systemctl start smg.service", "systemctl enable smg.service"]
+    commands, noops = run(gateway.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
+                          restart_when=[])
+    assert commands == [] and noops == ["smg is running its current unit (smg==1.13.0)"]
+    key_changed = SimpleNamespace(changed=True)
+    assert run(gateway.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
+               restart_when=[key_changed])[0] == ["systemctl restart smg.service"]

@@ -19,12 +19,16 @@ from . import packages
 from .facts import NvidiaDriver, NvidiaFabric, NvidiaGpus
 from .packages import AptVersions, NvidiaPackages
 
+# apt-get by hand where exact versions go down as well as up over held packages (fabric manager
+# follows the driver): apt.packages' present/latest states do not say that.
 APT_INSTALL = "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends"
 # `systemctl is-enabled` states in which the unit needs no `systemctl enable`.
 ENABLED_STATES = {"enabled", "enabled-runtime", "static", "alias", "indirect", "generated"}
 
 
 def _enable_and_start(unit: str, state: dict):
+    # From the unit state the host-state gathering read: systemd.service would read it again, one
+    # more round trip per unit on every no-op.
     if state.get("enabled") == "masked":
         yield fail_host([f"{host.name}: {unit} is masked: `systemctl unmask {unit}` if it should run here"])
         return

@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         try:
             importlib.import_module(f"bench.{runner.lower()}").main()
-        except Exception as error:  # one failing benchmark does not stop the others
+        except (Exception, SystemExit) as error:  # one failing benchmark (or lab start) does not stop the others
             print(f"{bench_id} failed: {error}", file=sys.stderr)
             failed.append(bench_id)
         print(f"[{bench_id}: {time.monotonic() - started:.0f}s]", flush=True)

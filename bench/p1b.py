@@ -60,7 +60,7 @@ def prepare(hosts) -> tuple[Path, Path]:
     sys.path.insert(0, str(REPO))
     import runpy
     all_data = runpy.run_path(str(REPO / "group_data" / "all.py"))
-    lab_data = runpy.run_path(str(REPO / "group_data" / "lab.py"))
+    lab_data = runpy.run_path(str(REPO / "lab" / "group_data" / "lab.py"))
     profile = all_data["profiles"][all_data["profile"]]
     sglang_req = lab_data["mirrors"]["requirements"].get(profile["sglang"]["requirement"],
                                                          profile["sglang"]["requirement"])

@@ -259,6 +259,14 @@ def stop_host(host: LabHost) -> None:
         if _pid(host):
             os.kill(pid, signal.SIGKILL)
             time.sleep(0.5)
+    # The kernel tears the container's network namespace down after nspawn exits, asynchronously:
+    # a host booted again at once under the same name would find its veth still there ("File exists").
+    veth = Path("/sys/class/net") / f"vb-{host.machine}"[:15]
+    deadline = time.monotonic() + 10
+    while veth.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if veth.exists():
+        subprocess.run(["ip", "link", "del", veth.name], check=False)
     if os.path.ismount(host.root):
         subprocess.run(["umount", "-l", str(host.root)], check=False)
     shutil.rmtree(host.dir, ignore_errors=True)

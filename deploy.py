@@ -65,11 +65,9 @@ if deployment and not hub_problems:
     secrets.hf_token(name="Hugging Face token", deployment=deployment)
     api_key = secrets.api_key(name="API key", deployment=deployment)
 
-    # 4. Software: uv, then huggingface_hub for the downloads, SGLang in its own virtualenv.
+    # 4. Software: uv, then SGLang in its own virtualenv (the downloads need none: the fetcher is stdlib).
     uv = venv.Uv(deployment.install_dir)
     venv.uv(name="uv", uv=uv, index_url=deployment.pip_index_url)
-    venv.requirement(name="huggingface_hub", path=deployment.tools_venv, distribution="huggingface_hub",
-                     requirement=deployment.huggingface_hub_requirement, index_url=deployment.pip_index_url, uv=uv)
     venv.requirement(name="SGLang", path=deployment.venv, distribution="sglang",
                      requirement=deployment.sglang_requirement, index_url=deployment.pip_index_url, uv=uv)
     layout.host_scripts(name="Host scripts", deployment=deployment)

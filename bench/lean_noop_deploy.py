@@ -33,7 +33,7 @@ SECTIONS = [
     f"getent passwd {d.service_user}; id -nG {d.service_user}; stat -c '%a %U %G' {d.service_home}",
     f"stat -c '%a %U %G' {d.hf_home} {d.hf_home}/token; sha1sum {d.hf_home}/token",
     f"test -e {d.api_key_file} && echo api-key || echo no-api-key",
-    VenvRequirement().command(d.tools_venv, "huggingface_hub"), VenvRequirement().command(d.venv, "sglang"),
+    VenvRequirement().command(d.venv, "sglang"),
     f"stat -c '%a %U %G %n' {scripts}; sha1sum {scripts}",
     WeightsState().command(state_listings(d.repos, snapshots)),
     ServiceState().command(d.unit_file, d.env_file, d.service_name),

@@ -65,15 +65,12 @@ def prepare(hosts) -> tuple[Path, Path]:
     sglang_req = lab_data["mirrors"]["requirements"].get(profile["sglang"]["requirement"],
                                                          profile["sglang"]["requirement"])
     index = lab_data["pip_index_url"]
-    hub_version = all_data["huggingface_hub_requirement"].split("==")[1]
     commits = {repo: json.loads((repo_dir(HUB_STORE, repo) / "manifest.json").read_text())["sha"]
                for repo in (KIMI, KIMI_DFLASH)}
     variables = {
         "hf_token": TOKEN,
         "served_model_name": profile["served_model_name"],
         "venv_checks": [
-            {"venv": "/opt/specfleet/tools-venv", "dist": "huggingface_hub", "version": hub_version,
-             "fingerprint": fingerprint(all_data["huggingface_hub_requirement"], index)},
             {"venv": "/opt/specfleet/sglang-venv", "dist": "sglang", "version": profile["sglang"]["version"],
              "fingerprint": fingerprint(sglang_req, index)},
         ],

@@ -8,8 +8,9 @@ comes along, as in any deploy). Each round, on one host, in alternating order:
   curl:     the same files (target and drafter) from the same hub's resolve URLs, following
             the CDN redirect as huggingface_hub does, 8 at a time (xargs -P8, huggingface_hub's
             default max_workers), timed on the host;
-  hf:       `hf download REPO --revision COMMIT --local-dir DIR --max-workers 8` with the deploy's
-            tools venv, target and drafter at once (as the deploy's two units run), on the host;
+  hf:       `hf download REPO --revision COMMIT --local-dir DIR --max-workers 8` (huggingface_hub
+            2.4.0 installed for the bench by the deploy's installer: the deploy itself needs none),
+            target and drafter at once (as the deploy's two units run), on the host;
   fetch:    the deploy's host fetcher alone (host_scripts/fetch_weights.py, both repos at once, as
             its units run it), with hashing (as deployed) and without (the hash objects replaced
             by ones that do nothing and agree, a what-if here only), back to back in alternating
@@ -25,8 +26,10 @@ import lab
 from bench import repos
 from bench.common import against_target, deploy, fmt, log, operation_times, ratio_summary, summary, write_result
 from lab import fleet
-from lab.config import HUB_URL, TOKEN_GRANTED
+from lab.config import HUB_URL, INDEX_URL, TOKEN_GRANTED
 from lab.repos import KIMI_DFLASH
+from operations import venv
+from tests.unit.fakehost import run
 
 SPEC = "pcie=2,b200=1"
 TARGET, TARGET_B = 1.25, 1.0
@@ -35,8 +38,10 @@ WEIGHTS_DIR = "/srv/specfleet/bench/p3"
 CURL_DIR = "/srv/specfleet/bench/p3-curl"
 HF_DIR = "/srv/specfleet/bench/p3-hf"
 FETCH_DIR = "/srv/specfleet/bench/p3-fetch"
-TOOLS_PY = "/opt/specfleet/tools-venv/bin/python"
-HF_CLI = "/opt/specfleet/tools-venv/bin/hf"
+FETCHER_PY = "/usr/bin/python3"  # as the weights units run the fetcher
+HF_VENV = "/opt/p3/hf-venv"
+HF_CLI = f"{HF_VENV}/bin/hf"
+HF_REQUIREMENT = "huggingface_hub==2.4.0"  # hash-checked against operations/locks/
 SCRIPTS = "/opt/specfleet/bin"  # the deploy's host scripts (layout.host_scripts)
 
 
@@ -87,12 +92,25 @@ UNHASHED = ("import weights_manifest\n"
             "weights_manifest.digest_for = Unhashed\n")
 
 
+def install_hf_cli(host) -> None:
+    """huggingface_hub's CLI into HF_VENV by the deploy's own installer (uv, hash-checked), unless there."""
+    uv = venv.Uv("/opt/specfleet")  # where the converging deploy put uv
+    facts = {"machine": "x86_64", "python": None, "python_source": None, "uv": None}
+    facts.update(venv.HostPython().process(fleet.ssh(host, venv.HostPython().command(uv.binary)).splitlines()))
+    state = venv.VenvRequirement().process(
+        fleet.ssh(host, venv.VenvRequirement().command(HF_VENV, "huggingface_hub")).splitlines())
+    commands, _ = run(venv.requirement, {venv.VenvRequirement: state, venv.HostPython: facts}, path=HF_VENV,
+                      requirement=HF_REQUIREMENT, distribution="huggingface_hub", index_url=INDEX_URL, uv=uv)
+    for command in commands:
+        fleet.ssh(host, command, timeout=600)
+
+
 def fetch_script(specs: list[dict], hashed: bool) -> str:
-    """The deploy's fetcher on each SPEC at once, as its units run it (tools venv, HF_ENDPOINT, token)."""
+    """The deploy's fetcher on each SPEC at once, as its units run it (host Python, HF_ENDPOINT, token)."""
     code = ("import sys\n" + ("" if hashed else UNHASHED)
             + "import fetch_weights\nsys.exit(fetch_weights.main(sys.argv[1]))\n")
     dirs = " ".join(shlex.quote(spec["local_dir"]) for spec in specs)
-    runs = " & ".join(f"{TOOLS_PY} -c {shlex.quote(code)} {FETCH_DIR}/{i}.json >/dev/null" for i in range(len(specs)))
+    runs = " & ".join(f"{FETCHER_PY} -c {shlex.quote(code)} {FETCH_DIR}/{i}.json >/dev/null" for i in range(len(specs)))
     return (f"rm -rf {dirs}; cd {SCRIPTS} || exit 1; export HF_ENDPOINT={HUB_URL} HF_TOKEN={TOKEN_GRANTED}; "
             f"{runs} & wait_all")
 
@@ -104,8 +122,9 @@ WAIT_ALL = "wait_all() { for job in $(jobs -p); do wait $job || return 1; done; 
 def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     hosts = lab.up(SPEC, log=log)
     host = hosts[0]
-    log(f"P3: converging deploy on {host.name} (service user, tools venv, host scripts)")
+    log(f"P3: converging deploy on {host.name} (service user, uv, host scripts); {HF_REQUIREMENT} for P3b")
     deploy("--limit", host.name).check()
+    install_hf_cli(host)
     commit = repos.ensure(REPO_ID, repos.GB2, SHARDS)
     override = repos.target_override("p3", REPO_ID, commit, WEIGHTS_DIR)
     drafter_sha, drafter_files = manifest_files(KIMI_DFLASH)

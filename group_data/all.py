@@ -97,7 +97,6 @@ install_driver = False  # True: install the open-module driver branch below (reb
 driver_branch = "580"
 # NVIDIA's apt repositories (the driver, fabric manager, nvlsm), per OS release and architecture below it.
 nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos"
-huggingface_hub_requirement = "huggingface_hub==2.4.0"  # the downloader's own virtualenv
 allow_branch_revisions = False  # True: a branch revision only warns (the weights follow the branch)
 # FOR TESTS ONLY: restart a worker behind a gateway without draining it first, so requests fail
 # (tests/lab/test_rollout.py proves the drain is what keeps them from failing). Never in production.

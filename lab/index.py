@@ -1,7 +1,7 @@
 """The lab's package index: the wheels lab hosts install, served from the controller.
 
     python -m lab.index build --out DIR
-        DIR/wheels/ gets uv, huggingface_hub, smg (the gateway), aiperf and their dependencies for the hosts
+        DIR/wheels/ gets uv, smg (the gateway), aiperf, huggingface_hub (the download bench) and their dependencies for the hosts
         (CPython 3.11, manylinux x86_64, as on Debian bookworm) and the two
         SGLang stand-in wheels built from lab/sglang_standin.
     python -m lab.index serve --dir DIR [--host H] [--port P]
@@ -38,7 +38,8 @@ STANDIN_BUILDS = {
     "0.5.23+lab": ("flags_0_5_23.json", True),
     "0.5.23+lab.ddtree29907": ("flags_0_5_23_ddtree.json", False),
 }
-# Exactly the files of the deploy's committed hash lock, so the hosts' --require-hashes install passes.
+# huggingface_hub's CLI for the download benchmark (bench/p3.py, P3b), installed as a deploy installs a
+# locked release: exactly the files of the committed hash lock, so --require-hashes passes.
 HUB_LOCK = Path(__file__).resolve().parent.parent / "operations" / "locks" / "huggingface_hub==2.4.0.txt"
 HUB_REQUIREMENTS = ["--require-hashes", "-r", str(HUB_LOCK)]
 # uv, the hosts' installer (operations/venv.py): its locked wheel, fetched by install_uv.py from /simple/uv/.
@@ -53,8 +54,6 @@ HOST_PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] +
     "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
 HOST_TARGET = ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
                *(arg for p in HOST_PLATFORMS for arg in ("--platform", p))]
-# Debian trixie hosts (`lab up --os trixie`) run CPython 3.13: the deploy's locked huggingface_hub for it too.
-TRIXIE_TARGET = [("3.13" if arg == "3.11" else arg) for arg in HOST_TARGET]
 # Fixed zip timestamps, so the same source always gives the same wheel bytes.
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -72,14 +71,13 @@ def download_host_wheels(wheels: Path) -> None:
     records what was asked for and the files it gave."""
     stamp = wheels / ".host-wheels.json"
     want = [HUB_REQUIREMENTS, HUB_LOCK.read_text(), UV_REQUIREMENTS, UV_LOCK.read_text(), BENCH_REQUIREMENTS,
-            GATEWAY_REQUIREMENTS, HOST_TARGET, TRIXIE_TARGET]
+            GATEWAY_REQUIREMENTS, HOST_TARGET]
     if stamp.is_file():
         done = json.loads(stamp.read_text())
         if done["want"] == want and all((wheels / f).is_file() for f in done["files"]):
             return
     for target, requirements in ((HOST_TARGET, HUB_REQUIREMENTS), (HOST_TARGET, UV_REQUIREMENTS),
-                                 (HOST_TARGET, BENCH_REQUIREMENTS), (HOST_TARGET, GATEWAY_REQUIREMENTS),
-                                 (TRIXIE_TARGET, HUB_REQUIREMENTS)):
+                                 (HOST_TARGET, BENCH_REQUIREMENTS), (HOST_TARGET, GATEWAY_REQUIREMENTS)):
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels),
                         *target, *requirements], check=True)
     files = sorted(p.name for p in wheels.glob("*.whl") if not p.name.startswith("sglang-"))

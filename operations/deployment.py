@@ -70,7 +70,6 @@ class Deployment:
     drafter: Repo
     sglang_requirement: str
     sglang_version: str
-    huggingface_hub_requirement: str
     speculative: Speculative
     attention_backend: str
     draft_attention_backend: str
@@ -113,11 +112,6 @@ class Deployment:
     @property
     def venv(self) -> str:
         return f"{self.install_dir}/sglang-venv"
-
-    @property
-    def tools_venv(self) -> str:
-        """huggingface_hub for the download units, apart from SGLang's own pins."""
-        return f"{self.install_dir}/tools-venv"
 
     @property
     def service_home(self) -> str:
@@ -255,7 +249,6 @@ def _resolve(data: Any, host_class: str, profile_name: str, profile: dict) -> De
                                        profile["sglang"]["requirement"]),
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
                                       "a version like 0.5.23"),
-        huggingface_hub_requirement=requirement("huggingface_hub_requirement", data.huggingface_hub_requirement),
         speculative=_speculative(profile_name, profile["speculative"]),
         attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
         draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,

@@ -67,7 +67,6 @@ def requests(deployment: Deployment, snapshots: dict) -> list[tuple[type[FactBas
               (FileStates, dict(paths=(d.install_dir, f"{d.install_dir}/bin", d.config_dir))),
               (UserFileStates, dict(user=d.service_user, paths=(d.hf_home, f"{d.hf_home}/token"))),
               (HostPython, dict(uv=Uv(d.install_dir).binary)),
-              (VenvRequirement, dict(path=d.tools_venv, distribution="huggingface_hub")),
               (VenvRequirement, dict(path=d.venv, distribution="sglang")),
               (FileStates, dict(paths=host_script_paths(d))),
               (GpuSmokeRecord, dict(path=record_path(d))),

@@ -105,8 +105,6 @@ def test_numbers_are_numbers_whichever_way_they_arrive():
     ("pip_index_url", "http://x/simple' --trusted-host evil", "pip_index_url=\"http://x/simple' --trusted-host evil\""),
     ("bind_address", "everywhere", "bind_address='everywhere' is not an IP address"),
     ("hf_token_env", "HF TOKEN", "hf_token_env='HF TOKEN' is not accepted: use a variable name"),
-    ("huggingface_hub_requirement", "--index-url=http://evil huggingface_hub",
-     "huggingface_hub_requirement='--index-url=http://evil huggingface_hub' is not accepted"),
     ("profile", "kimi_k26_dlfash", "profile='kimi_k26_dlfash' is not one of kimi_k26_dflash, qwen36_ddtree"),
 ])
 def test_a_bad_knob_is_one_line_naming_the_knob_the_value_and_what_is_accepted(knob, value, message):
@@ -124,6 +122,10 @@ def test_profile_values_are_checked_too():
     data = host_data("b200_nvlink")
     data.profiles["kimi_k26_dflash"]["target"]["revision"] = "main\nExecStartPre=/bin/sh"
     with pytest.raises(BadHostData, match="target revision"):
+        resolve(data, "b200_nvlink")
+    data = host_data("b200_nvlink")
+    data.profiles["kimi_k26_dflash"]["sglang"]["requirement"] = "--index-url=http://evil sglang"
+    with pytest.raises(BadHostData, match=r"\['sglang'\]\['requirement'\]='--index-url=http://evil sglang' is not accepted"):
         resolve(data, "b200_nvlink")
     data = host_data("b200_nvlink")
     data.profiles["kimi_k26_dflash"]["server_args"] = ["--api-key", "x y"]

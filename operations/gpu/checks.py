@@ -7,9 +7,8 @@ has set up fabric manager, so they are a separate function.
 
 from __future__ import annotations
 
-import re
-
 from operations.deployment import GpuExpectations
+from operations.gpu import products
 
 
 def _driver_major(version: str | None) -> int | None:
@@ -45,7 +44,7 @@ def check_gpu_class(
                 f"({'; '.join(reboot_pending)}): reboot the host so the new driver loads"]
 
     patterns = expected.name_patterns
-    matching = [gpu for gpu in gpus if any(re.search(p, gpu.get("name") or "") for p in patterns)]
+    matching = [gpu for gpu in gpus if products.named(gpu.get("name"), patterns)]
     if len(matching) != expected.count or len(gpus) != expected.count:
         names = sorted({gpu.get("name") or "?" for gpu in gpus}) or ["none"]
         problems.append(

@@ -5,14 +5,13 @@ Used by `python -m operations.gpu classify DIR` and by the tests that replay rea
 
 from __future__ import annotations
 
-import re
 import runpy
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
 from .parse import parse_query_csv, parse_smi_q, parse_smi_table, parse_smi_xml, parse_topology
-from .products import interconnect_by_product
+from .products import interconnect_by_product, named
 
 GROUP_DATA_DIR = Path(__file__).resolve().parents[2] / "group_data"
 
@@ -45,7 +44,7 @@ def host_class_for(gpu_name: str | None, interconnect: str | None, classes: dict
         if (
             gpu_name
             and interconnect == expected["interconnect"]
-            and any(re.search(pattern, gpu_name) for pattern in expected["name_patterns"])
+            and named(gpu_name, expected["name_patterns"])
         ):
             return class_name
     return "unknown"

@@ -202,7 +202,7 @@ def before_driver_problems(host_name: str, release_problem: str | None, fresh: d
         problems.append(f"{host_name}: expected {expected.count} NVIDIA GPUs on the PCI bus, `lspci -n -d 10de:` lists "
                         f"{len(ids)}: this host belongs to another class, or a GPU is missing")
     foreign = sorted({(pci_id, name) for pci_id in ids if (name := products.name_by_pci_id(pci_id))
-                      and not any(re.search(pattern, name) for pattern in expected.name_patterns)})
+                      and not products.named(name, expected.name_patterns)})
     if foreign:
         listed = ", ".join(f"{pci_id} ({name})" for pci_id, name in foreign)
         problems.append(f"{host_name}: `lspci -n` lists {listed}, which the inventory's class {host_class} does "

@@ -18,9 +18,14 @@ PCIE_ONLY_NAMES = [
 ]
 
 
+def named(name: str | None, patterns) -> bool:
+    """Whether the GPU name nvidia-smi prints (or a PCI ID's product name) matches one of a class's patterns."""
+    return any(re.search(pattern, name or "") for pattern in patterns)
+
+
 def interconnect_by_product(names: list[str]) -> str | None:
     """'pcie' when every GPU named is a product without NVLink; None when the names do not tell."""
-    if names and all(any(re.search(pattern, name or "") for pattern in PCIE_ONLY_NAMES) for name in names):
+    if names and all(named(name, PCIE_ONLY_NAMES) for name in names):
         return "pcie"
     return None
 

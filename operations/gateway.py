@@ -118,29 +118,27 @@ def resolve_gateway(data: Any) -> Gateway:
     def port(name: str) -> int:
         return knobs.integer(name, getattr(data, name), minimum=1, maximum=65535)
 
-    def word(name: str, value: Any, pattern: re.Pattern, accepted: str) -> str:
-        return knobs.matching(name, value, pattern, accepted)
-
     return Gateway(
         model=served_model_name(data),
-        requirement=word("gateway_requirement", data.gateway_requirement, knobs.REQUIREMENT,
-                         "a pip requirement on one line (e.g. smg==1.13.0)"),
-        service_name=word("gateway_service_name", data.gateway_service_name, knobs.UNIT_NAME,
-                          "a unit name (letters, digits, _.-)"),
-        user=word("gateway_user", data.gateway_user, knobs.USER_NAME, "a user name ([a-z_][a-z0-9_-], at most 32)"),
-        bind_address=word("gateway_bind_address", data.gateway_bind_address, ADDRESS,
-                          "an IP address or a host name"),
+        requirement=knobs.matching("gateway_requirement", data.gateway_requirement, knobs.REQUIREMENT,
+                                   "a pip requirement on one line (e.g. smg==1.13.0)"),
+        service_name=knobs.matching("gateway_service_name", data.gateway_service_name, knobs.UNIT_NAME,
+                                    "a unit name (letters, digits, _.-)"),
+        user=knobs.matching("gateway_user", data.gateway_user, knobs.USER_NAME,
+                            "a user name ([a-z_][a-z0-9_-], at most 32)"),
+        bind_address=knobs.matching("gateway_bind_address", data.gateway_bind_address, ADDRESS,
+                                    "an IP address or a host name"),
         port=port("gateway_port"),
         prometheus_port=port("gateway_prometheus_port"),
-        policy=word("gateway_policy", data.gateway_policy, POLICY, "an smg policy name (e.g. cache_aware)"),
-        health={"endpoint": word("gateway_health['endpoint']", health["endpoint"], ENDPOINT,
-                                 "a path such as /health"),
+        policy=knobs.matching("gateway_policy", data.gateway_policy, POLICY, "an smg policy name (e.g. cache_aware)"),
+        health={"endpoint": knobs.matching("gateway_health['endpoint']", health["endpoint"], ENDPOINT,
+                                           "a path such as /health"),
                 **{k: knobs.integer(f"gateway_health[{k!r}]", health[k], minimum=1) for k in HEALTH_KEYS[1:]}},
         register_timeout_s=knobs.integer("gateway_register_timeout_s", data.gateway_register_timeout_s, minimum=1),
         install_dir=knobs.path("install_dir", data.install_dir),
         config_dir=knobs.path("config_dir", data.config_dir),
         pip_index_url=knobs.url("pip_index_url", data.pip_index_url),
-        api_key_env=word("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
+        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
         remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
     )
 

@@ -4,6 +4,7 @@ import time
 
 import lab
 from lab import fleet
+from operations import venv
 
 
 def remove_hosts() -> None:
@@ -11,6 +12,13 @@ def remove_hosts() -> None:
     for host in fleet.read_fleet():
         fleet.stop_host(host)
     fleet.FLEET_FILE.unlink(missing_ok=True)
+
+
+def host_python(host, uv: "venv.Uv") -> dict:
+    """The HostPython fact of HOST, read over SSH: what the deploy's installer decides from."""
+    facts = {"machine": "x86_64", "python": None, "python_source": None, "uv": None}
+    facts.update(venv.HostPython().process(fleet.ssh(host, venv.HostPython().command(uv.binary)).splitlines()))
+    return facts
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import os
 import shlex
 
 import lab
-from bench import repos
+from bench import labctl, repos
 from bench.common import against_target, deploy, fmt, log, operation_times, ratio_summary, summary, write_result
 from lab import fleet
 from lab.config import HUB_URL, INDEX_URL, TOKEN_GRANTED
@@ -95,8 +95,7 @@ UNHASHED = ("import weights_manifest\n"
 def install_hf_cli(host) -> None:
     """huggingface_hub's CLI into HF_VENV by the deploy's own installer (uv, hash-checked), unless there."""
     uv = venv.Uv("/opt/specfleet")  # where the converging deploy put uv
-    facts = {"machine": "x86_64", "python": None, "python_source": None, "uv": None}
-    facts.update(venv.HostPython().process(fleet.ssh(host, venv.HostPython().command(uv.binary)).splitlines()))
+    facts = labctl.host_python(host, uv)
     state = venv.VenvRequirement().process(
         fleet.ssh(host, venv.VenvRequirement().command(HF_VENV, "huggingface_hub")).splitlines())
     commands, _ = run(venv.requirement, {venv.VenvRequirement: state, venv.HostPython: facts}, path=HF_VENV,

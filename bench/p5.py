@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import lab
 from bench.common import (PYINFRA, REPO, TOKEN, against_target, changed_operations, deploy, fmt, log, ratio_summary,
-                          run_timed, summary, write_result)
+                          summary, write_result)
 
 SPEC = "pcie=8"
 SIZES = (1, 2, 4, 8)

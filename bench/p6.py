@@ -93,8 +93,7 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "2"))) -> dict:
     [host] = lab.up("pcie=1", log=log)
     index = start_index(INDEX_DIR, host=CONTROLLER_IP)
     try:
-        facts = {"machine": "x86_64", "python": None, "python_source": None, "uv": None}
-        facts.update(venv.HostPython().process(fleet.ssh(host, venv.HostPython().command(UV.binary)).splitlines()))
+        facts = labctl.host_python(host, UV)
         for command in run(venv.uv, {venv.HostPython: facts}, uv=UV, index_url=INDEX_URL)[0]:
             fleet.ssh(host, command, timeout=300)  # uv from the lab's index, as the deploy installs it (not timed)
         facts["uv"] = venv.UV_VERSION

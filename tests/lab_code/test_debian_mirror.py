@@ -4,7 +4,6 @@ lab's key, the only Debian source of a bookworm lab host. Builds from the cache 
 
 import hashlib
 import subprocess
-from pathlib import Path
 
 from lab import apt_repo
 from lab.config import DEBIAN_URL

@@ -32,7 +32,7 @@ def test_a_release_with_a_committed_lock_installs_only_hashed_files():
     commands = install("huggingface_hub==2.4.0")
     lock = venv.committed_lock("huggingface_hub==2.4.0")
     assert "huggingface-hub==2.4.0 --hash=sha256:" in lock and "httpx2==2.16.2 --hash=sha256:" in lock
-    assert commands[1].startswith(f"printf %s '# huggingface_hub==2.4.0") and commands[1].endswith(
+    assert commands[1].startswith("printf %s '# huggingface_hub==2.4.0") and commands[1].endswith(
         f"> {VENV}/.specfleet-requirements.lock")
     assert commands[2] == (f"{VENV}/bin/pip install --quiet --disable-pip-version-check --no-cache-dir "
                            f"--index-url http://index/simple/ --require-hashes -r {VENV}/.specfleet-requirements.lock")

@@ -5,8 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 LAB := $(PY) -m lab
 HOSTS ?= pcie=1,b200=1,gateway=1
-# The demo's API key: workers behind the gateway listen on the lab network, so they need one.
-DEMO_KEY ?= lab-demo-key
+# The demo's API key (16 to 512 characters): workers behind the gateway listen on the lab
+# network (lab/group_data/lab.py), so they need one.
+DEMO_KEY ?= lab-demo-key-not-a-secret
 
 .PHONY: demo test deps venv lab-up lab-down lab-status bench clean
 
@@ -35,8 +36,7 @@ lab-status: venv
 	$(LAB) status
 
 demo: lab-up
-	HF_TOKEN=hf_lab_granted SPECFLEET_API_KEY=$(DEMO_KEY) $(VENV)/bin/pyinfra -y lab/inventory.py deploy.py \
-	  --data bind_address=0.0.0.0 --data gateway_bind_address=0.0.0.0
+	HF_TOKEN=hf_lab_granted SPECFLEET_API_KEY=$(DEMO_KEY) $(VENV)/bin/pyinfra -y lab/inventory.py deploy.py
 	@gateway=$$($(PY) -c 'from lab import fleet; print(*[h.address for h in fleet.read_fleet() if h.host_class == "gateway"][:1])'); \
 	if [ -n "$$gateway" ]; then echo "one completion through the gateway ($$gateway:30080):"; \
 	  curl -sS --noproxy '*' -H "Authorization: Bearer $(DEMO_KEY)" -H 'Content-Type: application/json' \

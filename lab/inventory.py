@@ -8,6 +8,13 @@ next to this inventory) points the deploy at the lab's hub, index and tiny model
 
 SPECFLEET_LAB_NODE_GROUP=lab-b200-1,lab-b200-2 makes those hosts one server over two nodes (the
 lab's node group `lab-tp16`, lab/group_data/lab.py), ranks in the order named.
+SPECFLEET_LAB_PROFILES=lab-pcie-2=qwen36_ddtree,... gives those hosts another profile than
+group_data's (a fleet serving two models), as a real inventory's host data would.
+
+A lab with a gateway host (`make demo`) is a fleet: the gateway reaches each worker over the lab
+network, so workers and gateway listen there (and the deploy then asks for an API key:
+SPECFLEET_API_KEY on the first deploy, kept by the hosts after it). Without a gateway the lab keeps
+the product's loopback default: its tests reach each server over SSH on its own host.
 """
 
 import os
@@ -17,6 +24,8 @@ from operations.deployment import HOST_CLASSES
 
 _fleet = read_fleet()
 _group = [name for name in os.environ.get("SPECFLEET_LAB_NODE_GROUP", "").split(",") if name]
+_profiles = dict(entry.split("=", 1) for entry in os.environ.get("SPECFLEET_LAB_PROFILES", "").split(",") if entry)
+_fleet_behind_gateway = any(host.host_class == "gateway" for host in _fleet)
 
 for _host_class in (*HOST_CLASSES, "gateway"):  # gateway: GPU-less smg hosts
     globals()[_host_class] = [
@@ -28,6 +37,8 @@ for _host_class in (*HOST_CLASSES, "gateway"):  # gateway: GPU-less smg hosts
             "ssh_strict_host_key_checking": "off",
             "ssh_known_hosts_file": "/dev/null",
             **({"node_group": "lab-tp16", "node_rank": _group.index(host.name)} if host.name in _group else {}),
+            **({"profile": _profiles[host.name]} if host.name in _profiles else {}),
+            **({"bind_address": "0.0.0.0", "gateway_bind_address": "0.0.0.0"} if _fleet_behind_gateway else {}),
         })
         for host in _fleet
         if host.host_class == _host_class

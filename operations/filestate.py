@@ -22,6 +22,8 @@ class FileStates(FactBase):
          "/etc/specfleet/api-key": None}
     """
 
+    default = dict  # nothing printed: no path known (each reads as absent)
+
     def command(self, paths: tuple[str, ...]) -> str:
         return (
             f"for p in {' '.join(map(shlex.quote, paths))}; do "

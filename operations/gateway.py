@@ -368,7 +368,7 @@ def api_key(gateway: Gateway):
     """
     g = gateway
     key = os.environ.get(g.api_key_env, "")
-    state = host.get_fact(FileStates, paths=(g.key_file,))[g.key_file]
+    state = host.get_fact(FileStates, paths=(g.key_file,)).get(g.key_file)
     if g.exposed and not key and (not state or g.remove_api_key):
         yield fail_host([f"{host.name}: the gateway would listen on {g.bind_address} without a key: "
                          f"set ${g.api_key_env} on the controller or keep gateway_bind_address=127.0.0.1"])
@@ -395,7 +395,7 @@ def scripts(gateway: Gateway):
     paths = {f"{gateway.install_dir}/bin/{name}": HOST_SCRIPTS / name for name in SCRIPTS}
     states = host.get_fact(FileStates, paths=tuple(paths))
     stale = {dest: src for dest, src in paths.items()
-             if not matches(states[dest], "file", "755", sha1=sha1_of(src.read_bytes()))}
+             if not matches(states.get(dest), "file", "755", sha1=sha1_of(src.read_bytes()))}
     if not stale:
         host.noop(f"{len(paths)} gateway scripts are current")
     for dest, src in stale.items():

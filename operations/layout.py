@@ -83,7 +83,7 @@ def root_directories(deployment: Deployment):
     d = deployment
     paths = (d.install_dir, f"{d.install_dir}/bin", d.config_dir)
     states = host_state.read(FileStates, paths=paths)
-    wrong = [path for path in paths if not matches(states[path], "directory", "755", "root")]
+    wrong = [path for path in paths if not matches(states.get(path), "directory", "755", "root")]
     if not wrong:
         host.noop(f"{', '.join(paths)} are root's (0755)")
     for path in wrong:
@@ -111,7 +111,7 @@ def host_scripts(deployment: Deployment):
     scripts = dict(zip(host_script_paths(deployment), sorted(HOST_SCRIPTS.glob("*.py"))))
     states = host_state.read(FileStates, paths=tuple(scripts))
     stale = {dest: script for dest, script in scripts.items()
-             if not matches(states[dest], "file", "755", "root", sha1=sha1_of(script.read_bytes()))}
+             if not matches(states.get(dest), "file", "755", "root", sha1=sha1_of(script.read_bytes()))}
     if not stale:
         host.noop(f"{len(scripts)} host scripts are current")
     for dest, script in stale.items():

@@ -99,7 +99,7 @@ def with_key(monitoring: Monitoring) -> bool:
     """Whether the workers are scraped with their key: the controller has it, or the host keeps one."""
     if os.environ.get(monitoring.api_key_env):
         return True
-    return bool(host.get_fact(FileStates, paths=(KEY_FILE,))[KEY_FILE]) and not monitoring.remove_api_key
+    return bool(host.get_fact(FileStates, paths=(KEY_FILE,)).get(KEY_FILE)) and not monitoring.remove_api_key
 
 
 def config_text(monitoring: Monitoring, targets: list[ScrapeTarget], key: bool) -> str:

@@ -71,6 +71,9 @@ class LoginUser(FactBase):
 def login_problems(login: dict) -> list[str]:
     """The deploy logs in as root: its progress polls, readiness probe, journal reads and rollback run
     on the SSH session itself, where pyinfra's --sudo does not reach, so another user would fail halfway."""
+    if not login:
+        return [f"{host.name}: the host did not say which user the deploy logged in as (`id -un` printed "
+                "nothing): check that the login has a shell and a user name, then re-run"]
     if login["user"] == "root" and not login["sudo"]:
         return []
     how = f"{login['user']} through sudo" if login["sudo"] else login["user"]
@@ -145,8 +148,13 @@ def memory_problems(deployment: Deployment, snapshots: dict[str, RepoSnapshot], 
 
 def disk_problems(deployment: Deployment, snapshots: dict[str, RepoSnapshot], disk: dict) -> list[str]:
     """Bytes still missing per filesystem (plus one shard of headroom for a partial file) against free bytes."""
+    repos = [r for r in deployment.repos if r.role in snapshots]  # a repo waiting for access: next run
+    unknown = [r.local_dir for r in repos if not (disk or {}).get(r.local_dir)]
+    if unknown:
+        return [f"{host.name}: the host did not say how much room {', '.join(unknown)} has (its disk check "
+                "printed nothing; it needs python3 on the host): install python3, then re-run"]
     needs: dict[int, list] = {}
-    for repo in (r for r in deployment.repos if r.role in snapshots):  # a repo waiting for access: next run
+    for repo in repos:
         on_disk, snap = disk[repo.local_dir], snapshots[repo.role]
         missing = [f.size for f in snap.files if on_disk["files"].get(f.path) != f.size]
         need = needs.setdefault(on_disk["device"], [0, 0, on_disk["free"], on_disk["checked"], []])
@@ -173,8 +181,8 @@ def ddtree_problems(deployment: Deployment) -> list[str]:
                 f"profiles['{d.profile_name}']['sglang']['requirement'] to a build that has it, e.g. "
                 f"'{DDTREE_BUILD}' with the pull request's commit, or a wheel path/URL"]
     installed = host_state.read(VenvRequirement, path=d.venv, distribution="sglang")
-    if installed["fingerprint"] != fingerprint(d.sglang_requirement, d.pip_index_url):
-        return []  # not installed yet: the unit's validation checks it before any restart
+    if not installed or installed["fingerprint"] != fingerprint(d.sglang_requirement, d.pip_index_url):
+        return []  # not installed yet (no venv on a fresh host): the unit's validation checks it before any restart
     rejected = rejection(host, d, server_args(d))
     if rejected:
         return [f"{host.name}: the SGLang installed from {d.sglang_requirement} rejects the DDTree flags "
@@ -283,7 +291,7 @@ def check(deployment: Deployment, snapshots: dict[str, RepoSnapshot], hub_proble
         problems += disk_problems(d, snapshots, disk)
     problems += venv.python_problems(host.name, host_state.read(venv.HostPython, uv=venv.Uv(d.install_dir).binary))
     problems += ddtree_problems(d)
-    key_file = host_state.read(FileStates, paths=(d.api_key_file,))[d.api_key_file]
+    key_file = host_state.read(FileStates, paths=(d.api_key_file,)).get(d.api_key_file)
     problems += exposure_problems(d, bool(os.environ.get(d.api_key_env)), key_file is not None)
     moving, warnings = moving_revisions(d, snapshots)
     problems += [f"{host.name}: {sentence}" for sentence in moving]

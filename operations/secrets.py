@@ -86,8 +86,8 @@ def hf_token(deployment: Deployment):
     token = controller_token(d.hf_token_env) or ""
     token_file = f"{d.hf_home}/token"
     states = host_state.read(UserFileStates, user=d.service_user, paths=(d.hf_home, token_file))
-    if matches(states[d.hf_home], "directory", "700", d.service_user) and \
-            matches(states[token_file], "file", "600", d.service_user, sha1_of(token.encode())):
+    if matches(states.get(d.hf_home), "directory", "700", d.service_user) and \
+            matches(states.get(token_file), "file", "600", d.service_user, sha1_of(token.encode())):
         host.noop(f"{token_file} holds the token (0600, {d.service_user})")
         return
     yield write_secret(token, d.hf_home, "token", "600", d.service_user, as_user=d.service_user)
@@ -121,7 +121,7 @@ def controller_key_file(key_env: str, path: str, group: str, remove: bool):
     """
     key = os.environ.get(key_env, "")
     directory, name = path.rsplit("/", 1)
-    state = host_state.read(FileStates, paths=(path,))[path]
+    state = host_state.read(FileStates, paths=(path,)).get(path)
     if not key:
         if state and remove:
             yield StringCommand("rm", "-f", QuoteString(path))

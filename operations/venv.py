@@ -125,8 +125,12 @@ class HostPython(FactBase):
         return (f"echo machine $(uname -m); python3 -c {shlex.quote(_PYTHON_PROBE)} 2>/dev/null || echo python none -; "
                 f"{shlex.quote(uv)} --version 2>/dev/null || echo uv none")
 
+    @staticmethod
+    def default() -> dict:
+        return {"machine": None, "python": None, "python_source": None, "uv": None}  # nothing known
+
     def process(self, output):
-        facts = {"machine": None, "python": None, "python_source": None, "uv": None}
+        facts = self.default()
         for words in (line.split() for line in output):
             if words[:1] == ["machine"] and len(words) == 2:
                 facts["machine"] = words[1]

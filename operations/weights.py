@@ -126,10 +126,10 @@ def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify:
     # One round trip for every path, where files.directory and files.put read two or three facts each.
     states = host.get_fact(FileStates, paths=(*(r.local_dir for r in pending), *uploads))
     for repo in pending:
-        if not owned_by(states[repo.local_dir], d.service_user):
+        if not owned_by(states.get(repo.local_dir), d.service_user):
             yield from files.directory._inner(path=repo.local_dir, user=d.service_user, group=d.service_user)
     for dest, content in uploads.items():
-        if not matches(states[dest], "file", "644", sha1=sha1_of(content.encode())):
+        if not matches(states.get(dest), "file", "644", sha1=sha1_of(content.encode())):
             yield from files.put._inner(src=StringIO(content), dest=dest, mode="644")
     units = " ".join(f"{r.unit_name}.service" for r in pending)
     # One round trip. reset-failed: a unit that used up its restarts on an earlier run may start

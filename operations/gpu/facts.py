@@ -238,6 +238,11 @@ class NvidiaHost(FactBase):
     PARTS = (NvidiaGpus, NvidiaTopology, NvidiaDriver, RebootPending)
     MARK = "@@specfleet-part "
 
+    @staticmethod
+    def default() -> dict:
+        # A host that printed nothing has none of the parts, not no GPU state at all.
+        return {part.__name__: part.default() for part in NvidiaHost.PARTS}
+
     @override
     def command(self) -> str:
         return "; ".join(f"echo '{self.MARK}{part.__name__}'; {part().command()}" for part in self.PARTS)

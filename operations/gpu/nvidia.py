@@ -114,7 +114,7 @@ def host_release():
     if release is None or machine not in packages.ARCHES:
         meta = distribution.get("release_meta") or {}
         supported = ", ".join(f"{name} {version}" for name, version in packages.OS_RELEASES)
-        return None, (f"{host.name}: {meta.get('PRETTY_NAME', 'this OS')} on {machine} is not a release "
+        return None, (f"{host.name}: {meta.get('PRETTY_NAME', 'this OS')} on {machine or 'an unknown machine'} is not a release "
                       f"NVIDIA's repository serves here (supported: {supported}; x86_64 or aarch64)")
     return release, None
 

@@ -179,9 +179,13 @@ class FreshHost(FactBase):
         return ("if command -v lspci >/dev/null; then echo \"pci $(lspci -n -d 10de: | "
                 "awk '$2 ~ /^030[02]:$/ {printf \" %s\", $3}')\"; else echo pci none; fi")
 
+    @staticmethod
+    def default() -> dict:
+        return dict(nvidia_pci_ids=None)  # nothing known: the GPUs are checked after the driver
+
     @override
     def process(self, output: list[str]) -> dict:
-        facts = dict(nvidia_pci_ids=None)
+        facts = self.default()
         for line in output:
             words = line.split()
             if words[:1] == ["pci"] and words[1:] != ["none"]:

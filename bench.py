@@ -6,21 +6,22 @@
 
 Each host serves each mode in turn (its deployed service stopped meanwhile, started again at the
 end), runs aiperf next to the server, and its results land in bench-results/RUN/HOST/ on the
-controller. Knobs: operations/benchmark.py (DEFAULTS, plan()).
+controller. Knobs: operations/sweep.py (DEFAULTS, plan()).
 """
 
 from pyinfra import host
 
-from operations import benchmark, venv
-from operations.deployment import host_class_of, resolve
+from serving_benchmark import sweep
+from operations.python import venv
+from operations.deployment.config import host_class_of, resolve
 
 host_class = host_class_of(host.groups)
 deployment = resolve(host.data, host_class)
-plan = benchmark.plan(host.data)
+plan = sweep.plan(host.data)
 
 # A host a gateway routes to is refused unless forced (nothing below runs on a failed host).
-benchmark.not_behind_gateway(name="Not behind a gateway", gateway=host.data.get("gateway"), force=plan.force)
+sweep.not_behind_gateway(name="Not behind a gateway", gateway=host.data.get("gateway"), force=plan.force)
 venv.requirement(name="Benchmark client (aiperf)", path=f"{deployment.install_dir}/bench-venv",
-                 distribution="aiperf", requirement=benchmark.CLIENT_REQUIREMENT, index_url=deployment.pip_index_url)
-benchmark.tokenizer(name="Benchmark tokenizer", deployment=deployment, source=plan.tokenizer)
-benchmark.sweep(name="Benchmark sweep", deployment=deployment, plan=plan, host_class=host_class)
+                 distribution="aiperf", requirement=sweep.CLIENT_REQUIREMENT, index_url=deployment.pip_index_url)
+sweep.tokenizer(name="Benchmark tokenizer", deployment=deployment, source=plan.tokenizer)
+sweep.sweep(name="Benchmark sweep", deployment=deployment, plan=plan, host_class=host_class)

@@ -4,7 +4,7 @@ import time
 
 import lab
 from lab import fleet
-from operations import venv
+from operations.python import venv
 
 
 def remove_hosts() -> None:

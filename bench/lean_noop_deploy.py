@@ -13,15 +13,15 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from operations import preflight
-from operations.deployment import host_class_of, resolve
+from operations.deployment import preflight
+from operations.deployment.config import host_class_of, resolve
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
-from operations.preflight import WeightsDisk
-from operations.layout import HOST_SCRIPTS
-from operations.readiness import ServerProbe
-from operations.service import ServiceState
-from operations.venv import VenvRequirement
-from operations.weights import WeightsState, state_listings
+from operations.deployment.preflight import WeightsDisk
+from operations.basics.ownership import HOST_SCRIPTS
+from operations.server.readiness import ServerProbe
+from operations.basics.units import ServiceState
+from operations.python.venv import VenvRequirement
+from operations.weights.download import WeightsState, state_listings
 
 deployment = d = resolve(host.data, host_class_of(host.groups))
 snapshots, hub_problems, access_pending = preflight.hub_snapshots(deployment)

@@ -24,8 +24,8 @@ from lab import fleet
 from lab.repos import KIMI, KIMI_DFLASH, repo_dir
 from lab.services import HUB_STORE
 from bench.repos import listing
-from operations.host_programs import program
-from operations.venv import fingerprint
+from operations.basics.host_programs import program
+from operations.python.venv import fingerprint
 
 TARGET = 0.5
 ANSIBLE_VENV = REPO / "build" / "ansible-venv"

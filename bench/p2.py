@@ -18,7 +18,7 @@ from bench.common import (against_target, changed_operations, deploy, fmt, log, 
                           write_result)
 from lab import fleet
 from lab.repos import KIMI_DFLASH
-from operations.weights import WeightsCorrupt, WeightsState
+from operations.weights.download import WeightsCorrupt, WeightsState
 
 SPEC = "pcie=2,b200=1"  # P1's fleet; P2 uses its first host only
 TARGET = 1.3

@@ -28,7 +28,7 @@ from bench.common import against_target, deploy, fmt, log, operation_times, rati
 from lab import fleet
 from lab.config import HUB_URL, INDEX_URL, TOKEN_GRANTED
 from lab.repos import KIMI_DFLASH
-from operations import venv
+from operations.python import venv
 from tests.unit.fakehost import run
 
 SPEC = "pcie=2,b200=1"
@@ -41,7 +41,7 @@ FETCH_DIR = "/srv/specfleet/bench/p3-fetch"
 FETCHER_PY = "/usr/bin/python3"  # as the weights units run the fetcher
 HF_VENV = "/opt/p3/hf-venv"
 HF_CLI = f"{HF_VENV}/bin/hf"
-HF_REQUIREMENT = "huggingface_hub==2.4.0"  # hash-checked against operations/locks/
+HF_REQUIREMENT = "huggingface_hub==2.4.0"  # hash-checked against operations/python/locks/
 SCRIPTS = "/opt/specfleet/bin"  # the deploy's host scripts (layout.host_scripts)
 
 

@@ -24,7 +24,7 @@ from bench.p4 import host_cpu
 from lab import fleet
 from lab.config import CONTROLLER_IP, INDEX_URL
 from lab.index import HOST_TARGET, start_index
-from operations import venv
+from operations.python import venv
 from tests.sglang_real import cache_root
 from tests.unit.fakehost import run
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from lab.config import INDEX_PORT
-from operations.venv import UV_VERSION
+from operations.python.venv import UV_VERSION
 
 STANDIN_SRC = Path(__file__).resolve().parent / "sglang_standin" / "sglang"
 # Stand-in builds: version -> (flag list it parses with, listed in /simple/?).
@@ -40,7 +40,7 @@ STANDIN_BUILDS = {
 }
 # huggingface_hub's CLI for the download benchmark (bench/p3.py, P3b), installed as a deploy installs a
 # locked release: exactly the files of the committed hash lock, so --require-hashes passes.
-HUB_LOCK = Path(__file__).resolve().parent.parent / "operations" / "locks" / "huggingface_hub==2.4.0.txt"
+HUB_LOCK = Path(__file__).resolve().parent.parent / "operations" / "python" / "locks" / "huggingface_hub==2.4.0.txt"
 HUB_REQUIREMENTS = ["--require-hashes", "-r", str(HUB_LOCK)]
 # uv, the hosts' installer (operations/venv.py): its locked wheel, fetched by install_uv.py from /simple/uv/.
 UV_LOCK = HUB_LOCK.parent / f"uv=={UV_VERSION}.txt"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import lab
 from lab import fleet, rootfs
+from operations.basics.host_programs import HOST_SCRIPTS
 
 REPO = Path(__file__).resolve().parent.parent
 PYINFRA = Path(sys.executable).parent / "pyinfra"
@@ -91,3 +92,10 @@ def extra_bare_host(lab_hosts, short: str, restore_spec: str, suite: str = rootf
     spec = ",".join(f"{kind}={count}" for kind, count in counts.items())
     yield next(h for h in lab.up(spec, log=lambda line: None, bare={name}, suite=suite) if h.name == name)
     lab.up(restore_spec, log=lambda line: None)
+
+
+def host_programs_importable() -> None:
+    """Make every subject's host programs importable by name, as they import each other on a host."""
+    for directory in sorted({str(path.parent) for path in HOST_SCRIPTS.values()}):
+        if directory not in sys.path:
+            sys.path.insert(0, directory)

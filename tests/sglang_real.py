@@ -141,7 +141,7 @@ def resolve_many_with_real_sglang(cases: list[dict]) -> list[dict]:
     """Resolve each case {"argv", "env", "gpu": {name, compute_capability, count, memory_mib}} as the
     deploy's host check does (operations.sglang.RESOLVE) on a host with that GPU; per case
     {"resolved": {...}}, {"error": "..."} or {"parsed_only": True} (no config.json at the paths)."""
-    from operations.sglang import RESOLVE
+    from operations.server.flags import RESOLVE
 
     proc = subprocess.run(
         [str(real_sglang_python()), str(REPO_ROOT / "tests" / "sglang_real_gpu.py"), RESOLVE],

@@ -29,7 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from operations.deployment import expected_gpus
+from operations.basics.host_programs import HOST_SCRIPTS
+from operations.deployment.config import expected_gpus
 
 from .checks import check_fabric, check_gpu_class
 from .classify import classify_dir, load_class_expectations
@@ -125,7 +126,7 @@ def take(outdir: Path, class_name: str) -> dict:
 
     install_dir = Path("/tmp/specfleet-capture")  # the smoke test's INSTALL_DIR: its bin/ and its "venv"
     (install_dir / "bin").mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "operations" / "host_scripts" / "gpu_smoke.py", install_dir / "bin")
+    shutil.copy(HOST_SCRIPTS["gpu_smoke"], install_dir / "bin")
     venv = install_dir / "sglang-venv"
     if not venv.is_symlink():
         venv.symlink_to(sys.prefix)

@@ -7,7 +7,7 @@ has set up fabric manager, so they are a separate function.
 
 from __future__ import annotations
 
-from operations.deployment import GpuExpectations
+from operations.deployment.config import GpuExpectations
 from operations.gpu import products
 
 

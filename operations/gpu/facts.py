@@ -54,6 +54,8 @@ class NvidiaGpus(FactBase):
         ]
     """
 
+    host_answer = "gpu_state.gpus"
+
     @override
     def command(self) -> str:
         fields = ",".join(GPU_QUERY_FIELDS)
@@ -81,6 +83,8 @@ class NvidiaTopology(FactBase):
         }
     """
 
+    host_answer = "gpu_state.topology"
+
     @override
     def command(self) -> str:
         return _if_nvidia_smi("nvidia-smi topo -m 2>&1")
@@ -105,6 +109,8 @@ class NvidiaDriver(FactBase):
             "cuda_version": "13.0",
         }
     """
+
+    host_answer = "gpu_state.driver"
 
     @override
     def command(self) -> str:
@@ -151,6 +157,8 @@ class NvidiaFabric(FactBase):
             ],
         }
     """
+
+    host_answer = "gpu_state.fabric"
 
     @override
     def command(self) -> str:
@@ -209,6 +217,8 @@ class RebootPending(FactBase):
 
         ["/var/run/reboot-required exists", "Failed to initialize NVML: Driver/library version mismatch"]
     """
+
+    host_answer = "gpu_state.reboot_pending"
 
     default = list
 

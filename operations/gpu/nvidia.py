@@ -12,11 +12,11 @@ from pyinfra.api import operation
 from pyinfra.facts.server import Arch, KernelVersion, LinuxDistribution
 from pyinfra.operations import apt, server
 
-from operations import host_state
-from operations.failure import fail_host
+from operations.basics import gathering
+from operations.basics.failing import fail_host
 
 from . import packages
-from .facts import NvidiaDriver, NvidiaFabric, NvidiaGpus
+from .facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaHost
 from .packages import AptVersions, NvidiaPackages
 
 # apt-get by hand where exact versions go down as well as up over held packages (fabric manager
@@ -51,7 +51,7 @@ def persistence_daemon():
         from operations.gpu import nvidia
         nvidia.persistence_daemon(name="Keep the NVIDIA driver loaded")
     """
-    state = host_state.read(NvidiaFabric)["units"].get("nvidia-persistenced", {})
+    state = gathering.read(NvidiaFabric)["units"].get("nvidia-persistenced", {})
     if state.get("enabled") is None:
         yield fail_host([
             f"{host.name}: nvidia-persistenced is not installed; it ships with the NVIDIA driver packages: "
@@ -81,12 +81,12 @@ def fabric_manager():
         from operations.gpu import nvidia
         nvidia.fabric_manager(name="NVSwitch fabric manager")
     """
-    driver = host_state.read(NvidiaDriver)
+    driver = gathering.read(NvidiaDriver)
     if driver is None:
         yield fail_host([f"{host.name}: no NVIDIA driver is loaded: fabric manager must match the driver's version exactly"])
         return
-    fabric = host_state.read(NvidiaFabric)
-    nvlink5 = any((gpu.get("compute_capability") or "").startswith("10.") for gpu in host_state.read(NvidiaGpus) or [])
+    fabric = gathering.read(NvidiaFabric)
+    nvlink5 = any((gpu.get("compute_capability") or "").startswith("10.") for gpu in gathering.read(NvidiaGpus) or [])
 
     manager = fabric["units"].get("nvidia-fabricmanager", {})
     wanted = packages.fabric_packages(driver["version"], nvlink5, fabric["packages"])
@@ -108,9 +108,9 @@ def fabric_manager():
 
 def host_release():
     """This host's OS release in NVIDIA's repository, or the reason there is none."""
-    distribution = host_state.read(LinuxDistribution)
+    distribution = gathering.read(LinuxDistribution)
     release = packages.os_release(distribution)
-    machine = host_state.read(Arch)
+    machine = gathering.read(Arch)
     if release is None or machine not in packages.ARCHES:
         meta = distribution.get("release_meta") or {}
         supported = ", ".join(f"{name} {version}" for name, version in packages.OS_RELEASES)
@@ -142,10 +142,10 @@ def repository(base_url: str):
     if problem:
         yield fail_host([problem])
         return
-    if packages.KEYRING_PACKAGE in host_state.read(NvidiaPackages)["installed"]:
+    if packages.KEYRING_PACKAGE in gathering.read(NvidiaPackages)["installed"]:
         host.noop(f"{packages.KEYRING_PACKAGE} is installed")
         return
-    url = packages.repository(base_url, release, host_state.read(Arch))
+    url = packages.repository(base_url, release, gathering.read(Arch))
     yield from apt.deb._inner(src=f"{url}/{packages.KEYRING_DEB}")
     yield from apt.update._inner()
 
@@ -182,8 +182,8 @@ def open_driver(branch: str, install: bool = False):
             install=host.data.install_driver,
         )
     """
-    driver = host_state.read(NvidiaDriver)
-    nvidia_packages = host_state.read(NvidiaPackages)
+    driver = gathering.read(NvidiaDriver)
+    nvidia_packages = gathering.read(NvidiaPackages)
     installed = packages.installed_driver(nvidia_packages["installed"])
     loaded = driver and driver["version"]
     current = max((v for v in (installed, loaded) if v), key=packages.branch_of, default=None)
@@ -226,8 +226,8 @@ def reboot_into_driver(reboot_timeout: int = 900):
         from operations.gpu import nvidia
         nvidia.reboot_into_driver(name="Boot into the installed driver")
     """
-    installed = packages.installed_driver(host_state.read(NvidiaPackages)["installed"])
-    driver = host_state.read(NvidiaDriver)
+    installed = packages.installed_driver(gathering.read(NvidiaPackages)["installed"])
+    driver = gathering.read(NvidiaDriver)
     loaded = driver and driver["kernel_module_version"]
     if installed is None or installed == loaded:
         host.noop(f"the loaded module is the installed driver {installed}" if installed
@@ -251,9 +251,18 @@ def hold_driver():
         from operations.gpu import nvidia
         nvidia.hold_driver(name="Hold the NVIDIA packages")
     """
-    nvidia_packages = host_state.read(NvidiaPackages)
+    nvidia_packages = gathering.read(NvidiaPackages)
     names = packages.to_hold(nvidia_packages["installed"], set(nvidia_packages["held"]))
     if not names:
         host.noop(f"{len(nvidia_packages['held'])} NVIDIA packages held")
         return
     yield f"apt-mark hold {' '.join(names)}"
+
+
+@gathering.wants
+def _read(deployment, snapshots) -> gathering.Wanted:
+    d = deployment
+    wanted = [*((part, {}) for part in NvidiaHost.PARTS), (NvidiaFabric, {})]
+    if d.install_driver or d.expected_gpus.fabric_manager:
+        wanted += [(NvidiaPackages, {}), (LinuxDistribution, {}), (Arch, {})]
+    return wanted

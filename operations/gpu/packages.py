@@ -114,6 +114,8 @@ class NvidiaPackages(FactBase):
          "held": ["nvidia-open-580"]}
     """
 
+    host_answer = "gpu_state.nvidia_packages"
+
     @staticmethod
     def default() -> dict:
         return dict(installed={}, held=[])

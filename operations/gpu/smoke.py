@@ -15,8 +15,8 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from typing_extensions import override
 
-from operations import host_state
-from operations.deployment import Deployment
+from operations.basics import gathering
+from operations.deployment.config import Deployment
 
 SMOKE_RECORD = "gpu-smoke.json"
 
@@ -36,6 +36,8 @@ class GpuSmokeRecord(FactBase):
             "record": {"verdict": "passed", "busbw_gbps": 331.5, "boot_id": "5e0c8c1e-...", "key": "...", ...},
         }
     """
+
+    host_answer = "gpu_state.smoke_record"
 
     @override
     def command(self, path: str) -> str:
@@ -114,7 +116,7 @@ def allreduce(deployment: Deployment, timeout_s: int = 180):
         from operations.gpu import smoke
         smoke.allreduce(name="GPU smoke test", deployment=deployment)
     """
-    found = host_state.read(GpuSmokeRecord, path=record_path(deployment))
+    found = gathering.read(GpuSmokeRecord, path=record_path(deployment))
     record = found["record"] or {}
     if (record.get("verdict") in ("passed", "skipped") and record.get("key") == smoke_key(deployment)
             and record.get("boot_id") == found["boot_id"]):
@@ -122,3 +124,8 @@ def allreduce(deployment: Deployment, timeout_s: int = 180):
         host.noop("the GPU smoke test passed in this boot with this SGLang and NCCL environment")
         return
     yield FunctionCommand(_run_smoke_test, (smoke_command(deployment, timeout_s),), {})
+
+
+@gathering.wants
+def _read(deployment, snapshots) -> gathering.Wanted:
+    return [(GpuSmokeRecord, dict(path=record_path(deployment)))]

@@ -12,7 +12,7 @@ import os
 import runpy
 from types import SimpleNamespace
 
-from operations.deployment import resolve
+from operations.deployment.config import resolve
 from operations.gpu import smoke
 from operations.gpu.capture import NO_MULTICAST
 

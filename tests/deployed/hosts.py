@@ -27,8 +27,8 @@ from pyinfra.api import FactBase
 from pyinfra.connectors.ssh import connector_data_meta
 from pyinfra.connectors.sshuserclient.client import SSHClient
 
-from operations.deployment import Deployment, host_class_of, resolve
-from operations.hub import controller_token
+from operations.deployment.config import Deployment, host_class_of, resolve
+from operations.weights.hub import controller_token
 
 REPO = Path(__file__).resolve().parents[2]
 CONNECT_TIMEOUT = 10  # pyinfra's default (Config.CONNECT_TIMEOUT)

@@ -15,7 +15,7 @@ import pytest
 from lab import fleet
 from lab.config import TOKEN_GRANTED
 from operations.gpu.smoke import record_path
-from operations.weights import MANIFEST
+from operations.weights.download import MANIFEST
 from tests.deployed.faults import assert_caught, run_suite
 from tests.deployed.hosts import LAB_INVENTORY, Target, load_inventory
 from tests.helpers import REPO, lab_cli, run_deploy

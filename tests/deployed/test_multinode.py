@@ -7,7 +7,7 @@ weights, and rank 0's serving (tests/deployed/test_serving.py).
 
 import pytest
 
-from operations.multinode import DistInitLinks, RankState, joined_rank0, peers_of_rank0
+from operations.nodes.rendezvous import DistInitLinks, RankState, joined_rank0, peers_of_rank0
 from tests.deployed.test_serving import body_json, serving
 
 

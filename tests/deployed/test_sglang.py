@@ -10,11 +10,11 @@ import pytest
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from operations.deployment import COMMIT
-from operations.hub import snapshot
-from operations import venv
-from operations.venv import VenvRequirement, fingerprint
-from operations.weights import MANIFEST
+from operations.deployment.config import COMMIT
+from operations.weights.hub import snapshot
+from operations.python import venv
+from operations.python.venv import VenvRequirement, fingerprint
+from operations.weights.download import MANIFEST
 
 # Per weights directory: the manifest's commit and files, and each listed file's size on disk.
 _WEIGHTS_SCRIPT = r"""

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from operations.sglang import server_args
+from operations.server.flags import server_args
 
 # systemd's view of the unit, every process of its cgroup (user, socket inodes), the
 # running main process's argv, the unit file's ExecStart and the TCP listeners on `port`.

@@ -8,7 +8,7 @@ import pytest
 
 from lab import fleet, hub
 from lab.services import HUB_STATE
-from operations import weights
+from operations.weights import download
 from tests.helpers import run_deploy
 from tests.faults.faultlab import (KIMI, SHARDS, TARGET_DIR, output_of, record, repo_sizes, served_per_file,
                                    start_deploy, wait_for)
@@ -245,11 +245,11 @@ def test_download_units_are_reloaded_only_when_systemd_holds_a_changed_file(pcie
 
     try:
         fleet.ssh(host, f"printf '[Service]\\nType=oneshot\\nExecStart=/bin/false\\n' > {path}")
-        assert not reloaded_by(weights.reload_if_changed(unit))  # new, not held: read from its file
+        assert not reloaded_by(download.reload_if_changed(unit))  # new, not held: read from its file
         fleet.ssh(host, f"systemctl start {unit}", check=False)  # failed: now held in memory
         fleet.ssh(host, f"echo '# changed' >> {path}")
-        assert reloaded_by(weights.reload_if_changed(unit))
+        assert reloaded_by(download.reload_if_changed(unit))
         assert fleet.ssh(host, f"systemctl show -p NeedDaemonReload --value {unit}").strip() == "no"
-        assert not reloaded_by(weights.reload_if_changed(unit))
+        assert not reloaded_by(download.reload_if_changed(unit))
     finally:
         fleet.ssh(host, f"systemctl reset-failed {unit}; rm -f {path}; systemctl daemon-reload", check=False)

@@ -7,15 +7,15 @@ from pathlib import Path
 
 from pyinfra import host
 
-from operations import host_state
-from operations.deployment import host_class_of, resolve
-from operations.preflight import hub_snapshots
+from operations.basics import gathering
+from operations.deployment.config import host_class_of, resolve
+from operations.deployment.preflight import hub_snapshots
 
 deployment = resolve(host.data, host_class_of(host.groups))
 snapshots, _, _ = hub_snapshots(deployment)
-wanted = host_state.requests(deployment, snapshots)
-gathered = host_state.answered(wanted)
-rows = [{"fact": fact.__name__, "arguments": sorted(kwargs), "answered": host_state._key(fact, kwargs) in gathered,
-         "gathered": gathered.get(host_state._key(fact, kwargs)), "own_command": host.get_fact(fact, **kwargs)}
+wanted = gathering.requests(deployment, snapshots)
+gathered = gathering.answered(wanted)
+rows = [{"fact": fact.__name__, "arguments": sorted(kwargs), "answered": gathering._key(fact, kwargs) in gathered,
+         "gathered": gathered.get(gathering._key(fact, kwargs)), "own_command": host.get_fact(fact, **kwargs)}
         for fact, kwargs in wanted]
 Path(host.data.host_state_out, f"{host.name}.json").write_text(json.dumps(rows, indent=1, default=str))

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from lab import fleet
-from operations.deployment import resolve
+from operations.deployment.config import resolve
 from operations.gpu.smoke import record_path
 from tests.helpers import main_pid, operations_started, run_deploy
 from tests.unit.group_data import host_data

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from operations.basics.host_programs import HOST_SCRIPTS
 from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.classify import classify_dir
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaHost, NvidiaTopology, RebootPending
@@ -28,7 +29,7 @@ ALL_PROFILES = sorted(path.name for path in PROFILES.iterdir())
 
 DAEMON_STANDIN = REPO / "lab" / "host_files" / "usr" / "lib" / "specfleet-lab" / "driver-daemon-standin"
 ALLREDUCE_STANDIN = REPO / "lab" / "host_files" / "usr" / "lib" / "specfleet-lab" / "gpu-allreduce-standin"
-GPU_SMOKE = REPO / "operations" / "host_scripts" / "gpu_smoke.py"
+GPU_SMOKE = HOST_SCRIPTS["gpu_smoke"]
 H200_CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 
 
@@ -78,7 +79,7 @@ def lab_host(tmp_path):
                 assert self.start("nvidia-fabricmanager", SPECFLEET_FABRICMANAGER_VERSION=driver).returncode == 0
 
         def smoke(self, floor_gbps, timeout=20):
-            """operations/host_scripts/gpu_smoke.py with the lab's all-reduce stand-in: its record."""
+            """operations/gpu/host_scripts/gpu_smoke.py with the lab's all-reduce stand-in: its record."""
             record = tmp_path / "gpu-smoke.json"
             subprocess.run([sys.executable, str(GPU_SMOKE), "--floor-gbps", str(floor_gbps), "--timeout", str(timeout),
                             "--record", str(record), "--engine", str(ALLREDUCE_STANDIN)], env=env, timeout=timeout + 30)

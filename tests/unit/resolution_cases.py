@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from lab.repos import build_lab_repos, repo_dir
-from operations.deployment import Deployment, resolve
-from operations.sglang import server_args
+from operations.deployment.config import Deployment, resolve
+from operations.server.flags import server_args
 from tests.unit.group_data import host_data
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from operations import bench_report
-from operations.benchmark import mode_args, plan, unit_environment
-from operations.deployment import resolve
+from serving_benchmark import report
+from serving_benchmark.sweep import mode_args, plan, unit_environment
+from operations.deployment.config import resolve
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import host_data
 
@@ -69,11 +69,11 @@ def summary_of(throughput: dict[str, float], accept: float, stand_in=True) -> di
              "ddtree": {"skipped": "ddtree skipped: no DDTree build is deployed"}}
     for level, tok_s in throughput.items():
         export = {**CLIENT_EXPORT, "output_token_throughput": {"avg": tok_s}}
-        modes["ar"]["levels"][level] = bench_report.level_result(export, info)
+        modes["ar"]["levels"][level] = report.level_result(export, info)
     meta = {"host": "h", "host_class": "b200_nvlink", "profile": "qwen36_ddtree", "started": "r",
             "specfleet_commit": "c", "client": "aiperf==0.13.0", "gpus": [],
             "workload": {"input_tokens": 64, "output_tokens": 64}}
-    return bench_report.summary(meta, modes)
+    return report.summary(meta, modes)
 
 
 def test_summary_table_and_plots(tmp_path):
@@ -81,10 +81,10 @@ def test_summary_table_and_plots(tmp_path):
     level = doc["modes"]["ar"]["levels"]["4"]
     assert level["output_tok_s"] == 350.0 and level["ttft_ms"]["p99"] == 62.0 and level["itl_ms"]["p50"] == 25.3
     assert level["tpot_ms"]["p50"] == 7.2 and level["accept_length"] == 1.0 and level["request_s"] == 7.87
-    assert doc["stand_in"] and doc["note"] == bench_report.STAND_IN_LABEL and doc["sglang_version"] == "0.5.23+lab"
+    assert doc["stand_in"] and doc["note"] == report.STAND_IN_LABEL and doc["sglang_version"] == "0.5.23+lab"
     assert doc["modes"]["ddtree"] == {"skipped": "ddtree skipped: no DDTree build is deployed"}
     assert not summary_of({"1": 1.0}, 1.0, stand_in=False)["stand_in"]
-    written = bench_report.write_report(doc, tmp_path)
+    written = report.write_report(doc, tmp_path)
     assert json.loads((tmp_path / "summary.json").read_text()) == doc
     table = (tmp_path / "summary.md").read_text()
     assert "| ar | 4 | 350.0 | 1.00x |" in table and "LAB STAND-IN" in table and "no DDTree build" in table
@@ -94,14 +94,14 @@ def test_summary_table_and_plots(tmp_path):
 
 def test_gate_fails_on_throughput_or_accept_length_drops_beyond_the_limits():
     baseline = summary_of({"1": 100.0, "4": 400.0}, 4.0)
-    assert bench_report.regressions(summary_of({"1": 91.0, "4": 400.0}, 3.85), baseline) == []
-    worse = bench_report.regressions(summary_of({"1": 89.0, "4": 400.0}, 3.7), baseline)
+    assert report.regressions(summary_of({"1": 91.0, "4": 400.0}, 3.85), baseline) == []
+    worse = report.regressions(summary_of({"1": 89.0, "4": 400.0}, 3.7), baseline)
     assert [(r["concurrency"], r["metric"]) for r in worse] == [
         ("1", "output tok/s"), ("1", "accept length"), ("4", "accept length")]
-    assert "| ar | 1 | output tok/s | 100.00 | 89.00 | -11.0% | -10% |" in bench_report.regression_table(worse)
-    assert bench_report.regressions(summary_of({"1": 89.0}, 4.0), baseline, max_throughput_drop=0.2) == []
+    assert "| ar | 1 | output tok/s | 100.00 | 89.00 | -11.0% | -10% |" in report.regression_table(worse)
+    assert report.regressions(summary_of({"1": 89.0}, 4.0), baseline, max_throughput_drop=0.2) == []
     other = {**baseline, "profile": "kimi_k26_dflash"}
     with pytest.raises(ValueError, match="same class and profile"):
-        bench_report.regressions(summary_of({"1": 100.0}, 4.0), other)
+        report.regressions(summary_of({"1": 100.0}, 4.0), other)
     with pytest.raises(ValueError, match="none of this run's"):
-        bench_report.regressions(summary_of({"16": 100.0}, 4.0), baseline)
+        report.regressions(summary_of({"16": 100.0}, 4.0), baseline)

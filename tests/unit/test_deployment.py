@@ -3,11 +3,11 @@
 import pytest
 
 from lab.repos import build_lab_repos
-from operations.deployment import HOST_CLASSES, host_class_of, resolve
-from operations.hub import RepoSnapshot
-from operations.knobs import BadHostData
-from operations.preflight import unpinned
-from operations.sglang import server_args, spell
+from operations.deployment.config import HOST_CLASSES, host_class_of, resolve
+from operations.weights.hub import RepoSnapshot
+from operations.basics.knobs import BadHostData
+from operations.deployment.preflight import unpinned
+from operations.server.flags import server_args, spell
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import host_data
 

@@ -13,7 +13,7 @@ from pyinfra.context import ctx_host
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.server import Arch, KernelVersion, LinuxDistribution
 
-from operations.deployment import resolve
+from operations.deployment.config import resolve
 from operations.gpu import nvidia, packages
 from operations.gpu.facts import NvidiaDriver
 from operations.gpu.packages import AptVersions, FreshHost, NvidiaPackages

@@ -6,18 +6,20 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from operations import gateway, service
-from operations.deployment import resolve
-from operations.filestate import sha1_of
-from operations.gateway import GatewayWorkers, Route, resolve_gateway, routes, workers
-from operations.knobs import BadHostData
-from operations.sglang import SGLangRejects
+from operations.gateway import smg
+from operations.server import unit
+from operations.basics.units import ServiceState
+from operations.deployment.config import resolve
+from operations.basics.file_states import sha1_of
+from operations.gateway.smg import GatewayWorkers, Route, resolve_gateway, routes, workers
+from operations.basics.knobs import BadHostData
+from operations.server.flags import SGLangRejects
 from tests.unit.fakehost import failure, run
 from tests.unit.group_data import host_data
 
 
 class InventoryHost(SimpleNamespace):
-    """What gateway.workers() reads of a pyinfra host: name, groups, data (attributes and .get)."""
+    """What smg.workers() reads of a pyinfra host: name, groups, data (attributes and .get)."""
 
 
 class Data(SimpleNamespace):
@@ -120,9 +122,9 @@ def worker_deployment(**data):
 
 def test_a_restarting_worker_listed_by_its_gateway_drains_itself_there_with_its_own_key_file():
     d = worker_deployment()
-    commands, _ = run(gateway.drain, {GatewayWorkers: listing(ROUTE.worker_url, "http://10.0.0.6:30000"),
+    commands, _ = run(smg.drain, {GatewayWorkers: listing(ROUTE.worker_url, "http://10.0.0.6:30000"),
                                       SGLangRejects: None},
-                      deployment=d, routes=[ROUTE], restart=service.FILES_CHANGED)
+                      deployment=d, routes=[ROUTE], restart=unit.FILES_CHANGED)
     assert len(commands) == 1
     tail = commands[0].rsplit("' ", 1)[1]  # after the inline program: the arguments
     assert tail.split() == ["--address", "10.0.0.2", "30080", d.api_key_file, d.served_model_name, "drain", "120",
@@ -131,21 +133,21 @@ def test_a_restarting_worker_listed_by_its_gateway_drains_itself_there_with_its_
 
 @pytest.mark.parametrize("restart, refused, listed, data, why", [
     (None, None, True, {}, "the server does not restart"),
-    (service.FILES_CHANGED, "--bad-flag", True, {}, "the server does not restart"),  # configure refuses: no restart
-    (service.STOPPED, None, False, {}, "no gateway lists this worker"),
-    (service.FILES_CHANGED, None, True, {"test_only_skip_drain": "true"}, "test_only_skip_drain: restarting without"),
+    (unit.FILES_CHANGED, "--bad-flag", True, {}, "the server does not restart"),  # configure refuses: no restart
+    (unit.STOPPED, None, False, {}, "no gateway lists this worker"),
+    (unit.FILES_CHANGED, None, True, {"test_only_skip_drain": "true"}, "test_only_skip_drain: restarting without"),
 ])
 def test_no_drain_when_nothing_restarts_nothing_lists_the_worker_or_the_test_knob_says_so(restart, refused, listed,
                                                                                            data, why):
     facts = {GatewayWorkers: listing(*([ROUTE.worker_url] if listed else [])), SGLangRejects: refused}
-    commands, noops = run(gateway.drain, facts, deployment=worker_deployment(**data), routes=[ROUTE], restart=restart)
+    commands, noops = run(smg.drain, facts, deployment=worker_deployment(**data), routes=[ROUTE], restart=restart)
     assert commands == [] and noops[0].startswith(why), noops
 
 
 def test_a_gateway_the_worker_cannot_reach_fails_the_worker_before_its_restart():
     unreachable = Route("gw3", "", 30080, "http://10.0.0.5:30000", 120, "w cannot drain itself from gw3")
-    commands, _ = run(gateway.drain, {SGLangRejects: None}, deployment=worker_deployment(), routes=[unreachable],
-                      restart=service.FILES_CHANGED)
+    commands, _ = run(smg.drain, {SGLangRejects: None}, deployment=worker_deployment(), routes=[unreachable],
+                      restart=unit.FILES_CHANGED)
     assert failure(commands) == ["w cannot drain itself from gw3"]
 
 
@@ -156,26 +158,26 @@ def test_a_gateway_the_worker_cannot_reach_fails_the_worker_before_its_restart()
     (True, listing(reachable=False), False),  # no gateway answering: its own stage registers it
 ])
 def test_a_drained_worker_rejoins_each_answering_gateway_that_lacks_it(drained, answer, joins):
-    commands, _ = run(gateway.rejoin, {GatewayWorkers: answer}, deployment=worker_deployment(), routes=[ROUTE],
+    commands, _ = run(smg.rejoin, {GatewayWorkers: answer}, deployment=worker_deployment(), routes=[ROUTE],
                       drained=SimpleNamespace(changed=drained))
     assert [c.rsplit("' ", 1)[1].split()[-3] for c in commands] == (["join"] if joins else [])
 
 
 def gateway_unit_facts(unit_sha1, active="active", enabled="enabled") -> dict:
-    return {service.ServiceState: dict(unit_sha1=unit_sha1, env_sha1=None, active=active, enabled=enabled),
+    return {ServiceState: dict(unit_sha1=unit_sha1, env_sha1=None, active=active, enabled=enabled),
             SystemdStatus: {"smg.service": active == "active"}, SystemdEnabled: {"smg.service": enabled == "enabled"}}
 
 
 def test_the_gateway_unit_is_started_through_systemd_service_and_restarted_only_on_its_inputs():
     g = resolve_gateway(host_data("gateway"))
-    written = sha1_of(gateway.unit_text(g, "smg==1.13.0").encode())
+    written = sha1_of(smg.unit_text(g, "smg==1.13.0").encode())
     # A new unit's upload (files.put) needs a real host: tests/lab/test_gateway.py writes it.
-    stopped, _ = run(gateway.configure, gateway_unit_facts(written, "inactive", "disabled"), gateway=g,
+    stopped, _ = run(smg.configure, gateway_unit_facts(written, "inactive", "disabled"), gateway=g,
                      inputs="smg==1.13.0", restart_when=[])
     assert stopped == ["systemctl start smg.service", "systemctl enable smg.service"]
-    commands, noops = run(gateway.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
+    commands, noops = run(smg.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
                           restart_when=[])
     assert commands == [] and noops == ["smg is running its current unit (smg==1.13.0)"]
     key_changed = SimpleNamespace(changed=True)
-    assert run(gateway.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
+    assert run(smg.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
                restart_when=[key_changed])[0] == ["systemctl restart smg.service"]

@@ -8,10 +8,10 @@ import pytest
 from pyinfra.api.command import FunctionCommand
 from pyinfra.context import ctx_host
 
-from operations.deployment import resolve
+from operations.deployment.config import resolve
 from operations.gpu import smoke
 from operations.gpu.smoke import GpuSmokeRecord
-from operations.knobs import BadHostData
+from operations.basics.knobs import BadHostData
 from tests.unit.group_data import host_data
 
 BOOT = "5e0c8c1e-0000-4000-8000-000000000001"

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from operations.gpu.smoke import GpuSmokeRecord, summary
+from tests.helpers import host_programs_importable
 from tests.unit.group_data import class_expectations
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURE = REPO / "tests" / "fixtures" / "nvidia-smi" / "h200-x2-smoke"
-sys.path.insert(0, str(REPO / "operations" / "host_scripts"))
+host_programs_importable()
 import gpu_smoke  # noqa: E402  (a host script: plain module, no package)
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from operations.layout import HOST_SCRIPTS
+from operations.basics.host_programs import HOST_SCRIPTS
 from tests.sglang_real import RealSGLangRejected, parse_with_real_sglang
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, HOST_SCRIPTS / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, HOST_SCRIPTS[name])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""The one-round-trip host program (operations/host_scripts/host_state.py) answers each fact as that
+"""The one-round-trip host program (operations/basics/host_scripts/host_state.py) answers each fact as that
 fact's own command does: both run here, side by side, on the same files, units, venvs and GPU
 stand-in (which answers from real captures), and each fact's process() reads both; the GPU parts it
 derives from one `nvidia-smi -q` are checked against the facts a real H200 host gave."""
@@ -13,18 +13,19 @@ from pathlib import Path
 import pytest
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from operations import host_state
-from operations.filestate import FileStates
+from operations.basics import gathering
+from operations.basics.file_states import FileStates
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
 from operations.gpu.smoke import GpuSmokeRecord
-from operations.host_programs import HOST_SCRIPTS, program
-from operations.layout import SystemUser
-from operations.preflight import LoginUser
-from operations.readiness import ServerProbe
-from operations.secrets import UserFileStates
-from operations.service import ServiceState
-from operations.venv import MARKER, VenvRequirement
+from operations.basics.host_programs import HOST_SCRIPTS
+from operations.basics.ownership import SystemUser
+from operations.deployment.preflight import LoginUser
+from operations.server.readiness import ServerProbe
+from operations.basics.file_states import UserFileStates
+from operations.basics.units import ServiceState
+from operations.python.venv import MARKER, VenvRequirement
 from tests.gpu_standin_env import gpu_standin_env
+from tests.helpers import host_programs_importable
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
@@ -38,9 +39,10 @@ def own_command(fact, env: dict, **kwargs):
 
 
 def host_program(wanted: list, env: dict) -> dict:
-    """host_state.answered's parsing of the host program run here on `wanted`."""
-    encoded = [[fact.__name__, host_state._host_arguments(fact, kwargs)] for fact, kwargs in wanted]
-    out = subprocess.run([sys.executable, "-c", program("host_state"), json.dumps(encoded)], capture_output=True,
+    """gathering.answered's parsing of the host program run here on `wanted`."""
+    requests = json.dumps(gathering.encoded(wanted), sort_keys=True)
+    command = gathering.HostState().command(requests).removesuffix(" || true")
+    out = subprocess.run(["sh", "-c", command.replace("python3 -c", f"{sys.executable} -c", 1)], capture_output=True,
                          text=True, env=env, check=True)
     answers = json.loads(out.stdout)
     return {fact.__name__ + repr(sorted(kwargs.items())): fact().process(lines) if lines else fact.default()
@@ -74,18 +76,15 @@ def test_a_driver_library_mismatch_reads_as_a_pending_reboot(tmp_path):
 def test_driver_and_fabric_from_one_full_q_read_as_on_the_real_host(capture):
     """One `nvidia-smi -q` stands for NvidiaDriver's `-q -d COMPUTE` and NvidiaFabric's filtered -q: the
     facts a real H200 host gave through their own commands (facts.txt) come out of its full -q."""
-    sys.path.insert(0, str(HOST_SCRIPTS))
-    try:
-        import host_state as program_module
-    finally:
-        sys.path.remove(str(HOST_SCRIPTS))
+    host_programs_importable()
+    import gpu_state
     folder = CAPTURES / capture
     facts = dict(re.findall(r"--> Fact data for: operations\.gpu\.facts\.(\w+)\n(\{.*?\n\})\n", (folder / "facts.txt").read_text(), re.S))
     real = {name: json.loads(text)["@local"] for name, text in facts.items()}
     q = (folder / "q.txt").read_text().splitlines()
     proc = (folder / "proc_driver_nvidia_version.txt").read_text().splitlines()
     assert NvidiaDriver().process(proc + q) == real["NvidiaDriver"]
-    fabric = NvidiaFabric().process(program_module.nvidia_fabric("/nonexistent", {}, [], q))
+    fabric = NvidiaFabric().process(gpu_state.nvidia_fabric("/nonexistent", {}, [], q))
     assert fabric["gpus"] == real["NvidiaFabric"]["gpus"]
 
 
@@ -137,10 +136,9 @@ def test_units_and_the_probe_as_their_own_commands(tmp_path):
 
 
 def test_a_probe_of_a_closed_port_answers_as_the_probe_script(tmp_path):
-    probe = dict(install_dir=str(HOST_SCRIPTS.parent), port=9, model="m", key_file=str(tmp_path / "key"),
+    probe = dict(install_dir=str(tmp_path), port=9, model="m", key_file=str(tmp_path / "key"),
                  service_user="root")
     env = dict(os.environ)
     (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "probe_server.py").symlink_to(HOST_SCRIPTS / "probe_server.py")
-    probe["install_dir"] = str(tmp_path)
+    (tmp_path / "bin" / "probe_server.py").symlink_to(HOST_SCRIPTS["probe_server"])
     assert_same([(ServerProbe, probe)], env)

@@ -1,6 +1,6 @@
 """The deploy's distrust of a hostile hub: preflight's snapshot and the host's fetcher, against the lab hub.
 
-Product code (operations/hub.py, operations/host_scripts/fetch_weights.py) run on the controller; the
+Product code (operations/weights/hub.py, operations/weights/host_scripts/fetch_weights.py) run on the controller; the
 lab hub (the `hub` fixture, tests/lab_hub.py) serves the hostile listings, commits and bytes.
 """
 
@@ -18,9 +18,10 @@ from huggingface_hub import HfApi
 
 from lab.config import TOKEN_GRANTED
 from lab.hub import read_request_log, set_faults
-from operations.hub import HubProblem, snapshot
+from operations.weights.hub import HubProblem, snapshot
+from tests.helpers import host_programs_importable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operations" / "host_scripts"))
+host_programs_importable()
 import fetch_weights  # noqa: E402
 
 SHARD = "model-00002-of-00004.safetensors"

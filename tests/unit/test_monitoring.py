@@ -14,11 +14,12 @@ from pyinfra.api import FunctionCommand
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
-from operations import gateway, monitoring
-from operations.filestate import FileStates
-from operations.gateway import Worker, resolve_gateway
-from operations.knobs import BadHostData
-from operations.monitoring import (KEY_FILE, PrometheusTargets, ScrapeTarget, config_text, down_targets,
+from operations.gateway import smg
+from operations.monitoring import prometheus
+from operations.basics.file_states import FileStates
+from operations.gateway.smg import Worker, resolve_gateway
+from operations.basics.knobs import BadHostData
+from operations.monitoring.prometheus import (KEY_FILE, PrometheusTargets, ScrapeTarget, config_text, down_targets,
                                    resolve_monitoring, scrape_targets)
 from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
@@ -30,7 +31,7 @@ WORKERS = [Worker("lab-pcie-1", "http://10.215.1.10:30000"), Worker("lab-b200-1"
 
 
 def host_script():
-    path = Path(monitoring.__file__).parent / "host_scripts" / "prometheus_targets.py"
+    path = Path(prometheus.__file__).parent / "host_scripts" / "prometheus_targets.py"
     spec = importlib.util.spec_from_file_location("prometheus_targets", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -41,7 +42,7 @@ def test_prometheus_listens_on_loopback_unless_asked():
     m = resolve_monitoring(host_data("gateway"))
     assert (m.listen_address, m.port, m.api_address) == ("127.0.0.1", 9090, "127.0.0.1")
     assert 'ARGS="--web.listen-address=127.0.0.1:9090 --storage.tsdb.retention.time=15d"' \
-        in monitoring.arguments_text(m).splitlines()
+        in prometheus.arguments_text(m).splitlines()
     assert resolve_monitoring(host_data("gateway", prometheus_listen_address="0.0.0.0")).api_address == "127.0.0.1"
 
 
@@ -81,14 +82,14 @@ def test_configuration_scrapes_every_target_with_the_key_file_only_when_there_is
 def test_the_scrape_key_is_root_s_group_prometheus_0640_from_stdin_and_kept_without_the_variable(monkeypatch):
     m = resolve_monitoring(host_data("gateway"))
     monkeypatch.setenv("SPECFLEET_API_KEY", KEY)
-    commands, _ = run(monitoring.scrape_key, {FileStates: {KEY_FILE: None}}, monitoring=m)
+    commands, _ = run(prometheus.scrape_key, {FileStates: {KEY_FILE: None}}, monitoring=m)
     assert len(commands) == 1 and KEY not in commands[0]
     assert commands[0].endswith("secret /etc/prometheus specfleet-api-key 640 prometheus")
     monkeypatch.delenv("SPECFLEET_API_KEY")
     kept = {"kind": "file", "mode": "640", "user": "root", "group": "prometheus", "sha1": "x"}
-    assert run(monitoring.scrape_key, {FileStates: {KEY_FILE: kept}}, monitoring=m)[0] == []
+    assert run(prometheus.scrape_key, {FileStates: {KEY_FILE: kept}}, monitoring=m)[0] == []
     removing = resolve_monitoring(host_data("gateway", remove_api_key=True))
-    assert run(monitoring.scrape_key, {FileStates: {KEY_FILE: kept}}, monitoring=removing)[0] == [f"rm -f {KEY_FILE}"]
+    assert run(prometheus.scrape_key, {FileStates: {KEY_FILE: kept}}, monitoring=removing)[0] == [f"rm -f {KEY_FILE}"]
 
 
 def test_the_host_script_reads_prometheus_targets_as_prometheus_2_42_answers():
@@ -141,7 +142,7 @@ class RecordingHost(FakeHost):
 def targets_up(facts: dict, stage: StateStage, changed: bool) -> tuple[list, RecordingHost]:
     fake = RecordingHost(facts)
     with ctx_host.use(fake), ctx_state.use(SimpleNamespace(current_stage=stage)):
-        commands = list(monitoring.targets_up._inner(
+        commands = list(prometheus.targets_up._inner(
             monitoring=resolve_monitoring(host_data("gateway")), targets=[ScrapeTarget("smg", "gw", "127.0.0.1:29000")],
             changed=[SimpleNamespace(changed=changed)]))
     return commands, fake
@@ -168,19 +169,19 @@ def test_the_gateways_key_is_removed_only_when_asked_and_never_from_an_exposed_g
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
     g = resolve_gateway(host_data("gateway"))
     present = {"kind": "file", "mode": "640", "user": "root", "group": "smg", "sha1": "x"}
-    commands, noops = run(gateway.api_key, {FileStates: {g.key_file: present}}, gateway=g)
+    commands, noops = run(smg.api_key, {FileStates: {g.key_file: present}}, gateway=g)
     assert commands == [] and "kept (remove_api_key=true removes it)" in noops[0]
     removing = resolve_gateway(host_data("gateway", remove_api_key="true"))
-    assert run(gateway.api_key, {FileStates: {g.key_file: present}}, gateway=removing)[0] == [f"rm -f {g.key_file}"]
+    assert run(smg.api_key, {FileStates: {g.key_file: present}}, gateway=removing)[0] == [f"rm -f {g.key_file}"]
     exposed = resolve_gateway(host_data("gateway", remove_api_key="true", gateway_bind_address="0.0.0.0"))
-    [problem] = failure(run(gateway.api_key, {FileStates: {g.key_file: present}}, gateway=exposed)[0])
+    [problem] = failure(run(smg.api_key, {FileStates: {g.key_file: present}}, gateway=exposed)[0])
     assert problem == ("host-1: the gateway would listen on 0.0.0.0 without a key: set $SPECFLEET_API_KEY on the "
                        "controller or keep gateway_bind_address=127.0.0.1")
 
 
 def test_the_host_script_takes_its_arguments_as_the_deploy_sends_them():
     """What _wait_up runs, against a port nothing listens on: an answer, not a usage error."""
-    command = monitoring.inline("prometheus_targets", "127.0.0.1", "9", "--fresh", "0", "--until-up", "0",
+    command = prometheus.inline("prometheus_targets", "127.0.0.1", "9", "--fresh", "0", "--until-up", "0",
                                 "sglang=10.0.0.9:30000", "smg=127.0.0.1:29000")
     answer = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=30)
     assert answer.returncode == 0, answer.stderr

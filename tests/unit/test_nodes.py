@@ -11,13 +11,13 @@ from dataclasses import replace
 
 import pytest
 
-from operations.deployment import BadHostData, resolve
-from operations.gateway import resolve_gateway, workers
-from operations.host_programs import program
-from operations import multinode
-from operations.multinode import DistInitLinks, RankState, joined_rank0, peers_of_rank0
-from operations.nodes import members
-from operations.sglang import server_args
+from operations.deployment.config import BadHostData, resolve
+from operations.gateway.smg import resolve_gateway, workers
+from operations.basics.host_programs import program
+from operations.nodes import rendezvous
+from operations.nodes.rendezvous import DistInitLinks, RankState, joined_rank0, peers_of_rank0
+from operations.nodes.group import members
+from operations.server.flags import server_args
 from tests.sglang_real import resolve_many_with_real_sglang
 from tests.unit.fakehost import run
 from tests.unit.resolution_cases import case, deployment, lab_repos
@@ -169,19 +169,19 @@ def test_reachability_is_checked_until_the_group_is_joined_then_read_from_its_li
     inventory = two_nodes()
     rank0, rank1 = (resolved(inventory, host) for host in inventory)
     for d in (rank0, rank1):  # not joined yet: both ends run the check (at execution, together)
-        commands, _ = run(multinode.reachable, {DistInitLinks: []}, deployment=d)
-        assert [c.function for c in commands] == [multinode._hold if d is rank0 else multinode._reach]
-    assert run(multinode.reachable, {DistInitLinks: DistInitLinks().process(SS_RANK0)}, deployment=rank0) == (
+        commands, _ = run(rendezvous.reachable, {DistInitLinks: []}, deployment=d)
+        assert [c.function for c in commands] == [rendezvous._hold if d is rank0 else rendezvous._reach]
+    assert run(rendezvous.reachable, {DistInitLinks: DistInitLinks().process(SS_RANK0)}, deployment=rank0) == (
         [], ["every rank of tp16 is connected to 10.0.0.1:25000"])
-    assert run(multinode.reachable, {DistInitLinks: DistInitLinks().process(SS_RANK1)}, deployment=rank1)[0] == []
+    assert run(rendezvous.reachable, {DistInitLinks: DistInitLinks().process(SS_RANK1)}, deployment=rank1)[0] == []
 
 
 def test_a_rank_is_proven_up_and_joined_or_waited_for():
     inventory = two_nodes()
     rank1 = resolved(inventory, inventory[1])
     up = {"active": "active", "links": DistInitLinks().process(SS_RANK1)}
-    assert run(multinode.joined, {RankState: up}, deployment=rank1, timeout_s=60)[0] == []
+    assert run(rendezvous.joined, {RankState: up}, deployment=rank1, timeout_s=60)[0] == []
     for down in ({**up, "active": "activating"}, {**up, "links": []}):
-        commands, _ = run(multinode.joined, {RankState: down}, deployment=rank1, timeout_s=60)
-        assert [c.function for c in commands] == [multinode._wait_joined]
+        commands, _ = run(rendezvous.joined, {RankState: down}, deployment=rank1, timeout_s=60)
+        assert [c.function for c in commands] == [rendezvous._wait_joined]
     assert RankState().process(["active", *SS_RANK1])["links"] == DistInitLinks().process(SS_RANK1)

@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 from pyinfra.context import ctx_host
 
-from operations.deployment import resolve
+from operations.deployment.config import resolve
 from operations.gpu import nvidia
 from operations.gpu.packages import NvidiaPackages
-from operations.hub import RepoSnapshot
-from operations.preflight import (exposure_problems, hub_snapshots, moving_revisions, serves, unpinned,
+from operations.weights.hub import RepoSnapshot
+from operations.deployment.preflight import (exposure_problems, hub_snapshots, moving_revisions, serves, unpinned,
                                   unpinned_builds)
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
 from tests.unit.group_data import host_data

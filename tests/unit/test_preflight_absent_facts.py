@@ -8,9 +8,9 @@ that is what every check here gets.
 import pytest
 from pyinfra.api import FunctionCommand
 
-from operations import preflight
-from operations.deployment import resolve
-from operations.hub import RepoFile, RepoSnapshot
+from operations.deployment import preflight
+from operations.deployment.config import resolve
+from operations.weights.hub import RepoFile, RepoSnapshot
 from tests.unit.fakehost import FakeHost, run
 from tests.unit.group_data import host_data
 

@@ -1,7 +1,7 @@
 """operations.readiness: crash-loop verdicts, the unit's run as systemd shows it, the default timeout."""
 
-from operations import readiness
-from operations.readiness import ServerProbe, ServiceRun, crash, ready_timeout
+from operations.server import readiness
+from operations.server.readiness import ServerProbe, ServiceRun, crash, ready_timeout
 
 
 def run(active="activating", sub="start", restarts=0, exit_status="0", result="success", progress=None):

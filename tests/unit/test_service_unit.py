@@ -1,4 +1,4 @@
-"""operations.service.configure and operations.layout: facts in, commands out (pyinfra's systemd.service
+"""operations.server.unit.configure and operations.basics.ownership: facts in, commands out (pyinfra's systemd.service
 and files.directory run for real on the same facts)."""
 
 from types import SimpleNamespace
@@ -6,45 +6,48 @@ from types import SimpleNamespace
 from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from operations import layout, service
-from operations.deployment import resolve
-from operations.filestate import FileStates
-from operations.sglang import SGLangRejects
+from operations.basics import ownership
+from operations.server import unit
+from operations.deployment.config import resolve
+from operations.basics.file_states import FileStates
+from operations.basics.units import ServiceState
+from operations.server.flags import SGLangRejects
 from tests.unit.fakehost import failure, run
 from tests.unit.group_data import host_data
 
 D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
 INPUTS = "sglang=3f2a target=ab12"
-UNIT, ENV = service.unit_files(D, INPUTS)
+UNIT, ENV = unit.unit_files(D, INPUTS)
+ROOT_DIRECTORIES = (D.install_dir, f"{D.install_dir}/bin", D.config_dir)
 
 
 def current(unit=UNIT, env=ENV, active="active", enabled="enabled") -> dict:
-    from operations.filestate import sha1_of
-    return {service.ServiceState: dict(unit_sha1=sha1_of(unit.encode()), env_sha1=sha1_of(env.encode()),
+    from operations.basics.file_states import sha1_of
+    return {ServiceState: dict(unit_sha1=sha1_of(unit.encode()), env_sha1=sha1_of(env.encode()),
                                        active=active, enabled=enabled),
             SystemdStatus: {"sglang.service": active == "active"},
             SystemdEnabled: {"sglang.service": enabled == "enabled"}}
 
 
 def test_unchanged_and_running_is_a_noop():
-    commands, noops = run(service.configure, current(), deployment=D, inputs=INPUTS)
+    commands, noops = run(unit.configure, current(), deployment=D, inputs=INPUTS)
     assert commands == [] and noops == [f"sglang is running its current unit ({INPUTS})"]
 
 
 def test_a_changed_api_key_alone_restarts_through_systemd_service():
     changed = SimpleNamespace(changed=True)
-    commands, _ = run(service.configure, current(), deployment=D, inputs=INPUTS, restart_when=[changed])
+    commands, _ = run(unit.configure, current(), deployment=D, inputs=INPUTS, restart_when=[changed])
     assert commands == ["systemctl restart sglang.service"]
 
 
 def test_a_stopped_disabled_service_is_started_and_enabled():
-    commands, _ = run(service.configure, current(active="inactive", enabled="disabled"), deployment=D, inputs=INPUTS)
+    commands, _ = run(unit.configure, current(active="inactive", enabled="disabled"), deployment=D, inputs=INPUTS)
     assert commands == ["systemctl start sglang.service", "systemctl enable sglang.service"]
 
 
 def test_rejected_flags_fail_before_anything_is_written():
     facts = {**current(unit="an older unit"), SGLangRejects: "--attention-backend: invalid choice: 'flashmla_v9'"}
-    [problem] = failure(run(service.configure, facts, deployment=D, inputs=INPUTS)[0])
+    [problem] = failure(run(unit.configure, facts, deployment=D, inputs=INPUTS)[0])
     assert "rejects the rendered flags (--attention-backend: invalid choice" in problem
     assert problem.endswith("sglang was left as it was")
 
@@ -62,27 +65,27 @@ def directory(user="root", mode="755"):
 
 def test_root_directories_in_place_are_a_noop_and_the_service_users_config_dir_is_taken_back():
     ok = {p: directory() for p in (D.install_dir, f"{D.install_dir}/bin", D.config_dir)}
-    commands, noops = run(layout.root_directories, {FileStates: ok}, deployment=D)
+    commands, noops = run(ownership.root_directories, {FileStates: ok}, paths=ROOT_DIRECTORIES)
     assert commands == [] and noops == ["/opt/specfleet, /opt/specfleet/bin, /etc/specfleet are root's (0755)"]
     # An earlier deploy's API key upload made /etc/specfleet the service user's.
     facts = {FileStates: {**ok, D.config_dir: directory("sglang")},
              Directory: dict(mode=755, user="sglang", group="sglang")}
-    commands, _ = run(layout.root_directories, facts, deployment=D)
+    commands, _ = run(ownership.root_directories, facts, paths=ROOT_DIRECTORIES)
     assert commands == ["chown root:root /etc/specfleet"]
 
 
 def test_a_cache_root_created_is_handed_to_the_service_user_not_following_links():
     user = {"home": "/home/sglang", "home_exists": True, "cache_owner": "root"}
-    commands, _ = run(layout.service_user, {layout.SystemUser: user}, user="sglang", home="/home/sglang")
+    commands, _ = run(ownership.service_user, {ownership.SystemUser: user}, user="sglang", home="/home/sglang")
     assert commands == ["chown --no-dereference sglang:sglang /home/sglang/.cache"]
     for owner in ("sglang", None):
-        commands, noops = run(layout.service_user, {layout.SystemUser: dict(user, cache_owner=owner)},
+        commands, noops = run(ownership.service_user, {ownership.SystemUser: dict(user, cache_owner=owner)},
                               user="sglang", home="/home/sglang")
         assert commands == [] and noops == ["user sglang exists with home /home/sglang"]
 
 
 def test_system_user_reads_home_and_cache_owner():
-    assert layout.SystemUser().process(["/home/sglang yes sglang"]) == \
+    assert ownership.SystemUser().process(["/home/sglang yes sglang"]) == \
         {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang"}
-    assert layout.SystemUser().process(["/home/sglang no -"]) == \
+    assert ownership.SystemUser().process(["/home/sglang no -"]) == \
         {"home": "/home/sglang", "home_exists": False, "cache_owner": None}

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from operations.sglang import SGLangRejects
+from operations.server.flags import SGLangRejects
 from tests.sglang_real import ENV_DIR, real_sglang_python
 from tests.unit.resolution_cases import lab_repos
 

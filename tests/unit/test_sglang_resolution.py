@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from operations.deployment import HOST_CLASSES
-from operations.sglang import (DDTREE_BUDGET_RANGE, DDTREE_TARGET_BACKENDS, RESOLVE, ddtree_violations,
+from operations.deployment.config import HOST_CLASSES
+from operations.server.flags import (DDTREE_BUDGET_RANGE, DDTREE_TARGET_BACKENDS, RESOLVE, ddtree_violations,
                                rendered_ddtree_violations)
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import resolve_many_with_real_sglang
@@ -181,7 +181,7 @@ def ddtree_src(tmp_path_factory) -> Path:
 def test_ddtree_standin_refuses_what_the_release_plus_ddtree_rules_refuse(repos, real, ddtree_src, tmp_path):
     """Today's DDTree profile on B200 and the old one (trtllm_mha, page size 1 asked): the real
     release resolves the DFlash base, the deploy's DDTree rules judge it; the DDTree build agrees."""
-    from operations.sglang import server_args
+    from operations.server.flags import server_args
 
     good, old = deployment("b200_nvlink", "qwen36_ddtree", repos), old_ddtree_deployment(repos)
     real_good, real_old = real[("b200_nvlink", "qwen36_ddtree")], real[OLD_DDTREE]

@@ -7,9 +7,9 @@ import sys
 import zipfile
 
 from lab.index import start_index
-from operations import venv
-from operations.host_programs import program
-from operations.venv import HostPython, VenvRequirement
+from operations.python import venv
+from operations.basics.host_programs import program
+from operations.python.venv import HostPython, VenvRequirement
 from tests.unit.test_gpu_operations import FakeHost, run
 
 VENV = "/opt/specfleet/tools-venv"

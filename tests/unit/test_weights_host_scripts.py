@@ -1,4 +1,4 @@
-"""The host-side weights programs (operations/host_scripts/), run as plain Python here.
+"""The host-side weights programs (operations/weights/host_scripts/), run as plain Python here.
 
 They are the same files the hosts run: imported next to their shared module, and run
 through the inline form (`python3 -c`) the facts send.
@@ -12,9 +12,10 @@ import sys
 
 import pytest
 
-from operations.host_programs import HOST_SCRIPTS, inline
+from operations.basics.host_programs import HOST_SCRIPTS, inline
+from tests.helpers import host_programs_importable
 
-sys.path.insert(0, str(HOST_SCRIPTS))
+host_programs_importable()
 import verify_weights  # noqa: E402
 import weights_disk  # noqa: E402
 import weights_manifest  # noqa: E402

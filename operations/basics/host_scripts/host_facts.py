@@ -1,0 +1,155 @@
+"""Runs ON THE HOST (imported by host_state.py): the answers to the shared basics' facts, each the
+lines that fact's own shell command prints, so its process() reads them the same way.
+
+    answer(args) -> list[str] | None   (None: this program cannot answer exactly; the controller
+                                        then runs the fact's own command)
+"""
+
+import functools
+import grp
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import subprocess
+
+
+def run(argv: list[str], merge_stderr: bool = True) -> subprocess.Popen:
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else
+                            subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True, errors="replace")
+
+
+def lines_of(process: subprocess.Popen | None) -> list[str]:
+    return [] if process is None else process.communicate()[0].splitlines()
+
+
+def read_lines(path: str) -> list[str]:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def sha1(path: str) -> str:
+    digest = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def name_of(uid_or_gid: int, lookup) -> str:
+    try:
+        return lookup(uid_or_gid)[0]
+    except KeyError:
+        return "UNKNOWN"  # what `stat -c %U` prints for an id without a name
+
+
+def file_state(path: str) -> str:
+    """FileStates' line: `[ -f ]`/`[ -d ]` follow a link, `stat` (no -L) does not."""
+    if os.path.isfile(path) or os.path.isdir(path):
+        st = os.lstat(path)
+        owner = f"{oct(st.st_mode & 0o7777)[2:]}|{name_of(st.st_uid, pwd.getpwuid)}|{name_of(st.st_gid, grp.getgrgid)}"
+        if os.path.isfile(path):
+            return f"{path}|file|{owner}|{sha1(path)}"
+        return f"{path}|directory|{owner}|"
+    return f"{path}|missing"
+
+
+def file_states(args: dict) -> list[str]:
+    return [file_state(path) for path in args["paths"]]
+
+
+def user_file_states(args: dict) -> list[str] | None:
+    """UserFileStates: FileStates read as the user (a forked child that became it, as runuser does).
+    Forks: host_state.py runs it before any thread starts."""
+    user, paths = args["user"], list(args["paths"])
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return [f"{path}|missing" for path in paths]
+    if os.geteuid() != 0:
+        return None
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(read_end)
+            os.initgroups(user, entry.pw_gid)
+            os.setgid(entry.pw_gid)
+            os.setuid(entry.pw_uid)
+            os.write(write_end, json.dumps(file_states({"paths": paths})).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = pipe.read()
+    os.waitpid(child, 0)
+    return json.loads(answer) if answer else None
+
+
+def system_user(args: dict) -> list[str]:
+    """SystemUser: home, whether it is a directory, the owner of its .cache (not followed)."""
+    try:
+        home = pwd.getpwnam(args["user"]).pw_dir
+    except KeyError:
+        return []
+    if not os.path.isdir(home):
+        return [f"{home} no -"]
+    try:
+        owner = name_of(os.lstat(os.path.join(home, ".cache")).st_uid, pwd.getpwuid)
+    except OSError:
+        owner = "-"
+    return [f"{home} yes {owner}"]
+
+
+def login_user(args: dict) -> list[str]:
+    sudo_user = os.environ.get("SUDO_USER")
+    return [f"{sudo_user or name_of(os.geteuid(), pwd.getpwuid)} {'sudo' if sudo_user else ''}"]
+
+
+def linux_distribution(args: dict) -> list[str]:
+    """pyinfra's LinuxDistribution: each /etc/*-release file (not a directory), its content, ---."""
+    lines = []
+    for name in sorted(n for n in os.listdir("/etc") if n.endswith("-release")):
+        path = os.path.join("/etc", name)
+        if os.path.exists(path) and not os.path.isdir(path):
+            lines += [path, *read_lines(path), "---"]
+    return lines
+
+
+def arch(args: dict) -> list[str]:
+    return [os.uname().machine]
+
+
+@functools.cache
+def units(names: tuple[str, ...]) -> dict[str, dict]:
+    """`systemctl show` of units at once: is-active is ActiveState, is-enabled is UnitFileState
+    (empty where systemctl is-enabled prints nothing: no such unit file). A unit systemd did not
+    show (no systemd running) is left out."""
+    if not names or not shutil.which("systemctl"):
+        return {}
+    full = [name if "." in name else f"{name}.service" for name in names]
+    output = lines_of(run(["systemctl", "show", "-p", "Id,ActiveState,UnitFileState", "--", *full],
+                          merge_stderr=False))
+    shown, current = {}, {}
+    for line in [*output, ""]:
+        if not line:
+            if current.get("Id"):
+                shown[current["Id"]] = current
+            current = {}
+        else:
+            key, _, value = line.partition("=")
+            current[key] = value
+    return {name: shown[unit] for name, unit in zip(names, full) if unit in shown}
+
+
+def service_state(args: dict) -> list[str] | None:
+    """ServiceState: the unit's and environment file's sha1, active and enabled state."""
+    state = units((args["service"],)).get(args["service"])
+    if state is None:
+        return None
+    return [*(sha1(f) if os.path.isfile(f) else "-" for f in (args["unit_file"], args["env_file"])),
+            state["ActiveState"], state["UnitFileState"] or "disabled"]

@@ -1,0 +1,117 @@
+"""Who owns what on a host: the service user and its cache, root's directories.
+
+The service user owns its home and cache (where the server and the downloads write); every
+directory root writes in or executes from (install and config directories) is root's and
+not writable by the service user, so no link it plants can redirect what root does.
+"""
+
+import shlex
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.operations import files, server
+
+from operations.basics import gathering, host_programs
+from operations.basics.file_states import FileStates, matches, sha1_of
+
+
+class SystemUser(FactBase):
+    """
+    A user's home directory, whether it exists, and the owner of its `.cache` (not following a
+    link there; None if absent); None when there is no such user.
+
+    .. code:: python
+
+        {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang"}
+    """
+
+    def command(self, user: str) -> str:
+        return (f"getent passwd {shlex.quote(user)} | cut -d: -f6 | while read -r home; do "
+                'if [ -d "$home" ]; then echo "$home yes $(stat -c %U "$home/.cache" 2>/dev/null || echo -)"; '
+                'else echo "$home no -"; fi; done')
+
+    host_answer = "host_facts.system_user"
+
+    def process(self, output):
+        home, exists, cache_owner = output[0].rsplit(" ", 2)
+        return {"home": home, "home_exists": exists == "yes", "cache_owner": None if cache_owner == "-" else cache_owner}
+
+
+@operation()
+def service_user(user: str, home: str):
+    """
+    The service's system user, with its home (where HF_HOME lives), no login shell, and its own `.cache`.
+
+    One fact in the usual case where it exists; pyinfra's server.user does the work otherwise.
+    A `.cache` an earlier deploy created as root is handed to the user (the link itself, were it one).
+
+    + user: the user name
+    + home: its home directory
+
+    **Example:**
+
+    .. code:: python
+
+        ownership.service_user(name="Service user", user="sglang", home="/home/sglang")
+    """
+    existing = gathering.read(SystemUser, user=user)
+    if not existing or existing["home"] != home or not existing["home_exists"]:
+        yield from server.user._inner(user=user, system=True, home=home, shell="/usr/sbin/nologin",
+                                      ensure_home=True)
+    elif existing["cache_owner"] not in (None, user):
+        yield StringCommand("chown", "--no-dereference", f"{user}:{user}", QuoteString(f"{home}/.cache"))
+    else:
+        host.noop(f"user {user} exists with home {home}")
+
+
+@operation()
+def root_directories(paths: tuple[str, ...]):
+    """
+    Directories root writes in or executes from (install, host programs, configuration): root's,
+    mode 0755 (a directory an earlier deploy gave the service user is taken back).
+
+    + paths: the directories
+
+    **Example:**
+
+    .. code:: python
+
+        ownership.root_directories(name="Root's directories", paths=("/opt/specfleet", "/etc/specfleet"))
+    """
+    states = gathering.read(FileStates, paths=paths)
+    wrong = [path for path in paths if not matches(states.get(path), "directory", "755", "root")]
+    if not wrong:
+        host.noop(f"{', '.join(paths)} are root's (0755)")
+    for path in wrong:
+        yield from files.directory._inner(path=path, user="root", group="root", mode="755")
+
+
+def upload_paths(install_dir: str, programs: dict[str, Path] | None = None) -> dict[str, Path]:
+    """Where each host program goes when uploaded: INSTALL_DIR/bin/NAME.py (every one, unless `programs`)."""
+    return {f"{install_dir}/bin/{path.name}": path for _, path in sorted((programs or host_programs.HOST_SCRIPTS).items())}
+
+
+@operation()
+def host_programs_uploaded(install_dir: str, programs: dict[str, Path] | None = None, owner: str = "root"):
+    """
+    Upload host programs to INSTALL_DIR/bin, root's and mode 0755; only those that differ.
+
+    + install_dir: where they go (its bin/)
+    + programs: the programs by name (``of_subject``); every subject's by default
+    + owner: their owner and group
+
+    **Example:**
+
+    .. code:: python
+
+        ownership.host_programs_uploaded(name="Host scripts", install_dir="/opt/specfleet")
+    """
+    paths = upload_paths(install_dir, programs)
+    states = gathering.read(FileStates, paths=tuple(paths))
+    stale = {dest: src for dest, src in paths.items()
+             if not matches(states.get(dest), "file", "755", owner, sha1=sha1_of(src.read_bytes()))}
+    if not stale:
+        host.noop(f"{len(paths)} host scripts are current")
+    for dest, src in stale.items():
+        yield from files.put._inner(src=str(src), dest=dest, user=owner, group=owner, mode="755")

@@ -1,0 +1,288 @@
+"""Prometheus on the `gateway` group's hosts: Debian's own package, scraping the gateway's workers and smg.
+
+Its targets come from the inventory, as the gateway's workers do (`gateway.workers()`): every
+worker of the gateway's model at the address the gateway reaches it (`/metrics`, with the
+workers' API key as a bearer credentials file when they have one), and smg's own Prometheus
+port. The deploy then asks Prometheus (`/api/v1/targets`) whether every target is up, and
+fails the host naming those that are not.
+
+Prometheus has no key of its own, so it listens on loopback unless `prometheus_listen_address`
+says otherwise; its arguments and configuration are written before the package is installed,
+so even its first start (the package's postinst starts it) listens only there.
+"""
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from io import StringIO
+from typing import Any
+from urllib.parse import urlsplit
+
+from pyinfra import host, state
+from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.api.operation import OperationMeta
+from pyinfra.api.state import StateStage
+from pyinfra.operations import files, systemd
+
+from operations.basics.file_states import FileStates
+from operations.gateway.smg import ADDRESS, LOOPBACK, Gateway, Worker
+from operations.gpu.nvidia import apt_install
+from operations.basics.host_programs import inline
+from operations.basics.knobs import BadHostData, boolean, integer
+from operations.basics.secrets import controller_key_file
+from operations.basics.templates import render
+
+PACKAGE = "prometheus"  # Debian's (bookworm: 2.42), its unit runs `/usr/bin/prometheus $ARGS` as `prometheus`
+SERVICE = "prometheus.service"
+USER = "prometheus"  # made by the package's postinst
+ARGUMENTS_FILE = "/etc/default/prometheus"  # the package's EnvironmentFile: ARGS
+CONFIG_FILE = "/etc/prometheus/prometheus.yml"  # the package's default --config.file
+KEY_FILE = "/etc/prometheus/specfleet-api-key"  # the workers' key, root:prometheus 0640
+RETENTION = re.compile(r"^[1-9][0-9]*(h|d|w|y)$")
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    """Prometheus on one gateway host (group_data/gateway.py `prometheus_*`), resolved and validated."""
+
+    listen_address: str
+    port: int
+    scrape_interval_s: int
+    retention: str
+    targets_timeout_s: int
+    api_key_env: str
+    remove_api_key: bool
+
+    @property
+    def api_address(self) -> str:
+        """Where the deploy and the checks reach its API on its own host."""
+        return "127.0.0.1" if self.listen_address in ("0.0.0.0", *LOOPBACK) else self.listen_address
+
+
+def resolve_monitoring(data: Any) -> Monitoring:
+    """A gateway host's Prometheus knobs as the typed, validated `Monitoring` (they reach its argument
+    and configuration files)."""
+    listen = str(data.prometheus_listen_address)
+    retention = str(data.prometheus_retention)
+    if not ADDRESS.fullmatch(listen):
+        raise BadHostData(f"prometheus_listen_address={listen!r} is not allowed (expected a host name or IPv4 address)")
+    if not RETENTION.fullmatch(retention):
+        raise BadHostData(f"prometheus_retention={retention!r} is not allowed (expected e.g. 15d, 12h, 2w, 1y)")
+    return Monitoring(
+        listen_address=listen,
+        port=integer("prometheus_port", data.prometheus_port, 1, 65535),
+        scrape_interval_s=integer("prometheus_scrape_interval_s", data.prometheus_scrape_interval_s, 1, 3600),
+        retention=retention,
+        targets_timeout_s=integer("prometheus_targets_timeout_s", data.prometheus_targets_timeout_s, 1, 3600),
+        api_key_env=data.api_key_env,
+        remove_api_key=boolean("remove_api_key", data.remove_api_key),
+    )
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    job: str  # `sglang` (a worker's /metrics) or `smg` (the gateway's Prometheus port)
+    name: str  # the inventory host it belongs to (label `host`)
+    address: str  # host:port, Prometheus's `instance`
+
+
+def scrape_targets(gateway_host_name: str, gateway: Gateway, workers: list[Worker]) -> list[ScrapeTarget]:
+    """What Prometheus scrapes: each worker at the address the gateway reaches it, and smg."""
+    smg = "127.0.0.1" if gateway.bind_address in ("0.0.0.0", *LOOPBACK) else gateway.bind_address
+    return [*(ScrapeTarget("sglang", w.name, urlsplit(w.url).netloc) for w in workers),
+            ScrapeTarget("smg", gateway_host_name, f"{smg}:{gateway.prometheus_port}")]
+
+
+def with_key(monitoring: Monitoring) -> bool:
+    """Whether the workers are scraped with their key: the controller has it, or the host keeps one."""
+    if os.environ.get(monitoring.api_key_env):
+        return True
+    return bool(host.get_fact(FileStates, paths=(KEY_FILE,)).get(KEY_FILE)) and not monitoring.remove_api_key
+
+
+def config_text(monitoring: Monitoring, targets: list[ScrapeTarget], key: bool) -> str:
+    return render("monitoring/prometheus.yml.j2", m=monitoring, targets=targets, key_file=KEY_FILE if key else None)
+
+
+def arguments_text(monitoring: Monitoring) -> str:
+    return render("monitoring/prometheus.default.j2", m=monitoring)
+
+
+@operation()
+def arguments(monitoring: Monitoring):
+    """
+    Prometheus's arguments in Debian's ``/etc/default/prometheus`` (listen address, retention).
+    Written before the package: its first start already listens where this says.
+
+    + monitoring: the host's resolved Prometheus knobs
+
+    **Example:**
+
+    .. code:: python
+
+        monitoring.arguments(name="Prometheus arguments", monitoring=m)
+    """
+    yield from files.put._inner(src=StringIO(arguments_text(monitoring)), dest=ARGUMENTS_FILE, mode="644",
+                                user="root", group="root")
+
+
+@operation()
+def scrape_config(monitoring: Monitoring, targets: list[ScrapeTarget]):
+    """
+    Prometheus's configuration: the inventory's workers and the gateway's smg as scrape targets.
+    It holds the key file's path only, never the key.
+
+    + monitoring: the host's resolved Prometheus knobs
+    + targets: what it scrapes (`scrape_targets()`)
+
+    **Example:**
+
+    .. code:: python
+
+        monitoring.scrape_config(name="Prometheus targets", monitoring=m, targets=scrape_targets(host.name, g, w))
+    """
+    yield from files.directory._inner(path="/etc/prometheus", mode="755", user="root", group="root")
+    yield from files.put._inner(src=StringIO(config_text(monitoring, targets, with_key(monitoring))),
+                                dest=CONFIG_FILE, mode="644", user="root", group="root")
+
+
+@operation()
+def package():
+    """
+    Debian's ``prometheus`` package, without its Recommends (the node exporter); the package
+    lists are updated only when apt does not know it.
+
+    **Example:**
+
+    .. code:: python
+
+        monitoring.package(name="Prometheus package")
+    """
+    yield from apt_install([PACKAGE])
+
+
+@operation()
+def scrape_key(monitoring: Monitoring):
+    """
+    The workers' API key (the controller's `api_key_env`) as Prometheus's bearer credentials file,
+    root's, 0640, group prometheus; without the variable the host keeps it, removed only with
+    `remove_api_key`. The key is read here, never an argument.
+
+    + monitoring: the host's resolved Prometheus knobs
+
+    **Example:**
+
+    .. code:: python
+
+        monitoring.scrape_key(name="Prometheus scrape key", monitoring=m)
+    """
+    yield from controller_key_file(monitoring.api_key_env, KEY_FILE, USER, remove=monitoring.remove_api_key)
+
+
+@operation()
+def service(restart_when: list[OperationMeta], reload_when: list[OperationMeta]):
+    """
+    Prometheus enabled and running: restarted when its arguments or package changed, reloaded
+    (SIGHUP, which re-reads the configuration) when only its targets did.
+
+    + restart_when: operations whose change needs a restart
+    + reload_when: operations whose change needs a reload
+
+    **Example:**
+
+    .. code:: python
+
+        monitoring.service(name="Prometheus service", restart_when=[args, pkg], reload_when=[config])
+    """
+    restart = any(op.changed for op in restart_when)
+    yield from systemd.service._inner(service=SERVICE, running=True, enabled=True, restarted=restart,
+                                      reloaded=not restart and any(op.changed for op in reload_when))
+
+
+class PrometheusTargets(FactBase):
+    """
+    Prometheus's scrape targets (`/api/v1/targets`, host_scripts/prometheus_targets.py); with `fresh_s`,
+    as scraped after the command started (it waits up to that long for each target's next scrape).
+
+    .. code:: python
+
+        {"reachable": True, "targets": [{"job": "sglang", "instance": "10.213.1.10:30000",
+                                         "health": "up", "error": "", "scraped_at": 1796081256.6}]}
+    """
+
+    def command(self, address: str, port: int, fresh_s: int = 0) -> str:
+        return inline("prometheus_targets", address, str(port), "--fresh", str(fresh_s))
+
+    def process(self, output):
+        try:
+            return json.loads(output[-1])
+        except (IndexError, ValueError):
+            return {"reachable": False, "targets": [], "error": " ".join(output)[-200:]}
+
+
+def fresh_scrape_s(monitoring: Monitoring) -> int:
+    """How long the next scrape of every target may take: an interval, its timeout (Prometheus's 10 s), slack."""
+    return 2 * monitoring.scrape_interval_s + 10
+
+
+def down_targets(found: dict, wanted: list[ScrapeTarget]) -> list[str]:
+    """Each wanted target that Prometheus does not report `up`, with why; empty when all are."""
+    if not found.get("reachable"):
+        return [f"Prometheus does not answer: {found.get('error', '')}"]
+    health = {(t["job"], t["instance"]): t for t in found["targets"]}
+    down = []
+    for target in wanted:
+        seen = health.get((target.job, target.address))
+        if seen is None:
+            down.append(f"{target.job} {target.name} ({target.address}): not a target")
+        elif seen["health"] != "up":
+            down.append(f"{target.job} {target.name} ({target.address}): {seen['health']} {seen['error']}".rstrip())
+    return down
+
+
+@operation()
+def targets_up(monitoring: Monitoring, targets: list[ScrapeTarget], changed: list[OperationMeta]):
+    """
+    Every scrape target up in Prometheus, else the host fails naming the targets that are down.
+    After a change (or when one is down now) it waits for their scrapes, up to `prometheus_targets_timeout_s`.
+
+    + monitoring: the host's resolved Prometheus knobs
+    + targets: what Prometheus should scrape (`scrape_targets()`)
+    + changed: Prometheus's operations (a change means fresh scrapes to wait for)
+
+    **Example:**
+
+    .. code:: python
+
+        monitoring.targets_up(name="Prometheus targets up", monitoring=m, targets=t, changed=[config, svc])
+    """
+    if not any(op.changed for op in changed):
+        # Run again at execution, after the workers' stages: then only scrapes made from now on count,
+        # never one from before a worker restarted in this run.
+        executing = state.current_stage == StateStage.Execute
+        found = host.get_fact(PrometheusTargets, address=monitoring.api_address, port=monitoring.port,
+                              fresh_s=fresh_scrape_s(monitoring) if executing else 0)
+        if not down_targets(found, targets):
+            host.noop(f"Prometheus scrapes its {len(targets)} targets, all up")
+            return
+    yield FunctionCommand(_wait_up, (monitoring, targets), {})
+
+
+def _wait_up(state, host, monitoring: Monitoring, targets: list[ScrapeTarget]) -> bool:
+    """At execution time, after the gateway's stage: poll Prometheus until every target is up."""
+    command = inline("prometheus_targets", monitoring.api_address, str(monitoring.port),
+                     "--fresh", str(fresh_scrape_s(monitoring)), "--until-up", str(monitoring.targets_timeout_s),
+                     *(f"{t.job}={t.address}" for t in targets))
+    started = time.monotonic()
+    ok, output = host.run_shell_command(command)
+    found = PrometheusTargets().process(output.stdout_lines) if ok else {"reachable": False, "error": output.stderr}
+    down = down_targets(found, targets)
+    if down:
+        host.log_styled(f"Prometheus targets down after {time.monotonic() - started:.0f} s: " + "; ".join(down),
+                        fg="red")
+        return False
+    host.log_styled(f"Prometheus: {len(targets)} targets up ({time.monotonic() - started:.1f} s)", fg="green")
+    return True
+

@@ -1,0 +1,268 @@
+"""Isolated Python virtualenvs holding one pinned requirement each, built by uv.
+
+uv (pinned, its wheel hash-locked in locks/uv==VERSION.txt) creates the virtualenvs and installs
+into them: it resolves and links a wheel set in parallel, where pip runs ensurepip in every new
+venv and installs file by file. It also provides Python 3.11 where the system's python3 is older
+(Ubuntu 22.04's 3.10), from python-build-standalone, each build checked against the sha256 uv
+carries. pip stays the fallback on a host whose machine has no uv wheel in the lock (anything but
+x86_64 and aarch64): there `python3 -m venv` and pip build the venv, as before uv.
+"""
+
+import hashlib
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import FactBase, operation
+
+from operations.basics import gathering
+from operations.basics.host_programs import inline
+
+MARKER = ".specfleet-requirement"
+LOCK = ".specfleet-requirements.lock"  # in the virtualenv: the hash lock it was installed from
+LOCKS = Path(__file__).resolve().parent / "locks"  # committed hash locks, one per release: NAME==VERSION.txt
+RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.!+_-]+")
+
+
+UV_VERSION = "0.13.8"
+UV_MACHINES = ("x86_64", "aarch64")  # the machines locks/uv==UV_VERSION.txt has a wheel for
+MINIMUM_PYTHON = (3, 11)  # SGLang's
+MANAGED_PYTHON = "3.11"  # what uv installs where the system python3 is older
+# Where uv downloads Python builds from (its default); preflight checks the host reaches it.
+PYTHON_SOURCE = "https://github.com/astral-sh/python-build-standalone/releases/download"
+PYPI = "https://pypi.org/simple/"
+
+
+@dataclass(frozen=True)
+class Uv:
+    """Where a host's uv lives, all root's: the binary, its cache (wheels unpacked once, hard-linked
+    into every venv on the same disk) and the Pythons it installs."""
+
+    install_dir: str
+
+    @property
+    def binary(self) -> str:
+        return f"{self.install_dir}/bin/uv"
+
+    @property
+    def cache(self) -> str:
+        return f"{self.install_dir}/uv-cache"
+
+    @property
+    def pythons(self) -> str:
+        return f"{self.install_dir}/python"
+
+
+def committed_lock(requirement: str) -> str | None:
+    """The committed hash lock of a release pin (locks/NAME==VERSION.txt: it and every dependency,
+    each with its wheels' sha256), or None."""
+    path = LOCKS / f"{requirement}.txt"
+    return path.read_text() if RELEASE.fullmatch(requirement) and path.is_file() else None
+
+
+def hash_lock(requirement: str) -> str | None:
+    """What the installer installs `requirement` from with --require-hashes: a requirement that carries its own
+    --hash (a mirror's pinned build without dependencies), else the release's committed lock."""
+    return f"{requirement}\n" if " --hash=" in requirement else committed_lock(requirement)
+
+
+def fingerprint(requirement: str, index_url: str | None) -> str:
+    """Identifies what was asked for: a change means a reinstall (and, for SGLang, a restart)."""
+    lock = committed_lock(requirement)
+    return hashlib.sha256(f"{requirement}|{index_url}{'|' + lock if lock else ''}".encode()).hexdigest()[:16]
+
+
+class VenvRequirement(FactBase):
+    """
+    The version of `distribution` in the virtualenv and the fingerprint of the requirement it was built for.
+
+    .. code:: python
+
+        {"version": "0.5.23", "fingerprint": "3f2a9c0d1e4b5a6c"}
+    """
+
+    host_answer = "python_state.venv_requirement"
+    
+    @classmethod
+    def host_arguments(cls, kwargs: dict) -> dict:
+        return {**kwargs, "marker": MARKER}
+
+    def command(self, path: str, distribution: str) -> str:
+        venv = shlex.quote(path)
+        show = f"import importlib.metadata as m; print(m.version({distribution!r}))"
+        return (f"if [ -x {venv}/bin/python ]; then "
+                f"{venv}/bin/python -c {shlex.quote(show)} 2>/dev/null || echo; "
+                f"cat {venv}/{MARKER} 2>/dev/null || echo; fi")
+
+    def process(self, output):
+        version, marker = [*output, "", ""][:2]
+        return {"version": version.strip() or None, "fingerprint": marker.strip() or None}
+
+
+_PYTHON_PROBE = f"""import sys
+version = "%d.%d.%d" % sys.version_info[:3]
+if sys.version_info >= {MINIMUM_PYTHON}:
+    print("python", version, "-")
+    sys.exit()
+import urllib.error, urllib.request
+try:
+    urllib.request.urlopen({PYTHON_SOURCE!r}, timeout=5)
+    print("python", version, "reached")
+except urllib.error.HTTPError:  # an answer, whatever its status: the source is reachable
+    print("python", version, "reached")
+except Exception:
+    print("python", version, "unreachable")
+"""
+
+
+class HostPython(FactBase):
+    """
+    What builds a host's virtualenvs: its machine, its python3 and, where that is older than SGLang's
+    minimum, whether uv's Python source answers; the version of the uv at ``uv``.
+
+    .. code:: python
+
+        {"machine": "x86_64", "python": "3.10.12", "python_source": "unreachable", "uv": "0.13.8"}
+    """
+
+    host_answer = "python_state.host_python"
+    
+    @classmethod
+    def host_arguments(cls, kwargs: dict) -> dict:
+        return {**kwargs, "minimum": list(MINIMUM_PYTHON), "source": PYTHON_SOURCE}
+
+    def command(self, uv: str) -> str:
+        return (f"echo machine $(uname -m); python3 -c {shlex.quote(_PYTHON_PROBE)} 2>/dev/null || echo python none -; "
+                f"{shlex.quote(uv)} --version 2>/dev/null || echo uv none")
+
+    @staticmethod
+    def default() -> dict:
+        return {"machine": None, "python": None, "python_source": None, "uv": None}  # nothing known
+
+    def process(self, output):
+        facts = self.default()
+        for words in (line.split() for line in output):
+            if words[:1] == ["machine"] and len(words) == 2:
+                facts["machine"] = words[1]
+            elif words[:1] == ["python"] and len(words) == 3:
+                facts["python"] = None if words[1] == "none" else words[1]
+                facts["python_source"] = None if words[2] == "-" else words[2]
+            elif words[:1] == ["uv"] and len(words) >= 2:
+                facts["uv"] = None if words[1] == "none" else words[1]
+        return facts
+
+
+def python_ok(version: str | None) -> bool:
+    return version is not None and tuple(int(part) for part in version.split(".")[:2]) >= MINIMUM_PYTHON
+
+
+def python_problems(host_name: str, facts: dict) -> list[str]:
+    """Why a host cannot get a Python >= 3.11 for SGLang's virtualenv: none, or one sentence with the way out."""
+    if python_ok(facts["python"]):
+        return []
+    found = f"found {facts['python'] or 'no python3'}"
+    if facts["python"] is None:
+        return [f"{host_name}: the deploy needs a python3 (any version: uv provides 3.11 where it is older), "
+                f"{found}: install python3"]
+    if facts["machine"] not in UV_MACHINES:
+        return [f"{host_name}: SGLang needs Python 3.11 or newer, {found}, and the uv lock has no wheel for "
+                f"{facts['machine']} to install one: install python3.11 with its venv module as python3"]
+    if facts["python_source"] != "reached":
+        return [f"{host_name}: SGLang needs Python 3.11 or newer, {found}; uv installs one from "
+                f"{PYTHON_SOURCE}, which this host cannot reach: open that to the host, or install python3.11 "
+                "with its venv module as python3"]
+    return []
+
+
+@operation()
+def uv(uv: Uv, index_url: str | None = None):
+    """
+    Install the pinned uv (its wheel hash-checked against locks/uv==UV_VERSION.txt) at ``uv.binary``.
+
+    + uv: where the host's uv lives
+    + index_url: the package index holding uv's wheel (None: PyPI)
+
+    **Example:**
+
+    .. code:: python
+
+        venv.uv(name="uv", uv=venv.Uv("/opt/specfleet"), index_url="http://mirror/simple/")
+    """
+    facts = gathering.read(HostPython, uv=uv.binary)
+    if facts["machine"] not in UV_MACHINES:
+        host.noop(f"no uv wheel for {facts['machine']}: virtualenvs are built with python3 -m venv and pip")
+        return
+    if facts["uv"] == UV_VERSION:
+        host.noop(f"uv {UV_VERSION} is installed")
+        return
+    hashes = re.findall(r"--hash=sha256:([0-9a-f]{64})", committed_lock(f"uv=={UV_VERSION}"))
+    yield inline("install_uv", index_url or PYPI, UV_VERSION, uv.binary, *hashes)
+
+
+@operation()
+def requirement(path: str, requirement: str, distribution: str, index_url: str | None = None,
+                uv: Uv | None = None):
+    """
+    Build a virtualenv holding `requirement`, rebuilding it only when the requirement changes.
+
+    + path: where the virtualenv lives
+    + requirement: a pip requirement: a PyPI pin, ``name @ git+URL@ref``, a wheel path or URL; a release
+      pin with a committed lock (``operations/python/locks/``), or a requirement carrying ``--hash=``, is installed
+      with ``--require-hashes``
+    + distribution: the distribution it installs, to read its version
+    + index_url: a PyPI mirror or private index (None: PyPI)
+    + uv: the host's uv (``venv.uv`` installs it), which builds the venv, on Python 3.11 of its own where
+      the system's python3 is older; None, or a machine without a uv wheel: python3 -m venv and pip
+
+    **Example:**
+
+    .. code:: python
+
+        venv.requirement(
+            name="Install SGLang",
+            path="/opt/specfleet/sglang-venv",
+            requirement="sglang==0.5.23",
+            distribution="sglang",
+            uv=venv.Uv("/opt/specfleet"),
+        )
+    """
+    installed = gathering.read(VenvRequirement, path=path, distribution=distribution)
+    wanted = fingerprint(requirement, index_url)
+    if installed and installed["version"] and installed["fingerprint"] == wanted:
+        host.noop(f"{distribution} {installed['version']} is installed from {requirement}")
+        return
+    venv = shlex.quote(path)
+    index = f"--index-url {shlex.quote(index_url)} " if index_url else ""
+    lock = hash_lock(requirement)
+    if lock is None and RELEASE.fullmatch(requirement):
+        host.log_styled(f"{requirement}: no hash lock (operations/python/locks/{requirement}.txt), so no hash is "
+                        f"checked: write one with `python -m operations.python.locks.compile {requirement}`", fg="yellow")
+    # Rebuilt whole: an installer cannot reliably move a git build back to a release, and a
+    # half-updated environment must never serve.
+    python = gathering.read(HostPython, uv=uv.binary) if uv else None
+    if python and python["machine"] in UV_MACHINES:
+        # The system's python3 where it is new enough, else a Python of uv's own (only-managed: never an
+        # older system one); the cache is root's, on the venvs' disk, so files are hard-linked, not copied.
+        interpreter = ("python3 --no-python-downloads" if python_ok(python["python"])
+                       else f"{MANAGED_PYTHON} --python-preference only-managed")
+        env = f"UV_CACHE_DIR={shlex.quote(uv.cache)} UV_PYTHON_INSTALL_DIR={shlex.quote(uv.pythons)} "
+        # The cache starts empty at each build, as pip's --no-cache-dir: a wheel URL whose bytes changed
+        # must not be served from an old copy (the index sends no validators).
+        yield (f"rm -rf {venv} {shlex.quote(uv.cache)} && "
+               f"{env}{shlex.quote(uv.binary)} venv --quiet --no-config --python {interpreter} {venv}")
+        # --compile-bytecode as pip does: the venv is root's, so the service user could not write the .pyc
+        # files, and every server start would compile torch's modules again.
+        install = (f"{env}{shlex.quote(uv.binary)} pip install --quiet --no-config --compile-bytecode "
+                   f"--python {venv}/bin/python {index}")
+    else:
+        yield f"rm -rf {venv} && python3 -m venv {venv}"
+        install = f"{venv}/bin/pip install --quiet --disable-pip-version-check --no-cache-dir {index}"
+    if lock:
+        # Every file the installer fetches must hash to a value in the lock; anything else is refused.
+        yield f"printf %s {shlex.quote(lock)} > {venv}/{LOCK}"
+        yield f"{install}--require-hashes -r {venv}/{LOCK}"
+    else:
+        yield f"{install}{shlex.quote(requirement)}"
+    yield f"echo {wanted} > {venv}/{MARKER}"

@@ -1,0 +1,106 @@
+"""Runs ON THE HOST (system python3, stdlib only): one readiness probe of the local SGLang server.
+
+Prints one JSON line: whether /health_generate answered 200, a chat completion's
+text, and the speculative decoding state from /server_info. Reads the API key
+from its file, so the key is never in a command line; and sends it only over a
+connection whose server end the service user owns: while the server is down,
+any local user may bind its port, and must not receive the key.
+"""
+
+import contextlib
+import http.client
+import io
+import json
+import pwd
+import socket
+import sys
+from pathlib import Path
+
+TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+
+
+def socket_owners(tables=TCP_TABLES) -> dict[tuple[int, int], int]:
+    """(local port, remote port) -> uid of every TCP socket of the host (/proc/net/tcp*)."""
+    owners = {}
+    for table in tables:
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            owners[(local_port, remote_port)] = int(fields[7])
+    return owners
+
+
+class Connection(http.client.HTTPConnection):
+    """A loopback HTTP connection that refuses to go on unless the server's end is `uid`'s."""
+
+    def __init__(self, port: int, uid: int, timeout: float):
+        super().__init__("127.0.0.1", port, timeout=timeout)
+        self.uid = uid
+
+    def connect(self):
+        super().connect()
+        ours = self.sock.getsockname()[1]
+        # The server's end of this very connection: (its port, our port), owned by whoever listened.
+        owner = socket_owners().get((self.port, ours))
+        if owner != self.uid:
+            self.sock.close()
+            raise PermissionError(f"port {self.port} is served by uid {owner}, not the service's uid "
+                                  f"{self.uid}: the API key was not sent")
+
+
+def call(port: int, uid: int, path: str, headers: dict, body: dict | None = None, timeout: float = 30):
+    connection = Connection(port, uid, timeout)
+    try:
+        connection.request("POST" if body is not None else "GET", path,
+                           body=json.dumps(body).encode() if body is not None else None,
+                           headers={**headers, "Content-Type": "application/json"})
+        response = connection.getresponse()
+        data = response.read()
+    finally:
+        connection.close()
+    if response.status >= 400:
+        raise OSError(f"HTTP Error {response.status}: {response.reason} ({path})")
+    return response.status, json.loads(data or b"null")
+
+
+def main(port: str, model: str, key_file: str, service_user: str) -> None:
+    key = Path(key_file)
+    headers = {"Authorization": f"Bearer {key.read_text().strip()}"} if key.is_file() else {}
+    result = {"ready": False}
+    try:
+        uid = pwd.getpwnam(service_user).pw_uid
+        status, _ = call(int(port), uid, "/health_generate", headers, timeout=30)
+        result["ready"] = status == 200
+        _, chat = call(int(port), uid, "/v1/chat/completions", headers, {
+            "model": model, "max_tokens": 32,
+            "messages": [{"role": "user", "content": "In one sentence, what is speculative decoding?"}],
+        }, timeout=120)
+        result["completion"] = chat["choices"][0]["message"]["content"]
+        _, info = call(int(port), uid, "/server_info", headers)
+        result["algorithm"] = info.get("speculative_algorithm")
+        result["num_draft_tokens"] = info.get("speculative_num_draft_tokens")
+        states = info.get("internal_states") or [{}]
+        result["accept_length"] = states[0].get("avg_spec_accept_length")
+    except (OSError, socket.timeout, http.client.HTTPException, ValueError, KeyError) as error:
+        result["error"] = str(error)[:200] or type(error).__name__
+    print(json.dumps(result))
+
+
+def answer(args: dict) -> list[str]:
+    """ServerProbe's lines, for host_state.py: what this program prints."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            main(str(args["port"]), args["model"], args["key_file"], args["service_user"])
+    except Exception as error:  # as the program's own traceback would end its output
+        printed.write(f"{type(error).__name__}: {error}\n")
+    return printed.getvalue().splitlines()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

@@ -1,0 +1,201 @@
+"""Proof that the server generates, with a bounded wait that shows the load and stops at a crash loop."""
+
+import json
+import re
+import shlex
+
+from pyinfra import host
+from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.api.operation import OperationMeta
+
+from operations.basics import gathering
+from operations.basics import polling
+from operations.deployment.config import Deployment
+from operations.server.unit import PREVIOUS
+
+# The default time a (re)start may take: a fixed start-up (CUDA graphs, warm-up) plus the weights
+# read at a rate a cold start of Kimi K2.6 (595 GB onto 8 GPUs, from NVMe) stays above: ~30 min.
+READY_BASE_S = 300
+LOAD_BYTES_PER_S = 400e6
+DEATHS = 3  # a server that died this often since the restart is crash-looping
+USAGE_ERROR = "2"  # argparse's exit status: a configuration SGLang refuses, never fixed by restarting
+PROGRESS_EVERY_S = 30
+# What SGLang (0.5.x) logs while it loads: weights, shards, distributed init, KV cache, CUDA graphs.
+LOAD_PROGRESS = re.compile(r"Load weight|Loading safetensors|Init torch distributed|KV Cache is allocated|"
+                           r"Capture cuda graph|Capturing batches|fired up and ready")
+
+
+def ready_timeout(total_bytes: int) -> int:
+    """The default readiness timeout for weights of `total_bytes` (READY_BASE_S + LOAD_BYTES_PER_S)."""
+    return int(READY_BASE_S + total_bytes / LOAD_BYTES_PER_S)
+
+
+class ServerProbe(FactBase):
+    """
+    One readiness probe of the local server (host_scripts/probe_server.py): health, a completion, accept length.
+
+    .. code:: python
+
+        {"ready": True, "completion": "...", "algorithm": "DFLASH", "num_draft_tokens": 8,
+         "accept_length": 3.45}
+    """
+
+    host_answer = "probe_server.answer"
+    host_answer_how = "background"  # it waits on the server: read the rest meanwhile
+
+    def command(self, install_dir: str, port: int, model: str, key_file: str, service_user: str) -> str:
+        return " ".join(shlex.quote(part) for part in (
+            "python3", f"{install_dir}/bin/probe_server.py", str(port), model, key_file, service_user)) + " 2>&1 || true"
+
+    def process(self, output):
+        try:
+            return json.loads(output[-1])
+        except (IndexError, ValueError):
+            return {"ready": False, "error": " ".join(output)[-200:]}
+
+
+class ServiceRun(FactBase):
+    """
+    The service's current run as systemd sees it, and the last load-progress line of its journal.
+
+    .. code:: python
+
+        {"active": "activating", "sub": "auto-restart", "result": "exit-code", "restarts": 2,
+         "exit_status": "1", "progress": "Capture cuda graph begin. This can take up to several minutes."}
+    """
+
+    def command(self, service: str) -> str:
+        unit = shlex.quote(service)
+        return (f"systemctl show {unit} -p ActiveState,SubState,Result,NRestarts,ExecMainStatus; "
+                # This run's lines only: an earlier run's "ready" is no progress of this one.
+                f"echo \"Progress=$(journalctl _SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value {unit}) "
+                f"-n 200 -o cat --no-pager "
+                f"| grep -E {shlex.quote(LOAD_PROGRESS.pattern)} | tail -1 | tr -d '\\r' | cut -c1-160)\"")
+
+    def process(self, output):
+        shown = dict(line.split("=", 1) for line in output if "=" in line)
+        return {"active": shown.get("ActiveState"), "sub": shown.get("SubState"), "result": shown.get("Result"),
+                "restarts": int(shown.get("NRestarts") or 0), "exit_status": shown.get("ExecMainStatus"),
+                "progress": shown.get("Progress") or None}
+
+
+def crash(run: dict, restarts_before: int) -> str | None:
+    """Why waiting longer will not make the server ready (it crash-loops, or SGLang refused its
+    configuration), or None while it may still come up."""
+    # systemd counts restarts (a manual one does not reset it); a run waiting for its restart died too.
+    deaths = run["restarts"] - restarts_before + (run["sub"] == "auto-restart")
+    if run["active"] == "failed":
+        return f"the service failed ({run['result']}, exit status {run['exit_status']})"
+    if run["sub"] == "auto-restart" and run["exit_status"] == USAGE_ERROR:
+        return "SGLang refused its arguments (exit status 2)"
+    if deaths >= DEATHS:
+        return f"the server died {deaths} times since the restart (last exit status {run['exit_status']})"
+    return None
+
+
+@operation()
+def ready(deployment: Deployment, restarted: OperationMeta, timeout_s: int):
+    """
+    Prove the server generates: /health_generate, one chat completion, the speculative accept length.
+
+    After a (re)start it waits, printing the load's progress from the journal; if the server
+    crash-loops or is not ready within `timeout_s` it restores the previous unit, restarts it,
+    and fails with the journal.
+
+    + deployment: the host's resolved deployment
+    + restarted: the operation that may have (re)started the service
+    + timeout_s: how long a start may take (see ready_timeout)
+
+    **Example:**
+
+    .. code:: python
+
+        readiness.ready(name="Wait until SGLang generates", deployment=d, restarted=unit, timeout_s=1800)
+    """
+    d = deployment
+    if not restarted.changed:
+        probe = gathering.read(ServerProbe, install_dir=d.install_dir, port=d.port, model=d.served_model_name,
+                              key_file=d.api_key_file, service_user=d.service_user)
+        if probe.get("ready") and probe.get("completion"):
+            log_serving(host, probe)
+            host.noop(f"serving {probe['algorithm']}: accept length {probe['accept_length']}")
+            return
+    yield FunctionCommand(wait_ready, (d, timeout_s), {})
+
+
+def log_serving(host, probe: dict) -> None:
+    host.log_styled(f"serving {probe['algorithm']} (draft tokens {probe['num_draft_tokens']}): accept length "
+                    f"{probe['accept_length']}; completion: {probe['completion']!r}", fg="green")
+
+
+def generates(probe: dict) -> bool:
+    return bool(probe.get("ready") and probe.get("completion"))
+
+
+def watch(host, deployment: Deployment, timeout_s: float, what: str, interval_s: float,
+          service: str | None = None) -> tuple[dict, str | None]:
+    """Probe the server until it generates, its unit (`service`, else the deployment's) crash-loops or
+    `timeout_s` passes: (last probe, crash or None)."""
+    d = deployment
+    probe_command = ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file, d.service_user)
+    run_command = ServiceRun().command(service or d.service_name)
+    last = {"probe": {"ready": False}, "crash": None}
+
+    def check(elapsed: float):
+        _, output = host.run_shell_command(run_command)
+        run = ServiceRun().process(output.stdout_lines)
+        last.setdefault("restarts_before", run["restarts"])
+        last["crash"] = crash(run, last["restarts_before"])
+        if last["crash"]:
+            return False, ""
+        _, output = host.run_shell_command(probe_command)
+        last["probe"] = ServerProbe().process(output.stdout_lines)
+        if generates(last["probe"]):
+            return True, ""
+        return None, (f"{what}: {elapsed:.0f}s of {timeout_s:.0f}s, {run['active']}/{run['sub']}, "
+                      f"restarts {run['restarts'] - last['restarts_before']}: "
+                      f"{run['progress'] or last['probe'].get('error', 'not ready')}")
+
+    polling.wait(host, check, interval_s=interval_s, log_every_s=PROGRESS_EVERY_S, timeout_s=timeout_s,
+              first_log_s=10)
+    return last["probe"], last["crash"]
+
+
+def wait_ready(state, host, deployment: Deployment, timeout_s: int, interval_s: float = 2.0) -> bool:
+    """Wait for the (re)started server to generate; else restore the previous unit and prove it serves."""
+    d = deployment
+    probe, crashed = watch(host, d, timeout_s, f"waiting for {d.service_name} to generate", interval_s)
+    if generates(probe):
+        log_serving(host, probe)
+        return True
+
+    _, journal = host.run_shell_command(f"journalctl -u {d.service_name} -n 25 --no-pager -o cat")
+    # mv: root renames its own backups in root's directories (layout.root_directories).
+    restore = " && ".join([
+        f"test -f {d.unit_file}{PREVIOUS}",
+        *(f"if [ -f {path}{PREVIOUS} ]; then mv -f {path}{PREVIOUS} {path}; fi" for path in (d.unit_file, d.env_file)),
+        # One command, so the restore cannot stop half-way: daemon-reload and restart, as
+        # pyinfra's systemd.service would yield them.
+        "systemctl daemon-reload", f"systemctl restart {d.service_name}",
+    ])
+    restored, _ = host.run_shell_command(restore)
+    if restored:
+        # The previous unit served before this deploy: it should be back within a normal start.
+        again, _ = watch(host, d, min(timeout_s, 120), f"waiting for the restored {d.service_name} to generate",
+                          interval_s)
+        outcome = ("restored the previous unit, which generates again" if generates(again) else
+                   f"restored the previous unit, but it does not generate either ({again.get('error', 'not ready')})")
+    else:
+        outcome = "no previous unit to restore"
+    cause = (f"{d.service_name} crash-loops: {crashed}" if crashed else
+             f"{d.service_name} did not generate within {timeout_s}s ({probe.get('error', 'not ready')})")
+    host.log_styled(f"{cause}; {outcome}. Last lines of its journal (journalctl -u {d.service_name}):\n"
+                    f"{journal.stdout}", fg="red")
+    return False
+
+
+@gathering.wants
+def _read(deployment, snapshots) -> gathering.Wanted:
+    d = deployment
+    return [(ServerProbe, dict(install_dir=d.install_dir, port=d.port, model=d.served_model_name,
+                               key_file=d.api_key_file, service_user=d.service_user))]

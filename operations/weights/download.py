@@ -1,0 +1,213 @@
+"""Pinned, resumable, verified model weights, downloaded by a systemd unit on the host."""
+
+import json
+import posixpath
+import shlex
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.operations import files
+
+from operations.basics import gathering
+from operations.basics import polling
+from operations.deployment.config import Deployment, Repo
+from operations.basics.file_states import FileStates, matches, sha1_of
+from operations.basics.host_programs import inline
+from operations.weights.host_scripts.weights_manifest import MANIFEST
+from operations.weights.hub import RepoSnapshot
+from operations.basics.templates import render
+
+HOST_WAIT_S = 5.0  # longest a progress probe waits on the host for the downloads to end
+
+
+class WeightsState(FactBase):
+    """
+    Per weights directory: None without a manifest (incomplete), else the manifest's commit and
+    the hub-listed files whose size on disk is wrong (host_scripts/weights_state.py).
+
+    .. code:: python
+
+        {"/srv/specfleet/models/moonshotai--Kimi-K2.6":
+            {"commit": "3f2a...", "bad": ["model-00007-of-00064.safetensors"]},
+         "/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash": None}
+    """
+
+    host_answer = "weights_state.answer"
+
+    def command(self, listings: str) -> str:
+        return inline("weights_state", listings)
+
+    def process(self, output):
+        return json.loads("\n".join(output))
+
+
+class WeightsCorrupt(FactBase):
+    """
+    Hub-listed files whose content differs from the hub's hashes (host_scripts/verify_weights.py,
+    run as the service user, who owns the files; reads every byte).
+
+    .. code:: python
+
+        ["model-00003-of-00064.safetensors"]
+    """
+
+    def command(self, local_dir: str, listing: str, user: str) -> str:
+        return inline("verify_weights", local_dir, listing, user=user)
+
+    def process(self, output):
+        return json.loads("\n".join(output))
+
+
+def state_listings(repos: list[Repo], snapshots: dict[str, RepoSnapshot]) -> str:
+    """WeightsState's argument: per directory, each file the hub lists and its size (JSON, stable)."""
+    return json.dumps({r.local_dir: {f.path: f.size for f in snapshots[r.role].files} for r in repos},
+                      sort_keys=True)
+
+
+def download_spec(repo: Repo, snap: RepoSnapshot) -> dict:
+    return {"repo_id": repo.repo_id, "commit": snap.commit, "local_dir": repo.local_dir, "files": snap.listing()}
+
+
+@operation()
+def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify: bool = False,
+             poll_interval: float = 0.1, wait: bool = True):
+    """
+    Make the target and drafter weights complete at their pinned commits.
+
+    Each repo is fetched by its own systemd unit on the host (so a dropped SSH
+    connection does not stop it); the deploy waits with progress, and attaches to
+    a download that is already running.
+
+    + deployment: the host's resolved deployment
+    + snapshots: per role, the repo's commit and files as the hub lists them (from preflight)
+    + verify: hash every file against the hub's hashes and re-fetch those that differ
+    + poll_interval: seconds between progress checks (each is one SSH round trip, which waits on the host
+      up to ``HOST_WAIT_S`` for the downloads to end)
+    + wait: wait for the downloads; without, they are started and go on after the deploy
+      (a host waiting for access to a gated repo is not kept waiting on the others)
+
+    **Example:**
+
+    .. code:: python
+
+        weights.download(name="Download weights", deployment=d, snapshots=snaps, verify=False)
+    """
+    d = deployment
+    repos = [r for r in d.repos if r.role in snapshots]  # a gated repo waiting for access has none yet
+    states = gathering.read(WeightsState, listings=state_listings(repos, snapshots))
+    pending: list[Repo] = []
+    for repo in repos:
+        snap, state = snapshots[repo.role], states.get(repo.local_dir)
+        if not state or state["commit"] != snap.commit or state["bad"]:
+            pending.append(repo)
+            continue
+        if not verify:
+            continue
+        listed = {f.path for f in snap.files}
+        corrupt = [path for path in host.get_fact(WeightsCorrupt, local_dir=repo.local_dir, user=d.service_user,
+                                                  listing=json.dumps(snap.listing(), sort_keys=True))
+                   if path in listed]  # names from the hub's validated listing only, never the host's
+        if corrupt:
+            pending.append(repo)
+            # Deleted as the service user, who owns them: the download unit then fetches them again.
+            yield (f"runuser -u {shlex.quote(d.service_user)} -- rm -f -- "
+                   + " ".join(shlex.quote(posixpath.join(repo.local_dir, path)) for path in corrupt))
+
+    if not pending:
+        host.noop("weights complete: " + ", ".join(
+            f"{r.repo_id}@{snapshots[r.role].commit[:12]} ({len(snapshots[r.role].files)} files)"
+            for r in repos))
+        return
+
+    uploads = {}  # each repo's spec and unit file, by path
+    for repo in pending:
+        spec_file = f"{d.config_dir}/weights-{repo.role}.json"
+        uploads[spec_file] = json.dumps(download_spec(repo, snapshots[repo.role]), indent=1)
+        uploads[f"/etc/systemd/system/{repo.unit_name}.service"] = render(
+            "weights/weights.service.j2", d=d, repo=repo, commit=snapshots[repo.role].commit, spec_file=spec_file)
+    # One round trip for every path, where files.directory and files.put read two or three facts each.
+    states = host.get_fact(FileStates, paths=(*(r.local_dir for r in pending), *uploads))
+    for repo in pending:
+        if not owned_by(states.get(repo.local_dir), d.service_user):
+            yield from files.directory._inner(path=repo.local_dir, user=d.service_user, group=d.service_user)
+    for dest, content in uploads.items():
+        if not matches(states.get(dest), "file", "644", sha1=sha1_of(content.encode())):
+            yield from files.put._inner(src=StringIO(content), dest=dest, mode="644")
+    units = " ".join(f"{r.unit_name}.service" for r in pending)
+    # One round trip. reset-failed: a unit that used up its restarts on an earlier run may start
+    # again now. `start` on a unit that is already running attaches to it instead of starting another.
+    yield (f"{reload_if_changed(units)} && {{ systemctl reset-failed {units} 2>/dev/null || true; }} && "
+           f"systemctl start --no-block {units}")
+    if wait:
+        yield FunctionCommand(wait_for_downloads, (pending, snapshots, poll_interval), {})
+
+
+def owned_by(state: dict | None, user: str) -> bool:
+    """Whether a FileStates entry is a directory USER and USER's group own (files.directory's job)."""
+    return bool(state) and state["kind"] == "directory" and (state["user"], state["group"]) == (user, user)
+
+
+def reload_if_changed(units: str) -> str:
+    """`systemctl daemon-reload`, on the host only if one of UNITS needs it (a reload costs ~0.5 s).
+
+    Only a unit systemd holds in memory (running, failed) whose file changed since needs it; one it
+    does not hold is read from its file when asked about or started."""
+    return (f"if systemctl show -p LoadState,NeedDaemonReload --value {units} | grep -qvx -e loaded -e no -e ''; "
+            "then systemctl daemon-reload; fi")
+
+
+def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, RepoSnapshot],
+                       poll_interval: float, start_grace_s: float = 30.0) -> bool:
+    """Poll the download units, logging bytes done / total, until each repo's manifest is written.
+
+    A unit that looks finished while its manifest is missing has not begun the
+    start job queued by ``systemctl start --no-block`` (or was stopped): it is
+    waited for up to ``start_grace_s``, then reported as failed.
+    """
+    total = sum(snapshots[r.role].total_bytes for r in repos)
+    dirs = " ".join(shlex.quote(r.local_dir) for r in repos)
+    units = " ".join(f"{r.unit_name}.service" for r in repos)
+    # Each probe first waits on the host (up to HOST_WAIT_S) while a fetcher process lives, so the
+    # end of a download is seen within 0.1 s, not a poll interval and a round trip later. It looks
+    # at /proc, not systemctl, which would cost the host ~7 ms of CPU per look.
+    wait = (f"pids=$(systemctl show -p MainPID --value {units}); for _ in $(seq {int(HOST_WAIT_S * 10)}); do "
+            'busy=; for p in $pids; do [ "$p" != 0 ] && [ -d /proc/$p ] && busy=1; done; '
+            '[ -n "$busy" ] || break; sleep 0.1; done; ')
+    probe = wait + "; ".join(
+        f"echo $(systemctl is-active {r.unit_name}) $(systemctl show -p Result --value {r.unit_name}) "
+        f"$(test -f {shlex.quote(r.local_dir)}/{MANIFEST} && echo complete || echo missing)"
+        for r in repos) + f"; du -sbc {dirs} 2>/dev/null | tail -1 | cut -f1"
+    unit_states: list[list[str]] = []
+
+    def check(elapsed: float):
+        ok, output = host.run_shell_command(probe)
+        lines = output.stdout_lines
+        if len(lines) != len(repos) + 1:
+            return False, ""
+        unit_states[:] = [line.split() for line in lines[:-1]]
+        done = int(lines[-1] or 0)
+        running = any(active in ("activating", "active", "reloading") for active, *_ in unit_states)
+        not_begun = any(result == "success" and manifest == "missing" for _, result, manifest in unit_states)
+        if not running and not (not_begun and elapsed < start_grace_s):
+            return True, ""
+        return None, f"weights: {done / 1e9:.2f} / {total / 1e9:.2f} GB ({min(done / max(total, 1), 1):.0%})"
+
+    if not polling.wait(host, check, interval_s=poll_interval, log_every_s=10):
+        return False
+    failed = [r for r, (_, result, manifest) in zip(repos, unit_states)
+              if result != "success" or manifest != "complete"]
+    for repo in failed:
+        _, journal = host.run_shell_command(f"journalctl -u {repo.unit_name}.service -n 15 --no-pager -o cat")
+        host.log_styled(f"weights download of {repo.repo_id} failed; its journal:\n{journal.stdout}",
+                        fg="red")
+    if not failed:
+        host.log(f"weights: {total / 1e9:.2f} GB complete")
+    return not failed
+
+
+@gathering.wants
+def _read(deployment, snapshots) -> gathering.Wanted:
+    if len(snapshots) != len(deployment.repos):  # a repo waiting for access: nothing to compare yet
+        return []
+    return [(WeightsState, dict(listings=state_listings(deployment.repos, snapshots)))]

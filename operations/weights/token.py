@@ -1,0 +1,41 @@
+"""The Hugging Face token on the host: the service user's HF_HOME/token, mode 0600, written by that user."""
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from operations.basics import gathering
+from operations.basics.file_states import UserFileStates, matches, sha1_of
+from operations.basics.secrets import write_secret
+from operations.deployment.config import Deployment
+from operations.weights.hub import controller_token
+
+
+@operation()
+def hf_token(deployment: Deployment):
+    """
+    Write the controller's Hugging Face token to the service user's HF_HOME token file, mode 0600.
+
+    + deployment: the host's resolved deployment (service user, HF_HOME, the controller variable
+      holding the token, else its huggingface_hub token file)
+
+    **Example:**
+
+    .. code:: python
+
+        token.hf_token(name="Install the Hugging Face token", deployment=deployment)
+    """
+    d = deployment
+    token = controller_token(d.hf_token_env) or ""
+    token_file = f"{d.hf_home}/token"
+    states = gathering.read(UserFileStates, user=d.service_user, paths=(d.hf_home, token_file))
+    if matches(states.get(d.hf_home), "directory", "700", d.service_user) and \
+            matches(states.get(token_file), "file", "600", d.service_user, sha1_of(token.encode())):
+        host.noop(f"{token_file} holds the token (0600, {d.service_user})")
+        return
+    yield write_secret(token, d.hf_home, "token", "600", d.service_user, as_user=d.service_user)
+
+
+@gathering.wants
+def _read(deployment, snapshots) -> gathering.Wanted:
+    d = deployment
+    return [(UserFileStates, dict(user=d.service_user, paths=(d.hf_home, f"{d.hf_home}/token")))]

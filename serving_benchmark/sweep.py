@@ -1,0 +1,449 @@
+"""Serving benchmark of what was deployed: each mode (ar, dflash, ddtree) served in turn, a concurrency
+sweep with aiperf next to the server, results and a regression gate on the controller (bench.py).
+
+The deployed unit is never edited: a mode runs as the transient unit `specfleet-bench` (loopback
+only, so no API key is needed and none is handed to the client) while the deployed service is
+stopped, and the deployed service is started again at the end, also after a failure or Ctrl+C. If
+the controller vanishes mid-run, the transient unit stops by itself after its time limit and its
+ExecStopPost starts the deployed service. The client runs as the service user, like the server.
+"""
+
+import dataclasses
+import json
+import re
+import shlex
+import signal
+import subprocess
+import tarfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import gevent
+from pyinfra import host
+from pyinfra.api import FunctionCommand, operation
+from pyinfra.operations import files
+
+from serving_benchmark import report
+from operations.deployment.config import Deployment, Speculative
+from operations.basics.failing import fail_host
+from operations.gpu.facts import NvidiaGpus
+from operations.server import readiness
+from operations.server.flags import DDTREE_TARGET_BACKENDS, SGLangRejects, server_args
+from operations.basics.templates import render
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH_UNIT = "specfleet-bench"
+SWITCHING = f"/run/{BENCH_UNIT}.switching"  # present while the sweep itself stops the bench unit
+CLIENT_REQUIREMENT = "aiperf==0.13.0"
+STARTED = datetime.now(timezone.utc)  # one run id for every host of this pyinfra run
+DEFAULTS = dict(modes="ar,dflash,ddtree", concurrency="1,4,16,64", input_tokens=1024, output_tokens=256,
+                max_throughput_drop=0.10, max_accept_drop=0.2, results_dir="bench-results")
+_HTTP = (  # host side, stdlib only: one request to the local server, the body to stdout
+    "import sys, urllib.request\n"
+    "req = urllib.request.Request(sys.argv[1], method=sys.argv[2], data=b'' if sys.argv[2] == 'POST' else None)\n"
+    "print(urllib.request.urlopen(req, timeout=60).read().decode())\n"
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What bench.py was asked for (`--data key=value`), validated."""
+
+    modes: tuple[str, ...]
+    concurrency: tuple[int, ...]
+    requests: int | None  # per level; None: max(16, 4 x concurrency)
+    input_tokens: int
+    output_tokens: int
+    tokenizer: str  # "target" (the model's own, from its weights directory) or a controller directory
+    results_dir: Path
+    baseline: Path | None
+    max_throughput_drop: float
+    max_accept_drop: float
+    force: bool
+
+    def requests_at(self, concurrency: int) -> int:
+        return self.requests or max(16, 4 * concurrency)
+
+
+def _ints(value, name: str) -> tuple[int, ...]:
+    items = tuple(str(value).replace(" ", "").split(","))
+    if not all(re.fullmatch(r"[1-9][0-9]{0,4}", i) for i in items):
+        raise ValueError(f"{name}={value!r}: give positive whole numbers separated by commas, e.g. 1,4,16,64")
+    return tuple(sorted(set(map(int, items))))
+
+
+def _flag(value) -> bool:
+    if str(value).lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return str(value).lower() in ("true", "1", "yes")
+
+
+def plan(data) -> Plan:
+    """Parse and validate the benchmark knobs of `host.data` (strings from --data, or group data)."""
+    def get(key):
+        value = data.get(key)
+        return DEFAULTS.get(key) if value is None else value
+
+    modes = tuple(dict.fromkeys(str(get("modes")).replace(" ", "").split(",")))
+    unknown = [m for m in modes if m not in report.MODES]
+    if unknown or not modes:
+        raise ValueError(f"modes={get('modes')!r}: choose among {', '.join(report.MODES)}")
+    requests = data.get("requests")
+    baseline = data.get("baseline")
+    if baseline is not None and not Path(baseline).is_file():
+        raise ValueError(f"baseline={baseline!r}: no such file (give an earlier run's summary.json)")
+    tokenizer = str(data.get("bench_tokenizer") or "target")
+    if tokenizer != "target" and not (REPO / tokenizer / "tokenizer.json").is_file():
+        raise ValueError(f"bench_tokenizer={tokenizer!r}: a controller directory holding tokenizer.json, or 'target'")
+    drop = float(get("max_throughput_drop"))
+    accept_drop = float(get("max_accept_drop"))
+    if not 0 < drop < 1 or accept_drop < 0:
+        raise ValueError("max_throughput_drop is a fraction between 0 and 1; max_accept_drop is >= 0")
+    return Plan(
+        modes=modes, concurrency=_ints(get("concurrency"), "concurrency"),
+        requests=_ints(requests, "requests")[0] if requests is not None else None,
+        input_tokens=_ints(get("input_tokens"), "input_tokens")[0],
+        output_tokens=_ints(get("output_tokens"), "output_tokens")[0],
+        tokenizer=tokenizer, results_dir=Path(get("results_dir")),
+        baseline=Path(baseline) if baseline is not None else None,
+        max_throughput_drop=drop, max_accept_drop=accept_drop,
+        force=_flag(data.get("force") or "false"),
+    )
+
+
+@operation()
+def not_behind_gateway(gateway: str | None, force: bool = False):
+    """
+    Refuse to benchmark a host that a gateway routes users' requests to, unless forced.
+
+    specfleet has no gateway yet (the fleet issue will drain and re-register hosts): a host whose
+    data names one (``gateway``) is refused, since the sweep stops its server under live traffic.
+
+    + gateway: the gateway routing to this host (host data ``gateway``), or None
+    + force: benchmark it anyway (``--data force=true``)
+
+    **Example:**
+
+    .. code:: python
+
+        benchmark.not_behind_gateway(name="Not behind a gateway", gateway=host.data.get("gateway"))
+    """
+    if gateway and not force:
+        yield fail_host([f"{host.name}: the gateway {gateway} routes requests to this host and specfleet cannot "
+                         f"drain it yet, so benchmarking would stop its server under live traffic; "
+                         f"re-run with --data force=true to benchmark it anyway"])
+        return
+    host.noop("no gateway routes to this host" if not gateway else f"forced despite the gateway {gateway}")
+
+
+def _speculative(deployment: Deployment, mode: str) -> Speculative:
+    spec = deployment.speculative
+    if mode == "dflash":
+        return Speculative("DFLASH", spec.num_draft_tokens, draft_window_size=spec.draft_window_size)
+    budget = spec.num_draft_tokens - 1 if spec.ddtree_budget is None else spec.ddtree_budget
+    return Speculative("DDTREE", spec.num_draft_tokens, ddtree_budget=budget)
+
+
+def mode_args(deployment: Deployment, mode: str) -> list[str]:
+    """The deployed server's arguments for `mode`, served on loopback only.
+
+    ar drops every speculative flag; dflash and ddtree keep the deployed drafter and block size
+    (ddtree's budget defaults to block - 1, and it needs one-token pages and its own target backend).
+    """
+    d = dataclasses.replace(deployment, bind_address="127.0.0.1")
+    if mode == "ar":
+        args, drop = [], False
+        for arg in server_args(d):
+            if drop:
+                drop = False
+            elif arg.startswith("--speculative-"):
+                drop = True  # every speculative flag takes a value
+            else:
+                args.append(arg)
+        return args
+    if mode == "ddtree":
+        d = dataclasses.replace(d, attention_backend=DDTREE_TARGET_BACKENDS[0])
+    args = server_args(dataclasses.replace(d, speculative=_speculative(deployment, mode)))
+    if mode == "ddtree" and "--page-size" not in args:
+        args += ["--page-size", "1"]
+    return args
+
+
+def unit_environment(deployment: Deployment) -> dict[str, str]:
+    """The deployed unit's environment, less the API key file: the bench server listens on loopback only."""
+    text = render("server/sglang.env.j2", d=deployment, env=deployment.env)
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    return {k: v for k, v in pairs if k != "SPECFLEET_API_KEY_FILE"}
+
+
+@operation()
+def tokenizer(deployment: Deployment, source: str):
+    """
+    Upload the benchmark's tokenizer (a controller directory with tokenizer.json) next to the client.
+
+    Only for hosts whose model tokenizer the client cannot load (the lab's tiny models);
+    ``source="target"`` (the default) uses the model's own tokenizer and uploads nothing.
+
+    + deployment: the host's resolved deployment (install directory)
+    + source: "target" or a directory, relative to the repository, holding tokenizer.json
+
+    **Example:**
+
+    .. code:: python
+
+        benchmark.tokenizer(name="Benchmark tokenizer", deployment=d, source="lab/sglang_standin/bench_tokenizer")
+    """
+    if source == "target":
+        host.noop("the client reads the model's own tokenizer")
+        return
+    for path in sorted((REPO / source).glob("*.json")):
+        yield from files.put._inner(src=str(path), dest=f"{deployment.install_dir}/bench/tokenizer/{path.name}",
+                                    mode="644")
+
+
+def client_tokenizer(deployment: Deployment, source: str) -> list[str]:
+    if source == "target":
+        trust = ["--tokenizer-trust-remote-code"] if "--trust-remote-code" in deployment.extra_args else []
+        return ["--tokenizer", deployment.target.local_dir, *trust]
+    return ["--tokenizer", f"{deployment.install_dir}/bench/tokenizer"]
+
+
+@operation(is_idempotent=False)
+def sweep(deployment: Deployment, plan: Plan, host_class: str):
+    """
+    Serve each mode in turn, run the client at each concurrency, bring the results back, restore.
+
+    A mode the installed SGLang rejects (ddtree without a DDTree build) is skipped with the reason.
+    Fails the host when a mode does not start, when the deployed service does not come back, or
+    when the results regress against ``plan.baseline``.
+
+    + deployment: the host's resolved deployment
+    + plan: modes, concurrency levels, workload, results directory, baseline
+    + host_class: the host's class, recorded in the summary
+
+    **Example:**
+
+    .. code:: python
+
+        benchmark.sweep(name="Benchmark", deployment=d, plan=benchmark.plan(host.data), host_class="b200_nvlink")
+    """
+    modes = {}
+    for mode in plan.modes:
+        args = mode_args(deployment, mode)
+        rejected = host.get_fact(SGLangRejects, venv=deployment.venv, args=tuple(args))
+        if rejected and mode == "ddtree":
+            modes[mode] = {"skipped": f"ddtree skipped: no DDTree build is deployed (the SGLang in "
+                                      f"{deployment.venv} rejects its flags: {rejected})"}
+        elif rejected:
+            modes[mode] = {"skipped": f"{mode} skipped: the SGLang in {deployment.venv} rejects its flags: {rejected}"}
+        else:
+            modes[mode] = {"server_args": args}
+    gpus = host.get_fact(NvidiaGpus)
+    yield FunctionCommand(run_sweep, (deployment, plan, host_class, modes, gpus), {})
+
+
+def _run(host, command: str) -> tuple[bool, str]:
+    ok, output = host.run_shell_command(command)
+    return ok, output.stdout
+
+
+def _as_user(user: str, command: str) -> str:
+    """`command` run as `user`: what touches the client's directory (which that user can write) never runs as root."""
+    return f"runuser -u {shlex.quote(user)} -- sh -c {shlex.quote(command)}"
+
+
+def _http(host, port: int, path: str, method: str = "GET") -> str:
+    ok, out = _run(host, f"python3 -c {shlex.quote(_HTTP)} http://127.0.0.1:{port}{path} {method}")
+    return out if ok else ""
+
+
+def _start_mode(host, d: Deployment, args: list[str], max_runtime_s: int) -> tuple[bool, str]:
+    """Stop whatever serves (deployed service or previous mode) and start the bench unit with `args`."""
+    restore = f"/bin/sh -c 'test -e {SWITCHING} || systemctl start --no-block {d.service_name}'"
+    setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
+    run = ["systemd-run", f"--unit={BENCH_UNIT}", "--collect", f"--uid={d.service_user}",
+           f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}",
+           "--property=LimitNOFILE=1048576", *setenv,
+           f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *args]
+    return _run(host, "; ".join([
+        f"touch {SWITCHING}", f"systemctl stop {d.service_name} {BENCH_UNIT} 2>/dev/null",
+        f"systemctl reset-failed {BENCH_UNIT} 2>/dev/null", f"rm -f {SWITCHING}",
+        " ".join(shlex.quote(a) for a in run) + " 2>&1"]))
+
+
+def _restore(host, d: Deployment, remote_root: str, timeout_s: int) -> dict:
+    """Stop a client still running, the bench unit, and start the deployed service; wait until it generates."""
+    clients = (f"for pid in {remote_root}/*/*/client.pid; do dir=${{pid%/client.pid}}; "
+               f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
+    # The raw results are on the controller by now: the host keeps nothing of the run.
+    _run(host, f"{_as_user(d.service_user, clients)}; rm -rf {remote_root}; rm -f {SWITCHING}; "
+               f"systemctl stop {BENCH_UNIT} 2>/dev/null; systemctl start {d.service_name}")
+    probe, _ = readiness.watch(host, d, timeout_s, f"waiting for the deployed {d.service_name} to generate", 2.0)
+    return probe
+
+
+def _level(host, d: Deployment, plan: Plan, remote: str, concurrency: int) -> tuple[bool, str]:
+    """Run the client at one level in the background and log progress until it ends."""
+    requests, warmup = plan.requests_at(concurrency), min(concurrency, 4)
+    client = [f"{d.install_dir}/bench-venv/bin/aiperf", "profile", "--model", d.served_model_name,
+              "--url", f"http://127.0.0.1:{d.port}", "--endpoint-type", "chat", "--streaming",
+              "--concurrency", str(concurrency), "--request-count", str(requests),
+              "--warmup-request-count", str(warmup),
+              "--prompt-input-tokens-mean", str(plan.input_tokens), "--prompt-input-tokens-stddev", "0",
+              "--prompt-output-tokens-mean", str(plan.output_tokens), "--prompt-output-tokens-stddev", "0",
+              "--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--random-seed", "0",
+              *client_tokenizer(d, plan.tokenizer),
+              "--output-artifact-dir", remote, "--no-auto-plot", "--ui-type", "none"]
+    # As the service user, which runs the server too: with tokenizer=target, the model's tokenizer
+    # code (trust_remote_code) runs from a directory that user owns. Its own session, so the
+    # whole client can be stopped; $$ is that session's process group.
+    script = f"echo $$ > client.pid; {' '.join(shlex.quote(a) for a in client)} > client.log 2>&1; echo $? > client.rc"
+    user = d.service_user
+    _run(host, f"mkdir -p {remote} && chown {shlex.quote(user)} {remote} && cd {remote} && "
+               f"({_as_user(user, 'exec setsid sh -c ' + shlex.quote(script))} > /dev/null 2>&1 &)")
+    started = last = time.monotonic()
+    while True:
+        time.sleep(2)
+        ok, out = _run(host, _as_user(user, f"cat {remote}/client.rc 2>/dev/null || echo running; "
+                                            f"cat {remote}/profile_export.jsonl 2>/dev/null | wc -l"))
+        status, records = (out.split() + ["?", "0"])[:2]
+        done = max(0, int(records) - warmup) if records.isdigit() else 0  # warmup requests are recorded too
+        if status != "running":
+            return status == "0", f"{done}/{requests} requests"
+        if time.monotonic() - last >= 15:
+            host.log(f"  ... {done}/{requests} requests done, {time.monotonic() - started:.0f}s")
+            last = time.monotonic()
+
+
+def _fetch(host, user: str, remote: str, local: Path) -> None:
+    """Bring a level's directory back (one tarball) and unpack it under `local`."""
+    local.mkdir(parents=True, exist_ok=True)
+    tarball = local.with_suffix(".tar.gz")
+    _run(host, _as_user(user, f"cd {remote} && tar --exclude=./level.tar.gz -czf level.tar.gz ."))
+    host.get_file(f"{remote}/level.tar.gz", str(tarball))
+    with tarfile.open(tarball) as archive:
+        archive.extractall(local, filter="data")
+    tarball.unlink()
+
+
+def specfleet_commit() -> str:
+    """The controller's specfleet commit, `-dirty` when the checkout has uncommitted changes."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "HEAD") or "unknown"
+    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+_SWEEPS: set = set()  # the greenlets of the sweeps in progress (one per host)
+
+
+class Interrupted(BaseException):
+    """Ctrl+C during a sweep: the sweep stops and restores its host. A BaseException, like
+    KeyboardInterrupt, so that no `except Exception` on the way (pyinfra's, paramiko's) swallows it."""
+
+
+def _interrupt_sweeps(previous):
+    """A SIGINT handler: interrupt the running sweeps (each then restores its host); with none
+    running, pyinfra's own handler (exit)."""
+    def handler(signum, frame):
+        if not _SWEEPS:
+            return previous(signum, frame) if callable(previous) else None
+        for sweep_greenlet in list(_SWEEPS):
+            gevent.kill(sweep_greenlet, Interrupted)  # raised in that greenlet at its next switch
+        _SWEEPS.clear()
+    return handler
+
+
+def run_sweep(state, host, d: Deployment, plan: Plan, host_class: str, modes: dict, gpus) -> bool:
+    """The sweep on one host (a FunctionCommand); the deployed service is started again whatever happens."""
+    if not _SWEEPS:
+        signal.signal(signal.SIGINT, _interrupt_sweeps(signal.getsignal(signal.SIGINT)))
+    _SWEEPS.add(gevent.getcurrent())
+    try:
+        return _sweep(host, d, plan, host_class, modes, gpus)
+    except Interrupted:  # while writing the results: the host is restored already
+        return False
+    finally:
+        _SWEEPS.discard(gevent.getcurrent())
+
+
+def _sweep(host, d: Deployment, plan: Plan, host_class: str, modes: dict, gpus) -> bool:
+    run_id = STARTED.strftime("%Y%m%dT%H%M%SZ")
+    out = plan.results_dir / run_id / host.name
+    remote_root = f"/var/lib/{BENCH_UNIT}/{run_id}"
+    ready_s = d.ready_timeout_s
+    # A bound, not an estimate: every level at 10 tokens/s per request, one request at a time.
+    level_budget_s = sum(60 + plan.requests_at(c) * plan.output_tokens // 10 for c in plan.concurrency)
+    out.mkdir(parents=True, exist_ok=True)
+    failed = []
+    try:
+        for mode, result in modes.items():
+            if "skipped" in result:
+                host.log_styled(result["skipped"], fg="yellow")
+                continue
+            host.log(f"bench {mode}: starting the server ({' '.join(result['server_args'])})")
+            started, said = _start_mode(host, d, result["server_args"], ready_s + level_budget_s)
+            probe = readiness.watch(host, d, ready_s, f"waiting for {mode} to generate", 2.0,
+                                    service=BENCH_UNIT)[0] if started else {}
+            if not readiness.generates(probe):
+                _, journal = _run(host, f"journalctl -u {BENCH_UNIT} -n 15 --no-pager -o cat")
+                result["failed"] = f"{mode} did not start within {ready_s}s ({probe.get('error', said.strip())})"
+                host.log_styled(f"{result['failed']}; its journal:\n{journal}", fg="red")
+                failed.append(mode)
+                continue
+            result["levels"] = {}
+            for concurrency in plan.concurrency:
+                remote = f"{remote_root}/{mode}/c{concurrency}"
+                _http(host, d.port, "/flush_cache", "POST")  # resets the accept length average
+                host.log(f"bench {mode}: concurrency {concurrency}, {plan.requests_at(concurrency)} requests")
+                ok, progress = _level(host, d, plan, remote, concurrency)
+                info = _http(host, d.port, "/server_info")
+                _run(host, _as_user(d.service_user, f"cat > {remote}/server_info.json << 'EOF'\n{info}\nEOF"))
+                local = out / "raw" / mode / f"c{concurrency}"
+                _fetch(host, d.service_user, remote, local)
+                if not ok or not (local / "profile_export_aiperf.json").is_file():
+                    result["failed"] = f"the client failed at concurrency {concurrency} (raw/{mode}/c{concurrency}/client.log)"
+                    host.log_styled(result["failed"], fg="red")
+                    failed.append(mode)
+                    break
+                result["server_info"] = json.loads(info or "{}")
+                level = report.level_result(json.loads((local / "profile_export_aiperf.json").read_text()),
+                                                  result["server_info"])
+                result["levels"][str(concurrency)] = level
+                host.log(f"bench {mode}: concurrency {concurrency}: {level['output_tok_s']:.1f} output tok/s, "
+                         f"{level['request_s']:.2f} req/s, accept length {level['accept_length']} ({progress})")
+    except Interrupted:
+        host.log_styled("bench interrupted: stopping the client, starting the deployed service again", fg="yellow")
+        failed.append("interrupted")
+    finally:
+        _SWEEPS.discard(gevent.getcurrent())  # a second Ctrl+C now exits pyinfra
+        back = _restore(host, d, remote_root, ready_s)
+    if not (back.get("ready") and back.get("completion")):
+        host.log_styled(f"the deployed {d.service_name} does not generate again ({back.get('error')}): "
+                        f"run the deploy to repair it", fg="red")
+        failed.append("restore")
+
+    meta = {"host": host.name, "host_class": host_class, "profile": d.profile_name, "started": run_id,
+            "specfleet_commit": specfleet_commit(), "client": CLIENT_REQUIREMENT, "gpus": gpus,
+            "workload": {"input_tokens": plan.input_tokens, "output_tokens": plan.output_tokens,
+                         "requests": {str(c): plan.requests_at(c) for c in plan.concurrency},
+                         "endpoint": "/v1/chat/completions (streaming)"}}
+    doc = report.summary(meta, modes)
+    written = report.write_report(doc, out)
+    host.log_styled(f"bench results: {', '.join(str(p) for p in written)}"
+                    + (f" ({report.STAND_IN_LABEL})" if doc["stand_in"] else ""), fg="green")
+    if plan.baseline is not None:
+        try:
+            worse = report.regressions(doc, json.loads(plan.baseline.read_text()),
+                                             plan.max_throughput_drop, plan.max_accept_drop)
+        except ValueError as error:
+            host.log_styled(f"regression gate: {error}", fg="red")
+            return False
+        if worse:
+            host.log_styled(f"regression gate: worse than {plan.baseline}:\n"
+                            f"{report.regression_table(worse)}", fg="red")
+            return False
+        host.log_styled(f"regression gate: no level worse than {plan.baseline}", fg="green")
+    return not failed

@@ -1,4 +1,4 @@
-"""specfleet bench: how fast what was deployed serves, per mode, as a concurrency sweep.
+"""specfleet's serving benchmark: how fast what was deployed serves, per mode, as a concurrency sweep.
 
     pyinfra inventory/ct200.py bench.py                                   # ar, dflash, ddtree at 1,4,16,64
     pyinfra inventory/ct200.py bench.py --data modes=ar,dflash --data concurrency=1,8
@@ -6,22 +6,32 @@
 
 Each host serves each mode in turn (its deployed service stopped meanwhile, started again at the
 end), runs aiperf next to the server, and its results land in bench-results/RUN/HOST/ on the
-controller. Knobs: operations/sweep.py (DEFAULTS, plan()).
+controller. Knobs: serving_benchmark/sweep.py (DEFAULTS, plan()). (The toolkit's own speed series
+is another thing: speed/, `make speed`.)
 """
 
-from pyinfra import host
+from pyinfra import host, inventory
 
-from serving_benchmark import sweep
+from operations import deployment
+from operations.basics.knobs import BadHostData
+from operations.deployment import preflight
+from operations.gateway import workers
+from operations.nodes import group as nodes
 from operations.python import venv
-from operations.deployment.config import host_class_of, resolve
+from serving_benchmark import sweep
 
-host_class = host_class_of(host.groups)
-deployment = resolve(host.data, host_class)
-plan = sweep.plan(host.data)
+try:
+    server = deployment.resolve(host.data, deployment.host_class_of(host.groups), nodes.members(inventory, host)).server
+    plan = sweep.plan(host.data)
+except BadHostData as problem:
+    server = None
+    preflight.refuse(name="Benchmark knobs", problem=f"{host.name}: {problem}")
 
-# A host a gateway routes to is refused unless forced (nothing below runs on a failed host).
-sweep.not_behind_gateway(name="Not behind a gateway", gateway=host.data.get("gateway"), force=plan.force)
-venv.requirement(name="Benchmark client (aiperf)", path=f"{deployment.install_dir}/bench-venv",
-                 distribution="aiperf", requirement=sweep.CLIENT_REQUIREMENT, index_url=deployment.pip_index_url)
-sweep.tokenizer(name="Benchmark tokenizer", deployment=deployment, source=plan.tokenizer)
-sweep.sweep(name="Benchmark sweep", deployment=deployment, plan=plan, host_class=host_class)
+if server:
+    # A host a gateway routes to is refused unless forced (nothing below runs on a failed host).
+    gateways = [route.gateway for route in workers.routes(inventory, host, server.served_model_name)]
+    sweep.not_behind_gateway(name="Not behind a gateway", gateways=gateways, force=plan.force)
+    venv.requirement(name="Benchmark client (aiperf)", path=f"{server.install_dir}/bench-venv",
+                     distribution="aiperf", requirement=sweep.CLIENT_REQUIREMENT, index_url=server.pip_index_url)
+    sweep.tokenizer(name="Benchmark tokenizer", server=server, source=plan.tokenizer)
+    sweep.sweep(name="Benchmark sweep", server=server, plan=plan)

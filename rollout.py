@@ -40,7 +40,7 @@ def plan(hosts, size: int) -> list[list[str]]:
     A unit is one worker, or every host of a node group: its ranks serve one server together
     (rank 0 cannot serve while another rank restarts), so they are deployed in the same run.
     """
-    from operations.gateway.smg import GROUP, serves_model
+    from operations.gateway.workers import GROUP, serves_model
 
     units: dict[tuple[str, str], list[str]] = {}
     for h in hosts:

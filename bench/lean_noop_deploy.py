@@ -13,20 +13,20 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from operations.deployment import preflight
-from operations.deployment.config import host_class_of, resolve
-from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
-from operations.deployment.preflight import WeightsDisk
-from operations.basics.ownership import HOST_SCRIPTS
-from operations.server.readiness import ServerProbe
+from operations.basics.host_programs import HOST_SCRIPTS
 from operations.basics.units import ServiceState
+from operations.deployment import host_class_of, resolve
+from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
 from operations.python.venv import VenvRequirement
+from operations.server.readiness import ServerProbe
+from operations.weights.checks import WeightsDisk, hub_state
 from operations.weights.download import WeightsState, state_listings
 
-deployment = d = resolve(host.data, host_class_of(host.groups))
-snapshots, hub_problems, access_pending = preflight.hub_snapshots(deployment)
-dirs = tuple(r.local_dir for r in d.repos)
-scripts = " ".join(shlex.quote(f"{d.install_dir}/bin/{p.name}") for p in sorted(HOST_SCRIPTS.glob("*.py")))
+deployment = resolve(host.data, host_class_of(host.groups))
+d, repos = deployment.server, deployment.weights.repos
+snapshots = hub_state(deployment.weights).snapshots
+dirs = tuple(r.local_dir for r in repos)
+scripts = " ".join(shlex.quote(f"{d.install_dir}/bin/{p.name}") for p in sorted(HOST_SCRIPTS.values()))
 SECTIONS = [
     NvidiaGpus().command(), NvidiaTopology().command(), NvidiaDriver().command(), RebootPending().command(),
     WeightsDisk().command(dirs), NvidiaFabric().command(),
@@ -35,7 +35,7 @@ SECTIONS = [
     f"test -e {d.api_key_file} && echo api-key || echo no-api-key",
     VenvRequirement().command(d.venv, "sglang"),
     f"stat -c '%a %U %G %n' {scripts}; sha1sum {scripts}",
-    WeightsState().command(state_listings(d.repos, snapshots)),
+    WeightsState().command(state_listings(repos, snapshots)),
     ServiceState().command(d.unit_file, d.env_file, d.service_name),
     ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file, d.service_user),
 ]

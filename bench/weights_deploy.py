@@ -6,12 +6,12 @@ a bench repo with --group-data (tests.helpers.write_group_data).
 
 from pyinfra import host
 
-from operations.deployment import preflight
+from operations.deployment import host_class_of, resolve
 from operations.weights import download
-from operations.deployment.config import host_class_of, resolve
+from operations.weights.checks import hub_state
 
-deployment = resolve(host.data, host_class_of(host.groups))
-snapshots, hub_problems, access_pending = preflight.hub_snapshots(deployment)
-if hub_problems or access_pending:
-    raise SystemExit(f"hub problems: {hub_problems + access_pending}")
-download.download(name="Weights", deployment=deployment, snapshots=snapshots, verify=deployment.verify_weights)
+weights = resolve(host.data, host_class_of(host.groups)).weights
+hub = hub_state(weights)
+if not hub.complete:
+    raise SystemExit(f"hub problems: {hub.problems + hub.pending}")
+download.download(name="Weights", weights=weights, snapshots=hub.snapshots)

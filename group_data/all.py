@@ -98,9 +98,6 @@ driver_branch = "580"
 # NVIDIA's apt repositories (the driver, fabric manager, nvlsm), per OS release and architecture below it.
 nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos"
 allow_branch_revisions = False  # True: a branch revision only warns (the weights follow the branch)
-# FOR TESTS ONLY: restart a worker behind a gateway without draining it first, so requests fail
-# (tests/lab/test_rollout.py proves the drain is what keeps them from failing). Never in production.
-test_only_skip_drain = False
 # The GPU smoke test's engine: None runs its own torch.distributed + NCCL workers in the SGLang
 # venv; an absolute path names another program printing the same measurements (the lab's stand-in).
 gpu_smoke_engine = None

@@ -21,7 +21,7 @@ from pathlib import Path
 from lab import apt_repo, rootfs
 from lab.config import BRIDGE, CONTROLLER_IP, HOST_LAB_ETC, LAB_DIR, LAB_ID, PREFIX_LEN, SUBNET
 from lab.services import APT_DIR
-from operations.deployment.config import HOST_CLASSES
+from operations.deployment import HOST_CLASSES
 
 # Host classes the lab stands in for (operations.deployment.HOST_CLASSES): short name used in
 # host names and --hosts -> the inventory group, the GPU profile (named after it), the third address octet.

@@ -20,7 +20,7 @@ the product's loopback default: its tests reach each server over SSH on its own 
 import os
 
 from lab.fleet import SSH_KEY, read_fleet
-from operations.deployment.config import HOST_CLASSES
+from operations.deployment import HOST_CLASSES
 
 _fleet = read_fleet()
 _group = [name for name in os.environ.get("SPECFLEET_LAB_NODE_GROUP", "").split(",") if name]

@@ -26,14 +26,17 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.operations import files
 
 from serving_benchmark import report
-from operations.deployment.config import Deployment, Speculative
+from operations.server.config import Server, Speculative
+from operations.basics import knobs
 from operations.basics.failing import fail_host
+from operations.basics.knobs import BadHostData
 from operations.gpu.facts import NvidiaGpus
 from operations.server import readiness
-from operations.server.flags import DDTREE_TARGET_BACKENDS, SGLangRejects, server_args
+from operations.server.flags import DDTREE_TARGET_BACKENDS, rejection, server_args
 from operations.basics.templates import render
 
 REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = re.compile(r"[A-Za-z0-9._/-]+")
 BENCH_UNIT = "specfleet-bench"
 SWITCHING = f"/run/{BENCH_UNIT}.switching"  # present while the sweep itself stops the bench unit
 CLIENT_REQUIREMENT = "aiperf==0.13.0"
@@ -67,92 +70,85 @@ class Plan:
         return self.requests or max(16, 4 * concurrency)
 
 
-def _ints(value, name: str) -> tuple[int, ...]:
-    items = tuple(str(value).replace(" ", "").split(","))
-    if not all(re.fullmatch(r"[1-9][0-9]{0,4}", i) for i in items):
-        raise ValueError(f"{name}={value!r}: give positive whole numbers separated by commas, e.g. 1,4,16,64")
-    return tuple(sorted(set(map(int, items))))
-
-
-def _flag(value) -> bool:
-    if str(value).lower() not in ("true", "false", "1", "0", "yes", "no"):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return str(value).lower() in ("true", "1", "yes")
+def _integers(name: str, value) -> tuple[int, ...]:
+    """A comma-separated list of positive whole numbers, sorted, each once."""
+    items = str(value).replace(" ", "").split(",")
+    return tuple(sorted({knobs.integer(f"{name} (in {value!r})", item, minimum=1, maximum=99999) for item in items}))
 
 
 def plan(data) -> Plan:
-    """Parse and validate the benchmark knobs of `host.data` (strings from --data, or group data)."""
+    """The benchmark knobs of `host.data` (strings from --data, or group data), parsed and checked through
+    knobs: a bad value raises BadHostData naming the knob, the value and what is accepted."""
     def get(key):
         value = data.get(key)
         return DEFAULTS.get(key) if value is None else value
 
     modes = tuple(dict.fromkeys(str(get("modes")).replace(" ", "").split(",")))
-    unknown = [m for m in modes if m not in report.MODES]
-    if unknown or not modes:
-        raise ValueError(f"modes={get('modes')!r}: choose among {', '.join(report.MODES)}")
-    requests = data.get("requests")
+    if not modes or any(mode not in report.MODES for mode in modes):
+        raise BadHostData(f"modes={get('modes')!r} is not accepted: use a comma-separated list of "
+                          f"{', '.join(report.MODES)}")
     baseline = data.get("baseline")
-    if baseline is not None and not Path(baseline).is_file():
-        raise ValueError(f"baseline={baseline!r}: no such file (give an earlier run's summary.json)")
+    if baseline is not None and not Path(str(baseline)).is_file():
+        raise BadHostData(f"baseline={baseline!r} is not accepted: use an earlier run's summary.json on the "
+                          "controller")
     tokenizer = str(data.get("bench_tokenizer") or "target")
     if tokenizer != "target" and not (REPO / tokenizer / "tokenizer.json").is_file():
-        raise ValueError(f"bench_tokenizer={tokenizer!r}: a controller directory holding tokenizer.json, or 'target'")
-    drop = float(get("max_throughput_drop"))
-    accept_drop = float(get("max_accept_drop"))
-    if not 0 < drop < 1 or accept_drop < 0:
-        raise ValueError("max_throughput_drop is a fraction between 0 and 1; max_accept_drop is >= 0")
+        raise BadHostData(f"bench_tokenizer={tokenizer!r} is not accepted: use 'target' or a controller directory "
+                          "holding tokenizer.json")
+    requests = data.get("requests")
     return Plan(
-        modes=modes, concurrency=_ints(get("concurrency"), "concurrency"),
-        requests=_ints(requests, "requests")[0] if requests is not None else None,
-        input_tokens=_ints(get("input_tokens"), "input_tokens")[0],
-        output_tokens=_ints(get("output_tokens"), "output_tokens")[0],
-        tokenizer=tokenizer, results_dir=Path(get("results_dir")),
-        baseline=Path(baseline) if baseline is not None else None,
-        max_throughput_drop=drop, max_accept_drop=accept_drop,
-        force=_flag(data.get("force") or "false"),
+        modes=modes, concurrency=_integers("concurrency", get("concurrency")),
+        requests=knobs.integer("requests", requests, minimum=1) if requests is not None else None,
+        input_tokens=knobs.integer("input_tokens", get("input_tokens"), minimum=1),
+        output_tokens=knobs.integer("output_tokens", get("output_tokens"), minimum=1),
+        tokenizer=tokenizer, results_dir=Path(knobs.matching("results_dir", str(get("results_dir")), RESULTS_DIR,
+                                                             "a relative or absolute directory name")),
+        baseline=Path(str(baseline)) if baseline is not None else None,
+        max_throughput_drop=knobs.fraction("max_throughput_drop", get("max_throughput_drop")),
+        max_accept_drop=knobs.number("max_accept_drop", get("max_accept_drop")),
+        force=knobs.boolean("force", data.get("force") or False),
     )
 
 
 @operation()
-def not_behind_gateway(gateway: str | None, force: bool = False):
+def not_behind_gateway(gateways: list[str], force: bool = False):
     """
-    Refuse to benchmark a host that a gateway routes users' requests to, unless forced.
+    Refuse to benchmark a host that a gateway routes users' requests to, unless forced: the sweep stops
+    its server, so the gateway would send it live traffic it cannot serve.
 
-    specfleet has no gateway yet (the fleet issue will drain and re-register hosts): a host whose
-    data names one (``gateway``) is refused, since the sweep stops its server under live traffic.
-
-    + gateway: the gateway routing to this host (host data ``gateway``), or None
+    + gateways: the inventory's gateways routing to this host (``gateway.workers.routes``)
     + force: benchmark it anyway (``--data force=true``)
 
     **Example:**
 
     .. code:: python
 
-        benchmark.not_behind_gateway(name="Not behind a gateway", gateway=host.data.get("gateway"))
+        sweep.not_behind_gateway(name="Not behind a gateway",
+                                 gateways=[r.gateway for r in workers.routes(inventory, host, model)])
     """
-    if gateway and not force:
-        yield fail_host([f"{host.name}: the gateway {gateway} routes requests to this host and specfleet cannot "
-                         f"drain it yet, so benchmarking would stop its server under live traffic; "
-                         f"re-run with --data force=true to benchmark it anyway"])
+    if gateways and not force:
+        yield fail_host([f"{host.name}: the gateway {', '.join(gateways)} routes requests to this host, and the "
+                         "sweep stops its server under that traffic: re-run with --data force=true to "
+                         "benchmark it anyway"])
         return
-    host.noop("no gateway routes to this host" if not gateway else f"forced despite the gateway {gateway}")
+    host.noop("no gateway routes to this host" if not gateways else f"forced despite the gateway {', '.join(gateways)}")
 
 
-def _speculative(deployment: Deployment, mode: str) -> Speculative:
-    spec = deployment.speculative
+def _speculative(server: Server, mode: str) -> Speculative:
+    spec = server.speculative
     if mode == "dflash":
         return Speculative("DFLASH", spec.num_draft_tokens, draft_window_size=spec.draft_window_size)
     budget = spec.num_draft_tokens - 1 if spec.ddtree_budget is None else spec.ddtree_budget
     return Speculative("DDTREE", spec.num_draft_tokens, ddtree_budget=budget)
 
 
-def mode_args(deployment: Deployment, mode: str) -> list[str]:
+def mode_args(server: Server, mode: str) -> list[str]:
     """The deployed server's arguments for `mode`, served on loopback only.
 
     ar drops every speculative flag; dflash and ddtree keep the deployed drafter and block size
     (ddtree's budget defaults to block - 1, and it needs one-token pages and its own target backend).
     """
-    d = dataclasses.replace(deployment, bind_address="127.0.0.1")
+    d = dataclasses.replace(server, bind_address="127.0.0.1")
     if mode == "ar":
         args, drop = [], False
         for arg in server_args(d):
@@ -165,53 +161,53 @@ def mode_args(deployment: Deployment, mode: str) -> list[str]:
         return args
     if mode == "ddtree":
         d = dataclasses.replace(d, attention_backend=DDTREE_TARGET_BACKENDS[0])
-    args = server_args(dataclasses.replace(d, speculative=_speculative(deployment, mode)))
+    args = server_args(dataclasses.replace(d, speculative=_speculative(server, mode)))
     if mode == "ddtree" and "--page-size" not in args:
         args += ["--page-size", "1"]
     return args
 
 
-def unit_environment(deployment: Deployment) -> dict[str, str]:
+def unit_environment(server: Server) -> dict[str, str]:
     """The deployed unit's environment, less the API key file: the bench server listens on loopback only."""
-    text = render("server/sglang.env.j2", d=deployment, env=deployment.env)
+    text = render("server/sglang.env.j2", s=server, env=server.env)
     pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
     return {k: v for k, v in pairs if k != "SPECFLEET_API_KEY_FILE"}
 
 
 @operation()
-def tokenizer(deployment: Deployment, source: str):
+def tokenizer(server: Server, source: str):
     """
     Upload the benchmark's tokenizer (a controller directory with tokenizer.json) next to the client.
 
     Only for hosts whose model tokenizer the client cannot load (the lab's tiny models);
     ``source="target"`` (the default) uses the model's own tokenizer and uploads nothing.
 
-    + deployment: the host's resolved deployment (install directory)
+    + server: the host's server (install directory)
     + source: "target" or a directory, relative to the repository, holding tokenizer.json
 
     **Example:**
 
     .. code:: python
 
-        benchmark.tokenizer(name="Benchmark tokenizer", deployment=d, source="lab/sglang_standin/bench_tokenizer")
+        sweep.tokenizer(name="Benchmark tokenizer", server=s, source="lab/sglang_standin/bench_tokenizer")
     """
     if source == "target":
         host.noop("the client reads the model's own tokenizer")
         return
     for path in sorted((REPO / source).glob("*.json")):
-        yield from files.put._inner(src=str(path), dest=f"{deployment.install_dir}/bench/tokenizer/{path.name}",
+        yield from files.put._inner(src=str(path), dest=f"{server.install_dir}/bench/tokenizer/{path.name}",
                                     mode="644")
 
 
-def client_tokenizer(deployment: Deployment, source: str) -> list[str]:
+def client_tokenizer(server: Server, source: str) -> list[str]:
     if source == "target":
-        trust = ["--tokenizer-trust-remote-code"] if "--trust-remote-code" in deployment.extra_args else []
-        return ["--tokenizer", deployment.target.local_dir, *trust]
-    return ["--tokenizer", f"{deployment.install_dir}/bench/tokenizer"]
+        trust = ["--tokenizer-trust-remote-code"] if "--trust-remote-code" in server.extra_args else []
+        return ["--tokenizer", server.model_dir, *trust]
+    return ["--tokenizer", f"{server.install_dir}/bench/tokenizer"]
 
 
 @operation(is_idempotent=False)
-def sweep(deployment: Deployment, plan: Plan, host_class: str):
+def sweep(server: Server, plan: Plan):
     """
     Serve each mode in turn, run the client at each concurrency, bring the results back, restore.
 
@@ -219,29 +215,29 @@ def sweep(deployment: Deployment, plan: Plan, host_class: str):
     Fails the host when a mode does not start, when the deployed service does not come back, or
     when the results regress against ``plan.baseline``.
 
-    + deployment: the host's resolved deployment
+    + server: the host's server (its class is recorded in the summary)
     + plan: modes, concurrency levels, workload, results directory, baseline
-    + host_class: the host's class, recorded in the summary
 
     **Example:**
 
     .. code:: python
 
-        benchmark.sweep(name="Benchmark", deployment=d, plan=benchmark.plan(host.data), host_class="b200_nvlink")
+        sweep.sweep(name="Benchmark sweep", server=deployment.server, plan=sweep.plan(host.data))
     """
     modes = {}
     for mode in plan.modes:
-        args = mode_args(deployment, mode)
-        rejected = host.get_fact(SGLangRejects, venv=deployment.venv, args=tuple(args))
+        args = mode_args(server, mode)
+        # As the deploy validates: the service user, offline, with the unit's environment.
+        rejected = rejection(host, server, args)
         if rejected and mode == "ddtree":
             modes[mode] = {"skipped": f"ddtree skipped: no DDTree build is deployed (the SGLang in "
-                                      f"{deployment.venv} rejects its flags: {rejected})"}
+                                      f"{server.venv} rejects its flags: {rejected})"}
         elif rejected:
-            modes[mode] = {"skipped": f"{mode} skipped: the SGLang in {deployment.venv} rejects its flags: {rejected}"}
+            modes[mode] = {"skipped": f"{mode} skipped: the SGLang in {server.venv} rejects its flags: {rejected}"}
         else:
             modes[mode] = {"server_args": args}
     gpus = host.get_fact(NvidiaGpus)
-    yield FunctionCommand(run_sweep, (deployment, plan, host_class, modes, gpus), {})
+    yield FunctionCommand(run_sweep, (server, plan, modes, gpus), {})
 
 
 def _run(host, command: str) -> tuple[bool, str]:
@@ -259,7 +255,7 @@ def _http(host, port: int, path: str, method: str = "GET") -> str:
     return out if ok else ""
 
 
-def _start_mode(host, d: Deployment, args: list[str], max_runtime_s: int) -> tuple[bool, str]:
+def _start_mode(host, d: Server, args: list[str], max_runtime_s: int) -> tuple[bool, str]:
     """Stop whatever serves (deployed service or previous mode) and start the bench unit with `args`."""
     restore = f"/bin/sh -c 'test -e {SWITCHING} || systemctl start --no-block {d.service_name}'"
     setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
@@ -273,7 +269,7 @@ def _start_mode(host, d: Deployment, args: list[str], max_runtime_s: int) -> tup
         " ".join(shlex.quote(a) for a in run) + " 2>&1"]))
 
 
-def _restore(host, d: Deployment, remote_root: str, timeout_s: int) -> dict:
+def _restore(host, d: Server, remote_root: str, timeout_s: int) -> dict:
     """Stop a client still running, the bench unit, and start the deployed service; wait until it generates."""
     clients = (f"for pid in {remote_root}/*/*/client.pid; do dir=${{pid%/client.pid}}; "
                f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
@@ -284,7 +280,7 @@ def _restore(host, d: Deployment, remote_root: str, timeout_s: int) -> dict:
     return probe
 
 
-def _level(host, d: Deployment, plan: Plan, remote: str, concurrency: int) -> tuple[bool, str]:
+def _level(host, d: Server, plan: Plan, remote: str, concurrency: int) -> tuple[bool, str]:
     """Run the client at one level in the background and log progress until it ends."""
     requests, warmup = plan.requests_at(concurrency), min(concurrency, 4)
     client = [f"{d.install_dir}/bench-venv/bin/aiperf", "profile", "--model", d.served_model_name,
@@ -356,20 +352,20 @@ def _interrupt_sweeps(previous):
     return handler
 
 
-def run_sweep(state, host, d: Deployment, plan: Plan, host_class: str, modes: dict, gpus) -> bool:
+def run_sweep(state, host, d: Server, plan: Plan, modes: dict, gpus) -> bool:
     """The sweep on one host (a FunctionCommand); the deployed service is started again whatever happens."""
     if not _SWEEPS:
         signal.signal(signal.SIGINT, _interrupt_sweeps(signal.getsignal(signal.SIGINT)))
     _SWEEPS.add(gevent.getcurrent())
     try:
-        return _sweep(host, d, plan, host_class, modes, gpus)
+        return _sweep(host, d, plan, modes, gpus)
     except Interrupted:  # while writing the results: the host is restored already
         return False
     finally:
         _SWEEPS.discard(gevent.getcurrent())
 
 
-def _sweep(host, d: Deployment, plan: Plan, host_class: str, modes: dict, gpus) -> bool:
+def _sweep(host, d: Server, plan: Plan, modes: dict, gpus) -> bool:
     run_id = STARTED.strftime("%Y%m%dT%H%M%SZ")
     out = plan.results_dir / run_id / host.name
     remote_root = f"/var/lib/{BENCH_UNIT}/{run_id}"
@@ -425,7 +421,7 @@ def _sweep(host, d: Deployment, plan: Plan, host_class: str, modes: dict, gpus) 
                         f"run the deploy to repair it", fg="red")
         failed.append("restore")
 
-    meta = {"host": host.name, "host_class": host_class, "profile": d.profile_name, "started": run_id,
+    meta = {"host": host.name, "host_class": d.host_class, "profile": d.profile_name, "started": run_id,
             "specfleet_commit": specfleet_commit(), "client": CLIENT_REQUIREMENT, "gpus": gpus,
             "workload": {"input_tokens": plan.input_tokens, "output_tokens": plan.output_tokens,
                          "requests": {str(c): plan.requests_at(c) for c in plan.concurrency},

@@ -16,18 +16,20 @@ class BadHostData(ValueError):
     """Host data that cannot be deployed; the message is one line naming the knob, its value and what is accepted."""
 
 
-# What a value may look like before it reaches a shell, a unit file or a path.
-SAFE_PATH = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
-USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")  # useradd's portable names
-UNIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
-ARGUMENT = re.compile(r"^[A-Za-z0-9._:/=,+@%-]+$")  # one word of SGLang's command line
-ENV_VALUE = re.compile(r"^[A-Za-z0-9 ._:/=,+@%-]*$")
-VERSION = re.compile(r"^\d+(\.\d+)*([.+][A-Za-z0-9.]+)?$")
-REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/=<>!~,+@#%-]*$")  # PEP 508, a path or a URL
-BACKEND = re.compile(r"^[a-z0-9_]+$")
+COMMIT = re.compile(r"[0-9a-f]{40}")  # a pinned revision or git commit; anything else is a branch or tag
+# What a value may look like before it reaches a shell, a unit file or a path (whole values:
+# `matching` uses fullmatch, so no trailing newline slips through a `$`).
+SAFE_PATH = re.compile(r"(/[A-Za-z0-9._-]+)+")
+USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")  # useradd's portable names
+UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
+ARGUMENT = re.compile(r"[A-Za-z0-9._:/=,+@%-]+")  # one word of SGLang's command line
+ENV_VALUE = re.compile(r"[A-Za-z0-9 ._:/=,+@%-]*")
+VERSION = re.compile(r"\d+(\.\d+)*([.+][A-Za-z0-9.]+)?")
+REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._:/=<>!~,+@#%-]*")  # PEP 508, a path or a URL
+BACKEND = re.compile(r"[a-z0-9_]+")
 
 
 def boolean(name: str, value: Any) -> bool:
@@ -57,8 +59,18 @@ def fraction(name: str, value: Any) -> float:
     return number
 
 
+def number(name: str, value: Any, minimum: float = 0.0) -> float:
+    try:
+        parsed = float(value)
+    except (TypeError, ValueError):
+        parsed = None
+    if isinstance(value, bool) or parsed is None or not parsed >= minimum:
+        raise BadHostData(f"{name}={value!r} is not a number of at least {minimum:g}")
+    return parsed
+
+
 def matching(name: str, value: Any, pattern: re.Pattern, accepted: str) -> str:
-    if not isinstance(value, str) or not pattern.match(value) or ".." in value.split("/"):
+    if not isinstance(value, str) or not pattern.fullmatch(value) or ".." in value.split("/"):
         raise BadHostData(f"{name}={value!r} is not accepted: use {accepted}")
     return value
 

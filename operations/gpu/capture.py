@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from operations.basics.host_programs import HOST_SCRIPTS
-from operations.deployment.config import expected_gpus
+from operations.gpu.config import expected_gpus
 
 from .checks import check_fabric, check_gpu_class
 from .classify import classify_dir, load_class_expectations

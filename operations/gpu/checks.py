@@ -7,8 +7,15 @@ has set up fabric manager, so they are a separate function.
 
 from __future__ import annotations
 
-from operations.deployment.config import GpuExpectations
-from operations.gpu import products
+from pyinfra import host
+from pyinfra.api import operation
+
+from operations.basics import gathering
+from operations.basics.failing import fail_host
+from operations.gpu import packages, products
+from operations.gpu.config import GpuExpectations, GpuRuntime
+from operations.gpu.facts import NvidiaFabric, NvidiaHost
+from operations.gpu.nvidia import host_release
 
 
 def _driver_major(version: str | None) -> int | None:
@@ -147,3 +154,63 @@ def check_fabric(host_name: str, class_name: str, expected: GpuExpectations, fab
             + ": CUDA fails with error 802 until it completes; restart nvidia-fabricmanager and check its log"
         )
     return problems
+
+
+def hardware_problems(gpu: GpuRuntime) -> tuple[list[str], list[dict] | None]:
+    """Preflight's GPU rules on this host (problems, the GPUs read): the class's hardware and driver; a
+    host without a driver that the deploy will give one is checked on its PCI bus and OS release."""
+    gpu_host = gathering.read(NvidiaHost)
+    gpus = gpu_host["NvidiaGpus"]
+    if gpus is None and gpu.install_driver:
+        # No driver yet: the deploy lays it down; the GPUs are checked after its reboot (`checked`).
+        _release, release_problem = host_release()
+        return packages.before_driver_problems(host.name, release_problem, host.get_fact(packages.FreshHost),
+                                               gpu.host_class, gpu.expected), gpus
+    return check_gpu_class(host.name, gpu.host_class, gpu.expected, gpus, gpu_host["NvidiaTopology"],
+                           gpu_host["NvidiaDriver"], gpu_host["RebootPending"],
+                           install_driver=gpu.install_driver), gpus
+
+
+@operation()
+def checked(gpu: GpuRuntime):
+    """
+    Check the GPUs against the host's class once the driver the deploy installed is loaded
+    (preflight could not read them without a driver).
+
+    + gpu: the host's GPU runtime
+
+    **Example:**
+
+    .. code:: python
+
+        checks.checked(name="GPUs as the class says", gpu=d.gpu)
+    """
+    gpu_host = host.get_fact(NvidiaHost)
+    problems = check_gpu_class(host.name, gpu.host_class, gpu.expected, gpu_host["NvidiaGpus"],
+                               gpu_host["NvidiaTopology"], gpu_host["NvidiaDriver"], gpu_host["RebootPending"])
+    if problems:
+        yield fail_host(problems)
+    else:
+        host.noop(f"{len(gpu_host['NvidiaGpus'])}x {gpu_host['NvidiaGpus'][0]['name']} on driver "
+                  f"{gpu_host['NvidiaDriver']['version']}, as {gpu.host_class} needs")
+
+
+@operation()
+def fabric_checked(gpu: GpuRuntime):
+    """
+    Check the GPU fabric after the deploy set it up: NVSwitch classes need fabric manager active
+    and every GPU's fabric Completed; the PCIe class must not run fabric manager.
+
+    + gpu: the host's GPU runtime
+
+    **Example:**
+
+    .. code:: python
+
+        checks.fabric_checked(name="GPU fabric", gpu=d.gpu)
+    """
+    problems = check_fabric(host.name, gpu.host_class, gpu.expected, gathering.read(NvidiaFabric))
+    if problems:
+        yield fail_host(problems)
+    else:
+        host.noop("GPU fabric as the class needs it")

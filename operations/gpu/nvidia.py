@@ -12,12 +12,12 @@ from pyinfra.api import operation
 from pyinfra.facts.server import Arch, KernelVersion, LinuxDistribution
 from pyinfra.operations import apt, server
 
-from operations.basics import gathering
+from operations.basics import apt_packages, gathering
 from operations.basics.failing import fail_host
 
 from . import packages
 from .facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaHost
-from .packages import AptVersions, NvidiaPackages
+from .packages import NvidiaPackages
 
 # apt-get by hand where exact versions go down as well as up over held packages (fabric manager
 # follows the driver): apt.packages' present/latest states do not say that.
@@ -150,14 +150,6 @@ def repository(base_url: str):
     yield from apt.update._inner()
 
 
-def apt_install(names: list[str]):
-    """Install `names`, updating the package lists first only if apt does not know one of them."""
-    known = host.get_fact(AptVersions, packages=tuple(names))
-    if any(name not in known for name in names):
-        yield from apt.update._inner()
-    yield from apt.packages._inner(packages=names, no_recommends=True)
-
-
 @operation()
 def open_driver(branch: str, install: bool = False):
     """
@@ -207,7 +199,7 @@ def open_driver(branch: str, install: bool = False):
     # DKMS needs the running kernel's headers before the module package is configured.
     steps[0] = [f"linux-headers-{host.get_fact(KernelVersion)}", *steps[0]]
     for names in steps:
-        yield from apt_install(names)
+        yield from apt_packages.install(names)
 
 
 @operation()
@@ -261,8 +253,7 @@ def hold_driver():
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    d = deployment
     wanted = [*((part, {}) for part in NvidiaHost.PARTS), (NvidiaFabric, {})]
-    if d.install_driver or d.expected_gpus.fabric_manager:
+    if deployment.gpu.nvidia_packages:
         wanted += [(NvidiaPackages, {}), (LinuxDistribution, {}), (Arch, {})]
     return wanted

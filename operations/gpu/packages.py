@@ -137,32 +137,6 @@ class NvidiaPackages(FactBase):
         return dict(installed=installed, held=held)
 
 
-class AptVersions(FactBase):
-    """
-    Returns the versions apt can install of each package, from the package lists as they are
-    (``apt-cache madison``); a package apt does not know is missing.
-
-    .. code:: python
-
-        {"nvidia-open-580": ["580.95.05-1", "580.82.07-1"]}
-    """
-
-    default = dict
-
-    @override
-    def command(self, packages: tuple[str, ...]) -> str:
-        return f"apt-cache madison {' '.join(packages)} 2>/dev/null || true"
-
-    @override
-    def process(self, output: list[str]) -> dict[str, list[str]]:
-        versions: dict[str, list[str]] = {}
-        for line in output:
-            cells = [cell.strip() for cell in line.split("|")]
-            if len(cells) == 3 and cells[2].endswith("Packages"):
-                versions.setdefault(cells[0], []).append(cells[1])
-        return versions
-
-
 class FreshHost(FactBase):
     """
     Returns what can be checked on a host before its driver exists: the vendor:device IDs of the

@@ -15,14 +15,28 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from typing_extensions import override
 
+from dataclasses import dataclass
+
 from operations.basics import gathering
-from operations.deployment.config import Deployment
+from operations.gpu.config import GpuExpectations
 
 SMOKE_RECORD = "gpu-smoke.json"
 
 
-def record_path(deployment: Deployment) -> str:
-    return f"{deployment.install_dir}/{SMOKE_RECORD}"
+@dataclass(frozen=True)
+class SmokeTest:
+    """The GPU smoke test of one host: its GPUs' floor, and the SGLang build and environment it runs with."""
+
+    expected: GpuExpectations  # the bus bandwidth floor
+    venv: str  # the SGLang virtualenv: its torch and NCCL
+    install_dir: str  # where gpu_smoke.py is and its record goes
+    env: dict[str, str]  # the unit's environment (NCCL's settings)
+    build: str  # the SGLang requirement: a new build is tested again
+    engine: str | None  # None: gpu_smoke.py's own torch.distributed + NCCL workers; else a program's path
+
+    @property
+    def record_path(self) -> str:
+        return f"{self.install_dir}/{SMOKE_RECORD}"
 
 
 class GpuSmokeRecord(FactBase):
@@ -53,22 +67,20 @@ class GpuSmokeRecord(FactBase):
                     record=record if isinstance(record, dict) else None)
 
 
-def smoke_key(deployment: Deployment) -> str:
+def smoke_key(smoke: SmokeTest) -> str:
     """What the recorded result depends on besides the boot: SGLang's build (its torch, NCCL), the
     NCCL environment, the floor and the engine. A change in any of them means test again."""
-    inputs = [deployment.sglang_requirement, sorted(deployment.env.items()),
-              deployment.expected_gpus.allreduce_floor_gbps, deployment.gpu_smoke_engine]
+    inputs = [smoke.build, sorted(smoke.env.items()), smoke.expected.allreduce_floor_gbps, smoke.engine]
     return hashlib.sha1(json.dumps(inputs).encode()).hexdigest()
 
 
-def smoke_command(deployment: Deployment, timeout_s: int) -> str:
-    d = deployment  # its values were checked by resolve() before any shell sees them
-    engine = d.gpu_smoke_engine
+def smoke_command(smoke: SmokeTest, timeout_s: int) -> str:
+    t = smoke  # its values were checked by resolve() before any shell sees them
     argv = [
-        "env", *(f"{name}={value}" for name, value in sorted(d.env.items())),
-        f"{d.venv}/bin/python", f"{d.install_dir}/bin/gpu_smoke.py",
-        "--floor-gbps", str(float(d.expected_gpus.allreduce_floor_gbps)), "--timeout", str(int(timeout_s)),
-        "--record", record_path(d), "--key", smoke_key(d), *(["--engine", engine] if engine else []),
+        "env", *(f"{name}={value}" for name, value in sorted(t.env.items())),
+        f"{t.venv}/bin/python", f"{t.install_dir}/bin/gpu_smoke.py",
+        "--floor-gbps", str(float(t.expected.allreduce_floor_gbps)), "--timeout", str(int(timeout_s)),
+        "--record", t.record_path, "--key", smoke_key(t), *(["--engine", t.engine] if t.engine else []),
     ]
     return " ".join(shlex.quote(part) for part in argv)
 
@@ -95,7 +107,7 @@ def _run_smoke_test(state, host, command: str) -> bool:
 
 
 @operation()
-def allreduce(deployment: Deployment, timeout_s: int = 180):
+def allreduce(smoke: SmokeTest, timeout_s: int = 180):
     """
     Prove the GPUs can run SGLang's collectives before a long model load: a short NCCL all-reduce
     across all of them with the SGLang venv's torch and the unit's NCCL environment, under a
@@ -104,9 +116,7 @@ def allreduce(deployment: Deployment, timeout_s: int = 180):
     The result is printed and recorded on the host; it is tested again after a reboot or when
     SGLang's build, the NCCL environment, the floor or the engine change.
 
-    + deployment: the host's resolved deployment (venv, install directory, NCCL env, GPU floor, and
-      ``gpu_smoke_engine``: None for the script's own torch.distributed + NCCL workers; the lab
-      sets the path of its labelled stand-in, which reads the GPU profile's figures)
+    + smoke: the host's smoke test (venv, install directory, NCCL env, GPU floor, engine)
     + timeout_s: seconds the all-reduce may take, start-up included
 
     **Example:**
@@ -114,18 +124,18 @@ def allreduce(deployment: Deployment, timeout_s: int = 180):
     .. code:: python
 
         from operations.gpu import smoke
-        smoke.allreduce(name="GPU smoke test", deployment=deployment)
+        smoke.allreduce(name="GPU smoke test", smoke=deployment.smoke)
     """
-    found = gathering.read(GpuSmokeRecord, path=record_path(deployment))
+    found = gathering.read(GpuSmokeRecord, path=smoke.record_path)
     record = found["record"] or {}
-    if (record.get("verdict") in ("passed", "skipped") and record.get("key") == smoke_key(deployment)
+    if (record.get("verdict") in ("passed", "skipped") and record.get("key") == smoke_key(smoke)
             and record.get("boot_id") == found["boot_id"]):
         host.log_styled(summary(record), fg="green")
         host.noop("the GPU smoke test passed in this boot with this SGLang and NCCL environment")
         return
-    yield FunctionCommand(_run_smoke_test, (smoke_command(deployment, timeout_s),), {})
+    yield FunctionCommand(_run_smoke_test, (smoke_command(smoke, timeout_s),), {})
 
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    return [(GpuSmokeRecord, dict(path=record_path(deployment)))]
+    return [(GpuSmokeRecord, dict(path=deployment.smoke.record_path))]

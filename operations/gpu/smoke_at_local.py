@@ -4,7 +4,7 @@
 
 DIR/bin holds host_scripts/gpu_smoke.py and DIR/sglang-venv is the python that holds torch (the
 capture sets both up: such a host has no SGLang venv). The class gives the floor; the NCCL
-environment is the class's with NO_MULTICAST forced on (the lending machines forbid NVLink multicast).
+environment is the class's with NVLink multicast off (NO_MULTICAST: some shared hosts forbid it).
 """
 
 import dataclasses
@@ -12,7 +12,7 @@ import os
 import runpy
 from types import SimpleNamespace
 
-from operations.deployment.config import resolve
+from operations import deployment
 from operations.gpu import smoke
 from operations.gpu.capture import NO_MULTICAST
 
@@ -20,6 +20,5 @@ class_name = os.environ["SPECFLEET_SMOKE_CLASS"]
 # The host is @local, in no inventory group: merge its group data as pyinfra would (all, then the class).
 data = {**runpy.run_path("group_data/all.py"), **runpy.run_path(f"group_data/{class_name}.py")}
 data["install_dir"] = os.environ["SPECFLEET_SMOKE_INSTALL_DIR"]
-deployment = resolve(SimpleNamespace(**data), class_name)
-deployment = dataclasses.replace(deployment, env={**deployment.env, **NO_MULTICAST})
-smoke.allreduce(name="GPU smoke test", deployment=deployment)
+test = deployment.resolve(SimpleNamespace(**data), class_name).smoke
+smoke.allreduce(name="GPU smoke test", smoke=dataclasses.replace(test, env={**test.env, **NO_MULTICAST}))

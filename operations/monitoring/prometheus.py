@@ -27,10 +27,10 @@ from pyinfra.api.state import StateStage
 from pyinfra.operations import files, systemd
 
 from operations.basics.file_states import FileStates
-from operations.gateway.smg import ADDRESS, LOOPBACK, Gateway, Worker
-from operations.gpu.nvidia import apt_install
+from operations.basics import apt_packages, knobs, network
+from operations.gateway.config import Gateway
+from operations.gateway.workers import Worker
 from operations.basics.host_programs import inline
-from operations.basics.knobs import BadHostData, boolean, integer
 from operations.basics.secrets import controller_key_file
 from operations.basics.templates import render
 
@@ -40,7 +40,7 @@ USER = "prometheus"  # made by the package's postinst
 ARGUMENTS_FILE = "/etc/default/prometheus"  # the package's EnvironmentFile: ARGS
 CONFIG_FILE = "/etc/prometheus/prometheus.yml"  # the package's default --config.file
 KEY_FILE = "/etc/prometheus/specfleet-api-key"  # the workers' key, root:prometheus 0640
-RETENTION = re.compile(r"^[1-9][0-9]*(h|d|w|y)$")
+RETENTION = re.compile(r"[1-9][0-9]*(h|d|w|y)")
 
 
 @dataclass(frozen=True)
@@ -58,26 +58,22 @@ class Monitoring:
     @property
     def api_address(self) -> str:
         """Where the deploy and the checks reach its API on its own host."""
-        return "127.0.0.1" if self.listen_address in ("0.0.0.0", *LOOPBACK) else self.listen_address
+        return network.local_address(self.listen_address)
 
 
-def resolve_monitoring(data: Any) -> Monitoring:
+def resolve(data: Any) -> Monitoring:
     """A gateway host's Prometheus knobs as the typed, validated `Monitoring` (they reach its argument
-    and configuration files)."""
-    listen = str(data.prometheus_listen_address)
-    retention = str(data.prometheus_retention)
-    if not ADDRESS.fullmatch(listen):
-        raise BadHostData(f"prometheus_listen_address={listen!r} is not allowed (expected a host name or IPv4 address)")
-    if not RETENTION.fullmatch(retention):
-        raise BadHostData(f"prometheus_retention={retention!r} is not allowed (expected e.g. 15d, 12h, 2w, 1y)")
+    and configuration files); a bad value raises BadHostData naming the knob, the value and what is accepted."""
     return Monitoring(
-        listen_address=listen,
-        port=integer("prometheus_port", data.prometheus_port, 1, 65535),
-        scrape_interval_s=integer("prometheus_scrape_interval_s", data.prometheus_scrape_interval_s, 1, 3600),
-        retention=retention,
-        targets_timeout_s=integer("prometheus_targets_timeout_s", data.prometheus_targets_timeout_s, 1, 3600),
-        api_key_env=data.api_key_env,
-        remove_api_key=boolean("remove_api_key", data.remove_api_key),
+        listen_address=knobs.matching("prometheus_listen_address", data.prometheus_listen_address, network.ADDRESS,
+                                      "a host name or IPv4 address"),
+        port=knobs.integer("prometheus_port", data.prometheus_port, 1, 65535),
+        scrape_interval_s=knobs.integer("prometheus_scrape_interval_s", data.prometheus_scrape_interval_s, 1, 3600),
+        retention=knobs.matching("prometheus_retention", data.prometheus_retention, RETENTION,
+                                 "a duration such as 15d, 12h, 2w or 1y"),
+        targets_timeout_s=knobs.integer("prometheus_targets_timeout_s", data.prometheus_targets_timeout_s, 1, 3600),
+        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
+        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
     )
 
 
@@ -90,7 +86,7 @@ class ScrapeTarget:
 
 def scrape_targets(gateway_host_name: str, gateway: Gateway, workers: list[Worker]) -> list[ScrapeTarget]:
     """What Prometheus scrapes: each worker at the address the gateway reaches it, and smg."""
-    smg = "127.0.0.1" if gateway.bind_address in ("0.0.0.0", *LOOPBACK) else gateway.bind_address
+    smg = network.local_address(gateway.bind_address)
     return [*(ScrapeTarget("sglang", w.name, urlsplit(w.url).netloc) for w in workers),
             ScrapeTarget("smg", gateway_host_name, f"{smg}:{gateway.prometheus_port}")]
 
@@ -160,7 +156,7 @@ def package():
 
         monitoring.package(name="Prometheus package")
     """
-    yield from apt_install([PACKAGE])
+    yield from apt_packages.install([PACKAGE])
 
 
 @operation()

@@ -17,10 +17,10 @@ from typing import Any
 from operations.basics import knobs
 from operations.basics.knobs import BadHostData
 
-GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: interface names (at most 15 characters, the kernel's
 # IFNAMSIZ), comma-separated; NCCL reads each as a prefix, Gloo as an exact name.
-INTERFACES = re.compile(r"^[A-Za-z0-9_.-]{1,15}(,[A-Za-z0-9_.-]{1,15})*$")
+INTERFACES = re.compile(r"[A-Za-z0-9_.-]{1,15}(,[A-Za-z0-9_.-]{1,15})*")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The checks of a server spanning several nodes (operations/nodes.py says how a group is declared).
+"""The checks of a server spanning several nodes (group.py says how a group is declared).
 
 Only rank 0 runs SGLang's HTTP server, so only rank 0 gets the readiness probe and a gateway
 registration; and it serves only once every rank has joined its dist-init port, so its readiness
@@ -15,7 +15,6 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 
 from operations.basics import polling
-from operations.deployment.config import Deployment
 from operations.basics.host_programs import inline
 from operations.nodes.group import NodeGroup
 
@@ -59,7 +58,7 @@ def joined_rank0(group: NodeGroup, links: list[dict]) -> bool:
 
 
 @operation()
-def reachable(deployment: Deployment):
+def reachable(group: NodeGroup):
     """
     Check that every node of the group reaches rank 0's dist-init port, before anything slow.
 
@@ -67,15 +66,15 @@ def reachable(deployment: Deployment):
     so the ranks run this at the same time; a group whose ranks are already joined passes
     from its open links. A rank that cannot connect fails, naming itself, rank 0 and the fix.
 
-    + deployment: the host's resolved deployment (a member of a node group)
+    + group: this host's part of its node group
 
     **Example:**
 
     .. code:: python
 
-        multinode.reachable(name="Nodes reach rank 0", deployment=d)
+        rendezvous.reachable(name="Nodes reach rank 0", group=deployment.node_group)
     """
-    g = deployment.node_group
+    g = group
     links = host.get_fact(DistInitLinks, port=g.dist_init_port)
     if g.rank == 0:
         missing = set(g.addresses[1:]) - peers_of_rank0(g, links)
@@ -144,47 +143,47 @@ class RankState(FactBase):
 
 
 @operation()
-def joined(deployment: Deployment, timeout_s: int):
+def joined(group: NodeGroup, service: str, timeout_s: int):
     """
     Prove a rank >= 1 serves its part: its service is active and joined to rank 0's dist-init port.
 
     It runs no HTTP server (rank 0 serves for the group and is probed by readiness), so this waits,
     up to `timeout_s`, for its link to rank 0; then fails with the journal's last lines.
 
-    + deployment: the host's resolved deployment (rank >= 1 of a node group)
+    + group: this host's part of its node group (a rank >= 1)
+    + service: the SGLang unit's name
     + timeout_s: how long the start may take
 
     **Example:**
 
     .. code:: python
 
-        multinode.joined(name="Rank joined rank 0", deployment=d, timeout_s=600)
+        rendezvous.joined(name="Rank joined rank 0", group=deployment.node_group, service="sglang", timeout_s=600)
     """
-    d = deployment
-    now = host.get_fact(RankState, service=d.service_name, port=d.node_group.dist_init_port)
-    if now["active"] == "active" and joined_rank0(d.node_group, now["links"]):
-        host.noop(f"rank {d.node_group.rank} of {d.node_group.name} is up and joined rank 0 at "
-                  f"{d.node_group.dist_init_addr}")
+    g = group
+    now = host.get_fact(RankState, service=service, port=g.dist_init_port)
+    if now["active"] == "active" and joined_rank0(g, now["links"]):
+        host.noop(f"rank {g.rank} of {g.name} is up and joined rank 0 at {g.dist_init_addr}")
         return
-    yield FunctionCommand(_wait_joined, (d, timeout_s), {})
+    yield FunctionCommand(_wait_joined, (g, service, timeout_s), {})
 
 
-def _wait_joined(state, host, deployment: Deployment, timeout_s: int) -> bool:
-    d, g = deployment, deployment.node_group
-    command = RankState().command(d.service_name, g.dist_init_port)
+def _wait_joined(state, host, group: NodeGroup, service: str, timeout_s: int) -> bool:
+    g = group
+    command = RankState().command(service, g.dist_init_port)
 
     def check(elapsed: float):
         _, output = host.run_shell_command(command)
         now = RankState().process(output.stdout_lines)
         if now["active"] == "active" and joined_rank0(g, now["links"]):
             return True, ""
-        return None, (f"rank {g.rank} of {g.name}: {elapsed:.0f}s of {timeout_s}s, {d.service_name} {now['active']}, "
+        return None, (f"rank {g.rank} of {g.name}: {elapsed:.0f}s of {timeout_s}s, {service} {now['active']}, "
                       f"not yet joined to rank 0 at {g.dist_init_addr}")
 
     if polling.wait(host, check, interval_s=2, log_every_s=30, timeout_s=timeout_s, first_log_s=10):
         host.log_styled(f"rank {g.rank} of {g.name} is up and joined rank 0 ({g.members[0]})", fg="green")
         return True
-    _, journal = host.run_shell_command(f"journalctl -u {shlex.quote(d.service_name)} -n 20 --no-pager -o cat")
+    _, journal = host.run_shell_command(f"journalctl -u {shlex.quote(service)} -n 20 --no-pager -o cat")
     host.log_styled(f"{host.name}: rank {g.rank} of node group {g.name} did not join rank 0 ({g.members[0]}) at "
                     f"{g.dist_init_addr} within {timeout_s}s; last lines of its journal:\n{journal.stdout}", fg="red")
     return False

@@ -3,24 +3,24 @@
 from pyinfra.api import operation
 
 from operations.basics.secrets import controller_key_file
-from operations.deployment.config import Deployment
+from operations.server.config import Server
 
 
 @operation()
-def api_key(deployment: Deployment):
+def api_key(server: Server):
     """
     Give the server the controller's API key (`api_key_env`) as a file root owns and the service reads.
 
     Without the variable the host keeps the key it has (a deploy from another shell does not
     open the server); the key file is removed only when `remove_api_key` asks for it.
 
-    + deployment: the host's resolved deployment (API key file, service user, api_key_env, remove_api_key)
+    + server: the host's server (API key file, service user, api_key_env, remove_api_key)
 
     **Example:**
 
     .. code:: python
 
-        api_key.api_key(name="Install the API key", deployment=deployment)
+        api_key.api_key(name="API key", server=deployment.server)
     """
-    d = deployment
+    d = server
     yield from controller_key_file(d.api_key_env, d.api_key_file, d.service_user, remove=d.remove_api_key)

@@ -2,13 +2,14 @@
 
 import json
 import shlex
+import weakref
 
 from pyinfra.api import FactBase
+from pyinfra.context import ctx_host
 
-from operations.deployment.config import Deployment
+from operations.server.config import Server
 
-# Flag spellings that changed between SGLang releases (../shared/notes/sglang.md, checked in
-# the released wheels): (first version with the new spelling, old spelling, new spelling).
+# Flag spellings that changed between SGLang releases (checked in the released wheels): (first version with the new spelling, old spelling, new spelling).
 RENAMED_FLAGS = [
     ((0, 5, 13), "--speculative-dflash-draft-window-size", "--speculative-draft-window-size"),
     ((0, 5, 16), "--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"),
@@ -30,16 +31,16 @@ def spell(flag: str, version: str) -> str:
     return flag
 
 
-def server_args(deployment: Deployment) -> list[str]:
-    """The SGLang command line for this deployment, spelled for its SGLang version.
+def server_args(server: Server) -> list[str]:
+    """The SGLang command line for this server, spelled for its SGLang version.
 
     The API key is not here on purpose: it never goes into process arguments
     (the host-side launcher adds it from a 0600 file).
     """
-    d = deployment
+    d = server
     spec = d.speculative
     args = [
-        "--model-path", d.target.local_dir,
+        "--model-path", d.model_dir,
         "--served-model-name", d.served_model_name,
         "--host", d.bind_address,
         "--port", str(d.port),
@@ -47,7 +48,7 @@ def server_args(deployment: Deployment) -> list[str]:
         "--mem-fraction-static", str(d.mem_fraction_static),
         "--attention-backend", d.attention_backend,
         "--speculative-algorithm", spec.algorithm,
-        "--speculative-draft-model-path", d.drafter.local_dir,
+        "--speculative-draft-model-path", d.draft_model_dir,
         "--speculative-num-draft-tokens", str(spec.num_draft_tokens),
         "--speculative-draft-attention-backend", d.draft_attention_backend,
     ]
@@ -57,18 +58,17 @@ def server_args(deployment: Deployment) -> list[str]:
         args += ["--speculative-ddtree-budget", str(spec.ddtree_budget)]
     if d.enable_metrics:
         args.append("--enable-metrics")
-    if d.node_group:
-        args += d.node_group.server_args()
+    args += d.node_args
     args += d.extra_args
     return [spell(arg, d.sglang_version) if arg.startswith("--") else arg for arg in args]
 
 
 # DDTree (open PR #29907, in no release): its own refusals, which the deploy checks itself
-# because the released SGLang it validates with does not know DDTree (notes §2, §7).
+# because the released SGLang it validates with does not know DDTree.
 # Its tree verify needs one-token KV pages ("DDTREE currently supports only page_size == 1"),
-# so the target attention backend must allow page size 1: trtllm_mha forces 16/32/64 and
-# refuses tree (topk > 1) speculation, trtllm_mla forces 32/64 (srt/arg_groups/overrides.py,
-# _mla_backend_page_constraints, run before the speculative hook). Since the PR's 93e9850e4
+# so the target attention backend must allow page size 1: trtllm_mha moves any other page size to
+# one of 16/32/64/128 and refuses tree (topk > 1) speculation, trtllm_mla forces 32/64 (SGLang 0.5.23
+# srt/arg_groups/overrides.py, _mla_backend_page_constraints, run before the speculative hook). Since the PR's 93e9850e4
 # (2026-07-08) its full-tree verify also fails fast on any target backend but triton.
 DDTREE_PAGE_SIZE = 1
 DDTREE_TARGET_BACKENDS = ("triton",)  # PR #29907 since 93e9850e4: full-tree verify is triton-only
@@ -158,10 +158,10 @@ class SGLangRejects(FactBase):
         return (errors or output[-3:] or ["no output"])[-1]
 
 
-def rendered_ddtree_violations(deployment: Deployment) -> list[str]:
+def rendered_ddtree_violations(server: Server) -> list[str]:
     """The deploy's DDTree rules over what it renders (page size as asked; SGLang's resolution may
     still raise it, which the host's own check sees); [] for other algorithms."""
-    d = deployment
+    d = server
     if d.speculative.algorithm != "DDTREE":
         return []
     args = list(d.extra_args)
@@ -169,11 +169,19 @@ def rendered_ddtree_violations(deployment: Deployment) -> list[str]:
     return ddtree_violations(page_size, d.attention_backend, d.speculative.ddtree_budget)
 
 
-def rejection(host, deployment: Deployment, args: list[str]) -> str | None:
-    """Why the host's installed SGLang would refuse to start `args` for this deployment, or None:
+# Per host, what its SGLang made of a command line in this run: preflight and the unit's restart
+# decision ask the same question of the same build, and the host answers it once.
+_rejections: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def rejection(host, server: Server, args: list[str]) -> str | None:
+    """Why the host's installed SGLang would refuse to start `args` for this server, or None:
     resolved as the service user, with the unit's environment and the user's HF_HOME. A DDTree
     build that accepts them is held to the deploy's DDTree rules as well."""
-    d = deployment
+    d = server
     env = (("HF_HOME", d.hf_home), *sorted(d.env.items()))
-    refused = host.get_fact(SGLangRejects, venv=d.venv, args=tuple(args), env=env, user=d.service_user)
-    return refused or next(iter(rendered_ddtree_violations(d)), None)
+    asked = (d.venv, d.sglang_requirement, tuple(args), env, d.service_user)
+    answers = _rejections.setdefault(ctx_host.get(), {})
+    if asked not in answers:
+        answers[asked] = host.get_fact(SGLangRejects, venv=d.venv, args=tuple(args), env=env, user=d.service_user)
+    return answers[asked] or next(iter(rendered_ddtree_violations(d)), None)

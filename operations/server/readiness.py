@@ -10,8 +10,8 @@ from pyinfra.api.operation import OperationMeta
 
 from operations.basics import gathering
 from operations.basics import polling
-from operations.deployment.config import Deployment
-from operations.server.unit import PREVIOUS
+from operations.server.config import Server
+from operations.server.unit import restore_command
 
 # The default time a (re)start may take: a fixed start-up (CUDA graphs, warm-up) plus the weights
 # read at a rate a cold start of Kimi K2.6 (595 GB onto 8 GPUs, from NVMe) stays above: ~30 min.
@@ -94,7 +94,7 @@ def crash(run: dict, restarts_before: int) -> str | None:
 
 
 @operation()
-def ready(deployment: Deployment, restarted: OperationMeta, timeout_s: int):
+def ready(server: Server, restarted: OperationMeta, timeout_s: int):
     """
     Prove the server generates: /health_generate, one chat completion, the speculative accept length.
 
@@ -102,7 +102,7 @@ def ready(deployment: Deployment, restarted: OperationMeta, timeout_s: int):
     crash-loops or is not ready within `timeout_s` it restores the previous unit, restarts it,
     and fails with the journal.
 
-    + deployment: the host's resolved deployment
+    + server: the host's server
     + restarted: the operation that may have (re)started the service
     + timeout_s: how long a start may take (see ready_timeout)
 
@@ -110,9 +110,9 @@ def ready(deployment: Deployment, restarted: OperationMeta, timeout_s: int):
 
     .. code:: python
 
-        readiness.ready(name="Wait until SGLang generates", deployment=d, restarted=unit, timeout_s=1800)
+        readiness.ready(name="Wait until SGLang generates", server=server, restarted=unit, timeout_s=1800)
     """
-    d = deployment
+    d = server
     if not restarted.changed:
         probe = gathering.read(ServerProbe, install_dir=d.install_dir, port=d.port, model=d.served_model_name,
                               key_file=d.api_key_file, service_user=d.service_user)
@@ -132,11 +132,11 @@ def generates(probe: dict) -> bool:
     return bool(probe.get("ready") and probe.get("completion"))
 
 
-def watch(host, deployment: Deployment, timeout_s: float, what: str, interval_s: float,
+def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,
           service: str | None = None) -> tuple[dict, str | None]:
-    """Probe the server until it generates, its unit (`service`, else the deployment's) crash-loops or
+    """Probe the server until it generates, its unit (`service`, else the server's) crash-loops or
     `timeout_s` passes: (last probe, crash or None)."""
-    d = deployment
+    d = server
     probe_command = ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file, d.service_user)
     run_command = ServiceRun().command(service or d.service_name)
     last = {"probe": {"ready": False}, "crash": None}
@@ -161,24 +161,16 @@ def watch(host, deployment: Deployment, timeout_s: float, what: str, interval_s:
     return last["probe"], last["crash"]
 
 
-def wait_ready(state, host, deployment: Deployment, timeout_s: int, interval_s: float = 2.0) -> bool:
+def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 2.0) -> bool:
     """Wait for the (re)started server to generate; else restore the previous unit and prove it serves."""
-    d = deployment
+    d = server
     probe, crashed = watch(host, d, timeout_s, f"waiting for {d.service_name} to generate", interval_s)
     if generates(probe):
         log_serving(host, probe)
         return True
 
     _, journal = host.run_shell_command(f"journalctl -u {d.service_name} -n 25 --no-pager -o cat")
-    # mv: root renames its own backups in root's directories (layout.root_directories).
-    restore = " && ".join([
-        f"test -f {d.unit_file}{PREVIOUS}",
-        *(f"if [ -f {path}{PREVIOUS} ]; then mv -f {path}{PREVIOUS} {path}; fi" for path in (d.unit_file, d.env_file)),
-        # One command, so the restore cannot stop half-way: daemon-reload and restart, as
-        # pyinfra's systemd.service would yield them.
-        "systemctl daemon-reload", f"systemctl restart {d.service_name}",
-    ])
-    restored, _ = host.run_shell_command(restore)
+    restored, _ = host.run_shell_command(restore_command(d))
     if restored:
         # The previous unit served before this deploy: it should be back within a normal start.
         again, _ = watch(host, d, min(timeout_s, 120), f"waiting for the restored {d.service_name} to generate",
@@ -196,6 +188,6 @@ def wait_ready(state, host, deployment: Deployment, timeout_s: int, interval_s: 
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    d = deployment
+    d = deployment.server
     return [(ServerProbe, dict(install_dir=d.install_dir, port=d.port, model=d.served_model_name,
                                key_file=d.api_key_file, service_user=d.service_user))]

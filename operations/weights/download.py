@@ -11,7 +11,7 @@ from pyinfra.operations import files
 
 from operations.basics import gathering
 from operations.basics import polling
-from operations.deployment.config import Deployment, Repo
+from operations.weights.config import Repo, Weights
 from operations.basics.file_states import FileStates, matches, sha1_of
 from operations.basics.host_programs import inline
 from operations.weights.host_scripts.weights_manifest import MANIFEST
@@ -70,7 +70,7 @@ def download_spec(repo: Repo, snap: RepoSnapshot) -> dict:
 
 
 @operation()
-def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify: bool = False,
+def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
              poll_interval: float = 0.1, wait: bool = True):
     """
     Make the target and drafter weights complete at their pinned commits.
@@ -79,9 +79,9 @@ def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify:
     connection does not stop it); the deploy waits with progress, and attaches to
     a download that is already running.
 
-    + deployment: the host's resolved deployment
+    + weights: the host's weights (repos, owner, hub; `verify`: hash every file against the hub's hashes
+      and re-fetch those that differ)
     + snapshots: per role, the repo's commit and files as the hub lists them (from preflight)
-    + verify: hash every file against the hub's hashes and re-fetch those that differ
     + poll_interval: seconds between progress checks (each is one SSH round trip, which waits on the host
       up to ``HOST_WAIT_S`` for the downloads to end)
     + wait: wait for the downloads; without, they are started and go on after the deploy
@@ -91,9 +91,9 @@ def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify:
 
     .. code:: python
 
-        weights.download(name="Download weights", deployment=d, snapshots=snaps, verify=False)
+        download.download(name="Weights", weights=deployment.weights, snapshots=hub.snapshots)
     """
-    d = deployment
+    d = weights
     repos = [r for r in d.repos if r.role in snapshots]  # a gated repo waiting for access has none yet
     states = gathering.read(WeightsState, listings=state_listings(repos, snapshots))
     pending: list[Repo] = []
@@ -102,16 +102,16 @@ def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify:
         if not state or state["commit"] != snap.commit or state["bad"]:
             pending.append(repo)
             continue
-        if not verify:
+        if not d.verify:
             continue
         listed = {f.path for f in snap.files}
-        corrupt = [path for path in host.get_fact(WeightsCorrupt, local_dir=repo.local_dir, user=d.service_user,
+        corrupt = [path for path in host.get_fact(WeightsCorrupt, local_dir=repo.local_dir, user=d.owner,
                                                   listing=json.dumps(snap.listing(), sort_keys=True))
                    if path in listed]  # names from the hub's validated listing only, never the host's
         if corrupt:
             pending.append(repo)
             # Deleted as the service user, who owns them: the download unit then fetches them again.
-            yield (f"runuser -u {shlex.quote(d.service_user)} -- rm -f -- "
+            yield (f"runuser -u {shlex.quote(d.owner)} -- rm -f -- "
                    + " ".join(shlex.quote(posixpath.join(repo.local_dir, path)) for path in corrupt))
 
     if not pending:
@@ -125,12 +125,12 @@ def download(deployment: Deployment, snapshots: dict[str, RepoSnapshot], verify:
         spec_file = f"{d.config_dir}/weights-{repo.role}.json"
         uploads[spec_file] = json.dumps(download_spec(repo, snapshots[repo.role]), indent=1)
         uploads[f"/etc/systemd/system/{repo.unit_name}.service"] = render(
-            "weights/weights.service.j2", d=d, repo=repo, commit=snapshots[repo.role].commit, spec_file=spec_file)
+            "weights/weights.service.j2", w=d, repo=repo, commit=snapshots[repo.role].commit, spec_file=spec_file)
     # One round trip for every path, where files.directory and files.put read two or three facts each.
     states = host.get_fact(FileStates, paths=(*(r.local_dir for r in pending), *uploads))
     for repo in pending:
-        if not owned_by(states.get(repo.local_dir), d.service_user):
-            yield from files.directory._inner(path=repo.local_dir, user=d.service_user, group=d.service_user)
+        if not owned_by(states.get(repo.local_dir), d.owner):
+            yield from files.directory._inner(path=repo.local_dir, user=d.owner, group=d.owner)
     for dest, content in uploads.items():
         if not matches(states.get(dest), "file", "644", sha1=sha1_of(content.encode())):
             yield from files.put._inner(src=StringIO(content), dest=dest, mode="644")
@@ -208,6 +208,7 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    if len(snapshots) != len(deployment.repos):  # a repo waiting for access: nothing to compare yet
+    repos = deployment.weights.repos
+    if len(snapshots) != len(repos):  # a repo waiting for access: nothing to compare yet
         return []
-    return [(WeightsState, dict(listings=state_listings(deployment.repos, snapshots)))]
+    return [(WeightsState, dict(listings=state_listings(repos, snapshots)))]

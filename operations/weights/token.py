@@ -6,36 +6,36 @@ from pyinfra.api import operation
 from operations.basics import gathering
 from operations.basics.file_states import UserFileStates, matches, sha1_of
 from operations.basics.secrets import write_secret
-from operations.deployment.config import Deployment
+from operations.weights.config import Weights
 from operations.weights.hub import controller_token
 
 
 @operation()
-def hf_token(deployment: Deployment):
+def hf_token(weights: Weights):
     """
     Write the controller's Hugging Face token to the service user's HF_HOME token file, mode 0600.
 
-    + deployment: the host's resolved deployment (service user, HF_HOME, the controller variable
-      holding the token, else its huggingface_hub token file)
+    + weights: the host's weights (their owner, its HF_HOME, the controller variable holding the token,
+      else the controller's huggingface_hub token file)
 
     **Example:**
 
     .. code:: python
 
-        token.hf_token(name="Install the Hugging Face token", deployment=deployment)
+        token.hf_token(name="Hugging Face token", weights=deployment.weights)
     """
-    d = deployment
+    d = weights
     token = controller_token(d.hf_token_env) or ""
     token_file = f"{d.hf_home}/token"
-    states = gathering.read(UserFileStates, user=d.service_user, paths=(d.hf_home, token_file))
-    if matches(states.get(d.hf_home), "directory", "700", d.service_user) and \
-            matches(states.get(token_file), "file", "600", d.service_user, sha1_of(token.encode())):
-        host.noop(f"{token_file} holds the token (0600, {d.service_user})")
+    states = gathering.read(UserFileStates, user=d.owner, paths=(d.hf_home, token_file))
+    if matches(states.get(d.hf_home), "directory", "700", d.owner) and \
+            matches(states.get(token_file), "file", "600", d.owner, sha1_of(token.encode())):
+        host.noop(f"{token_file} holds the token (0600, {d.owner})")
         return
-    yield write_secret(token, d.hf_home, "token", "600", d.service_user, as_user=d.service_user)
+    yield write_secret(token, d.hf_home, "token", "600", d.owner, as_user=d.owner)
 
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    d = deployment
-    return [(UserFileStates, dict(user=d.service_user, paths=(d.hf_home, f"{d.hf_home}/token")))]
+    d = deployment.weights
+    return [(UserFileStates, dict(user=d.owner, paths=(d.hf_home, f"{d.hf_home}/token")))]

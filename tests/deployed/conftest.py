@@ -16,8 +16,8 @@ import os
 import pytest
 
 from lab import fleet
-from operations.gateway.smg import GROUP as GATEWAY
-from operations.gateway.smg import serves_model
+from operations.gateway.workers import GROUP as GATEWAY
+from operations.gateway.workers import serves_model
 from operations.nodes.group import members
 from tests.conftest import LAB_HOSTS
 from tests.deployed.hosts import LAB_INVENTORY, REPO, Target, load_inventory, matches

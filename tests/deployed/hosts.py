@@ -27,7 +27,7 @@ from pyinfra.api import FactBase
 from pyinfra.connectors.ssh import connector_data_meta
 from pyinfra.connectors.sshuserclient.client import SSHClient
 
-from operations.deployment.config import Deployment, host_class_of, resolve
+from operations.deployment import Deployment, host_class_of, resolve
 from operations.weights.hub import controller_token
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,7 +269,7 @@ class Target:
 
         if self.lab_mode:
             return TOKEN_GRANTED
-        token = controller_token(self.deployment.hf_token_env)
+        token = controller_token(self.deployment.weights.hf_token_env)
         if not token and "lab" in self.host.groups:
             return TOKEN_GRANTED
         return token

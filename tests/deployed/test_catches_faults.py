@@ -14,7 +14,6 @@ import pytest
 
 from lab import fleet
 from lab.config import TOKEN_GRANTED
-from operations.gpu.smoke import record_path
 from operations.weights.download import MANIFEST
 from tests.deployed.faults import assert_caught, run_suite
 from tests.deployed.hosts import LAB_INVENTORY, Target, load_inventory
@@ -28,6 +27,10 @@ def deployment_of(host: fleet.LabHost):
     return Target(host.name, inventory[host.name], lab_mode=True).deployment
 
 
+def server_of(host: fleet.LabHost):
+    return deployment_of(host).server
+
+
 def wait_generating(host: fleet.LabHost, port: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -39,7 +42,7 @@ def wait_generating(host: fleet.LabHost, port: int, timeout: float = 60) -> None
 
 
 def test_a_stopped_service_is_caught(deployed_lab, pcie_host):
-    d = deployment_of(pcie_host)
+    d = server_of(pcie_host)
     fleet.ssh(pcie_host, f"systemctl stop {d.service_name}")
     try:
         result = run_suite(pcie_host.name)
@@ -58,7 +61,7 @@ def test_a_stopped_service_is_caught(deployed_lab, pcie_host):
 
 
 def test_a_token_file_readable_by_all_is_caught(deployed_lab, pcie_host):
-    d = deployment_of(pcie_host)
+    d = server_of(pcie_host)
     token = f"{d.hf_home}/token"
     fleet.ssh(pcie_host, f"chmod 0644 {token}")
     try:
@@ -71,10 +74,10 @@ def test_a_token_file_readable_by_all_is_caught(deployed_lab, pcie_host):
 
 
 def test_a_truncated_weight_shard_is_caught(deployed_lab, pcie_host):
-    d = deployment_of(pcie_host)
-    manifest = fleet.ssh(pcie_host, f"cat {d.target.local_dir}/{MANIFEST}")
+    d = server_of(pcie_host)
+    manifest = fleet.ssh(pcie_host, f"cat {d.model_dir}/{MANIFEST}")
     shard = sorted(path for path in json.loads(manifest)["files"] if path.endswith(".safetensors"))[0]
-    full, backup = f"{d.target.local_dir}/{shard}", f"/root/specfleet-fault-{shard.replace('/', '_')}"
+    full, backup = f"{d.model_dir}/{shard}", f"/root/specfleet-fault-{shard.replace('/', '_')}"
     size = json.loads(manifest)["files"][shard]["size"]
     fleet.ssh(pcie_host, f"cp -p {shlex.quote(full)} {backup} && truncate -s {size // 2} {shlex.quote(full)}")
     try:
@@ -87,7 +90,7 @@ def test_a_truncated_weight_shard_is_caught(deployed_lab, pcie_host):
 
 
 def test_draft_tokens_edited_by_hand_in_the_unit_are_caught(deployed_lab, pcie_host):
-    d = deployment_of(pcie_host)
+    d = server_of(pcie_host)
     wanted = d.speculative.num_draft_tokens
     edited = 6 if wanted != 6 else 5
     flag = "--speculative-num-draft-tokens"
@@ -123,7 +126,7 @@ def test_degraded_nvlink_is_caught(deployed_lab, b200_host):
 
 def test_gpu_runtime_flipped_back_is_caught(deployed_lab, b200_host):
     """The daemons the deploy started are stopped, and the smoke test's record is from another boot."""
-    record, backup = record_path(deployment_of(b200_host)), "/root/specfleet-fault-gpu-smoke.json"
+    record, backup = deployment_of(b200_host).smoke.record_path, "/root/specfleet-fault-gpu-smoke.json"
     fleet.ssh(b200_host, f"cp -p {record} {backup} && "
                          f"sed -i 's/\"boot_id\": \"[^\"]*\"/\"boot_id\": \"another-boot\"/' {record} && "
                          "systemctl stop nvidia-persistenced nvidia-fabricmanager")

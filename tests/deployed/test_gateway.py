@@ -9,8 +9,10 @@ Runs once per gateway host; an inventory without one has nothing to check here.
 import json
 import shlex
 
-from operations.gateway.smg import resolve_gateway, workers
-from operations.monitoring.prometheus import PrometheusTargets, down_targets, resolve_monitoring, scrape_targets
+from operations.gateway.config import resolve as resolve_gateway
+from operations.gateway.workers import workers
+from operations.monitoring.prometheus import PrometheusTargets, down_targets, scrape_targets
+from operations.monitoring.prometheus import resolve as resolve_monitoring
 
 # Runs on the gateway host as root: the key is read there, from the gateway's root-owned 0640 file.
 ASK_THROUGH_GATEWAY = r"""

@@ -38,7 +38,7 @@ def test_rank0_serves_for_its_group_with_every_rank_joined(target):
 
 
 def test_other_rank_is_up_and_joined_to_rank0(target):
-    g, d = node_group(target, rank0=False), target.deployment
+    g, d = node_group(target, rank0=False), target.deployment.server
     state = target.facts(rank=(RankState(), {"service": d.service_name, "port": g.dist_init_port}))["rank"]
     assert state["active"] == "active", (f"{target.name}: expected rank {g.rank} of {g.name} running "
                                          f"({d.service_name} active), found {state['active']}: check "

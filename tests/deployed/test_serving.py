@@ -51,7 +51,7 @@ def base_url(d) -> str:
 
 
 def serving(target) -> dict:
-    d = target.deployment
+    d = target.deployment.server
     return target.memo("serving", lambda: target.python(_SERVING_SCRIPT, base_url(d), d.served_model_name,
                                                         d.api_key_file))
 
@@ -68,7 +68,7 @@ def body_json(target, name: str, response: dict):
 def test_health_generate_answers_200(target):
     health = serving(target)["health"]
     assert health["status"] == 200, (f"{target.name}: expected 200 from /health_generate on "
-                                     f"{base_url(target.deployment)}, found {health['status']}: "
+                                     f"{base_url(target.deployment.server)}, found {health['status']}: "
                                      f"{health['body'][:300]}")
 
 
@@ -79,12 +79,12 @@ def test_chat_completion_returns_text(target):
     except (KeyError, IndexError, TypeError):
         text = None
     assert isinstance(text, str) and text.strip(), (
-        f"{target.name}: expected a chat completion from {target.deployment.served_model_name} with text, "
+        f"{target.name}: expected a chat completion from {target.deployment.server.served_model_name} with text, "
         f"found {str(chat)[:300]}")
 
 
 def test_server_info_reports_speculative_decoding_accepting_drafts(target):
-    d = target.deployment
+    d = target.deployment.server
     info = body_json(target, "/server_info", serving(target)["server_info"])
     algorithm = info.get("speculative_algorithm")
     assert algorithm == d.speculative.algorithm, (
@@ -97,7 +97,7 @@ def test_server_info_reports_speculative_decoding_accepting_drafts(target):
 
 
 def test_metrics_expose_the_accept_length(target):
-    d = target.deployment
+    d = target.deployment.server
     if not d.enable_metrics:
         pytest.skip("enable_metrics is off in group_data")
     metrics = serving(target)["metrics"]

@@ -10,7 +10,7 @@ import pytest
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from operations.deployment.config import COMMIT
+from operations.basics.knobs import COMMIT
 from operations.weights.hub import snapshot
 from operations.python import venv
 from operations.python.venv import VenvRequirement, fingerprint
@@ -39,7 +39,7 @@ print(json.dumps(result))
 
 
 def test_sglang_virtualenv_has_the_pinned_version(target):
-    d = target.deployment
+    d = target.deployment.server
     installed = target.facts(sglang=(VenvRequirement(), dict(path=d.venv, distribution="sglang")))["sglang"]
     version = (installed or {}).get("version")
     assert version, f"{target.name}: expected SGLang {d.sglang_version} in {d.venv}, found no sglang there"
@@ -63,7 +63,7 @@ def test_sglang_virtualenv_has_the_pinned_version(target):
 
 
 def test_virtualenvs_are_built_by_the_pinned_uv(target):
-    d = target.deployment
+    d = target.deployment.server
     uv = venv.Uv(d.install_dir)
     host_python = target.facts(python=(venv.HostPython(), dict(uv=uv.binary)))["python"]
     if host_python["machine"] not in venv.UV_MACHINES:
@@ -75,7 +75,7 @@ def test_virtualenvs_are_built_by_the_pinned_uv(target):
 
 
 def hub_listing(target, repo):
-    d = target.deployment
+    d = target.deployment.weights
     try:
         return snapshot(d.hf_endpoint, target.hf_token(), repo.repo_id, repo.revision)
     except Exception as problem:  # HubProblem, or the hub unreachable from here
@@ -85,13 +85,13 @@ def hub_listing(target, repo):
 
 
 def weights_state(target) -> dict:
-    dirs = [repo.local_dir for repo in target.deployment.repos]
+    dirs = [repo.local_dir for repo in target.deployment.weights.repos]
     return target.memo("weights", lambda: target.python(_WEIGHTS_SCRIPT, MANIFEST, *dirs))
 
 
 @pytest.mark.parametrize("role", ["target", "drafter"])
 def test_weights_are_the_pinned_revision_complete(target, role):
-    repo = getattr(target.deployment, role)
+    repo = target.deployment.weights.repo(role)
     state = weights_state(target)[repo.local_dir]
     hub = hub_listing(target, repo)
     where = f"{target.name}: {repo.local_dir} ({role} {repo.repo_id}@{repo.revision})"

@@ -46,30 +46,30 @@ print(json.dumps({"token_file_matches": matches, "found_in": found}))
 
 
 def token_path(target) -> str:
-    return f"{target.deployment.hf_home}/token"
+    return f"{target.deployment.server.hf_home}/token"
 
 
 def expected_token(target) -> str:
     token = target.hf_token()
     if not token:
         pytest.fail(f"{target.name}: expected the controller to hold the HF token the deploy used "
-                    f"(${target.deployment.hf_token_env} or huggingface_hub's token file), found none")
+                    f"(${target.deployment.weights.hf_token_env} or huggingface_hub's token file), found none")
     return token
 
 
 def leak_scan(target) -> dict:
-    d = target.deployment
+    d = target.deployment.server
 
     def scan():
         main_pid = target.run(f"systemctl show -p MainPID --value {shlex.quote(d.service_name)}").stdout.strip()
         return target.python(_LEAK_SCRIPT, token_path(target), d.unit_file, d.env_file, d.service_name,
-                             main_pid, *(repo.unit_name for repo in d.repos),
+                             main_pid, *(repo.unit_name for repo in target.deployment.weights.repos),
                              stdin=expected_token(target).encode())
     return target.memo("token-leaks", scan)
 
 
 def test_token_file_is_owned_by_the_service_user_mode_0600(target):
-    d, path = target.deployment, token_path(target)
+    d, path = target.deployment.server, token_path(target)
     stat = target.run(f"stat -c '%F|%U|%a' {shlex.quote(path)}")
     assert stat.rc == 0, f"{target.name}: expected the HF token file {path}, found none ({stat.stderr.strip()})"
     kind, owner, mode = stat.stdout.strip().split("|")

@@ -76,12 +76,12 @@ print(json.dumps({"props": props, "processes": {pid: p["user"] for pid, p in pro
 
 
 def unit_state(target) -> dict:
-    d = target.deployment
+    d = target.deployment.server
     return target.memo("unit", lambda: target.python(_UNIT_SCRIPT, d.service_name, str(d.port)))
 
 
 def expected_command(d) -> list[str]:
-    """The ExecStart of templates/sglang.service.j2: the launcher and server_args(deployment)."""
+    """The ExecStart of templates/server/sglang.service.j2: the launcher and server_args(server)."""
     return [f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *server_args(d)]
 
 
@@ -114,7 +114,7 @@ def args_differences(expected: list[str], found: list[str]) -> list[str]:
 
 
 def test_unit_is_enabled_and_active(target):
-    d, props = target.deployment, unit_state(target)["props"]
+    d, props = target.deployment.server, unit_state(target)["props"]
     state = (props.get("UnitFileState"), props.get("ActiveState"), props.get("SubState"))
     assert state == ("enabled", "active", "running"), (
         f"{target.name}: expected {d.service_name} enabled/active/running, found {'/'.join(map(str, state))}: "
@@ -122,7 +122,7 @@ def test_unit_is_enabled_and_active(target):
 
 
 def test_unit_runs_as_the_service_user(target):
-    d, unit = target.deployment, unit_state(target)
+    d, unit = target.deployment.server, unit_state(target)
     assert unit["props"].get("User") == d.service_user, (
         f"{target.name}: expected {d.service_name}'s User={d.service_user}, found User={unit['props'].get('User')}")
     others = {pid: user for pid, user in unit["processes"].items() if user != d.service_user}
@@ -132,7 +132,7 @@ def test_unit_runs_as_the_service_user(target):
 
 
 def test_unit_has_a_restart_policy(target):
-    d, restart = target.deployment, unit_state(target)["props"].get("Restart")
+    d, restart = target.deployment.server, unit_state(target)["props"].get("Restart")
     assert restart not in (None, "", "no"), (
         f"{target.name}: expected {d.service_name} to restart when it dies (Restart=always or on-failure), "
         f"found Restart={restart}")
@@ -141,7 +141,7 @@ def test_unit_has_a_restart_policy(target):
 def test_unit_listens_on_the_configured_address_and_port(target):
     if not target.serves_http:
         pytest.skip("rank >= 1 of a node group runs no HTTP server (tests/deployed/test_multinode.py)")
-    d, listeners = target.deployment, unit_state(target)["listeners"]
+    d, listeners = target.deployment.server, unit_state(target)["listeners"]
     wanted = ipaddress.ip_address(d.bind_address)
     ours = [l for l in listeners if ipaddress.ip_address(l["address"]) == wanted and l["unit_pids"]]
     found = ", ".join(f"{l['address']}:{l['port']} ({'pids ' + ' '.join(l['unit_pids']) if l['unit_pids'] else 'not ' + d.service_name})"
@@ -151,7 +151,7 @@ def test_unit_listens_on_the_configured_address_and_port(target):
 
 def test_unit_arguments_are_what_group_data_asks_for(target):
     """Speculative algorithm, draft model, draft tokens or DDTree budget, TP size, attention backends..."""
-    d, unit = target.deployment, unit_state(target)
+    d, unit = target.deployment.server, unit_state(target)
     expected = expected_command(d)
     assert unit["argv"], f"{target.name}: expected {d.service_name}'s main process, found none running"
     problems = []
@@ -179,8 +179,8 @@ def exposure(target, unit: str) -> float | None:
 
 def test_units_are_confined(target):
     """The SGLang unit and every weights unit: NoNewPrivileges, ProtectSystem=strict, no capabilities..."""
-    d = target.deployment
-    scores = {unit: exposure(target, unit) for unit in (d.service_name, *(f"{r.unit_name}.service" for r in d.repos))}
+    d = target.deployment.server
+    scores = {unit: exposure(target, unit) for unit in (d.service_name, *(f"{r.unit_name}.service" for r in target.deployment.weights.repos))}
     loose = {unit: score for unit, score in scores.items() if score is None or score > MAX_EXPOSURE}
     assert not loose, (f"{target.name}: expected `systemd-analyze security` to rate each unit at most "
                        f"{MAX_EXPOSURE}, found " + ", ".join(f"{unit} {score}" for unit, score in loose.items()))
@@ -206,10 +206,10 @@ print(json.dumps(result))
 def test_what_root_writes_or_runs_is_roots_alone(target):
     """Root's directories and files (config, install, host scripts, units, the API key) are root's and
     writable by root only; the service user's cache is the service user's."""
-    d = target.deployment
+    d = target.deployment.server
     scripts = target.run(f"ls {shlex.quote(d.install_dir)}/bin").stdout.split()
     paths = [d.config_dir, d.env_file, d.api_key_file, d.install_dir, f"{d.install_dir}/bin", d.unit_file,
-             *(f"{d.install_dir}/bin/{name}" for name in scripts), *(f"{d.config_dir}/weights-{r.role}.json" for r in d.repos)]
+             *(f"{d.install_dir}/bin/{name}" for name in scripts), *(f"{d.config_dir}/weights-{r.role}.json" for r in target.deployment.weights.repos)]
     found = target.python(_OWNERS_SCRIPT, *paths, f"/home/{d.service_user}/.cache")
     cache = found.pop(f"/home/{d.service_user}/.cache", None)
     wrong = [f"{path} ({'a link, ' if f['link'] else ''}owner {f['owner']}{', writable by others' if f['writable'] else ''})"

@@ -8,11 +8,15 @@ from pathlib import Path
 from pyinfra import host
 
 from operations.basics import gathering
-from operations.deployment.config import host_class_of, resolve
-from operations.deployment.preflight import hub_snapshots
+from operations.deployment import host_class_of, preflight, resolve  # noqa: F401
+# Every module whose operations register the facts they read, as deploy.py imports them.
+from operations.gpu import nvidia, smoke  # noqa: F401
+from operations.server import readiness, stages, unit  # noqa: F401
+from operations.weights import download, token  # noqa: F401
+from operations.weights.checks import hub_state
 
 deployment = resolve(host.data, host_class_of(host.groups))
-snapshots, _, _ = hub_snapshots(deployment)
+snapshots = hub_state(deployment.weights).snapshots
 wanted = gathering.requests(deployment, snapshots)
 gathered = gathering.answered(wanted)
 rows = [{"fact": fact.__name__, "arguments": sorted(kwargs), "answered": gathering._key(fact, kwargs) in gathered,

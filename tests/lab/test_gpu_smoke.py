@@ -6,8 +6,7 @@ import json
 import pytest
 
 from lab import fleet
-from operations.deployment.config import resolve
-from operations.gpu.smoke import record_path
+from operations.deployment import resolve
 from tests.helpers import main_pid, operations_started, run_deploy
 from tests.unit.group_data import host_data
 
@@ -15,7 +14,7 @@ pytestmark = pytest.mark.lab
 
 
 def test_nvlink_at_pcie_speed_fails_the_smoke_test_before_weights_and_unit(deployed_lab, b200_host):
-    record = record_path(resolve(host_data(b200_host.host_class, lab=True), b200_host.host_class))
+    record = resolve(host_data(b200_host.host_class, lab=True), b200_host.host_class).smoke.record_path
     unit_before = fleet.ssh(b200_host, "sha1sum /etc/systemd/system/sglang.service")
     pid_before = main_pid(b200_host, "sglang")
     fleet.set_gpu_profile(b200_host, "b200_nvlink_slow_allreduce")

@@ -19,10 +19,12 @@ def test_up_twice_leaves_the_same_two_hosts_then_down_leaves_nothing():
     status = lab_cli("status").stdout
     assert status.count("running") >= 2 + len(services.SERVICES), status  # two hosts plus the servers
 
+    machines = [h.machine for h in fleet.read_fleet()]  # this lab's: other labs may run beside it
     lab_cli("down")
-    nspawn = subprocess.run(["pgrep", "-f", "systemd-nspawn.*--machine=lab-"], capture_output=True)
-    assert nspawn.stdout == b"", "an nspawn process outlived `down`"
-    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
-    assert BRIDGE not in links and "vb-lab-" not in links, links
+    for machine in machines:
+        nspawn = subprocess.run(["pgrep", "-f", f"systemd-nspawn.*--machine={machine} "], capture_output=True)
+        assert nspawn.stdout == b"", f"an nspawn process of {machine} outlived `down`"
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout.split()
+    assert BRIDGE not in links and not {f"vb-{machine}"[:15] for machine in machines} & {l.split("@")[0] for l in links}, links
     assert set(services.status().values()) == {"stopped"}
     assert not fleet.HOSTS_DIR.exists() or not any(fleet.HOSTS_DIR.iterdir()), "host roots left"

@@ -9,7 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from lab.repos import build_lab_repos, repo_dir
-from operations.deployment.config import Deployment, resolve
+from operations.deployment import resolve
+from operations.server.config import Server
 from operations.server.flags import server_args
 from tests.unit.group_data import host_data
 
@@ -32,13 +33,12 @@ def lab_repos(store: Path) -> dict[str, str]:
     return {real: str(repo_dir(store, pinned.split("@")[0]) / "files") for real, pinned in mirrors.items()}
 
 
-def deployment(host_class: str, profile: str, repos: dict[str, str], **changes) -> Deployment:
-    """The real (non-lab) deployment of `profile` on `host_class`, with its weights at the lab repos."""
-    d = resolve(host_data(host_class, profile=profile), host_class)
+def deployment(host_class: str, profile: str, repos: dict[str, str], **changes) -> Server:
+    """The real (non-lab) server of `profile` on `host_class`, with its weights at the lab repos."""
+    d = resolve(host_data(host_class, profile=profile), host_class).server
     profile_repos = host_data(host_class).profiles[profile]
-    target = replace(d.target, local_dir=repos[profile_repos["target"]["repo"]])
-    drafter = replace(d.drafter, local_dir=repos[profile_repos["drafter"]["repo"]])
-    return replace(d, target=target, drafter=drafter, **changes)
+    return replace(d, model_dir=repos[profile_repos["target"]["repo"]],
+                   draft_model_dir=repos[profile_repos["drafter"]["repo"]], **changes)
 
 
 def as_released(argv: list[str]) -> list[str]:
@@ -57,5 +57,5 @@ def as_released(argv: list[str]) -> list[str]:
     return out
 
 
-def case(d: Deployment) -> dict:
+def case(d: Server) -> dict:
     return {"argv": as_released(server_args(d)), "env": dict(d.env), "gpu": class_gpu(d.host_class)}

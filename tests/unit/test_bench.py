@@ -7,7 +7,7 @@ import pytest
 
 from serving_benchmark import report
 from serving_benchmark.sweep import mode_args, plan, unit_environment
-from operations.deployment.config import resolve
+from operations.deployment import resolve
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import host_data
 
@@ -27,7 +27,7 @@ def test_plan_defaults_and_refusals(tmp_path):
 
 
 def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_accepts_them():
-    kimi = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
+    kimi = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
     ar, dflash = mode_args(kimi, "ar"), mode_args(kimi, "dflash")
     assert not [a for a in ar if a.startswith("--speculative")] and "--trust-remote-code" in ar
     assert ar[ar.index("--host") + 1] == dflash[dflash.index("--host") + 1] == "127.0.0.1"
@@ -35,7 +35,7 @@ def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_ac
     assert dflash[dflash.index("--speculative-num-draft-tokens") + 1] == "8"
     assert [r["ok"] for r in parse_many_with_real_sglang([ar, dflash])] == [True, True]
 
-    qwen = resolve(host_data("b200_nvlink", profile="qwen36_ddtree"), "b200_nvlink")
+    qwen = resolve(host_data("b200_nvlink", profile="qwen36_ddtree"), "b200_nvlink").server
     ddtree, dflash = mode_args(qwen, "ddtree"), mode_args(qwen, "dflash")
     assert ddtree[ddtree.index("--speculative-ddtree-budget") + 1] == "15" and "--page-size" in ddtree
     assert "--speculative-ddtree-budget" not in dflash and "DFLASH" in dflash
@@ -45,7 +45,7 @@ def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_ac
 
 
 def test_bench_server_environment_is_the_units_without_the_api_key():
-    env = unit_environment(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie"))
+    env = unit_environment(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server)
     assert env["HF_HUB_OFFLINE"] == "1" and env["NCCL_P2P_DISABLE"] == "1"
     assert "SPECFLEET_API_KEY_FILE" not in env
 

@@ -3,10 +3,10 @@
 import pytest
 
 from lab.repos import build_lab_repos
-from operations.deployment.config import HOST_CLASSES, host_class_of, resolve
+from operations.deployment import HOST_CLASSES, host_class_of, resolve
 from operations.weights.hub import RepoSnapshot
 from operations.basics.knobs import BadHostData
-from operations.deployment.preflight import unpinned
+from operations.weights.checks import unpinned
 from operations.server.flags import server_args, spell
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import host_data
@@ -19,23 +19,23 @@ def test_window_and_mamba_flags_are_spelled_for_the_pinned_version():
     assert spell("--mamba-radix-cache-strategy", "0.5.23+lab") == "--mamba-radix-cache-strategy"
     data = host_data("rtx_pro_6000_pcie")
     data.profiles["kimi_k26_dflash"]["sglang"]["version"] = "0.5.11"
-    assert "--speculative-dflash-draft-window-size" in server_args(resolve(data, "rtx_pro_6000_pcie"))
+    assert "--speculative-dflash-draft-window-size" in server_args(resolve(data, "rtx_pro_6000_pcie").server)
 
 
 def test_each_class_gets_its_backends_and_environment():
     pcie = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
-    b200 = resolve(host_data("b200_nvlink"), "b200_nvlink")
-    assert (pcie.attention_backend, pcie.draft_attention_backend) == ("flashinfer", "flashinfer")
+    b200 = resolve(host_data("b200_nvlink"), "b200_nvlink").server
+    assert (pcie.server.attention_backend, pcie.server.draft_attention_backend) == ("flashinfer", "flashinfer")
     assert (b200.attention_backend, b200.draft_attention_backend) == ("trtllm_mla", "fa4")
-    assert pcie.env["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_DISABLE" not in b200.env
-    assert pcie.target.local_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6"
+    assert pcie.server.env["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_DISABLE" not in b200.env
+    assert pcie.weights.target.local_dir == pcie.server.model_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6"
 
 
 def test_lab_mirrors_swap_repos_and_ddtree_build_but_keep_paths():
     lab = resolve(host_data("b200_nvlink", lab=True, profile="qwen36_ddtree"), "b200_nvlink")
-    assert lab.target.repo_id == "lab/Qwen3.6-27B-tiny" and len(lab.target.revision) == 40
-    assert lab.target.local_dir.endswith("Qwen--Qwen3.6-27B")
-    assert lab.sglang_requirement.endswith("sglang-0.5.23+lab.ddtree29907-py3-none-any.whl")
+    assert lab.weights.target.repo_id == "lab/Qwen3.6-27B-tiny" and len(lab.weights.target.revision) == 40
+    assert lab.weights.target.local_dir.endswith("Qwen--Qwen3.6-27B")
+    assert lab.server.sglang_requirement.endswith("sglang-0.5.23+lab.ddtree29907-py3-none-any.whl")
 
 
 def test_lab_pins_are_the_commits_the_lab_hub_builds(tmp_path):
@@ -51,8 +51,8 @@ def test_a_host_needs_exactly_one_class_group():
 
 
 def test_rendered_command_lines_parse_with_the_real_sglang_0_5_23():
-    kimi = [server_args(resolve(host_data(c), c)) for c in HOST_CLASSES]
-    ddtree = server_args(resolve(host_data("b200_nvlink", profile="qwen36_ddtree"), "b200_nvlink"))
+    kimi = [server_args(resolve(host_data(c), c).server) for c in HOST_CLASSES]
+    ddtree = server_args(resolve(host_data("b200_nvlink", profile="qwen36_ddtree"), "b200_nvlink").server)
     results = parse_many_with_real_sglang([*kimi, ddtree])
     for argv, result in zip(kimi, results):
         assert result["ok"], f"real SGLang 0.5.23 rejects {argv}: {result.get('stderr')}"
@@ -66,33 +66,34 @@ def test_rendered_command_lines_parse_with_the_real_sglang_0_5_23():
 def test_branch_revisions_are_reported_unpinned_and_lab_commits_are_not():
     commit = "0123456789abcdef0123456789abcdef01234567"
     snapshots = {role: RepoSnapshot(f"r/{role}", commit, (), {}) for role in ("target", "drafter")}
-    real = resolve(host_data("b200_nvlink"), "b200_nvlink")
-    assert [w.split(":")[0] for w in unpinned(real, snapshots)] == ["moonshotai/Kimi-K2.6", "z-lab/Kimi-K2.6-DFlash"]
-    assert f"resolves to {commit} now" in unpinned(real, snapshots)[0]
-    assert unpinned(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink"), snapshots) == []
+    real = resolve(host_data("b200_nvlink"), "b200_nvlink").weights
+    assert [w.split(":")[0] for w in unpinned(real, snapshots, "kimi_k26_dflash")] == ["moonshotai/Kimi-K2.6",
+                                                                                      "z-lab/Kimi-K2.6-DFlash"]
+    assert f"resolves to {commit} now" in unpinned(real, snapshots, "kimi_k26_dflash")[0]
+    assert unpinned(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink").weights, snapshots, "x") == []
 
 
 @pytest.mark.parametrize("value, wanted", [("no", False), ("false", False), ("0", False), (False, False),
                                            ("yes", True), ("TRUE", True), ("1", True), (True, True)])
 def test_boolean_knobs_read_words_as_a_user_means_them(value, wanted):
     d = resolve(host_data("b200_nvlink", install_driver=value, verify_weights=value, remove_api_key=value,
-                          allow_branch_revisions=value, test_only_skip_drain=value), "b200_nvlink")
-    assert (d.install_driver, d.verify_weights, d.remove_api_key, d.allow_branch_revisions,
-            d.test_only_skip_drain) == (wanted,) * 5
+                          allow_branch_revisions=value, enable_metrics=value), "b200_nvlink")
+    assert (d.gpu.install_driver, d.weights.verify, d.server.remove_api_key, d.allow_branch_revisions,
+            d.server.enable_metrics) == (wanted,) * 5
 
 
 def test_numbers_are_numbers_whichever_way_they_arrive():
     """`--data driver_branch=580` arrives as an int, group_data's "580" as a string: both are one branch."""
     as_int = resolve(host_data("b200_nvlink", driver_branch=580, ready_timeout_s="90", port="31000"), "b200_nvlink")
     as_str = resolve(host_data("b200_nvlink", driver_branch="580"), "b200_nvlink")
-    assert as_int.driver_branch == as_str.driver_branch == "580"
-    assert (as_int.ready_timeout_s, as_int.port) == (90, 31000)
-    assert resolve(host_data("b200_nvlink"), "b200_nvlink").expected_gpus.driver_min == 580
+    assert as_int.gpu.driver_branch == as_str.gpu.driver_branch == "580"
+    assert (as_int.server.ready_timeout_s, as_int.server.port) == (90, 31000)
+    assert resolve(host_data("b200_nvlink"), "b200_nvlink").gpu.expected.driver_min == 580
 
 
 @pytest.mark.parametrize("knob, value, message", [
     ("install_driver", "maybe", "install_driver='maybe' is not a boolean: use true/false, yes/no or 1/0"),
-    ("test_only_skip_drain", "sometimes", "test_only_skip_drain='sometimes' is not a boolean"),
+    ("enable_metrics", "sometimes", "enable_metrics='sometimes' is not a boolean"),
     ("ready_timeout_s", "abc", "ready_timeout_s='abc' is not a whole number at least 1"),
     ("port", 70000, "port=70000 is not a whole number from 1 to 65535"),
     ("driver_branch", "580.1", "driver_branch='580.1' is not a whole number at least 1"),

@@ -13,10 +13,11 @@ from pyinfra.context import ctx_host
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.server import Arch, KernelVersion, LinuxDistribution
 
-from operations.deployment.config import resolve
+from operations.deployment import resolve
 from operations.gpu import nvidia, packages
 from operations.gpu.facts import NvidiaDriver
-from operations.gpu.packages import AptVersions, FreshHost, NvidiaPackages
+from operations.basics.apt_packages import AptVersions
+from operations.gpu.packages import FreshHost, NvidiaPackages
 from tests.unit.group_data import host_data
 
 DPKG_590 = """\
@@ -178,8 +179,8 @@ def test_fabric_manager_at_the_drivers_exact_version():
     assert packages.fabric_packages("590.48.01", True, INSTALLED_590["installed"]) == []
 
 
-PCIE = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").expected_gpus
-B200 = resolve(host_data("b200_nvlink"), "b200_nvlink").expected_gpus
+PCIE = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").gpu.expected
+B200 = resolve(host_data("b200_nvlink"), "b200_nvlink").gpu.expected
 
 
 def lspci(*devices: str) -> list[str]:

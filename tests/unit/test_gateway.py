@@ -6,12 +6,13 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from operations.gateway import smg
-from operations.server import unit
-from operations.basics.units import ServiceState
-from operations.deployment.config import resolve
 from operations.basics.file_states import sha1_of
-from operations.gateway.smg import GatewayWorkers, Route, resolve_gateway, routes, workers
+from operations.basics.units import ServiceState
+from operations.deployment import resolve
+from operations.gateway import service
+from operations.gateway.config import resolve as resolve_gateway
+from operations.gateway.workers import GatewayWorkers, Route, drain, rejoin, routes, workers
+from operations.server import unit
 from operations.basics.knobs import BadHostData
 from operations.server.flags import SGLangRejects
 from tests.unit.fakehost import failure, run
@@ -19,7 +20,7 @@ from tests.unit.group_data import host_data
 
 
 class InventoryHost(SimpleNamespace):
-    """What smg.workers() reads of a pyinfra host: name, groups, data (attributes and .get)."""
+    """What workers() reads of a pyinfra host: name, groups, data (attributes and .get)."""
 
 
 class Data(SimpleNamespace):
@@ -116,38 +117,57 @@ def listing(*urls: str, reachable: bool = True) -> dict:
     return {"reachable": reachable, "workers": [{"id": f"id-{u}", "url": u, "status": "ready"} for u in urls]}
 
 
-def worker_deployment(**data):
-    return resolve(host_data("rtx_pro_6000_pcie", bind_address="0.0.0.0", **data), "rtx_pro_6000_pcie")
+def worker(**data):
+    return resolve(host_data("rtx_pro_6000_pcie", bind_address="0.0.0.0", **data), "rtx_pro_6000_pcie").server
+
+
+def restarting(reason: str | None, refused: str | None = None) -> tuple[unit.Restart, dict]:
+    """This run's restart decision of `worker()`, and the facts of a host on which it comes out as `reason`."""
+    s = worker()
+    unit_text, env_text = unit.unit_files(s, "sglang=3f2a")
+    written = ("an older unit", "an older env") if reason == unit.FILES_CHANGED else (unit_text, env_text)
+    state = dict(unit_sha1=sha1_of(written[0].encode()), env_sha1=sha1_of(written[1].encode()),
+                 active="inactive" if reason == unit.STOPPED else "active", enabled="enabled")
+    return unit.Restart(s, "sglang=3f2a", []), {ServiceState: state, SGLangRejects: refused}
 
 
 def test_a_restarting_worker_listed_by_its_gateway_drains_itself_there_with_its_own_key_file():
-    d = worker_deployment()
-    commands, _ = run(smg.drain, {GatewayWorkers: listing(ROUTE.worker_url, "http://10.0.0.6:30000"),
-                                      SGLangRejects: None},
-                      deployment=d, routes=[ROUTE], restart=unit.FILES_CHANGED)
+    d = worker()
+    restart, facts = restarting(unit.FILES_CHANGED)
+    commands, _ = run(drain, {**facts, GatewayWorkers: listing(ROUTE.worker_url, "http://10.0.0.6:30000")},
+                      server=d, routes=[ROUTE], restart=restart)
     assert len(commands) == 1
     tail = commands[0].rsplit("' ", 1)[1]  # after the inline program: the arguments
     assert tail.split() == ["--address", "10.0.0.2", "30080", d.api_key_file, d.served_model_name, "drain", "120",
                             ROUTE.worker_url]
 
 
-@pytest.mark.parametrize("restart, refused, listed, data, why", [
-    (None, None, True, {}, "the server does not restart"),
-    (unit.FILES_CHANGED, "--bad-flag", True, {}, "the server does not restart"),  # configure refuses: no restart
-    (unit.STOPPED, None, False, {}, "no gateway lists this worker"),
-    (unit.FILES_CHANGED, None, True, {"test_only_skip_drain": "true"}, "test_only_skip_drain: restarting without"),
+@pytest.mark.parametrize("reason, refused, listed, why", [
+    (None, None, True, "the server does not restart"),
+    (unit.FILES_CHANGED, "--bad-flag", True, "the server does not restart"),  # configure refuses: no restart
+    (unit.STOPPED, None, False, "no gateway lists this worker"),
 ])
-def test_no_drain_when_nothing_restarts_nothing_lists_the_worker_or_the_test_knob_says_so(restart, refused, listed,
-                                                                                           data, why):
-    facts = {GatewayWorkers: listing(*([ROUTE.worker_url] if listed else [])), SGLangRejects: refused}
-    commands, noops = run(smg.drain, facts, deployment=worker_deployment(**data), routes=[ROUTE], restart=restart)
+def test_no_drain_when_nothing_restarts_or_nothing_lists_the_worker(reason, refused, listed, why):
+    restart, facts = restarting(reason, refused)
+    commands, noops = run(drain, {**facts, GatewayWorkers: listing(*([ROUTE.worker_url] if listed else []))},
+                          server=worker(), routes=[ROUTE], restart=restart)
     assert commands == [] and noops[0].startswith(why), noops
+
+
+def test_the_drain_and_the_unit_take_one_decision_and_the_host_validates_once():
+    restart, facts = restarting(unit.FILES_CHANGED, refused="--bad-flag")
+    _, noops = run(drain, {**facts, GatewayWorkers: listing(ROUTE.worker_url)}, server=worker(), routes=[ROUTE],
+                   restart=restart)
+    assert noops == ["the server does not restart: it stays in its gateways"]
+    # Asked again, this host would fail the test: it answers nothing but the gateway's list.
+    commands, _ = run(unit.configure, {GatewayWorkers: listing()}, server=worker(), restart=restart)
+    assert "rejects the rendered flags (--bad-flag)" in failure(commands)[0]
 
 
 def test_a_gateway_the_worker_cannot_reach_fails_the_worker_before_its_restart():
     unreachable = Route("gw3", "", 30080, "http://10.0.0.5:30000", 120, "w cannot drain itself from gw3")
-    commands, _ = run(smg.drain, {SGLangRejects: None}, deployment=worker_deployment(), routes=[unreachable],
-                      restart=unit.FILES_CHANGED)
+    restart, facts = restarting(unit.FILES_CHANGED)
+    commands, _ = run(drain, facts, server=worker(), routes=[unreachable], restart=restart)
     assert failure(commands) == ["w cannot drain itself from gw3"]
 
 
@@ -158,7 +178,7 @@ def test_a_gateway_the_worker_cannot_reach_fails_the_worker_before_its_restart()
     (True, listing(reachable=False), False),  # no gateway answering: its own stage registers it
 ])
 def test_a_drained_worker_rejoins_each_answering_gateway_that_lacks_it(drained, answer, joins):
-    commands, _ = run(smg.rejoin, {GatewayWorkers: answer}, deployment=worker_deployment(), routes=[ROUTE],
+    commands, _ = run(rejoin, {GatewayWorkers: answer}, server=worker(), routes=[ROUTE],
                       drained=SimpleNamespace(changed=drained))
     assert [c.rsplit("' ", 1)[1].split()[-3] for c in commands] == (["join"] if joins else [])
 
@@ -170,14 +190,14 @@ def gateway_unit_facts(unit_sha1, active="active", enabled="enabled") -> dict:
 
 def test_the_gateway_unit_is_started_through_systemd_service_and_restarted_only_on_its_inputs():
     g = resolve_gateway(host_data("gateway"))
-    written = sha1_of(smg.unit_text(g, "smg==1.13.0").encode())
+    written = sha1_of(service.unit_text(g, "smg==1.13.0").encode())
     # A new unit's upload (files.put) needs a real host: tests/lab/test_gateway.py writes it.
-    stopped, _ = run(smg.configure, gateway_unit_facts(written, "inactive", "disabled"), gateway=g,
+    stopped, _ = run(service.configure, gateway_unit_facts(written, "inactive", "disabled"), gateway=g,
                      inputs="smg==1.13.0", restart_when=[])
     assert stopped == ["systemctl start smg.service", "systemctl enable smg.service"]
-    commands, noops = run(smg.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
+    commands, noops = run(service.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
                           restart_when=[])
     assert commands == [] and noops == ["smg is running its current unit (smg==1.13.0)"]
     key_changed = SimpleNamespace(changed=True)
-    assert run(smg.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
+    assert run(service.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
                restart_when=[key_changed])[0] == ["systemctl restart smg.service"]

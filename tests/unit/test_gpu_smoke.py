@@ -8,7 +8,7 @@ import pytest
 from pyinfra.api.command import FunctionCommand
 from pyinfra.context import ctx_host
 
-from operations.deployment.config import resolve
+from operations.deployment import resolve
 from operations.gpu import smoke
 from operations.gpu.smoke import GpuSmokeRecord
 from operations.basics.knobs import BadHostData
@@ -37,19 +37,19 @@ class FakeHost:
         self.logged.append(text)
 
 
-def deployment(host_class="b200_nvlink", **changes):
-    return dataclasses.replace(resolve(host_data(host_class), host_class), **changes)
+def smoke_test(host_class="b200_nvlink", **changes):
+    return dataclasses.replace(resolve(host_data(host_class), host_class).smoke, **changes)
 
 
-def run(record, d=None):
+def run(record, test=None):
     host = FakeHost(record)
     with ctx_host.use(host):
-        commands = list(smoke.allreduce._inner(deployment=d or deployment()))
+        commands = list(smoke.allreduce._inner(smoke=test or smoke_test()))
     return commands, host
 
 
-def passed(d=None, **changes):
-    return dict(verdict="passed", reason="", key=smoke.smoke_key(d or deployment()), boot_id=BOOT, gpus=8,
+def passed(test=None, **changes):
+    return dict(verdict="passed", reason="", key=smoke.smoke_key(test or smoke_test()), boot_id=BOOT, gpus=8,
                 floor_gbps=150.0, engine="torch.distributed+NCCL", seconds=6.2, busbw_gbps=312.99,
                 results=[dict(bytes=512 << 20, seconds=0.0017, correct=True, busbw_gbps=312.99)], **changes)
 
@@ -59,14 +59,14 @@ def test_first_run_tests_with_the_sglang_venv_and_the_class_floor():
     assert isinstance(command, FunctionCommand) and command.function.__name__ == "_run_smoke_test"
     argv = shlex.split(command.args[0])
     python = argv.index("/opt/specfleet/sglang-venv/bin/python")
-    assert argv[0] == "env" and argv[1:python] == [f"{k}={v}" for k, v in sorted(deployment().env.items())]
+    assert argv[0] == "env" and argv[1:python] == [f"{k}={v}" for k, v in sorted(smoke_test().env.items())]
     assert argv[python + 1:] == ["/opt/specfleet/bin/gpu_smoke.py", "--floor-gbps", "150.0", "--timeout", "180",
-                        "--record", "/opt/specfleet/gpu-smoke.json", "--key", smoke.smoke_key(deployment())]
+                        "--record", "/opt/specfleet/gpu-smoke.json", "--key", smoke.smoke_key(smoke_test())]
     assert host.noops == []
 
 
 def test_the_unit_nccl_environment_and_the_lab_engine_reach_the_command():
-    d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie")
+    d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie").smoke
     [command], _ = run(None, d)
     argv = shlex.split(command.args[0])
     assert [arg for arg in argv if arg.startswith("NCCL_")] == [f"{k}={v}" for k, v in sorted(d.env.items())
@@ -86,9 +86,9 @@ def test_passed_in_this_boot_with_the_same_inputs_is_a_noop_that_prints_the_figu
 @pytest.mark.parametrize("change", [
     dict(boot_id="another-boot"),  # rebooted since: a new state
     dict(verdict="failed", reason="the all-reduce did not finish within 180 s"),
-    dict(key=smoke.smoke_key(deployment(env={"NCCL_P2P_DISABLE": "1"}))),  # another NCCL environment
-    dict(key=smoke.smoke_key(deployment(sglang_requirement="sglang==0.5.24"))),  # another torch/NCCL
-    dict(key=smoke.smoke_key(deployment(gpu_smoke_engine="/usr/lib/specfleet-lab/gpu-allreduce-standin"))),
+    dict(key=smoke.smoke_key(smoke_test(env={"NCCL_P2P_DISABLE": "1"}))),  # another NCCL environment
+    dict(key=smoke.smoke_key(smoke_test(build="sglang==0.5.24"))),  # another torch/NCCL
+    dict(key=smoke.smoke_key(smoke_test(engine="/usr/lib/specfleet-lab/gpu-allreduce-standin"))),
 ])
 def test_tested_again_when_anything_it_depends_on_changed(change):
     commands, host = run(dict(passed(), **change))
@@ -110,4 +110,4 @@ def test_fact_reads_the_record_and_this_boot():
 
 def test_every_class_has_a_floor_in_its_interconnects_territory():
     for host_class, low, high in [("rtx_pro_6000_pcie", 1, 28), ("b200_nvlink", 64, 313), ("b300_nvlink", 64, 313)]:
-        assert low < deployment(host_class).expected_gpus.allreduce_floor_gbps < high, host_class
+        assert low < smoke_test(host_class).expected.allreduce_floor_gbps < high, host_class

@@ -14,13 +14,15 @@ from pyinfra.api import FunctionCommand
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
-from operations.gateway import smg
+from operations.gateway import service
 from operations.monitoring import prometheus
 from operations.basics.file_states import FileStates
-from operations.gateway.smg import Worker, resolve_gateway
+from operations.gateway.config import resolve as resolve_gateway
+from operations.gateway.workers import Worker
 from operations.basics.knobs import BadHostData
 from operations.monitoring.prometheus import (KEY_FILE, PrometheusTargets, ScrapeTarget, config_text, down_targets,
-                                   resolve_monitoring, scrape_targets)
+                                   scrape_targets)
+from operations.monitoring.prometheus import resolve as resolve_monitoring
 from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
 
@@ -169,12 +171,12 @@ def test_the_gateways_key_is_removed_only_when_asked_and_never_from_an_exposed_g
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
     g = resolve_gateway(host_data("gateway"))
     present = {"kind": "file", "mode": "640", "user": "root", "group": "smg", "sha1": "x"}
-    commands, noops = run(smg.api_key, {FileStates: {g.key_file: present}}, gateway=g)
+    commands, noops = run(service.api_key, {FileStates: {g.key_file: present}}, gateway=g)
     assert commands == [] and "kept (remove_api_key=true removes it)" in noops[0]
     removing = resolve_gateway(host_data("gateway", remove_api_key="true"))
-    assert run(smg.api_key, {FileStates: {g.key_file: present}}, gateway=removing)[0] == [f"rm -f {g.key_file}"]
+    assert run(service.api_key, {FileStates: {g.key_file: present}}, gateway=removing)[0] == [f"rm -f {g.key_file}"]
     exposed = resolve_gateway(host_data("gateway", remove_api_key="true", gateway_bind_address="0.0.0.0"))
-    [problem] = failure(run(smg.api_key, {FileStates: {g.key_file: present}}, gateway=exposed)[0])
+    [problem] = failure(run(service.api_key, {FileStates: {g.key_file: present}}, gateway=exposed)[0])
     assert problem == ("host-1: the gateway would listen on 0.0.0.0 without a key: set $SPECFLEET_API_KEY on the "
                        "controller or keep gateway_bind_address=127.0.0.1")
 

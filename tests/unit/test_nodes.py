@@ -11,8 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from operations.deployment.config import BadHostData, resolve
-from operations.gateway.smg import resolve_gateway, workers
+from operations.basics.knobs import BadHostData
+from operations.deployment import resolve
+from operations.gateway.config import resolve as resolve_gateway
+from operations.gateway.workers import workers
 from operations.basics.host_programs import program
 from operations.nodes import rendezvous
 from operations.nodes.rendezvous import DistInitLinks, RankState, joined_rank0, peers_of_rank0
@@ -44,21 +46,21 @@ def resolved(inventory, host):
 def test_each_node_gets_its_rank_the_group_tp_size_and_the_node_network():
     inventory = two_nodes()
     rank0, rank1 = (resolved(inventory, host) for host in inventory)
-    args = server_args(rank1)
+    args = server_args(rank1.server)
     assert args[args.index("--tp-size") + 1] == "16"  # over both nodes, 8 GPUs each
     assert args[args.index("--nnodes") + 1:args.index("--nnodes") + 6] == [
         "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:25000"]
-    assert server_args(rank0)[server_args(rank0).index("--node-rank") + 1] == "0"
-    assert rank1.env["NCCL_SOCKET_IFNAME"] == rank1.env["GLOO_SOCKET_IFNAME"] == "ens1f0"
-    assert (rank0.env["SGLANG_HOST_IP"], rank1.env["SGLANG_HOST_IP"]) == ("10.0.0.1", "10.0.0.2")
+    assert server_args(rank0.server)[server_args(rank0.server).index("--node-rank") + 1] == "0"
+    assert rank1.server.env["NCCL_SOCKET_IFNAME"] == rank1.server.env["GLOO_SOCKET_IFNAME"] == "ens1f0"
+    assert (rank0.server.env["SGLANG_HOST_IP"], rank1.server.env["SGLANG_HOST_IP"]) == ("10.0.0.1", "10.0.0.2")
     assert rank0.node_group.serves_http and not rank1.node_group.serves_http
-    assert rank0.env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == "1"  # the profile's env stays
+    assert rank0.server.env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == "1"  # the profile's env stays
 
 
 def test_a_host_without_a_group_serves_alone():
     host = inventory_host("solo", ["b200_nvlink"], node_groups=GROUP)
     d = resolved([host], host)
-    assert d.node_group is None and "--nnodes" not in server_args(d) and d.tp_size == 8
+    assert d.node_group is None and "--nnodes" not in server_args(d.server) and d.server.tp_size == 8
 
 
 @pytest.mark.parametrize("inventory, refusal", [
@@ -83,7 +85,7 @@ def test_a_group_that_cannot_serve_is_refused_naming_the_knob_and_the_fix(invent
 
 def test_the_node_address_knob_names_the_node_network_apart_from_ssh():
     inventory = two_nodes(a={"node_address": "192.168.100.1"})
-    args = server_args(resolved(inventory, inventory[1]))
+    args = server_args(resolved(inventory, inventory[1]).server)
     assert args[args.index("--dist-init-addr") + 1] == "192.168.100.1:25000"
 
 
@@ -101,7 +103,7 @@ def test_the_real_sglang_accepts_each_nodes_command_line_and_refuses_an_uneven_t
     for host in inventory:
         d = resolved(inventory, host)
         real = deployment("b200_nvlink", "kimi_k26_dflash", repos)
-        cases.append(case(replace(real, node_group=d.node_group, tp_size=d.tp_size, env=d.env)))
+        cases.append(case(replace(real, node_args=d.server.node_args, tp_size=d.server.tp_size, env=d.server.env)))
     uneven = {**cases[1], "argv": [("15" if prev == "--tp-size" else a) for prev, a in
                                    zip([""] + cases[1]["argv"], cases[1]["argv"])]}
     real = resolve_many_with_real_sglang([*cases, uneven])
@@ -169,19 +171,20 @@ def test_reachability_is_checked_until_the_group_is_joined_then_read_from_its_li
     inventory = two_nodes()
     rank0, rank1 = (resolved(inventory, host) for host in inventory)
     for d in (rank0, rank1):  # not joined yet: both ends run the check (at execution, together)
-        commands, _ = run(rendezvous.reachable, {DistInitLinks: []}, deployment=d)
+        commands, _ = run(rendezvous.reachable, {DistInitLinks: []}, group=d.node_group)
         assert [c.function for c in commands] == [rendezvous._hold if d is rank0 else rendezvous._reach]
-    assert run(rendezvous.reachable, {DistInitLinks: DistInitLinks().process(SS_RANK0)}, deployment=rank0) == (
+    assert run(rendezvous.reachable, {DistInitLinks: DistInitLinks().process(SS_RANK0)}, group=rank0.node_group) == (
         [], ["every rank of tp16 is connected to 10.0.0.1:25000"])
-    assert run(rendezvous.reachable, {DistInitLinks: DistInitLinks().process(SS_RANK1)}, deployment=rank1)[0] == []
+    assert run(rendezvous.reachable, {DistInitLinks: DistInitLinks().process(SS_RANK1)}, group=rank1.node_group)[0] == []
 
 
 def test_a_rank_is_proven_up_and_joined_or_waited_for():
     inventory = two_nodes()
     rank1 = resolved(inventory, inventory[1])
     up = {"active": "active", "links": DistInitLinks().process(SS_RANK1)}
-    assert run(rendezvous.joined, {RankState: up}, deployment=rank1, timeout_s=60)[0] == []
+    group = dict(group=rank1.node_group, service=rank1.server.service_name, timeout_s=60)
+    assert run(rendezvous.joined, {RankState: up}, **group)[0] == []
     for down in ({**up, "active": "activating"}, {**up, "links": []}):
-        commands, _ = run(rendezvous.joined, {RankState: down}, deployment=rank1, timeout_s=60)
+        commands, _ = run(rendezvous.joined, {RankState: down}, **group)
         assert [c.function for c in commands] == [rendezvous._wait_joined]
     assert RankState().process(["active", *SS_RANK1])["links"] == DistInitLinks().process(SS_RANK1)

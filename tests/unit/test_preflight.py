@@ -7,12 +7,13 @@ from dataclasses import replace
 import pytest
 from pyinfra.context import ctx_host
 
-from operations.deployment.config import resolve
+from operations.deployment import resolve
 from operations.gpu import nvidia
 from operations.gpu.packages import NvidiaPackages
 from operations.weights.hub import RepoSnapshot
-from operations.deployment.preflight import (exposure_problems, hub_snapshots, moving_revisions, serves, unpinned,
-                                  unpinned_builds)
+from operations.deployment.preflight import moving_revisions
+from operations.server.checks import exposure_problems, serves, unpinned_build
+from operations.weights.checks import HubState, hub_state, unpinned
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
 from tests.unit.group_data import host_data
 
@@ -27,13 +28,17 @@ def deployment(**data):
     return resolve(host_data("b200_nvlink", **data), "b200_nvlink")
 
 
+def found(hub: HubState) -> tuple:
+    return hub.snapshots, hub.problems, hub.pending
+
+
 def exposure(d, key_on_controller=False, key_on_host=False):
     with ctx_host.use(NamedHost()):
-        return exposure_problems(d, key_on_controller, key_on_host)
+        return exposure_problems(d.server, key_on_controller, key_on_host)
 
 
 def test_a_server_beyond_loopback_needs_a_key_and_the_refusal_names_both_ways_out():
-    assert deployment().bind_address == "127.0.0.1" and exposure(deployment()) == []
+    assert deployment().server.bind_address == "127.0.0.1" and exposure(deployment()) == []
     wide = deployment(bind_address="0.0.0.0")
     [problem] = exposure(wide)
     assert problem == ("gpu-host: the server would listen on 0.0.0.0:30000, beyond loopback, without an API key "
@@ -53,30 +58,31 @@ def test_removing_the_key_is_refused_while_the_server_is_reachable_beyond_loopba
 
 def test_branch_revisions_name_the_commit_to_pin():
     snapshots = {role: RepoSnapshot(f"r/{role}", COMMIT, (), {}) for role in ("target", "drafter")}
-    [target, drafter] = unpinned(deployment(), snapshots)
+    [target, drafter] = unpinned(deployment().weights, snapshots, "kimi_k26_dflash")
     assert target == (f"moonshotai/Kimi-K2.6: revision 'main' is not a commit; it resolves to {COMMIT} now: pin "
                       "that commit in group_data (profiles['kimi_k26_dflash']['target']['revision']) for "
                       "reproducible weights, or set allow_branch_revisions=true to follow the branch")
-    assert unpinned(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink"), snapshots) == []
+    assert unpinned(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink").weights, snapshots, "x") == []
 
 
 def test_a_git_build_must_name_a_commit_not_a_pull_request_ref():
     ddtree = deployment(profile="qwen36_ddtree")
-    [problem] = unpinned_builds(ddtree)
+    [problem] = unpinned_build(ddtree.server)
     assert "'refs/pull/29907/head' is not a commit" in problem and "pin a 40-hex commit" in problem
-    pinned = replace(ddtree, sglang_requirement=f"sglang @ git+https://github.com/sgl-project/sglang@{COMMIT}"
-                                                "#subdirectory=python")
-    assert unpinned_builds(pinned) == []
-    assert unpinned_builds(deployment()) == []  # a release pin has no git ref
+    pinned = replace(ddtree.server, sglang_requirement=f"sglang @ git+https://github.com/sgl-project/sglang@{COMMIT}"
+                                                       "#subdirectory=python")
+    assert unpinned_build(pinned) == []
+    assert unpinned_build(deployment().server) == []  # a release pin has no git ref
 
 
 def test_moving_revisions_fail_the_host_unless_allow_branch_revisions_makes_them_warnings():
     snapshots = {role: RepoSnapshot(f"r/{role}", COMMIT, (), {}) for role in ("target", "drafter")}
-    problems, warnings = moving_revisions(deployment(profile="qwen36_ddtree"), snapshots)
+    hub = HubState(snapshots, [], [])
+    problems, warnings = moving_revisions(deployment(profile="qwen36_ddtree"), hub)
     assert len(problems) == 3 and warnings == []  # both repos at 'main', and the pull-request ref
     allowed = deployment(profile="qwen36_ddtree", allow_branch_revisions="yes")
-    assert moving_revisions(allowed, snapshots) == ([], problems)
-    assert moving_revisions(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink"), snapshots) == ([], [])
+    assert moving_revisions(allowed, hub) == ([], problems)
+    assert moving_revisions(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink"), hub) == ([], [])
 
 
 class Failing(http.server.BaseHTTPRequestHandler):
@@ -103,12 +109,12 @@ def broken_hub():
 
 def test_a_hub_outage_or_5xx_is_a_sentence_not_a_traceback(broken_hub, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_unit")
-    snapshots, problems, access_pending = hub_snapshots(deployment(hf_endpoint=broken_hub))
+    snapshots, problems, access_pending = found(hub_state(deployment(hf_endpoint=broken_hub).weights))
     assert snapshots == {} and access_pending == [] and [p.split(" (")[0] for p in problems] == [
         f"the hub at {broken_hub}/moonshotai/Kimi-K2.6 did not answer as a hub does",
         f"the hub at {broken_hub}/z-lab/Kimi-K2.6-DFlash did not answer as a hub does"]
     assert "503" in problems[0] and problems[0].endswith("then re-run (nothing was changed)")
-    snapshots, [problem], _ = hub_snapshots(deployment(hf_endpoint="http://127.0.0.1:9"))  # nothing listens
+    snapshots, [problem], _ = found(hub_state(deployment(hf_endpoint="http://127.0.0.1:9").weights))  # nothing listens
     assert problem.startswith("the hub at http://127.0.0.1:9 did not answer as a hub does (ConnectError")
 
 
@@ -135,7 +141,7 @@ def test_the_repos_hub_snapshots_are_taken_at_once(monkeypatch):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), MeetingHub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        _, problems, _ = hub_snapshots(deployment(hf_endpoint=f"http://127.0.0.1:{server.server_address[1]}"))
+        problems = hub_state(deployment(hf_endpoint=f"http://127.0.0.1:{server.server_address[1]}").weights).problems
     finally:
         server.shutdown()
     assert len(problems) == 2 and all("500" in problem for problem in problems), problems
@@ -143,17 +149,17 @@ def test_the_repos_hub_snapshots_are_taken_at_once(monkeypatch):
 
 def test_a_gated_repo_without_access_is_pending_apart_from_the_problems_and_the_others_are_read(
         hub, monkeypatch):
-    lab = resolve(host_data("b200_nvlink", lab=True, hf_endpoint=hub.url), "b200_nvlink")
+    lab = resolve(host_data("b200_nvlink", lab=True, hf_endpoint=hub.url), "b200_nvlink").weights
     monkeypatch.setenv("HF_TOKEN", TOKEN_DENIED)
-    snapshots, problems, [pending] = hub_snapshots(lab)
+    snapshots, problems, [pending] = found(hub_state(lab))
     assert list(snapshots) == ["target"] and problems == []
     assert pending == ("the token has no access to the gated repo lab/Kimi-K2.6-DFlash-tiny: accept its terms at "
                        f"{hub.url}/lab/Kimi-K2.6-DFlash-tiny (logged in as the token's user), then re-run")
     monkeypatch.setenv("HF_TOKEN", TOKEN_GRANTED)
-    snapshots, problems, access_pending = hub_snapshots(lab)
+    snapshots, problems, access_pending = found(hub_state(lab))
     assert list(snapshots) == ["target", "drafter"] and problems == access_pending == []
     monkeypatch.setenv("HF_TOKEN", "hf_lab_unknown")  # a bad token is a problem for every host, never pending
-    assert [len(found) for found in hub_snapshots(lab)] == [0, 1, 0]
+    assert [len(found) for found in found(hub_state(lab))] == [0, 1, 0]
 
 
 def test_a_host_serves_once_its_unit_is_written_or_its_service_runs():
@@ -178,4 +184,4 @@ def test_driver_branch_given_as_a_number_keeps_the_loaded_580_driver():
     d = deployment(install_driver="yes", driver_branch=580)
     loaded = dict(version="580.95.05", kernel_module_version="580.95.05", open_kernel_module=True, cuda_version="13.0")
     with ctx_host.use(DriverHost(loaded)):
-        assert list(nvidia.open_driver._inner(branch=d.driver_branch, install=d.install_driver)) == []
+        assert list(nvidia.open_driver._inner(branch=d.gpu.driver_branch, install=d.gpu.install_driver)) == []

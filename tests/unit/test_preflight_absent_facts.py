@@ -8,8 +8,9 @@ that is what every check here gets.
 import pytest
 from pyinfra.api import FunctionCommand
 
-from operations.deployment import preflight
-from operations.deployment.config import resolve
+from operations.deployment import preflight, resolve
+from operations.gpu import checks
+from operations.weights.checks import HubState
 from operations.weights.hub import RepoFile, RepoSnapshot
 from tests.unit.fakehost import FakeHost, run
 from tests.unit.group_data import host_data
@@ -26,7 +27,7 @@ class AbsentFacts(dict):
 
 def snapshots(d):
     files = (RepoFile("config.json", 100, None, "0" * 40), RepoFile("model.safetensors", 1 << 30, "a" * 64, None))
-    return {repo.role: RepoSnapshot(repo.repo_id, COMMIT, files, {"model_type": "kimi_k2"}) for repo in d.repos}
+    return {repo.role: RepoSnapshot(repo.repo_id, COMMIT, files, {"model_type": "kimi_k2"}) for repo in d.weights.repos}
 
 
 def outcome(operation, **kwargs) -> tuple[list[str], list[str]]:
@@ -45,15 +46,14 @@ def test_preflight_with_every_fact_absent_answers_in_sentences(host_class, profi
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
     d = resolve(host_data(host_class, lab=True, profile=profile, install_driver=install_driver), host_class)
     readable = {role: snapshot for role, snapshot in snapshots(d).items() if not pending or role == "target"}
-    problems, noops = outcome(preflight.check, deployment=d, snapshots=readable, hub_problems=[],
-                              access_pending=pending)
+    problems, noops = outcome(preflight.check, deployment=d, hub=HubState(readable, [], pending))
     assert problems, noops  # nothing is known of the host: it cannot pass
     for problem in problems:
         assert problem.startswith(f"{FakeHost.name}: ") and "\n" not in problem, problem
 
 
-@pytest.mark.parametrize("check", [preflight.gpus, preflight.fabric])
+@pytest.mark.parametrize("check", [checks.checked, checks.fabric_checked])
 def test_the_gpu_checks_after_the_driver_answer_in_sentences_with_every_fact_absent(check):
     d = resolve(host_data("b200_nvlink", lab=True), "b200_nvlink")
-    problems, _ = outcome(check, deployment=d)
+    problems, _ = outcome(check, gpu=d.gpu)
     assert problems and all(p.startswith(f"{FakeHost.name}: ") for p in problems), problems

@@ -8,13 +8,14 @@ from operations.basics import secrets
 from operations.basics.file_states import UserFileStates
 from operations.server import api_key
 from operations.weights import token
-from operations.deployment.config import resolve
+from operations.deployment import resolve
 from operations.basics.file_states import FileStates, sha1_of
 from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
 
-D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
-REMOVING = resolve(host_data("rtx_pro_6000_pcie", remove_api_key="true"), "rtx_pro_6000_pcie")
+D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
+W = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").weights
+REMOVING = resolve(host_data("rtx_pro_6000_pcie", remove_api_key="true"), "rtx_pro_6000_pcie").server
 TOKEN_FILE = f"{D.hf_home}/token"
 KEY = "0123456789abcdef0123456789abcdef"
 
@@ -33,13 +34,13 @@ def test_token_in_place_is_a_noop(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     states = {D.hf_home: dict(kind="directory", mode="700", user="sglang", group="sglang", sha1=None),
               TOKEN_FILE: file("600", "sglang", "sglang", "hf_secret")}
-    commands, noops = run(token.hf_token, {UserFileStates: states}, deployment=D)
+    commands, noops = run(token.hf_token, {UserFileStates: states}, weights=W)
     assert commands == [] and noops == [f"{TOKEN_FILE} holds the token (0600, sglang)"]
 
 
 def test_token_is_written_by_the_service_user_from_stdin(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
-    [command] = yielded(token.hf_token, {UserFileStates: {D.hf_home: None, TOKEN_FILE: None}}, deployment=D)
+    [command] = yielded(token.hf_token, {UserFileStates: {D.hf_home: None, TOKEN_FILE: None}}, weights=W)
     assert isinstance(command, StringCommand) and command.connector_arguments == {"_stdin": "hf_secret"}
     text = command.get_raw_value()
     assert "hf_secret" not in text
@@ -56,7 +57,7 @@ def test_user_file_states_reads_as_the_user_and_reads_missing_without_one():
 def test_no_key_on_the_controller_keeps_the_hosts_key(monkeypatch):
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
     facts = {FileStates: {D.api_key_file: file("640", "root", "sglang", KEY)}}
-    commands, noops = run(api_key.api_key, facts, deployment=D)
+    commands, noops = run(api_key.api_key, facts, server=D)
     assert commands == []
     assert noops == [f"no $SPECFLEET_API_KEY on the controller: {D.api_key_file} kept (remove_api_key=true removes it)"]
 
@@ -64,9 +65,9 @@ def test_no_key_on_the_controller_keeps_the_hosts_key(monkeypatch):
 def test_the_key_is_removed_only_when_asked(monkeypatch):
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
     facts = {FileStates: {D.api_key_file: file("640", "root", "sglang", KEY)}}
-    commands, _ = run(api_key.api_key, facts, deployment=REMOVING)
+    commands, _ = run(api_key.api_key, facts, server=REMOVING)
     assert commands == [f"rm -f {D.api_key_file}"]
-    commands, noops = run(api_key.api_key, {FileStates: {D.api_key_file: None}}, deployment=REMOVING)
+    commands, noops = run(api_key.api_key, {FileStates: {D.api_key_file: None}}, server=REMOVING)
     assert commands == [] and "absent, the server has no key" in noops[0]
 
 
@@ -74,12 +75,12 @@ def test_a_new_key_is_written_by_root_root_owned_0640_from_stdin(monkeypatch):
     monkeypatch.setenv("SPECFLEET_API_KEY", KEY)
     # The host's file holds another key, or the right one with the service user as owner (an old deploy's).
     for state in (file("640", "root", "sglang", "another-key-0123456789"), file("600", "sglang", "sglang", KEY)):
-        [command] = yielded(api_key.api_key, {FileStates: {D.api_key_file: state}}, deployment=D)
+        [command] = yielded(api_key.api_key, {FileStates: {D.api_key_file: state}}, server=D)
         assert command.connector_arguments == {"_stdin": KEY}
         text = command.get_raw_value()
         assert KEY not in text and text.startswith("sh -c ") and text.endswith("secret /etc/specfleet api-key 640 sglang")
     commands, noops = run(api_key.api_key, {FileStates: {D.api_key_file: file("640", "root", "sglang", KEY)}},
-                          deployment=D)
+                          server=D)
     assert commands == [] and noops == [f"{D.api_key_file} holds the key (0640, root:sglang)"]
 
 
@@ -87,7 +88,7 @@ def test_a_new_key_is_written_by_root_root_owned_0640_from_stdin(monkeypatch):
                                  "x" * 513, "ünïcode-0123456789abc"])
 def test_a_key_outside_the_alphabet_fails_the_host_without_showing_it(monkeypatch, key):
     monkeypatch.setenv("SPECFLEET_API_KEY", key)
-    commands, _ = run(api_key.api_key, {FileStates: {D.api_key_file: None}}, deployment=D)
+    commands, _ = run(api_key.api_key, {FileStates: {D.api_key_file: None}}, server=D)
     [problem] = failure(commands)
     assert problem.startswith("host-1: $SPECFLEET_API_KEY must be 16 to 512 characters") and key not in problem
 
@@ -95,7 +96,7 @@ def test_a_key_outside_the_alphabet_fails_the_host_without_showing_it(monkeypatc
 @pytest.mark.parametrize("key", ["-starts-with-a-dash-0123", "aGVsbG8gd29ybGQhIQ==+/_.~"])
 def test_keys_with_a_leading_dash_or_base64_characters_are_accepted(monkeypatch, key):
     monkeypatch.setenv("SPECFLEET_API_KEY", key)
-    [command] = yielded(api_key.api_key, {FileStates: {D.api_key_file: None}}, deployment=D)
+    [command] = yielded(api_key.api_key, {FileStates: {D.api_key_file: None}}, server=D)
     assert command.connector_arguments == {"_stdin": key}
 
 

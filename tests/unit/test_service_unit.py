@@ -8,17 +8,22 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from operations.basics import ownership
 from operations.server import unit
-from operations.deployment.config import resolve
+from operations.deployment import resolve
 from operations.basics.file_states import FileStates
 from operations.basics.units import ServiceState
 from operations.server.flags import SGLangRejects
 from tests.unit.fakehost import failure, run
 from tests.unit.group_data import host_data
 
-D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
+D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
 INPUTS = "sglang=3f2a target=ab12"
 UNIT, ENV = unit.unit_files(D, INPUTS)
 ROOT_DIRECTORIES = (D.install_dir, f"{D.install_dir}/bin", D.config_dir)
+
+
+def configure(facts: dict, restart_when=()) -> tuple[list, list[str]]:
+    """The unit's operation on a host answering `facts`, with this run's restart decision."""
+    return run(unit.configure, facts, server=D, restart=unit.Restart(D, INPUTS, list(restart_when)))
 
 
 def current(unit=UNIT, env=ENV, active="active", enabled="enabled") -> dict:
@@ -30,24 +35,24 @@ def current(unit=UNIT, env=ENV, active="active", enabled="enabled") -> dict:
 
 
 def test_unchanged_and_running_is_a_noop():
-    commands, noops = run(unit.configure, current(), deployment=D, inputs=INPUTS)
+    commands, noops = configure(current())
     assert commands == [] and noops == [f"sglang is running its current unit ({INPUTS})"]
 
 
 def test_a_changed_api_key_alone_restarts_through_systemd_service():
     changed = SimpleNamespace(changed=True)
-    commands, _ = run(unit.configure, current(), deployment=D, inputs=INPUTS, restart_when=[changed])
+    commands, _ = configure(current(), restart_when=[changed])
     assert commands == ["systemctl restart sglang.service"]
 
 
 def test_a_stopped_disabled_service_is_started_and_enabled():
-    commands, _ = run(unit.configure, current(active="inactive", enabled="disabled"), deployment=D, inputs=INPUTS)
+    commands, _ = configure(current(active="inactive", enabled="disabled"))
     assert commands == ["systemctl start sglang.service", "systemctl enable sglang.service"]
 
 
 def test_rejected_flags_fail_before_anything_is_written():
     facts = {**current(unit="an older unit"), SGLangRejects: "--attention-backend: invalid choice: 'flashmla_v9'"}
-    [problem] = failure(run(unit.configure, facts, deployment=D, inputs=INPUTS)[0])
+    [problem] = failure(configure(facts)[0])
     assert "rejects the rendered flags (--attention-backend: invalid choice" in problem
     assert problem.endswith("sglang was left as it was")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from operations.deployment.config import HOST_CLASSES
+from operations.deployment import HOST_CLASSES
 from operations.server.flags import (DDTREE_BUDGET_RANGE, DDTREE_TARGET_BACKENDS, RESOLVE, ddtree_violations,
                                rendered_ddtree_violations)
 from tests.gpu_standin_env import gpu_standin_env

@@ -1,0 +1,29 @@
+"""What an address means for who reaches a server: the one definition of loopback, the wildcard, a
+host address, and where a process on the same host reaches a server bound to an address."""
+
+import ipaddress
+import re
+
+ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")  # a host name or IPv4 address, nothing a shell reads
+WILDCARDS = ("0.0.0.0", "::")  # every address of the host
+
+
+def is_loopback(address: str) -> bool:
+    """Only the host itself reaches a server bound here (127.0.0.0/8, ::1, localhost)."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False  # a host name: whatever it resolves to on the network
+
+
+def local_address(bind_address: str) -> str:
+    """Where a process on the same host reaches a server bound to `bind_address`."""
+    return "127.0.0.1" if bind_address in WILDCARDS or is_loopback(bind_address) else bind_address
+
+
+def inventory_address(inventory_host) -> str:
+    """A host's address on the serving network: `gateway_worker_address`, else `ssh_hostname`, else its name."""
+    data = inventory_host.data
+    return str(data.get("gateway_worker_address") or data.get("ssh_hostname") or inventory_host.name)

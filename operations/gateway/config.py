@@ -1,0 +1,105 @@
+"""One gateway host's smg (group_data/gateway.py): typed, every value checked through knobs."""
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from operations.basics import knobs, network
+from operations.basics.knobs import BadHostData
+from operations.server.config import served_model_name
+
+POLICY = re.compile(r"[a-z_]+")
+ENDPOINT = re.compile(r"/[A-Za-z0-9_./-]*")
+HEALTH_KEYS = ("endpoint", "interval_secs", "timeout_secs", "failure_threshold", "success_threshold")
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """What one gateway host runs (group_data/gateway.py), resolved and validated."""
+
+    model: str  # the served model name of the host's profile: its workers serve the same
+    requirement: str
+    service_name: str
+    user: str
+    bind_address: str
+    port: int
+    prometheus_port: int
+    policy: str
+    health: dict[str, Any]
+    register_timeout_s: int
+    install_dir: str
+    config_dir: str
+    pip_index_url: str | None
+    api_key_env: str
+    remove_api_key: bool  # only this removes the gateway's key (as the workers', `remove_api_key`)
+
+    @property
+    def venv(self) -> str:
+        return f"{self.install_dir}/smg-venv"
+
+    @property
+    def home(self) -> str:
+        return f"/var/lib/{self.service_name}"
+
+    @property
+    def key_file(self) -> str:
+        return f"{self.config_dir}/{self.service_name}-api-key"
+
+    @property
+    def unit_file(self) -> str:
+        return f"/etc/systemd/system/{self.service_name}.service"
+
+    @property
+    def script(self) -> str:
+        return f"{self.install_dir}/bin/gateway_workers.py"
+
+    @property
+    def exposed(self) -> bool:
+        return not network.is_loopback(self.bind_address)
+
+    def args(self) -> list[str]:
+        """smg launch's arguments (the API key is added on the host by launch_smg.py)."""
+        h = self.health
+        return ["--host", self.bind_address, "--port", str(self.port), "--policy", self.policy,
+                "--prometheus-host", self.bind_address, "--prometheus-port", str(self.prometheus_port),
+                "--health-check-endpoint", h["endpoint"],
+                "--health-check-interval-secs", str(h["interval_secs"]),
+                "--health-check-timeout-secs", str(h["timeout_secs"]),
+                "--health-failure-threshold", str(h["failure_threshold"]),
+                "--health-success-threshold", str(h["success_threshold"]),
+                "--worker-startup-timeout-secs", str(self.register_timeout_s)]
+
+
+def resolve(data: Any) -> Gateway:
+    """A gateway host's data as the typed, validated `Gateway` (every value reaches a unit file or a
+    shell line); a bad value raises BadHostData naming the knob, the value and what is accepted."""
+    health = data.gateway_health
+    if not isinstance(health, dict) or set(health) != set(HEALTH_KEYS):
+        raise BadHostData(f"gateway_health={health!r} is not accepted: use dict({', '.join(HEALTH_KEYS)})")
+
+    def port(name: str) -> int:
+        return knobs.integer(name, getattr(data, name), minimum=1, maximum=65535)
+
+    return Gateway(
+        model=served_model_name(data),
+        requirement=knobs.matching("gateway_requirement", data.gateway_requirement, knobs.REQUIREMENT,
+                                   "a pip requirement on one line (e.g. smg==1.13.0)"),
+        service_name=knobs.matching("gateway_service_name", data.gateway_service_name, knobs.UNIT_NAME,
+                                    "a unit name (letters, digits, _.-)"),
+        user=knobs.matching("gateway_user", data.gateway_user, knobs.USER_NAME,
+                            "a user name ([a-z_][a-z0-9_-], at most 32)"),
+        bind_address=knobs.matching("gateway_bind_address", data.gateway_bind_address, network.ADDRESS,
+                                    "an IP address or a host name"),
+        port=port("gateway_port"),
+        prometheus_port=port("gateway_prometheus_port"),
+        policy=knobs.matching("gateway_policy", data.gateway_policy, POLICY, "an smg policy name (e.g. cache_aware)"),
+        health={"endpoint": knobs.matching("gateway_health['endpoint']", health["endpoint"], ENDPOINT,
+                                           "a path such as /health"),
+                **{k: knobs.integer(f"gateway_health[{k!r}]", health[k], minimum=1) for k in HEALTH_KEYS[1:]}},
+        register_timeout_s=knobs.integer("gateway_register_timeout_s", data.gateway_register_timeout_s, minimum=1),
+        install_dir=knobs.path("install_dir", data.install_dir),
+        config_dir=knobs.path("config_dir", data.config_dir),
+        pip_index_url=knobs.url("pip_index_url", data.pip_index_url),
+        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
+        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
+    )

@@ -1,0 +1,83 @@
+"""The gateway's own service: its API key (root's file, from the controller's variable) and smg's unit,
+restarted only when the unit or an input changed."""
+
+import os
+import posixpath
+import shlex
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import operation
+from pyinfra.api.operation import OperationMeta
+from pyinfra.operations import files, systemd
+
+from operations.basics.failing import fail_host
+from operations.basics.file_states import FileStates, sha1_of
+from operations.basics.secrets import controller_key_file
+from operations.basics.templates import render
+from operations.basics.units import ServiceState
+from operations.gateway.config import Gateway
+
+
+@operation()
+def api_key(gateway: Gateway):
+    """
+    The controller's API key (`api_key_env`) as the gateway's root-owned 0640 key file (group: the
+    gateway user). A key already there stays when the controller has none; it is removed only with
+    `remove_api_key=true`, which is refused for a gateway listening beyond loopback. The key is read
+    here, never an argument.
+
+    + gateway: the host's resolved gateway
+
+    **Example:**
+
+    .. code:: python
+
+        service.api_key(name="Gateway API key", gateway=g)
+    """
+    g = gateway
+    key = os.environ.get(g.api_key_env, "")
+    state = host.get_fact(FileStates, paths=(g.key_file,)).get(g.key_file)
+    if g.exposed and not key and (not state or g.remove_api_key):
+        yield fail_host([f"{host.name}: the gateway would listen on {g.bind_address} without a key: "
+                         f"set ${g.api_key_env} on the controller or keep gateway_bind_address=127.0.0.1"])
+        return
+    if key and not state:
+        yield f"install -d -m 755 -o root -g root {shlex.quote(posixpath.dirname(g.key_file))}"
+    # On stdin, never through files.put, whose contents --diff prints; root's file the launcher can read.
+    yield from controller_key_file(g.api_key_env, g.key_file, g.user, remove=g.remove_api_key)
+
+
+def unit_text(gateway: Gateway, inputs: str) -> str:
+    return render("gateway/smg.service.j2", g=gateway, args=[shlex.quote(a) for a in gateway.args()], inputs=inputs)
+
+
+@operation()
+def configure(gateway: Gateway, inputs: str, restart_when: list[OperationMeta]):
+    """
+    Write the smg unit and (re)start it, only when the unit or a restart input changed.
+
+    + gateway: the host's resolved gateway
+    + inputs: what the gateway runs (the smg requirement, its launcher); written into the unit
+    + restart_when: operations whose change alone needs a restart (the key, the venv)
+
+    **Example:**
+
+    .. code:: python
+
+        service.configure(name="Gateway service", gateway=g, inputs="smg==1.13.0", restart_when=[key])
+    """
+    g = gateway
+    text = unit_text(g, inputs)
+    current = host.get_fact(ServiceState, unit_file=g.unit_file, env_file="/dev/null", service=g.service_name)
+    if current["unit_sha1"] == sha1_of(text.encode()):
+        if any(op.changed for op in restart_when):
+            yield from systemd.service._inner(service=g.service_name, running=True, restarted=True, enabled=True)
+        elif current["active"] != "active" or current["enabled"] != "enabled":
+            yield from systemd.service._inner(service=g.service_name, running=True, enabled=True)
+        else:
+            host.noop(f"{g.service_name} is running its current unit ({inputs})")
+        return
+    yield from files.put._inner(src=StringIO(text), dest=g.unit_file, user="root", group="root", mode="644")
+    yield from systemd.service._inner(service=g.service_name, running=True, restarted=True, enabled=True,
+                                      daemon_reload=True)

@@ -1,0 +1,36 @@
+"""The gateway stages deploy.py calls."""
+
+from operations.basics import host_programs, ownership
+from operations.gateway import service, workers
+from operations.gateway.config import Gateway
+from operations.python import venv
+
+
+def gateway_deployed(g: Gateway, inventory, gateway_host, uv_installed: bool) -> None:
+    """
+    The gateway host's smg: its user, key, virtualenv, scripts and unit, and the inventory's workers of
+    its model registered (after every worker's readiness: ``workers.workers_done`` orders it).
+
+    + g: the host's gateway
+    + inventory, gateway_host: pyinfra's inventory and this host (the workers are read from them)
+    + uv_installed: uv is already installed by this host's worker stages
+
+    **Example:**
+
+    .. code:: python
+
+        gateway_deployed(g, inventory, host, uv_installed=deployment is not None)
+    """
+    ownership.service_user(name="Gateway user", user=g.user, home=g.home)
+    key = service.api_key(name="Gateway API key", gateway=g)
+    uv = venv.Uv(g.install_dir)
+    if not uv_installed:
+        venv.uv(name="uv", uv=uv, index_url=g.pip_index_url)
+    smg = venv.requirement(name="smg", path=g.venv, distribution="smg", requirement=g.requirement,
+                           index_url=g.pip_index_url, uv=uv)
+    scripts = ownership.host_programs_uploaded(name="Gateway scripts", install_dir=g.install_dir,
+                                               programs=host_programs.of_subject("gateway"))
+    unit = service.configure(name="Gateway service", gateway=g, inputs=g.requirement,
+                             restart_when=[key, smg, scripts])
+    workers.register_workers(name="Gateway workers", gateway=g, wanted=workers.workers(inventory, gateway_host, g.model),
+                             restarted=unit)

@@ -1,0 +1,290 @@
+"""The gateway's workers: who they are (the inventory's hosts serving the gateway's model), a worker
+draining itself before its server restarts and rejoining once it generates, and the gateway's list
+kept equal to the inventory's (`register_workers`).
+
+The deploy knows which workers the gateway should route to from the inventory itself (`workers()`).
+The gateway's own list (`GET /workers`, read as the `GatewayWorkers` fact) is compared with it: a
+worker missing there is registered (`POST /workers`, then waited until `ready`), a worker of that
+model that the inventory no longer has is removed (`DELETE /workers/{id}`), and when both agree
+nothing is written to the gateway. Workers of other models are left alone.
+
+A worker whose server is about to restart drains itself first (`drain`, on the worker host, talking
+to each of its gateways at the address `routes()` derives from the inventory): the gateway stops
+sending it requests, systemd's SIGTERM lets the server finish those in flight, and once the new
+server generates, `rejoin` registers it again. A worker that fails readiness is rolled back and
+stays out; rollout.py runs the fleet N workers at a time.
+"""
+
+import json
+import shlex
+import time
+from dataclasses import dataclass
+
+from pyinfra import host
+from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.api.operation import OperationMeta
+
+from operations import deployment
+from operations.basics import network
+from operations.basics.failing import fail_host
+from operations.basics.host_programs import inline
+from operations.basics.knobs import BadHostData
+from operations.gateway import config
+from operations.gateway.config import Gateway
+from operations.nodes.group import members
+from operations.server.config import Server
+from operations.server.unit import Restart
+
+GROUP = "gateway"  # the inventory group of gateway hosts
+
+
+def serves_model(groups) -> bool:
+    """In a class group: an SGLang worker (a gateway-only host is in none and skips every GPU stage)."""
+    return any(group in deployment.HOST_CLASSES for group in groups)
+
+
+@dataclass(frozen=True)
+class Worker:
+    name: str
+    url: str  # as the gateway reaches it
+    problem: str | None = None  # why it cannot be registered
+
+
+def workers(inventory, gateway_host, model: str) -> list[Worker]:
+    """The inventory's workers of `model`, each with its URL on the network the gateway reaches.
+
+    The address is the worker's `gateway_worker_address` if set, else its `ssh_hostname`, else
+    its name; a worker on the gateway's own host is reached on loopback.
+    """
+    found = []
+    for worker in inventory:
+        if not serves_model(worker.groups):
+            continue
+        try:
+            d = deployment.resolve(worker.data, deployment.host_class_of(worker.groups), members(inventory, worker))
+        except BadHostData as problem:  # refused on its own host too
+            found.append(Worker(worker.name, "", f"{worker.name}: {problem}"))
+            continue
+        if d.server.served_model_name != model or (d.node_group and not d.node_group.serves_http):
+            continue  # a rank >= 1 of a node group serves no HTTP: the group is reached at its rank 0
+        if worker is gateway_host:
+            found.append(Worker(worker.name, d.server.url))
+            continue
+        address = network.inventory_address(worker)
+        problem = None
+        if not network.ADDRESS.fullmatch(address):
+            problem = f"{worker.name}: its address {address!r} is not a host name or IPv4 address"
+        elif not d.server.exposed:
+            problem = (f"{worker.name} serves on {d.server.bind_address} only, which the gateway cannot reach: "
+                       f"deploy it with bind_address=0.0.0.0 and ${d.server.api_key_env} set")
+        found.append(Worker(worker.name, f"http://{address}:{d.server.port}", problem))
+    return found
+
+
+@dataclass(frozen=True)
+class Route:
+    """One gateway in front of a worker, as the worker's host reaches it (to drain and rejoin itself)."""
+
+    gateway: str  # the gateway host's name
+    address: str  # where the worker's host reaches the gateway's API
+    port: int
+    worker_url: str  # the worker as that gateway registers it
+    timeout_s: int  # the gateway's register timeout: how long a drain or a rejoin may take
+    problem: str | None = None
+
+
+def routes(inventory, worker_host, model: str) -> list[Route]:
+    """The gateways of the inventory serving `model`, each as `worker_host` reaches it: on loopback
+    when it is the same host, else at the gateway's bind address (its network address for 0.0.0.0)."""
+    found = []
+    for gateway_host in inventory:
+        if GROUP not in gateway_host.groups:
+            continue
+        try:
+            g = config.resolve(gateway_host.data)
+        except BadHostData as error:
+            found.append(Route(gateway_host.name, "", 0, "", 0, f"{gateway_host.name}: {error}"))
+            continue
+        if g.model != model:
+            continue
+        me = next((w for w in workers(inventory, gateway_host, model) if w.name == worker_host.name), None)
+        if me is None:  # refused data: the worker fails preflight on its own
+            continue
+        if gateway_host is worker_host:
+            address, problem = "127.0.0.1", None
+        elif not g.exposed:
+            address, problem = "", (f"{worker_host.name} cannot drain itself from {gateway_host.name}, whose gateway "
+                                    f"listens on {g.bind_address} only: set gateway_bind_address (with a key)")
+        else:
+            address = network.inventory_address(gateway_host) if g.bind_address in network.WILDCARDS else g.bind_address
+            problem = None if network.ADDRESS.fullmatch(address) else f"{gateway_host.name}: address {address!r} is not accepted"
+        found.append(Route(gateway_host.name, address, g.port, me.url, g.register_timeout_s, me.problem or problem))
+    return found
+
+
+def _listing(server: Server, route: Route) -> dict:
+    """The route's gateway's workers of this worker's model, read from the worker's host with its own key."""
+    d = server
+    return host.get_fact(GatewayWorkers, port=route.port, key_file=d.api_key_file, model=d.served_model_name,
+                         address=route.address)
+
+
+def _worker_command(server: Server, route: Route, action: str) -> str:
+    d = server
+    return inline("gateway_workers", "--address", route.address, str(route.port), d.api_key_file,
+                  d.served_model_name, action, str(route.timeout_s), route.worker_url)
+
+
+@operation()
+def drain(server: Server, routes: list[Route], restart: Restart):
+    """
+    Take this worker out of its gateways before its server restarts: `DELETE /workers/{id}` (no new
+    requests), waited until the gateway lets it go. The restart that follows is systemd's SIGTERM,
+    on which SGLang answers 503 to health checks and exits once its in-flight requests are done.
+
+    + server: the worker's server
+    + routes: its gateways as its host reaches them (`routes()`)
+    + restart: this run's restart decision of the server (``server.unit.Restart``), which the unit's
+      operation after the drain takes too
+
+    **Example:**
+
+    .. code:: python
+
+        workers.drain(name="Drain from the gateway", server=s, routes=routes(inventory, host, s.served_model_name),
+                      restart=restart)
+    """
+    d = server
+    problems = [route.problem for route in routes if route.problem]
+    if not restart.decision().restarts:
+        host.noop("the server does not restart: it stays in its gateways")
+        return
+    if problems:
+        yield fail_host(problems)
+        return
+    listed = [route for route in routes
+              if any(w["url"] == route.worker_url for w in _listing(d, route)["workers"])]
+    if not listed:
+        host.noop("no gateway lists this worker: nothing to drain")
+    for route in listed:
+        yield _worker_command(d, route, "drain")
+
+
+@operation()
+def rejoin(server: Server, routes: list[Route], drained: OperationMeta):
+    """
+    Once the restarted server generates, register this worker again (`POST /workers`, waited until
+    `ready`) with every gateway of its model that answers; one that does not answer registers it
+    in its own stage. Only after a drain in this run: a worker that failed readiness never gets
+    here and stays out.
+
+    + server: the worker's server
+    + routes: its gateways as its host reaches them (`routes()`)
+    + drained: the drain operation of this run
+
+    **Example:**
+
+    .. code:: python
+
+        workers.rejoin(name="Back in the gateway", server=s, routes=routes, drained=drained)
+    """
+    if not drained.changed:
+        host.noop("not drained in this run: nothing to register again")
+        return
+    for route in routes:
+        listing = _listing(server, route)
+        if listing["reachable"] and all(w["url"] != route.worker_url for w in listing["workers"]):
+            yield _worker_command(server, route, "join")
+
+
+@operation()
+def workers_done():
+    """
+    The point every host passes between the workers' stages and the gateway's: pyinfra orders
+    operations by each host's own sequence, so without an operation that workers and gateway
+    hosts share, a gateway-only host would register workers before they serve.
+
+    **Example:**
+
+    .. code:: python
+
+        workers.workers_done(name="Workers done")
+    """
+    host.noop("the gateway stage starts after every worker's readiness")
+    return
+    yield  # an operation is a generator
+
+
+class GatewayWorkers(FactBase):
+    """
+    The gateway's registered workers of one model and its /readiness (host_scripts/gateway_workers.py).
+
+    .. code:: python
+
+        {"reachable": True, "readiness": {"status": "ready", "healthy_workers": 2, "total_workers": 2},
+         "workers": [{"id": "01a2...", "url": "http://10.213.1.10:30000", "status": "ready",
+                      "model_id": "moonshotai/Kimi-K2.6"}]}
+    """
+
+    def command(self, port: int, key_file: str, model: str, address: str = "127.0.0.1") -> str:
+        # Inline: read the same way from the gateway host and from a worker's host, before any upload.
+        return inline("gateway_workers", "--address", address, str(port), key_file, model, "list")
+
+    def process(self, output):
+        try:
+            return json.loads(output[-1])
+        except (IndexError, ValueError):
+            return {"reachable": False, "workers": [], "error": " ".join(output)[-200:]}
+
+
+@operation()
+def register_workers(gateway: Gateway, wanted: list[Worker], restarted: OperationMeta):
+    """
+    Make the gateway's workers of its model exactly the inventory's: register the missing ones
+    (`POST /workers`, waited until `ready`), remove those the inventory no longer has.
+
+    Runs after every worker's readiness (deploy.py's last stage); a worker that failed earlier
+    in this run is neither registered nor removed. With nothing to change, nothing is written.
+
+    + gateway: the host's resolved gateway
+    + wanted: the inventory's workers of the gateway's model (`workers()`)
+    + restarted: the gateway's unit operation (a restarted smg has forgotten its workers)
+
+    **Example:**
+
+    .. code:: python
+
+        workers.register_workers(name="Gateway workers", gateway=g, wanted=workers(inventory, host, g.model),
+                                 restarted=unit)
+    """
+    g = gateway
+    problems = [w.problem for w in wanted if w.problem]
+    if problems:
+        yield fail_host(problems)
+        return
+    if not restarted.changed:
+        current = host.get_fact(GatewayWorkers, port=g.port, key_file=g.key_file, model=g.model)
+        registered = {w["url"]: w["status"] for w in current["workers"]}
+        if current["reachable"] and registered == {w.url: "ready" for w in wanted}:
+            host.noop(f"the gateway routes {g.model} to its {len(wanted)} inventory workers, all ready")
+            return
+    yield FunctionCommand(_sync_workers, (g, wanted), {})
+
+
+def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker]) -> bool:
+    """At execution time, after the workers' own stages: skip those that failed in this run."""
+    failed = {h.name for h in state.failed_hosts}
+    register = [w.url for w in wanted if w.name not in failed]
+    command = " ".join(shlex.quote(part) for part in (
+        "python3", gateway.script, str(gateway.port), gateway.key_file, gateway.model, "sync",
+        str(gateway.register_timeout_s), "--register", *register, "--inventory", *(w.url for w in wanted)))
+    started = time.monotonic()
+    ok, output = host.run_shell_command(command)
+    if not ok:
+        host.log_styled(f"gateway workers not converged: {output.stderr or output.stdout}", fg="red")
+        return False
+    result = json.loads(output.stdout_lines[-1])
+    host.log_styled(f"gateway {gateway.model}: registered {result['added'] or 'none'}, "
+                    f"removed {result['removed'] or 'none'}; {len(register)} workers ready "
+                    f"({time.monotonic() - started:.1f} s)", fg="green")
+    return True

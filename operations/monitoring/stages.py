@@ -1,0 +1,26 @@
+"""The monitoring stages deploy.py calls."""
+
+from operations.gateway.config import Gateway
+from operations.gateway.workers import Worker
+from operations.monitoring import prometheus
+from operations.monitoring.prometheus import Monitoring
+
+
+def monitoring_deployed(m: Monitoring, gateway_host_name: str, g: Gateway, workers: list[Worker]) -> None:
+    """
+    Prometheus on the gateway host: its arguments and targets written before the package (its first
+    start listens where they say), the workers' key, its service, then every target checked up.
+
+    **Example:**
+
+    .. code:: python
+
+        monitoring_deployed(m, host.name, g, workers.workers(inventory, host, g.model))
+    """
+    targets = prometheus.scrape_targets(gateway_host_name, g, workers)
+    arguments = prometheus.arguments(name="Prometheus arguments", monitoring=m)
+    config = prometheus.scrape_config(name="Prometheus targets", monitoring=m, targets=targets)
+    package = prometheus.package(name="Prometheus package")
+    prometheus.scrape_key(name="Prometheus scrape key", monitoring=m)
+    unit = prometheus.service(name="Prometheus service", restart_when=[arguments, package], reload_when=[config])
+    prometheus.targets_up(name="Prometheus targets up", monitoring=m, targets=targets, changed=[config, unit])

@@ -1,0 +1,87 @@
+"""What must hold before the server is changed: the model fits the GPUs, the SGLang build has what the
+profile asks (DDTree), its git ref is a commit, an exposed server has a key; each failure one sentence."""
+
+import re
+
+from pyinfra import host
+
+from operations.basics import gathering
+from operations.basics.knobs import COMMIT
+from operations.gpu.config import GpuExpectations
+from operations.python.venv import VenvRequirement, fingerprint
+from operations.server.config import Server
+from operations.server.flags import rejection, server_args
+
+GIB = 1 << 30
+# A release pin; DDTree (open PR #29907) is in no SGLang release up to 0.5.23.
+RELEASE_PIN = re.compile(r"sglang\s*(==|~=|>=|<=|<|>|===)")
+DDTREE_BUILD = "sglang @ git+https://github.com/sgl-project/sglang@COMMIT#subdirectory=python"
+GIT_REVISION = re.compile(r"git\+\S+?@([^#\s]+)")  # the ref after @ in 'name @ git+URL@REF#...'
+
+
+def memory_problems(server: Server, expected: GpuExpectations, model: str, weight_bytes: int,
+                    gpus: list | None) -> list[str]:
+    """The weights of `model` and its drafter per GPU at the server's TP size against what each GPU offers."""
+    s = server
+    per_card_mib = min((g.get("memory_total_mib") or 0 for g in gpus or []), default=expected.min_memory_mib)
+    usable = per_card_mib * (1 << 20) * s.mem_fraction_static
+    per_gpu = weight_bytes / s.tp_size
+    if per_gpu <= usable:
+        return []
+    return [f"{host.name}: {model} and its drafter need {per_gpu / GIB:.1f} GiB of weights per GPU "
+            f"at TP {s.tp_size}, but each GPU offers {usable / GIB:.1f} GiB (mem_fraction_static "
+            f"{s.mem_fraction_static} of {per_card_mib} MiB): use a class with more GPU memory, a larger TP "
+            "or a quantized checkpoint"]
+
+
+def refused_flags(server: Server, refused: str) -> str:
+    """The one sentence for flags the host's SGLang refuses (before a restart, or in preflight)."""
+    s = server
+    fix = (f"point profiles['{s.profile_name}']['sglang']['requirement'] at a DDTree build (PR #29907)"
+           if s.speculative.algorithm == "DDTREE" else "fix the flag in group_data or the SGLang pin")
+    return (f"{host.name}: the SGLang in {s.venv} rejects the rendered flags ({refused}); {fix}; "
+            f"{s.service_name} was left as it was")
+
+
+def ddtree_problems(server: Server) -> list[str]:
+    """DDTree needs an SGLang build that has it; an installed one of the wanted build must accept its flags."""
+    s = server
+    if s.speculative.algorithm != "DDTREE":
+        return []
+    if RELEASE_PIN.match(s.sglang_requirement):
+        return [f"{host.name}: profile {s.profile_name} uses DDTree, but {s.sglang_requirement} is a release and "
+                "no SGLang release up to 0.5.23 has DDTree (it is in open pull request #29907): set "
+                f"profiles['{s.profile_name}']['sglang']['requirement'] to a build that has it, e.g. "
+                f"'{DDTREE_BUILD}' with the pull request's commit, or a wheel path/URL"]
+    installed = gathering.read(VenvRequirement, path=s.venv, distribution="sglang")
+    if not installed or installed["fingerprint"] != fingerprint(s.sglang_requirement, s.pip_index_url):
+        return []  # not installed yet (no venv on a fresh host): the unit's validation checks it before any restart
+    refused = rejection(host, s, server_args(s))
+    return [refused_flags(s, refused)] if refused else []
+
+
+def unpinned_build(server: Server) -> list[str]:
+    """A sentence per git ref of the SGLang requirement that names a branch, tag or pull request, not a commit."""
+    s = server
+    return [f"{s.sglang_requirement}: {ref!r} is not a commit, so what is installed can change under the same "
+            f"name: pin a 40-hex commit (for a pull request: `git ls-remote URL {ref}`), or set "
+            "allow_branch_revisions=true"
+            for ref in GIT_REVISION.findall(s.sglang_requirement) if not COMMIT.fullmatch(ref)]
+
+
+def exposure_problems(server: Server, key_on_controller: bool, key_on_host: bool) -> list[str]:
+    """A server reachable beyond loopback never runs without an API key."""
+    s = server
+    keyed = key_on_controller or (key_on_host and not s.remove_api_key)
+    if not s.exposed or (keyed and not s.remove_api_key):
+        return []
+    why = "remove_api_key is set" if s.remove_api_key else \
+        f"${s.api_key_env} is not set on the controller and the host has no key"
+    return [f"{host.name}: the server would listen on {s.bind_address}:{s.port}, beyond loopback, without an "
+            f"API key ({why}): export {s.api_key_env} on the controller (the server then requires it), or "
+            "set bind_address=127.0.0.1 and reach it through a gateway on the host"]
+
+
+def serves(service: dict) -> bool:
+    """The host serves, or did: its SGLang unit is written, or the service runs."""
+    return service["unit_sha1"] is not None or service["active"] in ("active", "activating", "reloading")

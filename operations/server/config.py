@@ -1,0 +1,165 @@
+"""The SGLang server one host runs: its profile's model and speculative settings, its class's tuning,
+the service's names, paths and network; typed, checked."""
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from operations.basics import knobs, network
+from operations.basics.knobs import BadHostData
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """The profile's speculative decoding settings (group_data/all.py `profiles[...]['speculative']`)."""
+
+    algorithm: str  # "DFLASH" or "DDTREE"
+    num_draft_tokens: int
+    draft_window_size: int | None = None
+    ddtree_budget: int | None = None
+
+
+@dataclass(frozen=True)
+class Server:
+    """What the SGLang unit of one host serves and how."""
+
+    profile_name: str
+    host_class: str
+    served_model_name: str
+    model_dir: str  # the target's weights directory
+    draft_model_dir: str  # the drafter's
+    sglang_requirement: str
+    sglang_version: str
+    pip_index_url: str | None
+    speculative: Speculative
+    attention_backend: str
+    draft_attention_backend: str
+    tp_size: int
+    mem_fraction_static: float
+    extra_args: tuple[str, ...]
+    env: dict[str, str]
+    service_name: str
+    service_user: str
+    install_dir: str
+    config_dir: str
+    bind_address: str
+    port: int
+    enable_metrics: bool
+    api_key_env: str
+    remove_api_key: bool  # only this removes a key from a host; the server must then bind to loopback
+    ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
+    after_fabric_manager: bool = False  # NVSwitch boards: CUDA needs fabric manager first
+    node_args: tuple[str, ...] = field(default=())  # a node group's part (operations/nodes)
+
+    @property
+    def exposed(self) -> bool:
+        """The server is reachable beyond the host itself."""
+        return not network.is_loopback(self.bind_address)
+
+    @property
+    def venv(self) -> str:
+        return f"{self.install_dir}/sglang-venv"
+
+    @property
+    def service_home(self) -> str:
+        return f"/home/{self.service_user}"
+
+    @property
+    def hf_home(self) -> str:
+        return f"{self.service_home}/.cache/huggingface"
+
+    @property
+    def env_file(self) -> str:
+        return f"{self.config_dir}/{self.service_name}.env"
+
+    @property
+    def api_key_file(self) -> str:
+        return f"{self.config_dir}/api-key"
+
+    @property
+    def unit_file(self) -> str:
+        return f"/etc/systemd/system/{self.service_name}.service"
+
+    @property
+    def url(self) -> str:
+        """Where the server answers on its own host."""
+        return f"http://127.0.0.1:{self.port}"
+
+
+def served_model_name(data: Any) -> str:
+    """The model name the host's profile serves under (its workers' and its gateway's), checked."""
+    profile = data.profiles[data.profile]
+    return knobs.matching("served_model_name", profile.get("served_model_name") or profile["target"]["repo"],
+                          re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*"), "letters, digits and ._/-")
+
+
+def _speculative(profile_name: str, values: Any) -> Speculative:
+    fields = Speculative.__dataclass_fields__
+    if not isinstance(values, dict) or set(values) - set(fields) or "algorithm" not in values \
+            or "num_draft_tokens" not in values:
+        raise BadHostData(f"profiles[{profile_name!r}]['speculative']={values!r} is not accepted: use a dict "
+                          f"with algorithm and num_draft_tokens, optionally draft_window_size, ddtree_budget")
+    where = f"profiles[{profile_name!r}]['speculative']"
+    optional = {key: knobs.integer(f"{where}[{key!r}]", values[key], minimum=1)
+                for key in ("draft_window_size", "ddtree_budget") if values.get(key) is not None}
+    return Speculative(
+        algorithm=knobs.matching(f"{where}['algorithm']", values["algorithm"], re.compile(r"[A-Z0-9_]+"),
+                                 "an SGLang algorithm name such as DFLASH or DDTREE"),
+        num_draft_tokens=knobs.integer(f"{where}['num_draft_tokens']", values["num_draft_tokens"], minimum=1),
+        **optional,
+    )
+
+
+def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_dir: str,
+            draft_model_dir: str) -> Server:
+    """The server of `profile` on a host of `host_class`, from its data; a bad value raises BadHostData."""
+    tuning = data.sglang_tuning
+    requirements = (data.mirrors or {}).get("requirements", {})
+    wanted = profile["sglang"]["requirement"]
+    attention = profile["attention"]
+    backends = tuning["attention_backends"]
+    if attention not in backends:
+        raise BadHostData(f"profiles[{profile_name!r}]['attention']={attention!r} is not one of "
+                          f"{', '.join(sorted(backends))} (sglang_tuning attention_backends of {host_class})")
+    target_backend, draft_backend = backends[attention]
+    # A profile whose algorithm allows one backend only (DDTree: triton) names it; it wins on every class.
+    target_backend = profile.get("attention_backend", target_backend)
+    words = "single words (letters, digits, ._:/=,+@%-)"
+    return Server(
+        profile_name=profile_name,
+        host_class=host_class,
+        served_model_name=served_model_name(data),
+        model_dir=model_dir,
+        draft_model_dir=draft_model_dir,
+        sglang_requirement=knobs.matching(f"profiles[{profile_name!r}]['sglang']['requirement']",
+                                          requirements.get(wanted, wanted), knobs.REQUIREMENT,
+                                          "a pip requirement on one line (name==version, 'name @ URL' or a wheel "
+                                          "path)"),
+        sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
+                                      "a version like 0.5.23"),
+        pip_index_url=knobs.url("pip_index_url", data.pip_index_url),
+        speculative=_speculative(profile_name, profile["speculative"]),
+        attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
+        draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,
+                                               "an SGLang backend name"),
+        tp_size=knobs.integer("sglang_tuning tp_size", tuning["tp_size"], minimum=1),
+        mem_fraction_static=knobs.fraction("sglang_tuning mem_fraction_static", tuning["mem_fraction_static"]),
+        extra_args=(*knobs.names("sglang_tuning extra_args", tuning.get("extra_args", []), knobs.ARGUMENT, words),
+                    *knobs.names(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
+                                 knobs.ARGUMENT, words)),
+        env={**knobs.environment("sglang_tuning env", tuning.get("env", {})),
+             **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))},
+        service_name=knobs.matching("service_name", data.service_name, knobs.UNIT_NAME,
+                                    "a unit name (letters, digits, _.-)"),
+        service_user=knobs.matching("service_user", data.service_user, knobs.USER_NAME,
+                                    "a user name ([a-z_][a-z0-9_-], at most 32)"),
+        install_dir=knobs.path("install_dir", data.install_dir),
+        config_dir=knobs.path("config_dir", data.config_dir),
+        bind_address=knobs.address("bind_address", data.bind_address),
+        port=knobs.integer("port", data.port, minimum=1, maximum=65535),
+        enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
+        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
+        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
+        ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
+                                                                                data.ready_timeout_s, minimum=1),
+    )

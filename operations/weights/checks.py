@@ -1,0 +1,199 @@
+"""What must hold before the weights are fetched: the hub answers, the token may read every repo (or a
+gated one waits for its terms), revisions are commits, the disk has room; each failure one sentence."""
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import httpx2
+from huggingface_hub.errors import HfHubHTTPError
+from pyinfra import host
+from pyinfra.api import FactBase, operation
+
+from operations.basics import gathering
+from operations.basics.failing import fail_host
+from operations.basics.host_programs import inline
+from operations.basics.knobs import COMMIT
+from operations.weights.config import Repo, Weights
+from operations.weights.hub import AccessPending, HubProblem, RepoSnapshot, controller_token, snapshot, whoami
+
+# What the hub answers when it is down or broken: no connection, a timeout, a 5xx.
+HUB_OUTAGES = (httpx2.HTTPError, HfHubHTTPError, OSError)
+
+
+@dataclass(frozen=True)
+class HubState:
+    """What the hub said of a host's repos, on the controller, before any host is touched."""
+
+    snapshots: dict[str, RepoSnapshot]  # per role: the repos the token may read, at their commits
+    problems: list[str]  # what stops the host before any change
+    pending: list[str]  # gated repos whose terms the token's user has not accepted yet
+
+    @property
+    def complete(self) -> bool:
+        """Every repo was read: nothing waits for access, nothing failed."""
+        return not self.problems and not self.pending
+
+    @property
+    def commits(self) -> dict[str, str]:
+        return {role: snap.commit for role, snap in self.snapshots.items()}
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(snap.total_bytes for snap in self.snapshots.values())
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(snap.weight_bytes for snap in self.snapshots.values())
+
+
+def hub_state(weights: Weights) -> HubState:
+    """On the controller: the token works and may download every repo; each repo's commit and files.
+    A gated repo waiting for its terms is `pending`, apart from the problems: a host serving nothing
+    yet is prepared meanwhile (``access_pending`` fails it once its downloads started)."""
+    w = weights
+    endpoint = w.hf_endpoint or "https://huggingface.co"
+    token = controller_token(w.hf_token_env)
+    try:
+        whoami(w.hf_endpoint, token)
+    except HubProblem as problem:
+        return HubState({}, [str(problem)], [])
+    except HUB_OUTAGES as error:
+        return HubState({}, [_outage(endpoint, error)], [])
+
+    def one(repo: Repo):
+        try:
+            return snapshot(w.hf_endpoint, token, repo.repo_id, repo.revision)
+        except AccessPending as waiting:  # before HubProblem, which it is
+            return waiting
+        except HubProblem as problem:
+            return str(problem)
+        except HUB_OUTAGES as error:
+            return _outage(f"{endpoint}/{repo.repo_id}", error)
+
+    snapshots, problems, pending = {}, [], []
+    # The repos' hub calls at once: the run waits for the slowest repo, not for their sum.
+    with ThreadPoolExecutor(max_workers=len(w.repos)) as pool:
+        for repo, outcome in zip(w.repos, pool.map(one, w.repos)):
+            if isinstance(outcome, RepoSnapshot):
+                snapshots[repo.role] = outcome
+            elif isinstance(outcome, AccessPending):
+                pending.append(str(outcome))
+            else:
+                problems.append(outcome)
+    return HubState(snapshots, problems, pending)
+
+
+def _outage(where: str, error: Exception) -> str:
+    cause = " ".join(str(error).split())[:200] or type(error).__name__
+    return (f"the hub at {where} did not answer as a hub does ({type(error).__name__}: {cause}): check the "
+            "network and hf_endpoint, then re-run (nothing was changed)")
+
+
+def gb(size: int) -> str:
+    return f"{size / 1e9:.1f} GB ({size} bytes)"
+
+
+class WeightsDisk(FactBase):
+    """
+    Per weights directory: free bytes on its filesystem, the filesystem's device, and files present
+    (host_scripts/weights_disk.py).
+
+    .. code:: python
+
+        {"/srv/specfleet/models/moonshotai--Kimi-K2.6":
+            {"free": 636707266560, "device": 2049, "checked": "/srv", "files": {"config.json": 3512}}}
+    """
+
+    host_answer = "weights_disk.answer"
+
+    def command(self, local_dirs: tuple[str, ...]) -> str:
+        return inline("weights_disk", *local_dirs)
+
+    def process(self, output):
+        return json.loads("\n".join(output))
+
+
+def disk_problems(weights: Weights, snapshots: dict[str, RepoSnapshot], disk: dict) -> list[str]:
+    """Bytes still missing per filesystem (plus one shard of headroom for a partial file) against free bytes."""
+    repos = [r for r in weights.repos if r.role in snapshots]  # a repo waiting for access: next run
+    unknown = [r.local_dir for r in repos if not (disk or {}).get(r.local_dir)]
+    if unknown:
+        return [f"{host.name}: the host did not say how much room {', '.join(unknown)} has (its disk check "
+                "printed nothing; it needs python3 on the host): install python3, then re-run"]
+    needs: dict[int, list] = {}
+    for repo in repos:
+        on_disk, snap = disk[repo.local_dir], snapshots[repo.role]
+        missing = [f.size for f in snap.files if on_disk["files"].get(f.path) != f.size]
+        need = needs.setdefault(on_disk["device"], [0, 0, on_disk["free"], on_disk["checked"], []])
+        need[0] += sum(missing)
+        need[1] = max([need[1], *missing])
+        need[4].append(repo.local_dir)
+    return [
+        f"{host.name}: the weights need {gb(missing)} more in {', '.join(dirs)} (+ {gb(headroom)} headroom "
+        f"for a partial file), but the filesystem holding {checked} has {gb(free)} free: free space there "
+        "or point weights_dir at a larger disk"
+        for missing, headroom, free, checked, dirs in needs.values()
+        if missing and missing + headroom > free
+    ]
+
+
+def disk_state(weights: Weights) -> dict:
+    return gathering.read(WeightsDisk, local_dirs=tuple(r.local_dir for r in weights.repos))
+
+
+def unpinned(weights: Weights, snapshots: dict[str, RepoSnapshot], profile_name: str) -> list[str]:
+    """A sentence per repo whose revision is a branch or tag: its weights follow whatever it points at."""
+    return [f"{repo.repo_id}: revision {repo.revision!r} is not a commit; it resolves to "
+            f"{snapshots[repo.role].commit} now: pin that commit in group_data (profiles"
+            f"['{profile_name}']['{repo.role}']['revision']) for reproducible weights, or set "
+            "allow_branch_revisions=true to follow the branch"
+            for repo in weights.repos if repo.role in snapshots and not COMMIT.fullmatch(repo.revision)]
+
+
+def described(weights: Weights, snapshots: dict[str, RepoSnapshot]) -> str:
+    """The repos as preflight found them: target (model type, layers, size) with drafter."""
+    found = []
+    for repo in weights.repos:
+        snap = snapshots.get(repo.role)
+        if snap is None:
+            found.append(f"{repo.repo_id} (waiting for access)")
+        elif repo.role != "target":
+            found.append(f"{repo.repo_id}@{snap.commit[:12]}")
+        else:
+            text = snap.text_config()
+            found.append(f"{repo.repo_id}@{snap.commit[:12]} ({text.get('model_type')}, "
+                         f"{text.get('num_hidden_layers')} layers, {gb(snap.total_bytes)})")
+    return " with ".join(found)
+
+
+@operation()
+def access_pending(weights: Weights, hub: HubState):
+    """
+    Fail a host prepared while gated repos wait for access, naming each repo and its terms page.
+
+    Runs after the downloads of the repos the token may read were started in their units
+    (they go on after the deploy ends); the run after access is granted fetches only what
+    is missing and starts serving.
+
+    + weights: the host's weights
+    + hub: what the hub said of them (``hub_state``)
+
+    **Example:**
+
+    .. code:: python
+
+        checks.access_pending(name="Access to gated repos", weights=d.weights, hub=hub)
+    """
+    units = " ".join(f"{r.unit_name}.service" for r in weights.repos if r.role in hub.snapshots)
+    started = f"the downloads it may read go on in their units ({units})" if units else "it may read no repo"
+    yield fail_host([f"{host.name}: {problem}; meanwhile everything else is prepared and {started}, so that run "
+                     "fetches only what is missing and starts serving" for problem in hub.pending])
+
+
+@gathering.wants
+def _read(deployment, snapshots) -> gathering.Wanted:
+    w = deployment.weights
+    if len(snapshots) != len(w.repos):  # a repo waiting for access: nothing to compare yet
+        return []
+    return [(WeightsDisk, dict(local_dirs=tuple(r.local_dir for r in w.repos)))]

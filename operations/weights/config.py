@@ -1,0 +1,89 @@
+"""The model's weights one host fetches: its profile's repos (after mirrors), where they land, who owns
+them, and the hub they come from; typed, checked."""
+
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+from operations.basics import knobs
+
+ROLES = ("target", "drafter")
+
+
+@dataclass(frozen=True)
+class Repo:
+    """A hub repository as this host fetches it (after mirrors), and where it lands."""
+
+    role: str  # "target" or "drafter"
+    repo_id: str
+    revision: str  # a commit, or a branch that preflight resolves
+    local_dir: str
+
+    @property
+    def unit_name(self) -> str:
+        return f"specfleet-weights-{self.role}"
+
+
+@dataclass(frozen=True)
+class Weights:
+    """The repos one host fetches and the settings of their downloads."""
+
+    repos: tuple[Repo, ...]  # in ROLES order
+    hf_endpoint: str | None  # None: the public hub
+    hf_token_env: str  # the controller's variable holding the token (else its huggingface_hub token file)
+    owner: str  # the service user: it owns the weights and the token, and runs the downloads
+    hf_home: str  # the owner's HF_HOME (the token file's directory)
+    config_dir: str  # root's directory of the download specs
+    install_dir: str  # where the host programs are (the fetcher)
+    verify: bool  # hash every file against the hub's hashes
+
+    def repo(self, role: str) -> Repo:
+        return next(repo for repo in self.repos if repo.role == role)
+
+    @property
+    def target(self) -> Repo:
+        return self.repo("target")
+
+    @property
+    def drafter(self) -> Repo:
+        return self.repo("drafter")
+
+
+def _mirrored(mirrors: dict, repo_id: str, revision: str) -> tuple[str, str]:
+    replacement = mirrors.get("repos", {}).get(repo_id)
+    if not replacement:
+        return repo_id, revision
+    mirror_id, _, mirror_revision = replacement.partition("@")
+    return mirror_id, mirror_revision or revision
+
+
+def local_dir(weights_dir: str, real_id: str) -> str:
+    """Where a repo lands: named after the real repo, so a mirror swap keeps paths stable."""
+    return posixpath.join(weights_dir, real_id.replace("/", "--"))
+
+
+def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner: str, hf_home: str,
+            config_dir: str, install_dir: str) -> Weights:
+    """The weights of `profile` for a host, from its data; a bad value raises BadHostData."""
+    mirrors = data.mirrors or {}
+
+    def repo(role: str) -> Repo:
+        real_id = knobs.matching(f"profiles[{profile_name!r}][{role!r}]['repo']", profile[role]["repo"],
+                                 knobs.REPO_ID, "a hub repo id, owner/name")
+        repo_id, revision = _mirrored(mirrors, real_id, profile[role]["revision"])
+        return Repo(role,
+                    knobs.matching(f"{role} repo (mirrors)", repo_id, knobs.REPO_ID, "a hub repo id, owner/name"),
+                    knobs.matching(f"{role} revision", revision, knobs.REVISION,
+                                   "a 40-hex commit (or a branch or tag name)"),
+                    local_dir(weights_dir, real_id))
+
+    return Weights(
+        repos=tuple(repo(role) for role in ROLES),
+        hf_endpoint=knobs.url("hf_endpoint", data.hf_endpoint),
+        hf_token_env=knobs.matching("hf_token_env", data.hf_token_env, knobs.ENV_NAME, "a variable name"),
+        owner=owner,
+        hf_home=hf_home,
+        config_dir=config_dir,
+        install_dir=install_dir,
+        verify=knobs.boolean("verify_weights", data.verify_weights),
+    )

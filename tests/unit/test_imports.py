@@ -1,0 +1,108 @@
+"""Imports flow one way: no cycle between the product's modules, and no product module imports a test
+or the lab. Read from the source (every import statement, wherever it sits in the module), so an
+import hidden inside a function counts as much as one at the top."""
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PRODUCT = ("operations", "serving_benchmark")
+ENTRY_POINTS = ("deploy.py", "bench.py", "rollout.py")
+NOT_PRODUCT = ("tests", "lab", "speed")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def product_files() -> dict[str, Path]:
+    """Every product module on the controller (host programs run on hosts, on their own)."""
+    files = {module_name(path): path for top in PRODUCT for path in (REPO / top).rglob("*.py")
+             if "host_scripts" not in path.parts}
+    return {**files, **{Path(name).stem: REPO / name for name in ENTRY_POINTS}}
+
+
+def imported(path: Path, modules: set[str]) -> set[str]:
+    """The modules `path` imports (and so the packages above them, whose __init__ runs first)."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package.split(".")[:len(package.split(".")) - node.level + 1], base]).strip(".")
+            names.add(base)
+            names |= {f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in modules}
+    found = set()
+    for name in names:
+        parts = name.split(".")
+        found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    files = product_files()
+    return {name: {m for m in imported(path, set(files)) if m in files and m != name} for name, path in files.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node):
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(edges[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_walk_sees_the_product_and_its_imports():
+    edges = graph()
+    assert {"operations.basics.gathering", "operations.server.unit", "operations.gpu.facts", "deploy"} <= set(edges)
+    assert "operations.basics.gathering" in edges["operations.deployment.preflight"]
+    assert "operations.server" in edges["operations.server.unit"]  # a submodule's package runs first
+
+
+def test_no_import_cycle_in_the_product():
+    assert cycles(graph()) == []
+
+
+def test_the_basics_import_no_subject():
+    for name, imports in graph().items():
+        if name.startswith("operations.basics"):
+            subjects = sorted(m for m in imports if m.startswith("operations.") and not m.startswith("operations.basics"))
+            assert subjects == [], f"{name} imports {subjects}"
+
+
+def test_no_product_module_imports_a_test_or_the_lab():
+    for name, path in product_files().items():
+        foreign = sorted(m for m in imported(path, set()) if m.split(".")[0] in NOT_PRODUCT)
+        assert foreign == [], f"{name} imports {foreign}"
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

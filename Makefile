@@ -9,7 +9,7 @@ HOSTS ?= pcie=1,b200=1,gateway=1
 # network (lab/group_data/lab.py), so they need one.
 DEMO_KEY ?= lab-demo-key-not-a-secret
 
-.PHONY: demo test deps venv lab-up lab-down lab-status bench clean
+.PHONY: demo test deps venv lab-up lab-down lab-status speed bench clean
 
 # Debian packages the lab needs on the controller (nspawn, debootstrap, ssh, venv; apt-utils
 # and gpg build the lab's signed NVIDIA apt repository).
@@ -48,8 +48,12 @@ demo: lab-up
 test: deps venv
 	$(PY) -m pytest tests; rc=$$?; $(LAB) down >/dev/null; exit $$rc
 
-bench: deps venv
-	$(PY) -m bench
+# The toolkit's own speed series (speed/README.md); the serving benchmark users run is bench.py.
+speed: deps venv
+	$(PY) -m speed
+
+bench:
+	@echo "make bench is now make speed (the toolkit's speed series); the serving benchmark is bench.py" >&2; exit 2
 
 clean: lab-down
 	rm -rf $(VENV) build

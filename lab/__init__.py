@@ -7,7 +7,7 @@ Stand-ins (labelled as such in their own files): the GPU itself (an
 output) and the SGLang engine (a ``sglang`` distribution that parses the real
 0.5.23 flag list and serves the real endpoints with deterministic output).
 
-The lab's API, shared by ``python -m lab``, the tests and ``bench/``: ``up()``,
+The lab's API, shared by ``python -m lab``, the tests and ``speed/``: ``up()``,
 ``down()``, ``status()``. Deploy onto it with ``pyinfra lab/inventory.py deploy.py``.
 """
 

@@ -38,7 +38,7 @@ STANDIN_BUILDS = {
     "0.5.23+lab": ("flags_0_5_23.json", True),
     "0.5.23+lab.ddtree29907": ("flags_0_5_23_ddtree.json", False),
 }
-# huggingface_hub's CLI for the download benchmark (bench/p3.py, P3b), installed as a deploy installs a
+# huggingface_hub's CLI for the download benchmark (speed/p3.py, P3b), installed as a deploy installs a
 # locked release: exactly the files of the committed hash lock, so --require-hashes passes.
 HUB_LOCK = Path(__file__).resolve().parent.parent / "operations" / "python" / "locks" / "huggingface_hub==2.4.0.txt"
 HUB_REQUIREMENTS = ["--require-hashes", "-r", str(HUB_LOCK)]

@@ -15,7 +15,7 @@ os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT"):
     os.environ.pop(var, None)
 
-from bench.repos import build_bench_repo  # noqa: E402
+from speed.repos import build_bench_repo  # noqa: E402
 from lab import repos  # noqa: E402
 from lab.hub import read_request_log, start_hub  # noqa: E402
 

@@ -5,7 +5,7 @@ into them: it resolves and links a wheel set in parallel, where pip runs ensurep
 venv and installs file by file. It also provides Python 3.11 where the system's python3 is older
 (Ubuntu 22.04's 3.10), from python-build-standalone, each build checked against the sha256 uv
 carries. pip stays the fallback on a host whose machine has no uv wheel in the lock (anything but
-x86_64 and aarch64): there `python3 -m venv` and pip build the venv, as before uv.
+x86_64 and aarch64): there `python3 -m venv` and pip build the venv.
 """
 
 import hashlib

@@ -30,7 +30,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from bench.repos import build_bench_repo
+from speed.repos import build_bench_repo
 from lab import repos
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
 from lab.hub import bytes_served, read_request_log, set_faults

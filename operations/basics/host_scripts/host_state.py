@@ -4,7 +4,7 @@ in one Python start.
 Usage: host_state.py REQUESTS, where REQUESTS is JSON [[fact, {argument: value}, "module.function",
 how], ...]: each fact the deploy's operations read, with the function of a host program that answers
 it (operations/basics/gathering.py sends those programs along). Each function prints, as a list of
-lines, what that fact's own shell command prints, so the fact's process() parses them as before;
+lines, what that fact's own shell command prints, so the fact's process() parses them alike;
 None where it cannot answer exactly (the controller then runs that fact's own command). `how` is
 "fork" for an answer that forks (run before any thread starts), "background" for one that waits on
 something else (run in a thread meanwhile), else "inline". Prints one JSON list, in the order asked:

@@ -3,7 +3,7 @@ libraries, flashinfer, sglang-kernel, ... 207 wheels, ~4 GB) into a fresh venv o
 deploy's installer (the commands `operations.venv.requirement` yields: uv, hash-checked against the
 committed lock) against plain `python3 -m venv` + `pip install` of the same lock, with hashes.
 
-Not part of `make test` (it moves several GB): `python -m bench P6`. The wheels are downloaded once
+Not part of `make test` (it moves several GB): `python -m speed P6`. The wheels are downloaded once
 from PyPI on the controller, for the hosts' platform, into SPECFLEET_CACHE or /var/cache/specfleet
 (`sglang-0.5.23-index/wheels`), and served to the host by the lab's index code on a port of its own.
 Each install starts from nothing: no venv, no uv cache, pip without its cache; the venv is removed
@@ -18,9 +18,9 @@ import sys
 import time
 
 import lab
-from bench import labctl
-from bench.common import against_target, fmt, log, ratio_summary, summary, write_result
-from bench.p4 import host_cpu
+from speed import labctl
+from speed.common import against_target, fmt, log, ratio_summary, summary, write_result
+from speed.p4 import host_cpu
 from lab import fleet
 from lab.config import CONTROLLER_IP, INDEX_URL
 from lab.index import HOST_TARGET, start_index

@@ -13,8 +13,8 @@ import time
 from collections import defaultdict
 
 import lab
-from bench import labctl
-from bench.common import (against_target, deploy, fmt, log, operation_times, phase_times, ratio_summary, summary,
+from speed import labctl
+from speed.common import (against_target, deploy, fmt, log, operation_times, phase_times, ratio_summary, summary,
                           write_result)
 from lab import fleet
 

@@ -3,7 +3,7 @@ curl (P3) and against huggingface_hub's own `hf download` (P3b), measured side b
 
 The repo: lab/bench-2g-64 (2 GiB in 64 shards) as the deploy's target (its drafter
 comes along, as in any deploy). Each round, on one host, in alternating order:
-  deploy:   the deploy's weights stage (bench/weights_deploy.py) into an emptied weights_dir;
+  deploy:   the deploy's weights stage (speed/weights_deploy.py) into an emptied weights_dir;
             timed as the Weights operation's wall time (primary) and the whole run;
   curl:     the same files (target and drafter) from the same hub's resolve URLs, following
             the CDN redirect as huggingface_hub does, 8 at a time (xargs -P8, huggingface_hub's
@@ -23,8 +23,8 @@ import os
 import shlex
 
 import lab
-from bench import labctl, repos
-from bench.common import against_target, deploy, fmt, log, operation_times, ratio_summary, summary, write_result
+from speed import labctl, repos
+from speed.common import against_target, deploy, fmt, log, operation_times, ratio_summary, summary, write_result
 from lab import fleet
 from lab.config import HUB_URL, INDEX_URL, TOKEN_GRANTED
 from lab.repos import KIMI_DFLASH
@@ -148,7 +148,7 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
             if kind == "deploy":
                 fleet.ssh(host, f"rm -rf {WEIGHTS_DIR}")
                 run = deploy("--limit", host.name, group_data=override,
-                             deploy_file="bench/weights_deploy.py").check()
+                             deploy_file="speed/weights_deploy.py").check()
                 times["deploy_op"].append(operation_times(run)["operations"]["Weights"])
                 times["deploy_run"].append(run.seconds)
             else:

@@ -1,6 +1,6 @@
 """Benchmark repos in this lab's hub store, served to the deploy through group_data mirrors.
 
-`python -m bench.repos --store STORE --repo ID --total-bytes N --shards K` writes one and prints its commit.
+`python -m speed.repos --store STORE --repo ID --total-bytes N --shards K` writes one and prints its commit.
 """
 
 import argparse
@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench.common import WORK
+from speed.common import WORK
 from lab.repos import file_entry, readme, repo_dir, safetensors_header, seeded_bytes, to_json, write_files, \
     write_manifest
 from lab.services import HUB_STORE
@@ -96,7 +96,7 @@ def target_override(name: str, repo_id: str, commit: str, weights_dir: str) -> P
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.repos", description="write one benchmark repo and "
+    parser = argparse.ArgumentParser(prog="python -m speed.repos", description="write one benchmark repo and "
                                      "print its commit sha")
     parser.add_argument("--store", required=True, type=Path)
     parser.add_argument("--repo", required=True)

@@ -1,7 +1,7 @@
 """P1: a no-op re-run of the full deploy on 3 lab hosts, against the floor.
 
 The floor is a pyinfra run on the same hosts that only connects and reads one fact
-(bench/floor_deploy.py: `host.get_fact(server.Hostname)`); `pyinfra ... fact
+(speed/floor_deploy.py: `host.get_fact(server.Hostname)`); `pyinfra ... fact
 server.Hostname` is timed too, for reference. Each round times the three runs back
 to back (the order rotates), and the ratio is taken within a round. One extra
 `--debug` no-op run counts the SSH commands each host gets, by operation and fact.
@@ -13,7 +13,7 @@ import lab
 import statistics
 import time
 
-from bench.common import (PYINFRA, TOKEN, against_target, changed_operations, count_commands, deploy,
+from speed.common import (PYINFRA, TOKEN, against_target, changed_operations, count_commands, deploy,
                           extract_commands, fmt, log, operation_times, phase_times, ratio_summary, run_timed, summary,
                           write_result)
 from lab import fleet
@@ -23,7 +23,7 @@ TARGET = 2.0
 
 
 def floor_run():
-    return deploy(deploy_file="bench/floor_deploy.py").check()
+    return deploy(deploy_file="speed/floor_deploy.py").check()
 
 
 def fact_run():
@@ -31,8 +31,8 @@ def fact_run():
 
 
 def lean_run():
-    """bench/lean_noop_deploy.py: the no-op's fact commands, each once, in one command per host."""
-    return deploy(deploy_file="bench/lean_noop_deploy.py").check()
+    """speed/lean_noop_deploy.py: the no-op's fact commands, each once, in one command per host."""
+    return deploy(deploy_file="speed/lean_noop_deploy.py").check()
 
 
 def noop_run():
@@ -45,13 +45,13 @@ def noop_run():
 
 def cost_model(rounds: int = 3) -> dict:
     """Seconds one SSH round trip and one operation add to a run (3 hosts in parallel), from
-    bench/roundtrip_deploy.py: 1 operation of 0 commands, 1 of 30 commands, 13 of 0 commands."""
+    speed/roundtrip_deploy.py: 1 operation of 0 commands, 1 of 30 commands, 13 of 0 commands."""
     variants = {"base": (1, 0), "commands_30": (1, 30), "operations_13": (13, 0)}
     times = {k: [] for k in variants}
     for _ in range(rounds):
         for key, (ops, commands) in variants.items():
             run = deploy("--data", f"bench_ops={ops}", "--data", f"bench_commands={commands}",
-                         deploy_file="bench/roundtrip_deploy.py").check()
+                         deploy_file="speed/roundtrip_deploy.py").check()
             times[key].append(run.seconds)
     per_command = [(c - b) / 30 for c, b in zip(times["commands_30"], times["base"])]
     per_operation = [(o - b) / 12 for o, b in zip(times["operations_13"], times["base"])]
@@ -96,10 +96,10 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     log("P1: --debug no-op run to count SSH commands")
     debug = deploy("--debug").check()
     commands = count_commands([line for _, line in debug.lines])
-    floor_debug = deploy("--debug", deploy_file="bench/floor_deploy.py").check()
+    floor_debug = deploy("--debug", deploy_file="speed/floor_deploy.py").check()
     floor_commands = count_commands([line for _, line in floor_debug.lines])
     log("P1: CPU the no-op costs the hosts; cost of one round trip and of one operation; each command timed")
-    from bench.p4 import host_cpu
+    from speed.p4 import host_cpu
     lab_hosts = fleet.read_fleet()
     cpu_noop, cpu_idle = [], []
     for _ in range(3):
@@ -146,7 +146,7 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5"))) -> dict:
     print(f"P1 floor          {fmt(result['floor_s'])}")
     print(f"P1 fact CLI       {fmt(result['fact_cli_s'])}")
     print(against_target("P1 ratio         ", ratio, TARGET))
-    print(f"P1 what-if: the same fact commands, each once, in 1 command per host (bench/lean_noop_deploy.py): "
+    print(f"P1 what-if: the same fact commands, each once, in 1 command per host (speed/lean_noop_deploy.py): "
           f"{fmt(result['what_if_one_command_per_host_s'])}, ratio {fmt(result['what_if_ratio'], '')}")
     print(f"P1 phases (median s): {median_phase}")
     print(f"P1 floor phases (median s): {result['floor_phases_median_s']}")

@@ -2,7 +2,7 @@
 
 Both repos (2 GiB each, lab/bench-2g-64 and lab/bench-2g-2) are built in this lab's
 hub store and downloaded once, each as the deploy's target into its own weights_dir,
-on one host. Then each round runs the deploy's weights stage (bench/weights_deploy.py:
+on one host. Then each round runs the deploy's weights stage (speed/weights_deploy.py:
 the hub snapshot, fact WeightsState, noop) for both, in alternating order. Reported:
 the Weights operation's wall time (primary), the whole weights-stage run, and the
 WeightsState command itself timed on the host (20 runs in one SSH session) - plus,
@@ -13,8 +13,8 @@ import json
 import os
 
 import lab
-from bench import repos
-from bench.common import (against_target, changed_operations, deploy, fmt, log, operation_times, ratio_summary, summary,
+from speed import repos
+from speed.common import (against_target, changed_operations, deploy, fmt, log, operation_times, ratio_summary, summary,
                           write_result)
 from lab import fleet
 from lab.repos import KIMI_DFLASH
@@ -46,14 +46,14 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "5")) * 2) -> dict:
         dirs[key] = {f"{weights_dir}/moonshotai--Kimi-K2.6": repos.listing(repo_id),
                      f"{weights_dir}/z-lab--Kimi-K2.6-DFlash": repos.listing(KIMI_DFLASH)}
         log(f"P2: downloading it on {host.name} (once; kept for later runs)")
-        deploy("--limit", host.name, group_data=overrides[key], deploy_file="bench/weights_deploy.py").check()
+        deploy("--limit", host.name, group_data=overrides[key], deploy_file="speed/weights_deploy.py").check()
 
     op_s = {k: [] for k in LAYOUTS}
     run_s = {k: [] for k in LAYOUTS}
     for r in range(rounds):
         for key in (["64", "2"] if r % 2 == 0 else ["2", "64"]):
             run = deploy("--limit", host.name, group_data=overrides[key],
-                         deploy_file="bench/weights_deploy.py").check()
+                         deploy_file="speed/weights_deploy.py").check()
             if changed_operations(run):
                 raise RuntimeError(f"P2: the weights stage of the {key}-shard repo was not a no-op")
             op_s[key].append(operation_times(run)["operations"]["Weights"])

@@ -1,5 +1,5 @@
-"""python -m bench [ID ...]: run the toolkit benchmarks (all, or the ones named), print their
-figures and write them to bench/results/ID.json. Runs against the lab selected by
+"""python -m speed [ID ...]: run the toolkit benchmarks (all, or the ones named), print their
+figures and write them to speed/results/ID.json. Runs against the lab selected by
 SPECFLEET_LAB_ID, booting the hosts each benchmark needs. BENCH_ROUNDS sets repetitions."""
 
 import importlib
@@ -8,7 +8,7 @@ import time
 
 BENCHMARKS = ["P1", "P1b", "P2", "P3", "P3b", "P4", "P5"]
 MEASURED_BY = {"P3b": "P3"}  # figures measured side by side in another benchmark's run
-SEPARATE = ["P6"]  # moves several GB: run on its own, `python -m bench P6`
+SEPARATE = ["P6"]  # moves several GB: run on its own, `python -m speed P6`
 
 
 def main(argv: list[str]) -> int:
@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
         ran.add(runner)
         started = time.monotonic()
         try:
-            importlib.import_module(f"bench.{runner.lower()}").main()
+            importlib.import_module(f"speed.{runner.lower()}").main()
         except (Exception, SystemExit) as error:  # one failing benchmark (or lab start) does not stop the others
             print(f"{bench_id} failed: {error}", file=sys.stderr)
             failed.append(bench_id)

@@ -17,7 +17,7 @@ import subprocess
 from collections import defaultdict
 
 import lab
-from bench.common import (PYINFRA, REPO, TOKEN, against_target, changed_operations, deploy, fmt, log, ratio_summary,
+from speed.common import (PYINFRA, REPO, TOKEN, against_target, changed_operations, deploy, fmt, log, ratio_summary,
                           summary, write_result)
 
 SPEC = "pcie=8"

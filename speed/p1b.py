@@ -1,7 +1,7 @@
 """P1b: the no-op deploy (P1) against Ansible running an equivalent no-op playbook on the same hosts.
 
 ansible-core comes from PyPI into its own venv (build/ansible-venv, installed once).
-bench/ansible/noop.yml makes the same checks as the no-op deploy: preflight facts, the
+speed/ansible/noop.yml makes the same checks as the no-op deploy: preflight facts, the
 persistence daemon, service user, token file, API key, both virtualenvs' versions and
 requirement fingerprints, host scripts, weights manifests (the deploy's own state script),
 the SGLang env and unit files (the deployed files, checksummed by Ansible's copy), the
@@ -17,13 +17,13 @@ import sys
 from pathlib import Path
 
 import lab
-from bench.common import (BENCH, REPO, TOKEN, WORK, against_target, deploy, fmt, log, ratio_summary,
+from speed.common import (BENCH, REPO, TOKEN, WORK, against_target, deploy, fmt, log, ratio_summary,
                           run_timed, summary, write_result)
-from bench.p1 import SPEC, noop_run
+from speed.p1 import SPEC, noop_run
 from lab import fleet
 from lab.repos import KIMI, KIMI_DFLASH, repo_dir
 from lab.services import HUB_STORE
-from bench.repos import listing
+from speed.repos import listing
 from operations.basics.host_programs import program
 from operations.python.venv import fingerprint
 
@@ -124,7 +124,7 @@ def main(rounds: int = min(int(os.environ.get("BENCH_ROUNDS", "5")), 3)) -> dict
         pyinfra_s_pipe = [noop_run().seconds]
 
     result = {
-        "measure": "no-op deploy.py (pyinfra) / equivalent no-op Ansible playbook (bench/ansible/noop.yml), 3 hosts",
+        "measure": "no-op deploy.py (pyinfra) / equivalent no-op Ansible playbook (speed/ansible/noop.yml), 3 hosts",
         "hosts": SPEC, "target": f"<= {TARGET}", "rounds": rounds, "ansible": version,
         "pyinfra_noop_s": summary(pyinfra_s), "ansible_noop_s": summary(ansible_s),
         "ratio": ratio_summary(pyinfra_s, ansible_s),

@@ -13,13 +13,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BENCH = REPO / "bench"
+BENCH = REPO / "speed"
 RESULTS = BENCH / "results"
 PYINFRA = REPO / ".venv" / "bin" / "pyinfra"
 if not PYINFRA.exists():
     PYINFRA = Path(sys.executable).parent / "pyinfra"
 TOKEN = "hf_lab_granted"
-WORK = REPO / "build" / "bench"  # scratch: group_data overrides, logs
+WORK = REPO / "build" / "speed"  # scratch: group_data overrides, logs
 
 sys.path.insert(0, str(REPO))
 

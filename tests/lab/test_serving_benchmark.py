@@ -13,8 +13,8 @@ from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, results_table, run_deplo
 pytestmark = pytest.mark.lab
 
 
-def run_bench(host, *data: str) -> subprocess.CompletedProcess:
-    command = [str(PYINFRA), "-y", LAB_INVENTORY, "bench.py", "--limit", host.name,
+def run_bench(host, *data: str, inventory: str = LAB_INVENTORY) -> subprocess.CompletedProcess:
+    command = [str(PYINFRA), "-y", inventory, "bench.py", "--limit", host.name,
                *(arg for item in data for arg in ("--data", item))]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     result.output = result.stdout + result.stderr
@@ -22,11 +22,18 @@ def run_bench(host, *data: str) -> subprocess.CompletedProcess:
 
 
 def test_bench_refuses_a_host_behind_a_gateway_unless_forced(deployed_lab, pcie_host):
-    refused = run_bench(pcie_host, "gateway=http://10.0.0.1:30000", "modes=nope")
+    refused = run_bench(pcie_host, "modes=nope")
     assert refused.returncode != 0 and "modes='nope'" in refused.output  # knobs are checked first
-    refused = run_bench(pcie_host, "gateway=http://10.0.0.1:30000")
+    # The lab's inventory with a gateway host serving the lab's model (never connected to: --limit).
+    behind = REPO / "build" / "inventory_behind_gateway.py"
+    behind.parent.mkdir(exist_ok=True)
+    behind.write_text("from lab.inventory import *  # noqa: F401,F403
+"
+                      "gateway = [('gw-elsewhere', {'ssh_hostname': '10.0.0.1', 'gateway_bind_address': '0.0.0.0'})]
+")
+    refused = run_bench(pcie_host, inventory=str(behind.relative_to(REPO)))
     assert refused.returncode != 0, refused.output[-2000:]
-    assert "the gateway http://10.0.0.1:30000 routes requests to this host" in refused.output
+    assert "the gateway gw-elsewhere routes requests to this host" in refused.output
     assert "--data force=true" in refused.output
     assert "Starting operation: Benchmark client" not in refused.output
 

@@ -460,6 +460,7 @@ def test_sigterm_to_the_main_process_drains_then_exits_0(start, models):
     s.wait_ready()
     request = InFlight(s, 800)  # ~6 s
     time.sleep(0.3)
+    s.proc.send_signal(signal.SIGTERM)  # twice at once, as systemd and the unit's launcher both send it
     s.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     assert s.get("/health")[0] == 503 and s.get("/health_generate")[0] == 503 and s.get("/ready")[0] == 503

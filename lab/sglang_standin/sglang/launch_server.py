@@ -49,7 +49,7 @@ from sglang import rendezvous, speed_model
 from sglang.srt.entrypoints import engine
 from sglang.srt.managers.tokenizer_manager import ClientGone, TokenizerManager
 from sglang.srt.server_args import prepare_server_args
-from sglang.srt.utils import SubprocessWatchdog, kill_process_tree, log, read_knobs
+from sglang.srt.utils import SignalLoop, SubprocessWatchdog, kill_process_tree, log, read_knobs
 
 READY_LINE = "The server is fired up and ready to roll!"
 # Never echoed: the real server does not print these either.
@@ -468,7 +468,7 @@ def serve_other_node(args, config: dict, links: dict) -> None:
                 pass
 
     rendezvous.watch(links, on_shutdown=stop_schedulers)
-    signal.signal(signal.SIGTERM, lambda signum, frame: log(
+    SignalLoop().add(signal.SIGTERM, lambda _signum: log(
         f"SIGTERM received on node_rank {args.node_rank}; waiting for the rank-0 ShutdownReq broadcast "
         "to stop the schedulers."))
     for process in procs.schedulers:
@@ -490,7 +490,8 @@ def main(argv: list[str]) -> None:
     config = scheduler_config(args, accept_length(args))
 
     # Launch phase: SIGQUIT kills the tree (engine.py:1971-1982).
-    signal.signal(signal.SIGQUIT, lambda signum, frame: kill_process_tree(os.getpid()))
+    signals = SignalLoop()
+    signals.add(signal.SIGQUIT, lambda _signum: kill_process_tree(os.getpid()))
     links = {}
     if args.nnodes > 1:
         # Several nodes: rank 0 serves only once every rank joined; the others serve nothing.
@@ -502,7 +503,7 @@ def main(argv: list[str]) -> None:
 
     procs = engine.launch(args.tp_size, args.nnodes, 0, config)
     tm = TokenizerManager(procs.to_scheduler, procs.receivers, procs.schedulers)
-    signal.signal(signal.SIGQUIT, tm.sigquit_handler)
+    signals.add(signal.SIGQUIT, tm.sigquit_handler)
     # The real watchdog starts once the schedulers are ready; before that a scheduler that fails
     # sends SIGQUIT itself, to the same end.
     tm.subprocess_watchdog = SubprocessWatchdog(*procs.processes)
@@ -542,18 +543,18 @@ def main(argv: list[str]) -> None:
 
     def on_sigterm(signum, frame):
         if tm.running_phase:
-            tm.sigterm_handler(signum, frame)
+            signals.post(tm.sigterm_handler, signum)
         else:  # no handler yet: the default action, the children follow by PR_SET_PDEATHSIG
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
-    def on_sigint(signum, frame):
+    def on_sigint(_signum):
         if stop["reason"] == "sigint":
             stop["force"] = True
         else:
             stop_http("sigint")
     signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGINT, on_sigint)
+    signals.add(signal.SIGINT, on_sigint)
 
     httpd.serve_forever()
     # uvicorn's shutdown: stop accepting, close idle connections, wait for the requests in flight.

@@ -4,6 +4,7 @@ and srt/utils/watchdog.py (paths inside the 0.5.23 wheel), plus the lab's fault 
 import ctypes
 import json
 import os
+import queue
 import signal
 import sys
 import threading
@@ -116,6 +117,29 @@ class SubprocessWatchdog:
                     "Triggering SIGQUIT for cleanup...")
                 os.kill(os.getpid(), signal.SIGQUIT)
                 return
+
+
+class SignalLoop:
+    """Runs signal handlers on a thread of their own, as SGLang's run in its event loop
+    (loop.add_signal_handler, tokenizer_manager.py:2440-2462: called without arguments). The
+    handler Python runs on the main thread only queues the signal (SimpleQueue.put is reentrant),
+    so a signal that arrives twice at once, as SIGTERM does from systemd and from the unit's
+    launcher, runs its handler twice in turn instead of inside itself."""
+
+    def __init__(self):
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, daemon=True, name="signal-loop").start()
+
+    def add(self, signum: int, handler) -> None:
+        signal.signal(signum, lambda number, frame: self.post(handler, number))
+
+    def post(self, handler, signum: int) -> None:
+        self.queue.put((handler, signum))
+
+    def _run(self) -> None:
+        while True:
+            handler, signum = self.queue.get()
+            handler(signum)
 
 
 def hang() -> None:

@@ -179,13 +179,13 @@ class TokenizerManager:
         self.running_phase = True
         threading.Thread(target=self.sigterm_watchdog, daemon=True, name="sigterm_watchdog").start()
 
-    def sigterm_handler(self, signum, frame) -> None:
-        log(f"SIGTERM received. signum={signum} frame={frame}. Draining requests and shutting down...")
+    def sigterm_handler(self, _signum=None) -> None:
+        log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
         self.gracefully_exit = True
 
-    def sigquit_handler(self, signum, frame) -> None:
+    def sigquit_handler(self, _signum=None) -> None:
         if self.running_phase:
-            log(f"SIGQUIT received. signum={signum}, frame={frame}. It usually means one child failed.")
+            log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
         if self.subprocess_watchdog is not None:
             self.subprocess_watchdog.stop()
         kill_process_tree(os.getpid())

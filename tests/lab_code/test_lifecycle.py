@@ -20,9 +20,11 @@ def test_up_twice_leaves_the_same_two_hosts_then_down_leaves_nothing():
     assert status.count("running") >= 2 + len(services.SERVICES), status  # two hosts plus the servers
 
     lab_cli("down")
-    nspawn = subprocess.run(["pgrep", "-f", "systemd-nspawn.*--machine=lab-"], capture_output=True)
+    machines = [h.machine for h in fleet.parse_spec(fleet.DEFAULT_SPEC)]  # this lab's, not another lab's
+    nspawn = subprocess.run(["pgrep", "-f", f"systemd-nspawn.*--machine=({'|'.join(machines)}) "], capture_output=True)
     assert nspawn.stdout == b"", "an nspawn process outlived `down`"
-    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
-    assert BRIDGE not in links and "vb-lab-" not in links, links
+    links = [line.split()[0].split("@")[0] for line in
+             subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout.splitlines()]
+    assert BRIDGE not in links and not {f"vb-{m}"[:15] for m in machines} & set(links), links
     assert set(services.status().values()) == {"stopped"}
     assert not fleet.HOSTS_DIR.exists() or not any(fleet.HOSTS_DIR.iterdir()), "host roots left"

@@ -86,7 +86,9 @@ def fabric_manager():
         yield fail_host([f"{host.name}: no NVIDIA driver is loaded: fabric manager must match the driver's version exactly"])
         return
     fabric = gathering.read(NvidiaFabric)
-    nvlink5 = any((gpu.get("compute_capability") or "").startswith("10.") for gpu in gathering.read(NvidiaGpus) or [])
+    gpus = gathering.read(NvidiaGpus)
+    nvlink5 = any((gpu.get("compute_capability") or "").startswith("10.") for gpu in
+                  (gpus if isinstance(gpus, list) else []))
 
     manager = fabric["units"].get("nvidia-fabricmanager", {})
     wanted = packages.fabric_packages(driver["version"], nvlink5, fabric["packages"])

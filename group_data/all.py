@@ -97,6 +97,9 @@ install_driver = False  # True: install the open-module driver branch below (reb
 driver_branch = "580"
 # NVIDIA's apt repositories (the driver, fabric manager, nvlsm), per OS release and architecture below it.
 nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos"
+# True: accept a plain-HTTP nvidia_repo_url. Its keyring then travels unprotected, and whoever swaps it
+# can sign any package apt installs as root.
+allow_http_nvidia_repo = False
 allow_branch_revisions = False  # True: a branch revision only warns (the weights follow the branch)
 # The GPU smoke test's engine: None runs its own torch.distributed + NCCL workers in the SGLang
 # venv; an absolute path names another program printing the same measurements (the lab's stand-in).

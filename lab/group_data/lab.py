@@ -13,6 +13,7 @@ from lab.index import standin_requirement
 hf_endpoint = config.HUB_URL
 pip_index_url = config.INDEX_URL
 nvidia_repo_url = config.APT_URL  # the lab's signed stand-in of NVIDIA's repository (lab/apt_repo.py)
+allow_http_nvidia_repo = True  # the lab's repository is served over plain HTTP on the lab network
 
 # The real repos and SGLang builds, as the lab serves them (commits: lab/repos.py builds
 # these exact bytes; tests/unit/test_deployment.py::test_lab_pins_are_the_commits_the_lab_hub_builds

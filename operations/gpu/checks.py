@@ -142,8 +142,9 @@ def _check_driver(where: str, tag: str, expected: GpuExpectations, driver: dict 
         )
     if expected.open_kernel_module and driver.get("open_kernel_module") is False:
         problems.append(
-            f"{where} the open NVIDIA kernel module {tag}, found the proprietary one: install the "
-            f"nvidia-open-{max(major or 0, wanted)} packages and reboot; these GPUs do not work with the proprietary module"
+            f"{where} the open NVIDIA kernel module {tag}, found the proprietary one: install the open driver of "
+            f"branch {max(major or 0, wanted)} (set install_driver to let the deploy do it) and reboot; these GPUs "
+            "do not work with the proprietary module"
         )
     return problems
 

@@ -30,7 +30,9 @@ from operations.server.config import Server, Speculative
 from operations.basics import knobs
 from operations.basics.failing import fail_host
 from operations.basics.knobs import BadHostData
+from operations.gpu import smoke as gpu_smoke
 from operations.gpu.facts import NvidiaGpus
+from operations.gpu.smoke import SmokeTest
 from operations.server import readiness
 from operations.server.flags import DDTREE_TARGET_BACKENDS, rejection, server_args
 from operations.basics.templates import render
@@ -207,7 +209,7 @@ def client_tokenizer(server: Server, source: str) -> list[str]:
 
 
 @operation(is_idempotent=False)
-def sweep(server: Server, plan: Plan):
+def sweep(server: Server, plan: Plan, smoke: SmokeTest | None = None):
     """
     Serve each mode in turn, run the client at each concurrency, bring the results back, restore.
 
@@ -217,13 +219,16 @@ def sweep(server: Server, plan: Plan):
 
     + server: the host's server (its class is recorded in the summary)
     + plan: modes, concurrency levels, workload, results directory, baseline
+    + smoke: the host's GPU smoke test, whose P2P decision the unit's environment holds (``smoke.decided_env``)
 
     **Example:**
 
     .. code:: python
 
-        sweep.sweep(name="Benchmark sweep", server=deployment.server, plan=sweep.plan(host.data))
+        sweep.sweep(name="Benchmark sweep", server=d.server, plan=sweep.plan(host.data), smoke=d.smoke)
     """
+    if smoke is not None:  # the environment the deployed unit has, P2P decision included
+        server = dataclasses.replace(server, env={**server.env, **gpu_smoke.decided_env(smoke)})
     modes = {}
     for mode in plan.modes:
         args = mode_args(server, mode)

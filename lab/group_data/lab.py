@@ -38,9 +38,9 @@ ready_timeout_s = 60  # the stand-in is ready in about a second
 # The benchmark client (bench.py) cannot load the tiny models' tokenizers: a stand-in one.
 bench_tokenizer = "lab/sglang_standin/bench_tokenizer"
 
-# LAB STAND-IN for the GPU smoke test's torch + NCCL (the lab has neither): it answers from the
-# host's GPU profile (lab/host_files/usr/lib/specfleet-lab/gpu-allreduce-standin).
-gpu_smoke_engine = "/usr/lib/specfleet-lab/gpu-allreduce-standin"
+# The stand-in all-reduce (the lab's torch, lab/gpu_standin/torch) starts in seconds: a hung P2P attempt
+# is given up after 20 s.
+gpu_smoke_timeout_s = 60
 
 # The lab's one server over two nodes (SPECFLEET_LAB_NODE_GROUP, lab/inventory.py): TP 16 over two
 # 8-GPU stand-in hosts, on the lab network (each host's interface to it is nspawn's host0).

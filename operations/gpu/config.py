@@ -25,6 +25,9 @@ class GpuExpectations:
     open_kernel_module: bool
     fabric_manager: bool  # NVSwitch boards
     allreduce_floor_gbps: int  # GB/s: the GPU smoke test's all-reduce bus bandwidth floor (smoke.py)
+    # GB/s: below it, PCIe peer-to-peer is turned off for the host (smoke.py); None: P2P is the
+    # interconnect (NVLink), never turned off
+    p2p_floor_gbps: int | None
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ def expected_gpus(values: dict) -> GpuExpectations:
         fabric_manager=knobs.boolean("expected_gpus fabric_manager", values["fabric_manager"]),
         allreduce_floor_gbps=knobs.integer("expected_gpus allreduce_floor_gbps", values["allreduce_floor_gbps"],
                                            minimum=1),
+        p2p_floor_gbps=None if values["p2p_floor_gbps"] is None else knobs.integer(
+            "expected_gpus p2p_floor_gbps", values["p2p_floor_gbps"], minimum=1),
     )
 
 

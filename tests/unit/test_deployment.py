@@ -27,7 +27,9 @@ def test_each_class_gets_its_backends_and_environment():
     b200 = resolve(host_data("b200_nvlink"), "b200_nvlink").server
     assert (pcie.server.attention_backend, pcie.server.draft_attention_backend) == ("flashinfer", "flashinfer")
     assert (b200.attention_backend, b200.draft_attention_backend) == ("trtllm_mla", "fa4")
-    assert pcie.server.env["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_DISABLE" not in b200.env
+    # P2P is each host's, decided by its GPU smoke test against the PCIe class's P2P floor (smoke.decided_env).
+    assert "NCCL_P2P_DISABLE" not in pcie.server.env and "NCCL_P2P_DISABLE" not in b200.env
+    assert pcie.smoke.expected.p2p_floor_gbps == 30
     assert pcie.weights.target.local_dir == pcie.server.model_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6"
 
 

@@ -12,7 +12,9 @@ from operations.deployment import resolve
 from operations.basics.file_states import FileStates
 from operations.basics.units import ServiceState
 from operations.server.flags import SGLangRejects
-from tests.unit.fakehost import failure, run
+from pyinfra.context import ctx_host
+
+from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
 
 D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
@@ -94,3 +96,31 @@ def test_system_user_reads_home_and_cache_owner():
         {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang"}
     assert ownership.SystemUser().process(["/home/sglang no -"]) == \
         {"home": "/home/sglang", "home_exists": False, "cache_owner": None}
+
+
+def test_the_smoke_tests_p2p_decision_is_in_the_unit_and_a_restart_input():
+    """The decision reaches the unit only through smoke.decided_env, read from the host's smoke record:
+    P2P turned off on this host changes the environment file, so the unit restarts; a record that keeps
+    P2P leaves the current unit as it is."""
+    from operations.deployment import resolve as resolve_deployment
+    from operations.gpu import smoke
+    from operations.gpu.smoke import GpuSmokeRecord
+
+    test = resolve_deployment(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").smoke
+    hung = dict(verdict="passed", p2p=dict(enabled=False, decided_by="measurement", reason="hung"))
+    kept = dict(verdict="passed", p2p=dict(enabled=True, decided_by="measurement"))
+
+    def restart_after_smoke(record):
+        with ctx_host.use(FakeHost({**current(), GpuSmokeRecord: dict(boot_id="b", record=record),
+                                    SGLangRejects: None})):
+            decided = unit.Restart(D, INPUTS, [], decided_env=lambda: smoke.decided_env(test))
+            decided.decision()
+        return decided
+
+    assert restart_after_smoke(kept).decision().restarts is False
+    commands, noops = run(unit.configure, {**current(), GpuSmokeRecord: dict(boot_id="b", record=kept)}, server=D,
+                          restart=unit.Restart(D, INPUTS, [], decided_env=lambda: smoke.decided_env(test)))
+    assert commands == [] and noops == [f"sglang is running its current unit ({INPUTS})"]
+    decided = restart_after_smoke(hung)
+    assert "NCCL_P2P_DISABLE=1\n" in decided.decision().env_text and "NCCL_P2P_DISABLE" not in ENV
+    assert decided.decision().reason == unit.FILES_CHANGED and decided.decision().restarts

@@ -46,7 +46,7 @@ def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_ac
 
 def test_bench_server_environment_is_the_units_without_the_api_key():
     env = unit_environment(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server)
-    assert env["HF_HUB_OFFLINE"] == "1" and env["NCCL_P2P_DISABLE"] == "1"
+    assert env["HF_HUB_OFFLINE"] == "1" and "NCCL_P2P_DISABLE" not in env  # the host's decision: sweep(smoke=...)
     assert "SPECFLEET_API_KEY_FILE" not in env
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -189,6 +190,8 @@ def smoke_test(args) -> dict:
     record = dict(gpus=gpus, driver_version=driver, boot_id=boot_id(), floor_gbps=args.floor_gbps,
                   timeout_s=args.timeout, key=args.key, results=[],
                   measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    # Who measured: the service user, as the deploy runs it (the unit's environment reaches no root process).
+    record["ran_as"] = pwd.getpwuid(os.geteuid()).pw_name
     if gpus == 0:
         return dict(record, verdict="failed", reason="nvidia-smi lists no GPUs: check the driver")
     if gpus == 1:

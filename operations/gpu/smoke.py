@@ -151,7 +151,7 @@ def _run_smoke_test(state, host, command: str, record_path: str) -> bool:
         return False
     # Root writes the record: the test ran as the service user, who cannot write in root's directory.
     written, _ = host.run_shell_command(StringCommand("sh", "-c", QuoteString(_WRITE_RECORD), "record",
-                                                      QuoteString(record_path), _stdin=json.dumps(record)))
+                                                      QuoteString(record_path)), _stdin=json.dumps(record))
     passed = record.get("verdict") in ("passed", "skipped") and written
     host.log_styled(summary(record), fg="green" if passed else "red")
     if line := p2p_line(record, record_path):

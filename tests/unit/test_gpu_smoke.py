@@ -160,3 +160,27 @@ def test_fact_reads_the_record_and_this_boot():
 def test_every_class_has_a_floor_in_its_interconnects_territory():
     for host_class, low, high in [("rtx_pro_6000_pcie", 1, 28), ("b200_nvlink", 64, 313), ("b300_nvlink", 64, 313)]:
         assert low < smoke_test(host_class).expected.allreduce_floor_gbps < high, host_class
+
+
+def test_root_writes_the_record_the_service_users_run_printed_from_stdin():
+    """The record reaches its file on the second command's standard input (the first ran as the service user,
+    who cannot write root's directory); the file is what the run printed, whole."""
+    printed = dict(passed(), p2p=HUNG)
+    calls = []
+
+    class Ran:
+        def __init__(self, lines):
+            self.stdout_lines = lines
+
+    class Host:
+        def run_shell_command(self, command, **kwargs):
+            calls.append((str(command), kwargs))
+            return True, Ran(["NCCL chatter", json.dumps(printed)])
+
+        def log_styled(self, text, **kwargs):
+            calls.append(("log", text))
+
+    assert smoke._run_smoke_test(None, Host(), "cd / && runuser -u sglang -- ...", "/opt/specfleet/gpu-smoke.json")
+    (_, first), (write, kwargs) = calls[0], calls[1]
+    assert first == {} and "/opt/specfleet/gpu-smoke.json" in write and json.loads(kwargs["_stdin"]) == printed
+    assert [text for kind, text in calls[2:]] == [smoke.summary(printed), smoke.p2p_line(printed, "/opt/specfleet/gpu-smoke.json")]

@@ -82,12 +82,11 @@ def resolve(data: Any) -> Gateway:
 
     return Gateway(
         model=served_model_name(data),
-        requirement=knobs.matching("gateway_requirement", data.gateway_requirement, knobs.REQUIREMENT,
-                                   "a pip requirement on one line (e.g. smg==1.13.0)"),
+        requirement=knobs.requirement("gateway_requirement", data.gateway_requirement,
+                                      "a pip requirement on one line (e.g. smg==1.13.0)"),
         service_name=knobs.matching("gateway_service_name", data.gateway_service_name, knobs.UNIT_NAME,
                                     "a unit name (letters, digits, _.-)"),
-        user=knobs.matching("gateway_user", data.gateway_user, knobs.USER_NAME,
-                            "a user name ([a-z_][a-z0-9_-], at most 32)"),
+        user=knobs.service_account("gateway_user", data.gateway_user),
         bind_address=knobs.matching("gateway_bind_address", data.gateway_bind_address, network.ADDRESS,
                                     "an IP address or a host name"),
         port=port("gateway_port"),

@@ -57,11 +57,18 @@ class Gateway:
     def exposed(self) -> bool:
         return not network.is_loopback(self.bind_address)
 
+    @property
+    def prometheus_address(self) -> str:
+        """Where smg's Prometheus port listens: loopback, whatever the gateway's bind address, as it
+        takes no key (smg's --prometheus-host otherwise defaults to the unspecified address of
+        --host's family); Prometheus scrapes it on the same host."""
+        return network.LOOPBACK
+
     def args(self) -> list[str]:
         """smg launch's arguments (the API key is added on the host by launch_smg.py)."""
         h = self.health
         return ["--host", self.bind_address, "--port", str(self.port), "--policy", self.policy,
-                "--prometheus-host", self.bind_address, "--prometheus-port", str(self.prometheus_port),
+                "--prometheus-host", self.prometheus_address, "--prometheus-port", str(self.prometheus_port),
                 "--health-check-endpoint", h["endpoint"],
                 "--health-check-interval-secs", str(h["interval_secs"]),
                 "--health-check-timeout-secs", str(h["timeout_secs"]),

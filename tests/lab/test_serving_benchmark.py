@@ -143,9 +143,11 @@ if "specfleet-bench.service" in _record():
 SITE = "$(ls -d /opt/specfleet/sglang-venv/lib/python3*/site-packages)"
 TARGET = "/srv/specfleet/models/moonshotai--Kimi-K2.6"
 # As root: once the bench unit runs, its rating and whether its server (its mount namespace, its
-# user) may write the weights and its cache.
+# user) may write the weights and its cache. It waits for the unit's transient file, not asking
+# systemd about the unit by name: that would load a not-found unit of that name, which systemd-run
+# then refuses to create ("already loaded").
 WATCH = f"""for i in $(seq 1500); do
-  if [ "$(systemctl is-active specfleet-bench)" = active ]; then
+  if [ -e /run/systemd/transient/specfleet-bench.service ] && [ "$(systemctl is-active specfleet-bench)" = active ]; then
     sleep 1; pid=$(systemctl show -p MainPID --value specfleet-bench)
     systemd-analyze security specfleet-bench --no-pager > /run/specfleet-spy/bench-security.txt 2>&1
     systemd-analyze security sglang --no-pager > /run/specfleet-spy/sglang-security.txt 2>&1

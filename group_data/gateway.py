@@ -17,8 +17,8 @@ gateway_user = "smg"
 # admin routes (POST/DELETE /workers) and is passed on to the workers.
 gateway_bind_address = "127.0.0.1"
 gateway_port = 30080
-# Prometheus text on its own port (smg_worker_health, smg_router_requests_total, ...);
-# unauthenticated like SGLang's /metrics, so bound like the gateway.
+# Prometheus text on its own port (smg_worker_health, smg_router_requests_total, ...); it takes
+# no key, so it listens on 127.0.0.1 only, where the gateway host's Prometheus scrapes it.
 gateway_prometheus_port = 29000
 
 # cache_aware sends a prompt to the worker whose radix cache holds its longest prefix

@@ -51,6 +51,8 @@ def resolve(data: Any, host_class: str, node_members: dict | None = None) -> Dep
     if data.profile not in profiles:
         raise BadHostData(f"profile={data.profile!r} is not one of {', '.join(sorted(profiles))} "
                           "(group_data/all.py profiles)")
+    knobs.matching("profile", data.profile, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
+                   "(a key of group_data/all.py profiles)")
     try:
         return _resolve(data, host_class, data.profile, profiles[data.profile], node_members)
     except (KeyError, TypeError, AttributeError, IndexError) as error:

@@ -105,3 +105,27 @@ def test_gate_fails_on_throughput_or_accept_length_drops_beyond_the_limits():
         report.regressions(summary_of({"1": 100.0}, 4.0), other)
     with pytest.raises(ValueError, match="none of this run's"):
         report.regressions(summary_of({"16": 100.0}, 4.0), baseline)
+
+
+def test_a_level_archive_unpacks_files_only_whatever_the_service_user_left_in_it(tmp_path):
+    """Links (out of the directory or not) and FIFOs are left out; files and directories come back."""
+    import io
+    import os
+    import tarfile
+    from serving_benchmark.sweep import _files_only
+    source = tmp_path / "level"
+    (source / "sub").mkdir(parents=True)
+    (source / "client.log").write_text("log")
+    (source / "sub" / "inner.json").write_text("{}")
+    (source / "shadow").symlink_to("/etc/shadow")
+    (source / "local-link").symlink_to("client.log")
+    os.mkfifo(source / "fifo")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.add(source, arcname=".")
+    (tmp_path / "out").mkdir()
+    buffer.seek(0)
+    with tarfile.open(fileobj=buffer) as archive:
+        archive.extractall(tmp_path / "out", filter=_files_only)
+    found = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*"))
+    assert found == ["client.log", "sub", "sub/inner.json"]

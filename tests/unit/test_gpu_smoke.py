@@ -184,3 +184,11 @@ def test_root_writes_the_record_the_service_users_run_printed_from_stdin():
     (_, first), (write, kwargs) = calls[0], calls[1]
     assert first == {} and "/opt/specfleet/gpu-smoke.json" in write and json.loads(kwargs["_stdin"]) == printed
     assert [text for kind, text in calls[2:]] == [smoke.summary(printed), smoke.p2p_line(printed, "/opt/specfleet/gpu-smoke.json")]
+
+
+@pytest.mark.parametrize("value, disabled", [("1", True), (" +1", True), ("10", False), ("0", False), ("", False)])
+def test_the_environment_disables_p2p_as_nccl_reads_it(value, disabled):
+    from tests.helpers import host_programs_importable
+    host_programs_importable()
+    import gpu_smoke
+    assert gpu_smoke.p2p_disabled({"NCCL_P2P_DISABLE": value}) is disabled

@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import pwd
+import re
 import signal
 import socket
 import subprocess
@@ -166,8 +167,10 @@ def boot_id() -> str:
 
 
 def p2p_disabled(env) -> bool:
-    """NCCL_P2P_DISABLE=1 in `env`: NCCL reads the value as a number (ncclGetEnv, then strtol)."""
-    return (env.get("NCCL_P2P_DISABLE") or "").strip().lstrip("+").startswith("1")
+    """NCCL_P2P_DISABLE=1 in `env`: NCCL reads the value as a number (ncclGetEnv, then strtol) and disables
+    P2P when it is 1."""
+    number = re.match(r"\s*\+?(\d+)", env.get("NCCL_P2P_DISABLE") or "")
+    return bool(number) and int(number.group(1)) == 1
 
 
 def previous_decision(path: Path | None, key: str) -> dict | None:

@@ -1,7 +1,7 @@
 """specfleet: turn each inventory host into an SGLang server running speculative decoding.
 
     pyinfra inventory/ct200.py deploy.py            # converge (a second run changes nothing)
-    pyinfra inventory/ct200.py deploy.py --dry      # show what would change
+    pyinfra inventory/ct200.py deploy.py --dry      # what would change, and every refusal the run would make
 
 The deployment's table of contents: each stage is one subject's entry in operations/<subject>/.
 Nothing changes on a host until its preflight passes. A host whose data cannot be deployed, or
@@ -13,6 +13,7 @@ group also get SGLang's model gateway (stage 7) and Prometheus scraping it and i
 from pyinfra import host, inventory
 
 from operations import deployment
+from operations.basics import failing
 from operations.basics.knobs import BadHostData
 from operations.deployment import preflight
 from operations.gateway import config as gateway_config, workers
@@ -47,9 +48,12 @@ if d:
         # One server over several nodes: every node reaches rank 0's dist-init port.
         rendezvous.reachable(name="Nodes reach rank 0", group=d.node_group)
 
-# Nothing below is prepared for a host whose hub checks failed: preflight has reported them. A gated
-# repo still waiting for access stops only a host that serves (preflight); one serving nothing yet is
-# prepared up to its downloads, then fails naming the repo's terms page (stage 5).
+# Nothing below is prepared for a host whose hub checks failed, or that preflight refused while pyinfra
+# evaluated it before the run (--dry): preflight has reported them. A gated repo still waiting for access
+# stops only a host that serves (preflight); one serving nothing yet is prepared up to its downloads, then
+# fails naming the repo's terms page (stage 5).
+if failing.refused(host):
+    d = g = m = None
 if d and not hub.problems:
     # 2. The GPU runtime the class needs: the driver (install_driver), persistence, fabric manager.
     gpu_runtime(d.gpu)

@@ -27,7 +27,7 @@ from pyinfra.operations import files
 
 from serving_benchmark import report
 from operations.server.config import Server, Speculative
-from operations.basics import knobs
+from operations.basics import knobs, shell
 from operations.basics.failing import fail_host
 from operations.basics.knobs import BadHostData
 from operations.gpu.facts import NvidiaGpus
@@ -241,7 +241,7 @@ def sweep(server: Server, plan: Plan):
 
 
 def _run(host, command: str) -> tuple[bool, str]:
-    ok, output = host.run_shell_command(command)
+    ok, output = shell.run(host, command)
     return ok, output.stdout
 
 
@@ -318,7 +318,7 @@ def _fetch(host, user: str, remote: str, local: Path) -> None:
     local.mkdir(parents=True, exist_ok=True)
     tarball = local.with_suffix(".tar.gz")
     _run(host, _as_user(user, f"cd {remote} && tar --exclude=./level.tar.gz -czf level.tar.gz ."))
-    host.get_file(f"{remote}/level.tar.gz", str(tarball))
+    shell.get_file(host, f"{remote}/level.tar.gz", str(tarball))
     with tarfile.open(tarball) as archive:
         archive.extractall(local, filter="data")
     tarball.unlink()

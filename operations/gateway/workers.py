@@ -25,7 +25,7 @@ from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from operations import deployment
-from operations.basics import network
+from operations.basics import network, shell
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
@@ -279,7 +279,7 @@ def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker]) -> bool:
         "python3", gateway.script, str(gateway.port), gateway.key_file, gateway.model, "sync",
         str(gateway.register_timeout_s), "--register", *register, "--inventory", *(w.url for w in wanted)))
     started = time.monotonic()
-    ok, output = host.run_shell_command(command)
+    ok, output = shell.run(host, command)
     if not ok:
         host.log_styled(f"gateway workers not converged: {output.stderr or output.stdout}", fg="red")
         return False

@@ -17,7 +17,7 @@ from typing_extensions import override
 
 from dataclasses import dataclass
 
-from operations.basics import gathering
+from operations.basics import gathering, shell
 from operations.gpu.config import GpuExpectations
 
 SMOKE_RECORD = "gpu-smoke.json"
@@ -96,7 +96,7 @@ def summary(record: dict) -> str:
 
 
 def _run_smoke_test(state, host, command: str) -> bool:
-    _, output = host.run_shell_command(command)
+    _, output = shell.run(host, command)
     record = GpuSmokeRecord().process(["", *output.stdout_lines[-1:]])["record"]
     if record is None:
         host.log_styled(f"GPU smoke test printed no record: {' '.join(output.stdout_lines)[-300:]}", fg="red")

@@ -8,8 +8,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
-from operations.basics import gathering
-from operations.basics import polling
+from operations.basics import gathering, polling, shell
 from operations.server.config import Server
 from operations.server.unit import restore_command
 
@@ -142,13 +141,13 @@ def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,
     last = {"probe": {"ready": False}, "crash": None}
 
     def check(elapsed: float):
-        _, output = host.run_shell_command(run_command)
+        _, output = shell.run(host, run_command)
         run = ServiceRun().process(output.stdout_lines)
         last.setdefault("restarts_before", run["restarts"])
         last["crash"] = crash(run, last["restarts_before"])
         if last["crash"]:
             return False, ""
-        _, output = host.run_shell_command(probe_command)
+        _, output = shell.run(host, probe_command)
         last["probe"] = ServerProbe().process(output.stdout_lines)
         if generates(last["probe"]):
             return True, ""
@@ -169,8 +168,8 @@ def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 
         log_serving(host, probe)
         return True
 
-    _, journal = host.run_shell_command(f"journalctl -u {d.service_name} -n 25 --no-pager -o cat")
-    restored, _ = host.run_shell_command(restore_command(d))
+    _, journal = shell.run(host, f"journalctl -u {d.service_name} -n 25 --no-pager -o cat")
+    restored, _ = shell.run(host, restore_command(d))
     if restored:
         # The previous unit served before this deploy: it should be back within a normal start.
         again, _ = watch(host, d, min(timeout_s, 120), f"waiting for the restored {d.service_name} to generate",

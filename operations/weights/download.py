@@ -9,8 +9,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.operations import files
 
-from operations.basics import gathering
-from operations.basics import polling
+from operations.basics import gathering, polling, shell
 from operations.weights.config import Repo, Weights
 from operations.basics.file_states import FileStates, matches, sha1_of
 from operations.basics.host_programs import inline
@@ -181,7 +180,7 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
     unit_states: list[list[str]] = []
 
     def check(elapsed: float):
-        ok, output = host.run_shell_command(probe)
+        ok, output = shell.run(host, probe)
         lines = output.stdout_lines
         if len(lines) != len(repos) + 1:
             return False, ""
@@ -198,7 +197,7 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
     failed = [r for r, (_, result, manifest) in zip(repos, unit_states)
               if result != "success" or manifest != "complete"]
     for repo in failed:
-        _, journal = host.run_shell_command(f"journalctl -u {repo.unit_name}.service -n 15 --no-pager -o cat")
+        _, journal = shell.run(host, f"journalctl -u {repo.unit_name}.service -n 15 --no-pager -o cat")
         host.log_styled(f"weights download of {repo.repo_id} failed; its journal:\n{journal.stdout}",
                         fg="red")
     if not failed:

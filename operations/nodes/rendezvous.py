@@ -14,7 +14,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 
-from operations.basics import polling, shell
+from operations.basics import outcomes, polling, shell
 from operations.basics.host_programs import inline
 from operations.nodes.group import NodeGroup
 
@@ -163,6 +163,7 @@ def joined(group: NodeGroup, service: str, timeout_s: int):
     g = group
     now = host.get_fact(RankState, service=service, port=g.dist_init_port)
     if now["active"] == "active" and joined_rank0(g, now["links"]):
+        outcomes.note(host, joined=g.members[0])
         host.noop(f"rank {g.rank} of {g.name} is up and joined rank 0 at {g.dist_init_addr}")
         return
     yield FunctionCommand(_wait_joined, (g, service, timeout_s), {})
@@ -181,6 +182,7 @@ def _wait_joined(state, host, group: NodeGroup, service: str, timeout_s: int) ->
                       f"not yet joined to rank 0 at {g.dist_init_addr}")
 
     if polling.wait(host, check, interval_s=2, log_every_s=30, timeout_s=timeout_s, first_log_s=10):
+        outcomes.note(host, joined=g.members[0])
         host.log_styled(f"rank {g.rank} of {g.name} is up and joined rank 0 ({g.members[0]})", fg="green")
         return True
     _, journal = shell.run(host, f"journalctl -u {shlex.quote(service)} -n 20 --no-pager -o cat")

@@ -8,7 +8,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
-from operations.basics import gathering, polling, shell
+from operations.basics import gathering, outcomes, polling, shell
 from operations.server.config import Server
 from operations.server.unit import restore_command
 
@@ -27,6 +27,12 @@ LOAD_PROGRESS = re.compile(r"Load weight|Loading safetensors|Init torch distribu
 def ready_timeout(total_bytes: int) -> int:
     """The default readiness timeout for weights of `total_bytes` (READY_BASE_S + LOAD_BYTES_PER_S)."""
     return int(READY_BASE_S + total_bytes / LOAD_BYTES_PER_S)
+
+
+def timeout_for(server: Server, weight_bytes: int) -> int:
+    """How long a start of `server` may take: its ready_timeout_s, else from the size of the weights it loads
+    (the deploy's readiness and the benchmark's modes alike)."""
+    return server.ready_timeout_s or ready_timeout(weight_bytes)
 
 
 class ServerProbe(FactBase):
@@ -123,6 +129,7 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
 
 
 def log_serving(host, probe: dict) -> None:
+    outcomes.note(host, serving=probe["algorithm"], accept_length=probe["accept_length"])
     host.log_styled(f"serving {probe['algorithm']} (draft tokens {probe['num_draft_tokens']}): accept length "
                     f"{probe['accept_length']}; completion: {probe['completion']!r}", fg="green")
 

@@ -188,7 +188,8 @@ def access_pending(weights: Weights, hub: HubState):
     units = " ".join(f"{r.unit_name}.service" for r in weights.repos if r.role in hub.snapshots)
     started = f"the downloads it may read go on in their units ({units})" if units else "it may read no repo"
     yield fail_host([f"{host.name}: {problem}; meanwhile everything else is prepared and {started}, so that run "
-                     "fetches only what is missing and starts serving" for problem in hub.pending])
+                     "fetches only what is missing and starts serving" for problem in hub.pending],
+                    static=True)  # the hub's answer, on the controller
 
 
 @gathering.wants

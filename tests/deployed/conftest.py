@@ -68,8 +68,10 @@ def _testinfra_hosts(config) -> dict:
     """testinfra's hosts from --hosts (with its --ssh-config, --ssh-identity-file, --sudo...), by host name."""
     if not hasattr(config, "_specfleet_testinfra"):
         o = config.option
+        extra = {"ssh_extra_args": o.ssh_extra_args} if o.ssh_extra_args else {}
         hosts = testinfra.get_hosts(o.hosts.split(","), connection=o.connection, ssh_config=o.ssh_config,
-                                    ssh_identity_file=o.ssh_identity_file, sudo=o.sudo, sudo_user=o.sudo_user)
+                                    ssh_identity_file=o.ssh_identity_file, sudo=o.sudo, sudo_user=o.sudo_user,
+                                    **extra)
         config._specfleet_testinfra = {h.backend.get_hostname(): h for h in hosts}
     return config._specfleet_testinfra
 

@@ -12,6 +12,7 @@ until the next pin. A later run shows what moved since. Options --data and --gro
 """
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
@@ -102,7 +103,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(REPO))  # inventories and group data import the repository's packages, as pyinfra's CLI does
-    import pyinfra_cli  # noqa: F401  (first: it patches the process for gevent, before anything opens SSL)
+    importlib.import_module("pyinfra_cli")  # first: it patches the process for gevent, before anything opens SSL
     from operations.deployment import site
     from operations.weights.hub import HubProblem, commit_of, controller_token
 

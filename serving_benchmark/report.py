@@ -2,6 +2,7 @@
 its plots and the regression gate. Pure (files in, files out), so it is unit-tested without hosts.
 """
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -177,8 +178,6 @@ def write_report(doc: dict, out: Path) -> list[Path]:
     """summary.json, summary.md and, where matplotlib is installed (requirements-dev.txt), the plots into `out`."""
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
     (out / "summary.md").write_text(markdown(doc))
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("matplotlib") is None:
         return [out / "summary.json", out / "summary.md"]
     return [out / "summary.json", out / "summary.md", *plots(doc, out)]

@@ -99,7 +99,7 @@ def test_pin_resolves_every_moving_revision_writes_them_for_the_deploy_and_shows
                              "lab/Qwen3.6-27B-DFlash-tiny@main": hub.shas["lab/Qwen3.6-27B-DFlash-tiny"]}
     head = git("rev-parse", "HEAD", cwd=sglang_repo)
     assert pins["git"] == {f"file://{sglang_repo}@refs/pull/29907/head": head}
-    assert f"lab/Kimi-K2.6-tiny@main" in first.stdout and first.stdout.count(" new\n") == 5
+    assert "lab/Kimi-K2.6-tiny@main" in first.stdout and first.stdout.count(" new\n") == 5
     assert "5 moving revisions pinned" in first.stdout
 
     # The deploy's data now carries the commits: preflight has nothing moving to refuse.

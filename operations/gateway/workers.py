@@ -25,7 +25,7 @@ from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from operations import deployment
-from operations.basics import network
+from operations.basics import network, outcomes, shell
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
@@ -67,7 +67,7 @@ def workers(inventory, gateway_host, model: str) -> list[Worker]:
             continue
         if d.server.served_model_name != model or (d.node_group and not d.node_group.serves_http):
             continue  # a rank >= 1 of a node group serves no HTTP: the group is reached at its rank 0
-        if worker is gateway_host:
+        if worker.name == gateway_host.name:  # pyinfra hands the deploy a proxy of its host: names, not identity
             found.append(Worker(worker.name, d.server.url))
             continue
         address = network.inventory_address(worker)
@@ -110,7 +110,7 @@ def routes(inventory, worker_host, model: str) -> list[Route]:
         me = next((w for w in workers(inventory, gateway_host, model) if w.name == worker_host.name), None)
         if me is None:  # refused data: the worker fails preflight on its own
             continue
-        if gateway_host is worker_host:
+        if gateway_host.name == worker_host.name:
             address, problem = "127.0.0.1", None
         elif not g.exposed:
             address, problem = "", (f"{worker_host.name} cannot drain itself from {gateway_host.name}, whose gateway "
@@ -136,7 +136,7 @@ def _worker_command(server: Server, route: Route, action: str) -> str:
 
 
 @operation()
-def drain(server: Server, routes: list[Route], restart: Restart):
+def drain(server: Server, routes: list[Route], restart: Restart | None):
     """
     Take this worker out of its gateways before its server restarts: `DELETE /workers/{id}` (no new
     requests), waited until the gateway lets it go. The restart that follows is systemd's SIGTERM,
@@ -145,7 +145,7 @@ def drain(server: Server, routes: list[Route], restart: Restart):
     + server: the worker's server
     + routes: its gateways as its host reaches them (`routes()`)
     + restart: this run's restart decision of the server (``server.unit.Restart``), which the unit's
-      operation after the drain takes too
+      operation after the drain takes too; None where the caller stops the server whatever (bench.py)
 
     **Example:**
 
@@ -156,11 +156,11 @@ def drain(server: Server, routes: list[Route], restart: Restart):
     """
     d = server
     problems = [route.problem for route in routes if route.problem]
-    if not restart.decision().restarts:
+    if restart is not None and not restart.decision().restarts:
         host.noop("the server does not restart: it stays in its gateways")
         return
     if problems:
-        yield fail_host(problems)
+        yield fail_host(problems, static=True)  # the inventory's addresses: known before the run
         return
     listed = [route for route in routes
               if any(w["url"] == route.worker_url for w in _listing(d, route)["workers"])]
@@ -191,10 +191,32 @@ def rejoin(server: Server, routes: list[Route], drained: OperationMeta):
     if not drained.changed:
         host.noop("not drained in this run: nothing to register again")
         return
+    yield from _joins(server, routes)
+
+
+def _joins(server: Server, routes: list[Route]) -> list[str]:
+    """The commands registering this worker with each of its gateways that answers and does not list it."""
+    joins = []
     for route in routes:
         listing = _listing(server, route)
         if listing["reachable"] and all(w["url"] != route.worker_url for w in listing["workers"]):
-            yield _worker_command(server, route, "join")
+            joins.append(_worker_command(server, route, "join"))
+    return joins
+
+
+def join_again(host, server: Server, routes: list[Route], drained: OperationMeta | None) -> bool:
+    """At execution time, once a server stopped after `drained` (bench.py's sweep) generates again: register
+    the worker again with its gateways, as ``rejoin`` does. False, saying why, when a join failed."""
+    if drained is None or not drained.changed:
+        return True
+    for command in _joins(server, routes):
+        ok, output = shell.run(host, command)
+        if not ok:
+            host.log_styled(f"{host.name}: registering again with its gateway failed: "
+                            f"{' '.join((output.stderr or output.stdout).split())[-300:]}", fg="red")
+            return False
+    host.log_styled(f"{host.name}: back in its gateways ({', '.join(r.gateway for r in routes)})", fg="green")
+    return True
 
 
 @operation()
@@ -260,12 +282,13 @@ def register_workers(gateway: Gateway, wanted: list[Worker], restarted: Operatio
     g = gateway
     problems = [w.problem for w in wanted if w.problem]
     if problems:
-        yield fail_host(problems)
+        yield fail_host(problems, static=True)  # the inventory's data: known before the run
         return
     if not restarted.changed:
         current = host.get_fact(GatewayWorkers, port=g.port, key_file=g.key_file, model=g.model)
         registered = {w["url"]: w["status"] for w in current["workers"]}
         if current["reachable"] and registered == {w.url: "ready" for w in wanted}:
+            outcomes.note(host, gateway_workers=len(wanted))
             host.noop(f"the gateway routes {g.model} to its {len(wanted)} inventory workers, all ready")
             return
     yield FunctionCommand(_sync_workers, (g, wanted), {})
@@ -279,11 +302,12 @@ def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker]) -> bool:
         "python3", gateway.script, str(gateway.port), gateway.key_file, gateway.model, "sync",
         str(gateway.register_timeout_s), "--register", *register, "--inventory", *(w.url for w in wanted)))
     started = time.monotonic()
-    ok, output = host.run_shell_command(command)
+    ok, output = shell.run(host, command)
     if not ok:
         host.log_styled(f"gateway workers not converged: {output.stderr or output.stdout}", fg="red")
         return False
     result = json.loads(output.stdout_lines[-1])
+    outcomes.note(host, gateway_workers=len(register))
     host.log_styled(f"gateway {gateway.model}: registered {result['added'] or 'none'}, "
                     f"removed {result['removed'] or 'none'}; {len(register)} workers ready "
                     f"({time.monotonic() - started:.1f} s)", fg="green")

@@ -53,3 +53,13 @@ def test_server_probe_reads_the_last_json_line_else_reports_the_output():
     assert ServerProbe().process(["Traceback", "boom"]) == {"ready": False, "error": "Traceback boom"}
     assert ServerProbe().command("/opt/specfleet", 30000, "kimi-k2.6", "/etc/specfleet/api-key", "sglang") == (
         "python3 /opt/specfleet/bin/probe_server.py 30000 kimi-k2.6 /etc/specfleet/api-key sglang 2>&1 || true")
+
+
+def test_generating_needs_the_server_info_read_and_plain_decoding_counts():
+    speculative = {"ready": True, "completion": "Drafts verified.", "algorithm": "DFLASH", "accept_length": 3.4}
+    assert readiness.generates(speculative)
+    # The serving benchmark's AR mode: server_info read, no speculative algorithm.
+    assert readiness.generates({**speculative, "algorithm": None})
+    # A completion whose server_info read failed (the probe's KeyError on the way) is not yet serving.
+    assert not readiness.generates({"ready": True, "completion": "x", "error": "HTTP Error 503"})
+    assert not readiness.generates({"ready": True, "algorithm": "DFLASH"})

@@ -3,6 +3,8 @@
 import importlib.util
 import json
 import socket
+import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 
@@ -100,3 +102,19 @@ def test_a_progress_bars_redraws_become_journal_lines():
     bar = b"Loading safetensors checkpoint shards:  50% | 1/2\rLoading safetensors checkpoint shards: 100% | 2/2\r\n"
     assert launcher.LONE_CR.sub(b"\n", bar) == (b"Loading safetensors checkpoint shards:  50% | 1/2\n"
                                                 b"Loading safetensors checkpoint shards: 100% | 2/2\r\n")
+
+
+@pytest.mark.parametrize("end, status", [
+    ("os.kill(os.getpid(), signal.SIGKILL)", -9),  # how SGLang's watchdog ends its main process
+    ("os.kill(os.getpid(), signal.SIGTERM)", -15),
+    ("sys.exit(3)", 3),
+])
+def test_the_launcher_ends_as_its_server_did(tmp_path, end, status):
+    """systemd reads the launcher's end: a server killed by a signal must leave the launcher killed by it."""
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(f"import os, signal, sys\nprint('serving', flush=True)\n{end}\n")
+    run = subprocess.run([sys.executable, str(HOST_SCRIPTS["launch_sglang"])], capture_output=True, text=True,
+                         timeout=30, env={"PYTHONPATH": str(tmp_path), "SPECFLEET_API_KEY_FILE": "/nonexistent"})
+    assert (run.returncode, run.stdout, run.stderr) == (status, "serving\n", "")

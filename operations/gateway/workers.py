@@ -218,7 +218,7 @@ def drain(server: Server, routes: list[Route], restart: Restart):
         yield FunctionCommand(_drain, (_worker_command(d, route, "drain", *idle), route.gateway), {})
 
 
-def _drain(_state, host, command: str, gateway: str) -> bool:
+def _drain(state, host, command: str, gateway: str) -> bool:  # pyinfra passes state and host by these names
     started = time.monotonic()
     ok, output = host.run_shell_command(command)
     if not ok:
@@ -362,10 +362,10 @@ def register_workers(gateway: Gateway, wanted: list[Worker], listing_before: dic
     yield FunctionCommand(_sync_workers, (g, wanted, listing_before), {})
 
 
-def _sync_workers(run_state, host, gateway: Gateway, wanted: list[Worker], listing_before: dict) -> bool:
-    """At execution time, after the workers' own stages: skip those that failed in this run."""
+def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker], listing_before: dict) -> bool:
+    """At execution time, after the workers' own stages (pyinfra passes `state` and `host` by these names)."""
     g = gateway
-    register = [w.url for w in kept_in(listing_before, wanted, run_state)]
+    register = [w.url for w in kept_in(listing_before, wanted, state)]
     command = " ".join(shlex.quote(part) for part in (
         "python3", g.script, "--address", g.local_address, "--owner", g.user, "--worker-key-file", g.key_file,
         str(g.port), g.admin_key_file, g.model, "sync", str(g.register_timeout_s),

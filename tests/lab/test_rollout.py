@@ -218,7 +218,6 @@ def test_a_worker_failing_readiness_is_rolled_back_kept_out_and_stops_the_rollou
     alone = run_deploy(*EXPOSED, "--limit", gateway.name)
     assert alone.returncode == 0, alone.output[-3000:]
     assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in others}
-    assert f"kept out until a run deploys them: ['http://{victim.address}:30000']" in alone.output, alone.output[-3000:]
     # ...until a run deploys it healthy: the change it failed, now without the fault, brings it back.
     healed = run_deploy(*EXPOSED, "--limit", victim.name, group_data=restart_input(tmp_path, "failing", FAULT_KNOBS))
     assert healed.returncode == 0, healed.output[-3000:]

@@ -73,7 +73,11 @@ def call(url: str, key: str | None = None, body: dict | None = None) -> tuple[in
         with DIRECT.open(request, timeout=30) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"{}")
+        body = error.read() or b"{}"
+        try:
+            return error.code, json.loads(body)
+        except ValueError:  # smg answers a refused key in plain text
+            return error.code, {"error": body.decode(errors="replace")}
 
 
 def gateway_workers(gateway) -> dict[str, str]:

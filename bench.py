@@ -21,7 +21,8 @@ from operations.python import venv
 from serving_benchmark import sweep
 
 try:
-    server = deployment.resolve(host.data, deployment.host_class_of(host.groups), nodes.members(inventory, host)).server
+    d = deployment.resolve(host.data, deployment.host_class_of(host.groups), nodes.members(inventory, host))
+    server = d.server
     plan = sweep.plan(host.data)
 except BadHostData as problem:
     server = None
@@ -34,4 +35,4 @@ if server:
     venv.requirement(name="Benchmark client (aiperf)", path=f"{server.install_dir}/bench-venv",
                      distribution="aiperf", requirement=sweep.CLIENT_REQUIREMENT, index_url=server.pip_index_url)
     sweep.tokenizer(name="Benchmark tokenizer", server=server, source=plan.tokenizer)
-    sweep.sweep(name="Benchmark sweep", server=server, plan=plan)
+    sweep.sweep(name="Benchmark sweep", server=server, plan=plan, smoke=d.smoke)

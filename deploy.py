@@ -10,6 +10,8 @@ group also get SGLang's model gateway (stage 7) and Prometheus scraping it and i
 (stage 8); a gateway-only host (in no class group) has no GPU and gets only those.
 """
 
+import functools
+
 from pyinfra import host, inventory
 
 from operations import deployment
@@ -67,7 +69,9 @@ if d and hub.complete:  # serving needs every repo's weights
     #    proof that it generates. A worker behind a gateway leaves it before the restart, waits for its
     #    requests in flight, and comes back once it generates (rollout.py does the fleet N workers at a
     #    time); one that fails readiness is rolled back and stays out until a run deploys it healthy.
-    restart = unit.Restart(d.server, unit.inputs(d.server, hub.commits), restart_when=[api_key])
+    #    The unit's environment holds the GPU smoke test's P2P decision for this host (stage 4).
+    restart = unit.Restart(d.server, unit.inputs(d.server, hub.commits), restart_when=[api_key],
+                           decided_env=functools.partial(smoke.decided_env, d.smoke))
     routes = workers.routes(inventory, host, d.server.served_model_name)  # none for a rank >= 1
     if routes:
         workers.admin_key(name="Gateway admin key", server=d.server, routes=routes)

@@ -110,10 +110,13 @@ install_driver = False  # True: install the open-module driver branch below (reb
 driver_branch = "580"
 # NVIDIA's apt repositories (the driver, fabric manager, nvlsm), per OS release and architecture below it.
 nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos"
+# True: accept a plain-HTTP nvidia_repo_url. Its keyring then travels unprotected, and whoever swaps it
+# can sign any package apt installs as root.
+allow_http_nvidia_repo = False
 allow_branch_revisions = False  # True: a branch revision only warns (the weights follow the branch)
-# The GPU smoke test's engine: None runs its own torch.distributed + NCCL workers in the SGLang
-# venv; an absolute path names another program printing the same measurements (the lab's stand-in).
-gpu_smoke_engine = None
+# Seconds the GPU smoke test's all-reduce may take, start-up included (the P2P attempt on a PCIe
+# class gets a third of it): 8 GPUs start NCCL and run in ~10-30 s; a real 2x H200 run took 6.2 s.
+gpu_smoke_timeout_s = 180
 
 # One model over several nodes: a server spanning hosts, tensor parallel over all their GPUs
 # (e.g. Kimi K2.6 at TP 16 over two 8-GPU B200 nodes). A host joins a group with its inventory

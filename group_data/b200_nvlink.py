@@ -13,6 +13,7 @@ expected_gpus = dict(
     # PCIe path (a real 2x H200 pair read 27.2 with NCCL_P2P_DISABLE=1; PCIe Gen5 x16 carries ~64 each
     # way), well below NVLink (the same pair read 313 over NV18): tests/fixtures/nvidia-smi/h200-x2-smoke.
     allreduce_floor_gbps=150,
+    p2p_floor_gbps=None,  # NVLink is the P2P path: never turned off (the host-memory path fails the floor above)
 )
 
 sglang_tuning = dict(

@@ -10,6 +10,7 @@ expected_gpus = dict(
     open_kernel_module=True,
     fabric_manager=True,
     allreduce_floor_gbps=150,  # NVLink territory, as b200_nvlink.py explains
+    p2p_floor_gbps=None,  # NVLink is the P2P path, as b200_nvlink.py explains
 )
 
 sglang_tuning = dict(

@@ -23,8 +23,8 @@ gateway_bind_address = "127.0.0.1"
 # on the gateway host and on each of its workers (root's), which drain and register themselves.
 gateway_admin_key_env = "SPECFLEET_GATEWAY_ADMIN_KEY"
 gateway_port = 30080
-# Prometheus text on its own port (smg_worker_health, smg_router_requests_total, ...);
-# unauthenticated like SGLang's /metrics, so bound like the gateway.
+# Prometheus text on its own port (smg_worker_health, smg_router_requests_total, ...); it takes
+# no key, so it listens on 127.0.0.1 only, where the gateway host's Prometheus scrapes it.
 gateway_prometheus_port = 29000
 
 # cache_aware sends a prompt to the worker whose radix cache holds its longest prefix

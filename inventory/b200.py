@@ -14,5 +14,5 @@ import os
 from inventory.ssh_trust import ssh_data, targets
 
 _group = os.environ.get("SPECFLEET_B200_NODE_GROUP")
-b200_nvlink = [(name, {**ssh_data(), **({"node_group": _group, "node_rank": rank} if _group else {})})
+b200_nvlink = [(name, {**ssh_data(target=name), **({"node_group": _group, "node_rank": rank} if _group else {})})
                for rank, name in enumerate(targets("SPECFLEET_B200_HOSTS", "b200-a,b200-b"))]

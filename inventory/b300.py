@@ -7,4 +7,4 @@ Host keys are verified (inventory/ssh_trust.py).
 
 from inventory.ssh_trust import ssh_data, targets
 
-b300_nvlink = [(name, ssh_data()) for name in targets("SPECFLEET_B300_HOSTS", "b300-a,b300-b")]
+b300_nvlink = [(name, ssh_data(target=name)) for name in targets("SPECFLEET_B300_HOSTS", "b300-a,b300-b")]

@@ -17,4 +17,4 @@ else:
     raise SystemExit("inventory/ct200.py: export SPECFLEET_CT200_HOST=ADDRESS, or add a `Host ct200` "
                      "entry with a HostName to your SSH config")
 
-rtx_pro_6000_pcie = [(_target, ssh_data(user_env="SPECFLEET_CT200_USER"))]
+rtx_pro_6000_pcie = [(_target, ssh_data(user_env="SPECFLEET_CT200_USER", target=_target))]

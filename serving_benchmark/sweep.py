@@ -2,10 +2,13 @@
 sweep with aiperf next to the server, results and a regression gate on the controller (bench.py).
 
 The deployed unit is never edited: a mode runs as the transient unit `specfleet-bench` (loopback
-only, so no API key is needed and none is handed to the client) while the deployed service is
-stopped, and the deployed service is started again at the end, also after a failure or Ctrl+C. If
-the controller vanishes mid-run, the transient unit stops by itself after its time limit and its
-ExecStopPost starts the deployed service. The client runs as the service user, like the server.
+only, so no API key is needed and none is handed to the client), confined as the deployed unit is
+(its [Service] settings), while the deployed service is stopped, and the deployed service is
+started again at the end, also after a failure or Ctrl+C. If the controller vanishes mid-run, the
+transient unit stops by itself after its time limit and its ExecStopPost, as root, starts the
+deployed service. The client runs as the service user, like the server, in a directory that user
+owns: root only hands it out and takes back one archive of it, which that user wrote to root's
+directory; what the server answers is data on the controller, never part of a command.
 """
 
 import dataclasses
@@ -30,15 +33,23 @@ from operations.server.config import Server, Speculative
 from operations.basics import knobs
 from operations.basics.failing import fail_host
 from operations.basics.knobs import BadHostData
+from operations.gpu import smoke as gpu_smoke
 from operations.gpu.facts import NvidiaGpus
+from operations.gpu.smoke import SmokeTest
 from operations.server import readiness
 from operations.server.flags import DDTREE_TARGET_BACKENDS, rejection, server_args
+from operations.server.unit import unit_files
 from operations.basics.templates import render
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = re.compile(r"[A-Za-z0-9._/-]+")
 BENCH_UNIT = "specfleet-bench"
 SWITCHING = f"/run/{BENCH_UNIT}.switching"  # present while the sweep itself stops the bench unit
+RUNS = f"/var/lib/{BENCH_UNIT}"  # root's: each run's directory in it is the service user's
+ARCHIVE = f"{RUNS}/level.tar.gz"  # a level's results as the service user archived them, root's file
+# The deployed unit's [Service] settings the bench unit sets otherwise: how it starts, restarts and
+# reads its environment (the unit's, less the API key file: unit_environment).
+BENCH_OWN_SETTINGS = ("Type", "ExecStart", "EnvironmentFile", "Restart", "RestartSec")
 CLIENT_REQUIREMENT = "aiperf==0.13.0"
 STARTED = datetime.now(timezone.utc)  # one run id for every host of this pyinfra run
 DEFAULTS = dict(modes="ar,dflash,ddtree", concurrency="1,4,16,64", input_tokens=1024, output_tokens=256,
@@ -167,6 +178,22 @@ def mode_args(server: Server, mode: str) -> list[str]:
     return args
 
 
+def unit_settings(server: Server) -> list[str]:
+    """The deployed unit's [Service] settings (user, limits, confinement, devices, writable paths) as
+    the bench unit takes them, in the unit's order; what it sets itself (BENCH_OWN_SETTINGS) left out.
+    One source: the confinement is the SGLang unit's, whatever that unit says."""
+    unit_text, _ = unit_files(server, inputs="")
+    settings, section = [], None
+    for line in unit_text.splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+        elif section == "Service" and line and not line.startswith(("#", ";")) and "=" in line \
+                and line.split("=", 1)[0] not in BENCH_OWN_SETTINGS:
+            settings.append(line)
+    return settings
+
+
 def unit_environment(server: Server) -> dict[str, str]:
     """The deployed unit's environment, less the API key file: the bench server listens on loopback only."""
     text = render("server/sglang.env.j2", s=server, env=server.env)
@@ -207,7 +234,7 @@ def client_tokenizer(server: Server, source: str) -> list[str]:
 
 
 @operation(is_idempotent=False)
-def sweep(server: Server, plan: Plan):
+def sweep(server: Server, plan: Plan, smoke: SmokeTest | None = None):
     """
     Serve each mode in turn, run the client at each concurrency, bring the results back, restore.
 
@@ -217,13 +244,16 @@ def sweep(server: Server, plan: Plan):
 
     + server: the host's server (its class is recorded in the summary)
     + plan: modes, concurrency levels, workload, results directory, baseline
+    + smoke: the host's GPU smoke test, whose P2P decision the unit's environment holds (``smoke.decided_env``)
 
     **Example:**
 
     .. code:: python
 
-        sweep.sweep(name="Benchmark sweep", server=deployment.server, plan=sweep.plan(host.data))
+        sweep.sweep(name="Benchmark sweep", server=d.server, plan=sweep.plan(host.data), smoke=d.smoke)
     """
+    if smoke is not None:  # the environment the deployed unit has, P2P decision included
+        server = dataclasses.replace(server, env={**server.env, **gpu_smoke.decided_env(smoke)})
     modes = {}
     for mode in plan.modes:
         args = mode_args(server, mode)
@@ -255,14 +285,23 @@ def _http(host, port: int, path: str, method: str = "GET") -> str:
     return out if ok else ""
 
 
+def bench_unit_command(d: Server, args: list[str], max_runtime_s: int) -> list[str]:
+    """systemd-run's command line for the bench unit serving `args`: the deployed unit's user and
+    confinement, its environment less the API key file, a time limit, and on stop (the limit, or
+    the sweep's own stop) the deployed service started again unless the sweep is switching modes.
+    ExecStopPost runs as root (+): the service user may not start a system unit."""
+    restore = f"+/bin/sh -c 'test -e {SWITCHING} || systemctl start --no-block {d.service_name}'"
+    setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
+    return ["systemd-run", f"--unit={BENCH_UNIT}", "--collect",
+            f"--description=specfleet serving benchmark of {d.service_name}",
+            *(f"--property={setting}" for setting in unit_settings(d)),
+            f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}", *setenv,
+            f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *args]
+
+
 def _start_mode(host, d: Server, args: list[str], max_runtime_s: int) -> tuple[bool, str]:
     """Stop whatever serves (deployed service or previous mode) and start the bench unit with `args`."""
-    restore = f"/bin/sh -c 'test -e {SWITCHING} || systemctl start --no-block {d.service_name}'"
-    setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
-    run = ["systemd-run", f"--unit={BENCH_UNIT}", "--collect", f"--uid={d.service_user}",
-           f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}",
-           "--property=LimitNOFILE=1048576", *setenv,
-           f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *args]
+    run = bench_unit_command(d, args, max_runtime_s)
     return _run(host, "; ".join([
         f"touch {SWITCHING}", f"systemctl stop {d.service_name} {BENCH_UNIT} 2>/dev/null",
         f"systemctl reset-failed {BENCH_UNIT} 2>/dev/null", f"rm -f {SWITCHING}",
@@ -273,8 +312,10 @@ def _restore(host, d: Server, remote_root: str, timeout_s: int) -> dict:
     """Stop a client still running, the bench unit, and start the deployed service; wait until it generates."""
     clients = (f"for pid in {remote_root}/*/*/client.pid; do dir=${{pid%/client.pid}}; "
                f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
-    # The raw results are on the controller by now: the host keeps nothing of the run.
-    _run(host, f"{_as_user(d.service_user, clients)}; rm -rf {remote_root}; rm -f {SWITCHING}; "
+    # The raw results are on the controller by now: the host keeps nothing of the run. What is in the
+    # run's directory is the service user's, and that user deletes it; root removes the emptied directory.
+    _run(host, f"{_as_user(d.service_user, clients + f'; find {remote_root} -mindepth 1 -delete')}; "
+               f"rmdir {remote_root}; rm -f {ARCHIVE} {SWITCHING}; "
                f"systemctl stop {BENCH_UNIT} 2>/dev/null; systemctl start {d.service_name}")
     probe, _ = readiness.watch(host, d, timeout_s, f"waiting for the deployed {d.service_name} to generate", 2.0)
     return probe
@@ -297,8 +338,8 @@ def _level(host, d: Server, plan: Plan, remote: str, concurrency: int) -> tuple[
     # whole client can be stopped; $$ is that session's process group.
     script = f"echo $$ > client.pid; {' '.join(shlex.quote(a) for a in client)} > client.log 2>&1; echo $? > client.rc"
     user = d.service_user
-    _run(host, f"mkdir -p {remote} && chown {shlex.quote(user)} {remote} && cd {remote} && "
-               f"({_as_user(user, 'exec setsid sh -c ' + shlex.quote(script))} > /dev/null 2>&1 &)")
+    _run(host, f"({_as_user(user, f'mkdir -p {remote} && cd {remote} && exec setsid sh -c {shlex.quote(script)}')}"
+               " > /dev/null 2>&1 &)")
     started = last = time.monotonic()
     while True:
         time.sleep(2)
@@ -313,15 +354,37 @@ def _level(host, d: Server, plan: Plan, remote: str, concurrency: int) -> tuple[
             last = time.monotonic()
 
 
+def _files_only(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+    """tarfile's `data` filter, and then only directories and regular files: a link or a FIFO the
+    service user left in a level's directory is not recreated on the controller."""
+    return tarfile.data_filter(member, path) if member.isfile() or member.isdir() else None
+
+
 def _fetch(host, user: str, remote: str, local: Path) -> None:
-    """Bring a level's directory back (one tarball) and unpack it under `local`."""
+    """Bring a level's directory back (one tarball) and unpack it under `local`.
+
+    The service user archives its directory (reading only what it may read, links as links) to
+    stdout, which root's shell writes to root's own file: root opens nothing in that user's directory."""
     local.mkdir(parents=True, exist_ok=True)
     tarball = local.with_suffix(".tar.gz")
-    _run(host, _as_user(user, f"cd {remote} && tar --exclude=./level.tar.gz -czf level.tar.gz ."))
-    host.get_file(f"{remote}/level.tar.gz", str(tarball))
-    with tarfile.open(tarball) as archive:
-        archive.extractall(local, filter="data")
+    _run(host, f"{_as_user(user, f'tar -C {remote} -czf - .')} > {ARCHIVE}")
+    host.get_file(ARCHIVE, str(tarball))
+    _run(host, f"rm -f {ARCHIVE}")
+    try:
+        with tarfile.open(tarball) as archive:
+            archive.extractall(local, filter=_files_only)
+    except (tarfile.TarError, OSError) as error:
+        host.log_styled(f"the results of {remote} did not unpack: {error}", fg="red")
     tarball.unlink()
+
+
+def _server_info(answer: str) -> dict:
+    """/server_info's answer as a dict; {} when it is not a JSON object."""
+    try:
+        info = json.loads(answer or "{}")
+    except ValueError:
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def specfleet_commit() -> str:
@@ -368,12 +431,15 @@ def run_sweep(state, host, d: Server, plan: Plan, modes: dict, gpus) -> bool:
 def _sweep(host, d: Server, plan: Plan, modes: dict, gpus) -> bool:
     run_id = STARTED.strftime("%Y%m%dT%H%M%SZ")
     out = plan.results_dir / run_id / host.name
-    remote_root = f"/var/lib/{BENCH_UNIT}/{run_id}"
+    remote_root = f"{RUNS}/{run_id}"
     ready_s = d.ready_timeout_s
     # A bound, not an estimate: every level at 10 tokens/s per request, one request at a time.
     level_budget_s = sum(60 + plan.requests_at(c) * plan.output_tokens // 10 for c in plan.concurrency)
     out.mkdir(parents=True, exist_ok=True)
     failed = []
+    # Root's directory, and in it the run's, which the service user owns (and the client writes in).
+    _run(host, f"install -d -o root -g root -m 0755 {RUNS} && "
+               f"install -d -o {shlex.quote(d.service_user)} -g {shlex.quote(d.service_user)} -m 0700 {remote_root}")
     try:
         for mode, result in modes.items():
             if "skipped" in result:
@@ -396,15 +462,19 @@ def _sweep(host, d: Server, plan: Plan, modes: dict, gpus) -> bool:
                 host.log(f"bench {mode}: concurrency {concurrency}, {plan.requests_at(concurrency)} requests")
                 ok, progress = _level(host, d, plan, remote, concurrency)
                 info = _http(host, d.port, "/server_info")
-                _run(host, _as_user(d.service_user, f"cat > {remote}/server_info.json << 'EOF'\n{info}\nEOF"))
                 local = out / "raw" / mode / f"c{concurrency}"
                 _fetch(host, d.service_user, remote, local)
+                # The server's answer, as it came: written here, never into a command on the host.
+                try:
+                    (local / "server_info.json").write_text(info)
+                except OSError as error:
+                    host.log_styled(f"raw/{mode}/c{concurrency}/server_info.json not written: {error}", fg="red")
                 if not ok or not (local / "profile_export_aiperf.json").is_file():
                     result["failed"] = f"the client failed at concurrency {concurrency} (raw/{mode}/c{concurrency}/client.log)"
                     host.log_styled(result["failed"], fg="red")
                     failed.append(mode)
                     break
-                result["server_info"] = json.loads(info or "{}")
+                result["server_info"] = _server_info(info)
                 level = report.level_result(json.loads((local / "profile_export_aiperf.json").read_text()),
                                                   result["server_info"])
                 result["levels"][str(concurrency)] = level

@@ -51,6 +51,8 @@ def resolve(data: Any, host_class: str, node_members: dict | None = None) -> Dep
     if data.profile not in profiles:
         raise BadHostData(f"profile={data.profile!r} is not one of {', '.join(sorted(profiles))} "
                           "(group_data/all.py profiles)")
+    knobs.matching("profile", data.profile, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
+                   "(a key of group_data/all.py profiles)")
     try:
         return _resolve(data, host_class, data.profile, profiles[data.profile], node_members)
     except (KeyError, TypeError, AttributeError, IndexError) as error:
@@ -74,10 +76,12 @@ def _resolve(data: Any, host_class: str, profile_name: str, profile: dict, node_
         # One server over the group's nodes: TP over all their GPUs, the network between them named.
         server = replace(server, tp_size=group.tp_size, env={**server.env, **group.env()},
                          node_args=tuple(group.server_args()))
-    engine = getattr(data, "gpu_smoke_engine", None)
+    if getattr(data, "gpu_smoke_engine", None) is not None:
+        raise BadHostData("gpu_smoke_engine is not accepted: the GPU smoke test always runs torch.distributed "
+                          "with NCCL from the SGLang venv; remove it")
     smoke = SmokeTest(expected=gpu.expected, venv=server.venv, install_dir=server.install_dir, env=server.env,
-                      build=server.sglang_requirement,
-                      engine=None if engine is None else knobs.path("gpu_smoke_engine", engine))
+                      build=server.sglang_requirement, user=server.service_user,
+                      timeout_s=knobs.integer("gpu_smoke_timeout_s", data.gpu_smoke_timeout_s, minimum=10))
     return Deployment(host_class=host_class, gpu=gpu, smoke=smoke, weights=weights, server=server, node_group=group,
                       allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions))
 

@@ -9,7 +9,7 @@ import os
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from operations.basics import gathering
+from operations.basics import gathering, ownership
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates
 from operations.basics.units import ServiceState
@@ -70,7 +70,8 @@ def check(deployment: Deployment, hub: HubState):
 
     Hardware matches the class, the driver suits the pinned SGLang, the token may
     download every repo, the model fits the GPUs at the class's TP size, the disk
-    has room for what is still missing, and a DDTree profile has a DDTree build.
+    has room for what is still missing, a DDTree profile has a DDTree build, and the
+    service user is absent or a system user of the deploy's own (``ownership.account_problem``).
     A gated repo whose terms the token's user has not accepted yet refuses a host
     that serves (or did); a host serving nothing yet passes, to be prepared while
     access is pending (``weights.checks.access_pending`` fails it after its downloads started).
@@ -88,6 +89,9 @@ def check(deployment: Deployment, hub: HubState):
     d, s = deployment, deployment.server
     gathering.gather(gathering.requests(d, hub.snapshots))  # what every operation reads, in one round trip
     problems = login_problems(gathering.read(LoginUser))
+    account = ownership.account_problem(s.service_user, s.service_home,
+                                        gathering.read(ownership.SystemUser, user=s.service_user))
+    problems += [f"{host.name}: service_user={s.service_user!r}: {account}"] if account else []
     problems += [f"{host.name}: {problem}" for problem in hub.problems]
     gpu_problems, gpus = gpu_checks.hardware_problems(d.gpu)
     problems += gpu_problems

@@ -87,9 +87,8 @@ class ScrapeTarget:
 
 def scrape_targets(gateway_host_name: str, gateway: Gateway, workers: list[Worker]) -> list[ScrapeTarget]:
     """What Prometheus scrapes: each worker at the address the gateway reaches it, and smg."""
-    smg = network.local_address(gateway.bind_address)
     return [*(ScrapeTarget("sglang", w.name, urlsplit(w.url).netloc) for w in workers),
-            ScrapeTarget("smg", gateway_host_name, f"{smg}:{gateway.prometheus_port}")]
+            ScrapeTarget("smg", gateway_host_name, f"{gateway.prometheus_address}:{gateway.prometheus_port}")]
 
 
 def config_text(monitoring: Monitoring, targets: list[ScrapeTarget]) -> str:

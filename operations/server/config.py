@@ -14,6 +14,32 @@ from operations.basics.knobs import BadHostData
 SHUTDOWN_S = 30
 
 
+# The options the deploy sets itself, each with the knob that sets it: what flags.server_args renders
+# (every spelling SGLang 0.5.23 accepts, flags.RENAMED_FLAGS' old ones too), a node group's part
+# (nodes.group) and the launcher's --api-key. Extra arguments may not repeat them: argparse takes
+# the last, so an extra --host 0.0.0.0 would win over bind_address, past the exposure check.
+DEPLOY_FLAGS = {
+    "--model-path": "the profile's target", "--model": "the profile's target",
+    "--served-model-name": "the profile's served_model_name",
+    "--host": "bind_address", "--port": "port",
+    "--tp-size": "sglang_tuning tp_size", "--tensor-parallel-size": "sglang_tuning tp_size",
+    "--mem-fraction-static": "sglang_tuning mem_fraction_static",
+    "--attention-backend": "the profile's attention (sglang_tuning attention_backends)",
+    "--speculative-algorithm": "the profile's speculative algorithm",
+    "--speculative-draft-model-path": "the profile's drafter", "--speculative-draft-model": "the profile's drafter",
+    "--speculative-num-draft-tokens": "the profile's speculative num_draft_tokens",
+    "--speculative-draft-attention-backend": "the profile's attention (sglang_tuning attention_backends)",
+    "--speculative-draft-window-size": "the profile's speculative draft_window_size",
+    "--speculative-dflash-draft-window-size": "the profile's speculative draft_window_size",
+    "--speculative-ddtree-budget": "the profile's speculative ddtree_budget",
+    "--enable-metrics": "enable_metrics",
+    "--nnodes": "node_groups", "--node-rank": "node_rank", "--dist-init-addr": "node_groups dist_init_port",
+    "--nccl-init-addr": "node_groups dist_init_port",
+    "--api-key": "api_key_env (the key travels in a file, never in argv)",
+    "--admin-api-key": "api_key_env (a key never goes in argv)",
+}
+
+
 @dataclass(frozen=True)
 class Speculative:
     """The profile's speculative decoding settings (group_data/all.py `profiles[...]['speculative']`)."""
@@ -142,17 +168,16 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
     target_backend, draft_backend = backends[attention]
     # A profile whose algorithm allows one backend only (DDTree: triton) names it; it wins on every class.
     target_backend = profile.get("attention_backend", target_backend)
-    words = "single words (letters, digits, ._:/=,+@%-)"
     return Server(
         profile_name=profile_name,
         host_class=host_class,
         served_model_name=served_model_name(data),
         model_dir=model_dir,
         draft_model_dir=draft_model_dir,
-        sglang_requirement=knobs.matching(f"profiles[{profile_name!r}]['sglang']['requirement']",
-                                          requirements.get(wanted, wanted), knobs.REQUIREMENT,
-                                          "a pip requirement on one line (name==version, 'name @ URL' or a wheel "
-                                          "path)"),
+        sglang_requirement=knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
+                                             requirements.get(wanted, wanted),
+                                             "a pip requirement on one line (name==version, 'name @ URL' or a "
+                                             "wheel path)"),
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
                                       "a version like 0.5.23"),
         pip_index_url=knobs.url("pip_index_url", data.pip_index_url),
@@ -162,15 +187,14 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
                                                "an SGLang backend name"),
         tp_size=knobs.integer("sglang_tuning tp_size", tuning["tp_size"], minimum=1),
         mem_fraction_static=knobs.fraction("sglang_tuning mem_fraction_static", tuning["mem_fraction_static"]),
-        extra_args=(*knobs.names("sglang_tuning extra_args", tuning.get("extra_args", []), knobs.ARGUMENT, words),
-                    *knobs.names(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
-                                 knobs.ARGUMENT, words)),
+        extra_args=(*knobs.arguments("sglang_tuning extra_args", tuning.get("extra_args", []), DEPLOY_FLAGS),
+                    *knobs.arguments(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
+                                     DEPLOY_FLAGS)),
         env={**knobs.environment("sglang_tuning env", tuning.get("env", {})),
              **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))},
         service_name=knobs.matching("service_name", data.service_name, knobs.UNIT_NAME,
                                     "a unit name (letters, digits, _.-)"),
-        service_user=knobs.matching("service_user", data.service_user, knobs.USER_NAME,
-                                    "a user name ([a-z_][a-z0-9_-], at most 32)"),
+        service_user=knobs.service_account("service_user", data.service_user),
         install_dir=knobs.path("install_dir", data.install_dir),
         config_dir=knobs.path("config_dir", data.config_dir),
         bind_address=knobs.address("bind_address", data.bind_address),

@@ -2,7 +2,8 @@
 change, validated first, and the previous one kept for the rollback (readiness.py proves it serves)."""
 
 import shlex
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from io import StringIO
 
 from pyinfra import host
@@ -72,10 +73,14 @@ class Restart:
     + server: the host's server
     + inputs: what the server is built from (``inputs()``)
     + restart_when: operations (the API key) whose change alone needs a restart
+    + decided_env: what the host's own measurements add to the unit's environment, asked when the decision
+      is made (the GPU smoke test's P2P decision: ``operations.gpu.smoke.decided_env``)
     """
 
-    def __init__(self, server: Server, inputs: str, restart_when: list[OperationMeta]):
+    def __init__(self, server: Server, inputs: str, restart_when: list[OperationMeta],
+                 decided_env: Callable[[], dict[str, str]] | None = None):
         self.server, self.inputs, self.restart_when = server, inputs, restart_when
+        self.decided_env = decided_env
         self._decision: Decision | None = None
 
     def decision(self) -> Decision:
@@ -85,6 +90,8 @@ class Restart:
 
     def _decide(self) -> Decision:
         s = self.server
+        if self.decided_env is not None:
+            s = replace(s, env={**s.env, **self.decided_env()})
         unit_text, env_text = unit_files(s, self.inputs)
         current = gathering.read(ServiceState, unit_file=s.unit_file, env_file=s.env_file, service=s.service_name)
         enabled = current["enabled"] == "enabled"

@@ -46,7 +46,7 @@ def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_ac
 
 def test_bench_server_environment_is_the_units_without_the_api_key():
     env = unit_environment(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server)
-    assert env["HF_HUB_OFFLINE"] == "1" and env["NCCL_P2P_DISABLE"] == "1"
+    assert env["HF_HUB_OFFLINE"] == "1" and "NCCL_P2P_DISABLE" not in env  # the host's decision: sweep(smoke=...)
     assert "SPECFLEET_API_KEY_FILE" not in env
 
 
@@ -105,3 +105,27 @@ def test_gate_fails_on_throughput_or_accept_length_drops_beyond_the_limits():
         report.regressions(summary_of({"1": 100.0}, 4.0), other)
     with pytest.raises(ValueError, match="none of this run's"):
         report.regressions(summary_of({"16": 100.0}, 4.0), baseline)
+
+
+def test_a_level_archive_unpacks_files_only_whatever_the_service_user_left_in_it(tmp_path):
+    """Links (out of the directory or not) and FIFOs are left out; files and directories come back."""
+    import io
+    import os
+    import tarfile
+    from serving_benchmark.sweep import _files_only
+    source = tmp_path / "level"
+    (source / "sub").mkdir(parents=True)
+    (source / "client.log").write_text("log")
+    (source / "sub" / "inner.json").write_text("{}")
+    (source / "shadow").symlink_to("/etc/shadow")
+    (source / "local-link").symlink_to("client.log")
+    os.mkfifo(source / "fifo")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.add(source, arcname=".")
+    (tmp_path / "out").mkdir()
+    buffer.seek(0)
+    with tarfile.open(fileobj=buffer) as archive:
+        archive.extractall(tmp_path / "out", filter=_files_only)
+    found = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*"))
+    assert found == ["client.log", "sub", "sub/inner.json"]

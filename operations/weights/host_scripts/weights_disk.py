@@ -24,7 +24,8 @@ def disk(directory: str) -> dict:
         dirs[:] = [x for x in dirs if x != ".cache"]
         for name in names:
             full = os.path.join(root, name)
-            files[os.path.relpath(full, directory)] = os.path.getsize(full)
+            # Its own size: a link the service user planted there is not followed by root.
+            files[os.path.relpath(full, directory)] = os.lstat(full).st_size
     return {"free": st.f_bavail * st.f_frsize, "device": os.stat(probe).st_dev, "checked": probe, "files": files}
 
 

@@ -2,11 +2,14 @@
 
     pyinfra inventory/ct200.py bench.py                                   # ar, dflash, ddtree at 1,4,16,64
     pyinfra inventory/ct200.py bench.py --data modes=ar,dflash --data concurrency=1,8
+    pyinfra inventory/ct200.py bench.py --data prompts=my-prompts.jsonl            # your workload
     pyinfra inventory/ct200.py bench.py --data baseline=bench-results/RUN/HOST/summary.json
 
 Each host serves each mode in turn (its deployed service stopped meanwhile, started again at the
-end), runs aiperf next to the server, and its results land in bench-results/RUN/HOST/ on the
-controller. Knobs: serving_benchmark/sweep.py (DEFAULTS, plan()). (The toolkit's own speed series
+end), runs aiperf next to the server with the prompts (serving_benchmark/prompts.jsonl, else
+--data prompts=FILE), and its results land in bench-results/RUN/HOST/ on the controller. A worker
+behind a gateway is drained from it first and registered again once its deployed service
+generates. Knobs: serving_benchmark/sweep.py (DEFAULTS, plan()). (The toolkit's own speed series
 is another thing: speed/, `make speed`.)
 """
 
@@ -29,10 +32,13 @@ except BadHostData as problem:
     preflight.refuse(name="Benchmark knobs", problem=f"{host.name}: {problem}")
 
 if server:
-    # A host a gateway routes to is refused unless forced (nothing below runs on a failed host).
-    gateways = [route.gateway for route in workers.routes(inventory, host, server.served_model_name)]
-    sweep.not_behind_gateway(name="Not behind a gateway", gateways=gateways, force=plan.force)
+    # A worker behind a gateway leaves it before its server stops, and comes back once the deployed
+    # service generates again (gateway/workers.py drain and join_again, as a deploy's restart does).
+    routes = workers.routes(inventory, host, server.served_model_name)
     venv.requirement(name="Benchmark client (aiperf)", path=f"{server.install_dir}/bench-venv",
                      distribution="aiperf", requirement=sweep.CLIENT_REQUIREMENT, index_url=server.pip_index_url)
     sweep.tokenizer(name="Benchmark tokenizer", server=server, source=plan.tokenizer)
-    sweep.sweep(name="Benchmark sweep", server=server, plan=plan, smoke=d.smoke)
+    sweep.prompts(name="Benchmark prompts", server=server, plan=plan)
+    drained = workers.drain(name="Drain from the gateway", server=server, routes=routes, restart=None) \
+        if routes else None
+    sweep.sweep(name="Benchmark sweep", server=server, plan=plan, smoke=d.smoke, routes=routes, drained=drained)

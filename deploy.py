@@ -1,7 +1,7 @@
 """specfleet: turn each inventory host into an SGLang server running speculative decoding.
 
     pyinfra inventory/ct200.py deploy.py            # converge (a second run changes nothing)
-    pyinfra inventory/ct200.py deploy.py --dry      # show what would change
+    pyinfra inventory/ct200.py deploy.py --dry      # what would change, and every refusal the run would make
 
 The deployment's table of contents: each stage is one subject's entry in operations/<subject>/.
 Nothing changes on a host until its preflight passes. A host whose data cannot be deployed, or
@@ -15,8 +15,9 @@ import functools
 from pyinfra import host, inventory
 
 from operations import deployment
+from operations.basics import failing
 from operations.basics.knobs import BadHostData
-from operations.deployment import preflight
+from operations.deployment import preflight, summary
 from operations.gateway import config as gateway_config, workers
 from operations.gateway.stages import gateway_deployed
 from operations.gpu import smoke
@@ -49,10 +50,12 @@ if d:
         # One server over several nodes: every node reaches rank 0's dist-init port.
         rendezvous.reachable(name="Nodes reach rank 0", group=d.node_group)
 
-# Nothing below is prepared for a host whose hub checks failed: preflight has reported them. A gated
-# repo still waiting for access stops only a host that serves (preflight); one serving nothing yet is
-# prepared up to its downloads, then fails naming the repo's terms page (stage 5).
-if d and not hub.problems:
+# Nothing below is prepared for a host whose hub checks failed, or that preflight refused while pyinfra
+# evaluated it before the run (--dry): preflight has reported them. A gated repo still waiting for access
+# stops only a host that serves (preflight); one serving nothing yet is prepared up to its downloads, then
+# fails naming the repo's terms page (stage 5).
+refused = failing.refused(host)
+if d and not refused and not hub.problems:
     # 2. The GPU runtime the class needs: the driver (install_driver), persistence, fabric manager.
     gpu_runtime(d.gpu)
     # 3. What the server runs as and from: its user, root's directories, its API key, SGLang's
@@ -64,7 +67,7 @@ if d and not hub.problems:
     # 5. Weights, pinned and verified, fetched by units that survive a dropped connection.
     weights_fetched(d.weights, hub)
 
-if d and hub.complete:  # serving needs every repo's weights
+if d and not refused and hub.complete:  # serving needs every repo's weights
     # 6. The unit (restarted only when its inputs change: one decision, which the drain asks too), then
     #    proof that it generates. A worker behind a gateway leaves it before the restart, waits for its
     #    requests in flight, and comes back once it generates (rollout.py does the fleet N workers at a
@@ -84,7 +87,11 @@ if d and hub.complete:  # serving needs every repo's weights
 #    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers.
 if any(workers.GROUP in other.groups for other in inventory):
     workers.workers_done(name="Workers done")
-if g:
+if g and not refused:
     gateway_deployed(g, inventory, host, uv_installed=d is not None)
     # 8. Prometheus (Debian's package) scraping smg and the gateway's workers, every target checked up.
     monitoring_deployed(m, host.name, g, workers.workers(inventory, host, g.model))
+
+# The run's table: every host, its class, model, endpoint, gateway, state and accept length, printed once
+# every host reached this last operation.
+summary.summarize(host, d, g)

@@ -4,14 +4,16 @@ Pick another ready-made profile without editing code:
     pyinfra inventory/ct200.py deploy.py --data profile=qwen36_ddtree
 """
 
+from operations.deployment import site as _site
+
 # The deployment profile (a key of `profiles` below).
 profile = "kimi_k26_dflash"
 
 # Each profile names the target model, its drafter, the speculative algorithm and
-# the SGLang build that serves it. Revisions are hub commits: set them to the
-# commits you validated (`hf models info REPO`). A branch name is refused at preflight,
-# which names the commit it points at now; allow_branch_revisions=true deploys it anyway
-# with a warning. A git requirement (DDTree's build) is refused unless it names a commit too.
+# the SGLang build that serves it. Revisions and git refs that move (a branch, a pull
+# request's ref) are deployed at the commit `python pin.py INVENTORY` resolved them to
+# (`pins` below, in your site directory); preflight refuses one without a pin, naming
+# the commit it points at now; allow_branch_revisions=true deploys it anyway with a warning.
 profiles = {
     # Kimi K2.6 (1T MoE, MLA, ~595 GB) with z-lab's gated DFlash drafter.
     "kimi_k26_dflash": dict(
@@ -62,9 +64,8 @@ profiles = {
             "--mamba-radix-cache-strategy", "extra_buffer_lazy",
         ],
         env=dict(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN="1"),  # z-lab's Qwen3.6 recipe
-        # DDTree is in no SGLang release up to 0.5.23: it lives in open PR #29907. Replace the
-        # pull request's ref with the commit you validated (`git ls-remote
-        # https://github.com/sgl-project/sglang refs/pull/29907/head`): preflight refuses a moving ref.
+        # DDTree is in no SGLang release up to 0.5.23: it lives in open pull request 29907, whose
+        # ref `python pin.py` resolves to a commit (git ls-remote) like the revisions above.
         sglang=dict(
             requirement="sglang @ git+https://github.com/sgl-project/sglang@refs/pull/29907/head#subdirectory=python",
             version="0.5.23",
@@ -117,6 +118,11 @@ allow_branch_revisions = False  # True: a branch revision only warns (the weight
 # Seconds the GPU smoke test's all-reduce may take, start-up included (the P2P attempt on a PCIe
 # class gets a third of it): 8 GPUs start NCCL and run in ~10-30 s; a real 2x H200 run took 6.2 s.
 gpu_smoke_timeout_s = 180
+# The commits that moving revisions (a branch, a tag, a pull request's ref) point at, as `python pin.py
+# INVENTORY` resolved them into SPECFLEET_SITE/pins.json: {"repos": {"REPO@REVISION": COMMIT}, "git":
+# {"URL@REF": COMMIT}}. The deploy installs and fetches those commits; preflight refuses a moving
+# revision without one.
+pins = _site.pins()
 
 # One model over several nodes: a server spanning hosts, tensor parallel over all their GPUs
 # (e.g. Kimi K2.6 at TP 16 over two 8-GPU B200 nodes). A host joins a group with its inventory
@@ -137,3 +143,7 @@ node_groups = {
 node_group = None  # this host serves alone
 node_rank = None
 node_address = None
+
+# SPECFLEET_SITE/group_data/all.py (your site directory, outside this checkout) overrides these values
+# (operations/deployment/site.py).
+globals().update(_site.overrides(__file__, globals()))

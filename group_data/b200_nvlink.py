@@ -1,5 +1,7 @@
 """8x B200 HGX (sm_100, 180 GB each), NV18 NVLink between every pair through NVSwitch."""
 
+from operations.deployment import site as _site
+
 expected_gpus = dict(
     name_patterns=[r"^NVIDIA B200$"],
     count=8,
@@ -27,3 +29,7 @@ sglang_tuning = dict(
     extra_args=[],
     env=dict(),  # NVLink + NVSwitch: NCCL's defaults are right
 )
+
+# SPECFLEET_SITE/group_data/b200_nvlink.py (your site directory, outside this checkout) overrides these values
+# (operations/deployment/site.py).
+globals().update(_site.overrides(__file__, globals()))

@@ -1,5 +1,7 @@
 """8x B300 HGX (sm_103, 268 GB each), NV18 NVLink between every pair through NVSwitch."""
 
+from operations.deployment import site as _site
+
 expected_gpus = dict(
     name_patterns=[r"^NVIDIA B300 SXM6 AC$"],
     count=8,
@@ -21,3 +23,7 @@ sglang_tuning = dict(
     extra_args=[],
     env=dict(),
 )
+
+# SPECFLEET_SITE/group_data/b300_nvlink.py (your site directory, outside this checkout) overrides these values
+# (operations/deployment/site.py).
+globals().update(_site.overrides(__file__, globals()))

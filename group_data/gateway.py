@@ -6,6 +6,8 @@ host's `profile` (group_data/all.py) and routes to every inventory host in a cla
 group serving that model, registered through its own API (operations/gateway.py).
 """
 
+from operations.deployment import site as _site
+
 # The gateway itself: the real smg wheel (a Rust gateway shipped as a Python package).
 # Never also install sglang-router: both ship an `smg` console script.
 gateway_requirement = "smg==1.13.0"
@@ -62,3 +64,7 @@ prometheus_scrape_interval_s = 15
 prometheus_retention = "15d"  # Prometheus's default; a worker's few dozen series take little disk
 # How long the deploy waits for every target's first successful scrape after a change.
 prometheus_targets_timeout_s = 60
+
+# SPECFLEET_SITE/group_data/gateway.py (your site directory, outside this checkout) overrides these values
+# (operations/deployment/site.py).
+globals().update(_site.overrides(__file__, globals()))

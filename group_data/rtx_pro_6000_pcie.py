@@ -1,5 +1,7 @@
 """8x RTX PRO 6000 Blackwell (sm_120, 96 GB each) on PCIe, no NVLink: the CT200 box."""
 
+from operations.deployment import site as _site
+
 # What preflight expects of the hardware (operations.gpu checks the host's facts against it).
 expected_gpus = dict(
     # nvidia-smi --query-gpu=name; all PCIe Blackwell PRO 6000 variants share sm_120 and 96 GB.
@@ -46,3 +48,7 @@ sglang_tuning = dict(
     # paths, where NCCL's environment documentation warns it can corrupt data (notes sglang.md section 8).
     env=dict(),
 )
+
+# SPECFLEET_SITE/group_data/rtx_pro_6000_pcie.py (your site directory, outside this checkout) overrides these values
+# (operations/deployment/site.py).
+globals().update(_site.overrides(__file__, globals()))

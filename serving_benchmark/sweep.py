@@ -26,20 +26,22 @@ from pathlib import Path
 import gevent
 from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
+from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
 from serving_benchmark import report
 from operations.server.config import Server, Speculative
-from operations.basics import knobs
-from operations.basics.failing import fail_host
+from operations.basics import knobs, shell
 from operations.basics.knobs import BadHostData
 from operations.gpu import smoke as gpu_smoke
+from operations.gateway import workers
 from operations.gpu.facts import NvidiaGpus
 from operations.gpu.smoke import SmokeTest
 from operations.server import readiness
 from operations.server.flags import DDTREE_TARGET_BACKENDS, rejection, server_args
 from operations.server.unit import unit_files
 from operations.basics.templates import render
+from operations.weights.checks import WeightsDisk
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = re.compile(r"[A-Za-z0-9._/-]+")
@@ -52,8 +54,16 @@ ARCHIVE = f"{RUNS}/level.tar.gz"  # a level's results as the service user archiv
 BENCH_OWN_SETTINGS = ("Type", "ExecStart", "EnvironmentFile", "Restart", "RestartSec")
 CLIENT_REQUIREMENT = "aiperf==0.13.0"
 STARTED = datetime.now(timezone.utc)  # one run id for every host of this pyinfra run
-DEFAULTS = dict(modes="ar,dflash,ddtree", concurrency="1,4,16,64", input_tokens=1024, output_tokens=256,
+DEFAULTS = dict(modes="ar,dflash,ddtree", concurrency="1,4,16,64", output_tokens=256,
                 max_throughput_drop=0.10, max_accept_drop=0.2, results_dir="bench-results")
+# The default workload: 20 prompts written for this benchmark (6 chat, 6 code, 5 reasoning and 3 long-context
+# ones of 1,500-2,400 words: a module to review, a design to summarize, a server to explain), because the
+# drafter's accept length depends on what is asked: random tokens tell nothing about it.
+PROMPTS = REPO / "serving_benchmark" / "prompts.jsonl"
+# Knobs bench.py no longer takes, with the sentence that says what replaced them.
+RETIRED = {"input_tokens": "the prompts' own lengths count: give a prompts file (prompts=FILE, JSON lines with "
+                           "a \"text\" each)",
+           "force": "a worker behind a gateway is drained from it before its sweep and registered again after"}
 _HTTP = (  # host side, stdlib only: one request to the local server, the body to stdout
     "import sys, urllib.request\n"
     "req = urllib.request.Request(sys.argv[1], method=sys.argv[2], data=b'' if sys.argv[2] == 'POST' else None)\n"
@@ -68,14 +78,14 @@ class Plan:
     modes: tuple[str, ...]
     concurrency: tuple[int, ...]
     requests: int | None  # per level; None: max(16, 4 x concurrency)
-    input_tokens: int
+    prompts: Path  # JSON lines on the controller, each {"text": ...} (aiperf's single_turn dataset)
+    prompt_count: int
     output_tokens: int
     tokenizer: str  # "target" (the model's own, from its weights directory) or a controller directory
     results_dir: Path
     baseline: Path | None
     max_throughput_drop: float
     max_accept_drop: float
-    force: bool
 
     def requests_at(self, concurrency: int) -> int:
         return self.requests or max(16, 4 * concurrency)
@@ -94,6 +104,9 @@ def plan(data) -> Plan:
         value = data.get(key)
         return DEFAULTS.get(key) if value is None else value
 
+    for key, instead in RETIRED.items():
+        if data.get(key) is not None:
+            raise BadHostData(f"{key}={data.get(key)!r} is not accepted: {instead}")
     modes = tuple(dict.fromkeys(str(get("modes")).replace(" ", "").split(",")))
     if not modes or any(mode not in report.MODES for mode in modes):
         raise BadHostData(f"modes={get('modes')!r} is not accepted: use a comma-separated list of "
@@ -107,42 +120,39 @@ def plan(data) -> Plan:
         raise BadHostData(f"bench_tokenizer={tokenizer!r} is not accepted: use 'target' or a controller directory "
                           "holding tokenizer.json")
     requests = data.get("requests")
+    prompts = Path(str(data.get("prompts") or PROMPTS)).expanduser().absolute()
     return Plan(
         modes=modes, concurrency=_integers("concurrency", get("concurrency")),
         requests=knobs.integer("requests", requests, minimum=1) if requests is not None else None,
-        input_tokens=knobs.integer("input_tokens", get("input_tokens"), minimum=1),
+        prompts=prompts, prompt_count=prompt_count(prompts),
         output_tokens=knobs.integer("output_tokens", get("output_tokens"), minimum=1),
         tokenizer=tokenizer, results_dir=Path(knobs.matching("results_dir", str(get("results_dir")), RESULTS_DIR,
                                                              "a relative or absolute directory name")),
         baseline=Path(str(baseline)) if baseline is not None else None,
         max_throughput_drop=knobs.fraction("max_throughput_drop", get("max_throughput_drop")),
         max_accept_drop=knobs.number("max_accept_drop", get("max_accept_drop")),
-        force=knobs.boolean("force", data.get("force") or False),
     )
 
 
-@operation()
-def not_behind_gateway(gateways: list[str], force: bool = False):
-    """
-    Refuse to benchmark a host that a gateway routes users' requests to, unless forced: the sweep stops
-    its server, so the gateway would send it live traffic it cannot serve.
-
-    + gateways: the inventory's gateways routing to this host (``gateway.workers.routes``)
-    + force: benchmark it anyway (``--data force=true``)
-
-    **Example:**
-
-    .. code:: python
-
-        sweep.not_behind_gateway(name="Not behind a gateway",
-                                 gateways=[r.gateway for r in workers.routes(inventory, host, model)])
-    """
-    if gateways and not force:
-        yield fail_host([f"{host.name}: the gateway {', '.join(gateways)} routes requests to this host, and the "
-                         "sweep stops its server under that traffic: re-run with --data force=true to "
-                         "benchmark it anyway"])
-        return
-    host.noop("no gateway routes to this host" if not gateways else f"forced despite the gateway {', '.join(gateways)}")
+def prompt_count(path: Path) -> int:
+    """How many prompts a prompts file holds: JSON lines, each an object with a non-empty "text" (aiperf's
+    single_turn dataset; other keys of that format pass through), checked before any host is touched."""
+    accepted = 'a file of JSON lines, each {"text": "..."}'
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as error:
+        raise BadHostData(f"prompts={str(path)!r} is not accepted: use {accepted} ({type(error).__name__})") from None
+    for number, line in enumerate(lines, 1):
+        try:
+            prompt = json.loads(line)
+        except ValueError:
+            prompt = None
+        if not isinstance(prompt, dict) or not isinstance(prompt.get("text"), str) or not prompt["text"].strip():
+            raise BadHostData(f"prompts={str(path)!r} is not accepted: line {number} is not a JSON object with a "
+                              f"non-empty \"text\": use {accepted}")
+    if not lines:
+        raise BadHostData(f"prompts={str(path)!r} is not accepted: it holds no prompt; use {accepted}")
+    return len(lines)
 
 
 def _speculative(server: Server, mode: str) -> Speculative:
@@ -226,6 +236,27 @@ def tokenizer(server: Server, source: str):
                                     mode="644")
 
 
+@operation()
+def prompts(server: Server, plan: Plan):
+    """
+    Upload the benchmark's prompts file next to the client (root's directory, readable by the service user).
+
+    + server: the host's server (install directory)
+    + plan: the benchmark's plan (its prompts file on the controller)
+
+    **Example:**
+
+    .. code:: python
+
+        sweep.prompts(name="Benchmark prompts", server=s, plan=sweep.plan(host.data))
+    """
+    yield from files.put._inner(src=str(plan.prompts), dest=prompts_path(server), mode="644")
+
+
+def prompts_path(server: Server) -> str:
+    return f"{server.install_dir}/bench/prompts.jsonl"
+
+
 def client_tokenizer(server: Server, source: str) -> list[str]:
     if source == "target":
         trust = ["--tokenizer-trust-remote-code"] if "--trust-remote-code" in server.extra_args else []
@@ -234,7 +265,8 @@ def client_tokenizer(server: Server, source: str) -> list[str]:
 
 
 @operation(is_idempotent=False)
-def sweep(server: Server, plan: Plan, smoke: SmokeTest | None = None):
+def sweep(server: Server, plan: Plan, smoke: SmokeTest | None = None, routes: list | None = None,
+          drained: OperationMeta | None = None):
     """
     Serve each mode in turn, run the client at each concurrency, bring the results back, restore.
 
@@ -245,12 +277,15 @@ def sweep(server: Server, plan: Plan, smoke: SmokeTest | None = None):
     + server: the host's server (its class is recorded in the summary)
     + plan: modes, concurrency levels, workload, results directory, baseline
     + smoke: the host's GPU smoke test, whose P2P decision the unit's environment holds (``smoke.decided_env``)
+    + routes, drained: the gateways this worker was drained from before the sweep (``workers.drain``): once
+      the deployed service generates again, it registers with them again
 
     **Example:**
 
     .. code:: python
 
-        sweep.sweep(name="Benchmark sweep", server=d.server, plan=sweep.plan(host.data), smoke=d.smoke)
+        sweep.sweep(name="Benchmark sweep", server=d.server, plan=sweep.plan(host.data), smoke=d.smoke,
+                    routes=routes, drained=drained)
     """
     if smoke is not None:  # the environment the deployed unit has, P2P decision included
         server = dataclasses.replace(server, env={**server.env, **gpu_smoke.decided_env(smoke)})
@@ -267,11 +302,16 @@ def sweep(server: Server, plan: Plan, smoke: SmokeTest | None = None):
         else:
             modes[mode] = {"server_args": args}
     gpus = host.get_fact(NvidiaGpus)
-    yield FunctionCommand(run_sweep, (server, plan, modes, gpus), {})
+    # How long a mode (and the deployed service after) may take to start: as the deploy allows it, from
+    # ready_timeout_s or the size of the weights on the host.
+    disk = host.get_fact(WeightsDisk, local_dirs=(server.model_dir, server.draft_model_dir))
+    ready_s = readiness.timeout_for(server, sum(sum((d or {}).get("files", {}).values()) for d in disk.values()))
+    rejoin = (routes or [], drained)
+    yield FunctionCommand(run_sweep, (server, plan, modes, gpus, ready_s, rejoin), {})
 
 
 def _run(host, command: str) -> tuple[bool, str]:
-    ok, output = host.run_shell_command(command)
+    ok, output = shell.run(host, command)
     return ok, output.stdout
 
 
@@ -328,7 +368,7 @@ def _level(host, d: Server, plan: Plan, remote: str, concurrency: int) -> tuple[
               "--url", f"http://127.0.0.1:{d.port}", "--endpoint-type", "chat", "--streaming",
               "--concurrency", str(concurrency), "--request-count", str(requests),
               "--warmup-request-count", str(warmup),
-              "--prompt-input-tokens-mean", str(plan.input_tokens), "--prompt-input-tokens-stddev", "0",
+              "--input-file", prompts_path(d), "--custom-dataset-type", "single_turn",
               "--prompt-output-tokens-mean", str(plan.output_tokens), "--prompt-output-tokens-stddev", "0",
               "--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--random-seed", "0",
               *client_tokenizer(d, plan.tokenizer),
@@ -368,7 +408,7 @@ def _fetch(host, user: str, remote: str, local: Path) -> None:
     local.mkdir(parents=True, exist_ok=True)
     tarball = local.with_suffix(".tar.gz")
     _run(host, f"{_as_user(user, f'tar -C {remote} -czf - .')} > {ARCHIVE}")
-    host.get_file(ARCHIVE, str(tarball))
+    shell.get_file(host, ARCHIVE, str(tarball))
     _run(host, f"rm -f {ARCHIVE}")
     try:
         with tarfile.open(tarball) as archive:
@@ -415,24 +455,23 @@ def _interrupt_sweeps(previous):
     return handler
 
 
-def run_sweep(state, host, d: Server, plan: Plan, modes: dict, gpus) -> bool:
+def run_sweep(state, host, d: Server, plan: Plan, modes: dict, gpus, ready_s: int, rejoin: tuple) -> bool:
     """The sweep on one host (a FunctionCommand); the deployed service is started again whatever happens."""
     if not _SWEEPS:
         signal.signal(signal.SIGINT, _interrupt_sweeps(signal.getsignal(signal.SIGINT)))
     _SWEEPS.add(gevent.getcurrent())
     try:
-        return _sweep(host, d, plan, modes, gpus)
+        return _sweep(host, d, plan, modes, gpus, ready_s, rejoin)
     except Interrupted:  # while writing the results: the host is restored already
         return False
     finally:
         _SWEEPS.discard(gevent.getcurrent())
 
 
-def _sweep(host, d: Server, plan: Plan, modes: dict, gpus) -> bool:
+def _sweep(host, d: Server, plan: Plan, modes: dict, gpus, ready_s: int, rejoin: tuple) -> bool:
     run_id = STARTED.strftime("%Y%m%dT%H%M%SZ")
     out = plan.results_dir / run_id / host.name
     remote_root = f"{RUNS}/{run_id}"
-    ready_s = d.ready_timeout_s
     # A bound, not an estimate: every level at 10 tokens/s per request, one request at a time.
     level_budget_s = sum(60 + plan.requests_at(c) * plan.output_tokens // 10 for c in plan.concurrency)
     out.mkdir(parents=True, exist_ok=True)
@@ -490,16 +529,21 @@ def _sweep(host, d: Server, plan: Plan, modes: dict, gpus) -> bool:
         host.log_styled(f"the deployed {d.service_name} does not generate again ({back.get('error')}): "
                         f"run the deploy to repair it", fg="red")
         failed.append("restore")
+    elif not workers.join_again(host, d, *rejoin):  # generating again: back in the gateways it left
+        failed.append("gateway")
 
     meta = {"host": host.name, "host_class": d.host_class, "profile": d.profile_name, "started": run_id,
             "specfleet_commit": specfleet_commit(), "client": CLIENT_REQUIREMENT, "gpus": gpus,
-            "workload": {"input_tokens": plan.input_tokens, "output_tokens": plan.output_tokens,
+            "workload": {"prompts": plan.prompts.name, "prompt_count": plan.prompt_count,
+                         "output_tokens": plan.output_tokens,
                          "requests": {str(c): plan.requests_at(c) for c in plan.concurrency},
                          "endpoint": "/v1/chat/completions (streaming)"}}
     doc = report.summary(meta, modes)
     written = report.write_report(doc, out)
     host.log_styled(f"bench results: {', '.join(str(p) for p in written)}"
-                    + (f" ({report.STAND_IN_LABEL})" if doc["stand_in"] else ""), fg="green")
+                    + (f" ({report.STAND_IN_LABEL})" if doc["stand_in"] else "")
+                    + ("" if any(p.suffix == ".png" for p in written) else
+                       "; no plots: they need matplotlib (pip install -e '.[dev]')"), fg="green")
     if plan.baseline is not None:
         try:
             worse = report.regressions(doc, json.loads(plan.baseline.read_text()),

@@ -23,35 +23,36 @@ from operations.weights.checks import HubState
 
 class LoginUser(FactBase):
     """
-    The user the SSH session logged in as, and whether the deploy's commands run through sudo.
+    Who the deploy's commands run as (through --sudo or --su-user when given), and the SSH login behind sudo.
 
     .. code:: python
 
-        {"user": "deployer", "sudo": True}
+        {"user": "root", "login": "deployer", "sudo": True}
     """
 
     host_answer = "host_facts.login_user"
 
     def command(self) -> str:
-        return 'echo "${SUDO_USER:-$(id -un)} ${SUDO_USER:+sudo}"'
+        return 'echo "$(id -un) ${SUDO_USER:-}"'
 
     def process(self, output):
-        user, _, sudo = output[0].partition(" ")
-        return {"user": user, "sudo": sudo == "sudo"}
+        user, _, sudo_user = output[0].strip().partition(" ")
+        return {"user": user, "login": sudo_user or user, "sudo": bool(sudo_user)}
 
 
 def login_problems(login: dict | None) -> list[str]:
-    """The deploy logs in as root: its progress polls, readiness probe, journal reads and rollback run
-    on the SSH session itself, where pyinfra's --sudo does not reach, so another user would fail halfway."""
-    if not login:
-        return [f"{host.name}: the host did not say which user the deploy logged in as (`id -un` printed "
+    """The deploy acts as root: through a root login, or a login with pyinfra's --sudo (or --su-user root),
+    which every command of the deploy goes through (operations/basics/shell.py)."""
+    if not login or not login["user"]:
+        return [f"{host.name}: the host did not say which user the deploy runs as (`id -un` printed "
                 "nothing): check that the login has a shell and a user name, then re-run"]
-    if login["user"] == "root" and not login["sudo"]:
+    if login["user"] == "root":
         return []
-    how = f"{login['user']} through sudo" if login["sudo"] else login["user"]
-    return [f"{host.name}: the deploy logged in as {how}, but it must log in as root (its readiness checks, "
-            "journal reads and rollback run outside sudo): connect as root (`User root` in your SSH config, "
-            "or SPECFLEET_SSH_USER=root) with a key only you hold"]
+    if login["sudo"]:
+        return [f"{host.name}: the deploy runs as {login['user']} through sudo, but it must run as root: "
+                "drop --sudo-user"]
+    return [f"{host.name}: the deploy logged in as {login['user']}, not root: add --sudo to the pyinfra command "
+            "(and --same-sudo-password if sudo asks for a password), or log in as root"]
 
 
 def moving_revisions(deployment: Deployment, hub: HubState) -> tuple[list[str], list[str]]:

@@ -28,7 +28,7 @@ from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from operations import deployment
-from operations.basics import network
+from operations.basics import network, outcomes, shell
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
@@ -71,7 +71,7 @@ def workers(inventory, gateway_host, model: str) -> list[Worker]:
             continue
         if d.server.served_model_name != model or (d.node_group and not d.node_group.serves_http):
             continue  # a rank >= 1 of a node group serves no HTTP: the group is reached at its rank 0
-        if worker is gateway_host:
+        if worker.name == gateway_host.name:  # pyinfra hands the deploy a proxy of its host: names, not identity
             found.append(Worker(worker.name, d.server.url))
             continue
         address = network.inventory_address(worker)
@@ -116,7 +116,7 @@ def routes(inventory, worker_host, model: str) -> list[Route]:
         me = next((w for w in workers(inventory, gateway_host, model) if w.name == worker_host.name), None)
         if me is None:  # refused data: the worker fails preflight on its own
             continue
-        if gateway_host is worker_host:
+        if gateway_host.name == worker_host.name:
             address, problem = g.local_address, None
         elif not g.exposed:
             address, problem = "", (f"{worker_host.name} cannot drain itself from {gateway_host.name}, whose gateway "
@@ -125,7 +125,7 @@ def routes(inventory, worker_host, model: str) -> list[Route]:
             address = network.inventory_address(gateway_host) if g.bind_address in network.WILDCARDS else g.bind_address
             problem = None if network.ADDRESS.fullmatch(address) else f"{gateway_host.name}: address {address!r} is not accepted"
         found.append(Route(gateway_host.name, address, g.port, me.url, g.register_timeout_s, g.admin_key_env,
-                           g.user if gateway_host is worker_host else None, me.problem or problem))
+                           g.user if gateway_host.name == worker_host.name else None, me.problem or problem))
     return found
 
 
@@ -177,7 +177,7 @@ def admin_key(server: Server, routes: list[Route]):
 
 
 @operation()
-def drain(server: Server, routes: list[Route], restart: Restart):
+def drain(server: Server, routes: list[Route], restart: Restart | None):
     """
     Take this worker out of its gateways before its server restarts: `DELETE /workers/{id}` (no new
     requests), waited until each gateway lets it go; then wait until the server holds no request
@@ -188,7 +188,7 @@ def drain(server: Server, routes: list[Route], restart: Restart):
     + server: the worker's server
     + routes: its gateways as its host reaches them (`routes()`)
     + restart: this run's restart decision of the server (``server.unit.Restart``), which the unit's
-      operation after the drain takes too
+      operation after the drain takes too; None where the caller stops the server whatever (bench.py)
 
     **Example:**
 
@@ -202,11 +202,11 @@ def drain(server: Server, routes: list[Route], restart: Restart):
     if not d.enable_metrics:
         problems.append(f"{host.name} serves behind a gateway without /metrics, where its drain reads the "
                         "requests in flight: keep enable_metrics=true")
-    if not restart.decision().restarts:
+    if restart is not None and not restart.decision().restarts:
         host.noop("the server does not restart: it stays in its gateways")
         return
     if problems:
-        yield fail_host(problems)
+        yield fail_host(problems, static=True)  # the inventory's addresses and data: known before the run
         return
     listed = [route for route in routes
               if any(w["url"] == route.worker_url for w in _listing(d, route)["workers"])]
@@ -220,7 +220,7 @@ def drain(server: Server, routes: list[Route], restart: Restart):
 
 def _drain(state, host, command: str, gateway: str) -> bool:  # pyinfra passes state and host by these names
     started = time.monotonic()
-    ok, output = host.run_shell_command(command)
+    ok, output = shell.run(host, command)
     if not ok:
         host.log_styled(f"drain from {gateway} failed: {output.stderr or output.stdout}", fg="red")
         return False
@@ -251,14 +251,35 @@ def rejoin(server: Server, routes: list[Route]):
 
         workers.rejoin(name="Back in the gateway", server=s, routes=routes)
     """
-    missing = False
+    joins = _joins(server, routes)
+    if not joins:
+        host.noop("every answering gateway lists this worker")
+    yield from joins
+
+
+def _joins(server: Server, routes: list[Route]) -> list[str]:
+    """The commands registering this worker with each of its gateways that answers and does not list it."""
+    joins = []
     for route in routes:
         listing = _listing(server, route)
         if listing["reachable"] and all(w["url"] != route.worker_url for w in listing["workers"]):
-            missing = True
-            yield _worker_command(server, route, "join")
-    if not missing:
-        host.noop("every answering gateway lists this worker")
+            joins.append(_worker_command(server, route, "join"))
+    return joins
+
+
+def join_again(host, server: Server, routes: list[Route], drained: OperationMeta | None) -> bool:
+    """At execution time, once a server stopped after `drained` (bench.py's sweep) generates again: register
+    the worker again with its gateways, as ``rejoin`` does. False, saying why, when a join failed."""
+    if drained is None or not drained.changed:
+        return True
+    for command in _joins(server, routes):
+        ok, output = shell.run(host, command)
+        if not ok:
+            host.log_styled(f"{host.name}: registering again with its gateway failed: "
+                            f"{' '.join((output.stderr or output.stdout).split())[-300:]}", fg="red")
+            return False
+    host.log_styled(f"{host.name}: back in its gateways ({', '.join(r.gateway for r in routes)})", fg="green")
+    return True
 
 
 @operation()
@@ -348,7 +369,7 @@ def register_workers(gateway: Gateway, wanted: list[Worker], listing_before: dic
     g = gateway
     problems = [w.problem for w in wanted if w.problem]
     if problems:
-        yield fail_host(problems)
+        yield fail_host(problems, static=True)  # the inventory's data: known before the run
         return
     if not restarted.changed:
         current = listed(g)
@@ -356,6 +377,7 @@ def register_workers(gateway: Gateway, wanted: list[Worker], listing_before: dic
         inventory = {w.url for w in wanted}
         if current["reachable"] and set(registered) <= inventory and all(
                 registered.get(w.url) == "ready" for w in kept_in(listing_before, wanted, state)):
+            outcomes.note(host, gateway_workers=len(registered))
             host.noop(f"the gateway routes {g.model} to {len(registered)} of its {len(wanted)} inventory workers, "
                       "all ready")
             return
@@ -371,11 +393,12 @@ def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker], listing_b
         str(g.port), g.admin_key_file, g.model, "sync", str(g.register_timeout_s),
         "--register", *register, "--inventory", *(w.url for w in wanted)))
     started = time.monotonic()
-    ok, output = host.run_shell_command(command)
+    ok, output = shell.run(host, command)
     if not ok:
         host.log_styled(f"gateway workers not converged: {output.stderr or output.stdout}", fg="red")
         return False
     result = json.loads(output.stdout_lines[-1])
+    outcomes.note(host, gateway_workers=len(register))
     out = sorted({w.url for w in wanted} - set(register))
     host.log_styled(f"gateway {g.model}: registered {result['added'] or 'none'}, "
                     f"removed {result['removed'] or 'none'}; {len(register)} workers ready"

@@ -20,7 +20,7 @@ from typing_extensions import override
 
 from dataclasses import dataclass
 
-from operations.basics import gathering
+from operations.basics import gathering, shell
 from operations.gpu.config import GpuExpectations
 
 SMOKE_RECORD = "gpu-smoke.json"
@@ -144,14 +144,14 @@ _WRITE_RECORD = 'umask 022 && cat > "$1.part" && mv -f "$1.part" "$1"'
 
 
 def _run_smoke_test(state, host, command: str, record_path: str) -> bool:
-    _, output = host.run_shell_command(command)
+    _, output = shell.run(host, command)
     record = GpuSmokeRecord().process(["", *output.stdout_lines[-1:]])["record"]
     if record is None:
         host.log_styled(f"GPU smoke test printed no record: {' '.join(output.stdout_lines)[-300:]}", fg="red")
         return False
     # Root writes the record: the test ran as the service user, who cannot write in root's directory.
-    written, _ = host.run_shell_command(StringCommand("sh", "-c", QuoteString(_WRITE_RECORD), "record",
-                                                      QuoteString(record_path)), _stdin=json.dumps(record))
+    written, _ = shell.run(host, StringCommand("sh", "-c", QuoteString(_WRITE_RECORD), "record",
+                                               QuoteString(record_path)), _stdin=json.dumps(record))
     passed = record.get("verdict") in ("passed", "skipped") and written
     host.log_styled(summary(record), fg="green" if passed else "red")
     if line := p2p_line(record, record_path):

@@ -28,7 +28,7 @@ from pyinfra.api.state import StateStage
 from pyinfra.operations import files, systemd
 
 from operations.basics.file_states import FileStates
-from operations.basics import apt_packages, knobs, network
+from operations.basics import apt_packages, knobs, network, shell
 from operations.gateway.config import Gateway
 from operations.gateway.workers import Worker
 from operations.basics.host_programs import inline
@@ -283,7 +283,7 @@ def _wait_up(state, host, monitoring: Monitoring, targets: list[ScrapeTarget]) -
                      "--fresh", str(fresh_scrape_s(monitoring)), "--until-up", str(monitoring.targets_timeout_s),
                      *(f"{t.job}={t.address}" for t in targets))
     started = time.monotonic()
-    ok, output = host.run_shell_command(command)
+    ok, output = shell.run(host, command)
     found = PrometheusTargets().process(output.stdout_lines) if ok else {"reachable": False, "error": output.stderr}
     down = down_targets(found, targets)
     if down:

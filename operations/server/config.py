@@ -13,6 +13,8 @@ from operations.basics.knobs import BadHostData
 # ShutdownReq (tokenizer_manager.py _SCHEDULER_EXIT_TIMEOUT_SECS), then killing and reaping its children.
 SHUTDOWN_S = 30
 
+GIT_REF = re.compile(r"git\+(\S+?)@([^#\s]+)")  # 'name @ git+URL@REF#...': the repository URL and its ref
+
 
 # The options the deploy sets itself, each with the knob that sets it: what flags.server_args renders
 # (every spelling SGLang 0.5.23 accepts, flags.RENAMED_FLAGS' old ones too), a node group's part
@@ -137,6 +139,25 @@ def served_model_name(data: Any) -> str:
                           re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*"), "letters, digits and ._/-")
 
 
+def git_refs(requirement: str) -> list[tuple[str, str]]:
+    """(repository URL, ref) of each git source in a pip requirement."""
+    return GIT_REF.findall(requirement)
+
+
+def pinned(requirement: str, pins: dict) -> str:
+    """`requirement` with each git ref that `pins` (group data `pins`: {"git": {"URL@REF": COMMIT}}) resolves
+    replaced by its commit."""
+    git = (pins or {}).get("git", {})
+
+    def commit(match: re.Match) -> str:
+        url, ref = match.groups()
+        found = git.get(f"{url}@{ref}")
+        return match.group(0) if found is None else \
+            f"git+{url}@{knobs.matching(f'pins git {url}@{ref}', found, knobs.COMMIT, 'a 40-hex commit')}"
+
+    return GIT_REF.sub(commit, requirement)
+
+
 def _speculative(profile_name: str, values: Any) -> Speculative:
     fields = Speculative.__dataclass_fields__
     if not isinstance(values, dict) or set(values) - set(fields) or "algorithm" not in values \
@@ -175,7 +196,7 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         model_dir=model_dir,
         draft_model_dir=draft_model_dir,
         sglang_requirement=knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
-                                             requirements.get(wanted, wanted),
+                                             pinned(requirements.get(wanted, wanted), getattr(data, "pins", None)),
                                              "a pip requirement on one line (name==version, 'name @ URL' or a "
                                              "wheel path)"),
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,

@@ -17,7 +17,7 @@ from operations.basics.file_states import sha1_of
 from operations.basics.host_programs import HOST_SCRIPTS
 from operations.basics.templates import render
 from operations.basics.units import ServiceState
-from operations.python.venv import fingerprint
+from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.checks import refused_flags
 from operations.server.config import Server
 from operations.server.flags import rejection, server_args
@@ -96,7 +96,12 @@ class Restart:
         current = gathering.read(ServiceState, unit_file=s.unit_file, env_file=s.env_file, service=s.service_name)
         enabled = current["enabled"] == "enabled"
         if (current["unit_sha1"], current["env_sha1"]) != (sha1_of(unit_text.encode()), sha1_of(env_text.encode())):
-            return Decision(FILES_CHANGED, rejection(host, s, server_args(s)), unit_text, env_text, enabled)
+            # The installed SGLang validates the new files; before the run installs the wanted build
+            # (--dry on a fresh host) there is none to ask yet.
+            installed = gathering.read(VenvRequirement, path=s.venv, distribution="sglang")
+            built = installed and installed["fingerprint"] == fingerprint(s.sglang_requirement, s.pip_index_url)
+            return Decision(FILES_CHANGED, rejection(host, s, server_args(s)) if built else None, unit_text,
+                            env_text, enabled)
         if any(op.changed for op in self.restart_when):
             return Decision(INPUT_CHANGED, None, unit_text, env_text, enabled)
         return Decision(STOPPED if current["active"] != "active" else None, None, unit_text, env_text, enabled)

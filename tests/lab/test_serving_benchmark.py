@@ -26,19 +26,14 @@ def run_bench(host, *data: str, inventory: str = LAB_INVENTORY) -> subprocess.Co
     return result
 
 
-def test_bench_refuses_a_host_behind_a_gateway_unless_forced(deployed_lab, pcie_host):
+def test_bench_refuses_a_bad_knob_or_a_retired_one_in_one_line(deployed_lab, pcie_host):
     refused = run_bench(pcie_host, "modes=nope")
-    assert refused.returncode != 0 and "modes='nope'" in refused.output  # knobs are checked first
-    # The lab's inventory with a gateway host serving the lab's model (never connected to: --limit).
-    behind = REPO / "build" / "inventory_behind_gateway.py"
-    behind.parent.mkdir(exist_ok=True)
-    behind.write_text("from lab.inventory import *  # noqa: F401,F403\n"
-                      "gateway = [('gw-elsewhere', {'ssh_hostname': '10.0.0.1', 'gateway_bind_address': '0.0.0.0'})]\n")
-    refused = run_bench(pcie_host, inventory=str(behind.relative_to(REPO)))
-    assert refused.returncode != 0, refused.output[-2000:]
-    assert "the gateway gw-elsewhere routes requests to this host" in refused.output
-    assert "--data force=true" in refused.output
-    assert "Starting operation: Benchmark client" not in refused.output
+    assert refused.returncode != 0 and "modes='nope' is not accepted" in refused.output, refused.output[-2000:]
+    retired = run_bench(pcie_host, "input_tokens=32")
+    assert retired.returncode != 0 and "input_tokens=32 is not accepted: the prompts' own lengths count" \
+        in retired.output, retired.output[-2000:]
+    for output in (refused.output, retired.output):
+        assert "Traceback" not in output and "Starting operation: Benchmark client" not in output
 
 
 def test_bench_sweeps_modes_brings_results_back_restores_the_deployment_and_gates(deployed_lab, pcie_host,
@@ -48,8 +43,9 @@ def test_bench_sweeps_modes_brings_results_back_restores_the_deployment_and_gate
     baseline.write_text(json.dumps({"host_class": "rtx_pro_6000_pcie", "profile": "kimi_k26_dflash", "modes": {
         "dflash": {"levels": {"4": {"output_tok_s": 1e6, "accept_length": 3.45}}}}}))
     results = tmp_path / "results"
-    bench = run_bench(pcie_host, "modes=ar,dflash", "concurrency=1,4", "requests=6", "input_tokens=32",
-                      "output_tokens=32", f"results_dir={results}", f"baseline={baseline}")
+    # The shipped prompts: chat, code, reasoning, long contexts.
+    bench = run_bench(pcie_host, "modes=ar,dflash", "concurrency=1,4", "requests=6", "output_tokens=32",
+                      f"results_dir={results}", f"baseline={baseline}")
 
     assert bench.returncode != 0, bench.output[-3000:]
     assert "regression gate: worse than" in bench.output
@@ -63,6 +59,8 @@ def test_bench_sweeps_modes_brings_results_back_restores_the_deployment_and_gate
     assert (summary["host"], summary["host_class"], summary["profile"]) == (
         pcie_host.name, "rtx_pro_6000_pcie", "kimi_k26_dflash")
     assert summary["sglang_version"] == "0.5.23+lab" and summary["client"] == "aiperf==0.13.0"
+    assert summary["workload"] == {"prompts": "prompts.jsonl", "prompt_count": 20, "output_tokens": 32,
+                                   "requests": {"1": 6, "4": 6}, "endpoint": "/v1/chat/completions (streaming)"}
     assert len(summary["specfleet_commit"].split("-")[0]) == 40 and len(summary["gpus"]) == 8
     ar, dflash = summary["modes"]["ar"], summary["modes"]["dflash"]
     assert "--speculative-algorithm" not in ar["server_args"] and "DFLASH" in dflash["server_args"]

@@ -173,6 +173,8 @@ def test_root_writes_the_record_the_service_users_run_printed_from_stdin():
             self.stdout_lines = lines
 
     class Host:
+        current_op_global_arguments = {}  # root's login, no escalation
+
         def run_shell_command(self, command, **kwargs):
             calls.append((str(command), kwargs))
             return True, Ran(["NCCL chatter", json.dumps(printed)])

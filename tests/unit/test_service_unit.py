@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from pyinfra.facts.files import Directory
+from pyinfra.context import ctx_host
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from operations.basics import ownership
@@ -13,8 +14,8 @@ from operations.server import unit
 from operations.deployment import resolve
 from operations.basics.file_states import FileStates
 from operations.basics.units import ServiceState
+from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.flags import SGLangRejects
-from pyinfra.context import ctx_host
 
 from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
@@ -35,7 +36,8 @@ def current(unit=UNIT, env=ENV, active="active", enabled="enabled") -> dict:
     return {ServiceState: dict(unit_sha1=sha1_of(unit.encode()), env_sha1=sha1_of(env.encode()),
                                        active=active, enabled=enabled),
             SystemdStatus: {"sglang.service": active == "active"},
-            SystemdEnabled: {"sglang.service": enabled == "enabled"}}
+            SystemdEnabled: {"sglang.service": enabled == "enabled"},
+            VenvRequirement: {"version": "0.5.23", "fingerprint": fingerprint(D.sglang_requirement, D.pip_index_url)}}
 
 
 def test_unchanged_and_running_is_a_noop():
@@ -59,6 +61,16 @@ def test_rejected_flags_fail_before_anything_is_written():
     [problem] = failure(configure(facts)[0])
     assert "rejects the rendered flags (--attention-backend: invalid choice" in problem
     assert problem.endswith("sglang was left as it was")
+
+
+def test_before_the_wanted_sglang_is_installed_nothing_asks_it_about_the_flags():
+    # --dry on a fresh host: the run installs SGLang before the unit, so no refusal can be known yet.
+    facts = {**current(unit="an older unit"), VenvRequirement: None, SGLangRejects: "would be asked: exit=1"}
+    with ctx_host.use(FakeHost(facts)):
+        decision = unit.Restart(D, INPUTS, []).decision()
+    assert decision.refused is None and decision.reason == unit.FILES_CHANGED and decision.restarts
+    with ctx_host.use(FakeHost({**facts, VenvRequirement: current()[VenvRequirement]})):  # installed: it is asked
+        assert unit.Restart(D, INPUTS, []).decision().refused == "would be asked: exit=1"
 
 
 def test_the_units_are_confined_and_the_server_may_reach_the_gpus():

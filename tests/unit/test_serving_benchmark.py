@@ -6,7 +6,8 @@ import json
 import pytest
 
 from serving_benchmark import report
-from serving_benchmark.sweep import mode_args, plan, unit_environment
+from operations.basics.knobs import BadHostData
+from serving_benchmark.sweep import PROMPTS, mode_args, plan, unit_environment
 from operations.deployment import resolve
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import host_data
@@ -16,14 +17,46 @@ def test_plan_defaults_and_refusals(tmp_path):
     default = plan({})
     assert default.modes == ("ar", "dflash", "ddtree") and default.concurrency == (1, 4, 16, 64)
     assert default.requests_at(1) == 16 and default.requests_at(64) == 256 and default.tokenizer == "target"
-    given = plan({"modes": "dflash,ar", "concurrency": "4,1,4", "requests": "6", "force": "true"})
+    assert default.prompts == PROMPTS and default.prompt_count == 20
+    given = plan({"modes": "dflash,ar", "concurrency": "4,1,4", "requests": "6"})
     assert given.modes == ("dflash", "ar") and given.concurrency == (1, 4) and given.requests_at(4) == 6
-    assert given.force
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text('{"text": "Explain NCCL rings."}\n\n{"text": "Write a haiku.", "output_length": 40}\n')
+    assert plan({"prompts": str(mine)}).prompt_count == 2
     for bad in ({"modes": "ar,eagle"}, {"concurrency": "1,0"}, {"concurrency": "1;rm -rf /"},
-                {"baseline": str(tmp_path / "missing.json")}, {"force": "maybe"},
+                {"baseline": str(tmp_path / "missing.json")},
                 {"max_throughput_drop": "1.5"}, {"bench_tokenizer": "/etc"}):
         with pytest.raises(ValueError):
             plan(bad)
+
+
+@pytest.mark.parametrize("content, why", [
+    (None, "(FileNotFoundError)"), ("", "it holds no prompt"),
+    ('{"text": "ok"}\nnot json\n', "line 2 is not a JSON object with a non-empty \"text\""),
+    ('["a list"]\n', "line 1 is not a JSON object"), ('{"text": "  "}\n', "line 1 is not a JSON object"),
+])
+def test_a_prompts_file_is_checked_line_by_line_before_any_host(tmp_path, content, why):
+    path = tmp_path / "prompts.jsonl"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(BadHostData) as refused:
+        plan({"prompts": str(path)})
+    assert str(refused.value).startswith(f"prompts={str(path)!r} is not accepted") and why in str(refused.value)
+
+
+def test_retired_knobs_say_what_replaced_them():
+    with pytest.raises(BadHostData, match=r"input_tokens=32 is not accepted: the prompts' own lengths count"):
+        plan({"input_tokens": 32})
+    with pytest.raises(BadHostData, match="force='true' is not accepted: a worker behind a gateway is drained"):
+        plan({"force": "true"})
+
+
+def test_the_shipped_prompts_are_varied_and_realistic():
+    prompts = [json.loads(line)["text"] for line in PROMPTS.read_text().splitlines()]
+    words = sorted(len(text.split()) for text in prompts)
+    assert len(prompts) == 20 and words[0] >= 15 and words[-3] >= 1400  # short asks and three long contexts
+    assert sum("```" in text for text in prompts) >= 5  # code to fix, review or explain
+    assert len(set(prompts)) == len(prompts)
 
 
 def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_accepts_them():
@@ -72,7 +105,7 @@ def summary_of(throughput: dict[str, float], accept: float, stand_in=True) -> di
         modes["ar"]["levels"][level] = report.level_result(export, info)
     meta = {"host": "h", "host_class": "b200_nvlink", "profile": "qwen36_ddtree", "started": "r",
             "specfleet_commit": "c", "client": "aiperf==0.13.0", "gpus": [],
-            "workload": {"input_tokens": 64, "output_tokens": 64}}
+            "workload": {"prompts": "prompts.jsonl", "prompt_count": 20, "output_tokens": 64}}
     return report.summary(meta, modes)
 
 
@@ -88,6 +121,7 @@ def test_summary_table_and_plots(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text()) == doc
     table = (tmp_path / "summary.md").read_text()
     assert "| ar | 4 | 350.0 | 1.00x |" in table and "LAB STAND-IN" in table and "no DDTree build" in table
+    assert "20 prompts of prompts.jsonl, 64 output tokens" in table
     for png in written[2:]:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -107,8 +107,8 @@ def system_user(args: dict) -> list[str]:
 
 
 def login_user(args: dict) -> list[str]:
-    sudo_user = os.environ.get("SUDO_USER")
-    return [f"{sudo_user or name_of(os.geteuid(), pwd.getpwuid)} {'sudo' if sudo_user else ''}"]
+    """LoginUser: the effective user, then the login behind sudo (empty without sudo)."""
+    return [f"{name_of(os.geteuid(), pwd.getpwuid)} {os.environ.get('SUDO_USER', '')}"]
 
 
 def linux_distribution(args: dict) -> list[str]:

@@ -135,8 +135,8 @@ class Load:
 
 
 def gateway_retries(gateway) -> int:
-    """Requests that failed at a worker and that the gateway sent again to another (smg_worker_retries_total)."""
-    # smg's metrics port listens on its own host's loopback only (it takes no key): asked there.
+    """Requests that failed at a worker and that the gateway sent again to another (smg_worker_retries_total),
+    read on the gateway host: smg's metrics port listens on its loopback only."""
     text = fleet.ssh(gateway, f"curl -sf -m 10 127.0.0.1:{PROMETHEUS_PORT}/metrics")
     return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                    if line.startswith("smg_worker_retries_total")))

@@ -179,7 +179,7 @@ def hostile_bench(deployed_lab, pcie_host, tmp_path_factory):
         background(pcie_host, WATCH)
         background(pcie_host, PLANT, user="sglang")
         results = tmp_path_factory.mktemp("hostile-bench")
-        bench = run_bench(pcie_host, "modes=ar", "concurrency=1", "requests=8", "input_tokens=32",
+        bench = run_bench(pcie_host, "modes=ar", "concurrency=1", "requests=8",
                           "output_tokens=32", f"results_dir={results}")
         spied = fleet.ssh(pcie_host, "cat /run/specfleet-spy/python.jsonl; echo @@; "
                                      "cat /run/specfleet-spy/bench-security.txt; echo @@; "

@@ -8,6 +8,8 @@ HOSTS ?= pcie=1,b200=1,gateway=1
 # The demo's API key (16 to 512 characters): workers behind the gateway listen on the lab
 # network (lab/group_data/lab.py), so they need one.
 DEMO_KEY ?= lab-demo-key-not-a-secret
+# The gateway's control-plane key (registering workers), which clients do not hold.
+DEMO_ADMIN_KEY ?= lab-demo-admin-key-not-a-secret
 
 .PHONY: demo test deps venv lab-up lab-down lab-status speed bench clean
 
@@ -40,7 +42,7 @@ lab-status: venv
 	$(LAB) status
 
 demo: lab-up
-	SPECFLEET_SITE= HF_TOKEN=hf_lab_granted SPECFLEET_API_KEY=$(DEMO_KEY) $(VENV)/bin/pyinfra -y lab/inventory.py deploy.py
+	SPECFLEET_SITE= HF_TOKEN=hf_lab_granted SPECFLEET_API_KEY=$(DEMO_KEY) SPECFLEET_GATEWAY_ADMIN_KEY=$(DEMO_ADMIN_KEY) $(VENV)/bin/pyinfra -y lab/inventory.py deploy.py
 	@gateway=$$($(PY) -c 'from lab import fleet; print(*[h.address for h in fleet.read_fleet() if h.host_class == "gateway"][:1])'); \
 	if [ -n "$$gateway" ]; then echo "one completion through the gateway ($$gateway:30080):"; \
 	  curl -sS --noproxy '*' -H "Authorization: Bearer $(DEMO_KEY)" -H 'Content-Type: application/json' \

@@ -69,18 +69,19 @@ if d and not refused and not hub.problems:
 
 if d and not refused and hub.complete:  # serving needs every repo's weights
     # 6. The unit (restarted only when its inputs change: one decision, which the drain asks too), then
-    #    proof that it generates. A worker behind a gateway leaves it before the restart and comes back
-    #    once it generates (rollout.py does the fleet N workers at a time); one that fails readiness is
-    #    rolled back and stays out.
+    #    proof that it generates. A worker behind a gateway leaves it before the restart, waits for its
+    #    requests in flight, and comes back once it generates (rollout.py does the fleet N workers at a
+    #    time); one that fails readiness is rolled back and stays out until a run deploys it healthy.
     #    The unit's environment holds the GPU smoke test's P2P decision for this host (stage 4).
     restart = unit.Restart(d.server, unit.inputs(d.server, hub.commits), restart_when=[api_key],
                            decided_env=functools.partial(smoke.decided_env, d.smoke))
     routes = workers.routes(inventory, host, d.server.served_model_name)  # none for a rank >= 1
     if routes:
-        drained = workers.drain(name="Drain from the gateway", server=d.server, routes=routes, restart=restart)
+        workers.admin_key(name="Gateway admin key", server=d.server, routes=routes)
+        workers.drain(name="Drain from the gateway", server=d.server, routes=routes, restart=restart)
     server_serving(d.server, restart, weight_bytes=hub.total_bytes, group=d.node_group)
     if routes:
-        workers.rejoin(name="Back in the gateway", server=d.server, routes=routes, drained=drained)
+        workers.rejoin(name="Back in the gateway", server=d.server, routes=routes)
 
 # 7. The gateway, after every worker's readiness (every host passes `workers_done`, which orders the
 #    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers.

@@ -56,7 +56,12 @@ profiles = {
             "--trust-remote-code",
             "--page-size", "1",  # DDTree (PR #29907) requires page_size == 1
             "--disable-overlap-schedule",  # and runs without the overlap scheduler
-            "--mamba-radix-cache-strategy", "extra_buffer",  # hybrid model + speculation + radix cache
+            # Hybrid model + speculation + radix cache: the maintainers' lazy extra buffer, which holds one
+            # mamba state slot per request and takes the second only at a checkpoint, skipping that
+            # checkpoint when the pool is short instead of competing for it (sgl-project/sglang#27118),
+            # with speculative verify wired in (#30437; 0.5.23 mamba_hook.py names DFlash's verify among
+            # those that take it). A 0.5.23 choice (srt/arg_groups/fields/exec_.py).
+            "--mamba-radix-cache-strategy", "extra_buffer_lazy",
         ],
         env=dict(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN="1"),  # z-lab's Qwen3.6 recipe
         # DDTree is in no SGLang release up to 0.5.23: it lives in open pull request 29907, whose
@@ -93,6 +98,14 @@ port = 30000
 enable_metrics = True  # /metrics with sglang:spec_accept_length
 
 ready_timeout_s = None  # None: from the weights' size (readiness.ready_timeout: 300 s + 400 MB/s, ~30 min for 595 GB)
+# The longest generation a request may take. A stop waits for the requests in flight: the drain
+# behind a gateway waits this long for the server to go idle before stopping it, and SGLang, which
+# has no drain limit of its own, finishes what is left after systemd's SIGTERM; the unit's stop
+# timeout is this plus SGLang's own shutdown (server/config.py SHUTDOWN_S), after which systemd
+# kills what remains. 900 s: a 64K-token answer at 73 tokens/s, the low end of what the community
+# recipe measured for Kimi K2.5 on 8 RTX PRO 6000 without speculation (local-inference-lab/rtx6kpro,
+# models/kimi-k25.md); speculation only shortens it. Raise it if your clients ask for longer answers.
+longest_generation_s = 900
 verify_weights = False  # True (or --data verify_weights=true): hash every file against the hub
 install_driver = False  # True: install the open-module driver branch below (reboots if it changed)
 driver_branch = "580"

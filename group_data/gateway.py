@@ -15,9 +15,15 @@ gateway_service_name = "smg"
 gateway_user = "smg"
 
 # Where clients reach it. Loopback unless a key is set on the controller (api_key_env):
-# with a key, e.g. --data gateway_bind_address=0.0.0.0. The same key guards the gateway's
-# admin routes (POST/DELETE /workers) and is passed on to the workers.
+# with a key, e.g. --data gateway_bind_address=0.0.0.0. That key is the clients': smg forwards a
+# client's key to the worker it picks, so the workers take the same one.
 gateway_bind_address = "127.0.0.1"
+# The control plane's key, on the controller in this variable: registering and removing workers
+# (POST/DELETE /workers, smg --control-plane-api-keys, role admin) takes it, and smg then refuses
+# the clients' key there, so a client cannot register a worker of its own and receive others'
+# prompts. Required once the gateway has a client key; it must differ from it. The deploy writes it
+# on the gateway host and on each of its workers (root's), which drain and register themselves.
+gateway_admin_key_env = "SPECFLEET_GATEWAY_ADMIN_KEY"
 gateway_port = 30080
 # Prometheus text on its own port (smg_worker_health, smg_router_requests_total, ...); it takes
 # no key, so it listens on 127.0.0.1 only, where the gateway host's Prometheus scrapes it.
@@ -27,12 +33,22 @@ gateway_prometheus_port = 29000
 # (balanced by load): speculative decoding gains nothing on a cold cache.
 gateway_policy = "cache_aware"
 
-# Worker health checks (smg --health-*): SGLang's /health generates one token, so a
-# check every 10 s costs little; 3 failures in a row take a worker out, 2 successes back.
+# Worker health checks (smg --health-*), fitted to SGLang 0.5.23's /health: it runs a one-token
+# generation through the scheduler and polls for it every second, so it takes at least 1 s; on a
+# busy server it waits for the batch in progress (a long prefill chunk) and answers 503 only after
+# SGLANG_HEALTH_CHECK_TIMEOUT (20 s) without progress, marking the server UnHealthy (which also
+# skips its drain on SIGTERM). A shorter probe timeout fails busy workers that are fine
+# (sgl-project/sglang#22511: long chunked prefills failing health checks). So:
+# - timeout 25 s: past SGLang's own 20 s, so smg hears SGLang's verdict; a timeout means a server
+#   that cannot answer at all. smg runs one probe per worker at a time, so a slow one delays the next.
+# - failure_threshold 3: one spurious 503 does not take a worker out; three in a row (a scheduler
+#   stalled a minute or more) do. Dead servers are also caught by smg's circuit breaker on requests.
+# - interval 10 s, success_threshold 2: a registered or recovered worker is routed to within ~10 s.
+# /ready would cost nothing but never notices a hung scheduler, as it runs no generation.
 gateway_health = dict(
     endpoint="/health",
     interval_secs=10,
-    timeout_secs=5,
+    timeout_secs=25,
     failure_threshold=3,
     success_threshold=2,
 )

@@ -13,7 +13,8 @@ group_data's (a fleet serving two models), as a real inventory's host data would
 
 A lab with a gateway host (`make demo`) is a fleet: the gateway reaches each worker over the lab
 network, so workers and gateway listen there (and the deploy then asks for an API key:
-SPECFLEET_API_KEY on the first deploy, kept by the hosts after it). Without a gateway the lab keeps
+SPECFLEET_API_KEY on the first deploy, kept by the hosts after it, and for the gateway's
+control-plane key, SPECFLEET_GATEWAY_ADMIN_KEY, kept the same way). Without a gateway the lab keeps
 the product's loopback default: its tests reach each server over SSH on its own host.
 """
 

@@ -31,8 +31,16 @@ _LOADER = ("import sys as _sys, types as _types\n"
 
 
 def of_subject(subject: str) -> dict[str, Path]:
-    """The host programs operations/SUBJECT/host_scripts/ holds, by name."""
-    return {name: path for name, path in HOST_SCRIPTS.items() if path.parent.parent.name == subject}
+    """The host programs operations/SUBJECT/host_scripts/ holds, by name, and those they import
+    (uploaded beside them, where they import them by name)."""
+    found = {name: path for name, path in HOST_SCRIPTS.items() if path.parent.parent.name == subject}
+    pending = list(found)
+    while pending:
+        for module in _imported(HOST_SCRIPTS[pending.pop()].read_text()):
+            if module not in found:
+                found[module] = HOST_SCRIPTS[module]
+                pending.append(module)
+    return found
 
 
 def _imported(source: str) -> list[str]:

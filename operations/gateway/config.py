@@ -30,8 +30,9 @@ class Gateway:
     install_dir: str
     config_dir: str
     pip_index_url: str | None
-    api_key_env: str
-    remove_api_key: bool  # only this removes the gateway's key (as the workers', `remove_api_key`)
+    api_key_env: str  # the clients' key (smg --api-key), which smg forwards to the workers: theirs too
+    admin_key_env: str  # the control plane's key (smg --control-plane-api-keys): registers and removes workers
+    remove_api_key: bool  # only this removes the gateway's keys (as the workers', `remove_api_key`)
 
     @property
     def venv(self) -> str:
@@ -44,6 +45,15 @@ class Gateway:
     @property
     def key_file(self) -> str:
         return f"{self.config_dir}/{self.service_name}-api-key"
+
+    @property
+    def admin_key_file(self) -> str:
+        return f"{self.config_dir}/{self.service_name}-admin-key"
+
+    @property
+    def local_address(self) -> str:
+        """Where the gateway's own host reaches its API."""
+        return network.local_address(self.bind_address)
 
     @property
     def unit_file(self) -> str:
@@ -107,5 +117,7 @@ def resolve(data: Any) -> Gateway:
         config_dir=knobs.path("config_dir", data.config_dir),
         pip_index_url=knobs.url("pip_index_url", data.pip_index_url),
         api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
+        admin_key_env=knobs.matching("gateway_admin_key_env", data.gateway_admin_key_env, knobs.ENV_NAME,
+                                     "a variable name"),
         remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
     )

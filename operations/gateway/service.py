@@ -49,6 +49,42 @@ def api_key(gateway: Gateway):
     yield from controller_key_file(g.api_key_env, g.key_file, g.user, remove=g.remove_api_key)
 
 
+@operation()
+def admin_key(gateway: Gateway):
+    """
+    The controller's control-plane key (`gateway_admin_key_env`) as the gateway's root-owned 0640
+    admin key file (group: the gateway user): registering and removing workers takes it, the clients'
+    key no longer does. Required once the gateway has a clients' key, and refused equal to it (a
+    client could then register workers). Kept when the controller has none; removed only with
+    `remove_api_key=true`. The keys are read here, never arguments.
+
+    + gateway: the host's resolved gateway
+
+    **Example:**
+
+    .. code:: python
+
+        service.admin_key(name="Gateway admin key", gateway=g)
+    """
+    g = gateway
+    admin, client = os.environ.get(g.admin_key_env, ""), os.environ.get(g.api_key_env, "")
+    states = host.get_fact(FileStates, paths=(g.admin_key_file, g.key_file))
+    admin_kept, client_kept = states.get(g.admin_key_file), states.get(g.key_file)
+    with_client = bool(client or client_kept) and not g.remove_api_key
+    if with_client and not (admin or admin_kept):
+        yield fail_host([f"{host.name}: the gateway would let its clients register workers: set "
+                         f"${g.admin_key_env} on the controller (16 to 512 characters, not ${g.api_key_env})"])
+        return
+    if admin and (admin == client or (not client and client_kept and client_kept.get("sha1") == sha1_of(admin.encode()))):
+        yield fail_host([f"{host.name}: ${g.admin_key_env} is the clients' key (${g.api_key_env}): "
+                         "the control plane needs a key of its own"])
+        return
+    if admin and not admin_kept:
+        yield f"install -d -m 755 -o root -g root {shlex.quote(posixpath.dirname(g.admin_key_file))}"
+    # On stdin, never through files.put, whose contents --diff prints; root's file the launcher can read.
+    yield from controller_key_file(g.admin_key_env, g.admin_key_file, g.user, remove=g.remove_api_key)
+
+
 def unit_text(gateway: Gateway, inputs: str) -> str:
     return render("gateway/smg.service.j2", g=gateway, args=[shlex.quote(a) for a in gateway.args()], inputs=inputs)
 

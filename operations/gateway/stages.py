@@ -21,8 +21,12 @@ def gateway_deployed(g: Gateway, inventory, gateway_host, uv_installed: bool) ->
 
         gateway_deployed(g, inventory, host, uv_installed=deployment is not None)
     """
+    # Whom the gateway routes to before this run (read now, before any operation runs): a worker kept
+    # out stays out, also through a restart of smg, which forgets its workers.
+    before = workers.listed(g)
     ownership.service_user(name="Gateway user", user=g.user, home=g.home)
     key = service.api_key(name="Gateway API key", gateway=g)
+    admin_key = service.admin_key(name="Gateway admin key", gateway=g)
     uv = venv.Uv(g.install_dir)
     if not uv_installed:
         venv.uv(name="uv", uv=uv, index_url=g.pip_index_url)
@@ -31,6 +35,6 @@ def gateway_deployed(g: Gateway, inventory, gateway_host, uv_installed: bool) ->
     scripts = ownership.host_programs_uploaded(name="Gateway scripts", install_dir=g.install_dir,
                                                programs=host_programs.of_subject("gateway"))
     unit = service.configure(name="Gateway service", gateway=g, inputs=g.requirement,
-                             restart_when=[key, smg, scripts])
+                             restart_when=[key, admin_key, smg, scripts])
     workers.register_workers(name="Gateway workers", gateway=g, wanted=workers.workers(inventory, gateway_host, g.model),
-                             restarted=unit)
+                             listing_before=before, restarted=unit)

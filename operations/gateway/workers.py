@@ -6,13 +6,16 @@ The deploy knows which workers the gateway should route to from the inventory it
 The gateway's own list (`GET /workers`, read as the `GatewayWorkers` fact) is compared with it: a
 worker missing there is registered (`POST /workers`, then waited until `ready`), a worker of that
 model that the inventory no longer has is removed (`DELETE /workers/{id}`), and when both agree
-nothing is written to the gateway. Workers of other models are left alone.
+nothing is written to the gateway. Workers of other models are left alone. The gateway's control
+plane takes its admin key (`gateway_admin_key_env`), which each worker behind it holds too.
 
 A worker whose server is about to restart drains itself first (`drain`, on the worker host, talking
 to each of its gateways at the address `routes()` derives from the inventory): the gateway stops
-sending it requests, systemd's SIGTERM lets the server finish those in flight, and once the new
-server generates, `rejoin` registers it again. A worker that fails readiness is rolled back and
-stays out; rollout.py runs the fleet N workers at a time.
+sending it requests, the drain waits until the server holds none in flight (at most
+`longest_generation_s`), then systemd's SIGTERM stops it. Once a server generates in a run, `rejoin`
+registers it again. A worker that fails readiness is rolled back and stays out, also through later
+runs that do not deploy it: the gateway's own stage registers only the workers it listed before the
+run and those that generate in it (the gateway's list is the memory of who is out).
 """
 
 import json
@@ -20,7 +23,7 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from pyinfra import host
+from pyinfra import host, state
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
@@ -29,6 +32,7 @@ from operations.basics import network, outcomes, shell
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
+from operations.basics.secrets import controller_key_file
 from operations.gateway import config
 from operations.gateway.config import Gateway
 from operations.nodes.group import members
@@ -90,6 +94,8 @@ class Route:
     port: int
     worker_url: str  # the worker as that gateway registers it
     timeout_s: int  # the gateway's register timeout: how long a drain or a rejoin may take
+    admin_key_env: str  # the controller's variable holding the gateway's admin key
+    owner: str | None = None  # the gateway's user when it runs on the worker's own host (its socket is checked)
     problem: str | None = None
 
 
@@ -103,7 +109,7 @@ def routes(inventory, worker_host, model: str) -> list[Route]:
         try:
             g = config.resolve(gateway_host.data)
         except BadHostData as error:
-            found.append(Route(gateway_host.name, "", 0, "", 0, f"{gateway_host.name}: {error}"))
+            found.append(Route(gateway_host.name, "", 0, "", 0, "", problem=f"{gateway_host.name}: {error}"))
             continue
         if g.model != model:
             continue
@@ -111,36 +117,73 @@ def routes(inventory, worker_host, model: str) -> list[Route]:
         if me is None:  # refused data: the worker fails preflight on its own
             continue
         if gateway_host.name == worker_host.name:
-            address, problem = "127.0.0.1", None
+            address, problem = g.local_address, None
         elif not g.exposed:
             address, problem = "", (f"{worker_host.name} cannot drain itself from {gateway_host.name}, whose gateway "
                                     f"listens on {g.bind_address} only: set gateway_bind_address (with a key)")
         else:
             address = network.inventory_address(gateway_host) if g.bind_address in network.WILDCARDS else g.bind_address
             problem = None if network.ADDRESS.fullmatch(address) else f"{gateway_host.name}: address {address!r} is not accepted"
-        found.append(Route(gateway_host.name, address, g.port, me.url, g.register_timeout_s, me.problem or problem))
+        found.append(Route(gateway_host.name, address, g.port, me.url, g.register_timeout_s, g.admin_key_env,
+                           g.user if gateway_host.name == worker_host.name else None, me.problem or problem))
     return found
 
 
+def admin_key_file(server: Server) -> str:
+    """Where a worker holds its gateways' admin key (root's: only the drain and rejoin, run as root, read it)."""
+    return f"{server.config_dir}/gateway-admin-key"
+
+
 def _listing(server: Server, route: Route) -> dict:
-    """The route's gateway's workers of this worker's model, read from the worker's host with its own key."""
+    """The route's gateway's workers of this worker's model, read from the worker's host with its admin key."""
     d = server
-    return host.get_fact(GatewayWorkers, port=route.port, key_file=d.api_key_file, model=d.served_model_name,
-                         address=route.address)
+    return host.get_fact(GatewayWorkers, port=route.port, key_file=admin_key_file(d), model=d.served_model_name,
+                         address=route.address, owner=route.owner)
 
 
-def _worker_command(server: Server, route: Route, action: str) -> str:
+def _worker_command(server: Server, route: Route, action: str, *extra: str) -> str:
     d = server
-    return inline("gateway_workers", "--address", route.address, str(route.port), d.api_key_file,
-                  d.served_model_name, action, str(route.timeout_s), route.worker_url)
+    return inline("gateway_workers", "--address", route.address, *(["--owner", route.owner] if route.owner else []),
+                  "--worker-key-file", d.api_key_file, str(route.port), admin_key_file(d), d.served_model_name,
+                  action, str(route.timeout_s), route.worker_url, *extra)
+
+
+@operation()
+def admin_key(server: Server, routes: list[Route]):
+    """
+    The gateways' admin key (the controller's `gateway_admin_key_env`) on a worker behind them, root's
+    alone: the worker drains and registers itself with it. Kept when the controller has none; removed
+    only with `remove_api_key=true`. The key is read here, never an argument.
+
+    + server: the worker's server (its configuration directory)
+    + routes: its gateways (`routes()`), which name the variable
+
+    **Example:**
+
+    .. code:: python
+
+        workers.admin_key(name="Gateway admin key", server=s, routes=routes)
+    """
+    names = sorted({route.admin_key_env for route in routes if route.admin_key_env})
+    if len(names) > 1:
+        yield fail_host([f"{host.name}: its gateways name different admin keys ({', '.join(names)}): "
+                         "give them one gateway_admin_key_env"])
+        return
+    if not names:
+        host.noop("no gateway names an admin key")
+        return
+    # On stdin, never through files.put, whose contents --diff prints; root:root 0640, root reads it.
+    yield from controller_key_file(names[0], admin_key_file(server), "root", remove=server.remove_api_key)
 
 
 @operation()
 def drain(server: Server, routes: list[Route], restart: Restart | None):
     """
     Take this worker out of its gateways before its server restarts: `DELETE /workers/{id}` (no new
-    requests), waited until the gateway lets it go. The restart that follows is systemd's SIGTERM,
-    on which SGLang answers 503 to health checks and exits once its in-flight requests are done.
+    requests), waited until each gateway lets it go; then wait until the server holds no request
+    in flight (its own /metrics, read three times in a row; at most `longest_generation_s`). smg
+    lets a worker go after a fixed settle time, whatever it still generates; the restart that
+    follows is systemd's SIGTERM to the server's main process, which finishes what is left.
 
     + server: the worker's server
     + routes: its gateways as its host reaches them (`routes()`)
@@ -156,42 +199,62 @@ def drain(server: Server, routes: list[Route], restart: Restart | None):
     """
     d = server
     problems = [route.problem for route in routes if route.problem]
+    if not d.enable_metrics:
+        problems.append(f"{host.name} serves behind a gateway without /metrics, where its drain reads the "
+                        "requests in flight: keep enable_metrics=true")
     if restart is not None and not restart.decision().restarts:
         host.noop("the server does not restart: it stays in its gateways")
         return
     if problems:
-        yield fail_host(problems, static=True)  # the inventory's addresses: known before the run
+        yield fail_host(problems, static=True)  # the inventory's addresses and data: known before the run
         return
     listed = [route for route in routes
               if any(w["url"] == route.worker_url for w in _listing(d, route)["workers"])]
     if not listed:
         host.noop("no gateway lists this worker: nothing to drain")
     for route in listed:
-        yield _worker_command(d, route, "drain")
+        # The last gateway's drain waits for the server to go idle: every gateway has stopped sending by then.
+        idle = ("--idle", d.url, str(d.longest_generation_s)) if route is listed[-1] else ()
+        yield FunctionCommand(_drain, (_worker_command(d, route, "drain", *idle), route.gateway), {})
+
+
+def _drain(state, host, command: str, gateway: str) -> bool:  # pyinfra passes state and host by these names
+    started = time.monotonic()
+    ok, output = shell.run(host, command)
+    if not ok:
+        host.log_styled(f"drain from {gateway} failed: {output.stderr or output.stdout}", fg="red")
+        return False
+    result = json.loads(output.stdout_lines[-1])
+    idle = ""
+    if "in_flight" in result:
+        idle = (f"; the server went idle after {result['idle_s']} s" if result["in_flight"] == 0 else
+                f"; still {result['in_flight']} requests in flight after {result['idle_s']} s: the stop lets "
+                "SGLang finish them")
+    host.log_styled(f"drained from {gateway} ({time.monotonic() - started:.1f} s){idle}", fg="green")
+    return True
 
 
 @operation()
-def rejoin(server: Server, routes: list[Route], drained: OperationMeta):
+def rejoin(server: Server, routes: list[Route]):
     """
-    Once the restarted server generates, register this worker again (`POST /workers`, waited until
-    `ready`) with every gateway of its model that answers; one that does not answer registers it
-    in its own stage. Only after a drain in this run: a worker that failed readiness never gets
-    here and stays out.
+    Once the server generates in this run (the readiness operation before it passed), register this
+    worker with every gateway of its model that answers and lacks it (`POST /workers`, waited until
+    `ready`); one that does not answer registers it in its own stage. A worker that failed readiness
+    never gets here and stays out.
 
     + server: the worker's server
     + routes: its gateways as its host reaches them (`routes()`)
-    + drained: the drain operation of this run
 
     **Example:**
 
     .. code:: python
 
-        workers.rejoin(name="Back in the gateway", server=s, routes=routes, drained=drained)
+        workers.rejoin(name="Back in the gateway", server=s, routes=routes)
     """
-    if not drained.changed:
-        host.noop("not drained in this run: nothing to register again")
-        return
-    yield from _joins(server, routes)
+    joins = _joins(server, routes)
+    if not joins:
+        host.noop("every answering gateway lists this worker")
+    yield from joins
 
 
 def _joins(server: Server, routes: list[Route]) -> list[str]:
@@ -248,9 +311,10 @@ class GatewayWorkers(FactBase):
                       "model_id": "moonshotai/Kimi-K2.6"}]}
     """
 
-    def command(self, port: int, key_file: str, model: str, address: str = "127.0.0.1") -> str:
+    def command(self, port: int, key_file: str, model: str, address: str = "127.0.0.1", owner: str | None = None) -> str:
         # Inline: read the same way from the gateway host and from a worker's host, before any upload.
-        return inline("gateway_workers", "--address", address, str(port), key_file, model, "list")
+        return inline("gateway_workers", "--address", address, *(["--owner", owner] if owner else []),
+                      str(port), key_file, model, "list")
 
     def process(self, output):
         try:
@@ -259,25 +323,48 @@ class GatewayWorkers(FactBase):
             return {"reachable": False, "workers": [], "error": " ".join(output)[-200:]}
 
 
+def listed(gateway: Gateway) -> dict:
+    """The gateway's workers of its model as the gateway host reads them (the `GatewayWorkers` fact)."""
+    g = gateway
+    return host.get_fact(GatewayWorkers, port=g.port, key_file=g.admin_key_file, model=g.model,
+                         address=g.local_address, owner=g.user)
+
+
+def kept_in(listing_before: dict, wanted: list[Worker], state) -> list[Worker]:
+    """The inventory workers the gateway routes to after this run: those that did not fail in it and
+    either were deployed in it or were listed before it. A worker kept out (rolled back after failing
+    readiness) is in the list before no run, so only a run that deploys it brings it back. A gateway
+    that did not answer before the run remembers nobody: every worker that did not fail is registered."""
+    failed = {h.name for h in state.failed_hosts}
+    if not listing_before.get("reachable"):
+        return [w for w in wanted if w.name not in failed]
+    before = {w["url"] for w in listing_before["workers"]}
+    deployed = {h.name for h in state.inventory if state.is_host_in_limit(h)}
+    return [w for w in wanted if w.name not in failed and (w.name in deployed or w.url in before)]
+
+
 @operation()
-def register_workers(gateway: Gateway, wanted: list[Worker], restarted: OperationMeta):
+def register_workers(gateway: Gateway, wanted: list[Worker], listing_before: dict, restarted: OperationMeta):
     """
-    Make the gateway's workers of its model exactly the inventory's: register the missing ones
-    (`POST /workers`, waited until `ready`), remove those the inventory no longer has.
+    Make the gateway's workers of its model the inventory's: register the missing ones (`POST /workers`,
+    waited until `ready`) among those it routes to after this run (``kept_in``), remove those the
+    inventory no longer has.
 
     Runs after every worker's readiness (deploy.py's last stage); a worker that failed earlier
     in this run is neither registered nor removed. With nothing to change, nothing is written.
 
     + gateway: the host's resolved gateway
     + wanted: the inventory's workers of the gateway's model (`workers()`)
-    + restarted: the gateway's unit operation (a restarted smg has forgotten its workers)
+    + listing_before: the gateway's workers before this run (``listed()``, read before its unit's
+      operation: a restarted smg has forgotten them)
+    + restarted: the gateway's unit operation
 
     **Example:**
 
     .. code:: python
 
         workers.register_workers(name="Gateway workers", gateway=g, wanted=workers(inventory, host, g.model),
-                                 restarted=unit)
+                                 listing_before=listed(g), restarted=unit)
     """
     g = gateway
     problems = [w.problem for w in wanted if w.problem]
@@ -285,22 +372,26 @@ def register_workers(gateway: Gateway, wanted: list[Worker], restarted: Operatio
         yield fail_host(problems, static=True)  # the inventory's data: known before the run
         return
     if not restarted.changed:
-        current = host.get_fact(GatewayWorkers, port=g.port, key_file=g.key_file, model=g.model)
+        current = listed(g)
         registered = {w["url"]: w["status"] for w in current["workers"]}
-        if current["reachable"] and registered == {w.url: "ready" for w in wanted}:
-            outcomes.note(host, gateway_workers=len(wanted))
-            host.noop(f"the gateway routes {g.model} to its {len(wanted)} inventory workers, all ready")
+        inventory = {w.url for w in wanted}
+        if current["reachable"] and set(registered) <= inventory and all(
+                registered.get(w.url) == "ready" for w in kept_in(listing_before, wanted, state)):
+            outcomes.note(host, gateway_workers=len(registered))
+            host.noop(f"the gateway routes {g.model} to {len(registered)} of its {len(wanted)} inventory workers, "
+                      "all ready")
             return
-    yield FunctionCommand(_sync_workers, (g, wanted), {})
+    yield FunctionCommand(_sync_workers, (g, wanted, listing_before), {})
 
 
-def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker]) -> bool:
-    """At execution time, after the workers' own stages: skip those that failed in this run."""
-    failed = {h.name for h in state.failed_hosts}
-    register = [w.url for w in wanted if w.name not in failed]
+def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker], listing_before: dict) -> bool:
+    """At execution time, after the workers' own stages (pyinfra passes `state` and `host` by these names)."""
+    g = gateway
+    register = [w.url for w in kept_in(listing_before, wanted, state)]
     command = " ".join(shlex.quote(part) for part in (
-        "python3", gateway.script, str(gateway.port), gateway.key_file, gateway.model, "sync",
-        str(gateway.register_timeout_s), "--register", *register, "--inventory", *(w.url for w in wanted)))
+        "python3", g.script, "--address", g.local_address, "--owner", g.user, "--worker-key-file", g.key_file,
+        str(g.port), g.admin_key_file, g.model, "sync", str(g.register_timeout_s),
+        "--register", *register, "--inventory", *(w.url for w in wanted)))
     started = time.monotonic()
     ok, output = shell.run(host, command)
     if not ok:
@@ -308,7 +399,9 @@ def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker]) -> bool:
         return False
     result = json.loads(output.stdout_lines[-1])
     outcomes.note(host, gateway_workers=len(register))
-    host.log_styled(f"gateway {gateway.model}: registered {result['added'] or 'none'}, "
-                    f"removed {result['removed'] or 'none'}; {len(register)} workers ready "
-                    f"({time.monotonic() - started:.1f} s)", fg="green")
+    out = sorted({w.url for w in wanted} - set(register))
+    host.log_styled(f"gateway {g.model}: registered {result['added'] or 'none'}, "
+                    f"removed {result['removed'] or 'none'}; {len(register)} workers ready"
+                    + (f"; kept out until a run deploys them: {out}" if out else "")
+                    + f" ({time.monotonic() - started:.1f} s)", fg="green")
     return True

@@ -1,18 +1,19 @@
 """Prometheus on the `gateway` group's hosts: Debian's own package, scraping the gateway's workers and smg.
 
 Its targets come from the inventory, as the gateway's workers do (`gateway.workers()`): every
-worker of the gateway's model at the address the gateway reaches it (`/metrics`, with the
-workers' API key as a bearer credentials file when they have one), and smg's own Prometheus
-port. The deploy then asks Prometheus (`/api/v1/targets`) whether every target is up, and
-fails the host naming those that are not.
+worker of the gateway's model at the address the gateway reaches it (`/metrics`, which SGLang
+serves without its API key, so Prometheus holds none), and smg's own Prometheus port. The deploy
+then asks Prometheus (`/api/v1/targets`) whether every target is up, and fails the host naming
+those that are not.
 
 Prometheus has no key of its own, so it listens on loopback unless `prometheus_listen_address`
-says otherwise; its arguments and configuration are written before the package is installed,
-so even its first start (the package's postinst starts it) listens only there.
+says otherwise; its arguments, configuration and confinement (a drop-in to Debian's unit) are
+written before the package is installed, so even its first start (the package's postinst starts
+it) listens only there, confined.
 """
 
 import json
-import os
+import posixpath
 import re
 import time
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pyinfra import host, state
-from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.api import FactBase, FunctionCommand, StringCommand, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.api.state import StateStage
 from pyinfra.operations import files, systemd
@@ -31,7 +32,6 @@ from operations.basics import apt_packages, knobs, network, shell
 from operations.gateway.config import Gateway
 from operations.gateway.workers import Worker
 from operations.basics.host_programs import inline
-from operations.basics.secrets import controller_key_file
 from operations.basics.templates import render
 
 PACKAGE = "prometheus"  # Debian's (bookworm: 2.42), its unit runs `/usr/bin/prometheus $ARGS` as `prometheus`
@@ -39,7 +39,12 @@ SERVICE = "prometheus.service"
 USER = "prometheus"  # made by the package's postinst
 ARGUMENTS_FILE = "/etc/default/prometheus"  # the package's EnvironmentFile: ARGS
 CONFIG_FILE = "/etc/prometheus/prometheus.yml"  # the package's default --config.file
-KEY_FILE = "/etc/prometheus/specfleet-api-key"  # the workers' key, root:prometheus 0640
+# Where earlier deploys gave Prometheus the workers' key: removed, as SGLang's /metrics takes none
+# (0.5.23 srt/utils/auth.py: /health, /ready and /metrics are always allowed).
+KEY_FILE = "/etc/prometheus/specfleet-api-key"
+# Confinement beyond Debian's unit: `systemd-analyze security` rates it at most 3.0 with it
+# (tests/deployed/test_gateway.py), 3.9 without.
+CONFINEMENT_FILE = "/etc/systemd/system/prometheus.service.d/specfleet-confinement.conf"
 RETENTION = re.compile(r"[1-9][0-9]*(h|d|w|y)")
 
 
@@ -52,8 +57,6 @@ class Monitoring:
     scrape_interval_s: int
     retention: str
     targets_timeout_s: int
-    api_key_env: str
-    remove_api_key: bool
 
     @property
     def api_address(self) -> str:
@@ -72,8 +75,6 @@ def resolve(data: Any) -> Monitoring:
         retention=knobs.matching("prometheus_retention", data.prometheus_retention, RETENTION,
                                  "a duration such as 15d, 12h, 2w or 1y"),
         targets_timeout_s=knobs.integer("prometheus_targets_timeout_s", data.prometheus_targets_timeout_s, 1, 3600),
-        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
-        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
     )
 
 
@@ -90,15 +91,8 @@ def scrape_targets(gateway_host_name: str, gateway: Gateway, workers: list[Worke
             ScrapeTarget("smg", gateway_host_name, f"{gateway.prometheus_address}:{gateway.prometheus_port}")]
 
 
-def with_key(monitoring: Monitoring) -> bool:
-    """Whether the workers are scraped with their key: the controller has it, or the host keeps one."""
-    if os.environ.get(monitoring.api_key_env):
-        return True
-    return bool(host.get_fact(FileStates, paths=(KEY_FILE,)).get(KEY_FILE)) and not monitoring.remove_api_key
-
-
-def config_text(monitoring: Monitoring, targets: list[ScrapeTarget], key: bool) -> str:
-    return render("monitoring/prometheus.yml.j2", m=monitoring, targets=targets, key_file=KEY_FILE if key else None)
+def config_text(monitoring: Monitoring, targets: list[ScrapeTarget]) -> str:
+    return render("monitoring/prometheus.yml.j2", m=monitoring, targets=targets)
 
 
 def arguments_text(monitoring: Monitoring) -> str:
@@ -127,7 +121,7 @@ def arguments(monitoring: Monitoring):
 def scrape_config(monitoring: Monitoring, targets: list[ScrapeTarget]):
     """
     Prometheus's configuration: the inventory's workers and the gateway's smg as scrape targets.
-    It holds the key file's path only, never the key.
+    It holds no key: SGLang's /metrics takes none.
 
     + monitoring: the host's resolved Prometheus knobs
     + targets: what it scrapes (`scrape_targets()`)
@@ -139,7 +133,7 @@ def scrape_config(monitoring: Monitoring, targets: list[ScrapeTarget]):
         monitoring.scrape_config(name="Prometheus targets", monitoring=m, targets=scrape_targets(host.name, g, w))
     """
     yield from files.directory._inner(path="/etc/prometheus", mode="755", user="root", group="root")
-    yield from files.put._inner(src=StringIO(config_text(monitoring, targets, with_key(monitoring))),
+    yield from files.put._inner(src=StringIO(config_text(monitoring, targets)),
                                 dest=CONFIG_FILE, mode="644", user="root", group="root")
 
 
@@ -159,21 +153,38 @@ def package():
 
 
 @operation()
-def scrape_key(monitoring: Monitoring):
+def no_scrape_key():
     """
-    The workers' API key (the controller's `api_key_env`) as Prometheus's bearer credentials file,
-    root's, 0640, group prometheus; without the variable the host keeps it, removed only with
-    `remove_api_key`. The key is read here, never an argument.
-
-    + monitoring: the host's resolved Prometheus knobs
+    No workers' key on the Prometheus host: SGLang's /metrics takes none, so Prometheus sends none
+    (an earlier deploy's key file is removed).
 
     **Example:**
 
     .. code:: python
 
-        monitoring.scrape_key(name="Prometheus scrape key", monitoring=m)
+        monitoring.no_scrape_key(name="Prometheus holds no key")
     """
-    yield from controller_key_file(monitoring.api_key_env, KEY_FILE, USER, remove=monitoring.remove_api_key)
+    if host.get_fact(FileStates, paths=(KEY_FILE,)).get(KEY_FILE):
+        yield StringCommand("rm", "-f", KEY_FILE)
+    else:
+        host.noop(f"{KEY_FILE} is absent")
+
+
+@operation()
+def confinement():
+    """
+    A drop-in to Debian's Prometheus unit confining it further (templates/monitoring/prometheus-confinement.conf.j2).
+    Written before the package, so the package's first start is already confined.
+
+    **Example:**
+
+    .. code:: python
+
+        monitoring.confinement(name="Prometheus confinement")
+    """
+    yield from files.directory._inner(path=posixpath.dirname(CONFINEMENT_FILE), mode="755", user="root", group="root")
+    yield from files.put._inner(src=StringIO(render("monitoring/prometheus-confinement.conf.j2")),
+                                dest=CONFINEMENT_FILE, mode="644", user="root", group="root")
 
 
 @operation()
@@ -193,7 +204,8 @@ def service(restart_when: list[OperationMeta], reload_when: list[OperationMeta])
     """
     restart = any(op.changed for op in restart_when)
     yield from systemd.service._inner(service=SERVICE, running=True, enabled=True, restarted=restart,
-                                      reloaded=not restart and any(op.changed for op in reload_when))
+                                      reloaded=not restart and any(op.changed for op in reload_when),
+                                      daemon_reload=restart)
 
 
 class PrometheusTargets(FactBase):

@@ -9,7 +9,7 @@ from operations.monitoring.prometheus import Monitoring
 def monitoring_deployed(m: Monitoring, gateway_host_name: str, g: Gateway, workers: list[Worker]) -> None:
     """
     Prometheus on the gateway host: its arguments and targets written before the package (its first
-    start listens where they say), the workers' key, its service, then every target checked up.
+    start listens where they say, confined), no key, its service, then every target checked up.
 
     **Example:**
 
@@ -20,7 +20,9 @@ def monitoring_deployed(m: Monitoring, gateway_host_name: str, g: Gateway, worke
     targets = prometheus.scrape_targets(gateway_host_name, g, workers)
     arguments = prometheus.arguments(name="Prometheus arguments", monitoring=m)
     config = prometheus.scrape_config(name="Prometheus targets", monitoring=m, targets=targets)
+    confined = prometheus.confinement(name="Prometheus confinement")
     package = prometheus.package(name="Prometheus package")
-    prometheus.scrape_key(name="Prometheus scrape key", monitoring=m)
-    unit = prometheus.service(name="Prometheus service", restart_when=[arguments, package], reload_when=[config])
+    prometheus.no_scrape_key(name="Prometheus holds no key")
+    unit = prometheus.service(name="Prometheus service", restart_when=[arguments, confined, package],
+                              reload_when=[config])
     prometheus.targets_up(name="Prometheus targets up", monitoring=m, targets=targets, changed=[config, unit])

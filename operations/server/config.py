@@ -8,6 +8,11 @@ from typing import Any
 from operations.basics import knobs, network
 from operations.basics.knobs import BadHostData
 
+# What SGLang 0.5.23 takes to end once nothing is in flight after SIGTERM: up to 5 s to notice it
+# (its drain loop polls every 5 s), one more 5 s poll, up to 15 s for the schedulers to leave after
+# ShutdownReq (tokenizer_manager.py _SCHEDULER_EXIT_TIMEOUT_SECS), then killing and reaping its children.
+SHUTDOWN_S = 30
+
 GIT_REF = re.compile(r"git\+(\S+?)@([^#\s]+)")  # 'name @ git+URL@REF#...': the repository URL and its ref
 
 
@@ -76,6 +81,7 @@ class Server:
     api_key_env: str
     remove_api_key: bool  # only this removes a key from a host; the server must then bind to loopback
     ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
+    longest_generation_s: int  # the longest a request may run: how long a stop waits for those in flight
     after_fabric_manager: bool = False  # NVSwitch boards: CUDA needs fabric manager first
     node_args: tuple[str, ...] = field(default=())  # a node group's part (operations/nodes)
 
@@ -94,7 +100,14 @@ class Server:
 
     @property
     def hf_home(self) -> str:
+        """The service user's Hugging Face home, where the token lives (the weights' downloads read it)."""
         return f"{self.service_home}/.cache/huggingface"
+
+    @property
+    def server_hf_home(self) -> str:
+        """The server's own HF_HOME (transformers' cache of a model's remote code), apart from the
+        token's (`hf_home`), which the unit makes inaccessible to the server."""
+        return f"{self.service_home}/.cache/sglang-huggingface"
 
     @property
     def env_file(self) -> str:
@@ -107,6 +120,11 @@ class Server:
     @property
     def unit_file(self) -> str:
         return f"/etc/systemd/system/{self.service_name}.service"
+
+    @property
+    def stop_timeout_s(self) -> int:
+        """The unit's TimeoutStopSec: the longest generation, then SGLang's own shutdown."""
+        return self.longest_generation_s + SHUTDOWN_S
 
     @property
     def url(self) -> str:
@@ -207,4 +225,5 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
         ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
                                                                                 data.ready_timeout_s, minimum=1),
+        longest_generation_s=knobs.integer("longest_generation_s", data.longest_generation_s, minimum=1),
     )

@@ -176,10 +176,10 @@ _rejections: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def rejection(host, server: Server, args: list[str]) -> str | None:
     """Why the host's installed SGLang would refuse to start `args` for this server, or None:
-    resolved as the service user, with the unit's environment and the user's HF_HOME. A DDTree
+    resolved as the service user, with the unit's environment and the server's HF_HOME. A DDTree
     build that accepts them is held to the deploy's DDTree rules as well."""
     d = server
-    env = (("HF_HOME", d.hf_home), *sorted(d.env.items()))
+    env = (("HF_HOME", d.server_hf_home), *sorted(d.env.items()))
     asked = (d.venv, d.sglang_requirement, tuple(args), env, d.service_user)
     answers = _rejections.setdefault(ctx_host.get(), {})
     if asked not in answers:

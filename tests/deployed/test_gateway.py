@@ -13,6 +13,7 @@ from operations.gateway.config import resolve as resolve_gateway
 from operations.gateway.workers import workers
 from operations.monitoring.prometheus import PrometheusTargets, down_targets, scrape_targets
 from operations.monitoring.prometheus import resolve as resolve_monitoring
+from tests.deployed.test_unit import loose_units
 
 # Runs on the gateway host as root: the key is read there, from the gateway's root-owned 0640 file.
 ASK_THROUGH_GATEWAY = r"""
@@ -40,7 +41,8 @@ def inventory_workers(gateway_target, deployed_inventory):
 def registered(gateway_target) -> dict:
     g = gateway_of(gateway_target)
     return gateway_target.memo("gateway workers", lambda: json.loads(gateway_target.run(
-        shlex.join(["python3", g.script, str(g.port), g.key_file, g.model, "list"])).stdout))
+        shlex.join(["python3", g.script, "--address", g.local_address, "--owner", g.user, str(g.port),
+                    g.admin_key_file, g.model, "list"])).stdout))
 
 
 def test_gateway_unit_is_enabled_and_active(gateway_target):
@@ -76,6 +78,44 @@ def test_prometheus_scrapes_every_inventory_worker_and_smg_all_up(gateway_target
     found = gateway_target.facts(targets=(PrometheusTargets(), {"address": m.api_address, "port": m.port}))["targets"]
     down = down_targets(found, wanted)
     assert not down, f"{gateway_target.name}: expected Prometheus's {len(wanted)} targets up, found " + "; ".join(down)
+
+
+# Runs on the gateway host as root: the control plane answers its admin key and refuses the clients' key
+# (smg 1.13.0 with control-plane keys); a POST with the clients' key must not register anything.
+CONTROL_PLANE = r"""
+import json, pathlib, sys, urllib.error, urllib.request
+address, port, key_file, admin_key_file = sys.argv[1:5]
+def status(method, key_file, body=None):
+    path = pathlib.Path(key_file)
+    key = path.read_text().strip() if path.is_file() else ""
+    request = urllib.request.Request(f"http://{address}:{port}/workers", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError as error:  # nothing answers
+        return str(getattr(error, "reason", error))
+print(json.dumps({"client_post": status("POST", key_file, {"url": "http://192.0.2.1:30000"}),
+                  "client_get": status("GET", key_file), "admin_get": status("GET", admin_key_file)}))
+"""
+
+
+def test_only_the_admin_key_registers_workers(gateway_target):
+    """A client's key must not register a worker of its own (which would receive others' prompts)."""
+    g = gateway_of(gateway_target)
+    answer = gateway_target.python(CONTROL_PLANE, g.local_address, str(g.port), g.key_file, g.admin_key_file)
+    assert answer == {"client_post": 401, "client_get": 401, "admin_get": 200}, (
+        f"{gateway_target.name}: expected the gateway's /workers to refuse the clients' key (401) and answer the "
+        f"admin key, found {answer}")
+
+
+def test_the_gateway_and_prometheus_units_are_confined(gateway_target):
+    g = gateway_of(gateway_target)
+    loose = loose_units(gateway_target, (f"{g.service_name}.service", "prometheus.service"))
+    assert not loose, loose
 
 
 def test_prometheus_listens_only_where_group_data_says(gateway_target):

@@ -1,5 +1,7 @@
-"""The server under faults: flags SGLang rejects, a restart that never gets ready, a crash."""
+"""The server under faults: flags SGLang rejects, a restart that never gets ready, a crash, a restart
+during a long generation."""
 
+import json
 import threading
 import time
 
@@ -131,3 +133,40 @@ def test_crash_looping_server_fails_readiness_within_a_minute_and_is_rolled_back
     record("crash loop", result="failed readiness and rolled back", new_unit_to_rollback_s=round(detected, 1))
     again = run_deploy("--limit", host.name)
     assert again.returncode == 0, again.output[-3000:]
+
+
+LONG_TOKENS = 14000  # ~100 s at the stand-in's pace (speed_model: 3.45 tokens a 25 ms DFlash step)
+
+
+def test_a_restart_lets_a_generation_longer_than_systemds_default_stop_timeout_finish(deployed_lab, pcie_host):
+    """No gateway, no drain: the unit alone. KillMode=mixed sends the restart's SIGTERM to SGLang's main
+    process, which finishes the generation and then stops its schedulers; TimeoutStopSec (from
+    longest_generation_s) outlasts systemd's default 90 s, which killed it."""
+    host, answer = pcie_host, {}
+    ask = json.dumps({"model": "kimi-k2.6", "max_tokens": LONG_TOKENS,
+                      "messages": [{"role": "user", "content": "a long answer"}]})
+
+    def generate():
+        started = time.monotonic()
+        answer["text"] = fleet.ssh(host, "k=$(cat /etc/specfleet/api-key 2>/dev/null); curl -s -m 300 -w '\\n%{http_code}' "
+                                         "${k:+-H \"Authorization: Bearer $k\"} -H 'Content-Type: application/json' "
+                                         f"localhost:30000/v1/chat/completions -d '{ask}'", check=False, timeout=320)
+        answer["seconds"] = time.monotonic() - started
+
+    since = fleet.ssh(host, "date +%s").strip()
+    generation = threading.Thread(target=generate, daemon=True)
+    generation.start()
+    time.sleep(3)  # generating
+    started = time.monotonic()
+    fleet.ssh(host, "systemctl restart sglang", timeout=300)  # returns once the old server stopped and the new one started
+    restart_s = time.monotonic() - started
+    generation.join(320)
+    body, status = answer["text"].rsplit("\n", 1)
+    journal = fleet.ssh(host, f"journalctl -u sglang --since @{since} -o cat --no-pager")
+    assert status == "200", answer["text"][-500:]
+    assert len(json.loads(body)["choices"][0]["message"]["content"].split()) == LONG_TOKENS
+    assert restart_s > 90 and "Remaining number of requests 1" in journal, journal[-2000:]
+    assert "crashed" not in journal and "Killing" not in journal, journal[-2000:]
+    wait_for(lambda: http_status(host) == 200, 60, 0.5, "the restarted server to generate")
+    record("restart during a long generation", result="finished", tokens=LONG_TOKENS,
+           generation_s=round(answer["seconds"], 1), restart_s=round(restart_s, 1))

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.lab
 
 MATRIX_LAB = LAB_ID + 20
 KEY = "lab-first-deploy-matrix-key"  # the gateway's workers listen on the lab network: they need one
+ADMIN_KEY = "lab-first-deploy-matrix-admin-key"  # and the gateway's control plane one of its own
 CONVERGE = {  # host -> (profile, class), every one converging on its first deploy
     "lab-pcie-1": ("kimi_k26_dflash", "rtx_pro_6000_pcie"),
     "lab-b200-1": ("kimi_k26_dflash", "b200_nvlink"),
@@ -35,7 +36,7 @@ CONVERGE = {  # host -> (profile, class), every one converging on its first depl
 REFUSED = "lab-pcie-3"  # qwen36_ddtree, with an SGLang that has no DDTree
 PROFILES = "lab-pcie-2=qwen36_ddtree,lab-b200-2=qwen36_ddtree,lab-pcie-3=qwen36_ddtree"
 ENV = {**os.environ, "SPECFLEET_LAB_ID": str(MATRIX_LAB), "SPECFLEET_LAB_PROFILES": PROFILES,
-       "HF_TOKEN": "hf_lab_granted", "SPECFLEET_API_KEY": KEY}
+       "HF_TOKEN": "hf_lab_granted", "SPECFLEET_API_KEY": KEY, "SPECFLEET_GATEWAY_ADMIN_KEY": ADMIN_KEY}
 
 
 def lab(*args: str) -> None:

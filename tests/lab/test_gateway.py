@@ -22,12 +22,13 @@ from lab import fleet
 from tests.conftest import LAB_HOSTS
 from tests.deployed.faults import assert_caught, run_suite
 from tests.faults.faultlab import set_knobs, wait_for
-from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, run_deploy
+from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, run_deploy, write_group_data
 from tests.lab.test_deploy import main_pid, results_table
 
 pytestmark = pytest.mark.lab
 
-KEY = "lab-gateway-test-key"
+KEY = "lab-gateway-test-key"  # the clients' (and the workers')
+ADMIN_KEY = "lab-gateway-test-admin-key"  # the gateway's control plane's
 EXPOSED = ("--data", "bind_address=0.0.0.0", "--data", "gateway_bind_address=0.0.0.0")
 GATEWAY_PORT = 30080  # group_data/gateway.py
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -39,6 +40,7 @@ def gateway_lab(lab_hosts):
     hosts = lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SPECFLEET_API_KEY", KEY)
+        env.setenv("SPECFLEET_GATEWAY_ADMIN_KEY", ADMIN_KEY)
         try:
             started = time.monotonic()
             first = run_deploy(*EXPOSED)
@@ -46,6 +48,7 @@ def gateway_lab(lab_hosts):
         finally:
             lab.up(LAB_HOSTS, log=lambda line: None)
             env.delenv("SPECFLEET_API_KEY")
+            env.delenv("SPECFLEET_GATEWAY_ADMIN_KEY")
             restored = run_deploy("--data", "remove_api_key=true")
             assert restored.returncode == 0, restored.output[-3000:]
 
@@ -70,11 +73,15 @@ def call(url: str, key: str | None = None, body: dict | None = None) -> tuple[in
         with DIRECT.open(request, timeout=30) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"{}")
+        body = error.read() or b"{}"
+        try:
+            return error.code, json.loads(body)
+        except ValueError:  # smg answers a refused key in plain text
+            return error.code, {"error": body.decode(errors="replace")}
 
 
 def gateway_workers(gateway) -> dict[str, str]:
-    _, listing = call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", key=KEY)
+    _, listing = call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", key=ADMIN_KEY)
     return {w["url"]: w["status"] for w in listing["workers"]}
 
 
@@ -99,13 +106,20 @@ def test_every_worker_is_registered_and_a_request_through_the_gateway_answers(ga
     status, answer = call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", key=KEY, body=ask)
     assert status == 200 and answer["choices"][0]["message"]["content"], answer
     assert call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", body=ask)[0] == 401
-    # The key is in the gateway's key file only: not in any process's argv, not in its journal.
-    assert KEY not in fleet.ssh(gateway, "ps -eo args; journalctl -u smg -o cat --no-pager")
+    # The keys are in the gateway's key files only: not in any process's argv, not in its journal.
+    seen = fleet.ssh(gateway, "ps -eo args; journalctl -u smg -o cat --no-pager")
+    assert KEY not in seen and ADMIN_KEY not in seen
+    # The control plane takes the admin key alone: a client cannot register a worker of its own.
+    rogue = {"url": "http://192.0.2.1:30000"}
+    assert call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", key=KEY, body=rogue)[0] == 401
+    assert call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", body=rogue)[0] == 401
+    assert call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", key=ADMIN_KEY, body=ask)[0] == 401
+    assert "http://192.0.2.1:30000" not in gateway_workers(gateway)
 
     checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              "tests/deployed/test_gateway.py", "--inventory", LAB_INVENTORY],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert checks.returncode == 0 and "6 passed" in checks.stdout, checks.stdout[-3000:]
+    assert checks.returncode == 0 and f"{len(GATEWAY_CHECKS)} passed" in checks.stdout, checks.stdout[-3000:]
 
 
 def test_a_second_run_changes_nothing_and_writes_nothing_to_the_gateway(gateway_lab):
@@ -150,6 +164,7 @@ def prometheus_health(gateway) -> dict[str, str]:
 GATEWAY_CHECKS = {"test_gateway_unit_is_enabled_and_active", "test_gateway_readiness_counts_every_inventory_worker_healthy",
                   "test_every_inventory_worker_is_registered_and_ready", "test_a_request_through_the_gateway_answers",
                   "test_prometheus_scrapes_every_inventory_worker_and_smg_all_up",
+                  "test_only_the_admin_key_registers_workers", "test_the_gateway_and_prometheus_units_are_confined",
                   "test_prometheus_listens_only_where_group_data_says"}
 
 
@@ -164,7 +179,8 @@ def test_a_stopped_gateway_is_caught(gateway_lab):
     finally:
         fleet.ssh(gateway, "systemctl start smg")
         assert run_deploy(*EXPOSED).returncode == 0  # a started smg has forgotten its workers
-    assert_caught(result, gateway.name, GATEWAY_CHECKS - {"test_prometheus_listens_only_where_group_data_says"},
+    assert_caught(result, gateway.name, GATEWAY_CHECKS - {"test_prometheus_listens_only_where_group_data_says",
+                                                          "test_the_gateway_and_prometheus_units_are_confined"},
                   rf"{gateway.name}: expected smg enabled and active",
                   rf"{gateway.name}: expected /readiness ready with {len(worker_hosts(hosts))} healthy workers, found \{{\}}",
                   rf"{gateway.name}: expected Prometheus's {len(hosts)} targets up, found smg {gateway.name} "
@@ -175,10 +191,10 @@ def test_a_worker_missing_from_the_gateway_is_caught(gateway_lab):
     hosts, _, _ = gateway_lab
     gateway, workers = gateway_host(hosts), worker_hosts(hosts)
     missing = f"http://{workers[0].address}:30000"
-    _, listing = call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", key=KEY)
+    _, listing = call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", key=ADMIN_KEY)
     worker_id = next(w["id"] for w in listing["workers"] if w["url"] == missing)
     request = urllib.request.Request(f"http://{gateway.address}:{GATEWAY_PORT}/workers/{worker_id}", method="DELETE",
-                                     headers={"Authorization": f"Bearer {KEY}"})
+                                     headers={"Authorization": f"Bearer {ADMIN_KEY}"})
     DIRECT.open(request, timeout=30).close()
     try:
         wait_for(lambda: missing not in gateway_workers(gateway), 60, 1, f"the gateway to drop {missing}")
@@ -241,6 +257,53 @@ def test_prometheus_stopped_or_listening_beyond_loopback_is_caught(gateway_lab):
                   rf"{gateway.name}: expected Prometheus listening on 127\.0\.0\.1:9090 only, found \['\*:9090'\]")
 
 
+# smg's defaults but a 10 s interval: the health settings group_data/gateway.py had before it fitted them to SGLang.
+SMG_DEFAULT_HEALTH = dict(endpoint="/health", interval_secs=10, timeout_secs=5, failure_threshold=3, success_threshold=2)
+STALL_S = 8  # every batch of the busy worker takes this long (a long prefill chunk): its /health waits for one
+
+
+def health_seconds(worker) -> float:
+    """How long the worker's /health takes, asked on the worker itself."""
+    return float(fleet.ssh(worker, "curl -s -o /dev/null -m 60 -w '%{time_total}' localhost:30000/health"))
+
+
+def statuses(gateway, url: str, seconds: float) -> list[str]:
+    """The worker's status on the gateway, every 3 s for `seconds`."""
+    seen, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        seen.append(gateway_workers(gateway).get(url, "absent"))
+        time.sleep(3)
+    return seen
+
+
+def test_a_busy_worker_stays_in_with_health_checks_fitted_to_sglang_and_drops_out_with_smgs_defaults(
+        gateway_lab, tmp_path):
+    hosts, _, _ = gateway_lab
+    gateway, busy = gateway_host(hosts), worker_hosts(hosts)[0]
+    url = f"http://{busy.address}:30000"
+    old = write_group_data(tmp_path, "gateway", f"gateway_health = {SMG_DEFAULT_HEALTH!r}")
+    try:
+        assert run_deploy(*EXPOSED, "--limit", gateway.name, group_data=old).returncode == 0
+        set_knobs(busy, batch_stall_s=STALL_S)
+        took = health_seconds(busy)
+        started = time.monotonic()
+        wait_for(lambda: gateway_workers(gateway).get(url) == "not_ready", 120, 2,
+                 "smg's default health settings to take the busy worker out")
+        dropped_s = time.monotonic() - started
+        fitted = run_deploy(*EXPOSED, "--limit", gateway.name)  # group_data's own settings, the worker still busy
+        assert fitted.returncode == 0, fitted.output[-3000:]
+        # Longer than three failures would take: a probe every 10 s, each given 25 s.
+        seen = statuses(gateway, url, 100)
+    finally:
+        set_knobs(busy)
+    print(f"busy worker (/health {took:.1f} s): smg's defaults took it out after {dropped_s:.0f} s; "
+          f"the fitted settings kept it {seen.count('ready')} of {len(seen)} samples ready over 100 s")
+    assert took > SMG_DEFAULT_HEALTH["timeout_secs"]
+    assert set(seen) == {"ready"}, seen
+    wait_for(lambda: gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in worker_hosts(hosts)},
+             60, 2, "every worker ready")
+
+
 def test_a_worker_removed_from_the_inventory_is_removed_from_the_gateway(gateway_lab, tmp_path):
     hosts, _, _ = gateway_lab
     gateway, workers = gateway_host(hosts), worker_hosts(hosts)
@@ -259,3 +322,4 @@ def test_a_worker_removed_from_the_inventory_is_removed_from_the_gateway(gateway
     assert run.returncode == 0, output[-3000:]
     assert f"removed ['http://{removed.address}:30000']" in output, output[-3000:]
     assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in kept}
+

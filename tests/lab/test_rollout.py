@@ -24,7 +24,7 @@ import lab
 from lab import config, fleet
 from tests.conftest import LAB_HOSTS
 from tests.helpers import LAB_INVENTORY, REPO, main_pid, results_table, run_deploy, write_group_data
-from tests.lab.test_gateway import EXPOSED, GATEWAY_PORT, KEY, admin_writes, call, gateway_workers
+from tests.lab.test_gateway import ADMIN_KEY, EXPOSED, GATEWAY_PORT, KEY, admin_writes, call, gateway_workers
 
 pytestmark = pytest.mark.lab
 
@@ -42,6 +42,7 @@ def fleet_behind_gateway(lab_hosts):
     hosts, workers = lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None), []
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SPECFLEET_API_KEY", KEY)
+        env.setenv("SPECFLEET_GATEWAY_ADMIN_KEY", ADMIN_KEY)
         try:
             first = run_deploy(*EXPOSED)
             assert first.returncode == 0, first.output[-4000:]
@@ -59,6 +60,7 @@ def fleet_behind_gateway(lab_hosts):
                 fleet.ssh(worker, f"rm -f {SLOW_START}")
             lab.up(LAB_HOSTS, log=lambda line: None)
             env.delenv("SPECFLEET_API_KEY")
+            env.delenv("SPECFLEET_GATEWAY_ADMIN_KEY")
             restored = run_deploy("--data", "remove_api_key=true")
             assert restored.returncode == 0, restored.output[-3000:]
 
@@ -210,10 +212,16 @@ def test_a_worker_failing_readiness_is_rolled_back_kept_out_and_stops_the_rollou
     assert {w.name: (main_pid(w), fleet.ssh(w, "cat /etc/specfleet/sglang.env")) for w in others} == untouched
     ask = {"model": "kimi-k2.6", "messages": [{"role": "user", "content": "still serving?"}], "max_tokens": 8}
     assert call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", key=KEY, body=ask)[0] == 200
-    # The gateway's own stage registers the rolled-back worker again (it serves its previous unit).
-    back = run_deploy(*EXPOSED, "--limit", gateway.name)
-    assert back.returncode == 0, back.output[-3000:]
+    # The gateway's own run keeps the rolled-back worker out (it serves its previous unit, not the inventory's)...
+    alone = run_deploy(*EXPOSED, "--limit", gateway.name)
+    assert alone.returncode == 0, alone.output[-3000:]
+    assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in others}
+    # ...until a run deploys it healthy: the change it failed, now without the fault, brings it back.
+    healed = run_deploy(*EXPOSED, "--limit", victim.name, group_data=restart_input(tmp_path, "failing", FAULT_KNOBS))
+    assert healed.returncode == 0, healed.output[-3000:]
+    assert "Back in the gateway" in changed_operations(healed.output)
     assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in workers}
+    # The others are as the failing rollout left them; the next test rolls every worker to one value again.
 
 
 def generates(host, timeout_s: float = 60) -> bool:

@@ -212,7 +212,7 @@ def test_the_bench_validates_flags_as_the_service_user_offline_with_the_units_en
     assert resolutions, b.python
     for p in resolutions:
         assert (p["uid"], p["HF_HUB_OFFLINE"], p["HF_HOME"], p["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"]) == (
-            b.uid, "1", "/home/sglang/.cache/huggingface", "1"), p
+            b.uid, "1", "/home/sglang/.cache/sglang-huggingface", "1"), p  # the unit's own HF_HOME, not the token's
     assert [p for p in b.python if p["uid"] == 0] == []
 
 

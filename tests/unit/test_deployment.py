@@ -57,7 +57,10 @@ def test_a_host_needs_exactly_one_class_group():
 def test_rendered_command_lines_parse_with_the_real_sglang_0_5_23():
     kimi = [server_args(resolve(host_data(c), c).server) for c in HOST_CLASSES]
     ddtree = server_args(resolve(host_data("b200_nvlink", profile="qwen36_ddtree"), "b200_nvlink").server)
-    results = parse_many_with_real_sglang([*kimi, ddtree])
+    # The DDTree profile's mamba strategy, alone: one 0.5.23 itself accepts (the DDTree build extends its parser).
+    strategy = ["--model-path", "/srv/m", *ddtree[ddtree.index("--mamba-radix-cache-strategy"):][:2]]
+    *results, alone = parse_many_with_real_sglang([*kimi, ddtree, strategy])
+    assert alone["ok"] and alone["args"]["mamba_radix_cache_strategy"] == "extra_buffer_lazy", alone.get("stderr")
     for argv, result in zip(kimi, results):
         assert result["ok"], f"real SGLang 0.5.23 rejects {argv}: {result.get('stderr')}"
         parsed = result["args"]
@@ -99,6 +102,8 @@ def test_numbers_are_numbers_whichever_way_they_arrive():
     ("install_driver", "maybe", "install_driver='maybe' is not a boolean: use true/false, yes/no or 1/0"),
     ("enable_metrics", "sometimes", "enable_metrics='sometimes' is not a boolean"),
     ("ready_timeout_s", "abc", "ready_timeout_s='abc' is not a whole number at least 1"),
+    ("longest_generation_s", "15m", "longest_generation_s='15m' is not a whole number at least 1"),
+    ("longest_generation_s", 0, "longest_generation_s=0 is not a whole number at least 1"),
     ("port", 70000, "port=70000 is not a whole number from 1 to 65535"),
     ("driver_branch", "580.1", "driver_branch='580.1' is not a whole number at least 1"),
     ("weights_dir", "models", "weights_dir='models' is not accepted: use an absolute path"),

@@ -1,17 +1,20 @@
 """The gateway's data, arguments and worker list, facts in and values out (no hosts)."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from operations.basics.file_states import sha1_of
+from operations.basics.file_states import FileStates, sha1_of
 from operations.basics.units import ServiceState
 from operations.deployment import resolve
 from operations.gateway import service
 from operations.gateway.config import resolve as resolve_gateway
-from operations.gateway.workers import GatewayWorkers, Route, drain, rejoin, routes, workers
+from operations.gateway.workers import GatewayWorkers, Route, admin_key_file, drain, rejoin, routes, workers
 from operations.server import unit
 from operations.basics.knobs import BadHostData
 from operations.python.venv import VenvRequirement, fingerprint
@@ -93,8 +96,10 @@ def test_a_worker_reaches_each_gateway_of_its_model_to_drain_itself_at_the_gatew
     assert [r.problem for r in found[:2]] == [None, None] and len(found) == 3  # gw4 serves another model
     assert "gw3, whose gateway listens on 127.0.0.1 only" in found[2].problem
     both = inventory_host("both", ["rtx_pro_6000_pcie", "gateway"])  # loopback worker under its own gateway
-    assert [(r.address, r.worker_url, r.problem) for r in routes([both], both, "kimi-k2.6")] == [
-        ("127.0.0.1", "http://127.0.0.1:30000", None)]
+    # On its own host the gateway's socket must be the gateway user's before a key goes to it.
+    assert [(r.address, r.worker_url, r.owner, r.problem) for r in routes([both], both, "kimi-k2.6")] == [
+        ("127.0.0.1", "http://127.0.0.1:30000", "smg", None)]
+    assert {r.owner for r in found} == {None}
 
 
 # gateway_workers.py list's JSON, its worker and readiness values as smg 1.13.0 answered them
@@ -111,7 +116,7 @@ def test_gateway_workers_fact_reads_the_listing_and_treats_no_answer_as_unreacha
     assert fact.process(["Traceback (most recent call last):", "ConnectionRefusedError"])["reachable"] is False
 
 
-ROUTE = Route("gw", "10.0.0.2", 30080, "http://10.0.0.5:30000", 120)
+ROUTE = Route("gw", "10.0.0.2", 30080, "http://10.0.0.5:30000", 120, "SPECFLEET_GATEWAY_ADMIN_KEY")
 
 
 def listing(*urls: str, reachable: bool = True) -> dict:
@@ -133,15 +138,31 @@ def restarting(reason: str | None, refused: str | None = None) -> tuple[unit.Res
     return unit.Restart(s, "sglang=3f2a", []), {ServiceState: state, SGLangRejects: refused, VenvRequirement: built}
 
 
-def test_a_restarting_worker_listed_by_its_gateway_drains_itself_there_with_its_own_key_file():
+def test_a_restarting_worker_drains_itself_with_the_admin_key_then_waits_for_its_requests_in_flight():
     d = worker()
     restart, facts = restarting(unit.FILES_CHANGED)
     commands, _ = run(drain, {**facts, GatewayWorkers: listing(ROUTE.worker_url, "http://10.0.0.6:30000")},
                       server=d, routes=[ROUTE], restart=restart)
-    assert len(commands) == 1
-    tail = commands[0].rsplit("' ", 1)[1]  # after the inline program: the arguments
-    assert tail.split() == ["--address", "10.0.0.2", "30080", d.api_key_file, d.served_model_name, "drain", "120",
-                            ROUTE.worker_url]
+    [command] = commands
+    tail = command.args[0].rsplit("' ", 1)[1]  # after the inline program: the arguments
+    assert tail.split() == ["--address", "10.0.0.2", "--worker-key-file", d.api_key_file, "30080",
+                            admin_key_file(d), d.served_model_name, "drain", "120", ROUTE.worker_url,
+                            "--idle", "http://127.0.0.1:30000", "900"]  # group_data's longest_generation_s
+
+
+def test_the_last_of_several_gateways_waits_for_the_server_to_go_idle():
+    second = Route("gw2", "10.0.0.3", 30080, "http://10.0.0.5:30000", 120, "SPECFLEET_GATEWAY_ADMIN_KEY")
+    restart, facts = restarting(unit.FILES_CHANGED)
+    commands, _ = run(drain, {**facts, GatewayWorkers: listing(ROUTE.worker_url)}, server=worker(),
+                      routes=[ROUTE, second], restart=restart)
+    assert ["--idle" in c.args[0].rsplit("' ", 1)[1].split() for c in commands] == [False, True]
+
+
+def test_a_worker_without_metrics_cannot_drain_and_fails_before_its_restart():
+    restart, facts = restarting(unit.FILES_CHANGED)
+    commands, _ = run(drain, {**facts, GatewayWorkers: listing(ROUTE.worker_url)},
+                      server=worker(enable_metrics=False), routes=[ROUTE], restart=restart)
+    assert "keep enable_metrics=true" in failure(commands)[0]
 
 
 @pytest.mark.parametrize("reason, refused, listed, why", [
@@ -167,21 +188,20 @@ def test_the_drain_and_the_unit_take_one_decision_and_the_host_validates_once():
 
 
 def test_a_gateway_the_worker_cannot_reach_fails_the_worker_before_its_restart():
-    unreachable = Route("gw3", "", 30080, "http://10.0.0.5:30000", 120, "w cannot drain itself from gw3")
+    unreachable = Route("gw3", "", 30080, "http://10.0.0.5:30000", 120, "SPECFLEET_GATEWAY_ADMIN_KEY",
+                        problem="w cannot drain itself from gw3")
     restart, facts = restarting(unit.FILES_CHANGED)
     commands, _ = run(drain, facts, server=worker(), routes=[unreachable], restart=restart)
     assert failure(commands) == ["w cannot drain itself from gw3"]
 
 
-@pytest.mark.parametrize("drained, answer, joins", [
-    (False, listing(), False),  # not drained in this run
-    (True, listing(), True),  # drained: registered again
-    (True, listing(ROUTE.worker_url), False),  # already back
-    (True, listing(reachable=False), False),  # no gateway answering: its own stage registers it
+@pytest.mark.parametrize("answer, joins", [
+    (listing(), True),  # generates in this run, missing: registered (again)
+    (listing(ROUTE.worker_url), False),  # already there
+    (listing(reachable=False), False),  # no gateway answering: its own stage registers it
 ])
-def test_a_drained_worker_rejoins_each_answering_gateway_that_lacks_it(drained, answer, joins):
-    commands, _ = run(rejoin, {GatewayWorkers: answer}, server=worker(), routes=[ROUTE],
-                      drained=SimpleNamespace(changed=drained))
+def test_a_worker_that_generates_joins_each_answering_gateway_that_lacks_it(answer, joins):
+    commands, _ = run(rejoin, {GatewayWorkers: answer}, server=worker(), routes=[ROUTE])
     assert [c.rsplit("' ", 1)[1].split()[-3] for c in commands] == (["join"] if joins else [])
 
 
@@ -203,3 +223,96 @@ def test_the_gateway_unit_is_started_through_systemd_service_and_restarted_only_
     key_changed = SimpleNamespace(changed=True)
     assert run(service.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
                restart_when=[key_changed])[0] == ["systemctl restart smg.service"]
+
+
+class Named(str):
+    """A host as kept_in sees it: a name (hashable, as pyinfra's hosts are)."""
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+
+class RunState(SimpleNamespace):
+    """What kept_in reads of pyinfra's state: failed hosts, the inventory, the hosts in this run."""
+
+    def is_host_in_limit(self, h) -> bool:
+        return h.name in self.limit
+
+
+@pytest.mark.parametrize("before, limit, failed, kept", [
+    # The gateway lists a and b: both stay, whatever this run deploys.
+    ({"reachable": True, "workers": [{"url": "http://a:30000"}, {"url": "http://b:30000"}]}, {"gw"}, set(), ["a", "b"]),
+    # b was rolled back in an earlier run: a run of the gateway alone leaves it out...
+    ({"reachable": True, "workers": [{"url": "http://a:30000"}]}, {"gw"}, set(), ["a"]),
+    # ...a run that deploys b brings it back, unless b fails again.
+    ({"reachable": True, "workers": [{"url": "http://a:30000"}]}, {"gw", "b"}, set(), ["a", "b"]),
+    ({"reachable": True, "workers": [{"url": "http://a:30000"}]}, {"gw", "b"}, {"b"}, ["a"]),
+    # A gateway that did not answer before the run (new, or down) remembers nobody: all but the failed.
+    ({"reachable": False, "workers": []}, {"gw"}, {"a"}, ["b"]),
+])
+def test_the_gateway_keeps_out_a_rolled_back_worker_until_a_run_deploys_it(before, limit, failed, kept):
+    from operations.gateway.workers import Worker, kept_in
+    hosts = [Named(n) for n in ("gw", "a", "b")]
+    state = RunState(failed_hosts={h for h in hosts if h.name in failed}, inventory=hosts, limit=limit)
+    wanted = [Worker("a", "http://a:30000"), Worker("b", "http://b:30000")]
+    assert [w.name for w in kept_in(before, wanted, state)] == kept
+
+
+ADMIN, CLIENT = "admin-key-0123456789abcdef", "client-key-0123456789abcdef"
+
+
+def admin_key_run(monkeypatch, admin=None, client=None, files=(), **data):
+    for name, value in (("SPECFLEET_GATEWAY_ADMIN_KEY", admin), ("SPECFLEET_API_KEY", client)):
+        if value:
+            monkeypatch.setenv(name, value)
+        else:
+            monkeypatch.delenv(name, raising=False)
+    g = resolve_gateway(host_data("gateway", **data))
+    kept = {"kind": "file", "mode": "640", "user": "root", "group": "smg"}
+    states = {path: ({**kept, "sha1": sha1} if path in dict(files) else None)
+              for path, sha1 in [(g.admin_key_file, dict(files).get(g.admin_key_file)),
+                                 (g.key_file, dict(files).get(g.key_file))]}
+    return g, run(service.admin_key, {FileStates: states}, gateway=g)
+
+
+def test_a_gateway_with_a_clients_key_needs_an_admin_key_of_its_own(monkeypatch):
+    _, (commands, _) = admin_key_run(monkeypatch, client=CLIENT)
+    assert failure(commands) == ["host-1: the gateway would let its clients register workers: set "
+                                 "$SPECFLEET_GATEWAY_ADMIN_KEY on the controller (16 to 512 characters, not "
+                                 "$SPECFLEET_API_KEY)"]
+    _, (commands, _) = admin_key_run(monkeypatch, admin=CLIENT, client=CLIENT)
+    assert failure(commands) == ["host-1: $SPECFLEET_GATEWAY_ADMIN_KEY is the clients' key ($SPECFLEET_API_KEY): "
+                                 "the control plane needs a key of its own"]
+    g = resolve_gateway(host_data("gateway"))
+    _, (commands, _) = admin_key_run(monkeypatch, admin=CLIENT, files=[(g.key_file, sha1_of(CLIENT.encode()))])
+    assert "the control plane needs a key of its own" in failure(commands)[0]
+
+
+def test_the_admin_key_is_written_from_stdin_root_s_group_smg_and_kept_without_the_variable(monkeypatch):
+    g, (commands, _) = admin_key_run(monkeypatch, admin=ADMIN, client=CLIENT)
+    assert commands[0] == "install -d -m 755 -o root -g root /etc/specfleet"
+    assert commands[-1].endswith("secret /etc/specfleet smg-admin-key 640 smg") and ADMIN not in " ".join(commands)
+    kept = [(g.admin_key_file, "x"), (g.key_file, "y")]
+    _, (commands, noops) = admin_key_run(monkeypatch, files=kept)
+    assert commands == [] and "kept (remove_api_key=true removes it)" in noops[0]
+    # A gateway without a clients' key (loopback, open) needs none.
+    _, (commands, noops) = admin_key_run(monkeypatch)
+    assert commands == [] and noops
+
+
+def test_the_gateway_launcher_gives_smg_both_keys_in_process_the_admin_key_as_a_control_plane_key(tmp_path):
+    """launch_smg.py run with a stand-in `smg.cli` that prints the argv smg's CLI receives."""
+    (tmp_path / "smg").mkdir()
+    (tmp_path / "smg" / "__init__.py").write_text("")
+    (tmp_path / "smg" / "cli.py").write_text("import json\ndef main(argv):\n    print(json.dumps(argv))\n")
+    (tmp_path / "client").write_text(CLIENT + "\n")
+    (tmp_path / "admin").write_text(ADMIN)
+    launcher = Path(service.__file__).parent / "host_scripts" / "launch_smg.py"
+    run_ = subprocess.run([sys.executable, str(launcher), "--port", "30080"], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path), "SPECFLEET_API_KEY_FILE": str(tmp_path / "client"),
+                               "SPECFLEET_ADMIN_KEY_FILE": str(tmp_path / "admin")}, timeout=30)
+    assert json.loads(run_.stdout) == ["launch", "--port", "30080", "--api-key", CLIENT,
+                                       "--control-plane-api-keys", f"specfleet:deploy:admin:{ADMIN}"]
+    args = resolve_gateway(host_data("gateway")).args()
+    assert not {"--control-plane-api-keys", "--api-key"} & set(args)  # the unit's argv holds neither

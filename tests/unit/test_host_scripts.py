@@ -3,23 +3,30 @@
 import importlib.util
 import json
 import socket
+import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 
 import pytest
 
-from operations.basics.host_programs import HOST_SCRIPTS
+from operations.basics.host_programs import HOST_SCRIPTS, _imported
 from tests.sglang_real import RealSGLangRejected, parse_with_real_sglang
 
 
 def load(name: str):
+    """A host program as a module, with the host programs it imports by name (as on the host)."""
     spec = importlib.util.spec_from_file_location(name, HOST_SCRIPTS[name])
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    for dependency in _imported(HOST_SCRIPTS[name].read_text()):
+        if dependency not in sys.modules:
+            load(dependency)
     spec.loader.exec_module(module)
     return module
 
 
-launcher, probe = load("launch_sglang"), load("probe_server")
+launcher, probe, owned = load("launch_sglang"), load("probe_server"), load("owned_sockets")
 DASH_KEY = "-starts-with-a-dash-0123"
 
 
@@ -65,7 +72,7 @@ def test_socket_owners_reads_both_ends_of_a_connection(tmp_path):
     table = tcp_table(tmp_path / "tcp", [("0100007F:7530", "00000000:0000", 998),
                                          ("0100007F:7530", "0100007F:C350", 998),
                                          ("0100007F:C350", "0100007F:7530", 0)])
-    owners = probe.socket_owners((table, str(tmp_path / "no-tcp6")))
+    owners = owned.socket_owners((table, str(tmp_path / "no-tcp6")))
     assert owners[(30000, 50000)] == 998 and owners[(50000, 30000)] == 0 and owners[(30000, 0)] == 998
 
 
@@ -100,3 +107,123 @@ def test_a_progress_bars_redraws_become_journal_lines():
     bar = b"Loading safetensors checkpoint shards:  50% | 1/2\rLoading safetensors checkpoint shards: 100% | 2/2\r\n"
     assert launcher.LONE_CR.sub(b"\n", bar) == (b"Loading safetensors checkpoint shards:  50% | 1/2\n"
                                                 b"Loading safetensors checkpoint shards: 100% | 2/2\r\n")
+
+
+@pytest.mark.parametrize("end, status", [
+    ("os.kill(os.getpid(), signal.SIGKILL)", -9),  # how SGLang's watchdog ends its main process
+    ("os.kill(os.getpid(), signal.SIGTERM)", -15),
+    ("sys.exit(3)", 3),
+])
+def test_the_launcher_ends_as_its_server_did(tmp_path, end, status):
+    """systemd reads the launcher's end: a server killed by a signal must leave the launcher killed by it."""
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(f"import os, signal, sys\nprint('serving', flush=True)\n{end}\n")
+    run = subprocess.run([sys.executable, str(HOST_SCRIPTS["launch_sglang"])], capture_output=True, text=True,
+                         timeout=30, env={"PYTHONPATH": str(tmp_path), "SPECFLEET_API_KEY_FILE": "/nonexistent"})
+    assert (run.returncode, run.stdout, run.stderr) == (status, "serving\n", "")
+
+
+class Recorder:
+    """A loopback HTTP server answering every request with `answer(path) -> (status, headers, body)` and
+    recording each request's path and Authorization header."""
+
+    def __init__(self, answer):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        seen = self.seen = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append((self.command, self.path, self.headers.get("Authorization")))
+                status, headers, body = answer(self.path)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_DELETE = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+gateway_workers = load("gateway_workers")
+
+
+def test_the_gateway_client_never_follows_a_redirect_with_the_admin_key():
+    elsewhere = Recorder(lambda path: (200, {}, b'{"workers": []}'))
+    redirecting = Recorder(lambda path: (307, {"Location": f"http://127.0.0.1:{elsewhere.port}{path}"}, b""))
+    try:
+        gateway = gateway_workers.Gateway("127.0.0.1", redirecting.port, "admin-secret", None)
+        with pytest.raises(OSError, match="a redirect, not followed"):
+            gateway.call("GET", "/workers")
+        assert redirecting.seen == [("GET", "/workers", "Bearer admin-secret")] and elsewhere.seen == []
+    finally:
+        redirecting.close()
+        elsewhere.close()
+
+
+def test_the_gateway_client_sends_no_key_to_a_local_port_another_user_listens_on():
+    import os
+    listener = Recorder(lambda path: (200, {}, b'{"workers": []}'))
+    try:
+        someone_else = gateway_workers.Gateway("127.0.0.1", listener.port, "admin-secret", os.getuid() + 1)
+        with pytest.raises(PermissionError, match="not the gateway's uid .*: the API key was not sent"):
+            someone_else.call("GET", "/workers")
+        ours = gateway_workers.Gateway("127.0.0.1", listener.port, "admin-secret", os.getuid())
+        assert ours.call("GET", "/workers") == (200, {"workers": []})
+        assert listener.seen == [("GET", "/workers", "Bearer admin-secret")]  # the second call only
+        # A gateway not yet installed (no such user) is unreachable, and gets no key either.
+        listed = gateway_workers.list_workers(gateway_workers.Gateway("127.0.0.1", listener.port, "k", -1), "m")
+        assert listed["reachable"] is False and len(listener.seen) == 1
+    finally:
+        listener.close()
+
+
+# /metrics as SGLang 0.5.23 writes the in-flight gauges (metrics_collector.py labels; http_request_metrics.py):
+# two running, one queued, one chat completion not answered yet, and the scrape itself.
+BUSY = """# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="kimi-k2.6",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"} 2.0
+sglang:num_queue_reqs{model_name="kimi-k2.6",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"} 1.0
+sglang:num_grammar_queue_reqs{model_name="kimi-k2.6",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"} 0.0
+sglang:http_requests_active{endpoint="/v1/chat/completions",method="POST"} 1.0
+sglang:http_requests_active{endpoint="/metrics",method="GET"} 1.0
+sglang:spec_accept_length{model_name="kimi-k2.6"} 3.45
+"""
+IDLE = "\n".join(line for line in BUSY.splitlines() if "chat" not in line).replace(" 2.0", " 0.0").replace(" 1.0\n", " 0.0\n")
+
+
+def test_requests_in_flight_are_the_schedulers_and_the_unanswered_ones_not_the_scrape():
+    assert gateway_workers.in_flight(BUSY) == 4
+    assert gateway_workers.in_flight(IDLE + "\n") == 0
+
+
+def test_the_drain_waits_until_the_server_reads_idle_three_times_and_gives_up_at_its_bound():
+    answers = iter([BUSY, IDLE, BUSY, IDLE, IDLE, IDLE])
+    server = Recorder(lambda path: (200, {}, next(answers, IDLE).encode()))
+    try:
+        waited = gateway_workers.wait_idle(f"http://127.0.0.1:{server.port}", 30)
+        assert waited["in_flight"] == 0 and 5 <= waited["idle_s"] < 10  # six reads a second apart
+        assert {path for _, path, key in server.seen} == {"/metrics"} and {key for *_, key in server.seen} == {None}
+        busy = Recorder(lambda path: (200, {}, BUSY.encode()))
+        try:
+            assert gateway_workers.wait_idle(f"http://127.0.0.1:{busy.port}", 2)["in_flight"] == 4
+        finally:
+            busy.close()
+    finally:
+        server.close()
+    # A stopped server holds nothing.
+    assert gateway_workers.server_in_flight(f"http://127.0.0.1:{server.port}") == 0

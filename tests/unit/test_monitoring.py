@@ -52,7 +52,7 @@ def test_prometheus_listens_on_loopback_unless_asked():
                                          ("prometheus_retention", '15d" --web.enable-lifecycle "'),
                                          ("prometheus_port", 0), ("prometheus_port", "9090; id"),
                                          ("prometheus_scrape_interval_s", "fast"),
-                                         ("prometheus_targets_timeout_s", -1), ("remove_api_key", "maybe")])
+                                         ("prometheus_targets_timeout_s", -1)])
 def test_a_value_that_would_reach_its_arguments_or_configuration_unchecked_is_refused(knob, value):
     with pytest.raises(BadHostData, match=knob):
         resolve_monitoring(host_data("gateway", **{knob: value}))
@@ -70,31 +70,33 @@ def test_targets_are_the_gateways_workers_at_their_addresses_and_smg_on_its_own_
     assert args[args.index("--host") + 1] == "10.0.0.5" and args[args.index("--prometheus-host") + 1] == "127.0.0.1"
 
 
-@pytest.mark.parametrize("key", [True, False])
-def test_configuration_scrapes_every_target_with_the_key_file_only_when_there_is_a_key(key):
+def test_configuration_scrapes_every_target_and_sends_no_key():
+    """SGLang's /metrics takes no key (0.5.23 srt/utils/auth.py), so Prometheus holds none."""
     m = resolve_monitoring(host_data("gateway"))
     targets = scrape_targets("gw", resolve_gateway(host_data("gateway")), WORKERS)
-    config = yaml.safe_load(config_text(m, targets, key))
+    config = yaml.safe_load(config_text(m, targets))
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert config["global"]["scrape_interval"] == "15s"
     assert [(c["targets"], c["labels"]["host"]) for c in jobs["sglang"]["static_configs"]] == \
         [(["10.215.1.10:30000"], "lab-pcie-1"), (["10.215.2.10:30000"], "lab-b200-1")]
     assert [c["targets"] for c in jobs["smg"]["static_configs"]] == [["127.0.0.1:29000"]]
-    assert jobs["sglang"].get("authorization") == ({"type": "Bearer", "credentials_file": KEY_FILE} if key else None)
-    assert "authorization" not in jobs["smg"]
+    assert not any("authorization" in job or "bearer_token_file" in job for job in jobs.values())
 
 
-def test_the_scrape_key_is_root_s_group_prometheus_0640_from_stdin_and_kept_without_the_variable(monkeypatch):
-    m = resolve_monitoring(host_data("gateway"))
+def test_an_earlier_deploys_scrape_key_is_removed_and_none_is_written(monkeypatch):
     monkeypatch.setenv("SPECFLEET_API_KEY", KEY)
-    commands, _ = run(prometheus.scrape_key, {FileStates: {KEY_FILE: None}}, monitoring=m)
-    assert len(commands) == 1 and KEY not in commands[0]
-    assert commands[0].endswith("secret /etc/prometheus specfleet-api-key 640 prometheus")
-    monkeypatch.delenv("SPECFLEET_API_KEY")
     kept = {"kind": "file", "mode": "640", "user": "root", "group": "prometheus", "sha1": "x"}
-    assert run(prometheus.scrape_key, {FileStates: {KEY_FILE: kept}}, monitoring=m)[0] == []
-    removing = resolve_monitoring(host_data("gateway", remove_api_key=True))
-    assert run(prometheus.scrape_key, {FileStates: {KEY_FILE: kept}}, monitoring=removing)[0] == [f"rm -f {KEY_FILE}"]
+    assert run(prometheus.no_scrape_key, {FileStates: {KEY_FILE: kept}})[0] == [f"rm -f {KEY_FILE}"]
+    assert run(prometheus.no_scrape_key, {FileStates: {KEY_FILE: None}})[0] == []
+
+
+def test_prometheus_is_confined_beyond_debians_unit_by_a_drop_in():
+    text = prometheus.render("monitoring/prometheus-confinement.conf.j2")
+    assert prometheus.CONFINEMENT_FILE.startswith("/etc/systemd/system/prometheus.service.d/")
+    for line in ("[Service]", "ProtectSystem=strict", "ReadWritePaths=/var/lib/prometheus", "ProtectProc=invisible",
+                 "SystemCallFilter=@system-service", "SystemCallFilter=~@privileged",
+                 "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX"):
+        assert f"\n{line}\n" in text, line
 
 
 def test_the_host_script_reads_prometheus_targets_as_prometheus_2_42_answers():

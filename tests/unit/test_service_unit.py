@@ -76,8 +76,25 @@ def test_before_the_wanted_sglang_is_installed_nothing_asks_it_about_the_flags()
 def test_the_units_are_confined_and_the_server_may_reach_the_gpus():
     for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only", "PrivateTmp=yes",
                  "UMask=0077", "CapabilityBoundingSet=", "DevicePolicy=closed", "DeviceAllow=char-nvidia-uvm rw",
-                 "ReadWritePaths=/home/sglang/.cache"):
+                 "ReadWritePaths=/home/sglang/.cache", "ProtectKernelTunables=yes", "ProtectProc=invisible",
+                 "ProtectControlGroups=yes"):
         assert f"\n{line}\n" in UNIT, line
+    # What a real GPU host needs off (PrivateDevices hides /dev/nvidia*; ProcSubset=pid hides
+    # /proc/meminfo from SGLang's psutil): neither is set at all.
+    assert "\nPrivateDevices=" not in UNIT and "\nProcSubset=" not in UNIT
+
+
+def test_the_hf_token_is_out_of_the_servers_reach():
+    """The token's directory is inaccessible to the unit; the server's own HF_HOME lies elsewhere in its cache."""
+    assert f"\nInaccessiblePaths=-{D.hf_home}\n" in UNIT
+    assert f"\nHF_HOME={D.server_hf_home}\n" in ENV and D.hf_home not in ENV
+    assert D.server_hf_home.startswith("/home/sglang/.cache/") and not D.server_hf_home.startswith(D.hf_home)
+
+
+def test_a_stop_signals_the_main_process_alone_and_waits_for_the_longest_generation():
+    """KillMode=mixed: SGLang's schedulers have no SIGTERM handler, its main process drains them."""
+    assert "\nKillMode=mixed\n" in UNIT
+    assert f"\nTimeoutStopSec={D.longest_generation_s + 30}\n" in UNIT and D.longest_generation_s == 900
 
 
 def directory(user="root", mode="755"):

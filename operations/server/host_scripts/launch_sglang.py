@@ -81,9 +81,13 @@ def main() -> None:
     _, status = os.waitpid(server, 0)
     if os.WIFSIGNALED(status):
         # Die of the server's signal, so systemd sees what happened: SIGTERM from `systemctl stop`
-        # is a clean stop, SIGKILL or SIGSEGV a crash to restart from.
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
+        # is a clean stop, SIGKILL or SIGSEGV a crash to restart from. SIGKILL (how SGLang's own
+        # watchdog ends its main process) and SIGSTOP take no handler: signal.signal refuses them
+        # (EINVAL), and their default action is the only one they have.
+        number = os.WTERMSIG(status)
+        if number not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
     sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 

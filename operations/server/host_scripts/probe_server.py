@@ -16,41 +16,14 @@ import socket
 import sys
 from pathlib import Path
 
-TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+from owned_sockets import OwnedConnection
 
 
-def socket_owners(tables=TCP_TABLES) -> dict[tuple[int, int], int]:
-    """(local port, remote port) -> uid of every TCP socket of the host (/proc/net/tcp*)."""
-    owners = {}
-    for table in tables:
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            owners[(local_port, remote_port)] = int(fields[7])
-    return owners
-
-
-class Connection(http.client.HTTPConnection):
-    """A loopback HTTP connection that refuses to go on unless the server's end is `uid`'s."""
+class Connection(OwnedConnection):
+    """A loopback connection to the server that goes on only when the service user serves its port."""
 
     def __init__(self, port: int, uid: int, timeout: float):
-        super().__init__("127.0.0.1", port, timeout=timeout)
-        self.uid = uid
-
-    def connect(self):
-        super().connect()
-        ours = self.sock.getsockname()[1]
-        # The server's end of this very connection: (its port, our port), owned by whoever listened.
-        owner = socket_owners().get((self.port, ours))
-        if owner != self.uid:
-            self.sock.close()
-            raise PermissionError(f"port {self.port} is served by uid {owner}, not the service's uid "
-                                  f"{self.uid}: the API key was not sent")
+        super().__init__("127.0.0.1", port, uid, timeout, whose="the service")
 
 
 def call(port: int, uid: int, path: str, headers: dict, body: dict | None = None, timeout: float = 30):

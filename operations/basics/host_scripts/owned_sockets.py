@@ -1,0 +1,45 @@
+"""Runs ON THE HOST (system python3, stdlib only), imported by the host programs that send a key to a
+server on the same host: a connection that goes on only when the server's end of it belongs to the
+user expected to serve there. While that server is down, any local user may bind its port, and must
+not receive the key.
+"""
+
+import http.client
+from pathlib import Path
+
+TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+
+
+def socket_owners(tables=TCP_TABLES) -> dict[tuple[int, int], int]:
+    """(local port, remote port) -> uid of every TCP socket of the host (/proc/net/tcp*)."""
+    owners = {}
+    for table in tables:
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            owners[(local_port, remote_port)] = int(fields[7])
+    return owners
+
+
+class OwnedConnection(http.client.HTTPConnection):
+    """An HTTP connection to a server on this host that refuses to go on unless the server's end is
+    `uid`'s (`whose` names that user in the refusal)."""
+
+    def __init__(self, address: str, port: int, uid: int, timeout: float, whose: str):
+        super().__init__(address, port, timeout=timeout)
+        self.uid, self.whose = uid, whose
+
+    def connect(self):
+        super().connect()
+        ours = self.sock.getsockname()[1]
+        # The server's end of this very connection: (its port, our port), owned by whoever listened.
+        owner = socket_owners().get((self.port, ours))
+        if owner != self.uid:
+            self.sock.close()
+            raise PermissionError(f"port {self.port} is served by uid {owner}, not {self.whose}'s uid "
+                                  f"{self.uid}: the API key was not sent")

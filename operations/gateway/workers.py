@@ -18,14 +18,14 @@ stays out; rollout.py runs the fleet N workers at a time.
 import json
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from operations import deployment
-from operations.basics import network
+from operations.basics import gathering, network
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
@@ -33,7 +33,7 @@ from operations.gateway import config
 from operations.gateway.config import Gateway
 from operations.nodes.group import members
 from operations.server.config import Server
-from operations.server.unit import Restart
+from operations.server.unit import Restart, ServerUnits
 
 GROUP = "gateway"  # the inventory group of gateway hosts
 
@@ -45,57 +45,77 @@ def serves_model(groups) -> bool:
 
 @dataclass(frozen=True)
 class Worker:
-    name: str
+    name: str  # the inventory host it runs on
     url: str  # as the gateway reaches it
     problem: str | None = None  # why it cannot be registered
+    replica: str = ""  # its SGLang unit on that host (one worker per replica)
+
+
+def worker_address(worker_host, gateway_host) -> str:
+    """Where a gateway reaches the servers of `worker_host`: loopback on its own host, else the worker's
+    `gateway_worker_address`, `ssh_hostname` or name (network.inventory_address)."""
+    return "127.0.0.1" if worker_host is gateway_host else network.inventory_address(worker_host)
+
+
+def worker_url(address: str, port: int) -> str:
+    """A worker as a gateway registers it: one replica's server, at its host's address and its port."""
+    return f"http://{address}:{port}"
+
+
+def _worker_problem(worker_host, server: Server, address: str, same_host: bool) -> str | None:
+    if same_host:
+        return None
+    if not network.ADDRESS.fullmatch(address):
+        return f"{worker_host.name}: its address {address!r} is not a host name or IPv4 address"
+    if not server.exposed:
+        return (f"{worker_host.name} serves on {server.bind_address} only, which the gateway cannot reach: "
+                f"deploy it with bind_address=0.0.0.0 and ${server.api_key_env} set")
+    return None
 
 
 def workers(inventory, gateway_host, model: str) -> list[Worker]:
-    """The inventory's workers of `model`, each with its URL on the network the gateway reaches.
-
-    The address is the worker's `gateway_worker_address` if set, else its `ssh_hostname`, else
-    its name; a worker on the gateway's own host is reached on loopback.
-    """
+    """The inventory's workers of `model`, one per replica serving it, each with its URL on the network
+    the gateway reaches (``worker_address``, ``worker_url``)."""
     found = []
     for worker in inventory:
         if not serves_model(worker.groups):
             continue
         try:
-            d = deployment.resolve(worker.data, deployment.host_class_of(worker.groups), members(inventory, worker))
+            served = deployment.resolve_host(worker.data, deployment.host_class_of(worker.groups),
+                                             members(inventory, worker))
         except BadHostData as problem:  # refused on its own host too
             found.append(Worker(worker.name, "", f"{worker.name}: {problem}"))
             continue
-        if d.server.served_model_name != model or (d.node_group and not d.node_group.serves_http):
-            continue  # a rank >= 1 of a node group serves no HTTP: the group is reached at its rank 0
-        if worker is gateway_host:
-            found.append(Worker(worker.name, d.server.url))
-            continue
-        address = network.inventory_address(worker)
-        problem = None
-        if not network.ADDRESS.fullmatch(address):
-            problem = f"{worker.name}: its address {address!r} is not a host name or IPv4 address"
-        elif not d.server.exposed:
-            problem = (f"{worker.name} serves on {d.server.bind_address} only, which the gateway cannot reach: "
-                       f"deploy it with bind_address=0.0.0.0 and ${d.server.api_key_env} set")
-        found.append(Worker(worker.name, f"http://{address}:{d.server.port}", problem))
+        address = worker_address(worker, gateway_host)
+        for d in served:
+            if d.server.served_model_name != model or (d.node_group and not d.node_group.serves_http):
+                continue  # a rank >= 1 of a node group serves no HTTP: the group is reached at its rank 0
+            for replica in d.replicas:
+                found.append(Worker(worker.name, worker_url(address, replica.port),
+                                    _worker_problem(worker, replica, address, worker is gateway_host),
+                                    replica.service_name))
     return found
 
 
 @dataclass(frozen=True)
 class Route:
-    """One gateway in front of a worker, as the worker's host reaches it (to drain and rejoin itself)."""
+    """One gateway as a worker's host reaches it (to drain and rejoin its replicas)."""
 
     gateway: str  # the gateway host's name
     address: str  # where the worker's host reaches the gateway's API
     port: int
-    worker_url: str  # the worker as that gateway registers it
+    model: str  # the model it routes
+    worker_address: str  # where that gateway reaches the worker's host (``worker_address``)
     timeout_s: int  # the gateway's register timeout: how long a drain or a rejoin may take
     problem: str | None = None
 
+    def worker_url(self, port: int) -> str:
+        return worker_url(self.worker_address, port)
 
-def routes(inventory, worker_host, model: str) -> list[Route]:
-    """The gateways of the inventory serving `model`, each as `worker_host` reaches it: on loopback
-    when it is the same host, else at the gateway's bind address (its network address for 0.0.0.0)."""
+
+def gateways(inventory, worker_host) -> list[Route]:
+    """Every gateway of the inventory, of any model, as `worker_host` reaches it: on loopback when it is
+    the same host, else at the gateway's bind address (its network address for 0.0.0.0)."""
     found = []
     for gateway_host in inventory:
         if GROUP not in gateway_host.groups:
@@ -103,12 +123,7 @@ def routes(inventory, worker_host, model: str) -> list[Route]:
         try:
             g = config.resolve(gateway_host.data)
         except BadHostData as error:
-            found.append(Route(gateway_host.name, "", 0, "", 0, f"{gateway_host.name}: {error}"))
-            continue
-        if g.model != model:
-            continue
-        me = next((w for w in workers(inventory, gateway_host, model) if w.name == worker_host.name), None)
-        if me is None:  # refused data: the worker fails preflight on its own
+            found.append(Route(gateway_host.name, "", 0, "", "", 0, f"{gateway_host.name}: {error}"))
             continue
         if gateway_host is worker_host:
             address, problem = "127.0.0.1", None
@@ -118,67 +133,82 @@ def routes(inventory, worker_host, model: str) -> list[Route]:
         else:
             address = network.inventory_address(gateway_host) if g.bind_address in network.WILDCARDS else g.bind_address
             problem = None if network.ADDRESS.fullmatch(address) else f"{gateway_host.name}: address {address!r} is not accepted"
-        found.append(Route(gateway_host.name, address, g.port, me.url, g.register_timeout_s, me.problem or problem))
+        found.append(Route(gateway_host.name, address, g.port, g.model, worker_address(worker_host, gateway_host),
+                           g.register_timeout_s, problem))
     return found
 
 
-def _listing(server: Server, route: Route) -> dict:
-    """The route's gateway's workers of this worker's model, read from the worker's host with its own key."""
-    d = server
-    return host.get_fact(GatewayWorkers, port=route.port, key_file=d.api_key_file, model=d.served_model_name,
-                         address=route.address)
+def routes(inventory, worker_host, server: Server) -> list[Route]:
+    """The gateways routing `server`'s model (one replica's, on `worker_host`), as that host reaches them;
+    a route carries the replica's own problem (a server the gateway cannot reach) too."""
+    if not any(w.name == worker_host.name and w.replica == server.service_name
+               for w in workers(inventory, worker_host, server.served_model_name)):
+        return []  # a rank >= 1 of a node group serves no HTTP
+    found = []
+    for route in gateways(inventory, worker_host):
+        if route.problem and not route.model:
+            found.append(route)  # a gateway whose data is refused: every worker of it fails with that
+        elif route.model == server.served_model_name:
+            problem = route.problem or _worker_problem(worker_host, server, route.worker_address,
+                                                       route.gateway == worker_host.name)
+            found.append(replace(route, problem=problem))
+    return found
 
 
-def _worker_command(server: Server, route: Route, action: str) -> str:
-    d = server
-    return inline("gateway_workers", "--address", route.address, str(route.port), d.api_key_file,
-                  d.served_model_name, action, str(route.timeout_s), route.worker_url)
+def _listing(key_file: str, route: Route, model: str) -> dict:
+    """The route's gateway's workers of `model`, read from the worker's host with its own key."""
+    return host.get_fact(GatewayWorkers, port=route.port, key_file=key_file, model=model, address=route.address)
+
+
+def _worker_command(key_file: str, route: Route, model: str, action: str, url: str) -> str:
+    return inline("gateway_workers", "--address", route.address, str(route.port), key_file, model, action,
+                  str(route.timeout_s), url)
 
 
 @operation()
 def drain(server: Server, routes: list[Route], restart: Restart):
     """
-    Take this worker out of its gateways before its server restarts: `DELETE /workers/{id}` (no new
+    Take this replica out of its gateways before its server restarts: `DELETE /workers/{id}` (no new
     requests), waited until the gateway lets it go. The restart that follows is systemd's SIGTERM,
     on which SGLang answers 503 to health checks and exits once its in-flight requests are done.
+    The host's other replicas keep serving meanwhile (deploy.py rolls them one at a time).
 
-    + server: the worker's server
+    + server: the replica's server
     + routes: its gateways as its host reaches them (`routes()`)
-    + restart: this run's restart decision of the server (``server.unit.Restart``), which the unit's
+    + restart: this run's restart decision of the replica (``server.unit.Restart``), which the unit's
       operation after the drain takes too
 
     **Example:**
 
     .. code:: python
 
-        workers.drain(name="Drain from the gateway", server=s, routes=routes(inventory, host, s.served_model_name),
+        workers.drain(name="Drain from the gateway", server=replica, routes=routes(inventory, host, replica),
                       restart=restart)
     """
     d = server
     problems = [route.problem for route in routes if route.problem]
     if not restart.decision().restarts:
-        host.noop("the server does not restart: it stays in its gateways")
+        host.noop(f"{d.service_name} does not restart: it stays in its gateways")
         return
     if problems:
         yield fail_host(problems)
         return
-    listed = [route for route in routes
-              if any(w["url"] == route.worker_url for w in _listing(d, route)["workers"])]
+    listed = [route for route in routes if any(w["url"] == route.worker_url(d.port)
+                                               for w in _listing(d.api_key_file, route, d.served_model_name)["workers"])]
     if not listed:
-        host.noop("no gateway lists this worker: nothing to drain")
+        host.noop(f"no gateway lists {d.service_name}: nothing to drain")
     for route in listed:
-        yield _worker_command(d, route, "drain")
+        yield _worker_command(d.api_key_file, route, d.served_model_name, "drain", route.worker_url(d.port))
 
 
 @operation()
 def rejoin(server: Server, routes: list[Route], drained: OperationMeta):
     """
-    Once the restarted server generates, register this worker again (`POST /workers`, waited until
-    `ready`) with every gateway of its model that answers; one that does not answer registers it
-    in its own stage. Only after a drain in this run: a worker that failed readiness never gets
-    here and stays out.
+    Once the restarted replica generates, register it again (`POST /workers`, waited until `ready`)
+    with every gateway of its model that answers; one that does not answer registers it in its own
+    stage. Only after a drain in this run: a replica that failed readiness never gets here and stays out.
 
-    + server: the worker's server
+    + server: the replica's server
     + routes: its gateways as its host reaches them (`routes()`)
     + drained: the drain operation of this run
 
@@ -186,15 +216,49 @@ def rejoin(server: Server, routes: list[Route], drained: OperationMeta):
 
     .. code:: python
 
-        workers.rejoin(name="Back in the gateway", server=s, routes=routes, drained=drained)
+        workers.rejoin(name="Back in the gateway", server=replica, routes=routes, drained=drained)
     """
+    d = server
     if not drained.changed:
-        host.noop("not drained in this run: nothing to register again")
+        host.noop(f"{d.service_name} was not drained in this run: nothing to register again")
         return
     for route in routes:
-        listing = _listing(server, route)
-        if listing["reachable"] and all(w["url"] != route.worker_url for w in listing["workers"]):
-            yield _worker_command(server, route, "join")
+        listing = _listing(d.api_key_file, route, d.served_model_name)
+        if listing["reachable"] and all(w["url"] != route.worker_url(d.port) for w in listing["workers"]):
+            yield _worker_command(d.api_key_file, route, d.served_model_name, "join", route.worker_url(d.port))
+
+
+@operation()
+def drain_retired(server: Server, gateways: list[Route], wanted: tuple[str, ...]):
+    """
+    Take the SGLang units no deployment of this host wants any more (the single unit of an earlier
+    layout, replicas of another layout or profile) out of every gateway that lists them, before
+    ``unit.retired`` stops them: their port and model are read from their own unit files.
+
+    + server: any replica of the host (its unit prefix and key file)
+    + gateways: every gateway of the inventory as this host reaches it (``gateways()``)
+    + wanted: the units the host's deployments want
+
+    **Example:**
+
+    .. code:: python
+
+        workers.drain_retired(name="Drain retired units", server=replica, gateways=gateways(inventory, host),
+                              wanted=("sglang@qwen36_ddtree-gpu0",))
+    """
+    d = server
+    retired = {name: unit for name, unit in gathering.read(ServerUnits, prefix=d.service_prefix).items()
+               if name not in wanted and unit["port"] and unit["model"]}
+    reachable = [route for route in gateways if not route.problem]
+    drained = 0
+    for name, unit in sorted(retired.items()):
+        for route in reachable:
+            url = route.worker_url(unit["port"])
+            if any(w["url"] == url for w in _listing(d.api_key_file, route, unit["model"])["workers"]):
+                drained += 1
+                yield _worker_command(d.api_key_file, route, unit["model"], "drain", url)
+    if not drained:
+        host.noop(f"no gateway lists a unit to retire ({', '.join(sorted(retired)) or 'none'})")
 
 
 @operation()

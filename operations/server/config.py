@@ -1,12 +1,14 @@
-"""The SGLang server one host runs: its profile's model and speculative settings, its class's tuning,
+"""The SGLang servers one host runs: each replica of each deployment is a `Server`, with its profile's
+model and speculative settings, its class's tuning, its layout's GPUs and port (operations/server/layout.py),
 the service's names, paths and network; typed, checked."""
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from operations.basics import knobs, network
 from operations.basics.knobs import BadHostData
+from operations.server.layout import Layout, unit_name
 
 
 @dataclass(frozen=True)
@@ -21,7 +23,8 @@ class Speculative:
 
 @dataclass(frozen=True)
 class Server:
-    """What the SGLang unit of one host serves and how."""
+    """What one SGLang unit (one replica of a deployment) serves and how. The replicas of a deployment share
+    everything but their unit, GPUs and port."""
 
     profile_name: str
     host_class: str
@@ -38,7 +41,7 @@ class Server:
     mem_fraction_static: float
     extra_args: tuple[str, ...]
     env: dict[str, str]
-    service_name: str
+    service_name: str  # this replica's unit (layout.unit_name); `service_prefix` before the layout is applied
     service_user: str
     install_dir: str
     config_dir: str
@@ -50,6 +53,10 @@ class Server:
     ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
     after_fabric_manager: bool = False  # NVSwitch boards: CUDA needs fabric manager first
     node_args: tuple[str, ...] = field(default=())  # a node group's part (operations/nodes)
+    service_prefix: str = "sglang"  # the `service_name` knob: every replica's unit is named PREFIX@...
+    deployment: str = ""  # the deployment this replica belongs to (its name on the host)
+    gpus: tuple[int, ...] = ()  # this replica's GPUs (nvidia-smi indices); () before the layout is applied
+    venv_name: str = "sglang-venv"  # its SGLang virtualenv, under install_dir (one per SGLang build on a host)
 
     @property
     def exposed(self) -> bool:
@@ -58,7 +65,15 @@ class Server:
 
     @property
     def venv(self) -> str:
-        return f"{self.install_dir}/sglang-venv"
+        return f"{self.install_dir}/{self.venv_name}"
+
+    @property
+    def gpu_env(self) -> dict[str, str]:
+        """The replica's GPUs as CUDA numbers them: by PCI bus, as nvidia-smi's indices (CUDA's own default
+        order is fastest first: CUDA C Programming Guide, "CUDA Environment Variables")."""
+        if not self.gpus:
+            return {}
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.gpus))}
 
     @property
     def service_home(self) -> str:
@@ -86,9 +101,10 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
 
-def served_model_name(data: Any) -> str:
-    """The model name the host's profile serves under (its workers' and its gateway's), checked."""
-    profile = data.profiles[data.profile]
+def served_model_name(data: Any, profile_name: str | None = None) -> str:
+    """The model name a profile (by default the host's `profile`) serves under (its workers' and its
+    gateway's), checked."""
+    profile = data.profiles[profile_name or data.profile]
     return knobs.matching("served_model_name", profile.get("served_model_name") or profile["target"]["repo"],
                           re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*"), "letters, digits and ._/-")
 
@@ -124,11 +140,16 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
     target_backend, draft_backend = backends[attention]
     # A profile whose algorithm allows one backend only (DDTree: triton) names it; it wins on every class.
     target_backend = profile.get("attention_backend", target_backend)
+    if "tp_size" in tuning:
+        raise BadHostData(f"sglang_tuning['tp_size']={tuning['tp_size']!r} is not accepted: the TP size belongs to "
+                          f"the class and the profile: set layouts[{profile_name!r}]['tp_size'] in "
+                          f"group_data/{host_class}.py")
     words = "single words (letters, digits, ._:/=,+@%-)"
+    prefix = knobs.matching("service_name", data.service_name, knobs.UNIT_NAME, "a unit name (letters, digits, _.-)")
     return Server(
         profile_name=profile_name,
         host_class=host_class,
-        served_model_name=served_model_name(data),
+        served_model_name=served_model_name(data, profile_name),
         model_dir=model_dir,
         draft_model_dir=draft_model_dir,
         sglang_requirement=knobs.matching(f"profiles[{profile_name!r}]['sglang']['requirement']",
@@ -142,15 +163,15 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
         draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,
                                                "an SGLang backend name"),
-        tp_size=knobs.integer("sglang_tuning tp_size", tuning["tp_size"], minimum=1),
+        tp_size=0,  # the layout's (replicas())
         mem_fraction_static=knobs.fraction("sglang_tuning mem_fraction_static", tuning["mem_fraction_static"]),
         extra_args=(*knobs.names("sglang_tuning extra_args", tuning.get("extra_args", []), knobs.ARGUMENT, words),
                     *knobs.names(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
                                  knobs.ARGUMENT, words)),
         env={**knobs.environment("sglang_tuning env", tuning.get("env", {})),
              **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))},
-        service_name=knobs.matching("service_name", data.service_name, knobs.UNIT_NAME,
-                                    "a unit name (letters, digits, _.-)"),
+        service_name=prefix,
+        service_prefix=prefix,
         service_user=knobs.matching("service_user", data.service_user, knobs.USER_NAME,
                                     "a user name ([a-z_][a-z0-9_-], at most 32)"),
         install_dir=knobs.path("install_dir", data.install_dir),
@@ -163,3 +184,10 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
                                                                                 data.ready_timeout_s, minimum=1),
     )
+
+
+def replicas(server: Server, deployment: str, layout: Layout) -> tuple[Server, ...]:
+    """The deployment's servers, one a replica of the layout: its unit, GPUs, port and TP size."""
+    return tuple(replace(server, deployment=deployment, tp_size=layout.tp_size, gpus=gpus, port=port,
+                         service_name=unit_name(server.service_prefix, deployment, gpus))
+                 for gpus, port in zip(layout.groups, layout.ports))

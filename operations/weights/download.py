@@ -66,7 +66,10 @@ def state_listings(repos: list[Repo], snapshots: dict[str, RepoSnapshot]) -> str
 
 
 def download_spec(repo: Repo, snap: RepoSnapshot) -> dict:
-    return {"repo_id": repo.repo_id, "commit": snap.commit, "local_dir": repo.local_dir, "files": snap.listing()}
+    """What the fetcher reads: the revision, where it lands, and the directory of the repo's other revisions
+    (files their manifests recorded with the listing's sha256 are linked, not fetched)."""
+    return {"repo_id": repo.repo_id, "commit": snap.commit, "local_dir": repo.local_dir, "revisions_dir": repo.repo_dir,
+            "files": snap.listing()}
 
 
 @operation()
@@ -122,15 +125,17 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
 
     uploads = {}  # each repo's spec and unit file, by path
     for repo in pending:
-        spec_file = f"{d.config_dir}/weights-{repo.role}.json"
+        spec_file = f"{d.config_dir}/{repo.spec_file_name}"
         uploads[spec_file] = json.dumps(download_spec(repo, snapshots[repo.role]), indent=1)
         uploads[f"/etc/systemd/system/{repo.unit_name}.service"] = render(
             "weights/weights.service.j2", w=d, repo=repo, commit=snapshots[repo.role].commit, spec_file=spec_file)
     # One round trip for every path, where files.directory and files.put read two or three facts each.
-    states = host.get_fact(FileStates, paths=(*(r.local_dir for r in pending), *uploads))
+    # Root makes the repo's directory (in root's weights directory); the fetcher, as its owner, makes
+    # the revision's inside it.
+    states = host.get_fact(FileStates, paths=(*(r.repo_dir for r in pending), *uploads))
     for repo in pending:
-        if not owned_by(states.get(repo.local_dir), d.owner):
-            yield from files.directory._inner(path=repo.local_dir, user=d.owner, group=d.owner)
+        if not owned_by(states.get(repo.repo_dir), d.owner):
+            yield from files.directory._inner(path=repo.repo_dir, user=d.owner, group=d.owner)
     for dest, content in uploads.items():
         if not matches(states.get(dest), "file", "644", sha1=sha1_of(content.encode())):
             yield from files.put._inner(src=StringIO(content), dest=dest, mode="644")

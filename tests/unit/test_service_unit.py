@@ -8,7 +8,9 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from operations.basics import ownership
 from operations.server import unit
-from operations.deployment import resolve
+from operations.deployment import resolve, resolve_host
+from pyinfra.context import ctx_host
+from tests.unit.fakehost import FakeHost
 from operations.basics.file_states import FileStates
 from operations.basics.units import ServiceState
 from operations.server.flags import SGLangRejects
@@ -30,31 +32,66 @@ def current(unit=UNIT, env=ENV, active="active", enabled="enabled") -> dict:
     from operations.basics.file_states import sha1_of
     return {ServiceState: dict(unit_sha1=sha1_of(unit.encode()), env_sha1=sha1_of(env.encode()),
                                        active=active, enabled=enabled),
-            SystemdStatus: {"sglang.service": active == "active"},
-            SystemdEnabled: {"sglang.service": enabled == "enabled"}}
+            SystemdStatus: {f"{NAME}.service": active == "active"},
+            SystemdEnabled: {f"{NAME}.service": enabled == "enabled"}}
+
+
+NAME = "sglang@kimi_k26_dflash-gpu0-7"  # Kimi K2.6 on this class: one replica over all eight cards
 
 
 def test_unchanged_and_running_is_a_noop():
+    assert D.service_name == NAME and D.unit_file == f"/etc/systemd/system/{NAME}.service"
     commands, noops = configure(current())
-    assert commands == [] and noops == [f"sglang is running its current unit ({INPUTS})"]
+    assert commands == [] and noops == [f"{NAME} is running its current unit ({INPUTS})"]
 
 
 def test_a_changed_api_key_alone_restarts_through_systemd_service():
     changed = SimpleNamespace(changed=True)
     commands, _ = configure(current(), restart_when=[changed])
-    assert commands == ["systemctl restart sglang.service"]
+    assert commands == [f"systemctl restart {NAME}.service"]
 
 
 def test_a_stopped_disabled_service_is_started_and_enabled():
     commands, _ = configure(current(active="inactive", enabled="disabled"))
-    assert commands == ["systemctl start sglang.service", "systemctl enable sglang.service"]
+    assert commands == [f"systemctl start {NAME}.service", f"systemctl enable {NAME}.service"]
 
 
 def test_rejected_flags_fail_before_anything_is_written():
     facts = {**current(unit="an older unit"), SGLangRejects: "--attention-backend: invalid choice: 'flashmla_v9'"}
     [problem] = failure(configure(facts)[0])
     assert "rejects the rendered flags (--attention-backend: invalid choice" in problem
-    assert problem.endswith("sglang was left as it was")
+    assert problem.endswith(f"{NAME} was left as it was")
+
+
+def test_each_replica_renders_its_own_gpus_and_port_and_restarts_alone():
+    replicas = resolve_host(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree"), "rtx_pro_6000_pcie")[0].replicas
+    rendered = [unit.unit_files(r, INPUTS) for r in replicas]
+    assert [r.service_name for r in replicas] == [f"sglang@qwen36_ddtree-gpu{i}" for i in range(8)]
+    for i, (unit_text, env_text) in enumerate(rendered):
+        assert f"\nCUDA_VISIBLE_DEVICES={i}\n" in env_text and "\nCUDA_DEVICE_ORDER=PCI_BUS_ID\n" in env_text
+        assert f" --port {30000 + i} " in unit_text and " --tp-size 1 " in unit_text
+        assert f"EnvironmentFile=/etc/specfleet/sglang@qwen36_ddtree-gpu{i}.env\n" in unit_text
+    # Replica 3's files changed, the others' did not: only replica 3 restarts.
+    state = {ServiceState: dict(unit_sha1="an older unit", env_sha1="an older env", active="active", enabled="enabled"),
+             SGLangRejects: None}
+    with ctx_host.use(FakeHost(state)):
+        assert unit.Restart(replicas[3], INPUTS, []).decision().restarts
+    same = {ServiceState: current(*rendered[4])[ServiceState]}
+    with ctx_host.use(FakeHost(same)):
+        assert not unit.Restart(replicas[4], INPUTS, []).decision().restarts
+
+
+def test_units_no_deployment_wants_are_stopped_disabled_and_removed_with_their_files():
+    units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "loads": []},
+             NAME: {"port": 30000, "model": "kimi-k2.6", "loads": []}}
+    facts = {unit.ServerUnits: units, SystemdStatus: {"sglang.service": True}, SystemdEnabled: {"sglang.service": True}}
+    commands, _ = run(unit.retired, facts, server=D, wanted=(NAME,))
+    assert commands == ["systemctl stop sglang.service", "systemctl disable sglang.service",
+                        "rm -f -- /etc/systemd/system/sglang.service /etc/specfleet/sglang.env "
+                        "/etc/systemd/system/sglang.service.specfleet-previous /etc/specfleet/sglang.env.specfleet-previous",
+                        "systemctl daemon-reload"]
+    commands, noops = run(unit.retired, {unit.ServerUnits: {NAME: units[NAME]}}, server=D, wanted=(NAME,))
+    assert commands == [] and noops == ["every SGLang unit on the host is wanted (1)"]
 
 
 def test_the_units_are_confined_and_the_server_may_reach_the_gpus():

@@ -19,13 +19,23 @@ the GPUs; the stand-in checks every DRAIN_CHECK_S and takes SCHEDULER_EXIT_S, to
 restarts short.
 
 With --nnodes > 1 it holds the multi-node rendezvous first (rendezvous.py).
+
+Its GPUs are those CUDA_VISIBLE_DEVICES shows it, as in 0.5.23 (entrypoints/engine.py): one
+scheduler process per TP rank of this node, on GPU base_gpu_id + rank * gpu_id_step of the
+visible ones. A rank whose GPU is not visible fails as the real scheduler's set_device does
+(distributed/bootstrap.py: "CUDA error: invalid device ordinal"), and the server dies of
+SIGKILL (launch_phase_sigquit_handler, kill_process_tree). Each rank's stand-in scheduler is a
+process holding its GPU (SPECFLEET_LAB_GPU in its environment), which the nvidia-smi stand-in
+lists under --query-compute-apps, as the real tool lists the schedulers.
 """
 
 import argparse
+import ctypes
 import hashlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -34,6 +44,7 @@ from pathlib import Path
 
 import sglang
 from sglang import rendezvous, speed_model
+from sglang.srt.resolution import query_gpu
 from sglang.srt.server_args import prepare_server_args
 
 # lab/config.py SGLANG_KNOBS_FILE; the stand-in runs on hosts without lab/.
@@ -323,6 +334,35 @@ ROUTES = {
 GENERATING = ("/generate", "/v1/chat/completions")
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def start_schedulers(args) -> list[subprocess.Popen]:
+    """This node's TP ranks, each a process holding its GPU (dying with the server), or the real
+    failure of a rank whose GPU CUDA does not show."""
+    visible = query_gpu()["visible"]
+    ranks = args.tp_size * args.pp_size // max(args.nnodes, 1)
+    held = []
+    for rank in range(ranks):
+        gpu_id = args.base_gpu_id + rank * args.gpu_id_step
+        if gpu_id >= len(visible):
+            print(f"Context: device=cuda gpu_id={gpu_id} CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
+                  f"tp_rank={rank}", file=sys.stderr, flush=True)
+            print("Scheduler hit an exception: Traceback (most recent call last):\n"
+                  "RuntimeError: CUDA error: invalid device ordinal", file=sys.stderr, flush=True)
+            print("Received sigquit from a child process. It usually means the child failed.", file=sys.stderr,
+                  flush=True)
+            for process in held:
+                process.kill()
+            os.kill(os.getpid(), signal.SIGKILL)
+        held.append(subprocess.Popen(
+            [f"sglang::scheduler_TP{rank}", "infinity"], executable="/bin/sleep",
+            env={"SPECFLEET_LAB_GPU": str(visible[gpu_id]), "PATH": "/usr/bin:/bin"},
+            preexec_fn=lambda: ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return held
+
+
 def main(argv: list[str]) -> None:
     args = prepare_server_args(argv)
     knobs = read_knobs()
@@ -333,6 +373,7 @@ def main(argv: list[str]) -> None:
     except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")
 
+    start_schedulers(args)  # before any thread: each rank's process holds its GPU until the server exits
     if args.nnodes > 1:
         # Several nodes: rank 0 serves only once every rank joined; the others serve nothing.
         rendezvous.check_interfaces()

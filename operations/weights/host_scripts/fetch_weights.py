@@ -1,8 +1,9 @@
 """Runs ON THE HOST, as the download unit: fetch one pinned repo into its directory.
 
-Usage: fetch_weights.py SPEC.json, where SPEC holds repo_id, commit, local_dir and the
-hub's listing as the controller validated it (weights_manifest.py). The token comes from
-the environment or HF_HOME's token file, never from arguments.
+Usage: fetch_weights.py SPEC.json, where SPEC holds repo_id, commit, local_dir (this
+revision's directory), revisions_dir (the repo's, holding its other revisions) and the hub's
+listing as the controller validated it (weights_manifest.py). The token comes from the
+environment or HF_HOME's token file, never from arguments.
 
 Every file name is checked again here, before anything is written: it must be a safe
 relative name that resolves inside local_dir.
@@ -23,6 +24,11 @@ the directory's manifest (or the journal of files put in place since the fetch b
 `.cache/specfleet/placed.jsonl`) recorded the listing's sha256 for it: a file of the right size
 under any other record is hashed first. A new commit whose retrained shards keep their names
 and sizes therefore never keeps the old bytes under a manifest naming the new commit.
+
+A file that another revision of the repo holds, as its manifest recorded it with the listing's
+hash and size (revisions_dir/<commit>/, or revisions_dir itself for the single directory of
+earlier specfleet versions), is hard-linked into place instead of fetched: the new revision
+costs the disk only the files that changed, and the old one keeps its own bytes.
 """
 
 import json
@@ -153,11 +159,66 @@ def in_place(entry: dict, final: Path, placed: Placed) -> bool:
     return True
 
 
-def fetch_resumable(spec: dict, entry: dict, local_dir: Path, token: str | None, placed: Placed) -> str:
-    """Fetch one file into place, continuing its .part file; what happened, for the journal."""
+def digest_key(entry: dict) -> tuple[str, str, int]:
+    """What a file's content is known as: its hub hash (sha256 for LFS files, else git's blob id) and size."""
+    return ("sha256", entry["sha256"], entry["size"]) if entry.get("sha256") else \
+        ("git_sha1", entry.get("git_sha1"), entry["size"])
+
+
+def other_revisions(spec: dict, local_dir: Path) -> dict[tuple, Path]:
+    """The files the repo's other revisions hold, by content (``digest_key``), as their manifests recorded
+    them: each an existing file of the recorded size inside its own revision's directory."""
+    revisions_dir = spec.get("revisions_dir")
+    if not revisions_dir:
+        return {}
+    found: dict[tuple, Path] = {}
+    for directory in [Path(revisions_dir), *sorted(Path(revisions_dir).iterdir() if Path(revisions_dir).is_dir() else [])]:
+        if not directory.is_dir() or directory.resolve() == local_dir.resolve():
+            continue
+        manifest = weights_manifest.read(directory) or {}
+        files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+        for path, record in files.items():
+            if not isinstance(record, dict) or weights_manifest.entry_problem({"path": path, **record}):
+                continue
+            try:
+                source = Path(weights_manifest.inside(directory, path))
+            except ValueError:
+                continue
+            if source.is_file() and source.stat().st_size == record["size"]:
+                found.setdefault(digest_key(record), source)
+    return found
+
+
+def linked(entry: dict, final: Path, local_dir: Path, sources: dict[tuple, Path], placed: Placed) -> str:
+    """Link ENTRY into place from another revision that recorded its content; what happened, or ''."""
+    source = sources.get(digest_key(entry))
+    if source is None:
+        return ""
+    step = Path(weights_manifest.inside(local_dir, f"{PARTS}/{entry['path']}.link"))
+    step.parent.mkdir(parents=True, exist_ok=True)
+    step.unlink(missing_ok=True)
+    try:
+        os.link(source, step)
+    except OSError as error:  # another filesystem, or a protected link: fetched instead
+        return f"could not link {entry['path']} from {source.parent} ({error.strerror}): fetching it"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(step, final)
+    placed.add(entry)
+    return f"linked {entry['path']} from {source.parent.name} (its manifest recorded the same hash)"
+
+
+def fetch_resumable(spec: dict, entry: dict, local_dir: Path, token: str | None, placed: Placed,
+                    sources: dict[tuple, Path] | None = None) -> str:
+    """Fetch one file into place, continuing its .part file (or link it from another revision that holds
+    it); what happened, for the journal."""
     final = Path(weights_manifest.inside(local_dir, entry["path"]))
     if in_place(entry, final, placed):
         return ""
+    note = linked(entry, final, local_dir, sources or {}, placed)
+    if note.startswith("linked"):
+        return note
+    if note:
+        print(note, flush=True)
     part = Path(weights_manifest.inside(local_dir, f"{PARTS}/{entry['path']}.part"))
     part.parent.mkdir(parents=True, exist_ok=True)
     kind = "sha256" if entry.get("sha256") else "git sha1"
@@ -186,11 +247,12 @@ def fetch_resumable(spec: dict, entry: dict, local_dir: Path, token: str | None,
 def fetch_all(spec: dict, local_dir: Path, placed: Placed) -> list[str]:
     """Every listed file into place, STREAMS at a time; why each one that is not failed."""
     token = hub_token()
+    sources = other_revisions(spec, local_dir)
     failures = []
 
     def one(entry):
         try:
-            return fetch_resumable(spec, entry, local_dir, token, placed)
+            return fetch_resumable(spec, entry, local_dir, token, placed, sources)
         except HashMismatch as error:
             failure = str(error)
         except Exception as error:  # the unit fails once the others are done; its restart resumes this one

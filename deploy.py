@@ -24,7 +24,7 @@ from operations.monitoring.stages import monitoring_deployed
 from operations.nodes import group as nodes, rendezvous
 from operations.server import unit
 from operations.server.stages import server_installed, server_serving
-from operations.weights import checks as weights_checks, token
+from operations.weights import checks as weights_checks, revisions, token
 from operations.weights.stages import weights_fetched
 
 deployments, g, m = (), None, None
@@ -90,6 +90,9 @@ if deployments and all(hub.complete for hub in hubs):  # serving needs every rep
             if routes:
                 workers.rejoin(name=f"{replica.service_name} back in the gateway", server=replica, routes=routes,
                                drained=drained)
+    # Every replica serves the wanted revisions: the previous one of each repo is kept while the disk
+    # allows, older ones are deleted, each said.
+    revisions.pruned(name="Weights revisions", weights=tuple(d.weights for d in deployments), server=first.server)
 
 # 7. The gateway, after every worker's readiness (every host passes `workers_done`, which orders the
 #    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers.

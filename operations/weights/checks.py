@@ -126,7 +126,10 @@ def disk_problems(wanted: list[tuple[Weights, dict[str, RepoSnapshot]]], disk: d
     needs: dict[int, list] = {}
     for local_dir, (repo, snap) in repos.items():
         on_disk = disk[local_dir]
-        missing = [f.size for f in snap.files if on_disk["files"].get(f.path) != f.size]
+        # A file another revision holds is linked into this one: it costs no room.
+        elsewhere = set(on_disk.get("others") or ())
+        missing = [f.size for f in snap.files if on_disk["files"].get(f.path) != f.size
+                   and held(f) not in elsewhere]
         need = needs.setdefault(on_disk["device"], [0, 0, on_disk["free"], on_disk["checked"], []])
         need[0] += sum(missing)
         need[1] = max([need[1], *missing])
@@ -138,6 +141,11 @@ def disk_problems(wanted: list[tuple[Weights, dict[str, RepoSnapshot]]], disk: d
         for missing, headroom, free, checked, dirs in needs.values()
         if missing and missing + headroom > free
     ]
+
+
+def held(file) -> str:
+    """A listed file's content as weights_disk.py names what other revisions hold."""
+    return f"sha256:{file.sha256}:{file.size}" if file.sha256 else f"git_sha1:{file.git_sha1}:{file.size}"
 
 
 def disk_state(weights: Weights) -> dict:

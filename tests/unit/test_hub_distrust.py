@@ -200,3 +200,28 @@ def test_a_resumed_fetch_trusts_the_files_it_put_in_place_and_hashes_only_small_
     assert fetch_weights.main(str(tmp_path / "spec.json")) == 0
     assert hashed and all(not entry["sha256"] for entry in spec["files"] if entry["path"] in hashed), hashed
     assert not (local_dir / fetch_weights.PLACED).exists() and (local_dir / ".specfleet-manifest.json").is_file()
+
+
+def test_a_new_revision_links_what_the_previous_one_holds_and_fetches_only_what_changed(hub, tmp_path):
+    """Each revision in its own directory: the retrained one links the files whose hash and size the
+    previous revision's manifest recorded (config, tokenizer: the same inode), and fetches its shards;
+    the previous revision keeps its own bytes."""
+    repo_dir = tmp_path / "Qwen--Qwen3.6-27B"
+    old = {**fetch_spec(hub, tmp_path, repo_id=QWEN), "revisions_dir": str(repo_dir)}
+    old["local_dir"] = str(repo_dir / old["commit"])
+    assert run_fetcher(hub, old, tmp_path / "spec.json", None).returncode == 0
+    new = {**fetch_spec(hub, tmp_path, repo_id=QWEN_RETRAINED), "revisions_dir": str(repo_dir)}
+    new["local_dir"] = str(repo_dir / new["commit"])
+    mark = len(read_request_log(hub.state))
+    done = run_fetcher(hub, new, tmp_path / "spec.json", None)
+    assert done.returncode == 0, done.stderr
+    fetched = {r["path"].rsplit("/", 1)[-1] for r in new_log_entries(hub, mark) if r["server"] == "cdn"}
+    assert fetched == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+    old_dir, new_dir = Path(old["local_dir"]), Path(new["local_dir"])
+    for entry in new["files"]:
+        path = entry["path"]
+        assert (new_dir / path).read_bytes() == (repo_files(hub, QWEN_RETRAINED) / path).read_bytes(), path
+        same_inode = (new_dir / path).stat().st_ino == (old_dir / path).stat().st_ino
+        assert same_inode == (path not in fetched), path
+        assert (old_dir / path).read_bytes() == (repo_files(hub, QWEN) / path).read_bytes(), path
+    assert f"linked config.json from {old['commit']}" in done.stdout

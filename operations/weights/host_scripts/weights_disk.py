@@ -1,17 +1,45 @@
 """Runs ON THE HOST (sent inline, as root, at preflight): room for each weights directory.
 
-Usage: weights_disk.py DIRECTORY...  Prints JSON, per directory: free bytes on the filesystem
-that will hold it (its nearest existing ancestor), that filesystem's device, the ancestor
-checked, and the sizes of the files already there; what is missing is computed on the
+Usage: weights_disk.py DIRECTORY...  Prints JSON, per directory (a revision's): free bytes on the
+filesystem that will hold it (its nearest existing ancestor), that filesystem's device, the
+ancestor checked, the sizes of the files already there, and the content the repo's other revisions
+hold (`others`: "sha256:HEX:SIZE" or "git_sha1:HEX:SIZE", as their manifests recorded files still
+on disk), which the fetcher links instead of fetching; what is missing is computed on the
 controller against the hub's file list.
 
-    {"/srv/specfleet/models/moonshotai--Kimi-K2.6":
-        {"free": 636707266560, "device": 2049, "checked": "/srv", "files": {"config.json": 3512}}}
+    {"/srv/specfleet/models/moonshotai--Kimi-K2.6/3f2a...":
+        {"free": 636707266560, "device": 2049, "checked": "/srv", "files": {"config.json": 3512},
+         "others": ["sha256:9a0b...:9825000000"]}}
 """
 
 import json
 import os
 import sys
+
+import weights_manifest
+import weights_revisions
+
+
+def held_elsewhere(directory: str) -> list[str]:
+    """What the other revisions of DIRECTORY's repo hold, by content."""
+    repo_dir = os.path.dirname(directory)
+    found = set()
+    for other in weights_revisions.revision_dirs(repo_dir):
+        if other == directory:
+            continue
+        manifest = weights_manifest.read(other) or {}
+        files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+        for path, record in files.items():
+            if not isinstance(record, dict):
+                continue
+            kind = "sha256" if record.get("sha256") else "git_sha1"
+            try:
+                on_disk = os.stat(weights_manifest.inside(other, path)).st_size
+            except (OSError, ValueError):
+                continue
+            if on_disk == record.get("size"):
+                found.add(f"{kind}:{record.get(kind)}:{record.get('size')}")
+    return sorted(found)
 
 
 def disk(directory: str) -> dict:
@@ -25,7 +53,8 @@ def disk(directory: str) -> dict:
         for name in names:
             full = os.path.join(root, name)
             files[os.path.relpath(full, directory)] = os.path.getsize(full)
-    return {"free": st.f_bavail * st.f_frsize, "device": os.stat(probe).st_dev, "checked": probe, "files": files}
+    return {"free": st.f_bavail * st.f_frsize, "device": os.stat(probe).st_dev, "checked": probe, "files": files,
+            "others": held_elsewhere(directory)}
 
 
 def answer(args: dict) -> list[str]:

@@ -74,22 +74,24 @@ if deployments and all(hub.complete for hub in hubs):  # serving needs every rep
     #    each replica in turn, so the host keeps serving while it changes: restarted only when its inputs
     #    change (one decision per replica, which its drain asks too), proven to generate, back in its
     #    gateways; one that fails readiness is rolled back to its previous unit (and revision) and stays
-    #    out. rollout.py does the fleet N hosts at a time.
-    wanted = tuple(replica.service_name for d in deployments for replica in d.replicas)
+    #    out. Every replica's new files are validated by the host's SGLang before any unit changes.
+    #    rollout.py does the fleet N hosts at a time.
+    restarts = [[unit.Restart(replica, unit.inputs(replica, hub.commits), restart_when=[api_key])
+                 for replica in d.replicas] for d, hub in zip(deployments, hubs)]
+    every = [restart for each in restarts for restart in each]
     workers.drain_retired(name="Retired units leave the gateways", server=first.server,
-                          gateways=workers.gateways(inventory, host), wanted=wanted)
-    unit.retired(name="Units no deployment wants", server=first.server, wanted=wanted)
-    for d, hub in host.loop(list(zip(deployments, hubs))):
-        for replica in host.loop(d.replicas):
-            restart = unit.Restart(replica, unit.inputs(replica, hub.commits), restart_when=[api_key])
+                          gateways=workers.gateways(inventory, host), restarts=every)
+    unit.retired(name="Units no deployment wants", server=first.server, restarts=every)
+    for d, hub, decisions in host.loop(list(zip(deployments, hubs, restarts))):
+        for replica, restart in host.loop(list(zip(d.replicas, decisions))):
             routes = workers.routes(inventory, host, replica)  # none for a rank >= 1
             if routes:
-                drained = workers.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
-                                        routes=routes, restart=restart)
-            server_serving(replica, restart, weight_bytes=hub.total_bytes, group=d.node_group)
+                workers.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
+                              routes=routes, restart=restart)
+            configured = server_serving(replica, restart, weight_bytes=hub.total_bytes, group=d.node_group)
             if routes:
                 workers.rejoin(name=f"{replica.service_name} back in the gateway", server=replica, routes=routes,
-                               drained=drained)
+                               restarted=configured)
     # Every replica serves the wanted revisions: the previous one of each repo is kept while the disk
     # allows, older ones are deleted, each said.
     revisions.pruned(name="Weights revisions", weights=tuple(d.weights for d in deployments), server=first.server)

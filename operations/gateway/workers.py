@@ -33,7 +33,7 @@ from operations.gateway import config
 from operations.gateway.config import Gateway
 from operations.nodes.group import members
 from operations.server.config import Server
-from operations.server.unit import Restart, ServerUnits
+from operations.server.unit import Restart, ServerUnits, refusals
 
 GROUP = "gateway"  # the inventory group of gateway hosts
 
@@ -202,25 +202,26 @@ def drain(server: Server, routes: list[Route], restart: Restart):
 
 
 @operation()
-def rejoin(server: Server, routes: list[Route], drained: OperationMeta):
+def rejoin(server: Server, routes: list[Route], restarted: OperationMeta):
     """
-    Once the restarted replica generates, register it again (`POST /workers`, waited until `ready`)
-    with every gateway of its model that answers; one that does not answer registers it in its own
-    stage. Only after a drain in this run: a replica that failed readiness never gets here and stays out.
+    Once the restarted replica generates, register it (again: it drained itself before its restart;
+    or for the first time: a new replica) with every gateway of its model that answers and lacks it
+    (`POST /workers`, waited until `ready`); a gateway that does not answer registers it in its own
+    stage. A replica that failed readiness never gets here and stays out.
 
     + server: the replica's server
     + routes: its gateways as its host reaches them (`routes()`)
-    + drained: the drain operation of this run
+    + restarted: the replica's unit operation of this run (``server.unit.configure``)
 
     **Example:**
 
     .. code:: python
 
-        workers.rejoin(name="Back in the gateway", server=replica, routes=routes, drained=drained)
+        workers.rejoin(name="Back in the gateway", server=replica, routes=routes, restarted=configured)
     """
     d = server
-    if not drained.changed:
-        host.noop(f"{d.service_name} was not drained in this run: nothing to register again")
+    if not restarted.changed:
+        host.noop(f"{d.service_name} did not restart in this run: its gateways keep it as they have it")
         return
     for route in routes:
         listing = _listing(d.api_key_file, route, d.served_model_name)
@@ -229,33 +230,41 @@ def rejoin(server: Server, routes: list[Route], drained: OperationMeta):
 
 
 @operation()
-def drain_retired(server: Server, gateways: list[Route], wanted: tuple[str, ...]):
+def drain_retired(server: Server, gateways: list[Route], restarts: list[Restart]):
     """
     Take the SGLang units no deployment of this host wants any more (the single unit of an earlier
     layout, replicas of another layout or profile) out of every gateway that lists them, before
-    ``unit.retired`` stops them: their port and model are read from their own unit files.
+    ``unit.retired`` stops them: their port and model are read from their own unit files. Nothing
+    leaves a gateway while the host's SGLang refuses a wanted replica's new files (``unit.retired``
+    then fails the host, changing nothing).
 
     + server: any replica of the host (its unit prefix and key file)
     + gateways: every gateway of the inventory as this host reaches it (``gateways()``)
-    + wanted: the units the host's deployments want
+    + restarts: every wanted replica's restart decision (``server.unit.Restart``)
 
     **Example:**
 
     .. code:: python
 
         workers.drain_retired(name="Drain retired units", server=replica, gateways=gateways(inventory, host),
-                              wanted=("sglang@qwen36_ddtree-gpu0",))
+                              restarts=[Restart(replica, inputs, [key])])
     """
     d = server
-    retired = {name: unit for name, unit in gathering.read(ServerUnits, prefix=d.service_prefix).items()
+    if refusals(restarts):
+        host.noop("the host's SGLang refuses a new unit: nothing is retired")
+        return
+    wanted = {r.server.service_name for r in restarts}
+    retired = {name: unit for name, unit in (gathering.read(ServerUnits, prefix=d.service_prefix) or {}).items()
                if name not in wanted and unit["port"] and unit["model"]}
     reachable = [route for route in gateways if not route.problem]
-    drained = 0
+    drained = set()  # (gateway, model, url): units of one port are one worker to a gateway
     for name, unit in sorted(retired.items()):
         for route in reachable:
             url = route.worker_url(unit["port"])
+            if (route.gateway, unit["model"], url) in drained:
+                continue
             if any(w["url"] == url for w in _listing(d.api_key_file, route, unit["model"])["workers"]):
-                drained += 1
+                drained.add((route.gateway, unit["model"], url))
                 yield _worker_command(d.api_key_file, route, unit["model"], "drain", url)
     if not drained:
         host.noop(f"no gateway lists a unit to retire ({', '.join(sorted(retired)) or 'none'})")

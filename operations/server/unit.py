@@ -184,26 +184,38 @@ def unit_paths(config_dir: str, name: str) -> tuple[str, ...]:
     return (*files_of, *(f"{path}{PREVIOUS}" for path in files_of))
 
 
+def refusals(restarts: list["Restart"]) -> list[str]:
+    """Why the host's SGLang refuses the new files of any of these replicas (one sentence each): then no
+    unit of the host changes, the retired ones included."""
+    return [refused_flags(r.server, r.decision().refused) for r in restarts if r.decision().refused]
+
+
 @operation()
-def retired(server: Server, wanted: tuple[str, ...]):
+def retired(server: Server, restarts: list[Restart]):
     """
     Stop, disable and remove the SGLang units no deployment of the host wants: the single unit of an
     earlier layout (``PREFIX.service``) and replicas of another layout or profile, with their environment
     files and the previous ones kept for their rollback. Runs before any wanted replica (re)starts: a
     unit named for other GPUs may hold the GPUs or the port a wanted replica takes (units of one name
-    always hold the same GPUs, layout.unit_name), and a host serves from its wanted units only.
+    always hold the same GPUs, layout.unit_name), and a host serves from its wanted units only. If the
+    host's SGLang refuses any wanted replica's new files, nothing is retired and the host fails here.
 
     + server: any replica of the host (the unit prefix, the configuration directory)
-    + wanted: every unit the host's deployments want
+    + restarts: every wanted replica's restart decision (``Restart``), which validates its new files
 
     **Example:**
 
     .. code:: python
 
-        unit.retired(name="Units no deployment wants", server=replica, wanted=("sglang@qwen36_ddtree-gpu0",))
+        unit.retired(name="Units no deployment wants", server=replica, restarts=[Restart(replica, inputs, [key])])
     """
     s = server
-    stale = sorted(set(gathering.read(ServerUnits, prefix=s.service_prefix)) - set(wanted))
+    refused = refusals(restarts)
+    if refused:
+        yield fail_host(refused)
+        return
+    wanted = {r.server.service_name for r in restarts}
+    stale = sorted(set(gathering.read(ServerUnits, prefix=s.service_prefix) or {}) - wanted)
     if not stale:
         host.noop(f"every SGLang unit on the host is wanted ({len(wanted)})")
         return

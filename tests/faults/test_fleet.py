@@ -5,7 +5,7 @@ import time
 import pytest
 
 from lab import fleet
-from tests.helpers import lab_cli, run_deploy
+from tests.helpers import SGLANG_UNIT, lab_cli, run_deploy
 from tests.faults.faultlab import http_status, record
 from tests.helpers import main_pid, server_info
 
@@ -22,7 +22,7 @@ def test_one_failing_host_does_not_stop_the_others_and_converges_once_fixed(depl
         hosts = {h.name: h for h in fleet.read_fleet()}
         broken, fresh, pcie = hosts["lab-b200-1"], hosts["lab-b200-2"], hosts["lab-pcie-1"]
         fleet.set_gpu_profile(broken, WRONG)
-        fleet.ssh(broken, "systemctl stop sglang")  # so it has something to converge once fixed
+        fleet.ssh(broken, f"systemctl stop {SGLANG_UNIT}")  # so it has something to converge once fixed
         pcie_pid = main_pid(pcie)
 
         started = time.monotonic()

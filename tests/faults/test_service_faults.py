@@ -6,13 +6,13 @@ import time
 import pytest
 
 from lab import fleet
-from tests.helpers import run_deploy, write_group_data
+from tests.helpers import SGLANG_UNIT, UNIT_FILE, run_deploy, write_group_data
 from tests.faults.faultlab import http_status, record, set_knobs, wait_for
 from tests.helpers import main_pid, operations_started, server_info
 
 pytestmark = pytest.mark.lab
 
-UNIT = "/etc/systemd/system/sglang.service"
+UNIT = UNIT_FILE
 
 
 def unit_sha(host) -> str:
@@ -30,7 +30,7 @@ def test_flag_the_installed_sglang_rejects_fails_before_restart_naming_it(deploy
     line = next((l for l in result.output.splitlines() if "rejects the rendered flags" in l), "")
     assert "--attention-backend" in line and "flashmla_v9" in line, result.output[-3000:]
     assert "sglang was left as it was" in line
-    assert "SGLang generates" not in operations_started(result.output)
+    assert f"SGLang generates {SGLANG_UNIT}" not in operations_started(result.output)
     assert (main_pid(host), unit_sha(host)) == (pid, unit), "the service was touched"
     assert http_status(host) == 200
     record("bad flags", result="refused before restart", restarts=0)
@@ -79,14 +79,14 @@ def test_killed_server_is_restarted_by_systemd(deployed_lab, b200_host, victim):
     host = b200_host
     launcher = main_pid(host).split()[0]  # the pid (main_pid also gives the start time)
     target = fleet.ssh(host, f"pgrep -P {launcher}").split()[0] if victim == "server" else launcher
-    restarts = int(fleet.ssh(host, "systemctl show -p NRestarts --value sglang"))
-    restart_sec = float(fleet.ssh(host, "systemctl show -p RestartUSec --value sglang").strip().rstrip("s"))
+    restarts = int(fleet.ssh(host, f"systemctl show -p NRestarts --value {SGLANG_UNIT}"))
+    restart_sec = float(fleet.ssh(host, f"systemctl show -p RestartUSec --value {SGLANG_UNIT}").strip().rstrip("s"))
     killed = time.monotonic()
     fleet.ssh(host, f"kill -9 {target}")
     wait_for(lambda: http_status(host) != 200, 10, 0.1, "the server to go down")
     wait_for(lambda: http_status(host) == 200, 60, 0.2, "/health_generate to answer again")
     recovered = time.monotonic() - killed
-    assert int(fleet.ssh(host, "systemctl show -p NRestarts --value sglang")) == restarts + 1
+    assert int(fleet.ssh(host, f"systemctl show -p NRestarts --value {SGLANG_UNIT}")) == restarts + 1
     assert main_pid(host).split()[0] != launcher
     assert server_info(host)["speculative_algorithm"] == "DFLASH"
     # Restart delay plus a start of the stand-in (about a second) plus polling slack.

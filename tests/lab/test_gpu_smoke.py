@@ -7,7 +7,7 @@ import pytest
 
 from lab import fleet
 from operations.deployment import resolve
-from tests.helpers import main_pid, operations_started, run_deploy
+from tests.helpers import UNIT_FILE, main_pid, operations_started, run_deploy
 from tests.unit.group_data import host_data
 
 pytestmark = pytest.mark.lab
@@ -15,8 +15,8 @@ pytestmark = pytest.mark.lab
 
 def test_nvlink_at_pcie_speed_fails_the_smoke_test_before_weights_and_unit(deployed_lab, b200_host):
     record = resolve(host_data(b200_host.host_class, lab=True), b200_host.host_class).smoke.record_path
-    unit_before = fleet.ssh(b200_host, "sha1sum /etc/systemd/system/sglang.service")
-    pid_before = main_pid(b200_host, "sglang")
+    unit_before = fleet.ssh(b200_host, f"sha1sum {UNIT_FILE}")
+    pid_before = main_pid(b200_host)
     fleet.set_gpu_profile(b200_host, "b200_nvlink_slow_allreduce")
     fleet.ssh(b200_host, f"rm {record}")  # as on a host not tested yet (the record holds for a boot)
     try:
@@ -29,8 +29,8 @@ def test_nvlink_at_pcie_speed_fails_the_smoke_test_before_weights_and_unit(deplo
             "16 MiB 26.33, 128 MiB 27.14, 512 MiB 27.17 (floor 150)") in result.output, result.output[-3000:]
     assert "27.17 GB/s at 512 MiB is below the class's floor of 150 GB/s" in result.output
     assert operations_started(result.output)[-1] == "GPU smoke test"  # no weights, no unit after it
-    assert fleet.ssh(b200_host, "sha1sum /etc/systemd/system/sglang.service") == unit_before
-    assert main_pid(b200_host, "sglang") == pid_before
+    assert fleet.ssh(b200_host, f"sha1sum {UNIT_FILE}") == unit_before
+    assert main_pid(b200_host) == pid_before
     assert failed["verdict"] == "failed" and failed["busbw_gbps"] == 27.17
     again = run_deploy("--limit", b200_host.name)  # the board is fine again: tested again, passes
     assert again.returncode == 0, again.output[-3000:]

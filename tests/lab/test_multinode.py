@@ -16,7 +16,7 @@ import lab
 from lab import fleet
 from lab.config import SUBNET
 from tests.conftest import LAB_HOSTS
-from tests.helpers import LAB_INVENTORY, REPO, operations_started, results_table, run_deploy
+from tests.helpers import LAB_INVENTORY, REPO, SGLANG_UNIT, operations_started, results_table, run_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -61,10 +61,10 @@ def test_the_group_comes_up_in_order_in_one_deploy(group_lab):
     started = operations_started(deploy.output)
     # Reachability before anything slow; rank 1 proven joined, then rank 0 serving for the group.
     assert started.index("Nodes reach rank 0") == started.index("Preflight") + 1
-    assert started.index("Rank joined rank 0") < started.index("SGLang generates")
+    assert started.index("Rank joined rank 0") < started.index(f"SGLang generates {SGLANG_UNIT}")
     assert "[lab-b200-2] rank 1 of lab-tp16 is up and joined rank 0" in deploy.output
     assert "[lab-b200-1] serving DFLASH" in deploy.output
-    journal = fleet.ssh(hosts["lab-b200-1"], "journalctl -u sglang -o cat --no-pager _SYSTEMD_INVOCATION_ID="
+    journal = fleet.ssh(hosts["lab-b200-1"], f"journalctl -u {SGLANG_UNIT} -o cat --no-pager _SYSTEMD_INVOCATION_ID="
                                             "$(systemctl show -p InvocationID --value sglang)")
     assert journal.index("node rank 1 joined") < journal.index("fired up and ready"), journal[-2000:]
     assert health(hosts["lab-b200-2"]) == "000"  # rank 1 runs no HTTP server
@@ -80,7 +80,7 @@ def test_rank1_going_down_fails_the_groups_checks(group_lab):
     hosts, _ = group_lab
     rank0, rank1 = hosts["lab-b200-1"], hosts["lab-b200-2"]
     assert health(rank0) == "200"
-    fleet.ssh(rank1, "systemctl stop sglang")
+    fleet.ssh(rank1, f"systemctl stop {SGLANG_UNIT}")
     deadline = time.monotonic() + 10
     while health(rank0) == "200" and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -3,7 +3,7 @@
 import pytest
 
 from lab import fleet
-from tests.helpers import run_deploy
+from tests.helpers import UNIT_FILE, run_deploy
 from tests.helpers import main_pid, operations_started
 
 pytestmark = pytest.mark.lab
@@ -14,8 +14,8 @@ pytestmark = pytest.mark.lab
     ("b200_nvlink_7gpu", "expected 8 GPUs matching ^NVIDIA B200$ (class b200_nvlink), found 7"),
 ])
 def test_wrong_hardware_fails_preflight_and_changes_nothing(deployed_lab, b200_host, profile, expected):
-    unit_before = fleet.ssh(b200_host, "sha1sum /etc/systemd/system/sglang.service")
-    pid_before = main_pid(b200_host, "sglang")
+    unit_before = fleet.ssh(b200_host, f"sha1sum {UNIT_FILE}")
+    pid_before = main_pid(b200_host)
     fleet.set_gpu_profile(b200_host, profile)
     try:
         result = run_deploy("--limit", b200_host.name)
@@ -24,5 +24,5 @@ def test_wrong_hardware_fails_preflight_and_changes_nothing(deployed_lab, b200_h
     assert result.returncode != 0
     assert f"[{b200_host.name}] {b200_host.name}: {expected}" in result.output, result.output[-3000:]
     assert operations_started(result.output) == ["Preflight"]
-    assert fleet.ssh(b200_host, "sha1sum /etc/systemd/system/sglang.service") == unit_before
-    assert main_pid(b200_host, "sglang") == pid_before
+    assert fleet.ssh(b200_host, f"sha1sum {UNIT_FILE}") == unit_before
+    assert main_pid(b200_host) == pid_before

@@ -3,7 +3,7 @@
 import pytest
 
 from lab import fleet
-from tests.helpers import run_deploy
+from tests.helpers import UNIT_FILE, run_deploy
 from tests.helpers import operations_started
 
 pytestmark = pytest.mark.lab
@@ -24,11 +24,11 @@ def sudo_user(pcie_host):
 
 @pytest.mark.parametrize("sudo", [[], ["--sudo"]], ids=["plain", "sudo"])
 def test_a_non_root_login_is_refused_before_any_change(deployed_lab, pcie_host, sudo_user, sudo):
-    unit = fleet.ssh(pcie_host, "sha1sum /etc/systemd/system/sglang.service")
+    unit = fleet.ssh(pcie_host, f"sha1sum {UNIT_FILE}")
     result = run_deploy("--limit", pcie_host.name, "--data", f"ssh_user={sudo_user}", *sudo, timeout=120)
     assert result.returncode != 0 and "Traceback" not in result.output, result.output[-3000:]
     how = f"{sudo_user} through sudo" if sudo else sudo_user
     assert (f"[{pcie_host.name}] {pcie_host.name}: the deploy logged in as {how}, but it must log in as root"
             in result.output), result.output[-3000:]
     assert operations_started(result.output) == ["Preflight"]
-    assert fleet.ssh(pcie_host, "sha1sum /etc/systemd/system/sglang.service") == unit
+    assert fleet.ssh(pcie_host, f"sha1sum {UNIT_FILE}") == unit

@@ -196,32 +196,36 @@ def test_a_gateway_the_worker_cannot_reach_fails_the_worker_before_its_restart()
     assert failure(commands) == ["w cannot drain itself from gw3"]
 
 
-@pytest.mark.parametrize("drained, answer, joins", [
-    (False, listing(), False),  # not drained in this run
-    (True, listing(), True),  # drained: registered again
+@pytest.mark.parametrize("restarted, answer, joins", [
+    (False, listing(), False),  # not restarted in this run: the gateway keeps it as it has it
+    (True, listing(), True),  # drained (or new) and restarted: registered
     (True, listing(URL), False),  # already back
     (True, listing(reachable=False), False),  # no gateway answering: its own stage registers it
 ])
-def test_a_drained_worker_rejoins_each_answering_gateway_that_lacks_it(drained, answer, joins):
+def test_a_restarted_worker_joins_each_answering_gateway_that_lacks_it(restarted, answer, joins):
     commands, _ = run(rejoin, {GatewayWorkers: answer}, server=worker(), routes=[ROUTE],
-                      drained=SimpleNamespace(changed=drained))
+                      restarted=SimpleNamespace(changed=restarted))
     assert [c.rsplit("' ", 1)[1].split()[-3] for c in commands] == (["join"] if joins else [])
 
 
 def test_units_no_deployment_wants_leave_every_gateway_listing_them_before_they_stop():
     """The single unit of an earlier layout (port 30000) is listed by the gateway: drained; a retired replica
-    no gateway lists is not; wanted units are never touched."""
+    no gateway lists is not; a wanted unit listed at the same URL is not retired."""
     units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "loads": []},
              "sglang@kimi_k26_dflash-gpu0-3": {"port": 30000, "model": "kimi-k2.6", "loads": []},
              "sglang@qwen36_ddtree-gpu5": {"port": 30005, "model": "qwen3.6-27b", "loads": []}}
-    facts = {unit.ServerUnits: units, GatewayWorkers: listing(URL, "http://10.0.0.6:30000")}
-    commands, _ = run(drain_retired, facts, server=worker(), gateways=[ROUTE],
-                      wanted=("sglang@kimi_k26_dflash-gpu0-3",))
+    restart, state = restarting(unit.FILES_CHANGED)  # sglang@kimi_k26_dflash-gpu0-7, wanted
+    facts = {**state, unit.ServerUnits: {**units, "sglang@kimi_k26_dflash-gpu0-7": units["sglang"]},
+             GatewayWorkers: listing(URL, "http://10.0.0.6:30000")}
+    commands, _ = run(drain_retired, facts, server=worker(), gateways=[ROUTE], restarts=[restart])
     assert [c.rsplit("' ", 1)[1].split()[-3:] for c in commands] == [["drain", "120", URL]]
     commands, noops = run(drain_retired, {**facts, unit.ServerUnits: {"sglang@kimi_k26_dflash-gpu0-7": {
-        "port": 30000, "model": "kimi-k2.6", "loads": []}}}, server=worker(), gateways=[ROUTE],
-        wanted=("sglang@kimi_k26_dflash-gpu0-7",))
+        "port": 30000, "model": "kimi-k2.6", "loads": []}}}, server=worker(), gateways=[ROUTE], restarts=[restart])
     assert commands == [] and noops == ["no gateway lists a unit to retire (none)"]
+    # The host's SGLang refuses the new unit: nothing leaves the gateway (unit.retired fails the host).
+    refused, state = restarting(unit.FILES_CHANGED, refused="--bad-flag")
+    commands, noops = run(drain_retired, {**facts, **state}, server=worker(), gateways=[ROUTE], restarts=[refused])
+    assert commands == [] and noops == ["the host's SGLang refuses a new unit: nothing is retired"]
 
 
 def gateway_unit_facts(unit_sha1, active="active", enabled="enabled") -> dict:

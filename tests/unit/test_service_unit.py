@@ -84,14 +84,25 @@ def test_each_replica_renders_its_own_gpus_and_port_and_restarts_alone():
 def test_units_no_deployment_wants_are_stopped_disabled_and_removed_with_their_files():
     units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "loads": []},
              NAME: {"port": 30000, "model": "kimi-k2.6", "loads": []}}
-    facts = {unit.ServerUnits: units, SystemdStatus: {"sglang.service": True}, SystemdEnabled: {"sglang.service": True}}
-    commands, _ = run(unit.retired, facts, server=D, wanted=(NAME,))
+    facts = {**current(unit="the new unit is not written yet"), SGLangRejects: None, unit.ServerUnits: units,
+             SystemdStatus: {"sglang.service": True}, SystemdEnabled: {"sglang.service": True}}
+    commands, _ = run(unit.retired, facts, server=D, restarts=[unit.Restart(D, INPUTS, [])])
     assert commands == ["systemctl stop sglang.service", "systemctl disable sglang.service",
                         "rm -f -- /etc/systemd/system/sglang.service /etc/specfleet/sglang.env "
                         "/etc/systemd/system/sglang.service.specfleet-previous /etc/specfleet/sglang.env.specfleet-previous",
                         "systemctl daemon-reload"]
-    commands, noops = run(unit.retired, {unit.ServerUnits: {NAME: units[NAME]}}, server=D, wanted=(NAME,))
+    commands, noops = run(unit.retired, {**current(), unit.ServerUnits: {NAME: units[NAME]}}, server=D,
+                          restarts=[unit.Restart(D, INPUTS, [])])
     assert commands == [] and noops == ["every SGLang unit on the host is wanted (1)"]
+
+
+def test_nothing_is_retired_while_the_hosts_sglang_refuses_a_new_unit():
+    units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "loads": []}}
+    facts = {**current(unit="an older unit"), SGLangRejects: "--attention-backend: invalid choice: 'x'",
+             unit.ServerUnits: units}
+    commands, _ = run(unit.retired, facts, server=D, restarts=[unit.Restart(D, INPUTS, [])])
+    [problem] = failure(commands)
+    assert "rejects the rendered flags" in problem and problem.endswith(f"{NAME} was left as it was")
 
 
 def test_the_units_are_confined_and_the_server_may_reach_the_gpus():

@@ -8,9 +8,18 @@ machine comes back from `reboot`. Every boot runs in a new time namespace whose 
 at zero, so the host's /proc/uptime restarts as a real machine's does (pyinfra's
 server.reboot waits for it to drop). SIGTERM is passed to nspawn, which powers the
 container off cleanly, and ends the loop.
+
+Each host gets a cgroup of its own (in the trees its systemd tracks units with) before nspawn
+starts. nspawn started with --keep-unit by a controller that systemd does not run leaves every
+container in the cgroup it was started from, so without this the hosts' systemd instances (of
+every lab on the machine) share one tree: a unit's cgroup then holds that unit's processes from
+all the hosts, the others' read as pid 0, systemd fails to kill the control group ("Failed to
+kill control group ...: Input/output error") and signals the unit's main process only, which is
+not what KillMode= does on a real host.
 """
 
 import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -18,6 +27,8 @@ import time
 from pathlib import Path
 
 CONTAINER_REBOOTED = 133  # systemd-nspawn's exit status when the container rebooted
+# The cgroup trees a Debian host's systemd tracks its units in, on a controller in hybrid mode.
+CGROUP_TREES = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")
 CLONE_NEWTIME = 0x80
 LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -31,6 +42,33 @@ def _new_time_namespace() -> None:
     Path("/proc/self/timens_offsets").write_text(f"monotonic -{monotonic} 0\nboottime -{now} 0\n")
 
 
+def _own_cgroup(machine: str) -> list[Path]:
+    """Move this process (and so nspawn and the container) into a cgroup named after the machine."""
+    moved = []
+    for tree in CGROUP_TREES:
+        if not os.path.ismount(tree):
+            continue
+        path = Path(tree, "specfleet-lab", machine)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "cgroup.procs").write_text(f"{os.getpid()}\n")
+        moved.append(path)
+    return moved
+
+
+def _remove_cgroups(paths: list[Path]) -> None:
+    """The host's cgroups, emptied by its poweroff, deepest first (this process moved out first)."""
+    for path in paths:
+        try:
+            (path.parent / "cgroup.procs").write_text(f"{os.getpid()}\n")
+        except OSError:
+            continue
+        for directory in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [path]:
+            try:
+                directory.rmdir()
+            except OSError:
+                pass
+
+
 def main(command: list[str]) -> int:
     stopping = False
     child: subprocess.Popen | None = None
@@ -42,11 +80,14 @@ def main(command: list[str]) -> int:
             child.send_signal(signum)
 
     signal.signal(signal.SIGTERM, stop)
+    machine = next(arg.split("=", 1)[1] for arg in command if arg.startswith("--machine="))
+    cgroups = _own_cgroup(machine)
     while True:
         _new_time_namespace()
         child = subprocess.Popen(command)
         status = child.wait()
         if stopping or status != CONTAINER_REBOOTED:
+            _remove_cgroups(cgroups)
             return status
         print(f"lab.boot: the host rebooted; booting it again ({time.strftime('%H:%M:%S')})", flush=True)
 

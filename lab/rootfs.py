@@ -43,7 +43,7 @@ def _key(suite: str) -> str:
     lab = Path(__file__).parent
     for path in sorted([*LAB_FILES.rglob("*"), *(lab / "gpu_standin").rglob("*"), *(lab / "vendor_units").rglob("*")]):
         if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(path.as_posix().encode())
+            digest.update(path.relative_to(lab).as_posix().encode())  # checkouts with the same files share it
             digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 

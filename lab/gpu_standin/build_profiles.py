@@ -9,7 +9,7 @@ read with plain text operations here, never with operations.gpu's parsers: the s
 answers what the capture holds, so a parser bug cannot hide itself by agreeing with itself.
 
 A profile holds what does not change on a host (GPUs, topology, NVSwitch, driver at boot, the
-all-reduce figures of the smoke test's lab stand-in); persistence mode and fabric registration
+all-reduce figures of the smoke test's lab stand-in with P2P and without, and whether P2P hangs); persistence mode and fabric registration
 are the host's state, which the nvidia-smi stand-in reads from the running daemons.
 """
 
@@ -48,12 +48,27 @@ def captured_gpus(q_text: str) -> list[tuple[str, str, int]]:
 
 
 def allreduce(record_file: str, note: str) -> dict:
-    """The smoke test's figures for the lab's all-reduce stand-in: bus bandwidth by message size
-    from a real run's record (tests/fixtures/nvidia-smi/h200-x2-smoke)."""
+    """Figures for the lab's all-reduce stand-in: bus bandwidth by message size from a real run's
+    record (tests/fixtures/nvidia-smi/h200-x2-smoke)."""
     record = json.loads(next(line for line in (SMOKE_CAPTURE / record_file).read_text().splitlines()
                              if line.startswith("{")))
     return dict(source=f"tests/fixtures/nvidia-smi/h200-x2-smoke/{record_file} ({note})",
                 busbw_gbps={str(result["bytes"]): result["busbw_gbps"] for result in record["results"]})
+
+
+# A PCIe board's all-reduce with P2P working. Synthesized: no real PCIe P2P run is in
+# tests/fixtures. A direct P2P ring writes each hop over one PCIe Gen5 x16 link (~64 GB/s each
+# way), where the host-memory path of the same real pair read 27.17 GB/s (p2p-disabled.txt).
+PCIE_P2P_FIGURES = dict(
+    source="synthesized (no real capture): a P2P ring over PCIe Gen5 x16, above the host-memory path's 27.17",
+    busbw_gbps={"1048576": 17.8, "16777216": 37.6, "134217728": 40.9, "536870912": 41.3},
+)
+
+
+def transports(p2p: dict, no_p2p: dict, cpu_vendor: str | None = None) -> dict:
+    """What the stand-in answers with P2P on every ring hop, and otherwise; NCCL's default P2P
+    level follows the CPU (gpu-allreduce-standin)."""
+    return dict(p2p=p2p, no_p2p=no_p2p, **({"cpu_vendor": cpu_vendor} if cpu_vendor else {}))
 
 
 def driver_version_file(version: str) -> str:
@@ -120,6 +135,12 @@ def profiles() -> dict[str, dict]:
     rtx_gpus = [gpu_entry(i, name, memory, "12.0", bus_id) for i, (bus_id, name, memory) in enumerate(captured_gpus(rtx_q))]
     nvlink_figures = allreduce("record.json", "a real 2x H200 NVLink pair's figures, not this board's")
     pcie_figures = allreduce("p2p-disabled.txt", "the same real pair with NCCL_P2P_DISABLE=1: a PCIe/host-memory path")
+    nvlink = transports(nvlink_figures, pcie_figures)
+    # The capture does not name the CPU: AMD is assumed, so NCCL's default uses P2P on every path.
+    pcie = transports(PCIE_P2P_FIGURES, pcie_figures, cpu_vendor="AMD")
+    pcie_hang = transports(dict(source="FAULT: the P2P all-reduce never completes (NVIDIA/nccl#1999)", hang=True),
+                           pcie_figures, cpu_vendor="AMD")
+    at_pcie_speed = transports(pcie_figures, pcie_figures)
 
     def nvlink_gpus(name, memory_mib, compute_cap, count=8):
         return [gpu_entry(i, name, memory_mib, compute_cap, b200_bus_ids[i]) for i in range(count)]
@@ -148,45 +169,47 @@ def profiles() -> dict[str, dict]:
     return {
         "rtx_pro_6000_pcie": profile(
             **rtx, driver="595.58.03", cuda="13.2", gpus=rtx_gpus, topology=(rtx_capture / "topo.txt").read_text(),
-            q_text=rtx_q, capture="tests/fixtures/nvidia-smi/rtxpro6000se-8x-pcie", allreduce=pcie_figures,
-            derived="serials/UUIDs zeroed; compute capability 12.0 from the notes (the capture has none)",
+            q_text=rtx_q, capture="tests/fixtures/nvidia-smi/rtxpro6000se-8x-pcie", allreduce=pcie,
+            derived="serials/UUIDs zeroed; compute capability 12.0 from the notes (the capture has none); "
+            "P2P works (the all-reduce's P2P figures are synthesized)",
         ),
         "rtx_pro_6000_pcie_old_driver": profile(
             **rtx, driver="570.124.06", cuda="12.8", gpus=rtx_gpus, topology=(rtx_capture / "topo.txt").read_text(),
-            q_text=rtx_q, allreduce=pcie_figures,
+            q_text=rtx_q, allreduce=pcie,
             derived="FAULT: driver 570.124.06 / CUDA 12.8 (below the 580 branch) instead of 595.58.03 / 13.2",
         ),
         "rtx_pro_6000_pcie_p2p_hang": profile(
             **rtx, driver="595.58.03", cuda="13.2", gpus=rtx_gpus, topology=(rtx_capture / "topo.txt").read_text(),
-            q_text=rtx_q, allreduce=dict(source="FAULT: the P2P all-reduce never completes (NVIDIA/nccl#1999)", hang=True),
-            derived="FAULT: the all-reduce hangs, as reported for P2P on this card; the rest as rtx_pro_6000_pcie",
+            q_text=rtx_q, allreduce=pcie_hang,
+            derived="FAULT: the all-reduce hangs while any hop is P2P, as reported for this card (IOMMU/ACS); "
+            "with P2P off it completes at the host-memory path's speed; the rest as rtx_pro_6000_pcie",
         ),
         "b200_nvlink": profile(
             **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0"),
             topology=b200_topology, capture="tests/fixtures/nvidia-smi/b200-8x-nvlink", derived=b200_derived,
-            allreduce=nvlink_figures,
+            allreduce=nvlink,
         ),
         "b200_nvlink_degraded": profile(
             **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0"),
-            topology=edit_topology(b200_topology_tabs, pcie_only_gpu=3), allreduce=pcie_figures,
+            topology=edit_topology(b200_topology_tabs, pcie_only_gpu=3), allreduce=at_pcie_speed,
             derived="FAULT: GPU3 reaches the others over PCIe only (NODE/SYS), like the public degraded report; "
             + b200_derived,
         ),
         "b200_nvlink_7gpu": profile(
             **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0", count=7),
-            topology=edit_topology(b200_topology_tabs, drop_gpu=7), allreduce=nvlink_figures,
+            topology=edit_topology(b200_topology_tabs, drop_gpu=7), allreduce=nvlink,
             derived="FAULT: GPU7 missing (7 of 8 visible, like a public HGX B300 report); " + b200_derived,
         ),
         "b200_nvlink_slow_allreduce": profile(
             **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0"),
-            topology=b200_topology, allreduce=pcie_figures,
+            topology=b200_topology, allreduce=at_pcie_speed,
             derived="FAULT: topo -m reads NV18 everywhere but the all-reduce runs at PCIe speed; " + b200_derived,
         ),
         "b300_nvlink": profile(
             source="synthesized from NVIDIA's published B300 HGX figures (no capture): 'NVIDIA B300 SXM6 AC', "
             "275040 MiB, compute capability 10.3, NV18 between every pair",
             driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B300 SXM6 AC", 275040, "10.3"),
-            topology=synthesized_nvlink_topology(8, legend), nvswitch=True, allreduce=nvlink_figures,
+            topology=synthesized_nvlink_topology(8, legend), nvswitch=True, allreduce=nvlink,
         ),
     }
 

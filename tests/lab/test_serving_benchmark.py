@@ -27,10 +27,8 @@ def test_bench_refuses_a_host_behind_a_gateway_unless_forced(deployed_lab, pcie_
     # The lab's inventory with a gateway host serving the lab's model (never connected to: --limit).
     behind = REPO / "build" / "inventory_behind_gateway.py"
     behind.parent.mkdir(exist_ok=True)
-    behind.write_text("from lab.inventory import *  # noqa: F401,F403
-"
-                      "gateway = [('gw-elsewhere', {'ssh_hostname': '10.0.0.1', 'gateway_bind_address': '0.0.0.0'})]
-")
+    behind.write_text("from lab.inventory import *  # noqa: F401,F403\n"
+                      "gateway = [('gw-elsewhere', {'ssh_hostname': '10.0.0.1', 'gateway_bind_address': '0.0.0.0'})]\n")
     refused = run_bench(pcie_host, inventory=str(behind.relative_to(REPO)))
     assert refused.returncode != 0, refused.output[-2000:]
     assert "the gateway gw-elsewhere routes requests to this host" in refused.output

@@ -78,11 +78,12 @@ def lab_host(tmp_path):
                 driver = lab_host_driver(self.profile)
                 assert self.start("nvidia-fabricmanager", SPECFLEET_FABRICMANAGER_VERSION=driver).returncode == 0
 
-        def smoke(self, floor_gbps, timeout=20):
+        def smoke(self, floor_gbps, timeout=20, **nccl_env):
             """operations/gpu/host_scripts/gpu_smoke.py with the lab's all-reduce stand-in: its record."""
             record = tmp_path / "gpu-smoke.json"
             subprocess.run([sys.executable, str(GPU_SMOKE), "--floor-gbps", str(floor_gbps), "--timeout", str(timeout),
-                            "--record", str(record), "--engine", str(ALLREDUCE_STANDIN)], env=env, timeout=timeout + 30)
+                            "--record", str(record), "--engine", str(ALLREDUCE_STANDIN)], env=dict(env, **nccl_env),
+                           timeout=timeout + 30)
             return json.loads(record.read_text())
 
         def fact(self, fact_class):
@@ -260,7 +261,44 @@ def test_smoke_test_with_the_lab_allreduce_standin(lab_host, profile):
         assert record["verdict"] == "failed" and record["reason"].startswith(EXPECTED_SMOKE[profile]), record
     else:
         assert record["verdict"] == "passed" and record["busbw_gbps"] >= floor, record
-        assert record["engine"].startswith("specfleet lab stand-in (figures: tests/fixtures/nvidia-smi/h200-x2-smoke/")
+        # No NCCL setting: NCCL's default, P2P on every hop of these boards.
+        figures = json.loads((PROFILES / profile / "profile.json").read_text())["allreduce"]["p2p"]["source"]
+        assert record["engine"] == f"specfleet lab stand-in (figures: {figures}; P2P on {record['gpus']} of " \
+            f"{record['gpus']} ring hops at P2P level SYS)"
+
+
+# The ring is GPU0..7 and back; on the PCIe board its hops are PIX, NODE (NCCL's PHB), PIX, SYS, PIX,
+# NODE, PIX, SYS. Figures: the busbw at 512 MiB, or a hang.
+NO_P2P, PCIE_P2P, NVLINK = 27.17, 41.3, 312.99
+P2P_CASES = [
+    ("rtx_pro_6000_pcie", {}, PCIE_P2P),  # unset on an AMD host: P2P whenever it can
+    ("rtx_pro_6000_pcie", {"NCCL_P2P_DISABLE": "1"}, NO_P2P),
+    ("rtx_pro_6000_pcie", {"NCCL_P2P_DISABLE": "0"}, PCIE_P2P),
+    ("rtx_pro_6000_pcie", {"NCCL_P2P_LEVEL": "SYS"}, PCIE_P2P),
+    ("rtx_pro_6000_pcie", {"NCCL_P2P_LEVEL": "4"}, PCIE_P2P),  # the legacy number of SYS
+    ("rtx_pro_6000_pcie", {"NCCL_P2P_LEVEL": "PHB"}, NO_P2P),  # the SYS hops go through host memory
+    ("rtx_pro_6000_pcie", {"NCCL_P2P_LEVEL": "3"}, NO_P2P),  # PHB
+    ("rtx_pro_6000_pcie", {"NCCL_P2P_LEVEL": "bogus"}, PCIE_P2P),  # unreadable: as if unset
+    ("rtx_pro_6000_pcie", {"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "SYS"}, NO_P2P),  # DISABLE wins
+    ("rtx_pro_6000_pcie_p2p_hang", {}, "hang"),
+    ("rtx_pro_6000_pcie_p2p_hang", {"NCCL_P2P_LEVEL": "PIX"}, "hang"),  # one P2P hop is enough
+    ("rtx_pro_6000_pcie_p2p_hang", {"NCCL_P2P_LEVEL": "LOC"}, NO_P2P),
+    ("rtx_pro_6000_pcie_p2p_hang", {"NCCL_P2P_DISABLE": "1"}, NO_P2P),  # the class's setting
+    ("b200_nvlink", {}, NVLINK),
+    ("b200_nvlink", {"NCCL_P2P_LEVEL": "NVL"}, NVLINK),
+    ("b200_nvlink", {"NCCL_P2P_DISABLE": "1"}, NO_P2P),  # NVLink unused: the host-memory path
+]
+
+
+@pytest.mark.parametrize("profile, nccl_env, outcome", P2P_CASES)
+def test_allreduce_standin_takes_p2p_as_nccl_decides_it(lab_host, profile, nccl_env, outcome):
+    lab_host.use(profile)
+    lab_host.runtime_up()
+    record = lab_host.smoke(5, timeout=2 if outcome == "hang" else 20, **nccl_env)
+    if outcome == "hang":
+        assert record["verdict"] == "failed" and record["reason"].startswith("the all-reduce did not finish within 2 s")
+    else:
+        assert record["verdict"] == "passed" and record["busbw_gbps"] == outcome, record
 
 
 def test_profile_switches_without_restart(lab_host):

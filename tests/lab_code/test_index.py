@@ -95,8 +95,8 @@ def test_fresh_venv_installs_and_runs_standin(index, tmp_path):
         status, body = fetch(f"http://127.0.0.1:{port}/model_info")
         assert status == 200 and json.loads(body)["model_type"] == "qwen3"
     finally:
-        server.terminate()
-        server.wait(timeout=5)
+        server.terminate()  # a graceful stop: the drain checks every 5 s
+        server.wait(timeout=15)
 
     # A profile that wants DDTree installs the URL-only build by its URL.
     subprocess.run([*pip, index.wheels_url + DDTREE.replace("+", "%2B")], env=env, check=True)

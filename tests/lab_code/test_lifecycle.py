@@ -19,12 +19,12 @@ def test_up_twice_leaves_the_same_two_hosts_then_down_leaves_nothing():
     status = lab_cli("status").stdout
     assert status.count("running") >= 2 + len(services.SERVICES), status  # two hosts plus the servers
 
-    machines = [h.machine for h in fleet.read_fleet()]  # this lab's: other labs may run beside it
     lab_cli("down")
-    for machine in machines:
-        nspawn = subprocess.run(["pgrep", "-f", f"systemd-nspawn.*--machine={machine} "], capture_output=True)
-        assert nspawn.stdout == b"", f"an nspawn process of {machine} outlived `down`"
-    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout.split()
-    assert BRIDGE not in links and not {f"vb-{machine}"[:15] for machine in machines} & {l.split("@")[0] for l in links}, links
+    machines = [h.machine for h in fleet.parse_spec(fleet.DEFAULT_SPEC)]  # this lab's, not another lab's
+    nspawn = subprocess.run(["pgrep", "-f", f"systemd-nspawn.*--machine=({'|'.join(machines)}) "], capture_output=True)
+    assert nspawn.stdout == b"", "an nspawn process outlived `down`"
+    links = [line.split()[0].split("@")[0] for line in
+             subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout.splitlines()]
+    assert BRIDGE not in links and not {f"vb-{m}"[:15] for m in machines} & set(links), links
     assert set(services.status().values()) == {"stopped"}
     assert not fleet.HOSTS_DIR.exists() or not any(fleet.HOSTS_DIR.iterdir()), "host roots left"

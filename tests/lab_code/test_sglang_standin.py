@@ -1,5 +1,6 @@
 """The lab's SGLang stand-in (lab/sglang_standin): parser truth and server."""
 
+import http.client
 import json
 import os
 import signal
@@ -141,12 +142,12 @@ def free_port() -> int:
 class Standin:
     """A launch_server subprocess and an HTTP client for it."""
 
-    def __init__(self, src: Path, args: list[str], knobs: Path):
+    def __init__(self, src: Path, args: list[str], knobs: Path, env: dict | None = None, new_session: bool = False):
         self.port = free_port()
-        env = {**os.environ, "PYTHONPATH": str(src), "SPECFLEET_SGLANG_KNOBS": str(knobs)}
+        env = {**os.environ, "PYTHONPATH": str(src), "SPECFLEET_SGLANG_KNOBS": str(knobs), **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sglang.launch_server", *args, "--port", str(self.port)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=new_session)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:
@@ -172,8 +173,8 @@ class Standin:
         assert self.proc.stdout.readline().strip() == "The server is fired up and ready to roll!"
 
     def stop(self) -> tuple[str, str]:
-        self.proc.terminate()
-        return self.proc.communicate(timeout=5)
+        self.proc.terminate()  # a graceful stop: the drain checks every 5 s
+        return self.proc.communicate(timeout=20)
 
 
 @pytest.fixture
@@ -181,16 +182,17 @@ def start(tmp_path):
     servers = []
     knobs = tmp_path / "knobs.json"
 
-    def _start(args, src=STANDIN_SRC, **knob_values):
+    def _start(args, src=STANDIN_SRC, env=None, new_session=False, **knob_values):
         knobs.write_text(json.dumps(knob_values))
-        servers.append(Standin(src, args, knobs))
+        servers.append(Standin(src, args, knobs, env, new_session))
         return servers[-1]
 
     _start.knobs = knobs
     yield _start
     for s in servers:
         if s.proc.poll() is None:
-            s.stop()
+            s.proc.kill()  # its children follow (PR_SET_PDEATHSIG)
+            s.proc.communicate()
 
 
 def dflash_args(models, *extra):
@@ -232,6 +234,11 @@ def test_endpoints(start, models):
     assert gen["meta_info"]["spec_accept_length"] == accept
     assert gen["meta_info"]["spec_verify_ct"] >= 1
     assert f"sglang:spec_accept_length{{model_name=\"{models[0]}\"}} {accept}" in s.get("/metrics")[1]
+    # Streamed: one event a decode step, the text the same as the whole answer's.
+    events = stream_chat(s.port, {**chat, "stream": True, "max_tokens": 12}, key="lab-key")
+    whole = json.loads(s.get("/v1/chat/completions", {**chat, "max_tokens": 12}, key="lab-key")[1])
+    assert len(events) > 1 and events[-1]["choices"][0]["finish_reason"] == "length"
+    assert "".join(e["choices"][0]["delta"]["content"] for e in events) == whole["choices"][0]["message"]["content"]
 
     out, err = s.stop()
     assert "lab-key" not in out + err
@@ -269,8 +276,8 @@ def test_no_gpu_no_server(models, monkeypatch):
 
 
 def compute_apps() -> list[list[str]]:
-    """What the nvidia-smi stand-in lists as processes holding a GPU: [pid, name, bus id]."""
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,gpu_bus_id", "--format=csv,noheader"],
+    """What the nvidia-smi stand-in lists as processes holding a GPU: [pid, bus id]."""
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_bus_id", "--format=csv,noheader"],
                          capture_output=True, text=True, check=True).stdout
     return [line.split(", ") for line in out.splitlines()]
 
@@ -288,8 +295,9 @@ def test_each_tp_rank_holds_the_visible_gpu_0_5_23_gives_it_and_nvidia_smi_lists
     s = start(dflash_args(models)[:-2] + ["--tp-size", "2"])
     s.wait_ready()
     held = [app for app in compute_apps() if int(app[0]) in children_of(s.proc.pid)]
-    assert [(name, bus) for _, name, bus in held] == [("sglang::scheduler_TP0", bus_ids()[5]),
-                                                      ("sglang::scheduler_TP1", bus_ids()[6])]
+    titles = [Path(f"/proc/{pid}/comm").read_text().strip() for pid, _ in held]
+    assert [(title, bus) for title, (_, bus) in zip(titles, held)] == [("sglang::schedul", bus_ids()[5]),
+                                                                       ("sglang::schedul", bus_ids()[6])]
     s.stop()
     time.sleep(0.2)
     assert not [app for app in compute_apps() if int(app[0]) in {int(a[0]) for a in held}]  # gone with the server
@@ -314,7 +322,7 @@ def test_a_rank_whose_gpu_cuda_does_not_show_dies_as_the_real_scheduler_does(mod
     proc = run_module(STANDIN_SRC, "sglang.launch_server", args, timeout=10, env={"CUDA_VISIBLE_DEVICES": visible})
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert "RuntimeError: CUDA error: invalid device ordinal" in proc.stderr
-    assert "Received sigquit from a child process" in proc.stderr
+    assert "kill_process_tree called" in proc.stderr
 
 
 def test_no_visible_gpu_no_server(models):
@@ -371,26 +379,278 @@ def test_speed_model_shares_a_step_budget_so_speculation_gains_less_at_high_conc
     assert speed_model.width("DDTREE", 16, 15) == 16 and speed_model.width(None, 8, None) == 1
 
 
-def test_sigterm_finishes_requests_in_flight_then_exits(start, models):
-    """Like the real 0.5.23: on SIGTERM health answers 503, requests (in flight and new) are still
-    served, and once none is in flight the server shuts down: a request arriving then is
-    accepted but dropped when it exits 0."""
+# --- processes, signals, health and load --------------------------------------------------
+# What SGLang 0.5.23 does (paths inside its wheel): a main process (HTTP + TokenizerManager), one
+# scheduler process per TP rank and a detokenizer, both with PR_SET_PDEATHSIG=SIGKILL and no
+# SIGTERM handler; a SubprocessWatchdog in the main process that kills the tree when a child died.
+
+
+def stream_chat(port: int, body: dict, key: str | None = None) -> list[dict]:
+    """The server-sent events of a streamed chat completion, [DONE] left out."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request("POST", "/v1/chat/completions", json.dumps(body),
+                       {"Authorization": f"Bearer {key}"} if key else {})
+    response = connection.getresponse()
+    assert response.status == 200 and response.getheader("Content-Type") == "text/event-stream"
+    lines = response.read().decode().splitlines()
+    connection.close()
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+
+
+def children(pid: int) -> dict[int, str]:
+    """The live child processes of `pid` with their names (/proc/PID/comm)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+            fields = stat[stat.rindex(")") + 2:].split() if stat else []
+            if fields and int(fields[1]) == pid and fields[0] != "Z":
+                found[int(entry.name)] = (entry / "comm").read_text().strip()
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def wait_for(check, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for `signum` (SigCgt in /proc/PID/status)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask >> (signum - 1) & 1)
+
+
+def workers(s: "Standin") -> dict[int, str]:
+    return {pid: name for pid, name in children(s.proc.pid).items() if name.startswith("sglang::")}
+
+
+class InFlight(threading.Thread):
+    """One /generate on its own thread: `status` and `words`, or the exception it ended with."""
+
+    def __init__(self, s: "Standin", tokens: int, key: str | None = None, prompt: str = "in flight"):
+        super().__init__(daemon=True)
+        self.s, self.tokens, self.key, self.prompt = s, tokens, key, prompt
+        self.status = self.words = self.error = None
+        self.start()
+
+    def run(self):
+        try:
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{self.s.port}/generate",
+                json.dumps({"text": self.prompt, "sampling_params": {"max_new_tokens": self.tokens}}).encode())
+            if self.key:
+                request.add_header("Authorization", f"Bearer {self.key}")
+            with urllib.request.urlopen(request, timeout=60) as response:
+                self.status, self.words = response.status, len(json.loads(response.read())["text"].split())
+        except Exception as error:
+            self.error = error
+
+
+class RawRequest:
+    """A /generate sent on a socket of its own, so the test decides when the client leaves."""
+
+    def __init__(self, port: int, tokens: int):
+        body = json.dumps({"text": "raw", "sampling_params": {"max_new_tokens": tokens}}).encode()
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.sendall(b"POST /generate HTTP/1.1\r\nHost: lab\r\nContent-Type: application/json\r\n"
+                          + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+    def close(self):
+        self.sock.close()
+
+
+def timed(call):
+    started = time.monotonic()
+    result = call()
+    return result, time.monotonic() - started
+
+
+@pytest.mark.parametrize("tp, schedulers", [(8, 8), (1, 1), (16, 8)])
+def test_one_scheduler_per_tp_rank_and_a_detokenizer_that_die_with_the_main_process(start, models, tp, schedulers):
+    s = start(dflash_args(models, "--tp-size", str(tp)))
+    s.wait_ready()
+    names = sorted(workers(s).values())
+    # comm keeps 15 bytes of the titles sglang::scheduler_TP<n> and sglang::detokenizer
+    assert names == ["sglang::detoken"] + ["sglang::schedul"] * schedulers
+    assert catches(s.proc.pid, signal.SIGTERM)
+    assert not any(catches(pid, signal.SIGTERM) for pid in workers(s))  # SIGTERM kills them outright
+    pids = list(workers(s))
+    s.proc.kill()  # the main process dies without a word: PR_SET_PDEATHSIG takes its children along
+    s.proc.wait()
+    assert wait_for(lambda: not any(alive(pid) for pid in pids), 5), [p for p in pids if alive(p)]
+
+
+def test_a_scheduler_killed_by_sigterm_takes_the_server_down_with_its_requests(start, models):
     s = start(dflash_args(models))
     s.wait_ready()
-    answers = []
-    long_request = threading.Thread(target=lambda: answers.append(
-        s.get("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 200}})))  # ~1.2 s of steps
-    long_request.start()
+    request = InFlight(s, 2000)  # ~15 s of decode steps
+    time.sleep(0.5)
+    scheduler = max(pid for pid, name in workers(s).items() if name == "sglang::schedul")
+    os.kill(scheduler, signal.SIGTERM)
+    assert s.proc.wait(timeout=5) == -signal.SIGKILL  # SIGQUIT from its watchdog: the tree, itself last
+    request.join(5)
+    assert request.status is None and isinstance(request.error, (ConnectionError, http.client.HTTPException))
+    err = s.proc.stderr.read()
+    assert f"(pid={scheduler}) crashed with exit code -15. Triggering SIGQUIT for cleanup..." in err
+
+
+def test_sigterm_to_the_main_process_drains_then_exits_0(start, models):
+    """Health answers 503 at once, requests (in flight and new) are still served, and once none is
+    in flight the schedulers are told to shut down and the server exits 0."""
+    s = start(dflash_args(models))
+    s.wait_ready()
+    request = InFlight(s, 800)  # ~6 s
     time.sleep(0.3)
+    s.proc.send_signal(signal.SIGTERM)  # twice at once, as systemd and the unit's launcher both send it
     s.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
-    assert s.get("/health")[0] == 503 and s.get("/health_generate")[0] == 503
+    assert s.get("/health")[0] == 503 and s.get("/health_generate")[0] == 503 and s.get("/ready")[0] == 503
     assert s.get("/generate", {"text": "late"})[0] == 200  # not refused: the gateway must stop sending
-    assert s.proc.poll() is None  # the long request is still in flight
-    long_request.join(10)
-    assert answers and answers[0][0] == 200 and len(json.loads(answers[0][1])["text"].split()) == 200
-    time.sleep(0.5)  # the next drain check found none in flight: the schedulers are shutting down
-    with pytest.raises((ConnectionError, urllib.error.URLError)):
-        s.get("/generate", {"text": "too late"})
-    assert s.proc.wait(timeout=5) == 0
-    assert "Gracefully exiting... Remaining number of requests 0." in s.proc.stdout.read()
+    assert s.proc.poll() is None
+    request.join(20)
+    assert (request.status, request.words) == (200, 800)
+    pids = list(workers(s))
+    assert s.proc.wait(timeout=15) == 0
+    err = s.proc.stderr.read()
+    assert "Gracefully exiting... Remaining number of requests 1." in err
+    assert "Gracefully exiting... Remaining number of requests 0." in err
+    assert "crashed" not in err  # the schedulers left on ShutdownReq, not killed
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_sigterm_to_every_process_at_once_drops_the_requests_in_flight(start, models):
+    """systemd's default KillMode=control-group: the schedulers die at once, so the main process's
+    drain has nothing to drain with; its watchdog kills it within about a second."""
+    s = start(dflash_args(models), new_session=True)
+    s.wait_ready()
+    streamed = []
+    request = InFlight(s, 800)
+    stream = threading.Thread(target=lambda: streamed.append(_stream_or_error(s.port)), daemon=True)
+    stream.start()
+    time.sleep(0.5)
+    os.killpg(s.proc.pid, signal.SIGTERM)
+    (code, seconds) = timed(lambda: s.proc.wait(timeout=5))
+    assert code == -signal.SIGKILL and seconds < 2.5
+    request.join(5)
+    stream.join(5)
+    assert request.status is None and isinstance(request.error, (ConnectionError, http.client.HTTPException))
+    assert streamed and isinstance(streamed[0], Exception), streamed  # the stream breaks off mid-answer
+    assert "SIGTERM received" in s.proc.stderr.read()
+
+
+def _stream_or_error(port: int):
+    try:
+        return stream_chat(port, {"messages": [{"role": "user", "content": "long"}], "max_tokens": 800, "stream": True})
+    except Exception as error:
+        return error
+
+
+def test_sigint_stops_accepting_finishes_requests_in_flight_and_dies_of_sigint(start, models):
+    """uvicorn's SIGINT, which SGLang leaves in place."""
+    s = start(dflash_args(models))
+    s.wait_ready()
+    request = InFlight(s, 300)  # ~2 s
+    time.sleep(0.3)
+    s.proc.send_signal(signal.SIGINT)
+    time.sleep(0.8)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", s.port), timeout=2)
+    request.join(10)
+    assert (request.status, request.words) == (200, 300)
+    assert s.proc.wait(timeout=5) == -signal.SIGINT
+
+
+def test_health_generates_one_token_in_a_second_and_waits_for_the_batch_in_progress(start, models):
+    s = start(dflash_args(models))
+    s.wait_ready()
+    (code, _), seconds = timed(lambda: s.get("/health"))
+    assert code == 200 and 1.0 <= seconds < 1.5  # polled every second
+    # Every batch now takes 2.5 s (a long prefill chunk, a stalled GPU): a probe sent 1 s into a
+    # batch is answered when that batch's output arrives, at its second poll.
+    start.knobs.write_text(json.dumps({"batch_stall_s": 2.5}))
+    time.sleep(0.6)  # the scheduler reads the knobs at most every 0.5 s
+    request = InFlight(s, 40)
+    time.sleep(1.0)
+    (code, _), seconds = timed(lambda: s.get("/health"))
+    assert code == 200 and 1.9 <= seconds < 2.6, seconds
+    start.knobs.write_text("{}")
+    request.join(30)
+    assert request.status == 200
+
+
+def test_a_health_probe_past_the_timeout_answers_503_and_a_sigterm_then_skips_the_drain(start, models):
+    s = start(dflash_args(models), env={"SGLANG_HEALTH_CHECK_TIMEOUT": "2"})
+    s.wait_ready()
+    assert s.get("/ready")[0] == 200
+    start.knobs.write_text(json.dumps({"batch_stall_s": 4}))
+    time.sleep(0.6)
+    raw = RawRequest(s.port, 500)
+    time.sleep(0.3)
+    (code, _), seconds = timed(lambda: s.get("/health"))
+    assert code == 503 and 2.0 <= seconds < 3.0
+    assert s.get("/ready")[0] == 503  # UnHealthy until a probe succeeds
+    s.proc.send_signal(signal.SIGTERM)
+    # No drain: the schedulers are stopped at the next check although a request is in flight;
+    # that request is never answered, so the server waits for its client to leave.
+    time.sleep(10)
+    assert s.proc.poll() is None and not workers(s)  # its children are gone; it waits for the request
+    raw.close()
+    assert s.proc.wait(timeout=8) == 0
+    err = s.proc.stderr.read()
+    assert "Health check failed. Server couldn't get a response from detokenizer for last 2 seconds" in err
+    assert "Signal SIGTERM received while health check failed. Force exiting." in err
+    assert "Gracefully exiting" not in err
+
+
+def test_health_without_generation_when_switched_off(start, models):
+    s = start(dflash_args(models), env={"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"})
+    s.wait_ready()
+    (code, _), seconds = timed(lambda: s.get("/health"))
+    assert code == 200 and seconds < 0.5
+    (code, _), seconds = timed(lambda: s.get("/health_generate"))  # always generates
+    assert code == 200 and seconds >= 1.0
+
+
+def gauge(metrics: str, name: str) -> float:
+    return float(next(line.rsplit(" ", 1)[1] for line in metrics.splitlines() if line.startswith(name + "{")))
+
+
+def test_loads_and_gauges_count_running_and_waiting_requests(start, models):
+    s = start(dflash_args(models, "--enable-metrics", "--max-running-requests", "2", "--api-key", "k"))
+    s.wait_ready()
+    assert s.get("/v1/loads")[0] == 401  # behind the key, unlike /metrics
+    requests = [InFlight(s, 400, key="k", prompt=f"request {n}") for n in range(4)]  # ~3 s each, 2 at a time
+    time.sleep(1.8)
+    answer = json.loads(s.get("/v1/loads?include=core,queues", key="k")[1])
+    load = answer["loads"][0]
+    assert (load["num_running_reqs"], load["num_waiting_reqs"], load["queues"]["waiting"]) == (2, 2, 2)
+    assert load["max_running_requests"] == 2 and "memory" not in load and answer["accelerator"] == "NVIDIA B200"
+    metrics = s.get("/metrics")[1]
+    assert (gauge(metrics, "sglang:num_running_reqs"), gauge(metrics, "sglang:num_queue_reqs")) == (2.0, 2.0)
+    assert 'sglang:http_requests_active{endpoint="/generate",method="POST"} 4.0' in metrics
+    for request in requests:
+        request.join(20)
+    assert [r.status for r in requests] == [200] * 4
+    time.sleep(0.3)
+    load = json.loads(s.get("/v1/loads", key="k")[1])["loads"][0]
+    assert (load["num_running_reqs"], load["num_waiting_reqs"]) == (0, 0) and "memory" in load
+    metrics = s.get("/metrics")[1]
+    assert (gauge(metrics, "sglang:num_running_reqs"), gauge(metrics, "sglang:num_queue_reqs")) == (0.0, 0.0)
+    assert s.get("/v1/loads?include=bogus", key="k")[0] == 400
+    prometheus = s.get("/v1/loads?format=prometheus", key="k")[1]
+    assert 'sglang_num_running_reqs{dp_rank="0"} 0' in prometheus

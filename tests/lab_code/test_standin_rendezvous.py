@@ -1,9 +1,10 @@
 """The SGLang stand-in's multi-node start (lab/sglang_standin/sglang/rendezvous.py), on loopback:
 rank 0 serves only once every rank joined, a missing rank keeps it not serving, a rank that dies
-takes it down, and a port probe is no rank."""
+takes it down, a port probe is no rank, and the other ranks stop on rank 0's graceful stop."""
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def node(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(STANDIN_SRC), "SPECFLEET_SGLANG_KNOBS": str(tmp_path / "none.json"),
            **gpu_standin_env(tmp_path / "gpu", "b200_nvlink")}
 
-    def start(rank: int, **extra_env) -> tuple[subprocess.Popen, int]:
+    def start(rank: int, new_session: bool = False, **extra_env) -> tuple[subprocess.Popen, int]:
         port = free_port()
         args = ["--model-path", str(target), "--speculative-algorithm", "DFLASH",
                 "--speculative-draft-model-path", str(draft), "--attention-backend", "trtllm_mla",
@@ -44,7 +45,8 @@ def node(tmp_path):
                 "--port", str(port), "--nnodes", "2", "--node-rank", str(rank),
                 "--dist-init-addr", f"127.0.0.1:{dist_port}"]
         process = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *args], env={**env, **extra_env},
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=new_session)
         started.append(process)
         return process, port
 
@@ -120,3 +122,29 @@ def test_an_interface_that_the_node_lacks_is_refused_as_nccl_does(node):
     rank0, _ = node(0, NCCL_SOCKET_IFNAME="ib-missing0")
     assert rank0.wait(timeout=10) == 1
     assert "no socket interface found" in rank0.stdout.read()
+
+
+def test_other_ranks_ignore_sigterm_and_stop_on_rank0s_shutdown(node):
+    """0.5.23 engine.py:1262-1273: a node of rank >= 1 only logs a SIGTERM and waits for rank 0's
+    ShutdownReq broadcast, which rank 0 sends when its own graceful stop ends."""
+    rank0, port = node(0)
+    rank1, _ = node(1)
+    assert wait_for(lambda: answers(port) == 200)
+    rank1.send_signal(signal.SIGTERM)
+    time.sleep(1.5)
+    assert rank1.poll() is None and answers(port) == 200
+    rank0.send_signal(signal.SIGTERM)
+    assert rank0.wait(timeout=15) == 0
+    assert rank1.wait(timeout=5) == 0
+    assert "waiting for the rank-0 ShutdownReq broadcast" in rank1.stdout.read()
+
+
+def test_a_sigterm_to_all_of_a_node_ends_it_and_the_group(node):
+    """systemd's KillMode=control-group on a rank-1 node: its schedulers die of the SIGTERM, so its
+    main process stops waiting and exits, and rank 0 loses the node."""
+    rank0, port = node(0)
+    rank1, _ = node(1, new_session=True)
+    assert wait_for(lambda: answers(port) == 200)
+    os.killpg(rank1.pid, signal.SIGTERM)
+    assert rank1.wait(timeout=5) == 0
+    assert rank0.wait(timeout=5) == 1

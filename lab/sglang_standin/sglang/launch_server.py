@@ -1,69 +1,68 @@
 """LAB STAND-IN for `python -m sglang.launch_server`: no model runs here.
 
-It parses the real 0.5.23 CLI (sglang.srt.server_args), reads the target's and
-the drafter's config.json like the real server, then answers SGLang's HTTP
-endpoints with deterministic canned results, so deploys, health checks and
-benchmarks can be exercised in the lab. Faults come from a JSON knobs file
-(SPECFLEET_SGLANG_KNOBS, else /etc/specfleet-lab/sglang-standin.json):
-startup_delay_s, exit_after_s, health_fail (re-read on every health request), metrics_fail
-(re-read on every /metrics request: 503, a scrape target down).
+It parses the real 0.5.23 CLI (sglang.srt.server_args), reads the target's and the drafter's
+config.json like the real server, starts the real server's processes and answers SGLang's HTTP
+endpoints with deterministic canned results, so deploys, health checks, stops and benchmarks can
+be exercised in the lab. Paths below are inside the sglang 0.5.23 wheel.
 
-SIGTERM is a graceful stop, as in the real 0.5.23 (TokenizerManager's SignalHandler and
-sigterm_watchdog): /health and /health_generate answer 503 from then on, new requests are
-still served, and at the first check that finds none in flight the server shuts its
-schedulers down and exits (status 0). Requests that arrive during that shutdown are accepted
-but never answered, not even a streaming one's status line (0.5.23 awaits the first chunk
-before its 200, and no scheduler is left to make it), and are dropped when the process
-exits. The real watchdog checks every 5 s and waits up to 15 s for its schedulers to release
-the GPUs; the stand-in checks every DRAIN_CHECK_S and takes SCHEDULER_EXIT_S, to keep lab
-restarts short.
+Processes: this main process serves HTTP and plays the TokenizerManager (requests, /health, the
+SIGTERM drain, SIGQUIT: srt/managers/tokenizer_manager.py here); it spawns one scheduler process
+per local TP rank (at most 8) and a detokenizer (srt/entrypoints/engine.py here). Every generation
+goes through them, so a request whose scheduler died never completes. A SubprocessWatchdog polls
+the children every second and kills the whole tree when one died with a non-zero code
+(utils/watchdog.py:166-222), so a SIGTERM that reaches the children (systemd's default
+KillMode=control-group) ends the server at once, its requests dropped, the main process by SIGKILL.
 
-With --nnodes > 1 it holds the multi-node rendezvous first (rendezvous.py).
+SIGINT is uvicorn's (uvicorn/server.py:280-349; SGLang keeps it): stop accepting, let the HTTP
+requests in flight finish, SIGKILL the children (launch_server.py:83-86), die of SIGINT; a second
+SIGINT stops waiting.
 
-Its GPUs are those CUDA_VISIBLE_DEVICES shows it, as in 0.5.23 (entrypoints/engine.py): one
-scheduler process per TP rank of this node, on GPU base_gpu_id + rank * gpu_id_step of the
-visible ones. A rank whose GPU is not visible fails as the real scheduler's set_device does
-(distributed/bootstrap.py: "CUDA error: invalid device ordinal"), and the server dies of
-SIGKILL (launch_phase_sigquit_handler, kill_process_tree). Each rank's stand-in scheduler is a
-process holding its GPU (SPECFLEET_LAB_GPU in its environment), which the nvidia-smi stand-in
-lists under --query-compute-apps, as the real tool lists the schedulers.
+Faults come from a JSON knobs file (SPECFLEET_SGLANG_KNOBS, else /etc/specfleet-lab/sglang-standin.json):
+startup_delay_s (the weights' load), exit_after_s (the rank-0 scheduler fails), batch_stall_s
+(every batch takes at least that long: a stalled GPU), health_fail (re-read on every health
+request: 503, as a failed probe), metrics_fail (re-read on every /metrics request: 503, a scrape
+target down).
+
+With --nnodes > 1 it holds the multi-node rendezvous first (rendezvous.py). Node ranks >= 1 run
+their schedulers and no HTTP server, log and ignore SIGTERM (engine.py:1262-1273), and exit once
+their schedulers exit: on rank 0's ShutdownReq broadcast, or killed.
+
+GPUs: those CUDA_VISIBLE_DEVICES shows the server (srt/resolution.py visible_gpus); TP rank i of
+this node runs on visible GPU base_gpu_id + i * gpu_id_step (engine.py:931-961), a rank whose GPU
+CUDA does not show fails as the real scheduler's set_device does (srt/entrypoints/engine.py here).
 """
 
 import argparse
-import ctypes
 import hashlib
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import sglang
 from sglang import rendezvous, speed_model
+from sglang.srt.entrypoints import engine
 from sglang.srt.resolution import query_gpu
+from sglang.srt.managers.tokenizer_manager import ClientGone, TokenizerManager
 from sglang.srt.server_args import prepare_server_args
+from sglang.srt.utils import SignalLoop, SubprocessWatchdog, kill_process_tree, log, read_knobs
 
-# lab/config.py SGLANG_KNOBS_FILE; the stand-in runs on hosts without lab/.
-KNOBS_FILE = "/etc/specfleet-lab/sglang-standin.json"
 READY_LINE = "The server is fired up and ready to roll!"
 # Never echoed: the real server does not print these either.
 SECRET_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
-DRAIN_CHECK_S = 0.2  # the real sigterm_watchdog: 5 s
-SCHEDULER_EXIT_S = 2.0  # the real one: until its schedulers exit (ShutdownReq), at most 15 s
-WORDS = ("alpha", "bravo", "draft", "verify", "token", "block", "tree", "accept",
-         "lab", "spec", "decode", "prefill", "cache", "kernel", "batch", "reply")
-
-
-def read_knobs() -> dict:
-    path = os.environ.get("SPECFLEET_SGLANG_KNOBS", KNOBS_FILE)
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        return {}
+# http_server.py _execute_server_warmup: the first request, which starts the running phase.
+WARMUP_PROMPT, WARMUP_TOKENS = "The capital city of France is", 8
+LOAD_SECTIONS = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}  # load_snapshot.py
+SCHEDULER_LABELS = ("engine_type", "tp_rank", "pp_rank", "moe_ep_rank")  # metrics_collector.py:1382-1392
 
 
 def fail(exc_line: str) -> None:
@@ -95,24 +94,20 @@ def accept_length(args: argparse.Namespace) -> float:
     return round(min(1 + 0.25 * (n - 1), 4.0), 4)
 
 
-def reply(prompt: str, max_tokens: int) -> list[str]:
-    """`max_tokens` deterministic words derived from the prompt (a hash chain, 32 words a link)."""
-    words, digest = [], hashlib.sha256(prompt.encode()).digest()
-    while len(words) < max(1, max_tokens):
-        words += [WORDS[b % len(WORDS)] for b in digest]
-        digest = hashlib.sha256(digest).digest()
-    return words[: max(1, max_tokens)]
+def scheduler_config(args, accept: float) -> dict:
+    return {"algorithm": args.speculative_algorithm, "num_draft_tokens": args.speculative_num_draft_tokens,
+            "ddtree_budget": getattr(args, "speculative_ddtree_budget", None), "accept_length": accept,
+            "max_running_requests": args.max_running_requests, "decode_log_interval": args.decode_log_interval,
+            "load_snapshot_publish_interval": args.load_snapshot_publish_interval}
 
 
 class Server:
-    """What the handler needs: resolved args, model facts, state, counters."""
+    """What the handler needs: resolved args, model facts, the tokenizer manager, counters."""
 
-    def __init__(self, args, target_config):
+    def __init__(self, args, target_config, tokenizer_manager: TokenizerManager):
         self.args = args
-        self.ready = False
-        self.exiting = threading.Event()  # SIGTERM received: draining in-flight requests
-        self.schedulers_gone = threading.Event()  # drained: nothing generates any more
-        self.in_flight = 0
+        self.tm = tokenizer_manager
+        self.serving = False  # warmed up: outside requests are served
         self.accept_length = accept_length(args)
         self.served_model_name = args.served_model_name or args.model_path
         text_config = target_config.get("text_config", target_config)
@@ -129,23 +124,26 @@ class Server:
         self.max_model_len = args.context_length or text_config.get("max_position_embeddings", 4096)
         self.lock = threading.Lock()
         self.verify_calls = self.generated_tokens = 0
-        # Replies are paced by the lab's speed model (modelled, not measured timings).
-        self.engine = speed_model.Engine(args.speculative_algorithm, args.speculative_num_draft_tokens,
-                                         getattr(args, "speculative_ddtree_budget", None), self.accept_length)
+        self.accelerator = None
+        # The HTTP layer: requests being answered (what uvicorn's shutdown waits for), by endpoint
+        # for sglang:http_requests_active, and the open connections with whether one is busy.
+        self.http_in_flight = 0
+        self.active: dict[tuple[str, str], int] = {}
+        self.connections: dict[socket.socket, bool] = {}
+        self.closing = False
 
-    def generate(self, prompt: str, max_tokens: int) -> tuple[list[str], dict]:
-        words = reply(prompt, max_tokens)
-        meta = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(words)}
+    def meta(self, prompt: str, completion_tokens: int) -> dict:
+        meta = {"prompt_tokens": len(prompt.split()), "completion_tokens": completion_tokens}
         if self.args.speculative_algorithm:
-            verify_ct = -(-len(words) // int(self.accept_length))  # ceil
+            verify_ct = -(-completion_tokens // int(self.accept_length))  # ceil
             meta.update(spec_accept_length=self.accept_length,
                         spec_accept_rate=round(self.accept_length / self.draft_tokens(), 4),
                         spec_verify_ct=verify_ct)
             with self.lock:
                 self.verify_calls += verify_ct
         with self.lock:
-            self.generated_tokens += len(words)
-        return words, meta
+            self.generated_tokens += completion_tokens
+        return meta
 
     def draft_tokens(self) -> int:
         return self.args.speculative_num_draft_tokens or 4
@@ -154,7 +152,9 @@ class Server:
         info = {k: (None if k in SECRET_ARGS and v else v) for k, v in self.args.resolved_dict().items()}
         info["internal_states"] = [{"avg_spec_accept_length": self.accept_length}]
         info["version"] = sglang.__version__
-        info["lab_speed_model"] = self.engine.describe()
+        width = speed_model.width(self.args.speculative_algorithm, self.args.speculative_num_draft_tokens,
+                                  getattr(self.args, "speculative_ddtree_budget", None))
+        info["lab_speed_model"] = speed_model.describe(width, self.accept_length)
         return info
 
     def metrics(self) -> str:
@@ -168,13 +168,67 @@ class Server:
                 f"sglang:spec_num_steps{label} {self.args.speculative_num_steps or 1}",
                 f"sglang:spec_verify_calls_total{label} {self.verify_calls}",
             ]
+        # The rank-0 scheduler's gauges, labelled as metrics_collector.py:1382-1392 labels them.
+        labels = ",".join([f'model_name="{self.served_model_name}"',
+                           *(f'{k}="{v}"' for k, v in zip(SCHEDULER_LABELS, ("unified", 0, 0, 0)))])
+        running, queued = self.tm.gauges
+        for name, text, value in (("num_running_reqs", "The number of running requests.", running),
+                                  ("num_queue_reqs", "The number of requests in the waiting queue.", queued),
+                                  ("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0)):
+            lines += [f"# HELP sglang:{name} {text}", f"# TYPE sglang:{name} gauge",
+                      f"sglang:{name}{{{labels}}} {float(value)}"]
+        # http_request_metrics.py:24-45: requests whose handler has not returned (a stream's returns
+        # when its first chunk is sent), this scrape included.
+        lines += ["# HELP sglang:http_requests_active Number of currently active HTTP requests",
+                  "# TYPE sglang:http_requests_active gauge"]
+        with self.lock:
+            active = sorted(self.active.items())
+        lines += [f'sglang:http_requests_active{{endpoint="{path}",method="{method}"}} {float(count)}'
+                  for (path, method), count in active]
         return "\n".join(lines) + "\n"
+
+    def loads(self, include: set[str] | None, dp_rank: int | None) -> dict:
+        """GET /v1/loads (entrypoints/v1_loads.py:96-150; LoadSnapshot.to_dict, load_snapshot.py:196-240)."""
+        if self.accelerator is None:
+            try:
+                self.accelerator = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                                  capture_output=True, text=True).stdout.splitlines()[0].strip()
+            except (OSError, IndexError):
+                self.accelerator = ""
+        snapshot = self.tm.load
+        loads = []
+        if snapshot is not None and dp_rank in (None, 0):
+            load = {key: value for key, value in snapshot.items() if not isinstance(value, dict)}
+            load.setdefault("total_prefill_uncached_tokens", 0)
+            load.setdefault("total_prefill_busy_us", 0)
+            load.setdefault("decode_moments", None)
+            sections = {"memory": ("memory", {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0,
+                                              "token_capacity": snapshot["max_total_num_tokens"]}),
+                        "spec": ("speculative", snapshot.get("speculative")),
+                        "queues": ("queues", snapshot.get("queues"))}
+            for name, (field, value) in sections.items():
+                if value is not None and (include is None or "all" in include or name in include):
+                    load[field] = value
+            loads.append(load)
+        return {"timestamp": datetime.now(timezone.utc).isoformat(), "version": sglang.__version__,
+                "accelerator": self.accelerator or None, "num_accelerators": self.args.tp_size * self.args.pp_size,
+                "loads": loads}
 
 
 class Handler(BaseHTTPRequestHandler):
     server_version = "uvicorn"
     protocol_version = "HTTP/1.1"
-    app: Server  # set on the class in serve()
+    app: Server  # set on the class in main()
+
+    def setup(self):
+        super().setup()
+        with self.app.lock:
+            self.app.connections[self.connection] = False
+
+    def finish(self):
+        with self.app.lock:
+            self.app.connections.pop(self.connection, None)
+        super().finish()
 
     def log_message(self, fmt, *args):  # uvicorn-like access log, no headers
         print(f'INFO:     {self.client_address[0]} - "{self.requestline}" {args[1] if len(args) > 1 else ""}',
@@ -198,6 +252,14 @@ class Handler(BaseHTTPRequestHandler):
             return True
         return self.headers.get("Authorization", "") == f"Bearer {key}"
 
+    def client_gone(self) -> bool:
+        """The client closed its connection (what request.is_disconnected() finds)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     def do_GET(self):
         self.route("GET")
 
@@ -205,39 +267,60 @@ class Handler(BaseHTTPRequestHandler):
         self.route("POST")
 
     def route(self, method: str) -> None:
-        path = self.path.split("?", 1)[0]
-        if not self.authorized(path):
-            return self.send_json(401, {"error": "Unauthorized"})
-        handler = ROUTES.get((method, path))
-        if handler is None:
-            return self.send_json(404, {"detail": "Not Found"})
-        body = {}
-        if method == "POST":
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            try:
-                body = json.loads(raw or b"{}")
-            except ValueError:
-                return self.send_json(400, {"error": "invalid JSON body"})
-        if path not in GENERATING:
-            return handler(self, body)
-        if self.app.schedulers_gone.is_set():  # accepted, never answered: dropped at the exit
-            time.sleep(SCHEDULER_EXIT_S * 2)
+        app = self.app
+        if app.closing:  # uvicorn closed this idle connection when it began its shutdown
+            self.close_connection = True
             return
-        with self.app.lock:  # what a graceful stop waits for (the real server's rid_to_state)
-            self.app.in_flight += 1
+        path, _, query = self.path.partition("?")
+        handler = ROUTES.get((method, path))
+        key = (path, method)
+        with app.lock:
+            app.http_in_flight += 1
+            app.connections[self.connection] = True
+            app.active[key] = app.active.get(key, 0) + 1
+        self.counted = key
         try:
+            if not self.authorized(path):
+                return self.send_json(401, {"error": "Unauthorized"})
+            if handler is None:
+                return self.send_json(404, {"detail": "Not Found"})
+            body = {}
+            if method == "POST":
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    return self.send_json(400, {"error": "invalid JSON body"})
+            self.query = urllib.parse.parse_qs(query)
             handler(self, body)
+        except ClientGone:
+            self.close_connection = True
         finally:
+            self.handler_returned()
+            with app.lock:
+                app.http_in_flight -= 1
+                app.connections[self.connection] = False
+            if app.closing:
+                self.close_connection = True
+
+    def handler_returned(self) -> None:
+        """sglang:http_requests_active counts down when the handler returns its response."""
+        key, self.counted = self.counted, None
+        if key is not None:
             with self.app.lock:
-                self.app.in_flight -= 1
+                self.app.active[key] -= 1
+                if not self.app.active[key]:
+                    del self.app.active[key]
 
     def health(self, _body):
-        if not self.app.ready or self.app.exiting.is_set() or read_knobs().get("health_fail"):
+        tm = self.app.tm
+        if not (tm.gracefully_exit or tm.server_status == tm.STARTING) and read_knobs().get("health_fail"):
+            tm.server_status = tm.UNHEALTHY  # what a failed probe leaves behind
             return self.send_body(503, b"", "text/plain")
-        self.send_body(200, b"", "text/plain")
+        self.send_body(tm.health_generate(self.path.split("?", 1)[0]), b"", "text/plain")
 
     def ready(self, _body):
-        self.send_json(200 if self.app.ready else 503, {"status": "ready" if self.app.ready else "starting"})
+        self.send_body(200 if self.app.tm.is_ready() else 503, b"", "text/plain")
 
     def model_info(self, _body):
         self.send_json(200, self.app.model_info)
@@ -258,54 +341,98 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_body(503, b"", "text/plain")
         self.send_body(200, self.app.metrics().encode(), "text/plain; version=0.0.4")
 
+    def loads(self, _body):
+        include = self.query.get("include", [None])[0]
+        include_set = {part.strip() for part in include.split(",")} if include else None
+        if include_set is not None and not include_set <= LOAD_SECTIONS:
+            return self.send_json(400, {"detail": f"Invalid include sections: {include_set - LOAD_SECTIONS}. "
+                                                  f"Valid options: {sorted(LOAD_SECTIONS)}"})
+        dp_rank = self.query.get("dp_rank", [None])[0]
+        try:
+            dp_rank = int(dp_rank) if dp_rank is not None else None
+        except ValueError:
+            return self.send_json(422, {"detail": [{"loc": ["query", "dp_rank"], "msg": "Input should be a valid integer",
+                                                    "type": "int_parsing"}]})
+        answer = self.app.loads(include_set, dp_rank)
+        if self.query.get("format", [None])[0] != "prometheus":
+            return self.send_json(200, answer)
+        lines, samples = [], {}
+        for load in answer["loads"]:  # v1_loads.py:62-94
+            for key, value in load.items():
+                if key == "dp_rank":
+                    continue
+                if isinstance(value, dict):
+                    prefix = {"speculative": "spec", "disaggregation": "disagg"}.get(key, key)
+                    for sub_key, sub_value in value.items():
+                        if isinstance(sub_value, (int, float)):
+                            samples.setdefault(f"sglang_{prefix}_{sub_key}", []).append((load["dp_rank"], sub_value))
+                elif isinstance(value, (int, float)):
+                    samples.setdefault(f"sglang_{key}", []).append((load["dp_rank"], value))
+        for name, values in samples.items():
+            lines.append(f"# TYPE {name} gauge")
+            lines += [f'{name}{{dp_rank="{rank}"}} {value}' for rank, value in values]
+        self.send_body(200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def pieces(self, prompt: str, max_tokens: int):
+        return self.app.tm.generate(prompt, max_tokens, len(prompt.split()), self.client_gone)
+
     def generate(self, body):
-        if not self.app.ready:
+        if not self.app.serving:
             return self.send_json(503, {"error": "server is starting"})
+        prompt = str(body.get("text", ""))
         params = body.get("sampling_params") or {}
-        words, meta = self.app.generate(str(body.get("text", "")), int(params.get("max_new_tokens", 16)))
-        for _ in self.app.engine.steps(len(words)):
-            pass
-        meta["finish_reason"] = {"type": "length", "length": len(words)}
-        self.send_json(200, {"text": " ".join(words), "meta_info": meta})
+        texts, count = [], 0
+        for text, count, _ in self.pieces(prompt, int(params.get("max_new_tokens", 16))):
+            texts.append(text)
+        meta = self.app.meta(prompt, count)
+        meta["finish_reason"] = {"type": "length", "length": count}
+        self.send_json(200, {"text": " ".join(texts), "meta_info": meta})
 
     def chat(self, body):
-        if not self.app.ready:
+        if not self.app.serving:
             return self.send_json(503, {"error": "server is starting"})
         prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-        words, meta = self.app.generate(prompt, max_tokens)
         created = int(time.time())
         cid = "chatcmpl-" + hashlib.sha256(prompt.encode()).hexdigest()[:16]
-        usage = {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
-                 "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
         model = self.app.served_model_name
+        pieces = self.pieces(prompt, max_tokens)
         if not body.get("stream"):
-            for _ in self.app.engine.steps(len(words)):
-                pass
+            texts, count = [], 0
+            for text, count, _ in pieces:
+                texts.append(text)
+            meta = self.app.meta(prompt, count)
             return self.send_json(200, {
                 "id": cid, "object": "chat.completion", "created": created, "model": model,
                 "choices": [{"index": 0, "finish_reason": "length",
-                             "message": {"role": "assistant", "content": " ".join(words)}}],
-                "usage": usage})
-        # Server-sent events, one a decode step (paced by the speed model), as OpenAI
-        # streaming clients expect; the last one carries finish_reason and usage.
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        sent = 0
-        for count in self.app.engine.steps(len(words)):
-            text = " ".join(words[sent:sent + count])
+                             "message": {"role": "assistant", "content": " ".join(texts)}}],
+                "usage": self.usage(meta)})
+        # Server-sent events, one a decode step, as OpenAI streaming clients expect; the last one
+        # carries finish_reason and usage. The 200 goes out with the first chunk (0.5.23 awaits
+        # it first), so a request no scheduler answers gets no status line at all.
+        first = True
+        for text, count, finished in pieces:
+            if first:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.handler_returned()
             event = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                      "choices": [{"index": 0, "finish_reason": None,
-                                  "delta": {"role": "assistant", "content": text if sent == 0 else " " + text}}]}
-            sent += count
-            if sent == len(words):
+                                  "delta": {"role": "assistant", "content": text if first else " " + text}}]}
+            first = False
+            if finished:
                 event["choices"][0]["finish_reason"] = "length"
-                event["usage"] = usage
+                event["usage"] = self.usage(self.app.meta(prompt, count))
             self.send_chunk(f"data: {json.dumps(event)}\n\n".encode())
         self.send_chunk(b"data: [DONE]\n\n")
         self.send_chunk(b"")
+
+    @staticmethod
+    def usage(meta: dict) -> dict:
+        return {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
+                "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
 
     def send_chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -326,41 +453,43 @@ ROUTES = {
     ("GET", "/server_info"): Handler.server_info,
     ("GET", "/get_server_info"): Handler.server_info,
     ("GET", "/v1/models"): Handler.models,
+    ("GET", "/v1/loads"): Handler.loads,
     ("GET", "/metrics"): Handler.metrics,
     ("POST", "/generate"): Handler.generate,
     ("POST", "/v1/chat/completions"): Handler.chat,
     ("POST", "/flush_cache"): Handler.flush_cache,
 }
-GENERATING = ("/generate", "/v1/chat/completions")
 
 
-PR_SET_PDEATHSIG = 1
-
-
-def start_schedulers(args) -> list[subprocess.Popen]:
-    """This node's TP ranks, each a process holding its GPU (dying with the server), or the real
-    failure of a rank whose GPU CUDA does not show."""
+def local_gpus(args) -> list[int | None]:
+    """Per TP rank of this node, the GPU (nvidia-smi index) it runs on: visible GPU base_gpu_id + rank *
+    gpu_id_step (engine.py:931-961); None where CUDA shows no such GPU."""
     visible = query_gpu()["visible"]
-    ranks = args.tp_size * args.pp_size // max(args.nnodes, 1)
-    held = []
-    for rank in range(ranks):
-        gpu_id = args.base_gpu_id + rank * args.gpu_id_step
-        if gpu_id >= len(visible):
-            print(f"Context: device=cuda gpu_id={gpu_id} CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
-                  f"tp_rank={rank}", file=sys.stderr, flush=True)
-            print("Scheduler hit an exception: Traceback (most recent call last):\n"
-                  "RuntimeError: CUDA error: invalid device ordinal", file=sys.stderr, flush=True)
-            print("Received sigquit from a child process. It usually means the child failed.", file=sys.stderr,
-                  flush=True)
-            for process in held:
-                process.kill()
-            os.kill(os.getpid(), signal.SIGKILL)
-        held.append(subprocess.Popen(
-            [f"sglang::scheduler_TP{rank}", "infinity"], executable="/bin/sleep",
-            env={"SPECFLEET_LAB_GPU": str(visible[gpu_id]), "PATH": "/usr/bin:/bin"},
-            preexec_fn=lambda: ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    return held
+    per_node = max(1, args.tp_size * args.pp_size // max(1, args.nnodes))
+    ids = [args.base_gpu_id + rank * args.gpu_id_step for rank in range(per_node)]
+    return [visible[i] if i < len(visible) else None for i in ids]
+
+
+def serve_other_node(args, config: dict, links: dict) -> None:
+    """Node rank >= 1: schedulers only, until they exit (engine.py:1015-1029, 1262-1273)."""
+    procs = engine.launch(args.tp_size, args.nnodes, args.node_rank, config, local_gpus(args))
+
+    def stop_schedulers():
+        for link in procs.peer_links:
+            try:
+                link.send(("shutdown",))
+            except OSError:
+                pass
+
+    rendezvous.watch(links, on_shutdown=stop_schedulers)
+    SignalLoop().add(signal.SIGTERM, lambda _signum: log(
+        f"SIGTERM received on node_rank {args.node_rank}; waiting for the rank-0 ShutdownReq broadcast "
+        "to stop the schedulers."))
+    for process in procs.schedulers:
+        process.join()
+        log(f"Scheduler or DataParallelController {process.pid} terminated with {process.exitcode}")
+    kill_process_tree(os.getpid(), include_parent=False)
+    os._exit(0)
 
 
 def main(argv: list[str]) -> None:
@@ -372,17 +501,33 @@ def main(argv: list[str]) -> None:
         args.check_server_args()  # and the checks the engine runs before it launches
     except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")
+    config = scheduler_config(args, accept_length(args))
 
-    start_schedulers(args)  # before any thread: each rank's process holds its GPU until the server exits
+    # Launch phase: SIGQUIT kills the tree (engine.py:1971-1982).
+    signals = SignalLoop()
+
+    def launch_phase_sigquit_handler(_signum):
+        log("Received sigquit from a child process. It usually means the child failed.")
+        kill_process_tree(os.getpid())
+    signals.add(signal.SIGQUIT, launch_phase_sigquit_handler)
+    links = {}
     if args.nnodes > 1:
         # Several nodes: rank 0 serves only once every rank joined; the others serve nothing.
         rendezvous.check_interfaces()
         if args.node_rank > 0:
-            rendezvous.watch({0: rendezvous.join(args)})
-            threading.Event().wait()
-        rendezvous.watch(rendezvous.gather(args))
+            serve_other_node(args, config, {0: rendezvous.join(args)})
+        links = rendezvous.gather(args)
+        rendezvous.watch(links)
 
-    app = Server(args, target_config)
+    procs = engine.launch(args.tp_size, args.nnodes, 0, config, local_gpus(args))
+    tm = TokenizerManager(procs.to_scheduler, procs.receivers, procs.schedulers)
+    signals.add(signal.SIGQUIT, tm.sigquit_handler)
+    # The real watchdog starts once the schedulers are ready; before that a scheduler that fails
+    # sends SIGQUIT itself, to the same end.
+    tm.subprocess_watchdog = SubprocessWatchdog(*procs.processes)
+    tm.subprocess_watchdog.start()
+
+    app = Server(args, target_config, tm)
     Handler.app = app
     httpd = ThreadingHTTPServer((args.host, args.port), Handler)
     httpd.daemon_threads = True
@@ -391,41 +536,67 @@ def main(argv: list[str]) -> None:
           f"num_draft_tokens={args.speculative_num_draft_tokens} on {args.host}:{args.port}",
           flush=True)
 
-    if knobs.get("exit_after_s") is not None:
-        def crash():
-            time.sleep(float(knobs["exit_after_s"]))
-            print("RuntimeError: lab stand-in fault: exit_after_s", file=sys.stderr, flush=True)
-            os._exit(1)
-        threading.Thread(target=crash, daemon=True).start()
+    stop = {"reason": None, "force": False}
+
+    def stop_http(reason: str) -> None:
+        stop["reason"] = reason
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+    def graceful_end() -> None:
+        if links:
+            rendezvous.broadcast_shutdown(links)
+        stop_http("drained")
+    tm.stop_hook = graceful_end
 
     def warm_up():
+        tm.schedulers_ready.wait()
         time.sleep(float(knobs.get("startup_delay_s", 0)))
-        app.ready = True
+        tm.start_running_phase()
+        for _ in tm.generate(WARMUP_PROMPT, WARMUP_TOKENS, len(WARMUP_PROMPT.split())):
+            pass
+        tm.server_status = tm.UP
+        app.serving = True
         print(READY_LINE, flush=True)
     threading.Thread(target=warm_up, daemon=True).start()
 
-    def drain_then_exit():
-        app.exiting.wait()
-        shown = None
-        while True:
-            with app.lock:
-                remaining = app.in_flight
-            if remaining != shown:
-                print(f"Gracefully exiting... Remaining number of requests {remaining}.", flush=True)
-                shown = remaining
-            if not remaining:
-                app.schedulers_gone.set()
-                time.sleep(SCHEDULER_EXIT_S)
-                os._exit(0)
-            time.sleep(DRAIN_CHECK_S)
+    def on_sigterm(signum, frame):
+        if tm.running_phase:
+            signals.post(tm.sigterm_handler, signum)
+        else:  # no handler yet: the default action, the children follow by PR_SET_PDEATHSIG
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
-    def sigterm(signum, frame):
-        print(f"SIGTERM received. signum={signum}. Draining requests and shutting down...", flush=True)
-        app.exiting.set()
-    signal.signal(signal.SIGTERM, sigterm)
-    threading.Thread(target=drain_then_exit, daemon=True).start()
+    def on_sigint(_signum):
+        if stop["reason"] == "sigint":
+            stop["force"] = True
+        else:
+            stop_http("sigint")
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signals.add(signal.SIGINT, on_sigint)
+
     httpd.serve_forever()
+    # uvicorn's shutdown: stop accepting, close idle connections, wait for the requests in flight.
+    httpd.server_close()
+    app.closing = True
+    with app.lock:
+        idle = [connection for connection, busy in app.connections.items() if not busy]
+    for connection in idle:
+        try:
+            connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    while app.http_in_flight and not stop["force"]:
+        time.sleep(0.1)
+    kill_process_tree(os.getpid(), include_parent=False)  # launch_server.py:83-86
+    if stop["reason"] == "sigint":
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    finally:
+        kill_process_tree(os.getpid(), include_parent=False)  # launch_server.py:83-86

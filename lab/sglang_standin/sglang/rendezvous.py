@@ -8,7 +8,8 @@ others until the distributed timeout, and a node that dies takes the group down 
 collective fails with "Connection closed by peer" and the scheduler exits the server). NCCL
 refuses an NCCL_SOCKET_IFNAME that names no interface of the node.
 
-Here the store is one TCP connection per rank with a one-line handshake; nothing else runs.
+Here the store is one TCP connection per rank with a one-line handshake; rank 0's ShutdownReq
+broadcast (a graceful stop) is the only thing sent on it afterwards.
 """
 
 import os
@@ -20,6 +21,8 @@ from pathlib import Path
 
 JOIN = "specfleet-standin-join"
 TIMEOUT_S = 1800  # torch.distributed's default (SGLang's --dist-timeout unset)
+SHUTDOWN = b"shutdown\n"
+_leaving = threading.Event()  # this node is stopping the group: links closing are expected
 
 
 def _die(message: str) -> None:
@@ -110,16 +113,33 @@ def gather(args) -> dict[int, socket.socket]:
     return joined
 
 
-def watch(links: dict[int, socket.socket]) -> None:
-    """Every rank's link stays open while it runs: a peer that goes away takes this node down."""
+def watch(links: dict[int, socket.socket], on_shutdown=None) -> None:
+    """Every rank's link stays open while it runs: a peer that goes away takes this node down,
+    unless rank 0 is stopping the group (broadcast_shutdown), which `on_shutdown` then handles."""
     def follow(rank: int, link: socket.socket) -> None:
+        received = b""
         try:
-            while link.recv(1024):
-                pass
+            while chunk := link.recv(1024):
+                received += chunk
+                if SHUTDOWN in received and on_shutdown is not None:
+                    on_shutdown()
+                    return
         except OSError:
             pass
-        _die(f"RuntimeError: [gloo/transport/tcp/pair.cc] Connection closed by peer (node rank {rank}): "
-             "the group lost a node; exiting")
+        if not _leaving.is_set():
+            _die(f"RuntimeError: [gloo/transport/tcp/pair.cc] Connection closed by peer (node rank {rank}): "
+                 "the group lost a node; exiting")
 
     for rank, link in links.items():
         threading.Thread(target=follow, args=(rank, link), daemon=True).start()
+
+
+def broadcast_shutdown(links: dict[int, socket.socket]) -> None:
+    """Rank 0's ShutdownReq reaches the schedulers of every node (engine.py:1262-1273: the other
+    ranks wait for it)."""
+    _leaving.set()
+    for link in links.values():
+        try:
+            link.sendall(SHUTDOWN)
+        except OSError:
+            pass

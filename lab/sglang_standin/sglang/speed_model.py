@@ -14,15 +14,15 @@ when the batch is large) while every number stays a product of the constants bel
 - Each step gives every request `accept_length` tokens on average (1 without
   speculation); request i's k-th step ends with floor(k * accept_length) tokens.
 
-Concurrency is the number of requests being generated when a step starts.
+The rank-0 scheduler (srt/managers/scheduler.py) runs the batch: a prefill batch of PREFILL_S
+admits the waiting requests, then every decode step advances all running requests together, and
+concurrency is the number running when a step starts.
 Everything a client measures against the stand-in comes from these constants, which
 is why the server reports them in /server_info under `lab_speed_model` and the
 benchmark labels its outputs as a stand-in.
 """
 
 import math
-import threading
-import time
 
 STEP_S = 0.02  # one decode step of a batch that fits the budget (50 steps/s)
 STEP_TOKEN_BUDGET = 64  # verified token slots a step holds before it takes longer
@@ -50,38 +50,9 @@ def tokens_after(steps: int, accept_length: float) -> int:
     return math.floor(steps * accept_length + 1e-9)
 
 
-class Engine:
-    """Paces replies: callers take steps; the number running sets each step's length."""
-
-    def __init__(self, algorithm: str | None, num_draft_tokens: int | None, ddtree_budget: int | None,
-                 accept_length: float):
-        self.speculative = algorithm is not None
-        self.width = width(algorithm, num_draft_tokens, ddtree_budget)
-        self.accept_length = accept_length
-        self.running = 0
-        self.lock = threading.Lock()
-
-    def describe(self) -> dict:
-        return {"note": "LAB STAND-IN speed model (lab/sglang_standin/sglang/speed_model.py): "
-                        "modelled timings, not a measurement",
-                "step_s": STEP_S, "step_token_budget": STEP_TOKEN_BUDGET, "draft_overhead": DRAFT_OVERHEAD,
-                "prefill_s": PREFILL_S, "slots_per_request": self.width, "accept_length": self.accept_length}
-
-    def steps(self, total_tokens: int):
-        """Yield how many new tokens each step produced, sleeping each step's modelled time."""
-        with self.lock:
-            self.running += 1
-        try:
-            time.sleep(PREFILL_S)
-            done, step = 0, 0
-            while done < total_tokens:
-                with self.lock:
-                    batch = self.running
-                time.sleep(step_seconds(batch, self.width, self.speculative))
-                step += 1
-                now = min(total_tokens, tokens_after(step, self.accept_length))
-                yield now - done
-                done = now
-        finally:
-            with self.lock:
-                self.running -= 1
+def describe(width: int, accept_length: float) -> dict:
+    """What /server_info reports under `lab_speed_model`."""
+    return {"note": "LAB STAND-IN speed model (lab/sglang_standin/sglang/speed_model.py): "
+                    "modelled timings, not a measurement",
+            "step_s": STEP_S, "step_token_budget": STEP_TOKEN_BUDGET, "draft_overhead": DRAFT_OVERHEAD,
+            "prefill_s": PREFILL_S, "slots_per_request": width, "accept_length": accept_length}

@@ -4,10 +4,11 @@
     pyinfra inventory/ct200.py bench.py --data modes=ar,dflash --data concurrency=1,8
     pyinfra inventory/ct200.py bench.py --data baseline=bench-results/RUN/HOST/summary.json
 
-Each host serves each mode in turn (its deployed service stopped meanwhile, started again at the
-end), runs aiperf next to the server, and its results land in bench-results/RUN/HOST/ on the
-controller. Knobs: serving_benchmark/sweep.py (DEFAULTS, plan()). (The toolkit's own speed series
-is another thing: speed/, `make speed`.)
+Each host serves each mode in turn on every replica of its deployment (its deployed units stopped
+meanwhile, started again at the end), runs aiperf next to the servers (on each replica alone, then on
+all of them at once), and its results land in bench-results/RUN/HOST/ on the controller
+(HOST/DEPLOYMENT/ for a host serving several models). Knobs: serving_benchmark/sweep.py (DEFAULTS,
+plan()). (The toolkit's own speed series is another thing: speed/, `make speed`.)
 """
 
 from pyinfra import host, inventory
@@ -20,18 +21,24 @@ from operations.nodes import group as nodes
 from operations.python import venv
 from serving_benchmark import sweep
 
+deployments = ()
 try:
-    server = deployment.resolve(host.data, deployment.host_class_of(host.groups), nodes.members(inventory, host)).server
+    deployments = deployment.resolve_host(host.data, deployment.host_class_of(host.groups),
+                                          nodes.members(inventory, host))
     plan = sweep.plan(host.data)
 except BadHostData as problem:
-    server = None
+    deployments = ()
     preflight.refuse(name="Benchmark knobs", problem=f"{host.name}: {problem}")
 
-if server:
+if deployments:
+    server = deployments[0].server
     # A host a gateway routes to is refused unless forced (nothing below runs on a failed host).
-    gateways = [route.gateway for route in workers.routes(inventory, host, server.served_model_name)]
+    gateways = sorted({route.gateway for d in deployments for replica in d.replicas
+                       for route in workers.routes(inventory, host, replica)})
     sweep.not_behind_gateway(name="Not behind a gateway", gateways=gateways, force=plan.force)
     venv.requirement(name="Benchmark client (aiperf)", path=f"{server.install_dir}/bench-venv",
                      distribution="aiperf", requirement=sweep.CLIENT_REQUIREMENT, index_url=server.pip_index_url)
     sweep.tokenizer(name="Benchmark tokenizer", server=server, source=plan.tokenizer)
-    sweep.sweep(name="Benchmark sweep", server=server, plan=plan)
+    for d in host.loop(deployments):  # each model of the host on its own, its replicas together
+        sweep.sweep(name=f"Benchmark sweep {d.name}", replicas=d.replicas, plan=plan,
+                    results_subdir=d.name if len(deployments) > 1 else "")

@@ -1,11 +1,15 @@
 """Serving benchmark of what was deployed: each mode (ar, dflash, ddtree) served in turn, a concurrency
-sweep with aiperf next to the server, results and a regression gate on the controller (bench.py).
+sweep with aiperf next to the servers, results and a regression gate on the controller (bench.py).
 
-The deployed unit is never edited: a mode runs as the transient unit `specfleet-bench` (loopback
-only, so no API key is needed and none is handed to the client) while the deployed service is
-stopped, and the deployed service is started again at the end, also after a failure or Ctrl+C. If
-the controller vanishes mid-run, the transient unit stops by itself after its time limit and its
-ExecStopPost starts the deployed service. The client runs as the service user, like the server.
+It follows the deployment's layout: each replica's unit is stood in for by a transient bench unit on
+the same GPUs and port (`specfleet-bench`, one a replica when there are several:
+`specfleet-bench-<DEPLOYMENT>-gpu<GPUS>`), loopback only, so no API key is needed and none is handed
+to the client. With several replicas each level runs against every replica alone, then against all
+of them at once, the client spreading its requests round robin over them as the gateway's
+round_robin policy does: the host's figures. The deployed units are never edited: they are stopped
+while the bench units serve and started again at the end, also after a failure or Ctrl+C. If the
+controller vanishes mid-run, each transient unit stops by itself after its time limit and its
+ExecStopPost starts its deployed unit. The client runs as the service user, like the server.
 """
 
 import dataclasses
@@ -38,7 +42,7 @@ from operations.basics.templates import render
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = re.compile(r"[A-Za-z0-9._/-]+")
 BENCH_UNIT = "specfleet-bench"
-SWITCHING = f"/run/{BENCH_UNIT}.switching"  # present while the sweep itself stops the bench unit
+ALL = "all"  # the results of every replica at once (raw/all/...)
 CLIENT_REQUIREMENT = "aiperf==0.13.0"
 STARTED = datetime.now(timezone.utc)  # one run id for every host of this pyinfra run
 DEFAULTS = dict(modes="ar,dflash,ddtree", concurrency="1,4,16,64", input_tokens=1024, output_tokens=256,
@@ -167,9 +171,21 @@ def mode_args(server: Server, mode: str) -> list[str]:
     return args
 
 
+def bench_unit(server: Server, several: bool) -> str:
+    """The transient unit standing in for a replica's unit: `specfleet-bench`, or with several replicas
+    one for each, named after the replica (sglang@qwen36_ddtree-gpu3: specfleet-bench-qwen36_ddtree-gpu3)."""
+    return f"{BENCH_UNIT}-{server.service_name.partition('@')[2]}" if several else BENCH_UNIT
+
+
+def switching(unit: str) -> str:
+    """Present while the sweep itself stops the bench unit (its ExecStopPost then leaves the deployed one)."""
+    return f"/run/{unit}.switching"
+
+
 def unit_environment(server: Server) -> dict[str, str]:
-    """The deployed unit's environment, less the API key file: the bench server listens on loopback only."""
-    text = render("server/sglang.env.j2", s=server, env=server.env)
+    """The deployed unit's environment (its GPUs included), less the API key file: the bench server listens
+    on loopback only."""
+    text = render("server/sglang.env.j2", s=server, env={**server.env, **server.gpu_env})
     pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
     return {k: v for k, v in pairs if k != "SPECFLEET_API_KEY_FILE"}
 
@@ -207,27 +223,31 @@ def client_tokenizer(server: Server, source: str) -> list[str]:
 
 
 @operation(is_idempotent=False)
-def sweep(server: Server, plan: Plan):
+def sweep(replicas: tuple[Server, ...], plan: Plan, results_subdir: str = ""):
     """
-    Serve each mode in turn, run the client at each concurrency, bring the results back, restore.
+    Serve each mode in turn on every replica, run the client at each concurrency (on each replica, then
+    on all of them at once), bring the results back, restore.
 
     A mode the installed SGLang rejects (ddtree without a DDTree build) is skipped with the reason.
-    Fails the host when a mode does not start, when the deployed service does not come back, or
-    when the results regress against ``plan.baseline``.
+    Fails the host when a mode does not start, when a deployed unit does not come back, or when the
+    results regress against ``plan.baseline``.
 
-    + server: the host's server (its class is recorded in the summary)
+    + replicas: the deployment's replicas (their class is recorded in the summary)
     + plan: modes, concurrency levels, workload, results directory, baseline
+    + results_subdir: under the host's results, for a host serving several deployments (their names)
 
     **Example:**
 
     .. code:: python
 
-        sweep.sweep(name="Benchmark sweep", server=deployment.server, plan=sweep.plan(host.data))
+        sweep.sweep(name="Benchmark sweep", replicas=deployment.replicas, plan=sweep.plan(host.data))
     """
+    server = replicas[0]
     modes = {}
     for mode in plan.modes:
         args = mode_args(server, mode)
-        # As the deploy validates: the service user, offline, with the unit's environment.
+        # As the deploy validates: the service user, offline, with the unit's environment (the replicas'
+        # command lines differ in their port only).
         rejected = rejection(host, server, args)
         if rejected and mode == "ddtree":
             modes[mode] = {"skipped": f"ddtree skipped: no DDTree build is deployed (the SGLang in "
@@ -237,7 +257,7 @@ def sweep(server: Server, plan: Plan):
         else:
             modes[mode] = {"server_args": args}
     gpus = host.get_fact(NvidiaGpus)
-    yield FunctionCommand(run_sweep, (server, plan, modes, gpus), {})
+    yield FunctionCommand(run_sweep, (tuple(replicas), plan, modes, gpus, results_subdir), {})
 
 
 def _run(host, command: str) -> tuple[bool, str]:
@@ -255,36 +275,50 @@ def _http(host, port: int, path: str, method: str = "GET") -> str:
     return out if ok else ""
 
 
-def _start_mode(host, d: Server, args: list[str], max_runtime_s: int) -> tuple[bool, str]:
-    """Stop whatever serves (deployed service or previous mode) and start the bench unit with `args`."""
-    restore = f"/bin/sh -c 'test -e {SWITCHING} || systemctl start --no-block {d.service_name}'"
-    setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
-    run = ["systemd-run", f"--unit={BENCH_UNIT}", "--collect", f"--uid={d.service_user}",
-           f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}",
-           "--property=LimitNOFILE=1048576", *setenv,
-           f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *args]
+def _start_mode(host, replicas: tuple[Server, ...], mode: str, max_runtime_s: int) -> tuple[bool, str]:
+    """Stop whatever serves (the deployed replicas or the previous mode) and start a bench unit with the
+    mode's arguments in each replica's place."""
+    several = len(replicas) > 1
+    units = [bench_unit(d, several) for d in replicas]
+    runs = []
+    for d, unit in zip(replicas, units):
+        restore = f"/bin/sh -c 'test -e {switching(unit)} || systemctl start --no-block {d.service_name}'"
+        setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
+        run = ["systemd-run", f"--unit={unit}", "--collect", f"--uid={d.service_user}",
+               f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}",
+               "--property=LimitNOFILE=1048576", *setenv,
+               f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *mode_args(d, mode)]
+        runs.append(" ".join(shlex.quote(a) for a in run) + " 2>&1")
+    deployed = " ".join(d.service_name for d in replicas)
     return _run(host, "; ".join([
-        f"touch {SWITCHING}", f"systemctl stop {d.service_name} {BENCH_UNIT} 2>/dev/null",
-        f"systemctl reset-failed {BENCH_UNIT} 2>/dev/null", f"rm -f {SWITCHING}",
-        " ".join(shlex.quote(a) for a in run) + " 2>&1"]))
+        *(f"touch {switching(u)}" for u in units), f"systemctl stop {deployed} {' '.join(units)} 2>/dev/null",
+        f"systemctl reset-failed {' '.join(units)} 2>/dev/null", f"rm -f {' '.join(switching(u) for u in units)}",
+        " && ".join(runs)]))
 
 
-def _restore(host, d: Server, remote_root: str, timeout_s: int) -> dict:
-    """Stop a client still running, the bench unit, and start the deployed service; wait until it generates."""
-    clients = (f"for pid in {remote_root}/*/*/client.pid; do dir=${{pid%/client.pid}}; "
+def _restore(host, replicas: tuple[Server, ...], remote_root: str, timeout_s: int) -> list[tuple[Server, dict]]:
+    """Stop a client still running, the bench units, and start the deployed replicas; wait until each
+    generates. Per replica, its last probe."""
+    d, several = replicas[0], len(replicas) > 1
+    units = " ".join(bench_unit(r, several) for r in replicas)
+    clients = (f"for pid in {remote_root}/*/*/client.pid {remote_root}/*/*/*/client.pid; do dir=${{pid%/client.pid}}; "
                f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
     # The raw results are on the controller by now: the host keeps nothing of the run.
-    _run(host, f"{_as_user(d.service_user, clients)}; rm -rf {remote_root}; rm -f {SWITCHING}; "
-               f"systemctl stop {BENCH_UNIT} 2>/dev/null; systemctl start {d.service_name}")
-    probe, _ = readiness.watch(host, d, timeout_s, f"waiting for the deployed {d.service_name} to generate", 2.0)
-    return probe
+    _run(host, f"{_as_user(d.service_user, clients)}; rm -rf {remote_root}; "
+               f"rm -f {' '.join(switching(bench_unit(r, several)) for r in replicas)}; "
+               f"systemctl stop {units} 2>/dev/null; systemctl start {' '.join(r.service_name for r in replicas)}")
+    return [(r, readiness.watch(host, r, timeout_s, f"waiting for the deployed {r.service_name} to generate", 2.0)[0])
+            for r in replicas]
 
 
-def _level(host, d: Server, plan: Plan, remote: str, concurrency: int) -> tuple[bool, str]:
-    """Run the client at one level in the background and log progress until it ends."""
+def _level(host, d: Server, plan: Plan, remote: str, concurrency: int,
+           targets: tuple[Server, ...] = ()) -> tuple[bool, str]:
+    """Run the client at one level in the background and log progress until it ends: against `d`, or
+    round robin over `targets` (aiperf's --url, given once per server)."""
     requests, warmup = plan.requests_at(concurrency), min(concurrency, 4)
+    urls = [arg for t in (targets or (d,)) for arg in ("--url", f"http://127.0.0.1:{t.port}")]
     client = [f"{d.install_dir}/bench-venv/bin/aiperf", "profile", "--model", d.served_model_name,
-              "--url", f"http://127.0.0.1:{d.port}", "--endpoint-type", "chat", "--streaming",
+              *urls, "--endpoint-type", "chat", "--streaming",
               "--concurrency", str(concurrency), "--request-count", str(requests),
               "--warmup-request-count", str(warmup),
               "--prompt-input-tokens-mean", str(plan.input_tokens), "--prompt-input-tokens-stddev", "0",
@@ -352,81 +386,116 @@ def _interrupt_sweeps(previous):
     return handler
 
 
-def run_sweep(state, host, d: Server, plan: Plan, modes: dict, gpus) -> bool:
-    """The sweep on one host (a FunctionCommand); the deployed service is started again whatever happens."""
+def run_sweep(state, host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, results_subdir: str) -> bool:
+    """The sweep on one host (a FunctionCommand); the deployed replicas are started again whatever happens."""
     if not _SWEEPS:
         signal.signal(signal.SIGINT, _interrupt_sweeps(signal.getsignal(signal.SIGINT)))
     _SWEEPS.add(gevent.getcurrent())
     try:
-        return _sweep(host, d, plan, modes, gpus)
+        return _sweep(host, replicas, plan, modes, gpus, results_subdir)
     except Interrupted:  # while writing the results: the host is restored already
         return False
     finally:
         _SWEEPS.discard(gevent.getcurrent())
 
 
-def _sweep(host, d: Server, plan: Plan, modes: dict, gpus) -> bool:
+def _measure(host, d: Server, plan: Plan, remote: str, local: Path, concurrency: int,
+             targets: tuple[Server, ...]) -> tuple[dict | None, str]:
+    """One level against `targets` (one replica, or all at once): its result, or None and why not."""
+    for t in targets:
+        _http(host, t.port, "/flush_cache", "POST")  # resets the accept length average
+    ok, progress = _level(host, d, plan, remote, concurrency, targets)
+    infos = [json.loads(_http(host, t.port, "/server_info") or "{}") for t in targets]
+    _run(host, _as_user(d.service_user, f"cat > {remote}/server_info.json << 'EOF'\n{json.dumps(infos[0])}\nEOF"))
+    _fetch(host, d.service_user, remote, local)
+    if not ok or not (local / "profile_export_aiperf.json").is_file():
+        return None, progress
+    accepts = [(i.get("internal_states") or [{}])[0].get("avg_spec_accept_length") for i in infos]
+    info = {**infos[0], "internal_states": [{"avg_spec_accept_length": round(sum(accepts) / len(accepts), 4)
+                                             if None not in accepts else None}]}
+    return {"level": report.level_result(json.loads((local / "profile_export_aiperf.json").read_text()), info),
+            "server_info": infos[0]}, progress
+
+
+def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, results_subdir: str) -> bool:
+    d, several = replicas[0], len(replicas) > 1
     run_id = STARTED.strftime("%Y%m%dT%H%M%SZ")
-    out = plan.results_dir / run_id / host.name
+    out = plan.results_dir / run_id / host.name / results_subdir
     remote_root = f"/var/lib/{BENCH_UNIT}/{run_id}"
     ready_s = d.ready_timeout_s
-    # A bound, not an estimate: every level at 10 tokens/s per request, one request at a time.
-    level_budget_s = sum(60 + plan.requests_at(c) * plan.output_tokens // 10 for c in plan.concurrency)
+    # A bound, not an estimate: every level at 10 tokens/s per request, one request at a time, on
+    # each replica and then on all of them.
+    level_budget_s = sum(60 + plan.requests_at(c) * plan.output_tokens // 10 for c in plan.concurrency) \
+        * (len(replicas) + several)
     out.mkdir(parents=True, exist_ok=True)
-    failed = []
+    failed, per_replica = [], {}
     try:
         for mode, result in modes.items():
             if "skipped" in result:
                 host.log_styled(result["skipped"], fg="yellow")
                 continue
-            host.log(f"bench {mode}: starting the server ({' '.join(result['server_args'])})")
-            started, said = _start_mode(host, d, result["server_args"], ready_s + level_budget_s)
-            probe = readiness.watch(host, d, ready_s, f"waiting for {mode} to generate", 2.0,
-                                    service=BENCH_UNIT)[0] if started else {}
-            if not readiness.generates(probe):
-                _, journal = _run(host, f"journalctl -u {BENCH_UNIT} -n 15 --no-pager -o cat")
-                result["failed"] = f"{mode} did not start within {ready_s}s ({probe.get('error', said.strip())})"
+            host.log(f"bench {mode}: starting {len(replicas)} server(s) ({' '.join(result['server_args'])})")
+            started, said = _start_mode(host, replicas, mode, ready_s + level_budget_s)
+            probes = [readiness.watch(host, r, ready_s, f"waiting for {mode} on {r.service_name} to generate", 2.0,
+                                      service=bench_unit(r, several))[0] if started else {} for r in replicas]
+            if not all(readiness.generates(p) for p in probes):
+                _, journal = _run(host, f"journalctl -u {bench_unit(d, several)} -n 15 --no-pager -o cat")
+                why = next((p.get("error") for p in probes if not readiness.generates(p)), said.strip())
+                result["failed"] = f"{mode} did not start within {ready_s}s ({why})"
                 host.log_styled(f"{result['failed']}; its journal:\n{journal}", fg="red")
                 failed.append(mode)
                 continue
             result["levels"] = {}
+            # Each replica alone (several), then every replica at once: the host's levels.
+            runs = [*((r.service_name, (r,)) for r in replicas if several), (ALL if several else "", tuple(replicas))]
             for concurrency in plan.concurrency:
-                remote = f"{remote_root}/{mode}/c{concurrency}"
-                _http(host, d.port, "/flush_cache", "POST")  # resets the accept length average
-                host.log(f"bench {mode}: concurrency {concurrency}, {plan.requests_at(concurrency)} requests")
-                ok, progress = _level(host, d, plan, remote, concurrency)
-                info = _http(host, d.port, "/server_info")
-                _run(host, _as_user(d.service_user, f"cat > {remote}/server_info.json << 'EOF'\n{info}\nEOF"))
-                local = out / "raw" / mode / f"c{concurrency}"
-                _fetch(host, d.service_user, remote, local)
-                if not ok or not (local / "profile_export_aiperf.json").is_file():
-                    result["failed"] = f"the client failed at concurrency {concurrency} (raw/{mode}/c{concurrency}/client.log)"
-                    host.log_styled(result["failed"], fg="red")
+                for name, targets in runs:
+                    where = f"{name}/" if name else ""
+                    host.log(f"bench {mode}: concurrency {concurrency}, {plan.requests_at(concurrency)} requests"
+                             + (f" on {name}" if name else ""))
+                    measured, progress = _measure(host, d, plan, f"{remote_root}/{where}{mode}/c{concurrency}",
+                                                  out / "raw" / f"{where}{mode}" / f"c{concurrency}", concurrency,
+                                                  targets)
+                    if measured is None:
+                        result["failed"] = (f"the client failed at concurrency {concurrency} "
+                                            f"(raw/{where}{mode}/c{concurrency}/client.log)")
+                        host.log_styled(result["failed"], fg="red")
+                        break
+                    level = measured["level"]
+                    if targets == tuple(replicas):
+                        result["server_info"] = measured["server_info"]
+                        result["levels"][str(concurrency)] = level
+                    else:
+                        per_replica.setdefault(name, {}).setdefault(mode, {"levels": {}})["levels"][
+                            str(concurrency)] = level
+                    host.log(f"bench {mode}: concurrency {concurrency}{' on ' + name if name else ''}: "
+                             f"{level['output_tok_s']:.1f} output tok/s, {level['request_s']:.2f} req/s, "
+                             f"accept length {level['accept_length']} ({progress})")
+                if "failed" in result:
                     failed.append(mode)
                     break
-                result["server_info"] = json.loads(info or "{}")
-                level = report.level_result(json.loads((local / "profile_export_aiperf.json").read_text()),
-                                                  result["server_info"])
-                result["levels"][str(concurrency)] = level
-                host.log(f"bench {mode}: concurrency {concurrency}: {level['output_tok_s']:.1f} output tok/s, "
-                         f"{level['request_s']:.2f} req/s, accept length {level['accept_length']} ({progress})")
     except Interrupted:
         host.log_styled("bench interrupted: stopping the client, starting the deployed service again", fg="yellow")
         failed.append("interrupted")
     finally:
         _SWEEPS.discard(gevent.getcurrent())  # a second Ctrl+C now exits pyinfra
-        back = _restore(host, d, remote_root, ready_s)
-    if not (back.get("ready") and back.get("completion")):
-        host.log_styled(f"the deployed {d.service_name} does not generate again ({back.get('error')}): "
-                        f"run the deploy to repair it", fg="red")
-        failed.append("restore")
+        back = _restore(host, replicas, remote_root, ready_s)
+    for replica, probe in back:
+        if not (probe.get("ready") and probe.get("completion")):
+            host.log_styled(f"the deployed {replica.service_name} does not generate again ({probe.get('error')}): "
+                            f"run the deploy to repair it", fg="red")
+            failed.append("restore")
 
     meta = {"host": host.name, "host_class": d.host_class, "profile": d.profile_name, "started": run_id,
+            "layout": {"deployment": d.deployment, "tp_size": d.tp_size,
+                       "replicas": {r.service_name: list(r.gpus) for r in replicas}},
             "specfleet_commit": specfleet_commit(), "client": CLIENT_REQUIREMENT, "gpus": gpus,
             "workload": {"input_tokens": plan.input_tokens, "output_tokens": plan.output_tokens,
                          "requests": {str(c): plan.requests_at(c) for c in plan.concurrency},
                          "endpoint": "/v1/chat/completions (streaming)"}}
     doc = report.summary(meta, modes)
+    if several:
+        doc["replicas"] = per_replica  # each replica alone; doc["modes"]: all of them at once
     written = report.write_report(doc, out)
     host.log_styled(f"bench results: {', '.join(str(p) for p in written)}"
                     + (f" ({report.STAND_IN_LABEL})" if doc["stand_in"] else ""), fg="green")

@@ -1,10 +1,11 @@
-"""The deployment one host gets: every subject's configuration, resolved from the host's data at once.
+"""The deployments one host gets: every subject's configuration, resolved from the host's data at once.
 
-`resolve()` is the only reader of a worker's host data: every knob of every subject is parsed and
-checked here (through each subject's own `resolve`, with operations/basics/knobs.py), before any
+`resolve_host()` is the only reader of a worker's host data: every knob of every subject is parsed
+and checked here (through each subject's own `resolve`, with operations/basics/knobs.py), before any
 host is touched, and each operation then receives the slice it needs (`Deployment.gpu`, `.weights`,
-`.server`, ...). A value that cannot be deployed raises BadHostData: one line naming the knob, the
-value and what is accepted.
+`.replicas`, ...). A host serves one deployment (its `profile` on all of its GPUs) or several on
+disjoint GPUs (`deployments`); each is laid out in replicas (operations/server/layout.py). A value
+that cannot be deployed raises BadHostData: one line naming the knob, the value and what is accepted.
 """
 
 import re

@@ -225,6 +225,8 @@ def retired(server: Server, restarts: list[Restart]):
     # Root's own files in root's directories (ownership.root_directories).
     yield "rm -f -- " + " ".join(shlex.quote(path) for name in stale for path in unit_paths(s.config_dir, name))
     yield from systemd.daemon_reload._inner()
+    # A unit that ended failed (its stop killed it) stays listed so until reset: it is gone.
+    yield f"systemctl reset-failed {' '.join(shlex.quote(f'{name}.service') for name in stale)} 2>/dev/null || true"
 
 
 @gathering.wants

@@ -29,7 +29,7 @@ def test_flag_the_installed_sglang_rejects_fails_before_restart_naming_it(deploy
     assert result.returncode != 0
     line = next((l for l in result.output.splitlines() if "rejects the rendered flags" in l), "")
     assert "--attention-backend" in line and "flashmla_v9" in line, result.output[-3000:]
-    assert "sglang was left as it was" in line
+    assert f"{SGLANG_UNIT} was left as it was" in line
     assert f"SGLang generates {SGLANG_UNIT}" not in operations_started(result.output)
     assert (main_pid(host), unit_sha(host)) == (pid, unit), "the service was touched"
     assert http_status(host) == 200
@@ -62,7 +62,7 @@ def test_failed_readiness_restores_the_previous_unit_and_shows_the_journal(deplo
         set_knobs(host)
     assert result.returncode != 0
     out = result.output
-    assert "sglang did not generate within 20s" in out, out[-3000:]
+    assert f"{SGLANG_UNIT} did not generate within 20s" in out, out[-3000:]
     assert "restored the previous unit, which generates again" in out, out[-3000:]
     assert "Last lines of its journal" in out and "[lab stand-in sglang 0.5.23" in out  # the journal itself
     assert "--speculative-num-draft-tokens 8" in fleet.ssh(host, f"cat {UNIT}")
@@ -122,7 +122,7 @@ def test_crash_looping_server_fails_readiness_within_a_minute_and_is_rolled_back
     detected = times["restored"] - times["new"]
     out = result.output
     assert result.returncode != 0
-    assert "sglang crash-loops: the server died 3 times since the restart" in out, out[-3000:]
+    assert f"{SGLANG_UNIT} crash-loops: the server died 3 times since the restart" in out, out[-3000:]
     assert "restored the previous unit, which generates again" in out, out[-3000:]
     assert "Last lines of its journal" in out and "lab stand-in fault: exit_after_s" in out  # the journal itself
     assert detected < 60, f"the crash loop was rolled back {detected:.0f}s after the new unit"

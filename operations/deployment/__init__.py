@@ -148,7 +148,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
     group = nodes.group(data, host_class, profile_name, gpu.expected.count, server.port, node_members)
     count = gpu.expected.count
     where = f"deployments[{name!r}]" if getattr(data, "deployments", None) is not None \
-        else f"layouts[{profile_name!r}] (group_data/{host_class}.py)"
+        else f"group_data/{host_class}.py layouts[{profile_name!r}]"
     if group is not None:
         # One server over the group's nodes: TP over all their GPUs, this node's share of them, the
         # network between them named.

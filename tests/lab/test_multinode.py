@@ -65,7 +65,7 @@ def test_the_group_comes_up_in_order_in_one_deploy(group_lab):
     assert "[lab-b200-2] rank 1 of lab-tp16 is up and joined rank 0" in deploy.output
     assert "[lab-b200-1] serving DFLASH" in deploy.output
     journal = fleet.ssh(hosts["lab-b200-1"], f"journalctl -u {SGLANG_UNIT} -o cat --no-pager _SYSTEMD_INVOCATION_ID="
-                                            "$(systemctl show -p InvocationID --value sglang)")
+                                            f"$(systemctl show -p InvocationID --value {SGLANG_UNIT})")
     assert journal.index("node rank 1 joined") < journal.index("fired up and ready"), journal[-2000:]
     assert health(hosts["lab-b200-2"]) == "000"  # rank 1 runs no HTTP server
 
@@ -97,7 +97,7 @@ def test_rank1_going_down_fails_the_groups_checks(group_lab):
 def test_nodes_that_cannot_reach_rank0_fail_in_preflight_named_with_the_fix(group_lab):
     """A dist-init address no node has (node_address given wrong): both ends fail, named, before anything slow."""
     hosts, _ = group_lab
-    pids = {name: fleet.ssh(host, "systemctl show -p MainPID --value sglang").strip() for name, host in hosts.items()
+    pids = {name: fleet.ssh(host, f"systemctl show -p MainPID --value {SGLANG_UNIT}").strip() for name, host in hosts.items()
             if name in NODES}
     wrong = f"{SUBNET}.2.99"  # on the lab network, no host's
     broken = run_deploy(*LIMIT, "--data", f"node_address={wrong}")
@@ -107,4 +107,4 @@ def test_nodes_that_cannot_reach_rank0_fail_in_preflight_named_with_the_fix(grou
     assert "[lab-b200-2] lab-b200-2: rank 1 of node group lab-tp16 " in broken.output, broken.output[-3000:]
     started = operations_started(broken.output)
     assert started[-1] == "Nodes reach rank 0", started  # nothing after it ran
-    assert {name: fleet.ssh(hosts[name], "systemctl show -p MainPID --value sglang").strip() for name in pids} == pids
+    assert {name: fleet.ssh(hosts[name], f"systemctl show -p MainPID --value {SGLANG_UNIT}").strip() for name in pids} == pids

@@ -1,4 +1,4 @@
-# specfleet: `make demo` and `make test` are the contract (see README.md).
+# specfleet: `make demo` and `make test` are the contract (docs/lab.md).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -20,10 +20,14 @@ deps:
 	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	       systemd-container debootstrap openssh-client iproute2 python3-venv apt-utils gpg >/dev/null; }
 
+# The controller's runtime (requirements.txt) and the tools beside it (requirements-dev.txt): tests,
+# the lab, bench.py's plots, the lock compiler. Users install the same with `pip install -e '.[dev]'`.
 venv: $(VENV)/.installed
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+	  || { echo "specfleet needs Python >= 3.11 on the controller ($(PYTHON) is older)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 	touch $@
 
 lab-up: deps venv
@@ -36,17 +40,18 @@ lab-status: venv
 	$(LAB) status
 
 demo: lab-up
-	HF_TOKEN=hf_lab_granted SPECFLEET_API_KEY=$(DEMO_KEY) $(VENV)/bin/pyinfra -y lab/inventory.py deploy.py
+	SPECFLEET_SITE= HF_TOKEN=hf_lab_granted SPECFLEET_API_KEY=$(DEMO_KEY) $(VENV)/bin/pyinfra -y lab/inventory.py deploy.py
 	@gateway=$$($(PY) -c 'from lab import fleet; print(*[h.address for h in fleet.read_fleet() if h.host_class == "gateway"][:1])'); \
 	if [ -n "$$gateway" ]; then echo "one completion through the gateway ($$gateway:30080):"; \
 	  curl -sS --noproxy '*' -H "Authorization: Bearer $(DEMO_KEY)" -H 'Content-Type: application/json' \
 	    "http://$$gateway:30080/v1/chat/completions" \
 	    -d '{"model": "kimi-k2.6", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}'; echo; fi
 
-# The whole suite: unit tests, then the lab (booted once and shared), then the
-# lab's lifecycle tests last; the lab is torn down whatever the outcome.
+# The whole suite: unit tests, then the lab (booted once and shared; --lab lets tests/deployed boot and
+# verify it), then the lab's lifecycle tests last; the lab is torn down whatever the outcome. No site
+# directory: the suite tests the shipped data.
 test: deps venv
-	$(PY) -m pytest tests; rc=$$?; $(LAB) down >/dev/null; exit $$rc
+	SPECFLEET_SITE= $(PY) -m pytest tests --lab; rc=$$?; $(LAB) down >/dev/null; exit $$rc
 
 # The toolkit's own speed series (speed/README.md); the serving benchmark users run is bench.py.
 speed: deps venv

@@ -2,13 +2,16 @@
 
     pyinfra inventory/ct200.py bench.py                                   # ar, dflash, ddtree at 1,4,16,64
     pyinfra inventory/ct200.py bench.py --data modes=ar,dflash --data concurrency=1,8
+    pyinfra inventory/ct200.py bench.py --data prompts=my-prompts.jsonl            # your workload
     pyinfra inventory/ct200.py bench.py --data baseline=bench-results/RUN/HOST/summary.json
 
 Each host serves each mode in turn on every replica of its deployment (its deployed units stopped
 meanwhile, started again at the end), runs aiperf next to the servers (on each replica alone, then on
-all of them at once), and its results land in bench-results/RUN/HOST/ on the controller
-(HOST/DEPLOYMENT/ for a host serving several models). Knobs: serving_benchmark/sweep.py (DEFAULTS,
-plan()). (The toolkit's own speed series is another thing: speed/, `make speed`.)
+all of them at once) with the prompts (serving_benchmark/prompts.jsonl, else --data prompts=FILE), and
+its results land in bench-results/RUN/HOST/ on the controller (HOST/DEPLOYMENT/ for a host serving
+several models). A replica behind a gateway is drained from it first and registered again once its
+deployed unit generates. Knobs: serving_benchmark/sweep.py (DEFAULTS, plan()). (The toolkit's own speed series
+is another thing: speed/, `make speed`.)
 """
 
 from pyinfra import host, inventory
@@ -32,13 +35,17 @@ except BadHostData as problem:
 
 if deployments:
     server = deployments[0].server
-    # A host a gateway routes to is refused unless forced (nothing below runs on a failed host).
-    gateways = sorted({route.gateway for d in deployments for replica in d.replicas
-                       for route in workers.routes(inventory, host, replica)})
-    sweep.not_behind_gateway(name="Not behind a gateway", gateways=gateways, force=plan.force)
     venv.requirement(name="Benchmark client (aiperf)", path=f"{server.install_dir}/bench-venv",
                      distribution="aiperf", requirement=sweep.CLIENT_REQUIREMENT, index_url=server.pip_index_url)
     sweep.tokenizer(name="Benchmark tokenizer", server=server, source=plan.tokenizer)
+    sweep.prompts(name="Benchmark prompts", server=server, plan=plan)
     for d in host.loop(deployments):  # each model of the host on its own, its replicas together
-        sweep.sweep(name=f"Benchmark sweep {d.name}", replicas=d.replicas, plan=plan,
-                    results_subdir=d.name if len(deployments) > 1 else "")
+        # A replica behind a gateway leaves it before its server stops, and comes back once its deployed
+        # unit generates again (gateway/workers.py drain and join_again, as a deploy's restart does).
+        routes, drained = [], []
+        for replica in host.loop(d.replicas):
+            routes.append(workers.routes(inventory, host, replica))
+            drained.append(workers.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
+                                         routes=routes[-1], restart=None) if routes[-1] else None)
+        sweep.sweep(name=f"Benchmark sweep {d.name}", replicas=d.replicas, plan=plan, smoke=d.smoke, routes=routes,
+                    drained=drained, results_subdir=d.name if len(deployments) > 1 else "")

@@ -10,11 +10,14 @@ group also get SGLang's model gateway (stage 7) and Prometheus scraping it and i
 (stage 8); a gateway-only host (in no class group) has no GPU and gets only those.
 """
 
+import functools
+
 from pyinfra import host, inventory
 
 from operations import deployment
+from operations.basics import failing
 from operations.basics.knobs import BadHostData
-from operations.deployment import preflight
+from operations.deployment import preflight, summary
 from operations.gateway import config as gateway_config, workers
 from operations.gateway.stages import gateway_deployed
 from operations.gpu import smoke
@@ -51,10 +54,12 @@ if deployments:
         # One server over several nodes: every node reaches rank 0's dist-init port.
         rendezvous.reachable(name="Nodes reach rank 0", group=first.node_group)
 
-# Nothing below is prepared for a host whose hub checks failed: preflight has reported them. A gated
-# repo still waiting for access stops only a host that serves (preflight); one serving nothing yet is
-# prepared up to its downloads, then fails naming the repo's terms page (stage 5).
-if deployments and not any(hub.problems for hub in hubs):
+# Nothing below is prepared for a host whose hub checks failed, or that preflight refused while pyinfra
+# evaluated it before the run (--dry): preflight has reported them. A gated repo still waiting for access
+# stops only a host that serves (preflight); one serving nothing yet is prepared up to its downloads, then
+# fails naming the repo's terms page (stage 5).
+refused = failing.refused(host)
+if deployments and not refused and not any(hub.problems for hub in hubs):
     # 2. The GPU runtime the class needs: the driver (install_driver), persistence, fabric manager.
     gpu_runtime(first.gpu)
     # 3. What the servers run as and from: their user, root's directories, their API key, each SGLang
@@ -68,15 +73,17 @@ if deployments and not any(hub.problems for hub in hubs):
     for d, hub in host.loop(list(zip(deployments, hubs))):
         weights_fetched(d.weights, hub)
 
-if deployments and all(hub.complete for hub in hubs):  # serving needs every repo's weights
+if deployments and not refused and all(hub.complete for hub in hubs):  # serving needs every repo's weights
     # 6. The units, one per replica. Those no deployment wants any more (an earlier layout's, another
     #    profile's) leave the gateways and stop first: their GPUs and ports may be a new replica's. Then
     #    each replica in turn, so the host keeps serving while it changes: restarted only when its inputs
     #    change (one decision per replica, which its drain asks too), proven to generate, back in its
     #    gateways; one that fails readiness is rolled back to its previous unit (and revision) and stays
     #    out. Every replica's new files are validated by the host's SGLang before any unit changes.
-    #    rollout.py does the fleet N hosts at a time.
-    restarts = [[unit.Restart(replica, unit.inputs(replica, hub.commits), restart_when=[api_key])
+    #    rollout.py does the fleet N hosts at a time. Each unit's environment holds the GPU smoke test's
+    #    P2P decision for this host (stage 4).
+    restarts = [[unit.Restart(replica, unit.inputs(replica, hub.commits), restart_when=[api_key],
+                              decided_env=functools.partial(smoke.decided_env, d.smoke))
                  for replica in d.replicas] for d, hub in zip(deployments, hubs)]
     every = [restart for each in restarts for restart in each]
     workers.drain_retired(name="Retired units leave the gateways", server=first.server,
@@ -100,7 +107,11 @@ if deployments and all(hub.complete for hub in hubs):  # serving needs every rep
 #    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers.
 if any(workers.GROUP in other.groups for other in inventory):
     workers.workers_done(name="Workers done")
-if g:
+if g and not refused:
     gateway_deployed(g, inventory, host, uv_installed=bool(deployments))
     # 8. Prometheus (Debian's package) scraping smg and the gateway's workers, every target checked up.
     monitoring_deployed(m, host.name, g, workers.workers(inventory, host, g.model))
+
+# The run's table: every host, its class, models, endpoints, gateway, state and accept length, printed
+# once every host reached this last operation.
+summary.summarize(host, deployments, g)

@@ -4,6 +4,8 @@ Pick another ready-made profile without editing code:
     pyinfra inventory/ct200.py deploy.py --data profile=qwen36_ddtree
 """
 
+from operations.deployment import site as _site
+
 # The deployment profile (a key of `profiles` below), served as the host's class lays it out
 # (group_data/<class>.py `layouts`: TP size, replicas, GPUs).
 profile = "kimi_k26_dflash"
@@ -18,10 +20,10 @@ profile = "kimi_k26_dflash"
 deployments = None
 
 # Each profile names the target model, its drafter, the speculative algorithm and
-# the SGLang build that serves it. Revisions are hub commits: set them to the
-# commits you validated (`hf models info REPO`). A branch name is refused at preflight,
-# which names the commit it points at now; allow_branch_revisions=true deploys it anyway
-# with a warning. A git requirement (DDTree's build) is refused unless it names a commit too.
+# the SGLang build that serves it. Revisions and git refs that move (a branch, a pull
+# request's ref) are deployed at the commit `python pin.py INVENTORY` resolved them to
+# (`pins` below, in your site directory); preflight refuses one without a pin, naming
+# the commit it points at now; allow_branch_revisions=true deploys it anyway with a warning.
 profiles = {
     # Kimi K2.6 (1T MoE, MLA, ~595 GB) with z-lab's gated DFlash drafter.
     "kimi_k26_dflash": dict(
@@ -67,9 +69,8 @@ profiles = {
             "--mamba-radix-cache-strategy", "extra_buffer",  # hybrid model + speculation + radix cache
         ],
         env=dict(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN="1"),  # z-lab's Qwen3.6 recipe
-        # DDTree is in no SGLang release up to 0.5.23: it lives in open PR #29907. Replace the
-        # pull request's ref with the commit you validated (`git ls-remote
-        # https://github.com/sgl-project/sglang refs/pull/29907/head`): preflight refuses a moving ref.
+        # DDTree is in no SGLang release up to 0.5.23: it lives in open pull request 29907, whose
+        # ref `python pin.py` resolves to a commit (git ls-remote) like the revisions above.
         sglang=dict(
             requirement="sglang @ git+https://github.com/sgl-project/sglang@refs/pull/29907/head#subdirectory=python",
             version="0.5.23",
@@ -107,10 +108,18 @@ install_driver = False  # True: install the open-module driver branch below (reb
 driver_branch = "580"
 # NVIDIA's apt repositories (the driver, fabric manager, nvlsm), per OS release and architecture below it.
 nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos"
+# True: accept a plain-HTTP nvidia_repo_url. Its keyring then travels unprotected, and whoever swaps it
+# can sign any package apt installs as root.
+allow_http_nvidia_repo = False
 allow_branch_revisions = False  # True: a branch revision only warns (the weights follow the branch)
-# The GPU smoke test's engine: None runs its own torch.distributed + NCCL workers in the SGLang
-# venv; an absolute path names another program printing the same measurements (the lab's stand-in).
-gpu_smoke_engine = None
+# Seconds the GPU smoke test's all-reduce may take, start-up included (the P2P attempt on a PCIe
+# class gets a third of it): 8 GPUs start NCCL and run in ~10-30 s; a real 2x H200 run took 6.2 s.
+gpu_smoke_timeout_s = 180
+# The commits that moving revisions (a branch, a tag, a pull request's ref) point at, as `python pin.py
+# INVENTORY` resolved them into SPECFLEET_SITE/pins.json: {"repos": {"REPO@REVISION": COMMIT}, "git":
+# {"URL@REF": COMMIT}}. The deploy installs and fetches those commits; preflight refuses a moving
+# revision without one.
+pins = _site.pins()
 
 # One model over several nodes: a server spanning hosts, tensor parallel over all their GPUs
 # (e.g. Kimi K2.6 at TP 16 over two 8-GPU B200 nodes). A host joins a group with its inventory
@@ -131,3 +140,7 @@ node_groups = {
 node_group = None  # this host serves alone
 node_rank = None
 node_address = None
+
+# SPECFLEET_SITE/group_data/all.py (your site directory, outside this checkout) overrides these values
+# (operations/deployment/site.py).
+globals().update(_site.overrides(__file__, globals()))

@@ -1,5 +1,7 @@
 """8x B200 HGX (sm_100, 180 GB each), NV18 NVLink between every pair through NVSwitch."""
 
+from operations.deployment import site as _site
+
 expected_gpus = dict(
     name_patterns=[r"^NVIDIA B200$"],
     count=8,
@@ -13,6 +15,7 @@ expected_gpus = dict(
     # PCIe path (a real 2x H200 pair read 27.2 with NCCL_P2P_DISABLE=1; PCIe Gen5 x16 carries ~64 each
     # way), well below NVLink (the same pair read 313 over NV18): tests/fixtures/nvidia-smi/h200-x2-smoke.
     allreduce_floor_gbps=150,
+    p2p_floor_gbps=None,  # NVLink is the P2P path: never turned off (the host-memory path fails the floor above)
 )
 
 # How each profile is served here (operations/server/layout.py; group_data/rtx_pro_6000_pcie.py explains
@@ -39,3 +42,7 @@ sglang_tuning = dict(
     extra_args=[],
     env=dict(),  # NVLink + NVSwitch: NCCL's defaults are right
 )
+
+# SPECFLEET_SITE/group_data/b200_nvlink.py (your site directory, outside this checkout) overrides these values
+# (operations/deployment/site.py).
+globals().update(_site.overrides(__file__, globals()))

@@ -1,5 +1,7 @@
 """8x B300 HGX (sm_103, 268 GB each), NV18 NVLink between every pair through NVSwitch."""
 
+from operations.deployment import site as _site
+
 expected_gpus = dict(
     name_patterns=[r"^NVIDIA B300 SXM6 AC$"],
     count=8,
@@ -10,6 +12,7 @@ expected_gpus = dict(
     open_kernel_module=True,
     fabric_manager=True,
     allreduce_floor_gbps=150,  # NVLink territory, as b200_nvlink.py explains
+    p2p_floor_gbps=None,  # NVLink is the P2P path, as b200_nvlink.py explains
 )
 
 # As b200_nvlink.py: one Kimi K2.6 server over all eight GPUs (at TP 4 two would fit the weights, 149 GB
@@ -26,3 +29,7 @@ sglang_tuning = dict(
     extra_args=[],
     env=dict(),
 )
+
+# SPECFLEET_SITE/group_data/b300_nvlink.py (your site directory, outside this checkout) overrides these values
+# (operations/deployment/site.py).
+globals().update(_site.overrides(__file__, globals()))

@@ -6,6 +6,8 @@ host's `profile` (group_data/all.py) and routes to every inventory host in a cla
 group serving that model, registered through its own API (operations/gateway.py).
 """
 
+from operations.deployment import site as _site
+
 # The gateway itself: the real smg wheel (a Rust gateway shipped as a Python package).
 # Never also install sglang-router: both ship an `smg` console script.
 gateway_requirement = "smg==1.13.0"
@@ -17,8 +19,8 @@ gateway_user = "smg"
 # admin routes (POST/DELETE /workers) and is passed on to the workers.
 gateway_bind_address = "127.0.0.1"
 gateway_port = 30080
-# Prometheus text on its own port (smg_worker_health, smg_router_requests_total, ...);
-# unauthenticated like SGLang's /metrics, so bound like the gateway.
+# Prometheus text on its own port (smg_worker_health, smg_router_requests_total, ...); it takes
+# no key, so it listens on 127.0.0.1 only, where the gateway host's Prometheus scrapes it.
 gateway_prometheus_port = 29000
 
 # cache_aware sends a prompt to the worker whose radix cache holds its longest prefix
@@ -46,3 +48,7 @@ prometheus_scrape_interval_s = 15
 prometheus_retention = "15d"  # Prometheus's default; a worker's few dozen series take little disk
 # How long the deploy waits for every target's first successful scrape after a change.
 prometheus_targets_timeout_s = 60
+
+# SPECFLEET_SITE/group_data/gateway.py (your site directory, outside this checkout) overrides these values
+# (operations/deployment/site.py).
+globals().update(_site.overrides(__file__, globals()))

@@ -1,5 +1,7 @@
 """8x RTX PRO 6000 Blackwell (sm_120, 96 GB each) on PCIe, no NVLink: the CT200 box."""
 
+from operations.deployment import site as _site
+
 # What preflight expects of the hardware (operations.gpu checks the host's facts against it).
 expected_gpus = dict(
     # nvidia-smi --query-gpu=name; all PCIe Blackwell PRO 6000 variants share sm_120 and 96 GB.
@@ -15,6 +17,12 @@ expected_gpus = dict(
     # ~28 (8x RTX 5090, NVIDIA/nccl#1639); a link trained down or a path through a starved CPU falls
     # far below. A hanging P2P all-reduce (nccl#1999) fails on the smoke test's timeout instead.
     allreduce_floor_gbps=5,
+    # PCIe peer-to-peer is decided per host by the GPU smoke test: P2P first; a hang, an error or a bus
+    # bandwidth below this floor turns it off for that host. The path through host memory read 27.2 GB/s
+    # at 512 MiB on a real pair (tests/fixtures/nvidia-smi/h200-x2-smoke/p2p-disabled.txt): P2P slower
+    # than ~30 gains nothing over it, and ACS or the IOMMU routing P2P through the CPU reads like that
+    # (NCCL's troubleshooting guide: "a significant performance reduction or even a hang").
+    p2p_floor_gbps=30,
 )
 
 # How each profile is served here (operations/server/layout.py): the tensor-parallel size of one SGLang
@@ -26,9 +34,10 @@ layouts = dict(
     # 149 GB a card does not fit. One server over all eight cards.
     kimi_k26_dflash=dict(tp_size=8),
     # Qwen3.6-27B's ~54 GB fits one card with ~30 GB left for the KV cache. A TP 8 server pays a PCIe
-    # all-reduce (peer-to-peer off, env below) on every token; eight TP 1 replicas pay none. The CT200
-    # measurements that started this project: DDTree (budget 15) 6.5x autoregressive decoding on one
-    # GPU, its lead narrowing at higher concurrency under PCIe all-reduce (notes fleet.md).
+    # all-reduce on every token (through the CPU where the host's smoke test turns peer-to-peer off);
+    # eight TP 1 replicas pay none. The CT200 measurements that started this project: DDTree (budget
+    # 15) 6.5x autoregressive decoding on one GPU, its lead narrowing at higher concurrency under PCIe
+    # all-reduce.
     qwen36_ddtree=dict(tp_size=1),
 )
 
@@ -45,11 +54,16 @@ sglang_tuning = dict(
         # 16 left batches 17-48 without graphs. 0.5.23 splits --cuda-graph-max-bs into decode/prefill.
         "--cuda-graph-max-bs-decode", "48",
     ],
-    env=dict(
-        # P2P all-reduce hangs on this card (NVIDIA/nccl#1999, local-inference-lab/rtx6kpro#15 with
-        # NCCL 2.30.4) were worked around by disabling P2P, not by forcing NCCL_P2P_LEVEL=SYS.
-        # NCCL_PROTO is left to NCCL: listing LL128 forces it on PCIe paths, where NCCL's environment
-        # documentation warns it can corrupt data (notes sglang.md section 8).
-        NCCL_P2P_DISABLE="1",
-    ),
+    # NCCL_P2P_DISABLE is not set for the whole class: P2P all-reduce hangs reported on this card
+    # (NVIDIA/nccl#1999; local-inference-lab/rtx6kpro#15 with NCCL 2.30.4) come from the host, usually
+    # PCIe ACS or the IOMMU (an NCCL maintainer in NVIDIA/nccl#631; nccl#2079 was fixed by turning ACS
+    # off), and disabling P2P only costs speed. The GPU smoke test measures each host and turns P2P off
+    # (NCCL_P2P_DISABLE=1 in the unit's environment) only where it hangs, fails or is slow
+    # (expected_gpus p2p_floor_gbps above). NCCL_PROTO is left to NCCL: listing LL128 forces it on PCIe
+    # paths, where NCCL's environment documentation warns it can corrupt data (notes sglang.md section 8).
+    env=dict(),
 )
+
+# SPECFLEET_SITE/group_data/rtx_pro_6000_pcie.py (your site directory, outside this checkout) overrides these values
+# (operations/deployment/site.py).
+globals().update(_site.overrides(__file__, globals()))

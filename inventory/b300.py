@@ -2,9 +2,11 @@
 
     SPECFLEET_B300_HOSTS="b300-a,b300-b" pyinfra inventory/b300.py deploy.py
 
+SPECFLEET_GATEWAY_HOST adds SGLang's gateway in front of them (inventory/b200.py shows how).
 Host keys are verified (inventory/ssh_trust.py).
 """
 
-from inventory.ssh_trust import ssh_data, targets
+from inventory.ssh_trust import gateway as _gateway, ssh_data, targets
 
-b300_nvlink = [(name, ssh_data()) for name in targets("SPECFLEET_B300_HOSTS", "b300-a,b300-b")]
+b300_nvlink = [(name, ssh_data(target=name)) for name in targets("SPECFLEET_B300_HOSTS", "b300-a,b300-b")]
+gateway = _gateway(b300_nvlink)

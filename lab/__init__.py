@@ -4,7 +4,8 @@ deploy feature can be exercised without GPUs.
 
 Stand-ins (labelled as such in their own files): the GPU itself (an
 ``nvidia-smi`` stand-in answering from profiles built from real captured
-output) and the SGLang engine (a ``sglang`` distribution that parses the real
+output, and a ``torch`` whose CUDA and NCCL collectives answer from the same
+profiles), and the SGLang engine (a ``sglang`` distribution that parses the real
 0.5.23 flag list and serves the real endpoints with deterministic output).
 
 The lab's API, shared by ``python -m lab``, the tests and ``speed/``: ``up()``,

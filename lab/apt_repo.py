@@ -11,14 +11,22 @@ installs that key and the source line, as NVIDIA's installs NVIDIA's; the servic
 DIR over plain HTTP (lab.services).
 
 Every package here is a stand-in holding no NVIDIA software, labelled in its description.
-Names, versions and dependency shapes follow NVIDIA's repository (../shared/notes/hosts.md):
-`nvidia-open-<branch>` and branch-suffixed parts before 590, `nvidia-driver-pinning-<branch>`
-plus unsuffixed `nvidia-open` from 590 on, `nvidia-fabricmanager` at each exact driver version (providing
-`nvidia-fabricmanager-<branch>`), `nvlsm`. Their content is the GPU stand-in's (h5's files
-in lab/gpu_standin and lab/host_files), so installing them is how nvidia-smi and the
-driver's units reach a host. The stand-in kernel module is "built" by the dkms package's
-postinst (which, like DKMS, fails without the running kernel's headers) and "loaded" only at
-boot by the lab's GPU unit (lab/host_files/usr/lib/specfleet-lab/apply-gpu-profile).
+Names, versions and dependency shapes are NVIDIA's, per OS release (`release_debs`):
+- Debian (debian12, debian13): Debian's names, which never carry the branch (`nvidia-open`,
+  `nvidia-kernel-open-dkms`, `nvidia-smi`, `libnvidia-ml1`, `nvidia-persistenced`), revision `-1`,
+  a branch chosen by `nvidia-driver-pinning-<branch>` on every branch;
+- Ubuntu (ubuntu2204, ubuntu2404): before 590 every part carries its branch (`nvidia-open-580`,
+  `nvidia-dkms-580-open`, `nvidia-utils-580`, ...); from 590 on the same parts without it
+  (`nvidia-open`, `nvidia-dkms-open`, ...) behind `nvidia-driver-pinning-<branch>`; revisions
+  `-0ubuntu1` or `-1ubuntu1` by build;
+- `nvidia-fabricmanager` at each exact driver version (providing `nvidia-fabricmanager-<branch>`),
+  revision `-1`, or `-1ubuntu1` on Ubuntu from 590 on; `nvlsm`.
+The lab boots Debian hosts only: the Ubuntu repositories are built and checked by unit tests
+(tests/unit/test_lab_apt_repo.py), never installed from.
+Their content is the GPU stand-in's (lab/gpu_standin and lab/host_files), so installing them is
+how nvidia-smi and the driver's units reach a host. The stand-in kernel module is "built" by the
+dkms package's postinst (which, like DKMS, fails without the running kernel's headers) and
+"loaded" only at boot by the lab's GPU unit (lab/host_files/usr/lib/specfleet-lab/apply-gpu-profile).
 
 DIR/debian/ is the lab hosts' Debian mirror (they reach no other): Debian's REAL packages that the
 deploy installs from Debian (DEBIAN_PACKAGES: Prometheus on gateway hosts) with every dependency,
@@ -36,26 +44,59 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import rootfs
 from lab.config import APT_URL, DEBIAN_URL
 
 LAB = Path(__file__).resolve().parent
-OS_RELEASES = ["debian12", "debian13"]  # the lab's hosts: Debian bookworm, or trixie (lab/rootfs.py)
+# NVIDIA's repository directory for each OS release, and how NVIDIA names and versions packages there.
+OS_RELEASES = {"debian12": "debian", "debian13": "debian", "ubuntu2204": "ubuntu", "ubuntu2404": "ubuntu"}
 ARCH = "x86_64"
 DEB_ARCH = "amd64"
 # Driver versions the repository holds: two 580 releases (fabric manager pinned to the older
 # one is the version-mismatch case), the 590 branch (upgrade), 595 (the PCIe profile's image).
+# NVIDIA's debian13 repository has carried no 580 driver (NVIDIA/cuda-repo-management#38, #40);
+# the lab's keeps it, so a trixie host gets the class's default branch.
 DRIVER_VERSIONS = ["580.82.07", "580.95.05", "590.48.01", "595.58.03"]
 # The CUDA version each branch's driver supports, as nvidia-smi reports it.
 CUDA = {580: "13.0", 590: "13.1", 595: "13.2"}
+# Ubuntu revisions of these drivers in NVIDIA's ubuntu2404 repository: 580 up to 580.105.08 and
+# 590.48.01 carry -0ubuntu1, 580.126.09 on and 595 -1ubuntu1 (its Packages listings as published).
+UBUNTU_DRIVER_REVISIONS = {"580.82.07": "0ubuntu1", "580.95.05": "0ubuntu1", "590.48.01": "0ubuntu1",
+                           "595.58.03": "1ubuntu1"}
+# Fabric manager on Ubuntu: -1 for 580 builds (nvidia-fabricmanager_580.95.05-1_amd64.deb in
+# ubuntu2404), -1ubuntu1 for later ones (580.173.02-1ubuntu1, 615.71.09-1ubuntu1): here from 590 on.
+UBUNTU_FABRIC_REVISION_FROM = 590
+# NVIDIA's Ubuntu packages lose the branch from their names from this branch on ("Recent Updates").
+UNSUFFIXED_FROM = 590
 NVLSM_VERSION = "2025.06.1-1"
 KEYRING_VERSION = "1.1-1"
 # The running kernel is the controller's: nspawn containers share it.
 KERNEL_RELEASE = os.uname().release
 MODULE_PATH = "lib/modules/$(uname -r)/updates/dkms/nvidia.ko"
 LABEL = "specfleet lab STAND-IN, no NVIDIA software"
+# The pinning packages' apt preferences file: one name for every branch, so one pin at a time.
+PIN_FILE = "etc/apt/preferences.d/nvidia-driver-pin"
+
+
+@dataclass(frozen=True)
+class Deb:
+    """One package of the repository: its control fields, files {path: (bytes, mode; 0: a symlink to
+    the bytes)} and maintainer scripts."""
+
+    name: str
+    version: str
+    description: str
+    depends: tuple[str, ...] = ()
+    provides: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+    replaces: tuple[str, ...] = ()
+    files: dict = field(default_factory=dict)
+    scripts: dict = field(default_factory=dict)
+    arch: str = DEB_ARCH
+
 
 # What the deploy installs from Debian's archive (operations/monitoring.py), resolved by apt as a
 # host with nothing installed would (so the closure holds whatever a host lacks), without
@@ -75,29 +116,25 @@ def _branch(version: str) -> int:
     return int(version.split(".")[0])
 
 
-def _deb(pool: Path, name: str, version: str, description: str, depends: list[str] = (),
-         provides: list[str] = (), conflicts: list[str] = (), replaces: list[str] = (),
-         files: dict[str, tuple[bytes, int]] | None = None,
-         scripts: dict[str, str] | None = None, arch: str = DEB_ARCH) -> None:
-    """Build one .deb with dpkg-deb: control fields, files {path: (bytes, mode)}, maintainer scripts."""
+def _write_deb(pool: Path, deb: Deb) -> None:
+    """Build one .deb with dpkg-deb."""
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp)
         tree.chmod(0o755)  # the package's "./": dpkg-deb records its mode
         (tree / "DEBIAN").mkdir()
-        control = [f"Package: {name}", f"Version: {version}", f"Architecture: {arch}",
+        control = [f"Package: {deb.name}", f"Version: {deb.version}", f"Architecture: {deb.arch}",
                    "Maintainer: specfleet lab <lab@specfleet.invalid>", "Section: lab", "Priority: optional"]
-        if depends:
-            control.append("Depends: " + ", ".join(depends))
-        for field, values in (("Provides", provides), ("Conflicts", conflicts), ("Replaces", replaces)):
+        for label, values in (("Depends", deb.depends), ("Provides", deb.provides), ("Conflicts", deb.conflicts),
+                              ("Replaces", deb.replaces)):
             if values:
-                control.append(f"{field}: " + ", ".join(values))
-        control.append(f"Description: {description} ({LABEL})")
+                control.append(f"{label}: " + ", ".join(values))
+        control.append(f"Description: {deb.description} ({LABEL})")
         (tree / "DEBIAN/control").write_text("\n".join(control) + "\n")
-        for script, body in (scripts or {}).items():
+        for script, body in deb.scripts.items():
             path = tree / "DEBIAN" / script
             path.write_text("#!/bin/sh\nset -e\n" + body)
             path.chmod(0o755)
-        for path, (content, mode) in (files or {}).items():
+        for path, (content, mode) in deb.files.items():
             target = tree / path
             target.parent.mkdir(parents=True, exist_ok=True)
             if mode == 0:  # a symlink to `content`
@@ -106,76 +143,124 @@ def _deb(pool: Path, name: str, version: str, description: str, depends: list[st
                 target.write_bytes(content)
                 target.chmod(mode)
         subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree),
-                        str(pool / f"{name}_{version}_{arch}.deb")], check=True, stdout=subprocess.DEVNULL)
+                        str(pool / f"{deb.name}_{deb.version}_{deb.arch}.deb")], check=True, stdout=subprocess.DEVNULL)
 
 
-def _leaf_names(branch: int) -> dict[str, str]:
-    """The driver's parts by role. Before 590 every part carries its branch in its name (apt only
-    installs candidate versions of dependencies, so a branch needs names of its own); from 590 on
-    they are unsuffixed and an apt pin chooses the branch."""
-    if branch < 590:
-        return dict(module=f"nvidia-dkms-{branch}-open", smi=f"nvidia-utils-{branch}",
-                    persistenced=f"nvidia-compute-utils-{branch}", nvml=f"libnvidia-compute-{branch}",
-                    meta=f"nvidia-open-{branch}")
-    return dict(module="nvidia-kernel-open-dkms", smi="nvidia-smi", persistenced="nvidia-persistenced",
-                nvml="libnvidia-ml1", meta="nvidia-open")
+def part_names(family: str, branch: int) -> dict[str, str]:
+    """The driver's parts by role, as NVIDIA names them for `family` ("debian" or "ubuntu") and `branch`.
+
+    Debian: Debian's names on every branch. Ubuntu before 590: every part carries its branch (apt only
+    installs candidate versions of dependencies, so a branch needs names of its own); from 590 on the
+    same names without it (NVIDIA's renames table: nvidia-dkms-580-open -> nvidia-dkms-open,
+    libnvidia-compute-580 -> libnvidia-compute; nvidia-utils and nvidia-compute-utils by the same rule)."""
+    if family == "debian":
+        return dict(module="nvidia-kernel-open-dkms", smi="nvidia-smi", persistenced="nvidia-persistenced",
+                    nvml="libnvidia-ml1", meta="nvidia-open")
+    suffix = f"-{branch}" if branch < UNSUFFIXED_FROM else ""
+    return dict(module=f"nvidia-dkms{suffix}-open", smi=f"nvidia-utils{suffix}",
+                persistenced=f"nvidia-compute-utils{suffix}", nvml=f"libnvidia-compute{suffix}",
+                meta=f"nvidia-open{suffix}")
 
 
-def _driver_debs(pool: Path, driver: str) -> None:
-    version, branch = f"{driver}-1", _branch(driver)
-    names = _leaf_names(branch)
+def pinned(family: str, branch: int) -> bool:
+    """Whether a pinning package chooses the branch (the metapackage's name does not)."""
+    return family == "debian" or branch >= UNSUFFIXED_FROM
+
+
+def driver_version(family: str, driver: str) -> str:
+    return f"{driver}-{'1' if family == 'debian' else UBUNTU_DRIVER_REVISIONS[driver]}"
+
+
+def fabric_version(family: str, driver: str) -> str:
+    ubuntu_late = family == "ubuntu" and _branch(driver) >= UBUNTU_FABRIC_REVISION_FROM
+    return f"{driver}-{'1ubuntu1' if ubuntu_late else '1'}"
+
+
+def pinning_version(family: str, branch: int) -> str:
+    """debian12 carries nvidia-driver-pinning-580 at 580-1 and 580-5; ubuntu2404 610-2ubuntu1."""
+    return f"{branch}-1" if family == "debian" else f"{branch}-1ubuntu1"
+
+
+def _driver_debs(family: str, driver: str) -> list[Deb]:
+    version, branch = driver_version(family, driver), _branch(driver)
+    names = part_names(family, branch)
     exact = lambda role: f"{names[role]} (= {version})"  # noqa: E731 (one-line helper)
     # Parts of the other branches that hold the same files: an upgrade replaces them.
-    others = lambda role: [n for b in {_branch(d) for d in DRIVER_VERSIONS} - {branch}  # noqa: E731
-                           if (n := _leaf_names(b)[role]) != names[role]]
+    others = lambda role: tuple(n for b in sorted({_branch(d) for d in DRIVER_VERSIONS} - {branch})  # noqa: E731
+                                if (n := part_names(family, b)[role]) != names[role])
     replaces = lambda role: dict(conflicts=others(role), replaces=others(role))  # noqa: E731
     smi = (LAB / "gpu_standin/nvidia-smi").read_bytes()
     persistenced = (LAB / "host_files/usr/lib/systemd/system/nvidia-persistenced.service").read_bytes()
     fabricmanager = (LAB / "vendor_units/nvidia-fabricmanager.service").read_bytes()
     lib = "usr/lib/x86_64-linux-gnu"
-    _deb(pool, names["nvml"], version, f"NVIDIA Management Library {driver}", **replaces("nvml"), files={
-        f"{lib}/libnvidia-ml.so.{driver}": (f"{LABEL}: NVML {driver}\n".encode(), 0o644),
-        f"{lib}/libnvidia-ml.so.1": (f"libnvidia-ml.so.{driver}".encode(), 0),
-        # The library's version as the nvidia-smi stand-in reads it (its docstring: NVML_VERSION_FILE).
-        "usr/lib/specfleet-lab/nvml-version": (f"{driver} {CUDA[branch]}\n".encode(), 0o644)})
-    _deb(pool, names["smi"], version, f"NVIDIA System Management Interface {driver}", **replaces("smi"),
-         depends=[exact("nvml")], files={"usr/bin/nvidia-smi": (smi, 0o755)})
-    _deb(pool, names["persistenced"], version, f"NVIDIA persistence daemon {driver}", **replaces("persistenced"),
-         files={"usr/lib/systemd/system/nvidia-persistenced.service": (persistenced, 0o644)})
-    # DKMS builds the module for the running kernel at configure time, and needs its headers.
-    _deb(pool, names["module"], version, f"NVIDIA open kernel module {driver} (DKMS source)",
-         **replaces("module"), files={f"usr/src/nvidia-{driver}/README": (f"{LABEL}\n".encode(), 0o644)},
-         scripts={
-             "postinst": (
-                 'if [ "$1" = configure ]; then\n'
-                 '  if [ ! -d "/lib/modules/$(uname -r)/build" ]; then\n'
-                 '    echo "Error! Your kernel headers for kernel $(uname -r) cannot be found at '
-                 '/lib/modules/$(uname -r)/build" >&2; exit 1\n  fi\n'
-                 f'  mkdir -p "$(dirname /{MODULE_PATH})"\n'
-                 f'  echo "{driver} open" > "/{MODULE_PATH}"\nfi\n'),
-             "prerm": f'rm -f "/{MODULE_PATH}"\n'})
-    _deb(pool, names["meta"], version, f"NVIDIA open driver {driver} (metapackage)",
-         depends=[exact("module"), exact("smi"), exact("persistenced")])
-    if branch >= 590:
-        pin = (f"Package: {' '.join(names.values())} nvidia-fabricmanager\n"
-               f"Pin: version {branch}.*\nPin-Priority: 1000\n")
-        _deb(pool, f"nvidia-driver-pinning-{branch}", version, f"Pins the NVIDIA driver to branch {branch}",
-             arch="all", files={f"etc/apt/preferences.d/nvidia-driver-pinning-{branch}": (pin.encode(), 0o644)})
     nv_fabricmanager = (f"#!/bin/sh\n# {LABEL}: stands in for nv-fabricmanager {driver}.\n"
                         f'case "$1" in -v|--version) echo "Fabric Manager version is : {driver}"; exit 0;; esac\n'
                         'exec /usr/lib/specfleet-lab/driver-daemon-standin nvidia-fabricmanager "$@"\n')
-    _deb(pool, "nvidia-fabricmanager", version, f"NVIDIA fabric manager {driver}",
-         provides=[f"nvidia-fabricmanager-{branch} (= {version})"], files={
-             "usr/lib/systemd/system/nvidia-fabricmanager.service": (fabricmanager, 0o644),
-             "usr/bin/nv-fabricmanager": (nv_fabricmanager.encode(), 0o755)})
+    return [
+        Deb(names["nvml"], version, f"NVIDIA Management Library {driver}", **replaces("nvml"), files={
+            f"{lib}/libnvidia-ml.so.{driver}": (f"{LABEL}: NVML {driver}\n".encode(), 0o644),
+            f"{lib}/libnvidia-ml.so.1": (f"libnvidia-ml.so.{driver}".encode(), 0),
+            # The library's version as the nvidia-smi stand-in reads it (its docstring: NVML_VERSION_FILE).
+            "usr/lib/specfleet-lab/nvml-version": (f"{driver} {CUDA[branch]}\n".encode(), 0o644)}),
+        Deb(names["smi"], version, f"NVIDIA System Management Interface {driver}", **replaces("smi"),
+            depends=(exact("nvml"),), files={"usr/bin/nvidia-smi": (smi, 0o755)}),
+        Deb(names["persistenced"], version, f"NVIDIA persistence daemon {driver}", **replaces("persistenced"),
+            files={"usr/lib/systemd/system/nvidia-persistenced.service": (persistenced, 0o644)}),
+        # DKMS builds the module for the running kernel at configure time, and needs its headers.
+        Deb(names["module"], version, f"NVIDIA open kernel module {driver} (DKMS source)", **replaces("module"),
+            files={f"usr/src/nvidia-{driver}/README": (f"{LABEL}\n".encode(), 0o644)}, scripts={
+                "postinst": (
+                    'if [ "$1" = configure ]; then\n'
+                    '  if [ ! -d "/lib/modules/$(uname -r)/build" ]; then\n'
+                    '    echo "Error! Your kernel headers for kernel $(uname -r) cannot be found at '
+                    '/lib/modules/$(uname -r)/build" >&2; exit 1\n  fi\n'
+                    f'  mkdir -p "$(dirname /{MODULE_PATH})"\n'
+                    f'  echo "{driver} open" > "/{MODULE_PATH}"\nfi\n'),
+                "prerm": f'rm -f "/{MODULE_PATH}"\n'}),
+        Deb(names["meta"], version, f"NVIDIA open driver {driver} (metapackage)",
+            depends=(exact("module"), exact("smi"), exact("persistenced"))),
+        Deb("nvidia-fabricmanager", fabric_version(family, driver), f"NVIDIA fabric manager {driver}",
+            provides=(f"nvidia-fabricmanager-{branch} (= {fabric_version(family, driver)})",), files={
+                "usr/lib/systemd/system/nvidia-fabricmanager.service": (fabricmanager, 0o644),
+                "usr/bin/nv-fabricmanager": (nv_fabricmanager.encode(), 0o755)}),
+    ]
 
 
-def _keyring_deb(pool: Path, os_release: str, public_key: bytes) -> None:
+def _pinning_deb(family: str, branch: int) -> Deb:
+    """What NVIDIA's pinning package installs: an apt preference holding the driver's packages to the
+    branch (Pin-Priority 1000). One at a time: each conflicts with every other."""
+    names = part_names(family, branch)
+    pin = (f"Package: {' '.join(names.values())} nvidia-fabricmanager\n"
+           f"Pin: version {branch}.*\nPin-Priority: 1000\n")
+    return Deb(f"nvidia-driver-pinning-{branch}", pinning_version(family, branch),
+               f"APT driver pinning file for driver branch {branch}", arch="all",
+               provides=("nvidia-driver-pinning",), conflicts=("nvidia-driver-pinning",),
+               replaces=("nvidia-driver-pinning",), files={PIN_FILE: (pin.encode(), 0o644)})
+
+
+def _keyring_deb(os_release: str, public_key: bytes) -> Deb:
     keyring = "usr/share/keyrings/cuda-archive-keyring.gpg"
     source = f"deb [signed-by=/{keyring}] {APT_URL}/{os_release}/{ARCH}/ /\n"
-    _deb(pool, "cuda-keyring", KEYRING_VERSION, f"the lab's apt key for the {os_release} CUDA repository",
-         arch="all", files={keyring: (public_key, 0o644),
-                            f"etc/apt/sources.list.d/cuda-{os_release}-{ARCH}.list": (source.encode(), 0o644)})
+    return Deb("cuda-keyring", KEYRING_VERSION, f"the lab's apt key for the {os_release} CUDA repository", arch="all",
+               files={keyring: (public_key, 0o644),
+                      f"etc/apt/sources.list.d/cuda-{os_release}-{ARCH}.list": (source.encode(), 0o644)})
+
+
+def release_debs(os_release: str, public_key: bytes = b"") -> list[Deb]:
+    """Every package of the repository of `os_release` (a key of OS_RELEASES)."""
+    family = OS_RELEASES[os_release]
+    debs = [_keyring_deb(os_release, public_key)]
+    for driver in DRIVER_VERSIONS:
+        debs += _driver_debs(family, driver)
+    debs += [_pinning_deb(family, branch) for branch in sorted({_branch(d) for d in DRIVER_VERSIONS})
+             if pinned(family, branch)]
+    debs.append(Deb("nvlsm", NVLSM_VERSION, "NVLink Subnet Manager"))
+    # On a real host the running kernel's headers come from the distribution's archive.
+    debs.append(Deb(f"linux-headers-{KERNEL_RELEASE}", "1-lab", f"Linux kernel headers for {KERNEL_RELEASE}",
+                    files={f"usr/src/linux-headers-{KERNEL_RELEASE}/README": (f"{LABEL}\n".encode(), 0o644),
+                           f"lib/modules/{KERNEL_RELEASE}/build": (f"/usr/src/linux-headers-{KERNEL_RELEASE}".encode(),
+                                                                  0)}))
+    return debs
 
 
 def _gpg(home: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -276,7 +361,7 @@ def debian_source(root: Path, out: Path) -> None:
 
 
 def _inputs_key() -> str:
-    digest = hashlib.sha256(" ".join([*DRIVER_VERSIONS, NVLSM_VERSION, KEYRING_VERSION, KERNEL_RELEASE,
+    digest = hashlib.sha256(" ".join([*DRIVER_VERSIONS, *OS_RELEASES, NVLSM_VERSION, KEYRING_VERSION, KERNEL_RELEASE,
                                       APT_URL, DEBIAN_URL, *DEBIAN_PACKAGES, *DEBIAN_SUITES]).encode())
     for path in [Path(__file__), LAB / "gpu_standin/nvidia-smi", LAB / "vendor_units/nvidia-fabricmanager.service",
                  LAB / "host_files/usr/lib/systemd/system/nvidia-persistenced.service"]:
@@ -294,14 +379,8 @@ def build(out: Path) -> None:
         repo = repo_dir(out, os_release)
         shutil.rmtree(repo, ignore_errors=True)
         repo.mkdir(parents=True)
-        _keyring_deb(repo, os_release, public_key)
-        for driver in DRIVER_VERSIONS:
-            _driver_debs(repo, driver)
-        _deb(repo, "nvlsm", NVLSM_VERSION, "NVLink Subnet Manager")
-        # On a real host the running kernel's headers come from the distribution's archive.
-        _deb(repo, f"linux-headers-{KERNEL_RELEASE}", "1-lab", f"Linux kernel headers for {KERNEL_RELEASE}",
-             files={f"usr/src/linux-headers-{KERNEL_RELEASE}/README": (f"{LABEL}\n".encode(), 0o644),
-                    f"lib/modules/{KERNEL_RELEASE}/build": (f"/usr/src/linux-headers-{KERNEL_RELEASE}".encode(), 0)})
+        for deb in release_debs(os_release, public_key):
+            _write_deb(repo, deb)
         _signed_index(home, repo, ".", repo, repo,
                       {"Origin": "specfleet lab", "Label": "specfleet lab stand-in for NVIDIA CUDA"})
     for suite in DEBIAN_SUITES:

@@ -3,7 +3,8 @@
     python -m lab.index build --out DIR
         DIR/wheels/ gets uv, smg (the gateway), aiperf, huggingface_hub (the download bench) and their dependencies for the hosts
         (CPython 3.11, manylinux x86_64, as on Debian bookworm) and the two
-        SGLang stand-in wheels built from lab/sglang_standin.
+        SGLang stand-in wheels built from lab/sglang_standin, each with the lab's torch stand-in
+        (lab/torch_standin) beside it.
     python -m lab.index serve --dir DIR [--host H] [--port P]
         PEP 503 index at /simple/<name>/ and plain downloads at /wheels/<file>.
 
@@ -33,6 +34,9 @@ from lab.config import INDEX_PORT
 from operations.python.venv import UV_VERSION
 
 STANDIN_SRC = Path(__file__).resolve().parent / "sglang_standin" / "sglang"
+# The lab's torch (a LAB STAND-IN answering from the host's GPU profile), shipped in the same wheel: the
+# SGLang venv imports it where a real one imports the torch SGLang depends on (the GPU smoke test's workers).
+TORCH_STANDIN_SRC = Path(__file__).resolve().parent / "torch_standin" / "torch"
 # Stand-in builds: version -> (flag list it parses with, listed in /simple/?).
 STANDIN_BUILDS = {
     "0.5.23+lab": ("flags_0_5_23.json", True),
@@ -101,8 +105,9 @@ def standin_wheel_bytes(version: str) -> bytes:
     _build.json names the version and the flag list this build parses with."""
     flags, _listed = STANDIN_BUILDS[version]
     files = {
-        f"sglang/{p.relative_to(STANDIN_SRC).as_posix()}": p.read_bytes()
-        for p in sorted(STANDIN_SRC.rglob("*"))
+        f"{package}/{p.relative_to(source).as_posix()}": p.read_bytes()
+        for package, source in (("sglang", STANDIN_SRC), ("torch", TORCH_STANDIN_SRC))
+        for p in sorted(source.rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts and p.name != "_build.json"
     }
     files["sglang/_build.json"] = json.dumps({"version": version, "flags": flags}).encode()
@@ -117,7 +122,7 @@ def standin_wheel_bytes(version: str) -> bytes:
         "Wheel-Version: 1.0\nGenerator: specfleet lab.index\n"
         "Root-Is-Purelib: true\nTag: py3-none-any\n"
     ).encode()
-    files[f"{info}/top_level.txt"] = b"sglang\n"
+    files[f"{info}/top_level.txt"] = b"sglang\ntorch\n"
     record = "".join(f"{name},sha256={_b64_sha256(data)},{len(data)}\n" for name, data in files.items())
     files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
 

@@ -2,6 +2,7 @@
 its plots and the regression gate. Pure (files in, files out), so it is unit-tested without hosts.
 """
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -58,13 +59,20 @@ def _fmt(value, digits=1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _workload(workload: dict) -> str:
+    """The workload in words: the prompts file and how many, or the fixed lengths of an earlier run."""
+    if "prompts" in workload:
+        return f"{workload['prompt_count']} prompts of {workload['prompts']}, {workload['output_tokens']} output tokens"
+    return f"{workload.get('input_tokens')} input / {workload['output_tokens']} output tokens"
+
+
 def markdown(doc: dict) -> str:
     """A Markdown table of the summary: one row per mode and concurrency."""
     lines = [f"# Serving benchmark: {doc['host']} ({doc['host_class']}, profile {doc['profile']})", ""]
     if doc["stand_in"]:
         lines += [f"**{STAND_IN_LABEL}.**", ""]
     lines += [f"SGLang {doc['sglang_version']}, client {doc['client']}, specfleet {doc['specfleet_commit']}, "
-              f"{doc['workload']['input_tokens']} input / {doc['workload']['output_tokens']} output tokens, "
+              f"{_workload(doc['workload'])}, "
               f"started {doc['started']}.", ""]
     if doc.get("replicas"):
         lines += [f"Layout: {len(doc['replicas'])} replicas at TP {doc['layout']['tp_size']}. Below: all of them at "
@@ -179,7 +187,9 @@ def regression_table(rows: list[dict]) -> str:
 
 
 def write_report(doc: dict, out: Path) -> list[Path]:
-    """summary.json, summary.md and the plots into `out`."""
+    """summary.json, summary.md and, where matplotlib is installed (requirements-dev.txt), the plots into `out`."""
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
     (out / "summary.md").write_text(markdown(doc))
+    if importlib.util.find_spec("matplotlib") is None:
+        return [out / "summary.json", out / "summary.md"]
     return [out / "summary.json", out / "summary.md", *plots(doc, out)]

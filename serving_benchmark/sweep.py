@@ -1,15 +1,20 @@
 """Serving benchmark of what was deployed: each mode (ar, dflash, ddtree) served in turn, a concurrency
-sweep with aiperf next to the servers, results and a regression gate on the controller (bench.py).
+sweep with aiperf next to the server, results and a regression gate on the controller (bench.py).
 
-It follows the deployment's layout: each replica's unit is stood in for by a transient bench unit on
-the same GPUs and port (`specfleet-bench`, one a replica when there are several:
-`specfleet-bench-<DEPLOYMENT>-gpu<GPUS>`), loopback only, so no API key is needed and none is handed
-to the client. With several replicas each level runs against every replica alone, then against all
-of them at once, the client spreading its requests round robin over them as the gateway's
-round_robin policy does: the host's figures. The deployed units are never edited: they are stopped
-while the bench units serve and started again at the end, also after a failure or Ctrl+C. If the
-controller vanishes mid-run, each transient unit stops by itself after its time limit and its
-ExecStopPost starts its deployed unit. The client runs as the service user, like the server.
+The deployed unit is never edited: a mode runs as the transient unit `specfleet-bench` (loopback
+only, so no API key is needed and none is handed to the client), confined as the deployed unit is
+(its [Service] settings), while the deployed service is stopped, and the deployed service is
+started again at the end, also after a failure or Ctrl+C. If the controller vanishes mid-run, the
+transient unit stops by itself after its time limit and its ExecStopPost, as root, starts the
+deployed service. The client runs as the service user, like the server, in a directory that user
+owns: root only hands it out and takes back one archive of it, which that user wrote to root's
+directory; what the server answers is data on the controller, never part of a command.
+
+It follows the deployment's layout: each replica's unit is stood in for by a bench unit on the same
+GPUs and port (`specfleet-bench`, or with several replicas one each,
+`specfleet-bench-<DEPLOYMENT>-gpu<GPUS>`). With several replicas each level runs against every replica
+alone, then against all of them at once, the client spreading its requests round robin over them as
+the gateway's round_robin policy does: the host's figures (the summary's modes, table, plots and gate).
 """
 
 import dataclasses
@@ -27,26 +32,44 @@ from pathlib import Path
 import gevent
 from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
+from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
 
 from serving_benchmark import report
 from operations.server.config import Server, Speculative
-from operations.basics import knobs
-from operations.basics.failing import fail_host
+from operations.basics import knobs, shell
 from operations.basics.knobs import BadHostData
+from operations.gpu import smoke as gpu_smoke
+from operations.gateway import workers
 from operations.gpu.facts import NvidiaGpus
+from operations.gpu.smoke import SmokeTest
 from operations.server import readiness
 from operations.server.flags import DDTREE_TARGET_BACKENDS, rejection, server_args
+from operations.server.unit import unit_files
 from operations.basics.templates import render
+from operations.weights.checks import WeightsDisk
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = re.compile(r"[A-Za-z0-9._/-]+")
 BENCH_UNIT = "specfleet-bench"
 ALL = "all"  # the results of every replica at once (raw/all/...)
+RUNS = f"/var/lib/{BENCH_UNIT}"  # root's: each run's directory in it is the service user's
+ARCHIVE = f"{RUNS}/level.tar.gz"  # a level's results as the service user archived them, root's file
+# The deployed unit's [Service] settings the bench unit sets otherwise: how it starts, restarts and
+# reads its environment (the unit's, less the API key file: unit_environment).
+BENCH_OWN_SETTINGS = ("Type", "ExecStart", "EnvironmentFile", "Restart", "RestartSec")
 CLIENT_REQUIREMENT = "aiperf==0.13.0"
 STARTED = datetime.now(timezone.utc)  # one run id for every host of this pyinfra run
-DEFAULTS = dict(modes="ar,dflash,ddtree", concurrency="1,4,16,64", input_tokens=1024, output_tokens=256,
+DEFAULTS = dict(modes="ar,dflash,ddtree", concurrency="1,4,16,64", output_tokens=256,
                 max_throughput_drop=0.10, max_accept_drop=0.2, results_dir="bench-results")
+# The default workload: 20 prompts written for this benchmark (6 chat, 6 code, 5 reasoning and 3 long-context
+# ones of 1,500-2,400 words: a module to review, a design to summarize, a server to explain), because the
+# drafter's accept length depends on what is asked: random tokens tell nothing about it.
+PROMPTS = REPO / "serving_benchmark" / "prompts.jsonl"
+# Knobs bench.py no longer takes, with the sentence that says what replaced them.
+RETIRED = {"input_tokens": "the prompts' own lengths count: give a prompts file (prompts=FILE, JSON lines with "
+                           "a \"text\" each)",
+           "force": "a worker behind a gateway is drained from it before its sweep and registered again after"}
 _HTTP = (  # host side, stdlib only: one request to the local server, the body to stdout
     "import sys, urllib.request\n"
     "req = urllib.request.Request(sys.argv[1], method=sys.argv[2], data=b'' if sys.argv[2] == 'POST' else None)\n"
@@ -61,14 +84,14 @@ class Plan:
     modes: tuple[str, ...]
     concurrency: tuple[int, ...]
     requests: int | None  # per level; None: max(16, 4 x concurrency)
-    input_tokens: int
+    prompts: Path  # JSON lines on the controller, each {"text": ...} (aiperf's single_turn dataset)
+    prompt_count: int
     output_tokens: int
     tokenizer: str  # "target" (the model's own, from its weights directory) or a controller directory
     results_dir: Path
     baseline: Path | None
     max_throughput_drop: float
     max_accept_drop: float
-    force: bool
 
     def requests_at(self, concurrency: int) -> int:
         return self.requests or max(16, 4 * concurrency)
@@ -87,6 +110,9 @@ def plan(data) -> Plan:
         value = data.get(key)
         return DEFAULTS.get(key) if value is None else value
 
+    for key, instead in RETIRED.items():
+        if data.get(key) is not None:
+            raise BadHostData(f"{key}={data.get(key)!r} is not accepted: {instead}")
     modes = tuple(dict.fromkeys(str(get("modes")).replace(" ", "").split(",")))
     if not modes or any(mode not in report.MODES for mode in modes):
         raise BadHostData(f"modes={get('modes')!r} is not accepted: use a comma-separated list of "
@@ -100,42 +126,39 @@ def plan(data) -> Plan:
         raise BadHostData(f"bench_tokenizer={tokenizer!r} is not accepted: use 'target' or a controller directory "
                           "holding tokenizer.json")
     requests = data.get("requests")
+    prompts = Path(str(data.get("prompts") or PROMPTS)).expanduser().absolute()
     return Plan(
         modes=modes, concurrency=_integers("concurrency", get("concurrency")),
         requests=knobs.integer("requests", requests, minimum=1) if requests is not None else None,
-        input_tokens=knobs.integer("input_tokens", get("input_tokens"), minimum=1),
+        prompts=prompts, prompt_count=prompt_count(prompts),
         output_tokens=knobs.integer("output_tokens", get("output_tokens"), minimum=1),
         tokenizer=tokenizer, results_dir=Path(knobs.matching("results_dir", str(get("results_dir")), RESULTS_DIR,
                                                              "a relative or absolute directory name")),
         baseline=Path(str(baseline)) if baseline is not None else None,
         max_throughput_drop=knobs.fraction("max_throughput_drop", get("max_throughput_drop")),
         max_accept_drop=knobs.number("max_accept_drop", get("max_accept_drop")),
-        force=knobs.boolean("force", data.get("force") or False),
     )
 
 
-@operation()
-def not_behind_gateway(gateways: list[str], force: bool = False):
-    """
-    Refuse to benchmark a host that a gateway routes users' requests to, unless forced: the sweep stops
-    its server, so the gateway would send it live traffic it cannot serve.
-
-    + gateways: the inventory's gateways routing to this host (``gateway.workers.routes``)
-    + force: benchmark it anyway (``--data force=true``)
-
-    **Example:**
-
-    .. code:: python
-
-        sweep.not_behind_gateway(name="Not behind a gateway",
-                                 gateways=[r.gateway for r in workers.routes(inventory, host, model)])
-    """
-    if gateways and not force:
-        yield fail_host([f"{host.name}: the gateway {', '.join(gateways)} routes requests to this host, and the "
-                         "sweep stops its server under that traffic: re-run with --data force=true to "
-                         "benchmark it anyway"])
-        return
-    host.noop("no gateway routes to this host" if not gateways else f"forced despite the gateway {', '.join(gateways)}")
+def prompt_count(path: Path) -> int:
+    """How many prompts a prompts file holds: JSON lines, each an object with a non-empty "text" (aiperf's
+    single_turn dataset; other keys of that format pass through), checked before any host is touched."""
+    accepted = 'a file of JSON lines, each {"text": "..."}'
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as error:
+        raise BadHostData(f"prompts={str(path)!r} is not accepted: use {accepted} ({type(error).__name__})") from None
+    for number, line in enumerate(lines, 1):
+        try:
+            prompt = json.loads(line)
+        except ValueError:
+            prompt = None
+        if not isinstance(prompt, dict) or not isinstance(prompt.get("text"), str) or not prompt["text"].strip():
+            raise BadHostData(f"prompts={str(path)!r} is not accepted: line {number} is not a JSON object with a "
+                              f"non-empty \"text\": use {accepted}")
+    if not lines:
+        raise BadHostData(f"prompts={str(path)!r} is not accepted: it holds no prompt; use {accepted}")
+    return len(lines)
 
 
 def _speculative(server: Server, mode: str) -> Speculative:
@@ -169,6 +192,22 @@ def mode_args(server: Server, mode: str) -> list[str]:
     if mode == "ddtree" and "--page-size" not in args:
         args += ["--page-size", "1"]
     return args
+
+
+def unit_settings(server: Server) -> list[str]:
+    """The deployed unit's [Service] settings (user, limits, confinement, devices, writable paths) as
+    the bench unit takes them, in the unit's order; what it sets itself (BENCH_OWN_SETTINGS) left out.
+    One source: the confinement is the SGLang unit's, whatever that unit says."""
+    unit_text, _ = unit_files(server, inputs="")
+    settings, section = [], None
+    for line in unit_text.splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+        elif section == "Service" and line and not line.startswith(("#", ";")) and "=" in line \
+                and line.split("=", 1)[0] not in BENCH_OWN_SETTINGS:
+            settings.append(line)
+    return settings
 
 
 def bench_unit(server: Server, several: bool) -> str:
@@ -215,6 +254,27 @@ def tokenizer(server: Server, source: str):
                                     mode="644")
 
 
+@operation()
+def prompts(server: Server, plan: Plan):
+    """
+    Upload the benchmark's prompts file next to the client (root's directory, readable by the service user).
+
+    + server: the host's server (install directory)
+    + plan: the benchmark's plan (its prompts file on the controller)
+
+    **Example:**
+
+    .. code:: python
+
+        sweep.prompts(name="Benchmark prompts", server=s, plan=sweep.plan(host.data))
+    """
+    yield from files.put._inner(src=str(plan.prompts), dest=prompts_path(server), mode="644")
+
+
+def prompts_path(server: Server) -> str:
+    return f"{server.install_dir}/bench/prompts.jsonl"
+
+
 def client_tokenizer(server: Server, source: str) -> list[str]:
     if source == "target":
         trust = ["--tokenizer-trust-remote-code"] if "--trust-remote-code" in server.extra_args else []
@@ -223,25 +283,33 @@ def client_tokenizer(server: Server, source: str) -> list[str]:
 
 
 @operation(is_idempotent=False)
-def sweep(replicas: tuple[Server, ...], plan: Plan, results_subdir: str = ""):
+def sweep(replicas: tuple[Server, ...], plan: Plan, smoke: SmokeTest | None = None,
+          routes: list | None = None, drained: list[OperationMeta | None] | None = None, results_subdir: str = ""):
     """
     Serve each mode in turn on every replica, run the client at each concurrency (on each replica, then
     on all of them at once), bring the results back, restore.
 
     A mode the installed SGLang rejects (ddtree without a DDTree build) is skipped with the reason.
-    Fails the host when a mode does not start, when a deployed unit does not come back, or when the
+    Fails the host when a mode does not start, when a deployed replica does not come back, or when the
     results regress against ``plan.baseline``.
 
     + replicas: the deployment's replicas (their class is recorded in the summary)
     + plan: modes, concurrency levels, workload, results directory, baseline
+    + smoke: the host's GPU smoke test, whose P2P decision the units' environment holds (``smoke.decided_env``)
+    + routes, drained: per replica, the gateways it was drained from before the sweep (``workers.drain``):
+      once its deployed unit generates again, it registers with them again
     + results_subdir: under the host's results, for a host serving several deployments (their names)
 
     **Example:**
 
     .. code:: python
 
-        sweep.sweep(name="Benchmark sweep", replicas=deployment.replicas, plan=sweep.plan(host.data))
+        sweep.sweep(name="Benchmark sweep", replicas=d.replicas, plan=sweep.plan(host.data), smoke=d.smoke,
+                    routes=routes, drained=drained)
     """
+    if smoke is not None:  # the environment the deployed units have, P2P decision included
+        decided = gpu_smoke.decided_env(smoke)
+        replicas = tuple(dataclasses.replace(r, env={**r.env, **decided}) for r in replicas)
     server = replicas[0]
     modes = {}
     for mode in plan.modes:
@@ -257,11 +325,16 @@ def sweep(replicas: tuple[Server, ...], plan: Plan, results_subdir: str = ""):
         else:
             modes[mode] = {"server_args": args}
     gpus = host.get_fact(NvidiaGpus)
-    yield FunctionCommand(run_sweep, (tuple(replicas), plan, modes, gpus, results_subdir), {})
+    # How long a mode (and the deployed service after) may take to start: as the deploy allows it, from
+    # ready_timeout_s or the size of the weights on the host.
+    disk = host.get_fact(WeightsDisk, local_dirs=(server.model_dir, server.draft_model_dir))
+    ready_s = readiness.timeout_for(server, sum(sum((d or {}).get("files", {}).values()) for d in disk.values()))
+    rejoin = list(zip(routes or [[] for _ in replicas], drained or [None for _ in replicas]))
+    yield FunctionCommand(run_sweep, (tuple(replicas), plan, modes, gpus, ready_s, rejoin, results_subdir), {})
 
 
 def _run(host, command: str) -> tuple[bool, str]:
-    ok, output = host.run_shell_command(command)
+    ok, output = shell.run(host, command)
     return ok, output.stdout
 
 
@@ -275,23 +348,30 @@ def _http(host, port: int, path: str, method: str = "GET") -> str:
     return out if ok else ""
 
 
+def bench_unit_command(d: Server, args: list[str], max_runtime_s: int, unit: str = BENCH_UNIT) -> list[str]:
+    """systemd-run's command line for the bench unit `unit` serving `args` in replica `d`'s place: the
+    deployed unit's user and confinement, its environment (its GPUs) less the API key file, a time
+    limit, and on stop (the limit, or the sweep's own stop) the deployed unit started again unless the
+    sweep is switching modes. ExecStopPost runs as root (+): the service user may not start a system unit."""
+    restore = f"+/bin/sh -c 'test -e {switching(unit)} || systemctl start --no-block {d.service_name}'"
+    setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
+    return ["systemd-run", f"--unit={unit}", "--collect",
+            f"--description=specfleet serving benchmark of {d.service_name}",
+            *(f"--property={setting}" for setting in unit_settings(d)),
+            f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}", *setenv,
+            f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *args]
+
+
 def _start_mode(host, replicas: tuple[Server, ...], mode: str, max_runtime_s: int) -> tuple[bool, str]:
     """Stop whatever serves (the deployed replicas or the previous mode) and start a bench unit with the
     mode's arguments in each replica's place."""
     several = len(replicas) > 1
     units = [bench_unit(d, several) for d in replicas]
-    runs = []
-    for d, unit in zip(replicas, units):
-        restore = f"/bin/sh -c 'test -e {switching(unit)} || systemctl start --no-block {d.service_name}'"
-        setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
-        run = ["systemd-run", f"--unit={unit}", "--collect", f"--uid={d.service_user}",
-               f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}",
-               "--property=LimitNOFILE=1048576", *setenv,
-               f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *mode_args(d, mode)]
-        runs.append(" ".join(shlex.quote(a) for a in run) + " 2>&1")
-    deployed = " ".join(d.service_name for d in replicas)
+    runs = [" ".join(shlex.quote(a) for a in bench_unit_command(d, mode_args(d, mode), max_runtime_s, unit)) + " 2>&1"
+            for d, unit in zip(replicas, units)]
     return _run(host, "; ".join([
-        *(f"touch {switching(u)}" for u in units), f"systemctl stop {deployed} {' '.join(units)} 2>/dev/null",
+        *(f"touch {switching(u)}" for u in units),
+        f"systemctl stop {' '.join(d.service_name for d in replicas)} {' '.join(units)} 2>/dev/null",
         f"systemctl reset-failed {' '.join(units)} 2>/dev/null", f"rm -f {' '.join(switching(u) for u in units)}",
         " && ".join(runs)]))
 
@@ -303,9 +383,10 @@ def _restore(host, replicas: tuple[Server, ...], remote_root: str, timeout_s: in
     units = " ".join(bench_unit(r, several) for r in replicas)
     clients = (f"for pid in {remote_root}/*/*/client.pid {remote_root}/*/*/*/client.pid; do dir=${{pid%/client.pid}}; "
                f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
-    # The raw results are on the controller by now: the host keeps nothing of the run.
-    _run(host, f"{_as_user(d.service_user, clients)}; rm -rf {remote_root}; "
-               f"rm -f {' '.join(switching(bench_unit(r, several)) for r in replicas)}; "
+    # The raw results are on the controller by now: the host keeps nothing of the run. What is in the
+    # run's directory is the service user's, and that user deletes it; root removes the emptied directory.
+    _run(host, f"{_as_user(d.service_user, clients + f'; find {remote_root} -mindepth 1 -delete')}; "
+               f"rmdir {remote_root}; rm -f {ARCHIVE} {' '.join(switching(bench_unit(r, several)) for r in replicas)}; "
                f"systemctl stop {units} 2>/dev/null; systemctl start {' '.join(r.service_name for r in replicas)}")
     return [(r, readiness.watch(host, r, timeout_s, f"waiting for the deployed {r.service_name} to generate", 2.0)[0])
             for r in replicas]
@@ -314,14 +395,14 @@ def _restore(host, replicas: tuple[Server, ...], remote_root: str, timeout_s: in
 def _level(host, d: Server, plan: Plan, remote: str, concurrency: int,
            targets: tuple[Server, ...] = ()) -> tuple[bool, str]:
     """Run the client at one level in the background and log progress until it ends: against `d`, or
-    round robin over `targets` (aiperf's --url, given once per server)."""
+    round robin over `targets` (aiperf's --url, once per server)."""
     requests, warmup = plan.requests_at(concurrency), min(concurrency, 4)
     urls = [arg for t in (targets or (d,)) for arg in ("--url", f"http://127.0.0.1:{t.port}")]
     client = [f"{d.install_dir}/bench-venv/bin/aiperf", "profile", "--model", d.served_model_name,
               *urls, "--endpoint-type", "chat", "--streaming",
               "--concurrency", str(concurrency), "--request-count", str(requests),
               "--warmup-request-count", str(warmup),
-              "--prompt-input-tokens-mean", str(plan.input_tokens), "--prompt-input-tokens-stddev", "0",
+              "--input-file", prompts_path(d), "--custom-dataset-type", "single_turn",
               "--prompt-output-tokens-mean", str(plan.output_tokens), "--prompt-output-tokens-stddev", "0",
               "--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--random-seed", "0",
               *client_tokenizer(d, plan.tokenizer),
@@ -331,8 +412,8 @@ def _level(host, d: Server, plan: Plan, remote: str, concurrency: int,
     # whole client can be stopped; $$ is that session's process group.
     script = f"echo $$ > client.pid; {' '.join(shlex.quote(a) for a in client)} > client.log 2>&1; echo $? > client.rc"
     user = d.service_user
-    _run(host, f"mkdir -p {remote} && chown {shlex.quote(user)} {remote} && cd {remote} && "
-               f"({_as_user(user, 'exec setsid sh -c ' + shlex.quote(script))} > /dev/null 2>&1 &)")
+    _run(host, f"({_as_user(user, f'mkdir -p {remote} && cd {remote} && exec setsid sh -c {shlex.quote(script)}')}"
+               " > /dev/null 2>&1 &)")
     started = last = time.monotonic()
     while True:
         time.sleep(2)
@@ -347,15 +428,37 @@ def _level(host, d: Server, plan: Plan, remote: str, concurrency: int,
             last = time.monotonic()
 
 
+def _files_only(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+    """tarfile's `data` filter, and then only directories and regular files: a link or a FIFO the
+    service user left in a level's directory is not recreated on the controller."""
+    return tarfile.data_filter(member, path) if member.isfile() or member.isdir() else None
+
+
 def _fetch(host, user: str, remote: str, local: Path) -> None:
-    """Bring a level's directory back (one tarball) and unpack it under `local`."""
+    """Bring a level's directory back (one tarball) and unpack it under `local`.
+
+    The service user archives its directory (reading only what it may read, links as links) to
+    stdout, which root's shell writes to root's own file: root opens nothing in that user's directory."""
     local.mkdir(parents=True, exist_ok=True)
     tarball = local.with_suffix(".tar.gz")
-    _run(host, _as_user(user, f"cd {remote} && tar --exclude=./level.tar.gz -czf level.tar.gz ."))
-    host.get_file(f"{remote}/level.tar.gz", str(tarball))
-    with tarfile.open(tarball) as archive:
-        archive.extractall(local, filter="data")
+    _run(host, f"{_as_user(user, f'tar -C {remote} -czf - .')} > {ARCHIVE}")
+    shell.get_file(host, ARCHIVE, str(tarball))
+    _run(host, f"rm -f {ARCHIVE}")
+    try:
+        with tarfile.open(tarball) as archive:
+            archive.extractall(local, filter=_files_only)
+    except (tarfile.TarError, OSError) as error:
+        host.log_styled(f"the results of {remote} did not unpack: {error}", fg="red")
     tarball.unlink()
+
+
+def _server_info(answer: str) -> dict:
+    """/server_info's answer as a dict; {} when it is not a JSON object."""
+    try:
+        info = json.loads(answer or "{}")
+    except ValueError:
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def specfleet_commit() -> str:
@@ -386,49 +489,59 @@ def _interrupt_sweeps(previous):
     return handler
 
 
-def run_sweep(state, host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, results_subdir: str) -> bool:
+def run_sweep(state, host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, ready_s: int,
+              rejoin: list, results_subdir: str) -> bool:
     """The sweep on one host (a FunctionCommand); the deployed replicas are started again whatever happens."""
     if not _SWEEPS:
         signal.signal(signal.SIGINT, _interrupt_sweeps(signal.getsignal(signal.SIGINT)))
     _SWEEPS.add(gevent.getcurrent())
     try:
-        return _sweep(host, replicas, plan, modes, gpus, results_subdir)
+        return _sweep(host, replicas, plan, modes, gpus, ready_s, rejoin, results_subdir)
     except Interrupted:  # while writing the results: the host is restored already
         return False
     finally:
         _SWEEPS.discard(gevent.getcurrent())
 
 
-def _measure(host, d: Server, plan: Plan, remote: str, local: Path, concurrency: int,
+def _measure(host, d: Server, plan: Plan, remote: str, local: Path, where: str, concurrency: int,
              targets: tuple[Server, ...]) -> tuple[dict | None, str]:
-    """One level against `targets` (one replica, or all at once): its result, or None and why not."""
+    """One level against `targets` (one replica, or all at once): its level and the first target's
+    /server_info, or None; what the client did."""
     for t in targets:
         _http(host, t.port, "/flush_cache", "POST")  # resets the accept length average
     ok, progress = _level(host, d, plan, remote, concurrency, targets)
-    infos = [json.loads(_http(host, t.port, "/server_info") or "{}") for t in targets]
-    _run(host, _as_user(d.service_user, f"cat > {remote}/server_info.json << 'EOF'\n{json.dumps(infos[0])}\nEOF"))
+    answers = [_http(host, t.port, "/server_info") for t in targets]
     _fetch(host, d.service_user, remote, local)
+    # The servers' answers, as they came: written here, never into a command on the host.
+    try:
+        (local / "server_info.json").write_text(answers[0])
+    except OSError as error:
+        host.log_styled(f"raw/{where}server_info.json not written: {error}", fg="red")
     if not ok or not (local / "profile_export_aiperf.json").is_file():
         return None, progress
+    infos = [_server_info(answer) for answer in answers]
     accepts = [(i.get("internal_states") or [{}])[0].get("avg_spec_accept_length") for i in infos]
-    info = {**infos[0], "internal_states": [{"avg_spec_accept_length": round(sum(accepts) / len(accepts), 4)
-                                             if None not in accepts else None}]}
-    return {"level": report.level_result(json.loads((local / "profile_export_aiperf.json").read_text()), info),
-            "server_info": infos[0]}, progress
+    averaged = {**infos[0], "internal_states": [{"avg_spec_accept_length": round(sum(accepts) / len(accepts), 4)
+                                                 if None not in accepts else None}]}
+    level = report.level_result(json.loads((local / "profile_export_aiperf.json").read_text()), averaged)
+    return {"level": level, "server_info": infos[0]}, progress
 
 
-def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, results_subdir: str) -> bool:
+def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, ready_s: int, rejoin: list,
+           results_subdir: str) -> bool:
     d, several = replicas[0], len(replicas) > 1
     run_id = STARTED.strftime("%Y%m%dT%H%M%SZ")
     out = plan.results_dir / run_id / host.name / results_subdir
-    remote_root = f"/var/lib/{BENCH_UNIT}/{run_id}"
-    ready_s = d.ready_timeout_s
-    # A bound, not an estimate: every level at 10 tokens/s per request, one request at a time, on
-    # each replica and then on all of them.
+    remote_root = f"{RUNS}/{run_id}"
+    # A bound, not an estimate: every level at 10 tokens/s per request, one request at a time, on each
+    # replica and then on all of them.
     level_budget_s = sum(60 + plan.requests_at(c) * plan.output_tokens // 10 for c in plan.concurrency) \
         * (len(replicas) + several)
     out.mkdir(parents=True, exist_ok=True)
     failed, per_replica = [], {}
+    # Root's directory, and in it the run's, which the service user owns (and the client writes in).
+    _run(host, f"install -d -o root -g root -m 0755 {RUNS} && "
+               f"install -d -o {shlex.quote(d.service_user)} -g {shlex.quote(d.service_user)} -m 0700 {remote_root}")
     try:
         for mode, result in modes.items():
             if "skipped" in result:
@@ -441,7 +554,7 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
             if not all(readiness.generates(p) for p in probes):
                 _, journal = _run(host, f"journalctl -u {bench_unit(d, several)} -n 15 --no-pager -o cat")
                 why = next((p.get("error") for p in probes if not readiness.generates(p)), said.strip())
-                result["failed"] = f"{mode} did not start within {ready_s}s ({why})"
+                result["failed"] = f"{mode} did not start within {ready_s}s ({why or said.strip()})"
                 host.log_styled(f"{result['failed']}; its journal:\n{journal}", fg="red")
                 failed.append(mode)
                 continue
@@ -454,8 +567,8 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
                     host.log(f"bench {mode}: concurrency {concurrency}, {plan.requests_at(concurrency)} requests"
                              + (f" on {name}" if name else ""))
                     measured, progress = _measure(host, d, plan, f"{remote_root}/{where}{mode}/c{concurrency}",
-                                                  out / "raw" / f"{where}{mode}" / f"c{concurrency}", concurrency,
-                                                  targets)
+                                                  out / "raw" / f"{where}{mode}" / f"c{concurrency}",
+                                                  f"{where}{mode}/c{concurrency}/", concurrency, targets)
                     if measured is None:
                         result["failed"] = (f"the client failed at concurrency {concurrency} "
                                             f"(raw/{where}{mode}/c{concurrency}/client.log)")
@@ -480,17 +593,20 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
     finally:
         _SWEEPS.discard(gevent.getcurrent())  # a second Ctrl+C now exits pyinfra
         back = _restore(host, replicas, remote_root, ready_s)
-    for replica, probe in back:
+    for (replica, probe), (routes, drained) in zip(back, rejoin):
         if not (probe.get("ready") and probe.get("completion")):
             host.log_styled(f"the deployed {replica.service_name} does not generate again ({probe.get('error')}): "
                             f"run the deploy to repair it", fg="red")
             failed.append("restore")
+        elif not workers.join_again(host, replica, routes, drained):  # generating again: back in its gateways
+            failed.append("gateway")
 
     meta = {"host": host.name, "host_class": d.host_class, "profile": d.profile_name, "started": run_id,
             "layout": {"deployment": d.deployment, "tp_size": d.tp_size,
                        "replicas": {r.service_name: list(r.gpus) for r in replicas}},
             "specfleet_commit": specfleet_commit(), "client": CLIENT_REQUIREMENT, "gpus": gpus,
-            "workload": {"input_tokens": plan.input_tokens, "output_tokens": plan.output_tokens,
+            "workload": {"prompts": plan.prompts.name, "prompt_count": plan.prompt_count,
+                         "output_tokens": plan.output_tokens,
                          "requests": {str(c): plan.requests_at(c) for c in plan.concurrency},
                          "endpoint": "/v1/chat/completions (streaming)"}}
     doc = report.summary(meta, modes)
@@ -498,7 +614,9 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
         doc["replicas"] = per_replica  # each replica alone; doc["modes"]: all of them at once
     written = report.write_report(doc, out)
     host.log_styled(f"bench results: {', '.join(str(p) for p in written)}"
-                    + (f" ({report.STAND_IN_LABEL})" if doc["stand_in"] else ""), fg="green")
+                    + (f" ({report.STAND_IN_LABEL})" if doc["stand_in"] else "")
+                    + ("" if any(p.suffix == ".png" for p in written) else
+                       "; no plots: they need matplotlib (pip install -e '.[dev]')"), fg="green")
     if plan.baseline is not None:
         try:
             worse = report.regressions(doc, json.loads(plan.baseline.read_text()),

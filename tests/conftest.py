@@ -71,7 +71,10 @@ def pytest_addoption(parser):
     # tests/deployed: verify deployed hosts (see tests/deployed/conftest.py).
     group = parser.getgroup("specfleet", "verify deployed hosts (tests/deployed)")
     group.addoption("--inventory", default=None, metavar="PATH",
-                    help="pyinfra inventory whose hosts tests/deployed verifies (default: the lab, "
-                         "deployed first by the session)")
+                    help="pyinfra inventory whose hosts tests/deployed verifies, as deployed (testinfra's own "
+                         "--hosts names hosts instead)")
+    group.addoption("--lab", action="store_true", default=False,
+                    help="tests/deployed boots the lab (SPECFLEET_LAB_ID), deploys it, verifies it and breaks it "
+                         "on purpose (make test)")
     group.addoption("--limit", action="append", default=[], metavar="NAME",
                     help="only the hosts matching NAME (a host glob or a group), as pyinfra --limit; repeatable")

@@ -87,9 +87,10 @@ def main_pid(host, unit: str = SGLANG_UNIT) -> str:
     return fleet.ssh(host, f"systemctl show -p MainPID --value {unit}").strip()
 
 
-def extra_bare_host(lab_hosts, short: str, restore_spec: str, suite: str = rootfs.DEFAULT_SUITE):
-    """Boot one more `short` (pcie, b200...) lab host beside `lab_hosts`, bare (no driver) and from
-    Debian `suite`; yield it, then bring the lab back to `restore_spec`. For a module fixture."""
+def extra_bare_host(lab_hosts, short: str, restore_spec: str, suite: str = rootfs.DEFAULT_SUITE, bare: bool = True):
+    """Boot one more `short` (pcie, b200...) lab host beside `lab_hosts`, bare (no driver; `bare=False`: as
+    a host with its driver) and from Debian `suite`; yield it, then bring the lab back to `restore_spec`.
+    For a module fixture."""
     counts = Counter(h.name.split("-")[1] for h in lab_hosts)
     counts[short] += 1
     name = f"lab-{short}-{counts[short]}"
@@ -97,7 +98,8 @@ def extra_bare_host(lab_hosts, short: str, restore_spec: str, suite: str = rootf
     if leftover:
         fleet.stop_host(leftover)  # bare, and from `suite`, only when booted so
     spec = ",".join(f"{kind}={count}" for kind, count in counts.items())
-    yield next(h for h in lab.up(spec, log=lambda line: None, bare={name}, suite=suite) if h.name == name)
+    yield next(h for h in lab.up(spec, log=lambda line: None, bare={name} if bare else set(), suite=suite)
+               if h.name == name)
     lab.up(restore_spec, log=lambda line: None)
 
 

@@ -67,7 +67,7 @@ PCIE_P2P_FIGURES = dict(
 
 def transports(p2p: dict, no_p2p: dict, cpu_vendor: str | None = None) -> dict:
     """What the stand-in answers with P2P on every ring hop, and otherwise; NCCL's default P2P
-    level follows the CPU (gpu-allreduce-standin)."""
+    level follows the CPU (lab/torch_standin/torch/_gpus.py)."""
     return dict(p2p=p2p, no_p2p=no_p2p, **({"cpu_vendor": cpu_vendor} if cpu_vendor else {}))
 
 

@@ -13,6 +13,7 @@ from lab.index import standin_requirement
 hf_endpoint = config.HUB_URL
 pip_index_url = config.INDEX_URL
 nvidia_repo_url = config.APT_URL  # the lab's signed stand-in of NVIDIA's repository (lab/apt_repo.py)
+allow_http_nvidia_repo = True  # the lab's repository is served over plain HTTP on the lab network
 
 # The real repos and SGLang builds, as the lab serves them (commits: lab/repos.py builds
 # these exact bytes; tests/unit/test_deployment.py::test_lab_pins_are_the_commits_the_lab_hub_builds
@@ -37,9 +38,9 @@ ready_timeout_s = 60  # the stand-in is ready in about a second
 # The benchmark client (bench.py) cannot load the tiny models' tokenizers: a stand-in one.
 bench_tokenizer = "lab/sglang_standin/bench_tokenizer"
 
-# LAB STAND-IN for the GPU smoke test's torch + NCCL (the lab has neither): it answers from the
-# host's GPU profile (lab/host_files/usr/lib/specfleet-lab/gpu-allreduce-standin).
-gpu_smoke_engine = "/usr/lib/specfleet-lab/gpu-allreduce-standin"
+# The stand-in all-reduce (the lab's torch, lab/gpu_standin/torch) starts in seconds: a hung P2P attempt
+# is given up after 20 s.
+gpu_smoke_timeout_s = 60
 
 # The lab's one server over two nodes (SPECFLEET_LAB_NODE_GROUP, lab/inventory.py): TP 16 over two
 # 8-GPU stand-in hosts, on the lab network (each host's interface to it is nspawn's host0).

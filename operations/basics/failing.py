@@ -1,14 +1,51 @@
-"""Failing one host with a readable reason, without stopping the others."""
+"""Failing one host with a readable reason, without stopping the others; the same reason under --dry.
+
+pyinfra runs an operation's commands only in the real run, so a refusal made of a command alone would
+say nothing under --dry. When pyinfra evaluates an operation's body before running anything (--dry,
+or a run without -y detecting changes), `fail_host` logs the problems right then, in the words the
+real run prints, wherever the real run is certain to make them: when no operation before it on the
+host would change anything (its facts are the ones the run will read: preflight, or any refusal of a
+re-run), or when the refusal depends on nothing the run changes (`static`: the inventory's data, the
+controller's variables, the hub). A refusal read from a state earlier operations would change (the
+GPUs once a driver is installed) can only be known by running them. `refused` lets the deploy file
+prepare nothing more for a host so refused, as the real run stops it there.
+"""
+
+import weakref
 
 from pyinfra.api import FunctionCommand
+from pyinfra.context import ctx_host
+
+from operations.basics import outcomes
+
+_refused: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # host -> problems met before the run
 
 
 def _report(state, host, problems: list[str]) -> bool:
+    outcomes.note(host, refused=problems[0] if problems else "refused")
     for problem in problems:
         host.log_styled(problem, fg="red")
     return False  # a failed command: pyinfra drops this host from the rest of the deploy
 
 
-def fail_host(problems: list[str]) -> FunctionCommand:
-    """A command that logs each problem and fails the host it runs on (the others go on)."""
+def _certain(state, host, static: bool) -> bool:
+    """Evaluated before the run, is this refusal the one the run will make?"""
+    return static or state.get_meta_for_host(host).ops_change == 0  # no earlier operation changes anything
+
+
+def fail_host(problems: list[str], static: bool = False) -> FunctionCommand:
+    """A command that logs each problem and fails the host it runs on (the others go on); evaluated before
+    the run (--dry), the problems are logged at once where the run is certain to make them (`static`: they
+    depend on nothing the run changes)."""
+    current = ctx_host.get() if ctx_host.isset() else None
+    state = getattr(current, "state", None)
+    if state is not None and not state.is_executing and _certain(state, current, static):
+        _report(state, current, problems)
+        _refused[current] = problems
     return FunctionCommand(_report, (problems,), {})
+
+
+def refused(host) -> bool:
+    """The host met a refusal while pyinfra evaluated its operations before the run (--dry, or change
+    detection without -y): the real run stops it there, so nothing after it is worth preparing."""
+    return bool(_refused.get(ctx_host.get() if ctx_host.isset() else host))

@@ -22,6 +22,7 @@ COMMIT = re.compile(r"[0-9a-f]{40}")  # a pinned revision or git commit; anythin
 SAFE_PATH = re.compile(r"(/[A-Za-z0-9._-]+)+")
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")  # useradd's portable names
 UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # rendered into the unit file's first line
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
@@ -82,15 +83,41 @@ def path(name: str, value: Any) -> str:
     return matching(name, value, SAFE_PATH, "an absolute path of letters, digits and ._- (e.g. /srv/specfleet)")
 
 
+# Credentials in a URL: any user[:password]@ of an http(s) URL (a token often rides as the user
+# name), a password in any other (git+ssh://git@host names a user, not a secret).
+_USERINFO = re.compile(r"(https?://)[^/?#\s]*@|(://)[^/?#\s@]*:[^/?#\s@]*@")
+
+
+def without_userinfo(text: str) -> str:
+    """`text` with the credentials of every URL in it masked (for a message: the value itself is refused)."""
+    return _USERINFO.sub(lambda m: f"{m.group(1) or m.group(2)}***@", text)
+
+
+def _credentials_refused(name: str, value: str, where: str) -> None:
+    """A URL's user:password@ would reach root's command lines, -v output and unit files."""
+    if _USERINFO.search(value):
+        raise BadHostData(f"{name}={without_userinfo(value)!r} is not accepted: use {where} without user:password@ "
+                          "(credentials go in root's ~/.netrc on the host, which pip, uv and git read)")
+
+
 def url(name: str, value: Any) -> str | None:
     if value is None:
         return None
     parts = urlsplit(value) if isinstance(value, str) else None
     if not parts or parts.scheme not in ("http", "https") or not parts.hostname \
             or not re.fullmatch(r"[A-Za-z0-9._~:/?#\[\]@%=+,-]+", value):
-        raise BadHostData(f"{name}={value!r} is not accepted: use an http(s) URL such as https://host/path, "
+        shown = without_userinfo(value) if isinstance(value, str) else value
+        raise BadHostData(f"{name}={shown!r} is not accepted: use an http(s) URL such as https://host/path, "
                           "or None")
+    _credentials_refused(name, value, "the URL")
     return value
+
+
+def requirement(name: str, value: Any, accepted: str) -> str:
+    """A pip requirement on one line (PEP 508, a path or a URL), with no credentials in its URL."""
+    if isinstance(value, str):
+        _credentials_refused(name, value, "a requirement whose URL is")
+    return matching(name, value, REQUIREMENT, accepted)
 
 
 def address(name: str, value: Any) -> str:
@@ -105,6 +132,35 @@ def names(name: str, values: Any, pattern: re.Pattern, accepted: str) -> tuple[s
     if not isinstance(values, (list, tuple)):
         raise BadHostData(f"{name}={values!r} is not a list: use a list of {accepted}")
     return tuple(matching(name, value, pattern, accepted) for value in values)
+
+
+def arguments(name: str, values: Any, owned: dict[str, str]) -> tuple[str, ...]:
+    """Extra command-line words (ARGUMENT each), none of them an option the deploy sets itself.
+
+    `owned` maps each such option (every spelling) to the knob that sets it. An option is refused
+    as itself, as --option=value, and as any abbreviation argparse would expand to it (argparse
+    takes the last of repeated options, so an extra --host would override the deploy's).
+    """
+    words = names(name, values, ARGUMENT, "single words (letters, digits, ._:/=,+@%-)")
+    for word in words:
+        option = word.split("=", 1)[0]
+        if not option.startswith("--") or option == "--":
+            continue
+        taken = sorted(flag for flag in owned if flag.startswith(option))
+        if taken:
+            raise BadHostData(f"{name}={list(values)!r} is not accepted: use {owned[taken[0]]} for {taken[0]}, "
+                              f"which the deploy sets itself ({word} would override it)")
+    return words
+
+
+def service_account(name: str, value: Any) -> str:
+    """A user name for a service's own system user: never root (the deploy would lock root's login
+    by giving it no shell, and run the service with every privilege)."""
+    user = matching(name, value, USER_NAME, "a user name ([a-z_][a-z0-9_-], at most 32)")
+    if user == "root":
+        raise BadHostData(f"{name}={value!r} is not accepted: use a user of the service's own, not root (the deploy "
+                          "creates it as a system user without a login shell)")
+    return user
 
 
 def environment(name: str, values: Any) -> dict[str, str]:

@@ -6,6 +6,7 @@ import re
 
 ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")  # a host name or IPv4 address, nothing a shell reads
 WILDCARDS = ("0.0.0.0", "::")  # every address of the host
+LOOPBACK = "127.0.0.1"  # where a listener only the host itself reaches binds
 
 
 def is_loopback(address: str) -> bool:
@@ -20,7 +21,7 @@ def is_loopback(address: str) -> bool:
 
 def local_address(bind_address: str) -> str:
     """Where a process on the same host reaches a server bound to `bind_address`."""
-    return "127.0.0.1" if bind_address in WILDCARDS or is_loopback(bind_address) else bind_address
+    return LOOPBACK if bind_address in WILDCARDS or is_loopback(bind_address) else bind_address
 
 
 def inventory_address(inventory_host) -> str:

@@ -13,29 +13,58 @@ from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.operations import files, server
 
 from operations.basics import gathering, host_programs
+from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates, matches, sha1_of
 
 
 class SystemUser(FactBase):
     """
-    A user's home directory, whether it exists, and the owner of its `.cache` (not following a
-    link there; None if absent); None when there is no such user.
+    A user's home directory, whether it exists, the owner of its `.cache` (not following a link
+    there; None if absent), its uid and login shell (None if empty); None when there is no such user.
 
     .. code:: python
 
-        {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang"}
+        {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998,
+         "shell": "/usr/sbin/nologin"}
     """
 
     def command(self, user: str) -> str:
-        return (f"getent passwd {shlex.quote(user)} | cut -d: -f6 | while read -r home; do "
-                'if [ -d "$home" ]; then echo "$home yes $(stat -c %U "$home/.cache" 2>/dev/null || echo -)"; '
-                'else echo "$home no -"; fi; done')
+        return (f"getent passwd {shlex.quote(user)} | while IFS=: read -r _ _ uid _ _ home shell; do "
+                'if [ -d "$home" ]; then echo "$home yes $(stat -c %U "$home/.cache" 2>/dev/null || echo -) '
+                '$uid ${shell:--}"; else echo "$home no - $uid ${shell:--}"; fi; done')
 
     host_answer = "host_facts.system_user"
 
     def process(self, output):
-        home, exists, cache_owner = output[0].rsplit(" ", 2)
-        return {"home": home, "home_exists": exists == "yes", "cache_owner": None if cache_owner == "-" else cache_owner}
+        home, exists, cache_owner, uid, shell = output[0].rsplit(" ", 4)
+        return {"home": home, "home_exists": exists == "yes", "cache_owner": None if cache_owner == "-" else cache_owner,
+                "uid": int(uid), "shell": None if shell == "-" else shell}
+
+
+# The uids useradd gives system users on Debian and Ubuntu (/etc/login.defs SYS_UID_MAX 999); a login
+# account has a higher one.
+SYSTEM_UIDS = range(1, 1000)
+NO_LOGIN_SHELLS = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false", "/usr/bin/false")
+
+
+def account_problem(user: str, home: str, existing: dict | None) -> str | None:
+    """Why the existing account `user` is not a service user the deploy may own (create, give no login
+    shell, run a service as): it is root, a login account, or another service's; None when it may
+    (absent, or a system user without a login shell whose home is `home`, as the deploy creates it)."""
+    if not existing:
+        return None
+    if existing["uid"] == 0:
+        why = "has uid 0 (root's privileges)"
+    elif existing["uid"] not in SYSTEM_UIDS:
+        why = f"is a login account (uid {existing['uid']}, not a system user's below {SYSTEM_UIDS.stop})"
+    elif existing["shell"] not in NO_LOGIN_SHELLS:
+        why = f"has the login shell {existing['shell'] or '/bin/sh'}"
+    elif existing["home"] != home:
+        why = f"has the home {existing['home']}, not {home}: it belongs to something else"
+    else:
+        return None
+    return (f"the account {user} {why}; the deploy would take it over (no login shell, a service running as it): "
+            "name a user of the service's own, which the deploy creates")
 
 
 @operation()
@@ -45,6 +74,7 @@ def service_user(user: str, home: str):
 
     One fact in the usual case where it exists; pyinfra's server.user does the work otherwise.
     A `.cache` an earlier deploy created as root is handed to the user (the link itself, were it one).
+    An existing account that is not such a system user (``account_problem``) fails the host, unchanged.
 
     + user: the user name
     + home: its home directory
@@ -56,7 +86,10 @@ def service_user(user: str, home: str):
         ownership.service_user(name="Service user", user="sglang", home="/home/sglang")
     """
     existing = gathering.read(SystemUser, user=user)
-    if not existing or existing["home"] != home or not existing["home_exists"]:
+    problem = account_problem(user, home, existing)
+    if problem:
+        yield fail_host([f"{host.name}: {problem}"])
+    elif not existing or not existing["home_exists"]:
         yield from server.user._inner(user=user, system=True, home=home, shell="/usr/sbin/nologin",
                                       ensure_home=True)
     elif existing["cache_owner"] not in (None, user):

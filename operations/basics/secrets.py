@@ -67,7 +67,8 @@ def controller_key_file(key_env: str, path: str, group: str, remove: bool):
     if not API_KEY.fullmatch(key):
         # Never the key itself: only what is wrong with it.
         yield fail_host([f"{host.name}: ${key_env} must be 16 to 512 characters of letters, digits and "
-                         f"-._~+/= (e.g. `openssl rand -hex 32`), found {len(key)} characters that are not"])
+                         f"-._~+/= (e.g. `openssl rand -hex 32`), found {len(key)} characters that are not"],
+                        static=True)
         return
     if matches(state, "file", API_KEY_MODE, sha1=sha1_of(key.encode())) and \
             (state["user"], state["group"]) == ("root", group):

@@ -13,5 +13,14 @@ _ENVIRONMENT = Environment(
 )
 
 
+def specifiers_escaped(value) -> str:
+    """A value for a unit file line: systemd reads % as a specifier (%2F is an unknown one, and the
+    line is dropped), %% as a literal % (systemd.unit(5), "Specifiers")."""
+    return str(value).replace("%", "%%")
+
+
+_ENVIRONMENT.filters["specifiers_escaped"] = specifiers_escaped
+
+
 def render(template: str, **values) -> str:
     return _ENVIRONMENT.get_template(template).render(**values)

@@ -91,11 +91,13 @@ def resolve_host(data: Any, host_class: str, node_members: dict | None = None) -
         raise BadHostData("deployments and node_group are not accepted together: a host of a node group serves "
                           "its group's one server on all of its GPUs (remove one of them)")
     found: list[Deployment] = []
-    for index, entry in enumerate(listed):
+    for entry in listed:
         profile = entry["profile"]
-        if profile not in profiles:
+        if not isinstance(profile, str) or profile not in profiles:
             raise BadHostData(f"profile={profile!r} is not one of {', '.join(sorted(profiles))} "
                               "(group_data/all.py profiles)")
+        knobs.matching("profile", profile, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
+                       "(a key of group_data/all.py profiles)")
         try:
             found.append(_resolve(data, host_class, entry, profiles[profile], node_members,
                                   [d.server for d in found]))
@@ -161,10 +163,12 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
         port = knobs.integer(f"deployments[{name!r}]['port']", entry["port"], minimum=1, maximum=65535) \
             if entry.get("port") is not None else None
         plan = layout.resolve(where, values, count, server.port, port)
-    engine = getattr(data, "gpu_smoke_engine", None)
+    if getattr(data, "gpu_smoke_engine", None) is not None:
+        raise BadHostData("gpu_smoke_engine is not accepted: the GPU smoke test always runs torch.distributed "
+                          "with NCCL from the SGLang venv; remove it")
     smoke = SmokeTest(expected=gpu.expected, venv=server.venv, install_dir=server.install_dir, env=server.env,
-                      build=server.sglang_requirement,
-                      engine=None if engine is None else knobs.path("gpu_smoke_engine", engine))
+                      build=server.sglang_requirement, user=server.service_user,
+                      timeout_s=knobs.integer("gpu_smoke_timeout_s", data.gpu_smoke_timeout_s, minimum=10))
     return Deployment(host_class=host_class, name=name, gpu=gpu, smoke=smoke, weights=weights,
                       replicas=server_config.replicas(server, name, plan), node_group=group,
                       allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions))

@@ -9,7 +9,7 @@ import os
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from operations.basics import gathering
+from operations.basics import gathering, ownership
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates
 from operations.deployment import Deployment
@@ -23,35 +23,36 @@ from operations.weights.checks import HubState
 
 class LoginUser(FactBase):
     """
-    The user the SSH session logged in as, and whether the deploy's commands run through sudo.
+    Who the deploy's commands run as (through --sudo or --su-user when given), and the SSH login behind sudo.
 
     .. code:: python
 
-        {"user": "deployer", "sudo": True}
+        {"user": "root", "login": "deployer", "sudo": True}
     """
 
     host_answer = "host_facts.login_user"
 
     def command(self) -> str:
-        return 'echo "${SUDO_USER:-$(id -un)} ${SUDO_USER:+sudo}"'
+        return 'echo "$(id -un) ${SUDO_USER:-}"'
 
     def process(self, output):
-        user, _, sudo = output[0].partition(" ")
-        return {"user": user, "sudo": sudo == "sudo"}
+        user, _, sudo_user = output[0].strip().partition(" ")
+        return {"user": user, "login": sudo_user or user, "sudo": bool(sudo_user)}
 
 
 def login_problems(login: dict | None) -> list[str]:
-    """The deploy logs in as root: its progress polls, readiness probe, journal reads and rollback run
-    on the SSH session itself, where pyinfra's --sudo does not reach, so another user would fail halfway."""
-    if not login:
-        return [f"{host.name}: the host did not say which user the deploy logged in as (`id -un` printed "
+    """The deploy acts as root: through a root login, or a login with pyinfra's --sudo (or --su-user root),
+    which every command of the deploy goes through (operations/basics/shell.py)."""
+    if not login or not login["user"]:
+        return [f"{host.name}: the host did not say which user the deploy runs as (`id -un` printed "
                 "nothing): check that the login has a shell and a user name, then re-run"]
-    if login["user"] == "root" and not login["sudo"]:
+    if login["user"] == "root":
         return []
-    how = f"{login['user']} through sudo" if login["sudo"] else login["user"]
-    return [f"{host.name}: the deploy logged in as {how}, but it must log in as root (its readiness checks, "
-            "journal reads and rollback run outside sudo): connect as root (`User root` in your SSH config, "
-            "or SPECFLEET_SSH_USER=root) with a key only you hold"]
+    if login["sudo"]:
+        return [f"{host.name}: the deploy runs as {login['user']} through sudo, but it must run as root: "
+                "drop --sudo-user"]
+    return [f"{host.name}: the deploy logged in as {login['user']}, not root: add --sudo to the pyinfra command "
+            "(and --same-sudo-password if sudo asks for a password), or log in as root"]
 
 
 def moving_revisions(deployment: Deployment, hub: HubState) -> tuple[list[str], list[str]]:
@@ -79,7 +80,8 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
 
     Hardware matches the class, the driver suits the pinned SGLang, the token may
     download every repo, each replica's model fits its GPUs at its TP size, the disk
-    has room for what is still missing, and a DDTree profile has a DDTree build.
+    has room for what is still missing, a DDTree profile has a DDTree build, and the
+    service user is absent or a system user of the deploy's own (``ownership.account_problem``).
     A gated repo whose terms the token's user has not accepted yet refuses a host
     that serves (or did); a host serving nothing yet passes, to be prepared while
     access is pending (``weights.checks.access_pending`` fails it after its downloads started).
@@ -97,6 +99,9 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
     first, s = deployments[0], deployments[0].server
     gathering.gather(wanted_facts(deployments, hubs))  # what every operation reads, in one round trip
     problems = login_problems(gathering.read(LoginUser))
+    account = ownership.account_problem(s.service_user, s.service_home,
+                                        gathering.read(ownership.SystemUser, user=s.service_user))
+    problems += [f"{host.name}: service_user={s.service_user!r}: {account}"] if account else []
     problems += list(dict.fromkeys(f"{host.name}: {problem}" for hub in hubs for problem in hub.problems))
     gpu_problems, gpus = gpu_checks.hardware_problems(first.gpu)
     problems += gpu_problems

@@ -57,11 +57,18 @@ class Gateway:
     def exposed(self) -> bool:
         return not network.is_loopback(self.bind_address)
 
+    @property
+    def prometheus_address(self) -> str:
+        """Where smg's Prometheus port listens: loopback, whatever the gateway's bind address, as it
+        takes no key (smg's --prometheus-host otherwise defaults to the unspecified address of
+        --host's family); Prometheus scrapes it on the same host."""
+        return network.LOOPBACK
+
     def args(self) -> list[str]:
         """smg launch's arguments (the API key is added on the host by launch_smg.py)."""
         h = self.health
         return ["--host", self.bind_address, "--port", str(self.port), "--policy", self.policy,
-                "--prometheus-host", self.bind_address, "--prometheus-port", str(self.prometheus_port),
+                "--prometheus-host", self.prometheus_address, "--prometheus-port", str(self.prometheus_port),
                 "--health-check-endpoint", h["endpoint"],
                 "--health-check-interval-secs", str(h["interval_secs"]),
                 "--health-check-timeout-secs", str(h["timeout_secs"]),
@@ -82,12 +89,11 @@ def resolve(data: Any) -> Gateway:
 
     return Gateway(
         model=served_model_name(data),
-        requirement=knobs.matching("gateway_requirement", data.gateway_requirement, knobs.REQUIREMENT,
-                                   "a pip requirement on one line (e.g. smg==1.13.0)"),
+        requirement=knobs.requirement("gateway_requirement", data.gateway_requirement,
+                                      "a pip requirement on one line (e.g. smg==1.13.0)"),
         service_name=knobs.matching("gateway_service_name", data.gateway_service_name, knobs.UNIT_NAME,
                                     "a unit name (letters, digits, _.-)"),
-        user=knobs.matching("gateway_user", data.gateway_user, knobs.USER_NAME,
-                            "a user name ([a-z_][a-z0-9_-], at most 32)"),
+        user=knobs.service_account("gateway_user", data.gateway_user),
         bind_address=knobs.matching("gateway_bind_address", data.gateway_bind_address, network.ADDRESS,
                                     "an IP address or a host name"),
         port=port("gateway_port"),

@@ -40,7 +40,8 @@ def api_key(gateway: Gateway):
     state = host.get_fact(FileStates, paths=(g.key_file,)).get(g.key_file)
     if g.exposed and not key and (not state or g.remove_api_key):
         yield fail_host([f"{host.name}: the gateway would listen on {g.bind_address} without a key: "
-                         f"set ${g.api_key_env} on the controller or keep gateway_bind_address=127.0.0.1"])
+                         f"set ${g.api_key_env} on the controller or keep gateway_bind_address=127.0.0.1"],
+                        static=True)  # its data, the controller's variable and a file only this writes
         return
     if key and not state:
         yield f"install -d -m 755 -o root -g root {shlex.quote(posixpath.dirname(g.key_file))}"

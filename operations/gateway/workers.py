@@ -25,7 +25,7 @@ from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from operations import deployment
-from operations.basics import gathering, network
+from operations.basics import gathering, network, outcomes, shell
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
@@ -54,7 +54,8 @@ class Worker:
 def worker_address(worker_host, gateway_host) -> str:
     """Where a gateway reaches the servers of `worker_host`: loopback on its own host, else the worker's
     `gateway_worker_address`, `ssh_hostname` or name (network.inventory_address)."""
-    return "127.0.0.1" if worker_host is gateway_host else network.inventory_address(worker_host)
+    # pyinfra hands the deploy a proxy of its host: names, not identity.
+    return "127.0.0.1" if worker_host.name == gateway_host.name else network.inventory_address(worker_host)
 
 
 def worker_url(address: str, port: int) -> str:
@@ -92,7 +93,7 @@ def workers(inventory, gateway_host, model: str) -> list[Worker]:
                 continue  # a rank >= 1 of a node group serves no HTTP: the group is reached at its rank 0
             for replica in d.replicas:
                 found.append(Worker(worker.name, worker_url(address, replica.port),
-                                    _worker_problem(worker, replica, address, worker is gateway_host),
+                                    _worker_problem(worker, replica, address, worker.name == gateway_host.name),
                                     replica.service_name))
     return found
 
@@ -125,7 +126,7 @@ def gateways(inventory, worker_host) -> list[Route]:
         except BadHostData as error:
             found.append(Route(gateway_host.name, "", 0, "", "", 0, f"{gateway_host.name}: {error}"))
             continue
-        if gateway_host is worker_host:
+        if gateway_host.name == worker_host.name:
             address, problem = "127.0.0.1", None
         elif not g.exposed:
             address, problem = "", (f"{worker_host.name} cannot drain itself from {gateway_host.name}, whose gateway "
@@ -166,7 +167,7 @@ def _worker_command(key_file: str, route: Route, model: str, action: str, url: s
 
 
 @operation()
-def drain(server: Server, routes: list[Route], restart: Restart):
+def drain(server: Server, routes: list[Route], restart: Restart | None):
     """
     Take this replica out of its gateways before its server restarts: `DELETE /workers/{id}` (no new
     requests), waited until the gateway lets it go. The restart that follows is systemd's SIGTERM,
@@ -176,7 +177,7 @@ def drain(server: Server, routes: list[Route], restart: Restart):
     + server: the replica's server
     + routes: its gateways as its host reaches them (`routes()`)
     + restart: this run's restart decision of the replica (``server.unit.Restart``), which the unit's
-      operation after the drain takes too
+      operation after the drain takes too; None where the caller stops the server whatever (bench.py)
 
     **Example:**
 
@@ -187,11 +188,11 @@ def drain(server: Server, routes: list[Route], restart: Restart):
     """
     d = server
     problems = [route.problem for route in routes if route.problem]
-    if not restart.decision().restarts:
+    if restart is not None and not restart.decision().restarts:
         host.noop(f"{d.service_name} does not restart: it stays in its gateways")
         return
     if problems:
-        yield fail_host(problems)
+        yield fail_host(problems, static=True)  # the inventory's addresses: known before the run
         return
     listed = [route for route in routes if any(w["url"] == route.worker_url(d.port)
                                                for w in _listing(d.api_key_file, route, d.served_model_name)["workers"])]
@@ -223,10 +224,33 @@ def rejoin(server: Server, routes: list[Route], restarted: OperationMeta):
     if not restarted.changed:
         host.noop(f"{d.service_name} did not restart in this run: its gateways keep it as they have it")
         return
+    yield from _joins(server, routes)
+
+
+def _joins(server: Server, routes: list[Route]) -> list[str]:
+    """The commands registering this replica with each of its gateways that answers and does not list it."""
+    d, joins = server, []
     for route in routes:
         listing = _listing(d.api_key_file, route, d.served_model_name)
         if listing["reachable"] and all(w["url"] != route.worker_url(d.port) for w in listing["workers"]):
-            yield _worker_command(d.api_key_file, route, d.served_model_name, "join", route.worker_url(d.port))
+            joins.append(_worker_command(d.api_key_file, route, d.served_model_name, "join", route.worker_url(d.port)))
+    return joins
+
+
+def join_again(host, server: Server, routes: list[Route], drained: OperationMeta | None) -> bool:
+    """At execution time, once a server stopped after `drained` (bench.py's sweep) generates again: register
+    the replica again with its gateways, as ``rejoin`` does. False, saying why, when a join failed."""
+    if drained is None or not drained.changed:
+        return True
+    for command in _joins(server, routes):
+        ok, output = shell.run(host, command)
+        if not ok:
+            host.log_styled(f"{host.name}: registering {server.service_name} again with its gateway failed: "
+                            f"{' '.join((output.stderr or output.stdout).split())[-300:]}", fg="red")
+            return False
+    host.log_styled(f"{host.name}: {server.service_name} back in its gateways ({', '.join(r.gateway for r in routes)})",
+                    fg="green")
+    return True
 
 
 @operation()
@@ -333,12 +357,13 @@ def register_workers(gateway: Gateway, wanted: list[Worker], restarted: Operatio
     g = gateway
     problems = [w.problem for w in wanted if w.problem]
     if problems:
-        yield fail_host(problems)
+        yield fail_host(problems, static=True)  # the inventory's data: known before the run
         return
     if not restarted.changed:
         current = host.get_fact(GatewayWorkers, port=g.port, key_file=g.key_file, model=g.model)
         registered = {w["url"]: w["status"] for w in current["workers"]}
         if current["reachable"] and registered == {w.url: "ready" for w in wanted}:
+            outcomes.note(host, gateway_workers=len(wanted))
             host.noop(f"the gateway routes {g.model} to its {len(wanted)} inventory workers, all ready")
             return
     yield FunctionCommand(_sync_workers, (g, wanted), {})
@@ -352,11 +377,12 @@ def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker]) -> bool:
         "python3", gateway.script, str(gateway.port), gateway.key_file, gateway.model, "sync",
         str(gateway.register_timeout_s), "--register", *register, "--inventory", *(w.url for w in wanted)))
     started = time.monotonic()
-    ok, output = host.run_shell_command(command)
+    ok, output = shell.run(host, command)
     if not ok:
         host.log_styled(f"gateway workers not converged: {output.stderr or output.stdout}", fg="red")
         return False
     result = json.loads(output.stdout_lines[-1])
+    outcomes.note(host, gateway_workers=len(register))
     host.log_styled(f"gateway {gateway.model}: registered {result['added'] or 'none'}, "
                     f"removed {result['removed'] or 'none'}; {len(register)} workers ready "
                     f"({time.monotonic() - started:.1f} s)", fg="green")

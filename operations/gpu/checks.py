@@ -14,8 +14,16 @@ from operations.basics import gathering
 from operations.basics.failing import fail_host
 from operations.gpu import packages, products
 from operations.gpu.config import GpuExpectations, GpuRuntime
-from operations.gpu.facts import NvidiaFabric, NvidiaHost
+from operations.gpu.facts import NvidiaFabric, NvidiaHost, unreadable
 from operations.gpu.nvidia import host_release
+
+
+def models_of(gpus: list[dict]) -> dict[str, int]:
+    """{GPU model: how many}, in the order nvidia-smi lists them (a model nvidia-smi did not name is '?')."""
+    models: dict[str, int] = {}
+    for gpu in gpus:
+        models[gpu.get("name") or "?"] = models.get(gpu.get("name") or "?", 0) + 1
+    return models
 
 
 def _driver_major(version: str | None) -> int | None:
@@ -46,6 +54,10 @@ def check_gpu_class(
                 f"(branch {expected.driver_min}+, open kernel module), or let the deploy install it and reboot "
                 "the host with `--data install_driver=true`"]
     problems = []
+    if failed := unreadable(gpus):
+        # The GPUs are unknown, not missing: nothing else nvidia-smi said can be judged either.
+        return [f"{where} {expected.count} GPUs {tag}, found nvidia-smi unable to read them "
+                f"(exit code {failed['exit_code']}: {failed['message']}): {failed['cause']}: {failed['fix']}"]
     if not gpus and reboot_pending:
         return [f"{where} {expected.count} GPUs {tag}, found nvidia-smi unable to read them "
                 f"({'; '.join(reboot_pending)}): reboot the host so the new driver loads"]
@@ -58,6 +70,22 @@ def check_gpu_class(
             f"{where} {expected.count} GPUs matching {' or '.join(patterns)} {tag}, found {len(gpus)} "
             f"({len(matching)} matching; names: {', '.join(names)}): check `nvidia-smi -L`; "
             "a missing GPU usually needs a reseat or an RMA, a wrong model means this host belongs to another class"
+        )
+    models = models_of(gpus)
+    if len(models) > 1:
+        problems.append(
+            f"{where} one GPU model {tag}, found {len(models)}: "
+            + ", ".join(f"{count}x {name}" for name, count in models.items())
+            + ": tensor parallelism splits the model evenly and runs at the slowest card's pace, so a host "
+            "serves with one model only: move the odd cards, or serve from the matching ones in another class"
+        )
+    mig = [gpu for gpu in gpus if gpu.get("mig_mode") == "Enabled"]
+    if mig:
+        problems.append(
+            f"{where} MIG disabled {tag}, found it enabled on GPU "
+            + ", ".join(str(gpu.get("index")) for gpu in mig)
+            + ": SGLang would see MIG instances (each a slice of the card's memory), not the cards: "
+            "`nvidia-smi -i <index> -mig 0` on each, then reset the GPUs or reboot"
         )
     small = [gpu for gpu in matching if (gpu.get("memory_total_mib") or 0) < expected.min_memory_mib]
     if small:
@@ -114,8 +142,9 @@ def _check_driver(where: str, tag: str, expected: GpuExpectations, driver: dict 
         )
     if expected.open_kernel_module and driver.get("open_kernel_module") is False:
         problems.append(
-            f"{where} the open NVIDIA kernel module {tag}, found the proprietary one: install the "
-            f"nvidia-open-{max(major or 0, wanted)} packages and reboot; these GPUs do not work with the proprietary module"
+            f"{where} the open NVIDIA kernel module {tag}, found the proprietary one: install the open driver of "
+            f"branch {max(major or 0, wanted)} (set install_driver to let the deploy do it) and reboot; these GPUs "
+            "do not work with the proprietary module"
         )
     return problems
 
@@ -157,8 +186,9 @@ def check_fabric(host_name: str, class_name: str, expected: GpuExpectations, fab
 
 
 def hardware_problems(gpu: GpuRuntime) -> tuple[list[str], list[dict] | None]:
-    """Preflight's GPU rules on this host (problems, the GPUs read): the class's hardware and driver; a
-    host without a driver that the deploy will give one is checked on its PCI bus and OS release."""
+    """Preflight's GPU rules on this host (problems, the GPUs read; None when none could be read): the
+    class's hardware and driver; a host without a driver that the deploy will give one is checked on its
+    PCI bus and OS release."""
     gpu_host = gathering.read(NvidiaHost)
     gpus = gpu_host["NvidiaGpus"]
     if gpus is None and gpu.install_driver:
@@ -168,7 +198,7 @@ def hardware_problems(gpu: GpuRuntime) -> tuple[list[str], list[dict] | None]:
                                                gpu.host_class, gpu.expected), gpus
     return check_gpu_class(host.name, gpu.host_class, gpu.expected, gpus, gpu_host["NvidiaTopology"],
                            gpu_host["NvidiaDriver"], gpu_host["RebootPending"],
-                           install_driver=gpu.install_driver), gpus
+                           install_driver=gpu.install_driver), None if unreadable(gpus) else gpus
 
 
 @operation()

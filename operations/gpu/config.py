@@ -1,7 +1,7 @@
 """What a host class's GPUs must be and what the GPU concern does on such a host: typed, checked.
 
-group_data/<class>.py says it (`expected_gpus`); `install_driver`, `driver_branch` and
-`nvidia_repo_url` (group_data/all.py) say whether and from where the deploy lays the driver down.
+group_data/<class>.py says it (`expected_gpus`); `install_driver`, `driver_branch`, `nvidia_repo_url`
+and `allow_http_nvidia_repo` (group_data/all.py) say whether and from where the deploy lays the driver down.
 """
 
 import re
@@ -25,6 +25,9 @@ class GpuExpectations:
     open_kernel_module: bool
     fabric_manager: bool  # NVSwitch boards
     allreduce_floor_gbps: int  # GB/s: the GPU smoke test's all-reduce bus bandwidth floor (smoke.py)
+    # GB/s: below it, PCIe peer-to-peer is turned off for the host (smoke.py); None: P2P is the
+    # interconnect (NVLink), never turned off
+    p2p_floor_gbps: int | None
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,23 @@ def expected_gpus(values: dict) -> GpuExpectations:
         fabric_manager=knobs.boolean("expected_gpus fabric_manager", values["fabric_manager"]),
         allreduce_floor_gbps=knobs.integer("expected_gpus allreduce_floor_gbps", values["allreduce_floor_gbps"],
                                            minimum=1),
+        p2p_floor_gbps=None if values["p2p_floor_gbps"] is None else knobs.integer(
+            "expected_gpus p2p_floor_gbps", values["p2p_floor_gbps"], minimum=1),
     )
+
+
+def repo_url(value: Any, allow_http: Any) -> str:
+    """NVIDIA's repository URL: https, unless `allow_http_nvidia_repo` trusts a plain-HTTP one (whose
+    keyring anyone on the path could swap, and with it every package apt then accepts)."""
+    url = knobs.url("nvidia_repo_url", value)
+    if url is None:
+        raise BadHostData("nvidia_repo_url=None is not accepted: use NVIDIA's "
+                          "https://developer.download.nvidia.com/compute/cuda/repos or a mirror's https URL")
+    if url.startswith("http://") and not knobs.boolean("allow_http_nvidia_repo", allow_http):
+        raise BadHostData(f"nvidia_repo_url={url!r} is not accepted: use an https:// URL, or set "
+                          "allow_http_nvidia_repo=true to trust a plain-HTTP repository (its keyring, and so "
+                          "every package, can be swapped on the way)")
+    return url
 
 
 def resolve(data: Any, host_class: str) -> GpuRuntime:
@@ -77,5 +96,5 @@ def resolve(data: Any, host_class: str) -> GpuRuntime:
         expected=expected_gpus(data.expected_gpus),
         install_driver=knobs.boolean("install_driver", data.install_driver),
         driver_branch=str(knobs.integer("driver_branch", data.driver_branch, minimum=1)),
-        nvidia_repo_url=knobs.url("nvidia_repo_url", data.nvidia_repo_url),
+        nvidia_repo_url=repo_url(data.nvidia_repo_url, data.allow_http_nvidia_repo),
     )

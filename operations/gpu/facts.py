@@ -15,6 +15,7 @@ from .parse import (
     parse_query_csv,
     parse_smi_q,
     parse_topology,
+    smi_failure,
 )
 
 GPU_QUERY_FIELDS = [
@@ -34,10 +35,20 @@ def _if_nvidia_smi(command: str) -> str:
     return f"if command -v nvidia-smi >/dev/null 2>&1; then {command} || true; fi"
 
 
+EXIT_MARK = "@@nvidia-smi exit "
+
+
+def unreadable(gpus) -> dict | None:
+    """Why nvidia-smi could not read the GPUs (NvidiaGpus' value when it failed), else None."""
+    return gpus.get("unknown") if isinstance(gpus, dict) else None
+
+
 class NvidiaGpus(FactBase):
     """
-    Returns the host's GPUs from ``nvidia-smi --query-gpu``; None without nvidia-smi, an
-    empty list when nvidia-smi cannot read them (see RebootPending for why).
+    Returns the host's GPUs from ``nvidia-smi --query-gpu``; None without nvidia-smi. When
+    nvidia-smi fails (a non-zero exit code: no driver loaded, NVML not initialised, a driver
+    upgraded without a reboot) the GPUs are unknown, not zero: ``{"unknown": why}`` with its
+    exit code, its words, their meaning and what to do (``parse.smi_failure``).
 
     .. code:: python
 
@@ -52,6 +63,8 @@ class NvidiaGpus(FactBase):
                 "mig_mode": "Disabled",
             },
         ]
+        {"unknown": {"exit_code": 18, "message": "Failed to initialize NVML: Driver/library version mismatch; "
+                     "NVML library version: 580.95", "cause": "...", "fix": "reboot the host ..."}}
     """
 
     host_answer = "gpu_state.gpus"
@@ -59,11 +72,18 @@ class NvidiaGpus(FactBase):
     @override
     def command(self) -> str:
         fields = ",".join(GPU_QUERY_FIELDS)
-        return _if_nvidia_smi(f"nvidia-smi --query-gpu={fields} --format=csv,noheader,nounits 2>&1")
+        # Its exit code says whether the output holds GPUs: nvidia-smi prints its errors on stdout.
+        return ("if command -v nvidia-smi >/dev/null 2>&1; then "
+                f"nvidia-smi --query-gpu={fields} --format=csv,noheader,nounits 2>&1; echo \"{EXIT_MARK}$?\"; fi")
 
     @override
-    def process(self, output: list[str]) -> list[dict]:
-        return parse_query_csv(output, GPU_QUERY_FIELDS)
+    def process(self, output: list[str]) -> list[dict] | dict:
+        codes = [int(line[len(EXIT_MARK):]) for line in output if line.startswith(EXIT_MARK)]
+        lines = [line for line in output if not line.startswith(EXIT_MARK)]
+        failure = smi_failure(lines, codes[-1] if codes else None)
+        if failure:
+            return dict(unknown=failure)
+        return parse_query_csv(lines, GPU_QUERY_FIELDS)
 
 
 class NvidiaTopology(FactBase):

@@ -7,12 +7,19 @@ differs; otherwise it reports a noop saying why.
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
+import shlex
+import urllib.request
+
 from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.server import Arch, KernelVersion, LinuxDistribution
 from pyinfra.operations import apt, server
 
-from operations.basics import apt_packages, gathering
+from operations.basics import gathering
+from operations.basics.apt_packages import AptVersions
 from operations.basics.failing import fail_host
 
 from . import packages
@@ -86,14 +93,18 @@ def fabric_manager():
         yield fail_host([f"{host.name}: no NVIDIA driver is loaded: fabric manager must match the driver's version exactly"])
         return
     fabric = gathering.read(NvidiaFabric)
-    nvlink5 = any((gpu.get("compute_capability") or "").startswith("10.") for gpu in gathering.read(NvidiaGpus) or [])
+    gpus = gathering.read(NvidiaGpus)
+    nvlink5 = any((gpu.get("compute_capability") or "").startswith("10.") for gpu in
+                  (gpus if isinstance(gpus, list) else []))
 
     manager = fabric["units"].get("nvidia-fabricmanager", {})
     wanted = packages.fabric_packages(driver["version"], nvlink5, fabric["packages"])
     commands = []
     if wanted:
         # Fabric manager follows the driver, down as well as up, held or not.
-        commands.append(f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages {' '.join(wanted)}")
+        # Quoted: the version is an apt glob (`=580.95.05-*`), not the shell's.
+        commands.append(f"{APT_INSTALL} --allow-downgrades --allow-change-held-packages "
+                        f"{' '.join(shlex.quote(name) for name in wanted)}")
         if manager.get("active") == "active" and "=" in wanted[0]:
             commands.append("systemctl restart nvidia-fabricmanager.service")
         manager = manager if manager.get("enabled") is not None else {}  # installed just now: not enabled
@@ -119,12 +130,40 @@ def host_release():
     return release, None
 
 
+# Where the keyring package lands on the host: root's alone (0700), so no other user can put a package
+# there first for root to install (a fixed name under /tmp, as apt.deb downloads to, would let one).
+KEYRING_DIR = "/var/lib/specfleet/nvidia-keyring"
+# Writes stdin (base64) to a new file in "$1", installs it with dpkg only if its sha256 is "$2", removes it.
+_INSTALL_KEYRING = ('umask 077 && install -d -m 0700 -o root -g root "$1" && t=$(mktemp "$1/cuda-keyring.XXXXXX") '
+                    '&& { base64 -d > "$t" && echo "$2  $t" | sha256sum --check --quiet - '
+                    '&& dpkg --force-confdef --force-confold -i "$t"; rc=$?; rm -f "$t"; exit $rc; }')
+
+
+@functools.cache
+def fetched_keyring(url: str) -> bytes | str:
+    """The keyring package at `url`, fetched once per run on the controller (over https unless the user
+    allowed http: config.repo_url); a str says why there is none."""
+    try:
+        with urllib.request.urlopen(url, timeout=60) as answer:
+            deb = answer.read()
+    except (OSError, ValueError) as error:
+        return f"the controller could not fetch {url} ({error}): it carries NVIDIA's keyring to the host, so it " \
+               "must reach the repository"
+    if not deb.startswith(b"!<arch>\ndebian-binary"):
+        return f"{url} is not a Debian package (it starts {deb[:16]!r}): check nvidia_repo_url"
+    return deb
+
+
 @operation()
 def repository(base_url: str):
     """
     Add NVIDIA's CUDA apt repository the way NVIDIA documents it: its ``cuda-keyring`` package
     for this host's OS release and architecture (the key and the source line), then update
     the package lists. A host that has the keyring is left as it is.
+
+    The controller fetches the package and carries it to the host on a command's standard input,
+    with its sha256; the host writes it to a new file in a directory only root can write
+    (``KEYRING_DIR``), installs it only if the sha256 matches, and removes it.
 
     + base_url: where NVIDIA's repositories are (the OS release and architecture are appended)
 
@@ -145,8 +184,12 @@ def repository(base_url: str):
     if packages.KEYRING_PACKAGE in gathering.read(NvidiaPackages)["installed"]:
         host.noop(f"{packages.KEYRING_PACKAGE} is installed")
         return
-    url = packages.repository(base_url, release, gathering.read(Arch))
-    yield from apt.deb._inner(src=f"{url}/{packages.KEYRING_DEB}")
+    deb = fetched_keyring(f"{packages.repository(base_url, release, gathering.read(Arch))}/{packages.KEYRING_DEB}")
+    if isinstance(deb, str):
+        yield fail_host([f"{host.name}: {deb}"])
+        return
+    yield StringCommand("sh", "-c", QuoteString(_INSTALL_KEYRING), "keyring", QuoteString(KEYRING_DIR),
+                        hashlib.sha256(deb).hexdigest(), _stdin=base64.encodebytes(deb).decode())
     yield from apt.update._inner()
 
 
@@ -159,8 +202,8 @@ def open_driver(branch: str, install: bool = False):
     (installed or loaded) is of ``branch`` or newer keeps it. The new module is loaded by
     ``reboot_into_driver``.
 
-    + branch: driver branch, like ``"580"`` (``nvidia-open-580``; from 590 on
-      ``nvidia-driver-pinning-<branch>`` then ``nvidia-open``)
+    + branch: driver branch, like ``"580"`` (Ubuntu before 590: ``nvidia-open-580``; Ubuntu from 590 on and
+      Debian: ``nvidia-driver-pinning-<branch>`` then ``nvidia-open``)
     + install: whether this deploy may change the driver at all
 
     **Example:**
@@ -195,11 +238,16 @@ def open_driver(branch: str, install: bool = False):
     if nvidia_packages["held"]:
         # apt removes no held package, and a new branch replaces them: held again by hold_driver.
         yield f"apt-mark unhold {' '.join(nvidia_packages['held'])}"
-    steps = packages.driver_installs(int(branch))
+    steps = packages.driver_installs(release, int(branch))
     # DKMS needs the running kernel's headers before the module package is configured.
     steps[0] = [f"linux-headers-{host.get_fact(KernelVersion)}", *steps[0]]
+    if any(name not in host.get_fact(AptVersions, packages=tuple(n for step in steps for n in step))
+           for step in steps for name in step):
+        yield from apt.update._inner()  # apt does not know the branch's packages yet
+    # apt-get by hand: the metapackage keeps its name across branches (nvidia-open), so "installed" says
+    # nothing of the branch; the pinning package installed first makes apt's candidate the branch's.
     for names in steps:
-        yield from apt_packages.install(names)
+        yield f"{APT_INSTALL} {' '.join(names)}"
 
 
 @operation()

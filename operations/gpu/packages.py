@@ -1,8 +1,9 @@
 """NVIDIA's driver packages as data, per OS release, and the pure decisions over them.
 
 Facts in, package names and versions out: the operations in operations.gpu.nvidia turn these
-into apt commands. Sources: NVIDIA's driver installation guide and CUDA repository layout
-(the project's hosts notes, "Laying down the driver on a fresh host").
+into apt commands. Sources: NVIDIA's driver installation guide ("Recent Updates": the 590 renames
+on Ubuntu; "Version locking": the pinning packages) and NVIDIA's CUDA repositories as published
+(names and versions per release in the project's research notes on NVIDIA packaging).
 """
 
 from __future__ import annotations
@@ -18,16 +19,20 @@ from operations.gpu import products
 
 KEYRING_PACKAGE = "cuda-keyring"
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
-# From this branch on NVIDIA's packages carry no branch suffix; a pinning package picks the branch.
-PINNING_FROM = 590
-# The package holding the kernel module, under NVIDIA's names of every branch (open and
-# proprietary): its version is the driver the host boots into next.
-MODULE_PACKAGE = re.compile(r"^(nvidia-kernel-open-dkms|nvidia-kernel-dkms|nvidia-dkms-\d+(-open)?)$")
+# From this branch on NVIDIA's Ubuntu packages carry no branch in their names ("Starting with branch
+# 590, the Ubuntu packages will be renamed by removing the branch designation"); a pinning package
+# picks the branch. NVIDIA's Debian repositories never name the branch: a pinning package always picks it.
+UNSUFFIXED_FROM = 590
+# The package holding the kernel module, under NVIDIA's names of every release and branch (open and
+# proprietary): Debian's nvidia-kernel-open-dkms / nvidia-kernel-dkms; Ubuntu's nvidia-dkms-580-open /
+# nvidia-dkms-580 before 590, nvidia-dkms-open / nvidia-dkms from 590 on. Its version is the driver the
+# host boots into next.
+MODULE_PACKAGE = re.compile(r"^(nvidia-kernel-open-dkms|nvidia-kernel-dkms|nvidia-dkms(-\d+)?(-open)?)$")
 # Installed NVIDIA packages that must move together: an unattended upgrade of one of them splits
 # the driver from its libraries or from fabric manager (which then refuses to start).
 HELD = re.compile(r"^(nvidia-.*|libnvidia-.*|nvlsm)$")
 # Packages the keyring is, or that pin a branch: moving them is not an upgrade to hold back.
-NOT_HELD = re.compile(r"^(cuda-keyring|nvidia-driver-pinning-\d+)$")
+NOT_HELD = re.compile(r"^(cuda-keyring|nvidia-driver-pinning-[0-9.]+)$")
 
 
 @dataclass(frozen=True)
@@ -35,14 +40,15 @@ class OsRelease:
     """What differs between the OS releases NVIDIA's repository serves."""
 
     repo: str  # NVIDIA's repository directory for the release
+    family: str  # "debian" or "ubuntu": how NVIDIA names and versions its packages there
 
 
 # (ID, VERSION_ID) from /etc/os-release.
 OS_RELEASES = {
-    ("debian", "12"): OsRelease("debian12"),  # python3 3.11
-    ("debian", "13"): OsRelease("debian13"),  # python3 3.13
-    ("ubuntu", "22.04"): OsRelease("ubuntu2204"),  # python3 3.10: uv provides 3.11 (operations/venv.py)
-    ("ubuntu", "24.04"): OsRelease("ubuntu2404"),  # python3 3.12
+    ("debian", "12"): OsRelease("debian12", "debian"),  # python3 3.11
+    ("debian", "13"): OsRelease("debian13", "debian"),  # python3 3.13
+    ("ubuntu", "22.04"): OsRelease("ubuntu2204", "ubuntu"),  # python3 3.10: uv provides 3.11 (operations/venv.py)
+    ("ubuntu", "24.04"): OsRelease("ubuntu2404", "ubuntu"),  # python3 3.12
 }
 # `uname -m` -> NVIDIA's repository architecture.
 ARCHES = {"x86_64": "x86_64", "aarch64": "sbsa"}
@@ -64,13 +70,20 @@ def branch_of(version: str | None) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def driver_installs(branch: int) -> list[list[str]]:
-    """The apt installs, in order, that lay down the open driver of `branch`.
+def upstream(version: str | None) -> str | None:
+    """The driver version a package version carries: `580.95.05` from `580.95.05-1` (Debian),
+    `580.95.05-0ubuntu1` or `595.58.03-1ubuntu1` (Ubuntu)."""
+    return version.split(":")[-1].rsplit("-", 1)[0] if version else None
 
-    Before 590: the branch's metapackage. From 590 on: the pinning package first (its apt pin must
-    be in place before apt chooses versions), then the unsuffixed metapackage.
+
+def driver_installs(release: OsRelease, branch: int) -> list[list[str]]:
+    """The apt installs, in order, that lay down the open driver of `branch` on `release`.
+
+    Ubuntu before 590: the branch's metapackage (`nvidia-open-580`). Ubuntu from 590 on, and Debian
+    for every branch: the pinning package first (its apt pin must be in place before apt chooses
+    versions), then the unsuffixed metapackage `nvidia-open`.
     """
-    if branch < PINNING_FROM:
+    if release.family == "ubuntu" and branch < UNSUFFIXED_FROM:
         return [[f"nvidia-open-{branch}"]]
     return [[f"nvidia-driver-pinning-{branch}"], ["nvidia-open"]]
 
@@ -78,21 +91,27 @@ def driver_installs(branch: int) -> list[list[str]]:
 def installed_driver(installed: dict[str, str]) -> str | None:
     """The driver version the installed module package holds (`580.95.05` from `580.95.05-1`)."""
     versions = [version for name, version in installed.items() if MODULE_PACKAGE.match(name)]
-    return versions[0].split("-")[0] if versions else None
+    return upstream(versions[0]) if versions else None
 
 
 def fabric_package(driver_version: str) -> str:
     """Fabric manager's package for the driver: per branch before 580 (``nvidia-fabricmanager-570``),
-    unsuffixed from 580 on (providing ``nvidia-fabricmanager-<branch>``)."""
+    unsuffixed from 580 on (NVIDIA's driver container switches names there, NVIDIA/gpu-driver-container
+    ubuntu24.04/install.sh)."""
     branch = branch_of(driver_version)
     return "nvidia-fabricmanager" if branch >= 580 else f"nvidia-fabricmanager-{branch}"
 
 
 def fabric_packages(driver_version: str, nvlink5: bool, installed: dict[str, str]) -> list[str]:
-    """apt arguments for fabric manager at the driver's exact version (it refuses any other; the
-    ``-1`` revision is NVIDIA's repository's) and nvlsm on NVLink5, where not installed so."""
+    """apt arguments for fabric manager at the driver's exact version (it refuses any other) and nvlsm
+    on NVLink5, where not installed so.
+
+    The revision after the driver's version is the repository's, and differs: `-1` on Debian, `-1` or
+    `-1ubuntu1` on Ubuntu depending on the build (580.95.05-1, 580.173.02-1ubuntu1, 615.71.09-1ubuntu1).
+    So the pin names the version and leaves the revision to the repository (`=580.95.05-*`, an apt
+    version glob), as NVIDIA's driver container pins it (`=${DRIVER_VERSION}*`)."""
     name = fabric_package(driver_version)
-    wanted = [] if installed.get(name) == f"{driver_version}-1" else [f"{name}={driver_version}-1"]
+    wanted = [] if upstream(installed.get(name)) == driver_version else [f"{name}={driver_version}-*"]
     if nvlink5 and "nvlsm" not in installed:
         wanted.append("nvlsm")
     return wanted

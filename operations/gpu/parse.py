@@ -39,19 +39,29 @@ def _value(text: str, kind):
     return text
 
 
+# A header cell of --format=csv: a field name, with its unit in brackets unless nounits
+# ('index', 'memory.total [MiB]'); values never look like this (names, numbers, 'Enabled', 'GPU-...').
+HEADER_CELL = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*( \[[^\]]*\])?$")
+
+
 def parse_query_csv(lines: list[str], fields: list[str] | None = None) -> list[dict]:
     """Parse `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`.
 
-    Without `fields` the first line must be the header (`index, name, memory.total [MiB]`),
-    in any field order. Unknown fields keep their nvidia-smi name. Lines that are not CSV
-    rows of the right width (an NVML error message) are skipped.
+    Without `fields` the header line names them (`index, name, memory.total [MiB]`), in any
+    field order; a capture without it (`noheader`) starts with a GPU's row, whose fields are
+    then told by what their values look like (:func:`fields_by_values`). Unknown fields keep
+    their nvidia-smi name. Lines that are not CSV rows of the right width (an NVML error
+    message) are skipped.
     """
-    rows = [row for row in csv.reader(line for line in lines if line.strip())]
+    rows = [[cell.strip() for cell in row] for row in csv.reader(line for line in lines if line.strip())]
     if fields is None:
         if not rows:
             return []
-        fields = [re.sub(r"\s*\[.*\]$", "", name.strip()) for name in rows[0]]
-        rows = rows[1:]
+        if all(HEADER_CELL.match(cell) for cell in rows[0]):
+            fields = [re.sub(r"\s*\[.*\]$", "", name) for name in rows[0]]
+            rows = rows[1:]
+        else:
+            fields = fields_by_values([row for row in rows if len(row) == len(rows[0])])
     gpus = []
     for row in rows:
         if len(row) != len(fields):
@@ -66,6 +76,48 @@ def parse_query_csv(lines: list[str], fields: list[str] | None = None) -> list[d
         else:
             gpus.append(gpu)
     return gpus
+
+
+# What a --query-gpu value looks like, per field, for a capture without its header row. Only
+# fields whose values cannot be taken for another's: Enabled/Disabled (persistence mode, MIG
+# mode) and bare numbers other than memory are left unnamed.
+VALUE_SHAPES = [
+    ("uuid", re.compile(r"^GPU-[0-9a-fA-F-]+$")),
+    ("pci.bus_id", re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")),
+    ("driver_version", re.compile(r"^\d{3}\.\d+(\.\d+)?$")),  # 580.159.04, 550.54
+    ("compute_cap", re.compile(r"^\d{1,2}\.\d$")),  # 9.0, 12.0
+    ("name", re.compile(r"^(NVIDIA|Tesla|Quadro|GeForce)\b.*[A-Za-z]")),
+]
+MIB = re.compile(r"^(\d+)( MiB)?$")
+
+
+def fields_by_values(rows: list[list[str]]) -> list[str]:
+    """The --query-gpu fields of header-less rows, told by their values: a column every row of
+    which has one field's shape is that field (the first such column); the column of the
+    largest MiB figures is memory.total (memory.used and .free never exceed it); 0..N-1 down
+    the rows is index. Other columns keep a name no reader uses ('column N')."""
+    columns = list(zip(*rows))
+    fields = [f"column {number}" for number in range(len(columns))]
+
+    def shaped(pattern, values):
+        return all(pattern.match(value) for value in values)
+
+    for field, pattern in VALUE_SHAPES:
+        found = next((i for i, values in enumerate(columns) if fields[i].startswith("column ")
+                      and shaped(pattern, values)), None)
+        if found is not None:
+            fields[found] = field
+    free = [i for i in range(len(columns)) if fields[i].startswith("column ")]
+    indexes = [i for i in free if list(columns[i]) == [str(n) for n in range(len(rows))]]
+    if indexes:
+        fields[indexes[0]] = "index"
+    # With units every memory figure says MiB; without (nounits) a GPU's memory is above 1024 MiB.
+    memories = [i for i in free if i not in indexes[:1] and shaped(MIB, columns[i])
+                and (all(value.endswith(" MiB") for value in columns[i])
+                     or all(int(MIB.match(value).group(1)) > 1024 for value in columns[i]))]
+    if memories:
+        fields[max(memories, key=lambda i: max(int(MIB.match(v).group(1)) for v in columns[i]))] = "memory.total"
+    return fields
 
 
 # Cells between two devices in `nvidia-smi topo -m`. NV# before the PCIe words; a
@@ -211,19 +263,30 @@ def parse_smi_xml(text: str) -> dict:
     )
 
 
-SMI_TABLE_HEADER = re.compile(r"Driver Version:\s*(\S+)\s+CUDA Version:\s*(\S+)")
+# 'Driver Version: 580.159.04   CUDA Version: 13.0'; from R610 'KMD Version: 610.57.04
+# CUDA UMD Version: 13.3' (a published 610.57.04 table, noonghunna/club-3090#1229).
+SMI_TABLE_HEADER = re.compile(r"(?:Driver|KMD) Version:\s*(\S+)\s+CUDA (?:UMD )?Version:\s*(\S+)")
 SMI_TABLE_GPU = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|")
 SMI_TABLE_MEMORY = re.compile(r"/\s*(\d+)MiB")
+# The third line of a GPU's block: its MIG mode in the last column ('MIG M.').
+SMI_TABLE_MIG = re.compile(r"^\|\s+\|\s+\|\s+(Enabled|Disabled|N/A)\s+\|$")
+# Tables after the GPUs' own: per MIG instance (its slice's memory, not the card's) and processes.
+SMI_TABLE_END = re.compile(r"^\|\s*(MIG devices|Processes):")
 
 
 def parse_smi_table(lines: list[str]) -> dict:
-    """Parse the plain `nvidia-smi` table: driver, CUDA version, and per GPU index and memory.
+    """Parse the plain `nvidia-smi` table: driver, CUDA version, and per GPU index, memory and MIG mode.
 
     The table truncates long names ('NVIDIA RTX PRO 6000 Blac...'): a truncated name is
-    None, so that no one takes it for the real one.
+    None, so that no one takes it for the real one. Only the GPUs' table is read: with MIG
+    enabled a 'MIG devices' table follows, whose memory column is each instance's slice
+    (`14366MiB / 19968MiB` on an 80 GB card, XuehaiPan/nvitop#8), not the card's.
     """
     result: dict = dict(driver_version=None, cuda_version=None, gpus=[])
     for line in lines:
+        line = ANSI_ESCAPE.sub("", line).rstrip()
+        if SMI_TABLE_END.match(line):
+            break
         if header := SMI_TABLE_HEADER.search(line):
             result["driver_version"], result["cuda_version"] = header.groups()
         elif row := SMI_TABLE_GPU.match(line):
@@ -232,9 +295,69 @@ def parse_smi_table(lines: list[str]) -> dict:
                 dict(index=int(row.group(1)), name=None if name.endswith("...") else name,
                      persistence_mode="Enabled" if row.group(3) == "On" else "Disabled")
             )
+        elif (mig := SMI_TABLE_MIG.match(line)) and result["gpus"]:
+            result["gpus"][-1]["mig_mode"] = _value(mig.group(1), str)
         elif (memory := SMI_TABLE_MEMORY.search(line)) and result["gpus"]:
-            result["gpus"][-1]["memory_total_mib"] = int(memory.group(1))
+            result["gpus"][-1].setdefault("memory_total_mib", int(memory.group(1)))
     return result
+
+
+# nvidia-smi's exit codes (its man page, RETURN VALUE: "distinct non zero values for each error
+# class"; 17 and 18 are NVML's nvmlReturn_t values it passes on, NVIDIA/go-nvml gen/nvml/nvml.h):
+# what each means and what to do. nvidia-smi prints its error on stdout, so its exit code, not
+# its output's shape, says whether the output holds GPUs.
+SMI_EXIT_CODES = {
+    2: ("nvidia-smi refused its arguments", "check the nvidia-smi version: a field may be unknown to it"),
+    3: ("the operation is not available on this GPU", "check the GPU model and driver"),
+    4: ("this user may not use the NVIDIA devices", "run it as root, or check the modes of /dev/nvidia*"),
+    6: ("the driver sees no GPU", "check `lspci -d 10de:` and `dmesg | grep -i nvrm`: a GPU missing from the "
+        "bus needs a reseat or an RMA"),
+    8: ("a GPU's external power cables are not attached", "attach them"),
+    9: ("no NVIDIA driver is loaded", "load it (`modprobe nvidia`; `dmesg | grep -i nvrm` says why it did not "
+        "load) or install the driver (open kernel module) and reboot"),
+    10: ("the NVIDIA kernel driver found an interrupt problem with a GPU", "check `dmesg | grep -i nvrm`"),
+    12: ("the NVML library is missing", "reinstall the NVIDIA driver packages"),
+    13: ("the driver does not implement this query", "update the driver"),
+    14: ("a GPU's infoROM is corrupted", "check `nvidia-smi -q` and `dmesg`; it needs an RMA"),
+    15: ("a GPU fell off the bus or is not accessible", "check `dmesg` for Xid 79 and power-cycle the host; a GPU "
+         "that keeps falling off needs a reseat or an RMA"),
+    17: ("the operating system or a cgroup blocks the GPU control device", "check the device cgroup and "
+         "/dev/nvidiactl"),
+    18: ("the NVML library is another version than the loaded kernel module (a driver installed or upgraded "
+         "without a reboot)", "reboot the host so the installed driver's module loads"),
+    255: ("nvidia-smi failed with an internal error", "check `dmesg | grep -i nvrm` and the driver installation"),
+}
+# The texts nvidia-smi prints with those codes, for captures that kept its output but not its code:
+# 9 and 4 as a real H200 host printed them without a driver / without access to its device nodes,
+# 18 as published (anderskm/gputil#55; mozilla/translations#1167: "return code 18 ...
+# [nvidia-smi(stdout)] Failed to initialize NVML: Driver/library version mismatch"), 6 as a real H200
+# host answered `-i 7` with one GPU.
+SMI_FAILURE_TEXTS = [
+    (re.compile(r"^NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"), 9),
+    (re.compile(r"^Failed to initialize NVML: Insufficient Permissions"), 4),
+    (re.compile(r"^Failed to initialize NVML: Driver/library version mismatch"), 18),
+    (re.compile(r"^Failed to initialize NVML: GPU access blocked by the operating system"), 17),
+    (re.compile(r"^No devices were found"), 6),
+    (re.compile(r"^Failed to initialize NVML: "), 255),
+]
+
+
+def smi_failure(lines: list[str], exit_code: int | None = None) -> dict | None:
+    """Why nvidia-smi could not read the GPUs, from its exit code (or, where a capture lost it,
+    from the texts it prints with one), or None when it read them.
+
+    ``{"exit_code": 18, "message": "Failed to initialize NVML: Driver/library version mismatch",
+    "cause": "the NVML library is another version than ...", "fix": "reboot the host ..."}``
+    """
+    text = [ANSI_ESCAPE.sub("", line).strip() for line in lines if line.strip()]
+    if exit_code is None:
+        exit_code = next((code for line in text[:3] for pattern, code in SMI_FAILURE_TEXTS if pattern.match(line)),
+                         0)
+    if exit_code == 0:
+        return None
+    cause, fix = SMI_EXIT_CODES.get(exit_code, (f"nvidia-smi failed (exit code {exit_code})",
+                                                "check `dmesg | grep -i nvrm` and the driver installation"))
+    return dict(exit_code=exit_code, message="; ".join(text[:2]) if text else "(no output)", cause=cause, fix=fix)
 
 
 NVRM_VERSION = re.compile(r"NVRM version:.*Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")

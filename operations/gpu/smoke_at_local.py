@@ -21,4 +21,5 @@ class_name = os.environ["SPECFLEET_SMOKE_CLASS"]
 data = {**runpy.run_path("group_data/all.py"), **runpy.run_path(f"group_data/{class_name}.py")}
 data["install_dir"] = os.environ["SPECFLEET_SMOKE_INSTALL_DIR"]
 test = deployment.resolve(SimpleNamespace(**data), class_name).smoke
-smoke.allreduce(name="GPU smoke test", smoke=dataclasses.replace(test, env={**test.env, **NO_MULTICAST}))
+# As the user running the capture: a GPU host lent for it has no service user.
+smoke.allreduce(name="GPU smoke test", smoke=dataclasses.replace(test, env={**test.env, **NO_MULTICAST}, user=None))

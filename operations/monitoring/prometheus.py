@@ -27,7 +27,7 @@ from pyinfra.api.state import StateStage
 from pyinfra.operations import files, systemd
 
 from operations.basics.file_states import FileStates
-from operations.basics import apt_packages, knobs, network
+from operations.basics import apt_packages, knobs, network, shell
 from operations.gateway.config import Gateway
 from operations.gateway.workers import Worker
 from operations.basics.host_programs import inline
@@ -87,9 +87,8 @@ class ScrapeTarget:
 
 def scrape_targets(gateway_host_name: str, gateway: Gateway, workers: list[Worker]) -> list[ScrapeTarget]:
     """What Prometheus scrapes: each worker at the address the gateway reaches it, and smg."""
-    smg = network.local_address(gateway.bind_address)
     return [*(ScrapeTarget("sglang", w.name, urlsplit(w.url).netloc, w.replica) for w in workers),
-            ScrapeTarget("smg", gateway_host_name, f"{smg}:{gateway.prometheus_port}")]
+            ScrapeTarget("smg", gateway_host_name, f"{gateway.prometheus_address}:{gateway.prometheus_port}")]
 
 
 def with_key(monitoring: Monitoring) -> bool:
@@ -273,7 +272,7 @@ def _wait_up(state, host, monitoring: Monitoring, targets: list[ScrapeTarget]) -
                      "--fresh", str(fresh_scrape_s(monitoring)), "--until-up", str(monitoring.targets_timeout_s),
                      *(f"{t.job}={t.address}" for t in targets))
     started = time.monotonic()
-    ok, output = host.run_shell_command(command)
+    ok, output = shell.run(host, command)
     found = PrometheusTargets().process(output.stdout_lines) if ok else {"reachable": False, "error": output.stderr}
     down = down_targets(found, targets)
     if down:

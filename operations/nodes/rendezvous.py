@@ -14,7 +14,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 
-from operations.basics import polling
+from operations.basics import outcomes, polling, shell
 from operations.basics.host_programs import inline
 from operations.nodes.group import NodeGroup
 
@@ -89,7 +89,7 @@ def reachable(group: NodeGroup):
 
 
 def _hold(state, host, group: NodeGroup) -> bool:
-    _, output = host.run_shell_command(inline("node_reach", "hold", group.dist_init_host, str(group.dist_init_port),
+    _, output = shell.run(host, inline("node_reach", "hold", group.dist_init_host, str(group.dist_init_port),
                                               str(HOLD_S), *group.addresses[1:]))
     result = _result(output)
     if not result.get("ok"):
@@ -106,7 +106,7 @@ def _reach(state, host, group: NodeGroup) -> bool:
         host.log_styled(f"{host.name}: rank 0 of node group {group.name} ({rank0}) failed earlier in this run, so "
                         f"rank {group.rank} cannot join it: fix {rank0} and deploy the group again", fg="red")
         return False
-    _, output = host.run_shell_command(inline("node_reach", "reach", group.dist_init_host,
+    _, output = shell.run(host, inline("node_reach", "reach", group.dist_init_host,
                                               str(group.dist_init_port), str(REACH_S)))
     result = _result(output)
     if not result.get("ok"):
@@ -163,6 +163,7 @@ def joined(group: NodeGroup, service: str, timeout_s: int):
     g = group
     now = host.get_fact(RankState, service=service, port=g.dist_init_port)
     if now["active"] == "active" and joined_rank0(g, now["links"]):
+        outcomes.note(host, joined=g.members[0])
         host.noop(f"rank {g.rank} of {g.name} is up and joined rank 0 at {g.dist_init_addr}")
         return
     yield FunctionCommand(_wait_joined, (g, service, timeout_s), {})
@@ -173,7 +174,7 @@ def _wait_joined(state, host, group: NodeGroup, service: str, timeout_s: int) ->
     command = RankState().command(service, g.dist_init_port)
 
     def check(elapsed: float):
-        _, output = host.run_shell_command(command)
+        _, output = shell.run(host, command)
         now = RankState().process(output.stdout_lines)
         if now["active"] == "active" and joined_rank0(g, now["links"]):
             return True, ""
@@ -181,9 +182,10 @@ def _wait_joined(state, host, group: NodeGroup, service: str, timeout_s: int) ->
                       f"not yet joined to rank 0 at {g.dist_init_addr}")
 
     if polling.wait(host, check, interval_s=2, log_every_s=30, timeout_s=timeout_s, first_log_s=10):
+        outcomes.note(host, joined=g.members[0])
         host.log_styled(f"rank {g.rank} of {g.name} is up and joined rank 0 ({g.members[0]})", fg="green")
         return True
-    _, journal = host.run_shell_command(f"journalctl -u {shlex.quote(service)} -n 20 --no-pager -o cat")
+    _, journal = shell.run(host, f"journalctl -u {shlex.quote(service)} -n 20 --no-pager -o cat")
     host.log_styled(f"{host.name}: rank {g.rank} of node group {g.name} did not join rank 0 ({g.members[0]}) at "
                     f"{g.dist_init_addr} within {timeout_s}s; last lines of its journal:\n{journal.stdout}", fg="red")
     return False

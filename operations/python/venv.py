@@ -68,6 +68,18 @@ def hash_lock(requirement: str) -> str | None:
     return f"{requirement}\n" if " --hash=" in requirement else committed_lock(requirement)
 
 
+def unchecked(requirement: str) -> str:
+    """The warning for a requirement installed without any hash check, and the way to one."""
+    if RELEASE.fullmatch(requirement):
+        return (f"{requirement}: no hash lock (operations/python/locks/{requirement}.txt), so no hash is "
+                f"checked: write one with `python -m operations.python.locks.compile {requirement}`")
+    if "git+" in requirement:
+        return (f"{requirement}: a git build installs unchecked (pip and uv check no hash of a git checkout): "
+                "build its wheel once and name that wheel with --hash=sha256:<its sha256>")
+    return (f"{requirement}: installs unchecked (no committed lock, no --hash=): pin a release with a lock in "
+            "operations/python/locks/, or name a wheel (URL or path) with --hash=sha256:<its sha256>")
+
+
 def fingerprint(requirement: str, index_url: str | None) -> str:
     """Identifies what was asked for: a change means a reinstall (and, for SGLang, a restart)."""
     lock = committed_lock(requirement)
@@ -236,9 +248,8 @@ def requirement(path: str, requirement: str, distribution: str, index_url: str |
     venv = shlex.quote(path)
     index = f"--index-url {shlex.quote(index_url)} " if index_url else ""
     lock = hash_lock(requirement)
-    if lock is None and RELEASE.fullmatch(requirement):
-        host.log_styled(f"{requirement}: no hash lock (operations/python/locks/{requirement}.txt), so no hash is "
-                        f"checked: write one with `python -m operations.python.locks.compile {requirement}`", fg="yellow")
+    if lock is None:
+        host.log_styled(unchecked(requirement), fg="yellow")
     # Rebuilt whole: an installer cannot reliably move a git build back to a release, and a
     # half-updated environment must never serve.
     python = gathering.read(HostPython, uv=uv.binary) if uv else None

@@ -9,14 +9,13 @@ from operations.basics import gathering
 from operations.basics.knobs import COMMIT
 from operations.gpu.config import GpuExpectations
 from operations.python.venv import VenvRequirement, fingerprint
-from operations.server.config import Server
+from operations.server.config import Server, git_refs
 from operations.server.flags import rejection, server_args
 
 GIB = 1 << 30
 # A release pin; DDTree (open PR #29907) is in no SGLang release up to 0.5.23.
 RELEASE_PIN = re.compile(r"sglang\s*(==|~=|>=|<=|<|>|===)")
 DDTREE_BUILD = "sglang @ git+https://github.com/sgl-project/sglang@COMMIT#subdirectory=python"
-GIT_REVISION = re.compile(r"git\+\S+?@([^#\s]+)")  # the ref after @ in 'name @ git+URL@REF#...'
 
 
 def memory_problems(server: Server, expected: GpuExpectations, model: str, weight_bytes: int,
@@ -70,9 +69,9 @@ def unpinned_build(server: Server) -> list[str]:
     """A sentence per git ref of the SGLang requirement that names a branch, tag or pull request, not a commit."""
     s = server
     return [f"{s.sglang_requirement}: {ref!r} is not a commit, so what is installed can change under the same "
-            f"name: pin a 40-hex commit (for a pull request: `git ls-remote URL {ref}`), or set "
-            "allow_branch_revisions=true"
-            for ref in GIT_REVISION.findall(s.sglang_requirement) if not COMMIT.fullmatch(ref)]
+            f"name: pin it with `python pin.py INVENTORY` (it runs `git ls-remote {url} {ref}` and writes the "
+            "commit to SPECFLEET_SITE/pins.json), or set allow_branch_revisions=true"
+            for url, ref in git_refs(s.sglang_requirement) if not COMMIT.fullmatch(ref)]
 
 
 def exposure_problems(server: Server, key_on_controller: bool, key_on_host: bool) -> list[str]:

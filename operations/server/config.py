@@ -10,6 +10,34 @@ from operations.basics import knobs, network
 from operations.basics.knobs import BadHostData
 from operations.server.layout import Layout, unit_name
 
+GIT_REF = re.compile(r"git\+(\S+?)@([^#\s]+)")  # 'name @ git+URL@REF#...': the repository URL and its ref
+
+
+# The options the deploy sets itself, each with the knob that sets it: what flags.server_args renders
+# (every spelling SGLang 0.5.23 accepts, flags.RENAMED_FLAGS' old ones too), a node group's part
+# (nodes.group) and the launcher's --api-key. Extra arguments may not repeat them: argparse takes
+# the last, so an extra --host 0.0.0.0 would win over bind_address, past the exposure check.
+DEPLOY_FLAGS = {
+    "--model-path": "the profile's target", "--model": "the profile's target",
+    "--served-model-name": "the profile's served_model_name",
+    "--host": "bind_address", "--port": "port",
+    "--tp-size": "layouts tp_size", "--tensor-parallel-size": "layouts tp_size",
+    "--mem-fraction-static": "sglang_tuning mem_fraction_static",
+    "--attention-backend": "the profile's attention (sglang_tuning attention_backends)",
+    "--speculative-algorithm": "the profile's speculative algorithm",
+    "--speculative-draft-model-path": "the profile's drafter", "--speculative-draft-model": "the profile's drafter",
+    "--speculative-num-draft-tokens": "the profile's speculative num_draft_tokens",
+    "--speculative-draft-attention-backend": "the profile's attention (sglang_tuning attention_backends)",
+    "--speculative-draft-window-size": "the profile's speculative draft_window_size",
+    "--speculative-dflash-draft-window-size": "the profile's speculative draft_window_size",
+    "--speculative-ddtree-budget": "the profile's speculative ddtree_budget",
+    "--enable-metrics": "enable_metrics",
+    "--nnodes": "node_groups", "--node-rank": "node_rank", "--dist-init-addr": "node_groups dist_init_port",
+    "--nccl-init-addr": "node_groups dist_init_port",
+    "--api-key": "api_key_env (the key travels in a file, never in argv)",
+    "--admin-api-key": "api_key_env (a key never goes in argv)",
+}
+
 
 @dataclass(frozen=True)
 class Speculative:
@@ -109,6 +137,25 @@ def served_model_name(data: Any, profile_name: str | None = None) -> str:
                           re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*"), "letters, digits and ._/-")
 
 
+def git_refs(requirement: str) -> list[tuple[str, str]]:
+    """(repository URL, ref) of each git source in a pip requirement."""
+    return GIT_REF.findall(requirement)
+
+
+def pinned(requirement: str, pins: dict) -> str:
+    """`requirement` with each git ref that `pins` (group data `pins`: {"git": {"URL@REF": COMMIT}}) resolves
+    replaced by its commit."""
+    git = (pins or {}).get("git", {})
+
+    def commit(match: re.Match) -> str:
+        url, ref = match.groups()
+        found = git.get(f"{url}@{ref}")
+        return match.group(0) if found is None else \
+            f"git+{url}@{knobs.matching(f'pins git {url}@{ref}', found, knobs.COMMIT, 'a 40-hex commit')}"
+
+    return GIT_REF.sub(commit, requirement)
+
+
 def _speculative(profile_name: str, values: Any) -> Speculative:
     fields = Speculative.__dataclass_fields__
     if not isinstance(values, dict) or set(values) - set(fields) or "algorithm" not in values \
@@ -144,7 +191,6 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         raise BadHostData(f"sglang_tuning['tp_size']={tuning['tp_size']!r} is not accepted: the TP size belongs to "
                           f"the class and the profile: set layouts[{profile_name!r}]['tp_size'] in "
                           f"group_data/{host_class}.py")
-    words = "single words (letters, digits, ._:/=,+@%-)"
     prefix = knobs.matching("service_name", data.service_name, knobs.UNIT_NAME, "a unit name (letters, digits, _.-)")
     return Server(
         profile_name=profile_name,
@@ -152,10 +198,10 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         served_model_name=served_model_name(data, profile_name),
         model_dir=model_dir,
         draft_model_dir=draft_model_dir,
-        sglang_requirement=knobs.matching(f"profiles[{profile_name!r}]['sglang']['requirement']",
-                                          requirements.get(wanted, wanted), knobs.REQUIREMENT,
-                                          "a pip requirement on one line (name==version, 'name @ URL' or a wheel "
-                                          "path)"),
+        sglang_requirement=knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
+                                             pinned(requirements.get(wanted, wanted), getattr(data, "pins", None)),
+                                             "a pip requirement on one line (name==version, 'name @ URL' or a "
+                                             "wheel path)"),
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
                                       "a version like 0.5.23"),
         pip_index_url=knobs.url("pip_index_url", data.pip_index_url),
@@ -165,15 +211,14 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
                                                "an SGLang backend name"),
         tp_size=0,  # the layout's (replicas())
         mem_fraction_static=knobs.fraction("sglang_tuning mem_fraction_static", tuning["mem_fraction_static"]),
-        extra_args=(*knobs.names("sglang_tuning extra_args", tuning.get("extra_args", []), knobs.ARGUMENT, words),
-                    *knobs.names(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
-                                 knobs.ARGUMENT, words)),
+        extra_args=(*knobs.arguments("sglang_tuning extra_args", tuning.get("extra_args", []), DEPLOY_FLAGS),
+                    *knobs.arguments(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
+                                     DEPLOY_FLAGS)),
         env={**knobs.environment("sglang_tuning env", tuning.get("env", {})),
              **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))},
         service_name=prefix,
         service_prefix=prefix,
-        service_user=knobs.matching("service_user", data.service_user, knobs.USER_NAME,
-                                    "a user name ([a-z_][a-z0-9_-], at most 32)"),
+        service_user=knobs.service_account("service_user", data.service_user),
         install_dir=knobs.path("install_dir", data.install_dir),
         config_dir=knobs.path("config_dir", data.config_dir),
         bind_address=knobs.address("bind_address", data.bind_address),

@@ -8,8 +8,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
-from operations.basics import gathering
-from operations.basics import polling
+from operations.basics import gathering, outcomes, polling, shell
 from operations.server.config import Server
 from operations.server.unit import restore_command
 
@@ -28,6 +27,12 @@ LOAD_PROGRESS = re.compile(r"Load weight|Loading safetensors|Init torch distribu
 def ready_timeout(total_bytes: int) -> int:
     """The default readiness timeout for weights of `total_bytes` (READY_BASE_S + LOAD_BYTES_PER_S)."""
     return int(READY_BASE_S + total_bytes / LOAD_BYTES_PER_S)
+
+
+def timeout_for(server: Server, weight_bytes: int) -> int:
+    """How long a start of `server` may take: its ready_timeout_s, else from the size of the weights it loads
+    (the deploy's readiness and the benchmark's modes alike)."""
+    return server.ready_timeout_s or ready_timeout(weight_bytes)
 
 
 class ServerProbe(FactBase):
@@ -124,6 +129,7 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
 
 
 def log_serving(host, probe: dict) -> None:
+    outcomes.note(host, serving=probe["algorithm"], accept_length=probe["accept_length"])
     host.log_styled(f"serving {probe['algorithm']} (draft tokens {probe['num_draft_tokens']}): accept length "
                     f"{probe['accept_length']}; completion: {probe['completion']!r}", fg="green")
 
@@ -142,13 +148,13 @@ def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,
     last = {"probe": {"ready": False}, "crash": None}
 
     def check(elapsed: float):
-        _, output = host.run_shell_command(run_command)
+        _, output = shell.run(host, run_command)
         run = ServiceRun().process(output.stdout_lines)
         last.setdefault("restarts_before", run["restarts"])
         last["crash"] = crash(run, last["restarts_before"])
         if last["crash"]:
             return False, ""
-        _, output = host.run_shell_command(probe_command)
+        _, output = shell.run(host, probe_command)
         last["probe"] = ServerProbe().process(output.stdout_lines)
         if generates(last["probe"]):
             return True, ""
@@ -169,8 +175,8 @@ def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 
         log_serving(host, probe)
         return True
 
-    _, journal = host.run_shell_command(f"journalctl -u {d.service_name} -n 25 --no-pager -o cat")
-    restored, _ = host.run_shell_command(restore_command(d))
+    _, journal = shell.run(host, f"journalctl -u {d.service_name} -n 25 --no-pager -o cat")
+    restored, _ = shell.run(host, restore_command(d))
     if restored:
         # The previous unit served before this deploy: it should be back within a normal start.
         again, _ = watch(host, d, min(timeout_s, 120), f"waiting for the restored {d.service_name} to generate",

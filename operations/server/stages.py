@@ -67,7 +67,7 @@ def server_serving(server: Server, restart: Restart, weight_bytes: int, group: N
 
         server_serving(replica, restart, weight_bytes=hub.total_bytes, group=deployment.node_group)
     """
-    timeout_s = server.ready_timeout_s or readiness.ready_timeout(weight_bytes)
+    timeout_s = readiness.timeout_for(server, weight_bytes)
     configured = unit.configure(name=f"SGLang service {server.service_name}", server=server, restart=restart)
     if group and not group.serves_http:
         rendezvous.joined(name="Rank joined rank 0", group=group, service=server.service_name, timeout_s=timeout_s)

@@ -4,7 +4,8 @@ written only when its inputs change, validated first, and the previous one kept 
 
 import json
 import shlex
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from io import StringIO
 
 from pyinfra import host
@@ -18,7 +19,7 @@ from operations.basics.file_states import sha1_of
 from operations.basics.host_programs import HOST_SCRIPTS, inline
 from operations.basics.templates import render
 from operations.basics.units import ServiceState
-from operations.python.venv import fingerprint
+from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.checks import refused_flags
 from operations.server.config import Server
 from operations.server.flags import rejection, server_args
@@ -74,10 +75,14 @@ class Restart:
     + server: the replica's server
     + inputs: what the server is built from (``inputs()``)
     + restart_when: operations (the API key) whose change alone needs a restart
+    + decided_env: what the host's own measurements add to the unit's environment, asked when the decision
+      is made (the GPU smoke test's P2P decision: ``operations.gpu.smoke.decided_env``)
     """
 
-    def __init__(self, server: Server, inputs: str, restart_when: list[OperationMeta]):
+    def __init__(self, server: Server, inputs: str, restart_when: list[OperationMeta],
+                 decided_env: Callable[[], dict[str, str]] | None = None):
         self.server, self.inputs, self.restart_when = server, inputs, restart_when
+        self.decided_env = decided_env
         self._decision: Decision | None = None
 
     def decision(self) -> Decision:
@@ -87,11 +92,18 @@ class Restart:
 
     def _decide(self) -> Decision:
         s = self.server
+        if self.decided_env is not None:
+            s = replace(s, env={**s.env, **self.decided_env()})
         unit_text, env_text = unit_files(s, self.inputs)
         current = gathering.read(ServiceState, unit_file=s.unit_file, env_file=s.env_file, service=s.service_name)
         enabled = current["enabled"] == "enabled"
         if (current["unit_sha1"], current["env_sha1"]) != (sha1_of(unit_text.encode()), sha1_of(env_text.encode())):
-            return Decision(FILES_CHANGED, rejection(host, s, server_args(s)), unit_text, env_text, enabled)
+            # The installed SGLang validates the new files; before the run installs the wanted build
+            # (--dry on a fresh host) there is none to ask yet.
+            installed = gathering.read(VenvRequirement, path=s.venv, distribution="sglang")
+            built = installed and installed["fingerprint"] == fingerprint(s.sglang_requirement, s.pip_index_url)
+            return Decision(FILES_CHANGED, rejection(host, s, server_args(s)) if built else None, unit_text,
+                            env_text, enabled)
         if any(op.changed for op in self.restart_when):
             return Decision(INPUT_CHANGED, None, unit_text, env_text, enabled)
         return Decision(STOPPED if current["active"] != "active" else None, None, unit_text, env_text, enabled)

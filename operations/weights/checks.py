@@ -155,8 +155,8 @@ def disk_state(weights: Weights) -> dict:
 def unpinned(weights: Weights, snapshots: dict[str, RepoSnapshot], profile_name: str) -> list[str]:
     """A sentence per repo whose revision is a branch or tag: its weights follow whatever it points at."""
     return [f"{repo.repo_id}: revision {repo.revision!r} is not a commit; it resolves to "
-            f"{snapshots[repo.role].commit} now: pin that commit in group_data (profiles"
-            f"['{profile_name}']['{repo.role}']['revision']) for reproducible weights, or set "
+            f"{snapshots[repo.role].commit} now: pin it with `python pin.py INVENTORY` (it writes the commits of "
+            f"profile {profile_name} to SPECFLEET_SITE/pins.json) for reproducible weights, or set "
             "allow_branch_revisions=true to follow the branch"
             for repo in weights.repos if repo.role in snapshots and not COMMIT.fullmatch(repo.revision)]
 
@@ -198,7 +198,8 @@ def access_pending(weights: Weights, hub: HubState):
     units = " ".join(f"{r.unit_name}.service" for r in weights.repos if r.role in hub.snapshots)
     started = f"the downloads it may read go on in their units ({units})" if units else "it may read no repo"
     yield fail_host([f"{host.name}: {problem}; meanwhile everything else is prepared and {started}, so that run "
-                     "fetches only what is missing and starts serving" for problem in hub.pending])
+                     "fetches only what is missing and starts serving" for problem in hub.pending],
+                    static=True)  # the hub's answer, on the controller
 
 
 @gathering.wants

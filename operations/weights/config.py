@@ -78,6 +78,15 @@ def _mirrored(mirrors: dict, repo_id: str, revision: str) -> tuple[str, str]:
     return mirror_id, mirror_revision or revision
 
 
+def pinned(pins: dict, repo_id: str, revision: str) -> str:
+    """The commit `pins` (group data `pins`: {"repos": {"REPO@REVISION": COMMIT}}) holds for a moving revision,
+    else the revision."""
+    found = pins.get("repos", {}).get(f"{repo_id}@{revision}")
+    if found is None or knobs.COMMIT.fullmatch(revision):
+        return revision
+    return knobs.matching(f"pins repos {repo_id}@{revision}", found, knobs.COMMIT, "a 40-hex commit")
+
+
 def repo_dir(weights_dir: str, real_id: str) -> str:
     """Where a repo's revisions land: named after the real repo, so a mirror swap keeps paths stable."""
     return posixpath.join(weights_dir, real_id.replace("/", "--"))
@@ -87,11 +96,13 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner
             config_dir: str, install_dir: str) -> Weights:
     """The weights of `profile` for a host, from its data; a bad value raises BadHostData."""
     mirrors = data.mirrors or {}
+    pins = getattr(data, "pins", None) or {}
 
     def repo(role: str) -> Repo:
         real_id = knobs.matching(f"profiles[{profile_name!r}][{role!r}]['repo']", profile[role]["repo"],
                                  knobs.REPO_ID, "a hub repo id, owner/name")
         repo_id, revision = _mirrored(mirrors, real_id, profile[role]["revision"])
+        revision = pinned(pins, repo_id, revision)
         return Repo(role,
                     knobs.matching(f"{role} repo (mirrors)", repo_id, knobs.REPO_ID, "a hub repo id, owner/name"),
                     knobs.matching(f"{role} revision", revision, knobs.REVISION,

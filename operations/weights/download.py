@@ -9,8 +9,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.operations import files
 
-from operations.basics import gathering
-from operations.basics import polling
+from operations.basics import gathering, polling, shell
 from operations.weights.config import Repo, Weights
 from operations.basics.file_states import FileStates, matches, sha1_of
 from operations.basics.host_programs import inline
@@ -199,9 +198,45 @@ def reload_if_changed(units: str) -> str:
             "then systemctl daemon-reload; fi")
 
 
+class Rate:
+    """Bytes per second over the last `window_s` of (elapsed, bytes done) samples."""
+
+    def __init__(self, window_s: float = 30.0):
+        self.window_s, self.samples = window_s, []
+
+    def add(self, elapsed: float, done: int) -> None:
+        self.samples.append((elapsed, done))
+        while len(self.samples) > 2 and elapsed - self.samples[1][0] >= self.window_s:
+            self.samples.pop(0)
+
+    def bytes_per_s(self) -> float | None:
+        (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
+        return (b1 - b0) / (t1 - t0) if t1 - t0 >= 1 else None
+
+
+def duration(seconds: float) -> str:
+    """A time left as people read it: 45 s, 12 min, 3 h 20 min."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds // 3600:.0f} h {seconds % 3600 / 60:.0f} min"
+
+
+def progress(done: int, total: int, bytes_per_s: float | None) -> str:
+    """One progress line: bytes done of total, the rate, the time left at that rate."""
+    line = f"weights: {done / 1e9:.2f} / {total / 1e9:.2f} GB ({min(done / max(total, 1), 1):.0%})"
+    if bytes_per_s is None:
+        return line
+    if bytes_per_s <= 0:
+        return f"{line}, no bytes in the last {Rate().window_s:.0f} s"
+    return f"{line}, {bytes_per_s / 1e6:.0f} MB/s, {duration(max(total - done, 0) / bytes_per_s)} left"
+
+
 def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, RepoSnapshot],
                        poll_interval: float, start_grace_s: float = 30.0) -> bool:
-    """Poll the download units, logging bytes done / total, until each repo's manifest is written.
+    """Poll the download units, logging bytes done / total, the rate and the time left, until each repo's
+    manifest is written.
 
     A unit that looks finished while its manifest is missing has not begun the
     start job queued by ``systemctl start --no-block`` (or was stopped): it is
@@ -221,26 +256,28 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
         f"$(test -f {shlex.quote(r.local_dir)}/{MANIFEST} && echo complete || echo missing)"
         for r in repos) + f"; du -sbc {dirs} 2>/dev/null | tail -1 | cut -f1"
     unit_states: list[list[str]] = []
+    rate = Rate()
 
     def check(elapsed: float):
-        ok, output = host.run_shell_command(probe)
+        ok, output = shell.run(host, probe)
         lines = output.stdout_lines
         if len(lines) != len(repos) + 1:
             return False, ""
         unit_states[:] = [line.split() for line in lines[:-1]]
         done = int(lines[-1] or 0)
+        rate.add(elapsed, done)
         running = any(active in ("activating", "active", "reloading") for active, *_ in unit_states)
         not_begun = any(result == "success" and manifest == "missing" for _, result, manifest in unit_states)
         if not running and not (not_begun and elapsed < start_grace_s):
             return True, ""
-        return None, f"weights: {done / 1e9:.2f} / {total / 1e9:.2f} GB ({min(done / max(total, 1), 1):.0%})"
+        return None, progress(done, total, rate.bytes_per_s())
 
     if not polling.wait(host, check, interval_s=poll_interval, log_every_s=10):
         return False
     failed = [r for r, (_, result, manifest) in zip(repos, unit_states)
               if result != "success" or manifest != "complete"]
     for repo in failed:
-        _, journal = host.run_shell_command(f"journalctl -u {repo.unit_name}.service -n 15 --no-pager -o cat")
+        _, journal = shell.run(host, f"journalctl -u {repo.unit_name}.service -n 15 --no-pager -o cat")
         host.log_styled(f"weights download of {repo.repo_id} failed; its journal:\n{journal.stdout}",
                         fg="red")
     if not failed:

@@ -119,6 +119,18 @@ def snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: st
     return RepoSnapshot(repo_id, listed.commit, listed.files, config)
 
 
+def commit_of(endpoint: str | None, token: str | None, repo_id: str, revision: str) -> str:
+    """The commit `revision` of `repo_id` points at now (pin.py), checked as the deploy checks a snapshot's."""
+    try:
+        info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision)
+    except RevisionNotFoundError:
+        raise HubProblem(f"{repo_id} has no revision {revision}: fix the revision in group_data") from None
+    except RepositoryNotFoundError:
+        raise HubProblem(f"{repo_id} does not exist at {_endpoint_url(endpoint)} (or is private to "
+                         "another account): fix the repo id in group_data") from None
+    return checked(RepoSnapshot(repo_id, info.sha, (), {}), revision, _endpoint_url(endpoint)).commit
+
+
 def checked(snap: RepoSnapshot, revision: str, where: str) -> RepoSnapshot:
     """SNAP, once its commit and file names are safe to put in a unit file, a path and a shell line.
 

@@ -1,57 +1,133 @@
-"""Verify deployed hosts with testinfra, against the inventory they were deployed with.
+"""Verify deployed hosts with testinfra, against the deployment their group data describes.
 
-    pytest tests/deployed --inventory inventory/ct200.py            # real hosts, as deployed
-    pytest tests/deployed --inventory lab/inventory.py --limit lab-b200-1
-    pytest tests/deployed                                           # the lab: booted and deployed first
+    pytest tests/deployed --inventory inventory/ct200.py              # the hosts of the inventory you deployed
+    pytest tests/deployed --inventory inventory/ct200.py --sudo       # a login other than root, through sudo
+    pytest tests/deployed --hosts ssh://root@gpu-7,ssh://root@gpu-8  # testinfra's own way to name hosts
+    pytest tests/deployed --inventory lab/inventory.py --limit lab-b200-1   # the running lab, as deployed
+    pytest tests/deployed --lab                                       # boot the lab, deploy it, verify it
 
-Every test taking `target` runs once per inventory host (ids are host names); a target
-carries the host's class and resolved deployment (group_data), which the checks compare
-the host against. Without --inventory the suite verifies the lab after the session's
-`deployed_lab` deploy, and the fault tests (test_catches_faults.py) run too; with
---inventory they are deselected: they break hosts on purpose.
+Every test taking `target` runs once per host (ids are host names); a target carries the host's class and
+resolved deployment (group data, SPECFLEET_SITE included), which the checks compare the host against.
+With --inventory a host's data is the inventory's, as `pyinfra INVENTORY deploy.py` gives it; with --hosts
+each host's class is read from its GPUs (as `python -m operations.gpu classify` reads it) and its data is
+that class's group data. With neither, and without --lab, the suite refuses in one line: it never boots a
+lab on a machine that asked to verify real hosts. With --lab the fault tests (test_catches_faults.py) run
+too; otherwise they are deselected: they break hosts on purpose.
 """
 
 import os
+import tempfile
 
 import pytest
+import testinfra
 
 from lab import fleet
 from operations.gateway.workers import GROUP as GATEWAY
 from operations.gateway.workers import serves_model
+from operations.gpu.classify import host_class_for, load_class_expectations
+from operations.gpu.facts import NvidiaGpus, NvidiaTopology
+from operations.gpu.products import interconnect_by_product
 from operations.nodes.group import members
 from tests.conftest import LAB_HOSTS
 from tests.deployed.hosts import LAB_INVENTORY, REPO, Target, load_inventory, matches
 
 FAULTS_MARKER = "deployed_faults"
+WHICH_HOSTS = ("tests/deployed verifies deployed hosts: name them with --inventory FILE (the inventory you deployed "
+               "with) or testinfra's --hosts ssh://USER@HOST,...; --lab boots, deploys and verifies the lab instead")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{FAULTS_MARKER}: breaks lab hosts on purpose and restores them "
-                                       "(runs only without --inventory)")
+                                       "(runs only with --lab)")
+
+
+def _mode(config) -> str | pytest.UsageError:
+    """"inventory", "hosts" or "lab", as the command line asks; a UsageError for none or several."""
+    asked = [mode for mode, given in (("inventory", config.getoption("inventory", default=None)),
+                                      ("hosts", getattr(config.option, "hosts", None)),
+                                      ("lab", config.getoption("lab", default=False))) if given]
+    if len(asked) > 1:
+        return pytest.UsageError(f"tests/deployed: {' and '.join('--' + mode for mode in asked)} each name the hosts "
+                                 "to verify: give one")
+    return asked[0] if asked else pytest.UsageError(WHICH_HOSTS)
 
 
 def _inventory_args(config) -> tuple[str, str] | None:
-    """(inventory path, cwd for its group_data) from --inventory, or None for the session's lab."""
-    path = config.getoption("inventory", default=None)
-    if path is None:
-        return None
-    cwd = str(config.invocation_params.dir)
-    return os.path.join(cwd, path), cwd  # a relative path is relative to where pytest runs, as for pyinfra
+    """(inventory path, cwd for its group_data) from --inventory or --hosts, or None for the session's lab."""
+    mode = _mode(config)
+    if mode == "inventory":
+        cwd = str(config.invocation_params.dir)
+        # A relative path is relative to where pytest runs, as for pyinfra.
+        return os.path.join(cwd, config.getoption("inventory")), cwd
+    if mode == "hosts":
+        return _hosts_inventory(config), str(REPO)
+    return None
+
+
+def _testinfra_hosts(config) -> dict:
+    """testinfra's hosts from --hosts (with its --ssh-config, --ssh-identity-file, --sudo...), by host name."""
+    if not hasattr(config, "_specfleet_testinfra"):
+        o = config.option
+        extra = {"ssh_extra_args": o.ssh_extra_args} if o.ssh_extra_args else {}
+        hosts = testinfra.get_hosts(o.hosts.split(","), connection=o.connection, ssh_config=o.ssh_config,
+                                    ssh_identity_file=o.ssh_identity_file, sudo=o.sudo, sudo_user=o.sudo_user,
+                                    **extra)
+        config._specfleet_testinfra = {h.backend.get_hostname(): h for h in hosts}
+    return config._specfleet_testinfra
+
+
+def classify(infra) -> str:
+    """A host's class from its GPUs, read with the deploy's own facts (nvidia-smi through testinfra)."""
+    gpus = infra.run(NvidiaGpus().command()).stdout.splitlines()
+    topology = infra.run(NvidiaTopology().command()).stdout.splitlines()
+    found = NvidiaGpus().process(gpus) if gpus else []
+    names = [gpu["name"] for gpu in found]
+    interconnect = NvidiaTopology().process(topology)["interconnect"] if topology else None
+    if interconnect in (None, "unknown"):
+        interconnect = interconnect_by_product(names) or interconnect
+    return host_class_for(names[0] if names else None, interconnect, load_class_expectations())
+
+
+def _hosts_inventory(config) -> str:
+    """A pyinfra inventory file holding the --hosts hosts, each in the class its GPUs tell (written once)."""
+    if not hasattr(config, "_specfleet_hosts_inventory"):
+        groups: dict[str, list] = {}
+        for name, infra in _testinfra_hosts(config).items():
+            try:
+                host_class = classify(infra)
+            except Exception as error:  # no connection, no login: nothing to verify
+                raise pytest.UsageError(f"--hosts {name}: testinfra cannot run a command there "
+                                        f"({type(error).__name__}: {' '.join(str(error).split())[:200]})") from None
+            if host_class == "unknown":
+                raise pytest.UsageError(f"--hosts {name}: its GPUs match no class of group_data (nvidia-smi found "
+                                        "none, or none the classes expect): verify it through the inventory you "
+                                        "deployed it with (--inventory FILE)")
+            groups.setdefault(host_class, []).append((name, {}))
+        path = os.path.join(tempfile.mkdtemp(prefix="specfleet-hosts-"), "hosts.py")
+        with open(path, "w") as inventory:
+            inventory.write("".join(f"{group} = {hosts!r}\n" for group, hosts in groups.items()))
+        config._specfleet_hosts_inventory = path
+    return config._specfleet_hosts_inventory
 
 
 def _selected_hosts(config) -> list[str]:
-    """The inventory's hosts that --limit selects; worked out once per session."""
+    """The hosts to verify (--limit applied); worked out once per session. [] when the command line names
+    none (pytest_collection_modifyitems then refuses in one line)."""
     if not hasattr(config, "_specfleet_hosts"):
         try:
             config._specfleet_hosts = _select_hosts(config)
         except pytest.UsageError as error:
             config._specfleet_hosts = error
     if isinstance(config._specfleet_hosts, Exception):
-        raise config._specfleet_hosts
+        config._specfleet_gateways = []
+        return []
     return config._specfleet_hosts
 
 
 def _select_hosts(config) -> list[str]:
+    mode = _mode(config)
+    if isinstance(mode, Exception):
+        raise mode
     limits = config.getoption("limit", default=None) or []
     args = _inventory_args(config)
     if args is None:
@@ -64,7 +140,7 @@ def _select_hosts(config) -> list[str]:
         except Exception as error:  # an inventory that does not load is a usage error
             raise pytest.UsageError(f"--inventory {args[0]}: pyinfra cannot load it: {error}") from error
         hosts = [(h.name, set(h.groups) | {"all"}) for h in inventory.values()]
-        where = args[0]
+        where = args[0] if mode == "inventory" else f"--hosts {config.option.hosts}"
     names = [name for name, groups in hosts if matches(name, groups, limits)]
     config._specfleet_gateways = [name for name, groups in hosts if name in names and GATEWAY in groups]
     names = [name for name, groups in hosts if name in names and serves_model(groups)]  # SGLang workers
@@ -85,7 +161,13 @@ def pytest_generate_tests(metafunc):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("inventory", default=None) is None:
+    here = os.path.dirname(__file__)
+    if not any(str(item.path).startswith(here + os.sep) for item in items):
+        return
+    _selected_hosts(config)
+    if isinstance(config._specfleet_hosts, Exception):
+        raise config._specfleet_hosts  # one line, before anything runs: name the hosts, or --lab
+    if _mode(config) == "lab":
         return
     faults = [item for item in items if item.get_closest_marker(FAULTS_MARKER)]
     if faults:
@@ -130,5 +212,9 @@ def _target(request, deployed_inventory, _targets) -> Target:
         host = inventory.get(name)
         if host is None:
             pytest.fail(f"{name}: expected in the inventory, found only {', '.join(inventory) or 'no hosts'}")
-        _targets[name] = Target(name, host, lab_mode, members(inventory.values(), host))
+        o = request.config.option
+        _targets[name] = Target(name, host, lab_mode, members(inventory.values(), host), sudo=o.sudo,
+                                sudo_user=o.sudo_user)
+        if _mode(request.config) == "hosts":  # testinfra's own connection, as its options made it
+            _targets[name].use(_testinfra_hosts(request.config)[name])
     return _targets[name]

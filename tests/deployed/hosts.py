@@ -163,6 +163,8 @@ class Target:
     host: InventoryHost  # name, groups and data of the pyinfra host
     lab_mode: bool  # deployed by this session's deployed_lab fixture
     node_members: dict | None = None  # its node group's hosts (operations.nodes.members), if it is in one
+    sudo: bool = False  # testinfra's --sudo: the checks run through sudo (a login other than root)
+    sudo_user: str | None = None
     _memo: dict = field(default_factory=dict)
 
     @functools.cached_property
@@ -204,9 +206,22 @@ class Target:
         group = self.deployment.node_group
         return group is None or group.serves_http
 
+    def use(self, infra) -> None:
+        """Check through this testinfra host (testinfra's --hosts made it) instead of pyinfra's connection."""
+        self._memo["testinfra"] = self._as_root(infra)
+
+    def _as_root(self, infra):
+        """`infra` if its commands run as root (a root login, or --sudo), else why not, in one line."""
+        user = infra.run("id -un").stdout.strip()
+        if user == "root":
+            return infra
+        return (f"{self.name}: the checks run as {user or 'an unknown user'}, but they read root's files: "
+                + ("drop --sudo-user" if infra.backend.sudo else "add --sudo (testinfra's, sudo without a password)"))
+
     @property
     def testinfra(self):
-        """testinfra's paramiko backend, on the connection pyinfra would open (ssh_client).
+        """testinfra's paramiko backend, on the connection pyinfra would open (ssh_client), its commands as
+        root (a root login, or --sudo).
 
         Opened once; a host that cannot be reached fails each of its tests at once, saying why.
         """
@@ -221,16 +236,18 @@ class Target:
             else:
                 user = data.get("ssh_user")
                 spec = f"paramiko://{user + '@' if user else ''}{data.get('ssh_hostname') or self.name}"
-                infra = testinfra.get_host(spec, sudo=bool(data.get("_sudo")), sudo_user=data.get("_sudo_user"))
+                infra = testinfra.get_host(spec, sudo=self.sudo or bool(data.get("_sudo")),
+                                           sudo_user=self.sudo_user or data.get("_sudo_user"))
                 infra.backend.client = client  # in place of testinfra's own connect
-                self._memo["testinfra"] = infra
+                self._memo["testinfra"] = self._as_root(infra)
         if isinstance(self._memo["testinfra"], str):
             pytest.fail(self._memo["testinfra"], pytrace=False)
         return self._memo["testinfra"]
 
     def close(self) -> None:
-        if not isinstance(self._memo.get("testinfra", ""), str):
-            self._memo["testinfra"].backend.client.close()
+        backend = getattr(self._memo.get("testinfra"), "backend", None)
+        if getattr(backend, "client", None) is not None:
+            backend.client.close()
 
     def memo(self, key: str, compute):
         """Each batch of commands runs once per host and session, whichever test asks first."""
@@ -272,15 +289,22 @@ class Target:
         `stdin` travels over the SSH channel, never in a command line (the HF token does).
         """
         command = " ".join(shlex.quote(part) for part in ("python3", "-c", script, *args))
-        command = self.testinfra.backend.get_command(command)  # with sudo where the host's _sudo asks
-        channel = self.testinfra.backend.client.get_transport().open_session()
-        channel.exec_command(command)
-        if stdin is not None:
-            channel.sendall(stdin)
-        channel.shutdown_write()
-        stdout = b"".join(channel.makefile("rb"))
-        stderr = b"".join(channel.makefile_stderr("rb"))
-        status = channel.recv_exit_status()
+        backend = self.testinfra.backend
+        command = backend.get_command(command)  # with sudo where the host's _sudo asks
+        if getattr(backend, "client", None) is None:  # testinfra's ssh backend (--hosts ssh://): the ssh binary
+            ssh, ssh_args = backend._build_ssh_command(command)
+            ran = subprocess.run(backend.quote(" ".join(ssh), *ssh_args), shell=True, input=stdin or b"",
+                                 capture_output=True, timeout=300)
+            stdout, stderr, status = ran.stdout, ran.stderr, ran.returncode
+        else:
+            channel = backend.client.get_transport().open_session()
+            channel.exec_command(command)
+            if stdin is not None:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            stdout = b"".join(channel.makefile("rb"))
+            stderr = b"".join(channel.makefile_stderr("rb"))
+            status = channel.recv_exit_status()
         lines = stdout.decode(errors="replace").strip().splitlines()
         if status != 0 or not lines:
             raise AssertionError(f"{self.name}: expected a check script to run with the host's python3, found "

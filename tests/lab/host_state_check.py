@@ -12,7 +12,7 @@ from operations.deployment import host_class_of, preflight, resolve  # noqa: F40
 # Every module whose operations register the facts they read, as deploy.py imports them.
 from operations.gpu import nvidia, smoke  # noqa: F401
 from operations.server import readiness, stages, unit  # noqa: F401
-from operations.weights import download, token  # noqa: F401
+from operations.weights import download, revisions, token  # noqa: F401
 from operations.weights.checks import hub_state
 
 deployment = resolve(host.data, host_class_of(host.groups))

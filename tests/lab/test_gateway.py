@@ -123,6 +123,20 @@ def test_a_second_run_changes_nothing_and_writes_nothing_to_the_gateway(gateway_
     assert {w.name: main_pid(w) for w in workers} == pids
 
 
+def test_smgs_metrics_port_takes_no_key_so_only_its_own_host_reaches_it(gateway_lab):
+    hosts, _, _ = gateway_lab
+    gateway, worker = gateway_host(hosts), worker_hosts(hosts)[0]
+    # The gateway listens on the lab network (gateway_bind_address=0.0.0.0); its metrics do not.
+    assert fleet.ssh(worker, f"curl -s -o /dev/null -w '%{{http_code}}' -m 5 http://{gateway.address}:{GATEWAY_PORT}/readiness",
+                     check=False) == "200"
+    assert fleet.ssh(worker, f"curl -s -o /dev/null -w '%{{http_code}}' -m 5 http://{gateway.address}:29000/metrics",
+                     check=False) == "000"  # refused
+    listening = fleet.ssh(gateway, "ss -Hltn 'sport = :29000' | awk '{print $4}'").split()
+    assert listening == ["127.0.0.1:29000"], listening
+    assert "smg_" in fleet.ssh(gateway, "curl -s -m 5 127.0.0.1:29000/metrics")
+    assert prometheus_health(gateway).get("smg/127.0.0.1:29000") == "up"
+
+
 def prometheus_health(gateway) -> dict[str, str]:
     """job/instance -> health, as Prometheus on the gateway host reports its targets."""
     answer = fleet.ssh(gateway, "curl -s -m 5 127.0.0.1:9090/api/v1/targets", check=False)

@@ -1,13 +1,18 @@
 """bench.py end to end on one lab host: two modes, two levels, a few requests against the
 stand-in engine (its speed model makes the numbers: modelled, not measured)."""
 
+import base64
 import json
+import re
+import shlex
 import signal
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 
 from lab import fleet
+from tests.faults.faultlab import wait_for
 from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, main_pid, results_table, run_deploy, server_info
 
 pytestmark = pytest.mark.lab
@@ -21,19 +26,14 @@ def run_bench(host, *data: str, inventory: str = LAB_INVENTORY) -> subprocess.Co
     return result
 
 
-def test_bench_refuses_a_host_behind_a_gateway_unless_forced(deployed_lab, pcie_host):
+def test_bench_refuses_a_bad_knob_or_a_retired_one_in_one_line(deployed_lab, pcie_host):
     refused = run_bench(pcie_host, "modes=nope")
-    assert refused.returncode != 0 and "modes='nope'" in refused.output  # knobs are checked first
-    # The lab's inventory with a gateway host serving the lab's model (never connected to: --limit).
-    behind = REPO / "build" / "inventory_behind_gateway.py"
-    behind.parent.mkdir(exist_ok=True)
-    behind.write_text("from lab.inventory import *  # noqa: F401,F403\n"
-                      "gateway = [('gw-elsewhere', {'ssh_hostname': '10.0.0.1', 'gateway_bind_address': '0.0.0.0'})]\n")
-    refused = run_bench(pcie_host, inventory=str(behind.relative_to(REPO)))
-    assert refused.returncode != 0, refused.output[-2000:]
-    assert "the gateway gw-elsewhere routes requests to this host" in refused.output
-    assert "--data force=true" in refused.output
-    assert "Starting operation: Benchmark client" not in refused.output
+    assert refused.returncode != 0 and "modes='nope' is not accepted" in refused.output, refused.output[-2000:]
+    retired = run_bench(pcie_host, "input_tokens=32")
+    assert retired.returncode != 0 and "input_tokens=32 is not accepted: the prompts' own lengths count" \
+        in retired.output, retired.output[-2000:]
+    for output in (refused.output, retired.output):
+        assert "Traceback" not in output and "Starting operation: Benchmark client" not in output
 
 
 def test_bench_sweeps_modes_brings_results_back_restores_the_deployment_and_gates(deployed_lab, pcie_host,
@@ -43,8 +43,9 @@ def test_bench_sweeps_modes_brings_results_back_restores_the_deployment_and_gate
     baseline.write_text(json.dumps({"host_class": "rtx_pro_6000_pcie", "profile": "kimi_k26_dflash", "modes": {
         "dflash": {"levels": {"4": {"output_tok_s": 1e6, "accept_length": 3.45}}}}}))
     results = tmp_path / "results"
-    bench = run_bench(pcie_host, "modes=ar,dflash", "concurrency=1,4", "requests=6", "input_tokens=32",
-                      "output_tokens=32", f"results_dir={results}", f"baseline={baseline}")
+    # The shipped prompts: chat, code, reasoning, long contexts.
+    bench = run_bench(pcie_host, "modes=ar,dflash", "concurrency=1,4", "requests=6", "output_tokens=32",
+                      f"results_dir={results}", f"baseline={baseline}")
 
     assert bench.returncode != 0, bench.output[-3000:]
     assert "regression gate: worse than" in bench.output
@@ -58,6 +59,8 @@ def test_bench_sweeps_modes_brings_results_back_restores_the_deployment_and_gate
     assert (summary["host"], summary["host_class"], summary["profile"]) == (
         pcie_host.name, "rtx_pro_6000_pcie", "kimi_k26_dflash")
     assert summary["sglang_version"] == "0.5.23+lab" and summary["client"] == "aiperf==0.13.0"
+    assert summary["workload"] == {"prompts": "prompts.jsonl", "prompt_count": 20, "output_tokens": 32,
+                                   "requests": {"1": 6, "4": 6}, "endpoint": "/v1/chat/completions (streaming)"}
     assert len(summary["specfleet_commit"].split("-")[0]) == 40 and len(summary["gpus"]) == 8
     ar, dflash = summary["modes"]["ar"], summary["modes"]["dflash"]
     assert "--speculative-algorithm" not in ar["server_args"] and "DFLASH" in dflash["server_args"]
@@ -113,7 +116,7 @@ def test_bench_follows_the_layout_each_replica_alone_then_all_at_once(deployed_l
         assert run_deploy("--limit", pcie_host.name, *qwen).returncode == 0
         pids = {i: main_pid(pcie_host, f"sglang@qwen36_ddtree-gpu{i}") for i in range(8)}
         bench = run_bench(pcie_host, "profile=qwen36_ddtree", "modes=dflash", "concurrency=2", "requests=2",
-                          "input_tokens=16", "output_tokens=8", f"results_dir={tmp_path}")
+                          "output_tokens=8", f"results_dir={tmp_path}")
         assert bench.returncode == 0, bench.output[-3000:]
         (run,) = tmp_path.iterdir()
         out = run / pcie_host.name
@@ -136,3 +139,166 @@ def test_bench_follows_the_layout_each_replica_alone_then_all_at_once(deployed_l
         assert fleet.ssh(pcie_host, "systemctl list-units --no-legend 'specfleet-bench*'").strip() == ""
     finally:
         assert run_deploy("--limit", pcie_host.name).returncode == 0
+# A spy in the deployed SGLang virtualenv (a .pth line runs it at every start of that Python), put
+# there by this test as root: it logs who runs that Python, and with what environment, to a log
+# the service user may append to; and inside the bench unit it makes the server hostile, as a
+# model's remote code running in it could: /server_info answers a line EOF and then a command.
+SPY = r'''
+import json, os
+
+def _record():
+    try:
+        argv = open("/proc/self/cmdline", "rb").read().split(b"\0")
+        cgroup = open("/proc/self/cgroup").read()
+    except OSError:
+        return ""
+    entry = {"uid": os.getuid(), "argv": [a.decode(errors="replace")[:300] for a in argv[:3]],
+             **{k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_HOME", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")}}
+    try:
+        with open("/run/specfleet-spy/python.jsonl", "a") as log:
+            log.write(json.dumps(entry) + "\n")
+    except OSError:
+        pass
+    return cgroup
+
+if "specfleet-bench.service" in _record():
+    _dumps = json.dumps
+
+    def dumps(obj, *args, **kwargs):
+        if isinstance(obj, dict) and "internal_states" in obj:
+            return '{"version": "hostile"}\nEOF\ntouch /var/tmp/specfleet-injected\n'
+        return _dumps(obj, *args, **kwargs)
+    json.dumps = dumps
+'''
+SITE = "$(ls -d /opt/specfleet/sglang-venv/lib/python3*/site-packages)"
+TARGET = "/srv/specfleet/models/moonshotai--Kimi-K2.6"
+# As root: once the bench unit runs, its rating and whether its server (its mount namespace, its
+# user) may write the weights and its cache. It waits for the unit's transient file, not asking
+# systemd about the unit by name: that would load a not-found unit of that name, which systemd-run
+# then refuses to create ("already loaded").
+WATCH = f"""for i in $(seq 1500); do
+  if [ -e /run/systemd/transient/specfleet-bench.service ] && [ "$(systemctl is-active specfleet-bench)" = active ]; then
+    sleep 1; pid=$(systemctl show -p MainPID --value specfleet-bench)
+    systemd-analyze security specfleet-bench --no-pager > /run/specfleet-spy/bench-security.txt 2>&1
+    systemd-analyze security sglang --no-pager > /run/specfleet-spy/sglang-security.txt 2>&1
+    nsenter -t $pid -m runuser -u sglang -- touch {TARGET}/.specfleet-probe 2>/run/specfleet-spy/weights-write.txt
+    echo "rc=$?" >> /run/specfleet-spy/weights-write.txt
+    nsenter -t $pid -m runuser -u sglang -- touch /home/sglang/.cache/.specfleet-probe 2>/run/specfleet-spy/cache-write.txt
+    echo "rc=$?" >> /run/specfleet-spy/cache-write.txt
+    exit 0
+  fi; sleep 0.2; done"""
+# As the service user: once the first level's directory exists, it plants links to /etc/shadow
+# (one where the old code wrote its archive) and a FIFO there.
+PLANT = """for i in $(seq 1500); do d=$(ls -d /var/lib/specfleet-bench/*/ar/c1 2>/dev/null | head -n1)
+  if [ -n "$d" ]; then ln -sf /etc/shadow "$d/level.tar.gz"; ln -sf /etc/shadow "$d/shadow"; mkfifo "$d/fifo"; exit 0; fi
+  sleep 0.1; done"""
+
+
+def background(host, command: str, user: str | None = None) -> None:
+    """`command` on the host in its own session, outliving this SSH call."""
+    run_as = f"runuser -u {user} -- " if user else ""
+    fleet.ssh(host, f"{run_as}setsid sh -c {shlex.quote(command)} > /dev/null 2>&1 < /dev/null &")
+
+
+@pytest.fixture(scope="module")
+def hostile_bench(deployed_lab, pcie_host, tmp_path_factory):
+    """One bench run (ar, one level) with the spy, the watcher and the planter on the host."""
+    spy = base64.b64encode(SPY.encode()).decode()
+    fleet.ssh(pcie_host, f"install -d -m 1777 /run/specfleet-spy && rm -f /var/tmp/specfleet-injected && "
+                         f"echo {spy} | base64 -d > {SITE}/specfleet_test_spy.py && "
+                         f"echo 'import specfleet_test_spy' > {SITE}/specfleet_test_spy.pth")
+    try:
+        background(pcie_host, WATCH)
+        background(pcie_host, PLANT, user="sglang")
+        results = tmp_path_factory.mktemp("hostile-bench")
+        bench = run_bench(pcie_host, "modes=ar", "concurrency=1", "requests=8", "input_tokens=32",
+                          "output_tokens=32", f"results_dir={results}")
+        spied = fleet.ssh(pcie_host, "cat /run/specfleet-spy/python.jsonl; echo @@; "
+                                     "cat /run/specfleet-spy/bench-security.txt; echo @@; "
+                                     "cat /run/specfleet-spy/sglang-security.txt; echo @@; "
+                                     "cat /run/specfleet-spy/weights-write.txt; echo @@; "
+                                     "cat /run/specfleet-spy/cache-write.txt; echo @@; "
+                                     "test -e /var/tmp/specfleet-injected && echo injected; echo @@; head -n1 /etc/shadow")
+        python, bench_security, sglang_security, weights_write, cache_write, injected, shadow = spied.split("@@\n")
+        yield SimpleNamespace(bench=bench, results=results, shadow=shadow.strip(), injected=injected.strip(),
+                              python=[json.loads(line) for line in python.splitlines() if line.strip()],
+                              bench_security=bench_security, sglang_security=sglang_security,
+                              weights_write=weights_write, cache_write=cache_write,
+                              uid=int(fleet.ssh(pcie_host, "id -u sglang")))
+    finally:
+        fleet.ssh(pcie_host, f"rm -f {SITE}/specfleet_test_spy.py {SITE}/specfleet_test_spy.pth "
+                             f"/var/tmp/specfleet-injected {TARGET}/.specfleet-probe /home/sglang/.cache/.specfleet-probe; "
+                             "rm -rf /run/specfleet-spy")
+
+
+def exposure(security: str) -> float:
+    return float(re.search(r"Overall exposure level for \S+: (\d+\.\d)", security).group(1))
+
+
+def test_the_bench_validates_flags_as_the_service_user_offline_with_the_units_environment(hostile_bench):
+    """SGLang's resolution imports the model's code (--trust-remote-code) from a directory the service
+    user owns: no Python of the SGLang virtualenv runs as root during the bench."""
+    b = hostile_bench
+    assert "bench ar: concurrency 1" in b.bench.output, b.bench.output[-3000:]
+    resolutions = [p for p in b.python if p["argv"][1:2] == ["-c"] and "prepare_server_args" in p["argv"][2]]
+    assert resolutions, b.python
+    for p in resolutions:
+        assert (p["uid"], p["HF_HUB_OFFLINE"], p["HF_HOME"], p["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"]) == (
+            b.uid, "1", "/home/sglang/.cache/huggingface", "1"), p
+    assert [p for p in b.python if p["uid"] == 0] == []
+
+
+def test_the_bench_unit_is_confined_as_the_sglang_unit_with_the_weights_read_only(hostile_bench):
+    b = hostile_bench
+    assert exposure(b.bench_security) <= 3.0, b.bench_security[-2000:]
+    assert exposure(b.bench_security) == exposure(b.sglang_security)  # the deployed unit's confinement
+    assert "Read-only file system" in b.weights_write and "rc=1" in b.weights_write, b.weights_write
+    assert b.cache_write.strip() == "rc=0", b.cache_write  # what it compiles and caches: writable
+
+
+def test_a_server_answer_is_data_on_the_controller_never_shell_on_the_host(hostile_bench):
+    b = hostile_bench
+    assert b.injected == "", "a line EOF in /server_info's answer ran the rest as shell on the host"
+    (level,) = (b.results / next(b.results.iterdir()).name / "lab-pcie-1" / "raw" / "ar").iterdir()
+    assert (level / "server_info.json").read_text().startswith('{"version": "hostile"}\nEOF\ntouch /var/tmp/specfleet-injected')
+    summary = json.loads((level.parent.parent.parent / "summary.json").read_text())
+    assert summary["modes"]["ar"].get("levels", {}).get("1", {}).get("requests_completed") == 8, \
+        b.bench.output[-3000:]  # the run went on
+
+
+def test_root_brings_nothing_back_through_the_service_users_links(hostile_bench):
+    b = hostile_bench
+    assert b.shadow.startswith("root:")
+    leaked = [path for path in b.results.rglob("*") if path.is_file() and b.shadow.encode() in path.read_bytes()]
+    assert leaked == [], f"/etc/shadow came back to the controller: {leaked}"
+    level = next(b.results.rglob("c1"))
+    assert {p.name for p in level.iterdir()} >= {"client.log", "profile_export_aiperf.json", "server_info.json"}
+    assert not [p for p in level.rglob("*") if p.is_symlink() or not (p.is_file() or p.is_dir())]
+
+
+def test_a_vanished_controller_leaves_the_deployed_service_serving_again(deployed_lab, pcie_host, tmp_path):
+    """The controller is killed mid-level: the bench unit reaches its time limit (here 5 s to start and
+    one level's bound, 60 s) and its ExecStopPost starts the deployed service."""
+    command = [str(PYINFRA), "-y", LAB_INVENTORY, "bench.py", "--limit", pcie_host.name, "--data", "modes=ar",
+               "--data", "concurrency=1", "--data", "requests=1", "--data", "output_tokens=8",
+               "--data", "ready_timeout_s=5", "--data", f"results_dir={tmp_path}"]
+    bench = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in bench.stdout:
+            if "bench ar: concurrency 1" in line:
+                bench.kill()  # no handler runs: nothing of the controller restores the host
+                break
+        bench.wait(timeout=60)
+        assert fleet.ssh(pcie_host, "systemctl is-active sglang || true").strip() == "inactive"
+        wait_for(lambda: fleet.ssh(pcie_host, "systemctl is-active specfleet-bench || true").strip() in (
+            "inactive", "failed"), 120, 2, "the bench unit to reach its time limit")
+        wait_for(lambda: fleet.ssh(pcie_host, "systemctl is-active sglang || true").strip() == "active",
+                 30, 1, "the deployed service to be started again by the bench unit's ExecStopPost")
+        wait_for(lambda: server_info(pcie_host).get("speculative_algorithm") == "DFLASH", 60, 2,
+                 "the deployed service to serve its configuration")
+    finally:
+        bench.kill()
+        fleet.ssh(pcie_host, "for pid in /var/lib/specfleet-bench/*/*/*/client.pid; do "
+                             '[ -f "$pid" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null; '
+                             "rm -rf /var/lib/specfleet-bench/*; systemctl reset-failed specfleet-bench; "
+                             "systemctl start sglang", check=False)

@@ -1,5 +1,7 @@
 """Resolving a host's deployment and rendering SGLang's command line, checked by the real parser."""
 
+import json
+
 import pytest
 
 from lab.repos import build_lab_repos
@@ -10,7 +12,7 @@ from operations.basics.knobs import BadHostData
 from operations.weights.checks import unpinned
 from operations.server.flags import server_args, spell
 from tests.sglang_real import parse_many_with_real_sglang
-from tests.unit.group_data import host_data
+from tests.unit.group_data import REPO, host_data
 
 
 def test_window_and_mamba_flags_are_spelled_for_the_pinned_version():
@@ -28,11 +30,14 @@ def test_each_class_gets_its_backends_and_environment():
     b200 = resolve(host_data("b200_nvlink"), "b200_nvlink").server
     assert (pcie.server.attention_backend, pcie.server.draft_attention_backend) == ("flashinfer", "flashinfer")
     assert (b200.attention_backend, b200.draft_attention_backend) == ("trtllm_mla", "fa4")
-    assert pcie.server.env["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_DISABLE" not in b200.env
+    # P2P is each host's, decided by its GPU smoke test against the PCIe class's P2P floor (smoke.decided_env).
+    assert "NCCL_P2P_DISABLE" not in pcie.server.env and "NCCL_P2P_DISABLE" not in b200.env
+    assert pcie.smoke.expected.p2p_floor_gbps == 30
     # Each revision in a directory of its own; before the hub resolves the branch, named after it.
     assert pcie.weights.target.local_dir == pcie.server.model_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6/main"
     pinned_at = deployment.pinned(pcie, {"target": "c" * 40, "drafter": "d" * 40})
-    assert pinned_at.server.model_dir == pinned_at.weights.target.local_dir == f"/srv/specfleet/models/moonshotai--Kimi-K2.6/{'c' * 40}"
+    assert pinned_at.server.model_dir == pinned_at.weights.target.local_dir == \
+        f"/srv/specfleet/models/moonshotai--Kimi-K2.6/{'c' * 40}"
     assert pinned_at.server.draft_model_dir == f"/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash/{'d' * 40}"
 
 
@@ -212,3 +217,103 @@ def test_a_layout_that_does_not_fit_or_overlaps_the_gpus_is_refused_in_one_line(
     with pytest.raises(BadHostData) as refused:
         resolve_host(values, "rtx_pro_6000_pcie")
     assert refusal in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+def with_profile_args(host_class: str, class_args: list[str] = (), profile_args: list[str] | None = None):
+    data = host_data(host_class)
+    data.sglang_tuning = {**data.sglang_tuning, "extra_args": [*data.sglang_tuning["extra_args"], *class_args]}
+    if profile_args is not None:
+        data.profiles["kimi_k26_dflash"]["server_args"] = profile_args
+    return data
+
+
+def test_extra_arguments_may_not_repeat_a_flag_the_deploy_sets():
+    kimi = server_args(resolve(host_data("b200_nvlink"), "b200_nvlink").server)
+    # What an extra --host does to the rendered line: argparse takes the last, so it wins over
+    # bind_address (loopback here, which preflight's exposure check saw), also abbreviated or with =.
+    extra = [["--host", "0.0.0.0"], ["--host=0.0.0.0"], ["--ho", "0.0.0.0"]]
+    for result in parse_many_with_real_sglang([kimi + words for words in extra]):
+        assert result["ok"] and result["args"]["host"] == "0.0.0.0"
+    for words in (*extra, ["--port", "8080"], ["--api-key", "k" * 16], ["--model", "/tmp/m"],
+                  ["--speculative-draft-model-path=/tmp/d"], ["--tensor-parallel-size", "1"], ["--enable-metrics"]):
+        with pytest.raises(BadHostData) as refused:
+            resolve(with_profile_args("b200_nvlink", class_args=words), "b200_nvlink")
+        assert str(refused.value).startswith(f"sglang_tuning extra_args=") and "which the deploy sets itself" in \
+            str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+        with pytest.raises(BadHostData, match=r"profiles\['kimi_k26_dflash'\]\['server_args'\]="):
+            resolve(with_profile_args("b200_nvlink", profile_args=["--trust-remote-code", *words]), "b200_nvlink")
+    with pytest.raises(BadHostData, match=r"use bind_address for --host, which the deploy sets itself \(--ho would"):
+        resolve(with_profile_args("b200_nvlink", class_args=["--ho", "0.0.0.0"]), "b200_nvlink")
+
+
+def test_the_deploys_own_flags_cover_what_it_renders_and_refuse_no_other_sglang_flag():
+    from operations.server.config import DEPLOY_FLAGS
+    from tests.unit.test_nodes import resolved, two_nodes
+    rendered = set()
+    for host_class in HOST_CLASSES:
+        for profile in ("kimi_k26_dflash", "qwen36_ddtree"):
+            server = resolve(host_data(host_class, profile=profile, enable_metrics=True), host_class).server
+            rendered |= {arg for arg in server_args(server) if arg.startswith("--")} - set(server.extra_args)
+    inventory = two_nodes()  # a node group's part: --nnodes, --node-rank, --dist-init-addr
+    group = resolved(inventory, inventory[1]).server
+    rendered |= {arg for arg in group.node_args if arg.startswith("--")}
+    assert rendered - set(DEPLOY_FLAGS) == set()
+    # The real 0.5.23 parser's options (lab/sglang_standin/sglang/flags_0_5_23.json, extracted from
+    # it): none outside the deploy's is refused as an abbreviation of one of the deploy's.
+    table = json.loads((REPO / "lab/sglang_standin/sglang/flags_0_5_23.json").read_text())["actions"]
+    others = {flag for action in table for flag in action["option_strings"] if flag.startswith("--")} - set(DEPLOY_FLAGS)
+    assert not [flag for flag in others if any(owned.startswith(flag) for owned in DEPLOY_FLAGS)]
+    # The class and profile arguments the product ships pass.
+    for host_class in HOST_CLASSES:
+        resolve(host_data(host_class, profile="qwen36_ddtree"), host_class)
+
+
+@pytest.mark.parametrize("knob", ["service_user", "gateway_user"])
+def test_root_is_never_the_service_user(knob):
+    from operations.gateway.config import resolve as resolve_gateway
+    with pytest.raises(BadHostData) as refused:
+        if knob == "service_user":
+            resolve(host_data("b200_nvlink", service_user="root"), "b200_nvlink")
+        else:
+            resolve_gateway(host_data("gateway", gateway_user="root"))
+    assert str(refused.value) == (f"{knob}='root' is not accepted: use a user of the service's own, not root (the "
+                                  "deploy creates it as a system user without a login shell)")
+
+
+@pytest.mark.parametrize("knob, value", [
+    ("pip_index_url", "https://deploy:s3cret@pypi.example/simple/"),
+    ("pip_index_url", "https://tok3n@pypi.example/simple/"),
+    ("hf_endpoint", "https://user:hf_s3cret@hub.example"),
+    ("nvidia_repo_url", "https://u:s3cret@mirror.example/cuda/repos"),
+])
+def test_credentials_in_a_url_are_refused_and_never_shown(knob, value):
+    with pytest.raises(BadHostData) as refused:
+        resolve(host_data("b200_nvlink", **{knob: value}), "b200_nvlink")
+    message = str(refused.value)
+    assert message.startswith(f"{knob}='https://***@") and "without user:password@" in message and "~/.netrc" in message
+    assert "s3cret" not in message and "tok3n" not in message
+
+
+def test_credentials_in_a_requirement_url_are_refused_and_never_shown():
+    data = host_data("b200_nvlink")
+    data.mirrors = {"repos": {}, "requirements": {
+        "sglang==0.5.23": "sglang @ https://ci:s3cret@wheels.example/sglang-0.5.23-py3-none-any.whl"}}
+    with pytest.raises(BadHostData) as refused:
+        resolve(data, "b200_nvlink")
+    assert "sglang @ https://***@wheels.example/" in str(refused.value) and "s3cret" not in str(refused.value)
+    data = host_data("b200_nvlink", profile="qwen36_ddtree")
+    data.profiles["qwen36_ddtree"]["sglang"]["requirement"] = \
+        "sglang @ git+https://ghp_t0ken@github.com/sgl-project/sglang@" + "a" * 40 + "#subdirectory=python"
+    with pytest.raises(BadHostData, match=r"git\+https://\*\*\*@github.com"):
+        resolve(data, "b200_nvlink")
+    # A user name in an SSH URL is no secret.
+    ssh = "sglang @ git+ssh://git@github.com/sgl-project/sglang@" + "a" * 40 + "#subdirectory=python"
+    data.profiles["qwen36_ddtree"]["sglang"]["requirement"] = ssh
+    assert resolve(data, "b200_nvlink").server.sglang_requirement == ssh
+
+
+def test_a_profile_name_is_checked_before_it_reaches_the_unit_file():
+    data = host_data("b200_nvlink", profile="kimi\nExecStartPre=/bin/sh -c id")
+    data.profiles = {**data.profiles, data.profile: data.profiles["kimi_k26_dflash"]}
+    with pytest.raises(BadHostData) as refused:
+        resolve(data, "b200_nvlink")
+    assert str(refused.value).startswith("profile='kimi\\nExecStartPre=/bin/sh -c id' is not accepted: use a "
+                                         "profile name")

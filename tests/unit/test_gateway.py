@@ -14,6 +14,7 @@ from operations.gateway.config import resolve as resolve_gateway
 from operations.gateway.workers import GatewayWorkers, Route, drain, drain_retired, rejoin, routes, workers
 from operations.server import unit
 from operations.basics.knobs import BadHostData
+from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.flags import SGLangRejects
 from tests.unit.fakehost import failure, run
 from tests.unit.group_data import host_data
@@ -153,7 +154,8 @@ def restarting(reason: str | None, refused: str | None = None) -> tuple[unit.Res
     written = ("an older unit", "an older env") if reason == unit.FILES_CHANGED else (unit_text, env_text)
     state = dict(unit_sha1=sha1_of(written[0].encode()), env_sha1=sha1_of(written[1].encode()),
                  active="inactive" if reason == unit.STOPPED else "active", enabled="enabled")
-    return unit.Restart(s, "sglang=3f2a", []), {ServiceState: state, SGLangRejects: refused}
+    built = {"version": "0.5.23", "fingerprint": fingerprint(s.sglang_requirement, s.pip_index_url)}
+    return unit.Restart(s, "sglang=3f2a", []), {ServiceState: state, SGLangRejects: refused, VenvRequirement: built}
 
 
 def test_a_restarting_worker_listed_by_its_gateway_drains_itself_there_with_its_own_key_file():

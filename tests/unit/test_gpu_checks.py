@@ -3,7 +3,8 @@
 from pathlib import Path
 
 from operations.gpu.checks import check_fabric, check_gpu_class
-from operations.gpu.parse import parse_query_csv, parse_topology
+from operations.gpu.facts import NvidiaGpus
+from operations.gpu.parse import parse_query_csv, parse_smi_table, parse_topology
 from tests.unit.group_data import class_expectations as expectations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,6 +79,68 @@ def test_no_nvidia_smi_and_driver_mismatch():
     mismatch = ["Failed to initialize NVML: Driver/library version mismatch"]
     [problem] = check_b200(gpus=[], reboot_pending=mismatch)
     assert "version mismatch" in problem and "reboot" in problem
+
+
+def fact_lines(case, file_name, exit_code):
+    """What NvidiaGpus' command prints on a host answering as the capture does: the output, then its exit code."""
+    return (CAPTURES / case / file_name).read_text().splitlines() + [f"@@nvidia-smi exit {exit_code}"]
+
+
+def test_a_failing_nvidia_smi_leaves_the_gpus_unknown_and_preflight_says_why_and_what_to_do():
+    gpus = NvidiaGpus().process(fact_lines("nvml-driver-library-mismatch", "query.csv", 18))
+    assert gpus["unknown"]["exit_code"] == 18  # unknown: not zero GPUs
+    [problem] = check_b200(gpus=gpus, topology=parse_topology([]), driver=None)
+    assert problem == (
+        "lab-b200-1: expected 8 GPUs (class b200_nvlink), found nvidia-smi unable to read them (exit code 18: "
+        "Failed to initialize NVML: Driver/library version mismatch; NVML library version: 535.161): the NVML "
+        "library is another version than the loaded kernel module (a driver installed or upgraded without a "
+        "reboot): reboot the host so the installed driver's module loads")
+    gpus = NvidiaGpus().process(fact_lines("driver-not-loaded", "query.csv", 9))
+    [problem] = check_b200(gpus=gpus, topology=parse_topology([]), driver=None)
+    assert "(exit code 9: NVIDIA-SMI has failed because it couldn't communicate" in problem
+    assert problem.endswith("no NVIDIA driver is loaded: load it (`modprobe nvidia`; `dmesg | grep -i nvrm` says why "
+                            "it did not load) or install the driver (open kernel module) and reboot")
+
+
+def test_the_exit_code_not_the_text_says_the_query_failed():
+    # An exit code no text of the known ones goes with (15: a GPU fell off the bus) still leaves them unknown.
+    gpus = NvidiaGpus().process(["Unable to determine the device handle for GPU0000:17:00.0: Unknown Error",
+                                 "@@nvidia-smi exit 15"])
+    assert gpus["unknown"]["cause"] == "a GPU fell off the bus or is not accessible"
+    assert NvidiaGpus().process(["0, NVIDIA B200, 183359, 10.0, 580.95.05, Enabled, Disabled",
+                                 "@@nvidia-smi exit 0"])[0]["name"] == "NVIDIA B200"
+
+
+def test_two_gpu_models_are_refused_even_when_the_class_names_both():
+    gpus = [dict(gpu, name="NVIDIA RTX PRO 6000 Blackwell Server Edition", memory_total_mib=97887,
+                 compute_capability="12.0") for gpu in b200_gpus()]
+    for gpu in gpus[6:]:
+        gpu["name"] = "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
+    rtx_topology = parse_topology((CAPTURES / "rtxpro6000se-8x-pcie" / "topo.txt").read_text().splitlines())
+    problems = check_gpu_class("ct200", "rtx_pro_6000_pcie", expectations("rtx_pro_6000_pcie"), gpus=gpus,
+                               topology=rtx_topology, driver=dict(OPEN_580, version="595.58.03"))
+    assert problems == [
+        "ct200: expected one GPU model (class rtx_pro_6000_pcie), found 2: 6x NVIDIA RTX PRO 6000 Blackwell Server "
+        "Edition, 2x NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition: tensor parallelism splits the model "
+        "evenly and runs at the slowest card's pace, so a host serves with one model only: move the odd cards, or "
+        "serve from the matching ones in another class"]
+
+
+def test_a_mixed_capture_names_both_models():
+    gpus = parse_query_csv((CAPTURES / "mixed-rtx5090-rtx3090ti" / "query.csv").read_text().splitlines())
+    problems = check_b200(gpus=gpus)
+    assert any("found 2: 1x NVIDIA GeForce RTX 5090, 1x NVIDIA GeForce RTX 3090 Ti" in problem for problem in problems)
+
+
+def test_mig_enabled_is_refused_and_the_card_memory_is_read():
+    gpus = b200_gpus()
+    gpus[2]["mig_mode"] = "Enabled"
+    problems = check_b200(gpus=gpus)
+    assert problems == ["lab-b200-1: expected MIG disabled (class b200_nvlink), found it enabled on GPU 2: SGLang "
+                        "would see MIG instances (each a slice of the card's memory), not the cards: `nvidia-smi -i "
+                        "<index> -mig 0` on each, then reset the GPUs or reboot"]
+    table = parse_smi_table((CAPTURES / "a100-80gb-x2-mig" / "smi.txt").read_text().splitlines())
+    assert [(gpu["memory_total_mib"], gpu["mig_mode"]) for gpu in table["gpus"]] == [(81920, "Enabled")] * 2
 
 
 def fabric(manager_active="active", manager_enabled="enabled", state="Completed", nvswitch=True, count=8):

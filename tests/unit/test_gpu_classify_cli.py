@@ -17,7 +17,15 @@ HOST_CLASS = {
     # Real outputs of the two kinds classify used to miss (the case.json says where each is from):
     "h100-8x-nvlink-topo-rows-only": "unknown",  # topo -m without its header row: NVLink from the rows
     "rtxpro6000se-8x-query-only": "rtx_pro_6000_pcie",  # --query-gpu only: PCIe by product
+    # Shapes of real output classify read wrong (each folder's README says where its text comes from):
+    "h200-x2-query-noheader": "unknown",  # --format=csv,noheader: the first GPU is no header
+    "mixed-rtx5090-rtx3090ti": "unknown",  # two GPU models: both reported, no class
+    "a100-80gb-x2-mig": "unknown",  # MIG enabled: the card's memory, not the MIG devices table's slices
+    "nvml-driver-library-mismatch": "unknown",  # nvidia-smi exits 18: unknown, with why and what to do
+    "driver-not-loaded": "unknown",  # nvidia-smi exits 9
 }
+SHAPES = ["h200-x2-query-noheader", "mixed-rtx5090-rtx3090ti", "a100-80gb-x2-mig", "nvml-driver-library-mismatch",
+          "driver-not-loaded"]
 
 
 def classify(capture_dir):
@@ -52,8 +60,8 @@ def test_topology_alone_leaves_unknown_fields_null(tmp_path):
     (tmp_path / "topo.txt").write_bytes((CAPTURES / "b200-8x-nvlink" / "topo.txt").read_bytes())
     found = json.loads(classify(tmp_path).stdout)
     assert found == dict(
-        gpu_name=None, gpu_count=8, memory_total_mib=None, driver_version=None, compute_capability=None,
-        interconnect="nvlink", degraded=False, host_class="unknown",
+        gpu_name=None, gpu_models=None, gpu_count=8, memory_total_mib=None, driver_version=None,
+        compute_capability=None, mig_mode=None, interconnect="nvlink", degraded=False, host_class="unknown",
     )
 
 
@@ -91,3 +99,43 @@ def test_product_knowledge_only_where_no_topology_was_read(tmp_path):
     assert json.loads(classify(tmp_path).stdout)["interconnect"] == "pcie"
     (tmp_path / "topo.txt").write_text("\tGPU0\tCPU Affinity\nGPU0\t X \t0-31\n")
     assert json.loads(classify(tmp_path).stdout)["interconnect"] == "unknown"
+
+
+@pytest.mark.parametrize("case", SHAPES)
+def test_each_shape_of_real_output_reads_as_its_case_says(case):
+    found = json.loads(classify(CAPTURES / case).stdout)
+    expected = json.loads((CAPTURES / case / "case.json").read_text())
+    for field in [*FIELDS, "gpu_models", "mig_mode", "host_class"]:
+        assert found[field] == expected[field], field
+    assert (CAPTURES / case / "README.md").is_file()
+    assert sorted(expected["files"]) == sorted(path.name for path in (CAPTURES / case).iterdir())
+
+
+def test_a_header_less_csv_keeps_every_gpu_and_its_name():
+    found = json.loads(classify(CAPTURES / "h200-x2-query-noheader").stdout)
+    assert (found["gpu_count"], found["gpu_name"], found["memory_total_mib"]) == (2, "NVIDIA H200", 143771)
+
+
+def test_two_gpu_models_are_both_reported_and_fit_no_class():
+    found = json.loads(classify(CAPTURES / "mixed-rtx5090-rtx3090ti").stdout)
+    assert [model["name"] for model in found["gpu_models"]] == ["NVIDIA GeForce RTX 5090", "NVIDIA GeForce RTX 3090 Ti"]
+    assert (found["gpu_name"], found["compute_capability"], found["host_class"]) == ("mixed", "mixed", "unknown")
+
+
+def test_mig_reports_the_cards_memory_and_the_mode():
+    found = json.loads(classify(CAPTURES / "a100-80gb-x2-mig").stdout)
+    assert (found["memory_total_mib"], found["mig_mode"]) == (81920, "Enabled")
+
+
+@pytest.mark.parametrize("case, code, fix", [
+    ("nvml-driver-library-mismatch", 18, "reboot the host so the installed driver's module loads"),
+    ("driver-not-loaded", 9, "install the driver (open kernel module) and reboot"),
+])
+def test_a_failing_nvidia_smi_leaves_the_gpus_unknown_and_says_why(case, code, fix):
+    found = json.loads(classify(CAPTURES / case).stdout)
+    assert {found[field] for field in FIELDS} == {"unknown"}  # not zero GPUs, not nulls
+    failed = found["nvidia_smi_failed"]
+    expected = json.loads((CAPTURES / case / "case.json").read_text())["nvidia_smi_failed"]
+    assert (failed["exit_code"], failed["message"]) == (expected["exit_code"], expected["message"]) == (
+        code, expected["message"])
+    assert fix in failed["fix"] and failed["cause"]

@@ -73,7 +73,7 @@ def test_fabric_manager_fresh_blackwell_host():
     commands, _ = run(nvidia.fabric_manager, {NvidiaDriver: DRIVER_580, NvidiaFabric: fabric(), NvidiaGpus: B200_GPUS})
     assert commands == [
         "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-downgrades "
-        "--allow-change-held-packages nvidia-fabricmanager=580.95.05-1 nvlsm",
+        "--allow-change-held-packages 'nvidia-fabricmanager=580.95.05-*' nvlsm",
         "modprobe ib_umad",
         "echo ib_umad > /etc/modules-load.d/ib_umad.conf",
         "systemctl enable nvidia-fabricmanager.service",
@@ -84,7 +84,7 @@ def test_fabric_manager_fresh_blackwell_host():
 def test_fabric_manager_before_580_is_named_per_branch_and_hopper_needs_no_nvlsm():
     driver = dict(DRIVER_580, version="570.158.01")
     commands, _ = run(nvidia.fabric_manager, {NvidiaDriver: driver, NvidiaFabric: fabric(), NvidiaGpus: H200_GPUS})
-    assert commands[0].endswith(" nvidia-fabricmanager-570=570.158.01-1")
+    assert commands[0].endswith(" 'nvidia-fabricmanager-570=570.158.01-*'")
     assert "modprobe ib_umad" not in commands
 
 
@@ -119,7 +119,7 @@ def test_fabric_manager_at_another_version_than_the_driver_is_replaced_and_resta
     commands, _ = run(nvidia.fabric_manager, facts)
     assert commands == [
         "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-downgrades "
-        "--allow-change-held-packages nvidia-fabricmanager=580.95.05-1",
+        "--allow-change-held-packages 'nvidia-fabricmanager=580.95.05-*'",
         "systemctl restart nvidia-fabricmanager.service",
     ]
 

@@ -156,3 +156,25 @@ def test_proc_driver_version(line, expected):
 
 def test_proc_driver_version_absent():
     assert parse_proc_driver_version([]) is None
+
+
+def test_query_csv_without_header_tells_fields_by_their_values():
+    # A real H200 run's --format=csv,noheader line (its query: index, name, uuid, pci.bus_id, driver_version,
+    # memory.total, memory.used, mig.mode.current, mig.mode.pending, compute_cap, persistence_mode).
+    line = ("0, NVIDIA H200, GPU-62da0000-0000-0000-0000-000000003038, 00000000:00:06.0, 580.159.04, 143771 MiB, "
+            "0 MiB, Disabled, Disabled, 9.0, Enabled")
+    [gpu] = parse_query_csv([line])
+    assert {key: gpu[key] for key in ("index", "name", "pci_bus_id", "driver_version", "memory_total_mib",
+                                      "compute_capability")} == dict(
+        index=0, name="NVIDIA H200", pci_bus_id="00000000:00:06.0", driver_version="580.159.04",
+        memory_total_mib=143771, compute_capability="9.0")
+    assert "mig_mode" not in gpu and "persistence_mode" not in gpu  # Enabled/Disabled columns cannot be told apart
+    nounits = parse_query_csv(["0, NVIDIA H200, 143771, 0, 9.0", "1, NVIDIA H200, 143771, 0, 9.0"])
+    assert [(gpu["index"], gpu["memory_total_mib"]) for gpu in nounits] == [(0, 143771), (1, 143771)]
+
+
+def test_r610_table_header_names_the_driver_kmd():
+    # A published 610.57.04 table (noonghunna/club-3090#1229): 'KMD Version' and 'CUDA UMD Version'.
+    header = "| NVIDIA-SMI 610.57.04              KMD Version: 610.57.04     CUDA UMD Version: 13.3     |"
+    assert parse_smi_table([header])["driver_version"] == "610.57.04"
+    assert parse_smi_table([header])["cuda_version"] == "13.3"

@@ -63,8 +63,11 @@ def test_targets_are_the_gateways_workers_at_their_addresses_and_smg_on_its_own_
     assert scrape_targets("gw", g, WORKERS) == [
         ScrapeTarget("sglang", "lab-pcie-1", "10.215.1.10:30000"), ScrapeTarget("sglang", "lab-b200-1", "10.215.2.10:30000"),
         ScrapeTarget("smg", "gw", "127.0.0.1:29000")]
+    # smg's Prometheus port takes no key: it listens on loopback whatever the gateway's address.
     g = resolve_gateway(host_data("gateway", gateway_bind_address="10.0.0.5"))
-    assert scrape_targets("gw", g, [])[-1] == ScrapeTarget("smg", "gw", "10.0.0.5:29000")
+    assert scrape_targets("gw", g, [])[-1] == ScrapeTarget("smg", "gw", "127.0.0.1:29000")
+    args = g.args()
+    assert args[args.index("--host") + 1] == "10.0.0.5" and args[args.index("--prometheus-host") + 1] == "127.0.0.1"
 
 
 @pytest.mark.parametrize("key", [True, False])

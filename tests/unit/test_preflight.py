@@ -11,7 +11,7 @@ from operations.deployment import resolve
 from operations.gpu import nvidia
 from operations.gpu.packages import NvidiaPackages
 from operations.weights.hub import RepoSnapshot
-from operations.deployment.preflight import moving_revisions
+from operations.deployment.preflight import LoginUser, login_problems, moving_revisions
 from operations.server.checks import exposure_problems, unpinned_build
 from operations.weights.checks import HubState, hub_state, unpinned
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
@@ -60,15 +60,17 @@ def test_branch_revisions_name_the_commit_to_pin():
     snapshots = {role: RepoSnapshot(f"r/{role}", COMMIT, (), {}) for role in ("target", "drafter")}
     [target, drafter] = unpinned(deployment().weights, snapshots, "kimi_k26_dflash")
     assert target == (f"moonshotai/Kimi-K2.6: revision 'main' is not a commit; it resolves to {COMMIT} now: pin "
-                      "that commit in group_data (profiles['kimi_k26_dflash']['target']['revision']) for "
-                      "reproducible weights, or set allow_branch_revisions=true to follow the branch")
+                      "it with `python pin.py INVENTORY` (it writes the commits of profile kimi_k26_dflash to "
+                      "SPECFLEET_SITE/pins.json) for reproducible weights, or set allow_branch_revisions=true to "
+                      "follow the branch")
     assert unpinned(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink").weights, snapshots, "x") == []
 
 
 def test_a_git_build_must_name_a_commit_not_a_pull_request_ref():
     ddtree = deployment(profile="qwen36_ddtree")
     [problem] = unpinned_build(ddtree.server)
-    assert "'refs/pull/29907/head' is not a commit" in problem and "pin a 40-hex commit" in problem
+    assert "'refs/pull/29907/head' is not a commit" in problem and "python pin.py INVENTORY" in problem
+    assert "git ls-remote https://github.com/sgl-project/sglang refs/pull/29907/head" in problem
     pinned = replace(ddtree.server, sglang_requirement=f"sglang @ git+https://github.com/sgl-project/sglang@{COMMIT}"
                                                        "#subdirectory=python")
     assert unpinned_build(pinned) == []
@@ -83,6 +85,39 @@ def test_moving_revisions_fail_the_host_unless_allow_branch_revisions_makes_them
     allowed = deployment(profile="qwen36_ddtree", allow_branch_revisions="yes")
     assert moving_revisions(allowed, hub) == ([], problems)
     assert moving_revisions(resolve(host_data("b200_nvlink", lab=True), "b200_nvlink"), hub) == ([], [])
+
+
+def test_pins_turn_moving_revisions_and_refs_into_their_commits_and_nothing_else():
+    ref = "https://github.com/sgl-project/sglang@refs/pull/29907/head"
+    pins = {"repos": {"moonshotai/Kimi-K2.6@main": COMMIT, "Qwen/Qwen3.6-27B@main": "1" * 40}, "git": {ref: "2" * 40}}
+    kimi = deployment(pins=pins)
+    assert [r.revision for r in kimi.weights.repos] == [COMMIT, "main"]  # the drafter has no pin yet
+    qwen = deployment(profile="qwen36_ddtree", pins=pins)
+    assert qwen.weights.target.revision == "1" * 40
+    assert qwen.server.sglang_requirement == (f"sglang @ git+https://github.com/sgl-project/sglang@{'2' * 40}"
+                                              "#subdirectory=python")
+    assert unpinned_build(qwen.server) == []
+    # A pin is keyed by what is fetched: a mirror's repo and revision (the lab pins by commit already).
+    assert resolve(host_data("b200_nvlink", lab=True, pins=pins), "b200_nvlink").weights.target.revision == \
+        "cab62ee5866130af4b3f1e1a6a83cf419015a31f"
+    with pytest.raises(ValueError, match="pins repos moonshotai/Kimi-K2.6@main='main; rm -rf /' is not accepted"):
+        deployment(pins={"repos": {"moonshotai/Kimi-K2.6@main": "main; rm -rf /"}})
+
+
+@pytest.mark.parametrize("login, problem", [
+    ({"user": "root", "login": "root", "sudo": False}, None),
+    ({"user": "root", "login": "deployer", "sudo": True}, None),
+    ({"user": "deployer", "login": "deployer", "sudo": False},
+     "gpu-host: the deploy logged in as deployer, not root: add --sudo to the pyinfra command (and "
+     "--same-sudo-password if sudo asks for a password), or log in as root"),
+    ({"user": "sglang", "login": "deployer", "sudo": True},
+     "gpu-host: the deploy runs as sglang through sudo, but it must run as root: drop --sudo-user"),
+], ids=["root", "sudo", "plain user", "sudo to another user"])
+def test_the_deploy_acts_as_root_through_a_root_login_or_sudo(login, problem):
+    with ctx_host.use(NamedHost()):
+        assert login_problems(login) == ([problem] if problem else [])
+    assert LoginUser().process(["root deployer"]) == {"user": "root", "login": "deployer", "sudo": True}
+    assert LoginUser().process(["deployer "]) == {"user": "deployer", "login": "deployer", "sudo": False}
 
 
 class Failing(http.server.BaseHTTPRequestHandler):

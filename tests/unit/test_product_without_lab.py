@@ -38,15 +38,16 @@ def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def test_dry_deploy_loads_group_data_and_runs_preflight_without_lab(product):
     """`@local` in a class group: pyinfra reads every group_data file and runs deploy.py. With no
-    token on the controller only Preflight is planned (it would fail the host): the stages after it
-    are skipped, and --dry changes nothing."""
+    token on the controller, --dry prints the refusal the run would make and plans nothing after
+    Preflight but the run's closing table; it changes nothing."""
     (product / "fake_inventory.py").write_text('rtx_pro_6000_pcie = [("@local", {})]\n')
     result = run([str(PYINFRA), "--dry", "fake_inventory.py", "deploy.py"], product)
     output = result.stdout + result.stderr
     assert "No module named 'lab'" not in output and "Traceback" not in output, output[-3000:]
     assert "Loading: deploy.py" in output, output[-3000:]
     planned = output.split("--> Detected changes:")[1].split("Detected changes may")[0]
-    assert [line.split()[0] for line in planned.strip().splitlines()[1:]] == ["Preflight"], output[-3000:]
+    assert [line.split()[0] for line in planned.strip().splitlines()[1:]] == ["Preflight", "Summary"], output[-3000:]
+    assert "@local: no Hugging Face token on the controller" in output.split("--> Detected changes:")[0]
 
 
 def test_classify_runs_without_lab(product):

@@ -3,18 +3,21 @@ and files.directory run for real on the same facts)."""
 
 from types import SimpleNamespace
 
+import pytest
+
 from pyinfra.facts.files import Directory
+from pyinfra.context import ctx_host
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from operations.basics import ownership
 from operations.server import unit
 from operations.deployment import resolve, resolve_host
-from pyinfra.context import ctx_host
-from tests.unit.fakehost import FakeHost
 from operations.basics.file_states import FileStates
 from operations.basics.units import ServiceState
+from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.flags import SGLangRejects
-from tests.unit.fakehost import failure, run
+
+from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
 
 D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
@@ -33,7 +36,8 @@ def current(unit=UNIT, env=ENV, active="active", enabled="enabled") -> dict:
     return {ServiceState: dict(unit_sha1=sha1_of(unit.encode()), env_sha1=sha1_of(env.encode()),
                                        active=active, enabled=enabled),
             SystemdStatus: {f"{NAME}.service": active == "active"},
-            SystemdEnabled: {f"{NAME}.service": enabled == "enabled"}}
+            SystemdEnabled: {f"{NAME}.service": enabled == "enabled"},
+            VenvRequirement: {"version": "0.5.23", "fingerprint": fingerprint(D.sglang_requirement, D.pip_index_url)}}
 
 
 NAME = "sglang@kimi_k26_dflash-gpu0-7"  # Kimi K2.6 on this class: one replica over all eight cards
@@ -72,11 +76,12 @@ def test_each_replica_renders_its_own_gpus_and_port_and_restarts_alone():
         assert f" --port {30000 + i} " in unit_text and " --tp-size 1 " in unit_text
         assert f"EnvironmentFile=/etc/specfleet/sglang@qwen36_ddtree-gpu{i}.env\n" in unit_text
     # Replica 3's files changed, the others' did not: only replica 3 restarts.
+    built = {"version": "0.5.23", "fingerprint": fingerprint(replicas[3].sglang_requirement, replicas[3].pip_index_url)}
     state = {ServiceState: dict(unit_sha1="an older unit", env_sha1="an older env", active="active", enabled="enabled"),
-             SGLangRejects: None}
+             SGLangRejects: None, VenvRequirement: built}
     with ctx_host.use(FakeHost(state)):
         assert unit.Restart(replicas[3], INPUTS, []).decision().restarts
-    same = {ServiceState: current(*rendered[4])[ServiceState]}
+    same = {ServiceState: current(*rendered[4])[ServiceState], VenvRequirement: built}
     with ctx_host.use(FakeHost(same)):
         assert not unit.Restart(replicas[4], INPUTS, []).decision().restarts
 
@@ -105,6 +110,16 @@ def test_nothing_is_retired_while_the_hosts_sglang_refuses_a_new_unit():
     assert "rejects the rendered flags" in problem and problem.endswith(f"{NAME} was left as it was")
 
 
+def test_before_the_wanted_sglang_is_installed_nothing_asks_it_about_the_flags():
+    # --dry on a fresh host: the run installs SGLang before the unit, so no refusal can be known yet.
+    facts = {**current(unit="an older unit"), VenvRequirement: None, SGLangRejects: "would be asked: exit=1"}
+    with ctx_host.use(FakeHost(facts)):
+        decision = unit.Restart(D, INPUTS, []).decision()
+    assert decision.refused is None and decision.reason == unit.FILES_CHANGED and decision.restarts
+    with ctx_host.use(FakeHost({**facts, VenvRequirement: current()[VenvRequirement]})):  # installed: it is asked
+        assert unit.Restart(D, INPUTS, []).decision().refused == "would be asked: exit=1"
+
+
 def test_the_units_are_confined_and_the_server_may_reach_the_gpus():
     for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only", "PrivateTmp=yes",
                  "UMask=0077", "CapabilityBoundingSet=", "DevicePolicy=closed", "DeviceAllow=char-nvidia-uvm rw",
@@ -128,7 +143,8 @@ def test_root_directories_in_place_are_a_noop_and_the_service_users_config_dir_i
 
 
 def test_a_cache_root_created_is_handed_to_the_service_user_not_following_links():
-    user = {"home": "/home/sglang", "home_exists": True, "cache_owner": "root"}
+    user = {"home": "/home/sglang", "home_exists": True, "cache_owner": "root", "uid": 998,
+            "shell": "/usr/sbin/nologin"}
     commands, _ = run(ownership.service_user, {ownership.SystemUser: user}, user="sglang", home="/home/sglang")
     assert commands == ["chown --no-dereference sglang:sglang /home/sglang/.cache"]
     for owner in ("sglang", None):
@@ -137,8 +153,59 @@ def test_a_cache_root_created_is_handed_to_the_service_user_not_following_links(
         assert commands == [] and noops == ["user sglang exists with home /home/sglang"]
 
 
-def test_system_user_reads_home_and_cache_owner():
-    assert ownership.SystemUser().process(["/home/sglang yes sglang"]) == \
-        {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang"}
-    assert ownership.SystemUser().process(["/home/sglang no -"]) == \
-        {"home": "/home/sglang", "home_exists": False, "cache_owner": None}
+def test_system_user_reads_home_cache_owner_uid_and_shell():
+    assert ownership.SystemUser().process(["/home/sglang yes sglang 998 /usr/sbin/nologin"]) == \
+        {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998, "shell": "/usr/sbin/nologin"}
+    assert ownership.SystemUser().process(["/home/my user no - 1000 -"]) == \
+        {"home": "/home/my user", "home_exists": False, "cache_owner": None, "uid": 1000, "shell": None}
+
+
+OWN = {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998, "shell": "/usr/sbin/nologin"}
+
+
+@pytest.mark.parametrize("account, why", [
+    (dict(OWN, uid=0), "has uid 0 (root's privileges)"),
+    (dict(OWN, uid=1000, shell="/bin/bash"), "is a login account (uid 1000, not a system user's below 1000)"),
+    (dict(OWN, shell="/bin/bash"), "has the login shell /bin/bash"),
+    (dict(OWN, shell=None), "has the login shell /bin/sh"),
+    (dict(OWN, home="/var/www", uid=33), "has the home /var/www, not /home/sglang: it belongs to something else"),
+])
+def test_an_existing_account_that_is_not_the_deploys_own_system_user_is_refused_unchanged(account, why):
+    commands, _ = run(ownership.service_user, {ownership.SystemUser: account}, user="sglang", home="/home/sglang")
+    [problem] = failure(commands)  # one refusal, no usermod, no chown
+    assert problem == (f"host-1: the account sglang {why}; the deploy would take it over (no login shell, a service "
+                       "running as it): name a user of the service's own, which the deploy creates")
+
+
+def test_the_deploys_own_user_is_kept():
+    commands, noops = run(ownership.service_user, {ownership.SystemUser: OWN}, user="sglang", home="/home/sglang")
+    assert commands == [] and noops == ["user sglang exists with home /home/sglang"]
+    assert ownership.account_problem("sglang", "/home/sglang", None) is None  # absent: the deploy creates it
+
+
+def test_the_smoke_tests_p2p_decision_is_in_the_unit_and_a_restart_input():
+    """The decision reaches the unit only through smoke.decided_env, read from the host's smoke record:
+    P2P turned off on this host changes the environment file, so the unit restarts; a record that keeps
+    P2P leaves the current unit as it is."""
+    from operations.deployment import resolve as resolve_deployment
+    from operations.gpu import smoke
+    from operations.gpu.smoke import GpuSmokeRecord
+
+    test = resolve_deployment(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").smoke
+    hung = dict(verdict="passed", p2p=dict(enabled=False, decided_by="measurement", reason="hung"))
+    kept = dict(verdict="passed", p2p=dict(enabled=True, decided_by="measurement"))
+
+    def restart_after_smoke(record):
+        with ctx_host.use(FakeHost({**current(), GpuSmokeRecord: dict(boot_id="b", record=record),
+                                    SGLangRejects: None})):
+            decided = unit.Restart(D, INPUTS, [], decided_env=lambda: smoke.decided_env(test))
+            decided.decision()
+        return decided
+
+    assert restart_after_smoke(kept).decision().restarts is False
+    commands, noops = run(unit.configure, {**current(), GpuSmokeRecord: dict(boot_id="b", record=kept)}, server=D,
+                          restart=unit.Restart(D, INPUTS, [], decided_env=lambda: smoke.decided_env(test)))
+    assert commands == [] and noops == [f"{NAME} is running its current unit ({INPUTS})"]
+    decided = restart_after_smoke(hung)
+    assert "NCCL_P2P_DISABLE=1\n" in decided.decision().env_text and "NCCL_P2P_DISABLE" not in ENV
+    assert decided.decision().reason == unit.FILES_CHANGED and decided.decision().restarts

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from serving_benchmark import report
-from serving_benchmark.sweep import bench_unit, mode_args, plan, unit_environment
+from operations.basics.knobs import BadHostData
+from serving_benchmark.sweep import PROMPTS, bench_unit, mode_args, plan, unit_environment
 from operations.deployment import resolve, resolve_host
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import host_data
@@ -16,14 +17,46 @@ def test_plan_defaults_and_refusals(tmp_path):
     default = plan({})
     assert default.modes == ("ar", "dflash", "ddtree") and default.concurrency == (1, 4, 16, 64)
     assert default.requests_at(1) == 16 and default.requests_at(64) == 256 and default.tokenizer == "target"
-    given = plan({"modes": "dflash,ar", "concurrency": "4,1,4", "requests": "6", "force": "true"})
+    assert default.prompts == PROMPTS and default.prompt_count == 20
+    given = plan({"modes": "dflash,ar", "concurrency": "4,1,4", "requests": "6"})
     assert given.modes == ("dflash", "ar") and given.concurrency == (1, 4) and given.requests_at(4) == 6
-    assert given.force
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text('{"text": "Explain NCCL rings."}\n\n{"text": "Write a haiku.", "output_length": 40}\n')
+    assert plan({"prompts": str(mine)}).prompt_count == 2
     for bad in ({"modes": "ar,eagle"}, {"concurrency": "1,0"}, {"concurrency": "1;rm -rf /"},
-                {"baseline": str(tmp_path / "missing.json")}, {"force": "maybe"},
+                {"baseline": str(tmp_path / "missing.json")},
                 {"max_throughput_drop": "1.5"}, {"bench_tokenizer": "/etc"}):
         with pytest.raises(ValueError):
             plan(bad)
+
+
+@pytest.mark.parametrize("content, why", [
+    (None, "(FileNotFoundError)"), ("", "it holds no prompt"),
+    ('{"text": "ok"}\nnot json\n', "line 2 is not a JSON object with a non-empty \"text\""),
+    ('["a list"]\n', "line 1 is not a JSON object"), ('{"text": "  "}\n', "line 1 is not a JSON object"),
+])
+def test_a_prompts_file_is_checked_line_by_line_before_any_host(tmp_path, content, why):
+    path = tmp_path / "prompts.jsonl"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(BadHostData) as refused:
+        plan({"prompts": str(path)})
+    assert str(refused.value).startswith(f"prompts={str(path)!r} is not accepted") and why in str(refused.value)
+
+
+def test_retired_knobs_say_what_replaced_them():
+    with pytest.raises(BadHostData, match=r"input_tokens=32 is not accepted: the prompts' own lengths count"):
+        plan({"input_tokens": 32})
+    with pytest.raises(BadHostData, match="force='true' is not accepted: a worker behind a gateway is drained"):
+        plan({"force": "true"})
+
+
+def test_the_shipped_prompts_are_varied_and_realistic():
+    prompts = [json.loads(line)["text"] for line in PROMPTS.read_text().splitlines()]
+    words = sorted(len(text.split()) for text in prompts)
+    assert len(prompts) == 20 and words[0] >= 15 and words[-3] >= 1400  # short asks and three long contexts
+    assert sum("```" in text for text in prompts) >= 5  # code to fix, review or explain
+    assert len(set(prompts)) == len(prompts)
 
 
 def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_accepts_them():
@@ -46,7 +79,7 @@ def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_ac
 
 def test_bench_server_environment_is_the_units_without_the_api_key():
     env = unit_environment(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server)
-    assert env["HF_HUB_OFFLINE"] == "1" and env["NCCL_P2P_DISABLE"] == "1"
+    assert env["HF_HUB_OFFLINE"] == "1" and "NCCL_P2P_DISABLE" not in env  # the host's decision: sweep(smoke=...)
     assert "SPECFLEET_API_KEY_FILE" not in env
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
@@ -83,7 +116,7 @@ def summary_of(throughput: dict[str, float], accept: float, stand_in=True) -> di
         modes["ar"]["levels"][level] = report.level_result(export, info)
     meta = {"host": "h", "host_class": "b200_nvlink", "profile": "qwen36_ddtree", "started": "r",
             "specfleet_commit": "c", "client": "aiperf==0.13.0", "gpus": [],
-            "workload": {"input_tokens": 64, "output_tokens": 64}}
+            "workload": {"prompts": "prompts.jsonl", "prompt_count": 20, "output_tokens": 64}}
     return report.summary(meta, modes)
 
 
@@ -109,6 +142,7 @@ def test_summary_table_and_plots(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text()) == doc
     table = (tmp_path / "summary.md").read_text()
     assert "| ar | 4 | 350.0 | 1.00x |" in table and "LAB STAND-IN" in table and "no DDTree build" in table
+    assert "20 prompts of prompts.jsonl, 64 output tokens" in table
     for png in written[2:]:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -126,3 +160,27 @@ def test_gate_fails_on_throughput_or_accept_length_drops_beyond_the_limits():
         report.regressions(summary_of({"1": 100.0}, 4.0), other)
     with pytest.raises(ValueError, match="none of this run's"):
         report.regressions(summary_of({"16": 100.0}, 4.0), baseline)
+
+
+def test_a_level_archive_unpacks_files_only_whatever_the_service_user_left_in_it(tmp_path):
+    """Links (out of the directory or not) and FIFOs are left out; files and directories come back."""
+    import io
+    import os
+    import tarfile
+    from serving_benchmark.sweep import _files_only
+    source = tmp_path / "level"
+    (source / "sub").mkdir(parents=True)
+    (source / "client.log").write_text("log")
+    (source / "sub" / "inner.json").write_text("{}")
+    (source / "shadow").symlink_to("/etc/shadow")
+    (source / "local-link").symlink_to("client.log")
+    os.mkfifo(source / "fifo")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.add(source, arcname=".")
+    (tmp_path / "out").mkdir()
+    buffer.seek(0)
+    with tarfile.open(fileobj=buffer) as archive:
+        archive.extractall(tmp_path / "out", filter=_files_only)
+    found = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*"))
+    assert found == ["client.log", "sub", "sub/inner.json"]

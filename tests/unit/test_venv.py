@@ -6,6 +6,8 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from lab.index import start_index
 from operations.python import venv
 from operations.basics.host_programs import program
@@ -163,3 +165,23 @@ def test_install_uv_takes_only_a_wheel_whose_hash_the_lock_lists(tmp_path):
         assert subprocess.run([str(dest)], capture_output=True, text=True).stdout == "uv stand-in\n"
     finally:
         index.stop()
+
+
+@pytest.mark.parametrize("requirement, says", [
+    ("sglang @ https://wheels.example/sglang-0.5.23-py3-none-any.whl", "installs unchecked (no committed lock, no --hash=)"),
+    ("/srv/wheels/sglang-0.5.23-py3-none-any.whl", "installs unchecked (no committed lock, no --hash=)"),
+    ("sglang @ git+https://github.com/sgl-project/sglang@" + "a" * 40 + "#subdirectory=python",
+     "a git build installs unchecked (pip and uv check no hash of a git checkout)"),
+    ("sglang>=0.5.23", "installs unchecked (no committed lock, no --hash=)"),
+])
+def test_a_url_path_git_or_range_requirement_installs_unchecked_and_says_so(monkeypatch, requirement, says):
+    monkeypatch.setattr("tests.unit.test_gpu_operations.FakeHost", WarnedHost)
+    WarnedHost.warnings = []
+    commands = install(requirement)
+    assert "--require-hashes" not in " ".join(commands)
+    [warning] = WarnedHost.warnings
+    assert warning.startswith(f"{requirement}: {says}"), warning
+    if "git+" not in requirement:  # carrying its hash: installed with --require-hashes, nothing to say
+        WarnedHost.warnings = []
+        assert "--require-hashes" in install(f"{requirement} --hash=sha256:" + "b" * 64)[2]
+        assert WarnedHost.warnings == []

@@ -126,3 +126,52 @@ def test_inline_programs_run_as_sent(weights_dir):
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == expected
     assert inline("verify_weights", "d", "[]", user="sglang").startswith("runuser -u sglang -- python3 -c ")
+
+
+def run_with_alarm(seconds: int, function, *args):
+    """function(*args), failing the test instead of hanging when it blocks (a FIFO opened for reading)."""
+    import signal
+
+    def blocked(signum, frame):
+        raise TimeoutError(f"{function.__name__} blocked for {seconds}s")
+    previous = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(seconds)
+    try:
+        return function(*args)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_root_reads_no_manifest_through_a_link_and_never_blocks_on_a_fifo(weights_dir, tmp_path_factory):
+    """What the service user can plant in its weights directory, which root's state program reads:
+    a manifest linked to a file root may read (here a valid manifest elsewhere: its content would reach
+    the controller), or a FIFO (a blocking open would hang the deploy)."""
+    directory, listing = weights_dir
+    sizes = {e["path"]: e["size"] for e in listing}
+    elsewhere = tmp_path_factory.mktemp("root-only") / "secret.json"
+    elsewhere.write_text(json.dumps({"commit": "root's secret", "files": {}}))
+    manifest = directory / weights_manifest.MANIFEST
+    manifest.unlink()
+    manifest.symlink_to(elsewhere)
+    assert weights_manifest.read(directory) is None
+    assert weights_state.main({str(directory): sizes}) == {str(directory): None}  # incomplete: fetched again
+    manifest.unlink()
+    os.mkfifo(manifest)
+    assert run_with_alarm(5, weights_state.main, {str(directory): sizes}) == {str(directory): None}
+
+
+def test_root_stats_no_weights_file_through_a_link(weights_dir, tmp_path_factory):
+    directory, listing = weights_dir
+    sizes = {e["path"]: e["size"] for e in listing}
+    outside = tmp_path_factory.mktemp("root-only") / "config.json"
+    outside.write_bytes((directory / "config.json").read_bytes())  # the listed size, outside the directory
+    (directory / "config.json").unlink()
+    (directory / "config.json").symlink_to(outside)
+    assert weights_state.main({str(directory): sizes})[str(directory)]["bad"] == ["config.json"]
+    linked = tmp_path_factory.mktemp("linked-dir")  # a link further up the path, to a file of the listed size
+    (directory / "sub" / "model.safetensors").rename(linked / "model.safetensors")
+    (directory / "sub").rmdir()
+    (directory / "sub").symlink_to(linked)
+    assert weights_state.main({str(directory): sizes})[str(directory)]["bad"] == ["config.json", "sub/model.safetensors"]
+    assert weights_disk.disk(str(directory))["files"]["config.json"] == len(str(outside))  # the link's own size

@@ -91,23 +91,24 @@ def user_file_states(args: dict) -> list[str] | None:
 
 
 def system_user(args: dict) -> list[str]:
-    """SystemUser: home, whether it is a directory, the owner of its .cache (not followed)."""
+    """SystemUser: home, whether it is a directory, the owner of its .cache (not followed), uid, shell."""
     try:
-        home = pwd.getpwnam(args["user"]).pw_dir
+        entry = pwd.getpwnam(args["user"])
     except KeyError:
         return []
+    home, account = entry.pw_dir, f"{entry.pw_uid} {entry.pw_shell or '-'}"
     if not os.path.isdir(home):
-        return [f"{home} no -"]
+        return [f"{home} no - {account}"]
     try:
         owner = name_of(os.lstat(os.path.join(home, ".cache")).st_uid, pwd.getpwuid)
     except OSError:
         owner = "-"
-    return [f"{home} yes {owner}"]
+    return [f"{home} yes {owner} {account}"]
 
 
 def login_user(args: dict) -> list[str]:
-    sudo_user = os.environ.get("SUDO_USER")
-    return [f"{sudo_user or name_of(os.geteuid(), pwd.getpwuid)} {'sudo' if sudo_user else ''}"]
+    """LoginUser: the effective user, then the login behind sudo (empty without sudo)."""
+    return [f"{name_of(os.geteuid(), pwd.getpwuid)} {os.environ.get('SUDO_USER', '')}"]
 
 
 def linux_distribution(args: dict) -> list[str]:

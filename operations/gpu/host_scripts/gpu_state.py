@@ -21,13 +21,19 @@ FABRIC_UNITS = ("nvidia-fabricmanager", "nvidia-persistenced")
 NVSWITCH_DIR = "/proc/driver/nvidia-nvswitch/devices"
 
 
+EXIT_MARK = "@@nvidia-smi exit "  # NvidiaGpus' line after the query's output (operations/gpu/facts.py)
+
+
 @functools.cache
 def smi() -> dict[str, list[str]]:
-    """nvidia-smi's three outputs, run side by side (nothing without nvidia-smi)."""
+    """nvidia-smi's three outputs, run side by side (nothing without nvidia-smi), and the query's exit code
+    ("query_exit": the line NvidiaGpus' command prints after it)."""
     binary = shutil.which("nvidia-smi")
     runs = {kind: run([binary, *argv]) if binary else None
             for kind, argv in (("query", GPU_QUERY), ("topo", ("topo", "-m")), ("q", ("-q",)))}
-    return {kind: lines_of(process) for kind, process in runs.items()}
+    outputs = {kind: lines_of(process) for kind, process in runs.items()}
+    outputs["query_exit"] = [f"{EXIT_MARK}{runs['query'].returncode}"] if runs["query"] else []
+    return outputs
 
 
 @functools.cache
@@ -40,7 +46,7 @@ def packages() -> list[tuple[str, ...]]:
 
 
 def gpus(args: dict) -> list[str]:
-    return smi()["query"]
+    return smi()["query"] + smi()["query_exit"]
 
 
 def topology(args: dict) -> list[str]:

@@ -14,6 +14,7 @@ controller against the hub's file list.
 
 import json
 import os
+import stat
 import sys
 
 import weights_manifest
@@ -33,11 +34,13 @@ def held_elsewhere(directory: str) -> list[str]:
             if not isinstance(record, dict):
                 continue
             kind = "sha256" if record.get("sha256") else "git_sha1"
-            try:
-                on_disk = os.stat(weights_manifest.inside(other, path)).st_size
-            except (OSError, ValueError):
+            if weights_manifest.path_problem(path):
                 continue
-            if on_disk == record.get("size"):
+            try:  # the file itself, as root: a link the service user planted is not followed
+                st = os.lstat(os.path.join(other, path))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_size == record.get("size"):
                 found.add(f"{kind}:{record.get(kind)}:{record.get('size')}")
     return sorted(found)
 
@@ -52,7 +55,8 @@ def disk(directory: str) -> dict:
         dirs[:] = [x for x in dirs if x != ".cache"]
         for name in names:
             full = os.path.join(root, name)
-            files[os.path.relpath(full, directory)] = os.path.getsize(full)
+            # Its own size: a link the service user planted there is not followed by root.
+            files[os.path.relpath(full, directory)] = os.lstat(full).st_size
     return {"free": st.f_bavail * st.f_frsize, "device": os.stat(probe).st_dev, "checked": probe, "files": files,
             "others": held_elsewhere(directory)}
 

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import unicodedata
 
 MANIFEST = ".specfleet-manifest.json"
@@ -85,13 +86,32 @@ def hash_file(path, entry: dict, block: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest lists a few thousand files at most (~200 bytes each)
+
+
 def read(directory) -> dict | None:
-    """The directory's manifest, or None when it has none (incomplete) or it is unreadable."""
+    """The directory's manifest, or None when it has none (incomplete) or it is unreadable.
+
+    Root reads it too (weights_state.py), in a directory the service user owns: a link there is not
+    followed (it could name any file of the host) and nothing but a regular file is read (a FIFO
+    would block the reader), so it is opened without following a link and without blocking.
+    """
     try:
-        with open(os.path.join(directory, MANIFEST)) as f:
-            manifest = json.load(f)
+        fd = os.open(os.path.join(directory, MANIFEST), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MANIFEST_BYTES:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            fd = None
+            manifest = json.loads(f.read(MAX_MANIFEST_BYTES + 1))
     except (OSError, ValueError):
         return None
+    finally:
+        if fd is not None:
+            os.close(fd)
     return manifest if isinstance(manifest, dict) else None
 
 

@@ -39,13 +39,11 @@ def files_of(directory: str, repo_dir: str) -> list[str]:
     if directory == repo_dir:
         manifest = weights_manifest.read(directory) or {}
         listed = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
-        paths = []
-        for path in listed:
-            try:
-                paths.append(weights_manifest.inside(directory, path))
-            except ValueError:
-                continue
-        return [p for p in paths if os.path.isfile(p) and not os.path.islink(p)]
+        root = os.path.realpath(directory)
+        # Regular files only, none reached through a link (a listing's path names no link to follow).
+        return [os.path.join(root, path) for path in listed if not weights_manifest.path_problem(path)
+                and os.path.realpath(os.path.join(root, path)) == os.path.join(root, path)
+                and os.path.isfile(os.path.join(root, path))]
     return [os.path.join(root, name) for root, _dirs, names in os.walk(directory) for name in names
             if not os.path.islink(os.path.join(root, name))]
 
@@ -54,7 +52,7 @@ def describe(directory: str, repo_dir: str) -> dict:
     manifest = weights_manifest.read(directory)
     total = own = 0
     for path in files_of(directory, repo_dir):
-        st = os.stat(path)
+        st = os.lstat(path)
         total += st.st_size
         own += st.st_size if st.st_nlink == 1 else 0
     try:

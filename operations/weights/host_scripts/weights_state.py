@@ -13,16 +13,24 @@ It stats files and reads no content, so a re-run over 600 GB takes as long as ov
 
 import json
 import os
+import stat
 import sys
 
 import weights_manifest
 
 
-def size_or_none(path: str) -> int | None:
+def size_or_none(directory: str, path: str) -> int | None:
+    """The size of the regular file DIRECTORY/PATH; None when absent, not a regular file, or reached
+    through a link below DIRECTORY (root stats in a directory the service user owns: it looks at
+    nothing outside it)."""
+    full = os.path.join(directory, path)
     try:
-        return os.stat(path).st_size
+        if os.path.realpath(full) != os.path.join(os.path.realpath(directory), path):
+            return None
+        info = os.lstat(full)
     except OSError:
         return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 def state(directory: str, sizes: dict[str, int]) -> dict | None:
@@ -32,7 +40,7 @@ def state(directory: str, sizes: dict[str, int]) -> dict | None:
     recorded = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
     # A listed file the manifest does not record (an edited or older manifest) is fetched again too.
     bad = [path for path, size in sizes.items()
-           if path not in recorded or size_or_none(os.path.join(directory, path)) != size]
+           if path not in recorded or size_or_none(directory, path) != size]
     return {"commit": manifest.get("commit"), "bad": bad}
 
 

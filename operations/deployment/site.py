@@ -1,0 +1,84 @@
+"""The user's site directory (`SPECFLEET_SITE`): their group data and pins, kept outside this checkout so that
+`git pull` or an upgrade never meets a file they edited.
+
+    SITE/group_data/<group>.py   overrides group_data/<group>.py (all, a class, gateway), key by key
+    SITE/pins.json               the commits `python pin.py` resolved moving revisions to
+
+A site group file runs with the shipped file's values as its starting globals, so it may set a key
+(`hf_endpoint = "https://hub.example"`) or change part of one (`mirrors["repos"]["moonshotai/Kimi-K2.6"] =
+"mirror/Kimi-K2.6"`); every public name it leaves is the group's value. Each shipped group file ends by
+calling `overrides`, so the site applies to whatever loads group data as pyinfra does: the deploy,
+bench.py, rollout.py, pin.py and `pytest tests/deployed`. Without SPECFLEET_SITE nothing changes.
+"""
+
+import copy
+import json
+import os
+import runpy
+import types
+from pathlib import Path
+
+SITE_ENV = "SPECFLEET_SITE"
+PINS_FILE = "pins.json"
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def directory() -> Path | None:
+    """The site directory SPECFLEET_SITE names, or None; stops with one line when it cannot be one."""
+    value = os.environ.get(SITE_ENV, "").strip()
+    if not value:
+        return None
+    site = Path(value).expanduser().resolve()
+    if not site.is_dir():
+        raise SystemExit(f"{SITE_ENV}={value} is not a directory: create it (mkdir -p {value}) or unset {SITE_ENV}")
+    if site == CHECKOUT or CHECKOUT in site.parents:
+        raise SystemExit(f"{SITE_ENV}={value} is inside the specfleet checkout ({CHECKOUT}): keep your site "
+                         "directory outside it, where git pull never meets your files")
+    return site
+
+
+def _public(values: dict) -> dict:
+    return {key: value for key, value in values.items()
+            if not key.startswith("_") and not isinstance(value, types.ModuleType)}
+
+
+def overrides(group_file: str, ours: dict) -> dict:
+    """The group's values after SITE/group_data/<group>.py (the group named by `group_file`'s name) ran
+    over `ours` (the shipped file's globals); `ours`' own values without a site or such a file."""
+    site = directory()
+    path = site / "group_data" / Path(group_file).name if site else None
+    if path is None or not path.is_file():
+        return {}
+    return _public(runpy.run_path(str(path), init_globals=copy.deepcopy(_public(ours))))
+
+
+def pins_path() -> Path | None:
+    site = directory()
+    return site / PINS_FILE if site else None
+
+
+def pins() -> dict:
+    """SITE/pins.json as written by pin.py: {"repos": {"REPO@REVISION": COMMIT}, "git": {"URL@REF": COMMIT}};
+    empty without a site or a pin."""
+    path = pins_path()
+    if path is None or not path.is_file():
+        return {"repos": {}, "git": {}}
+    try:
+        found = json.loads(path.read_text())
+        return {"repos": dict(found.get("repos", {})), "git": dict(found.get("git", {}))}
+    except (ValueError, TypeError, AttributeError) as error:
+        raise SystemExit(f"{path} is not what pin.py writes ({error}): run `python pin.py INVENTORY` again") \
+            from None
+
+
+def write_pins(found: dict) -> Path:
+    """Write `found` (the shape `pins()` returns) to SITE/pins.json, through a temporary file renamed into place."""
+    path = pins_path()
+    if path is None:
+        raise SystemExit(f"pin.py writes SITE/{PINS_FILE}: export {SITE_ENV}=DIR (your site directory, "
+                         "outside this checkout)")
+    temporary = path.with_name(f".{PINS_FILE}.tmp")
+    temporary.write_text(json.dumps({"repos": dict(sorted(found["repos"].items())),
+                                     "git": dict(sorted(found["git"].items()))}, indent=2) + "\n")
+    temporary.replace(path)
+    return path

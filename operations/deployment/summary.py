@@ -1,0 +1,127 @@
+"""The one table a deploy ends with: each host, its class, model, endpoint, gateway, state, accept length.
+
+pyinfra has no end-of-run hook for deploy files. Every host passes one last operation (`summary`); pyinfra
+runs it on a host only after every host finished the operations before it, and the last host to reach
+it prints the table for all of them, failed ones included, from what the subjects noted during the run
+(operations/basics/outcomes.py). It changes nothing, so a re-run that changes nothing stays all no-op.
+"""
+
+import weakref
+from dataclasses import dataclass
+
+from pyinfra import host, logger
+from pyinfra.api import operation
+
+from operations.basics import network, outcomes
+from operations.deployment import Deployment, HOST_CLASSES
+from operations.gateway.config import Gateway
+
+REFUSAL_WIDTH = 80  # a refusal's first characters in the table; its whole sentence is printed above it
+COLUMNS = ("host", "class", "model", "endpoint", "gateway", "state", "accept length")
+_rows: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per run: host name -> its Row
+
+
+@dataclass(frozen=True)
+class Row:
+    """What the deploy file knows of a host before the run."""
+
+    host: str
+    host_class: str
+    model: str
+    endpoint: str
+    gateway: str
+
+
+def _where(inventory_host, bind_address: str, port: int | str) -> str:
+    """The URL a client reaches a server bound to `bind_address` at: loopback is the host's own."""
+    if network.is_loopback(bind_address):
+        return f"http://127.0.0.1:{port} (on the host)"
+    address = network.inventory_address(inventory_host) if bind_address in network.WILDCARDS else bind_address
+    return f"http://{address}:{port}"
+
+
+def _endpoints(inventory_host, d: Deployment) -> str:
+    """Where a deployment serves: its one server's URL, or its replicas' ports."""
+    if d.node_group and not d.node_group.serves_http:
+        return f"rank {d.node_group.rank} of {d.node_group.name} (served by {d.node_group.members[0]})"
+    ports = [r.port for r in d.replicas]
+    if len(ports) == 1:
+        return _where(inventory_host, d.server.bind_address, ports[0])
+    return f"{_where(inventory_host, d.server.bind_address, f'{min(ports)}-{max(ports)}')} ({len(ports)} replicas)"
+
+
+def row(inventory_host, deployments: tuple[Deployment, ...], gateway: Gateway | None) -> Row:
+    """The host's row as far as its resolved data tells (a host refused for its data has neither)."""
+    g = gateway
+    classes = [group for group in inventory_host.groups if group in HOST_CLASSES]
+    endpoint = "; ".join(_endpoints(inventory_host, d) for d in deployments) or "-"
+    model = ", ".join(d.server.served_model_name for d in deployments) or (g.model if g else "-")
+    return Row(inventory_host.name, deployments[0].host_class if deployments else
+               (", ".join(classes) or ("gateway" if g else "-")),
+               model, endpoint, _where(inventory_host, g.bind_address, g.port) if g else "-")
+
+
+def state_of(failed: bool, notes: dict) -> str:
+    """A host's state in one phrase, from whether it failed and what its subjects noted."""
+    if failed:
+        if "refused" not in notes:
+            return "failed (its lines above say why)"
+        why = notes["refused"]  # printed in full above the table
+        return f"failed: {why if len(why) <= REFUSAL_WIDTH else why[:REFUSAL_WIDTH - 3] + '...'}"
+    said = []
+    if "serving" in notes:
+        said.append(f"serving {notes['serving']}")
+    if "joined" in notes:
+        said.append(f"joined rank 0 ({notes['joined']})")
+    if "gateway_workers" in notes:
+        count = notes["gateway_workers"]
+        said.append(f"gateway routing to {count} worker{'' if count == 1 else 's'}")
+    return ", ".join(said) or "done"
+
+
+def table(rows: list[Row], failed: set[str], notes: dict[str, dict]) -> list[str]:
+    """The summary's lines: a header, then one line per host in inventory order."""
+    cells = [COLUMNS]
+    for r in rows:
+        mine = notes.get(r.host, {})
+        accept = mine.get("accept_length")
+        cells.append((r.host, r.host_class, r.model, r.endpoint, r.gateway, state_of(r.host in failed, mine),
+                      "-" if accept is None else str(accept)))
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]
+
+
+def summarize(inventory_host, deployments: tuple[Deployment, ...], gateway: Gateway | None) -> None:
+    """Describe this host for the run's table and pass the operation that prints it (deploy.py's last line)."""
+    _rows.setdefault(inventory_host.state, {})[inventory_host.name] = row(inventory_host, deployments, gateway)
+    summary(name="Summary")
+
+
+@operation()
+def summary():
+    """
+    Print the run's table once every host still in the run reached this operation (the last one's turn):
+    each host, its class, model, endpoint, gateway, state and accept length. Changes nothing.
+
+    **Example:**
+
+    .. code:: python
+
+        summary.summarize(host, deployments, gateway)  # every host, at the end of deploy.py
+    """
+    state = host.state
+    if not state.is_executing:  # pyinfra detecting changes (--dry, or a run without -y): nothing ran yet
+        host.noop("the run's table is printed after it")
+        return
+    notes = outcomes.noted(state)
+    notes.setdefault(host.name, {})["summarized"] = True
+    rows = _rows.get(state, {})
+    running = {h.name for h in state.activated_hosts if h not in state.failed_hosts}
+    if all(notes.get(name, {}).get("summarized") for name in running):
+        described = [rows[h.name] for h in state.inventory if h.name in rows and h in state.activated_hosts]
+        logger.info("--> Summary:")
+        for line in table(described, {h.name for h in state.failed_hosts}, notes):
+            logger.info(line)
+    host.noop("the run's table is printed once every host reached it")
+    return
+    yield  # an operation is a generator

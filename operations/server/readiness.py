@@ -121,7 +121,7 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
     if not restarted.changed:
         probe = gathering.read(ServerProbe, install_dir=d.install_dir, port=d.port, model=d.served_model_name,
                                key_file=d.api_key_file, service_user=d.service_user) or {}
-        if probe.get("ready") and probe.get("completion"):
+        if generates(probe):
             log_serving(host, probe)
             host.noop(f"serving {probe['algorithm']}: accept length {probe['accept_length']}")
             return
@@ -135,7 +135,8 @@ def log_serving(host, probe: dict) -> None:
 
 
 def generates(probe: dict) -> bool:
-    return bool(probe.get("ready") and probe.get("completion"))
+    """The probe saw the server healthy, generating, and reporting its speculative settings."""
+    return bool(probe.get("ready") and probe.get("completion") and probe.get("algorithm"))
 
 
 def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,

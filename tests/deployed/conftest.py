@@ -81,11 +81,11 @@ def classify(infra) -> str:
     gpus = infra.run(NvidiaGpus().command()).stdout.splitlines()
     topology = infra.run(NvidiaTopology().command()).stdout.splitlines()
     found = NvidiaGpus().process(gpus) if gpus else []
-    names = [gpu["name"] for gpu in found]
+    names = [gpu["name"] for gpu in found] if isinstance(found, list) else []  # a dict: nvidia-smi failed
     interconnect = NvidiaTopology().process(topology)["interconnect"] if topology else None
     if interconnect in (None, "unknown"):
         interconnect = interconnect_by_product(names) or interconnect
-    return host_class_for(names[0] if names else None, interconnect, load_class_expectations())
+    return host_class_for(names, interconnect, load_class_expectations())
 
 
 def _hosts_inventory(config) -> str:

@@ -70,6 +70,7 @@ def user(box, tmp_path_factory):
         f"hf_endpoint = {config.HUB_URL!r}\n"
         f"pip_index_url = {config.INDEX_URL!r}\n"
         f"nvidia_repo_url = {config.APT_URL!r}\n"
+        "allow_http_nvidia_repo = True  # the lab's repository is served over plain HTTP\n"
         "mirrors['repos'].update({'moonshotai/Kimi-K2.6': 'lab/Kimi-K2.6-tiny',\n"
         "                         'z-lab/Kimi-K2.6-DFlash': 'lab/Kimi-K2.6-DFlash-tiny',\n"
         "                         'Qwen/Qwen3.6-27B': 'lab/Qwen3.6-27B-tiny',\n"
@@ -78,7 +79,7 @@ def user(box, tmp_path_factory):
         f"    {DDTREE!r}: 'sglang @ git+file://{sglang}@refs/pull/29907/head#subdirectory=python'}})\n"
         "# The lab's stand-ins for what needs a GPU.\n"
         "bench_tokenizer = 'lab/sglang_standin/bench_tokenizer'\n"
-        "gpu_smoke_engine = '/usr/lib/specfleet-lab/gpu-allreduce-standin'\n")
+        "gpu_smoke_timeout_s = 60  # the lab's all-reduce stand-in answers in seconds\n")
     env = {key: value for key, value in os.environ.items() if not key.startswith("SPECFLEET_")}
     env.update(HOME=str(home), SPECFLEET_SITE=str(site), SPECFLEET_GATEWAY_HOST="ct200", HF_TOKEN="hf_lab_granted",
                SPECFLEET_LAB_ID=str(config.LAB_ID))

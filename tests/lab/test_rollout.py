@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
@@ -24,8 +23,9 @@ import pytest
 import lab
 from lab import config, fleet
 from tests.conftest import LAB_HOSTS
-from tests.helpers import ENV_FILE, LAB_INVENTORY, REPO, SGLANG_UNIT, main_pid, results_table, run_deploy, write_group_data
-from tests.lab.test_gateway import DIRECT, EXPOSED, GATEWAY_PORT, KEY, admin_writes, call, gateway_workers
+from tests.helpers import (ENV_FILE, LAB_INVENTORY, REPO, SGLANG_UNIT, main_pid, results_table, run_deploy,
+                           write_group_data)
+from tests.lab.test_gateway import EXPOSED, GATEWAY_PORT, KEY, admin_writes, call, gateway_workers
 
 pytestmark = pytest.mark.lab
 
@@ -134,10 +134,9 @@ class Load:
 
 
 def gateway_retries(gateway) -> int:
-    """Requests that failed at a worker and that the gateway sent again to another (smg_worker_retries_total)."""
-    request = urllib.request.Request(f"http://{gateway.address}:{PROMETHEUS_PORT}/metrics")
-    with DIRECT.open(request, timeout=10) as response:
-        text = response.read().decode()
+    """Requests that failed at a worker and that the gateway sent again to another (smg_worker_retries_total),
+    read on the gateway host: smg's metrics port listens on its loopback only."""
+    text = fleet.ssh(gateway, f"curl -sf -m 10 127.0.0.1:{PROMETHEUS_PORT}/metrics")
     return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                    if line.startswith("smg_worker_retries_total")))
 

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from lab import fleet
-from tests.faults.faultlab import wait_for
-from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, main_pid, results_table, run_deploy, server_info
+from tests.faults.faultlab import TARGET_DIR, wait_for
+from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, SGLANG_UNIT, main_pid, results_table, run_deploy, server_info
 
 pytestmark = pytest.mark.lab
 
@@ -171,7 +171,7 @@ if "specfleet-bench.service" in _record():
     json.dumps = dumps
 '''
 SITE = "$(ls -d /opt/specfleet/sglang-venv/lib/python3*/site-packages)"
-TARGET = "/srv/specfleet/models/moonshotai--Kimi-K2.6"
+TARGET = TARGET_DIR  # the Kimi revision's directory the deployed unit loads
 # As root: once the bench unit runs, its rating and whether its server (its mount namespace, its
 # user) may write the weights and its cache. It waits for the unit's transient file, not asking
 # systemd about the unit by name: that would load a not-found unit of that name, which systemd-run
@@ -180,7 +180,7 @@ WATCH = f"""for i in $(seq 1500); do
   if [ -e /run/systemd/transient/specfleet-bench.service ] && [ "$(systemctl is-active specfleet-bench)" = active ]; then
     sleep 1; pid=$(systemctl show -p MainPID --value specfleet-bench)
     systemd-analyze security specfleet-bench --no-pager > /run/specfleet-spy/bench-security.txt 2>&1
-    systemd-analyze security sglang --no-pager > /run/specfleet-spy/sglang-security.txt 2>&1
+    systemd-analyze security {SGLANG_UNIT} --no-pager > /run/specfleet-spy/sglang-security.txt 2>&1
     nsenter -t $pid -m runuser -u sglang -- touch {TARGET}/.specfleet-probe 2>/run/specfleet-spy/weights-write.txt
     echo "rc=$?" >> /run/specfleet-spy/weights-write.txt
     nsenter -t $pid -m runuser -u sglang -- touch /home/sglang/.cache/.specfleet-probe 2>/run/specfleet-spy/cache-write.txt
@@ -211,7 +211,7 @@ def hostile_bench(deployed_lab, pcie_host, tmp_path_factory):
         background(pcie_host, WATCH)
         background(pcie_host, PLANT, user="sglang")
         results = tmp_path_factory.mktemp("hostile-bench")
-        bench = run_bench(pcie_host, "modes=ar", "concurrency=1", "requests=8", "input_tokens=32",
+        bench = run_bench(pcie_host, "modes=ar", "concurrency=1", "requests=8",
                           "output_tokens=32", f"results_dir={results}")
         spied = fleet.ssh(pcie_host, "cat /run/specfleet-spy/python.jsonl; echo @@; "
                                      "cat /run/specfleet-spy/bench-security.txt; echo @@; "
@@ -289,10 +289,10 @@ def test_a_vanished_controller_leaves_the_deployed_service_serving_again(deploye
                 bench.kill()  # no handler runs: nothing of the controller restores the host
                 break
         bench.wait(timeout=60)
-        assert fleet.ssh(pcie_host, "systemctl is-active sglang || true").strip() == "inactive"
+        assert fleet.ssh(pcie_host, f"systemctl is-active {SGLANG_UNIT} || true").strip() == "inactive"
         wait_for(lambda: fleet.ssh(pcie_host, "systemctl is-active specfleet-bench || true").strip() in (
             "inactive", "failed"), 120, 2, "the bench unit to reach its time limit")
-        wait_for(lambda: fleet.ssh(pcie_host, "systemctl is-active sglang || true").strip() == "active",
+        wait_for(lambda: fleet.ssh(pcie_host, f"systemctl is-active {SGLANG_UNIT} || true").strip() == "active",
                  30, 1, "the deployed service to be started again by the bench unit's ExecStopPost")
         wait_for(lambda: server_info(pcie_host).get("speculative_algorithm") == "DFLASH", 60, 2,
                  "the deployed service to serve its configuration")
@@ -301,4 +301,4 @@ def test_a_vanished_controller_leaves_the_deployed_service_serving_again(deploye
         fleet.ssh(pcie_host, "for pid in /var/lib/specfleet-bench/*/*/*/client.pid; do "
                              '[ -f "$pid" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null; '
                              "rm -rf /var/lib/specfleet-bench/*; systemctl reset-failed specfleet-bench; "
-                             "systemctl start sglang", check=False)
+                             f"systemctl start {SGLANG_UNIT}", check=False)

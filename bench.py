@@ -5,11 +5,12 @@
     pyinfra inventory/ct200.py bench.py --data prompts=my-prompts.jsonl            # your workload
     pyinfra inventory/ct200.py bench.py --data baseline=bench-results/RUN/HOST/summary.json
 
-Each host serves each mode in turn (its deployed service stopped meanwhile, started again at the
-end), runs aiperf next to the server with the prompts (serving_benchmark/prompts.jsonl, else
---data prompts=FILE), and its results land in bench-results/RUN/HOST/ on the controller. A worker
-behind a gateway is drained from it first and registered again once its deployed service
-generates. Knobs: serving_benchmark/sweep.py (DEFAULTS, plan()). (The toolkit's own speed series
+Each host serves each mode in turn on every replica of its deployment (its deployed units stopped
+meanwhile, started again at the end), runs aiperf next to the servers (on each replica alone, then on
+all of them at once) with the prompts (serving_benchmark/prompts.jsonl, else --data prompts=FILE), and
+its results land in bench-results/RUN/HOST/ on the controller (HOST/DEPLOYMENT/ for a host serving
+several models). A replica behind a gateway is drained from it first and registered again once its
+deployed unit generates. Knobs: serving_benchmark/sweep.py (DEFAULTS, plan()). (The toolkit's own speed series
 is another thing: speed/, `make speed`.)
 """
 
@@ -23,22 +24,28 @@ from operations.nodes import group as nodes
 from operations.python import venv
 from serving_benchmark import sweep
 
+deployments = ()
 try:
-    d = deployment.resolve(host.data, deployment.host_class_of(host.groups), nodes.members(inventory, host))
-    server = d.server
+    deployments = deployment.resolve_host(host.data, deployment.host_class_of(host.groups),
+                                          nodes.members(inventory, host))
     plan = sweep.plan(host.data)
 except BadHostData as problem:
-    server = None
+    deployments = ()
     preflight.refuse(name="Benchmark knobs", problem=f"{host.name}: {problem}")
 
-if server:
-    # A worker behind a gateway leaves it before its server stops, and comes back once the deployed
-    # service generates again (gateway/workers.py drain and join_again, as a deploy's restart does).
-    routes = workers.routes(inventory, host, server.served_model_name)
+if deployments:
+    server = deployments[0].server
     venv.requirement(name="Benchmark client (aiperf)", path=f"{server.install_dir}/bench-venv",
                      distribution="aiperf", requirement=sweep.CLIENT_REQUIREMENT, index_url=server.pip_index_url)
     sweep.tokenizer(name="Benchmark tokenizer", server=server, source=plan.tokenizer)
     sweep.prompts(name="Benchmark prompts", server=server, plan=plan)
-    drained = workers.drain(name="Drain from the gateway", server=server, routes=routes, restart=None) \
-        if routes else None
-    sweep.sweep(name="Benchmark sweep", server=server, plan=plan, smoke=d.smoke, routes=routes, drained=drained)
+    for d in host.loop(deployments):  # each model of the host on its own, its replicas together
+        # A replica behind a gateway leaves it before its server stops, and comes back once its deployed
+        # unit generates again (gateway/workers.py drain and join_again, as a deploy's restart does).
+        routes, drained = [], []
+        for replica in host.loop(d.replicas):
+            routes.append(workers.routes(inventory, host, replica))
+            drained.append(workers.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
+                                         routes=routes[-1], restart=None) if routes[-1] else None)
+        sweep.sweep(name=f"Benchmark sweep {d.name}", replicas=d.replicas, plan=plan, smoke=d.smoke, routes=routes,
+                    drained=drained, results_subdir=d.name if len(deployments) > 1 else "")

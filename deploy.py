@@ -1,7 +1,7 @@
 """specfleet: turn each inventory host into an SGLang server running speculative decoding.
 
     pyinfra inventory/ct200.py deploy.py            # converge (a second run changes nothing)
-    pyinfra inventory/ct200.py deploy.py --dry      # what would change, and every refusal the run would make
+    pyinfra inventory/ct200.py deploy.py --dry      # show what would change
 
 The deployment's table of contents: each stage is one subject's entry in operations/<subject>/.
 Nothing changes on a host until its preflight passes. A host whose data cannot be deployed, or
@@ -27,71 +27,95 @@ from operations.monitoring.stages import monitoring_deployed
 from operations.nodes import group as nodes, rendezvous
 from operations.server import unit
 from operations.server.stages import server_installed, server_serving
-from operations.weights import checks as weights_checks, token
+from operations.weights import checks as weights_checks, revisions, token
 from operations.weights.stages import weights_fetched
 
-d = g = m = None
+deployments, g, m = (), None, None
 try:
-    # Every knob of every subject, parsed and checked before any host changes; a host of a node
-    # group with its group's members.
+    # Every knob of every subject, parsed and checked before any host changes: the host's deployments
+    # (one model, or several on disjoint GPUs), a host of a node group with its group's members.
     if workers.serves_model(host.groups):
-        d = deployment.resolve(host.data, deployment.host_class_of(host.groups), nodes.members(inventory, host))
+        deployments = deployment.resolve_host(host.data, deployment.host_class_of(host.groups),
+                                              nodes.members(inventory, host))
     if workers.GROUP in host.groups:
         g, m = gateway_config.resolve(host.data), prometheus.resolve(host.data)
 except BadHostData as problem:
-    d = g = m = None
+    deployments, g, m = (), None, None
     preflight.refuse(name="Preflight", problem=f"{host.name}: {problem}")
 
-if d:
-    # 1. Preflight: hardware, driver, token and repo access, GPU memory, disk, DDTree build, exposure.
-    hub = weights_checks.hub_state(d.weights)
-    preflight.check(name="Preflight", deployment=d, hub=hub)
-    if d.node_group:
+if deployments:
+    # 1. Preflight: hardware, driver, token and repo access, each replica's GPUs and memory, disk, DDTree
+    #    build, exposure. Each deployment at the commits the hub resolved its revisions to.
+    hubs = [weights_checks.hub_state(d.weights) for d in deployments]
+    deployments = tuple(deployment.pinned(d, hub.commits) for d, hub in zip(deployments, hubs))
+    preflight.check(name="Preflight", deployments=deployments, hubs=hubs)
+    first = deployments[0]
+    if first.node_group:
         # One server over several nodes: every node reaches rank 0's dist-init port.
-        rendezvous.reachable(name="Nodes reach rank 0", group=d.node_group)
+        rendezvous.reachable(name="Nodes reach rank 0", group=first.node_group)
 
 # Nothing below is prepared for a host whose hub checks failed, or that preflight refused while pyinfra
 # evaluated it before the run (--dry): preflight has reported them. A gated repo still waiting for access
 # stops only a host that serves (preflight); one serving nothing yet is prepared up to its downloads, then
 # fails naming the repo's terms page (stage 5).
 refused = failing.refused(host)
-if d and not refused and not hub.problems:
+if deployments and not refused and not any(hub.problems for hub in hubs):
     # 2. The GPU runtime the class needs: the driver (install_driver), persistence, fabric manager.
-    gpu_runtime(d.gpu)
-    # 3. What the server runs as and from: its user, root's directories, its API key, SGLang's
-    #    virtualenv and the host programs; the HF token (written by the service user).
-    api_key = server_installed(d.server)
-    token.hf_token(name="Hugging Face token", weights=d.weights)
+    gpu_runtime(first.gpu)
+    # 3. What the servers run as and from: their user, root's directories, their API key, each SGLang
+    #    build's virtualenv and the host programs; the HF token (written by the service user).
+    api_key = server_installed(tuple(d.server for d in deployments))
+    token.hf_token(name="Hugging Face token", weights=first.weights)
     # 4. The GPUs run SGLang's collectives before anything long is loaded.
-    smoke.allreduce(name="GPU smoke test", smoke=d.smoke)
-    # 5. Weights, pinned and verified, fetched by units that survive a dropped connection.
-    weights_fetched(d.weights, hub)
+    smoke.allreduce(name="GPU smoke test", smoke=first.smoke)
+    # 5. Weights, pinned and verified, each revision beside the others, fetched by units that survive a
+    #    dropped connection.
+    for d, hub in host.loop(list(zip(deployments, hubs))):
+        weights_fetched(d.weights, hub)
 
-if d and not refused and hub.complete:  # serving needs every repo's weights
-    # 6. The unit (restarted only when its inputs change: one decision, which the drain asks too), then
-    #    proof that it generates. A worker behind a gateway leaves it before the restart, waits for its
-    #    requests in flight, and comes back once it generates (rollout.py does the fleet N workers at a
-    #    time); one that fails readiness is rolled back and stays out until a run deploys it healthy.
-    #    The unit's environment holds the GPU smoke test's P2P decision for this host (stage 4).
-    restart = unit.Restart(d.server, unit.inputs(d.server, hub.commits), restart_when=[api_key],
-                           decided_env=functools.partial(smoke.decided_env, d.smoke))
-    routes = workers.routes(inventory, host, d.server.served_model_name)  # none for a rank >= 1
-    if routes:
-        workers.admin_key(name="Gateway admin key", server=d.server, routes=routes)
-        workers.drain(name="Drain from the gateway", server=d.server, routes=routes, restart=restart)
-    server_serving(d.server, restart, weight_bytes=hub.total_bytes, group=d.node_group)
-    if routes:
-        workers.rejoin(name="Back in the gateway", server=d.server, routes=routes)
+if deployments and not refused and all(hub.complete for hub in hubs):  # serving needs every repo's weights
+    # 6. The units, one per replica. Those no deployment wants any more (an earlier layout's, another
+    #    profile's) leave the gateways and stop first: their GPUs and ports may be a new replica's. Then
+    #    each replica in turn, so the host keeps serving while it changes: restarted only when its inputs
+    #    change (one decision per replica, which its drain asks too), proven to generate, back in its
+    #    gateways; one that fails readiness is rolled back to its previous unit (and revision) and stays
+    #    out until a run deploys it healthy. A drain waits for the replica's requests in flight. Every
+    #    replica's new files are validated by the host's SGLang before any unit changes. rollout.py does
+    #    the fleet N hosts at a time. Each unit's environment holds the GPU smoke test's P2P decision for
+    #    this host (stage 4).
+    restarts = [[unit.Restart(replica, unit.inputs(replica, hub.commits), restart_when=[api_key],
+                              decided_env=functools.partial(smoke.decided_env, d.smoke))
+                 for replica in d.replicas] for d, hub in zip(deployments, hubs)]
+    every = [restart for each in restarts for restart in each]
+    routes = {r.server.service_name: workers.routes(inventory, host, r.server) for r in every}  # none: rank >= 1
+    if any(routes.values()):
+        workers.admin_key(name="Gateway admin key", server=first.server,
+                          routes=[route for each in routes.values() for route in each])
+    workers.drain_retired(name="Retired units leave the gateways", server=first.server,
+                          gateways=workers.gateways(inventory, host), restarts=every)
+    unit.retired(name="Units no deployment wants", server=first.server, restarts=every)
+    for d, hub, decisions in host.loop(list(zip(deployments, hubs, restarts))):
+        for replica, restart in host.loop(list(zip(d.replicas, decisions))):
+            if routes[replica.service_name]:
+                workers.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
+                              routes=routes[replica.service_name], restart=restart)
+            server_serving(replica, restart, weight_bytes=hub.total_bytes, group=d.node_group)
+            if routes[replica.service_name]:
+                workers.rejoin(name=f"{replica.service_name} back in the gateway", server=replica,
+                               routes=routes[replica.service_name])
+    # Every replica serves the wanted revisions: the previous one of each repo is kept while the disk
+    # allows, older ones are deleted, each said.
+    revisions.pruned(name="Weights revisions", weights=tuple(d.weights for d in deployments), server=first.server)
 
 # 7. The gateway, after every worker's readiness (every host passes `workers_done`, which orders the
 #    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers.
 if any(workers.GROUP in other.groups for other in inventory):
     workers.workers_done(name="Workers done")
 if g and not refused:
-    gateway_deployed(g, inventory, host, uv_installed=d is not None)
+    gateway_deployed(g, inventory, host, uv_installed=bool(deployments))
     # 8. Prometheus (Debian's package) scraping smg and the gateway's workers, every target checked up.
     monitoring_deployed(m, host.name, g, workers.workers(inventory, host, g.model))
 
-# The run's table: every host, its class, model, endpoint, gateway, state and accept length, printed once
-# every host reached this last operation.
-summary.summarize(host, d, g)
+# The run's table: every host, its class, models, endpoints, gateway, state and accept length, printed
+# once every host reached this last operation.
+summary.summarize(host, deployments, g)

@@ -6,8 +6,18 @@ Pick another ready-made profile without editing code:
 
 from operations.deployment import site as _site
 
-# The deployment profile (a key of `profiles` below).
+# The deployment profile (a key of `profiles` below), served as the host's class lays it out
+# (group_data/<class>.py `layouts`: TP size, replicas, GPUs).
 profile = "kimi_k26_dflash"
+
+# Several models on one host: a list of deployments, each a profile on GPUs of its own, e.g. in a
+# host's inventory data
+#     deployments=[dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
+#                  dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7])]
+# Optional per entry: name (default: the profile's; units, ports and virtualenvs are told apart by
+# it), port (its replica on its lowest GPU; default `port` + that GPU's index), tp_size and replicas
+# (default: the class's layout of the profile). None: `profile` on all of the host's GPUs.
+deployments = None
 
 # Each profile names the target model, its drafter, the speculative algorithm and
 # the SGLang build that serves it. Revisions and git refs that move (a branch, a pull
@@ -86,15 +96,15 @@ api_key_env = "SPECFLEET_API_KEY"
 remove_api_key = False
 pip_index_url = None  # None: PyPI
 
-service_name = "sglang"
+service_name = "sglang"  # each replica's unit is SERVICE_NAME@DEPLOYMENT-gpuGPUS, e.g. sglang@qwen36_ddtree-gpu3
 service_user = "sglang"
 install_dir = "/opt/specfleet"  # virtualenvs, host-side scripts
-weights_dir = "/srv/specfleet/models"  # one directory per repo
+weights_dir = "/srv/specfleet/models"  # a directory per repo, in it one per revision (commit)
 config_dir = "/etc/specfleet"  # unit environment file; the API key (0600)
 # Loopback: only the host itself (or a gateway on it) reaches the server. Any other address
 # needs an API key: preflight refuses a server reachable beyond loopback without one.
 bind_address = "127.0.0.1"
-port = 30000
+port = 30000  # each replica listens on port + the index of its lowest GPU
 enable_metrics = True  # /metrics with sglang:spec_accept_length
 
 ready_timeout_s = None  # None: from the weights' size (readiness.ready_timeout: 300 s + 400 MB/s, ~30 min for 595 GB)

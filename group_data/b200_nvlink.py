@@ -18,8 +18,21 @@ expected_gpus = dict(
     p2p_floor_gbps=None,  # NVLink is the P2P path: never turned off (the host-memory path fails the floor above)
 )
 
+# How each profile is served here (operations/server/layout.py; group_data/rtx_pro_6000_pcie.py explains
+# the keys). A profile not named here is one server over all 8 GPUs.
+layouts = dict(
+    # Kimi K2.6's ~595 GB: 74 GB a GPU at TP 8 of 162 GB usable (0.90 of 180 GB); TP 4 would hold the
+    # weights (149 GB a GPU) with ~13 GB left for the KV cache. One server over all eight GPUs.
+    kimi_k26_dflash=dict(tp_size=8),
+    # Qwen3.6-27B's ~54 GB fits one GPU with over 100 GB left for the KV cache. NVLink makes TP's
+    # all-reduce cheap, but nothing is gained by splitting a model that fits: SGLang's guide to data
+    # parallelism (https://docs.sglang.io/advanced_features/dp_dpa_smg_guide.html) puts a full copy on
+    # each GPU set behind the gateway, throughput "multiplied nearly linearly". No NVLink measurement of
+    # this model in this project says otherwise; tp_size=2 trades throughput for per-request latency.
+    qwen36_ddtree=dict(tp_size=1),
+)
+
 sglang_tuning = dict(
-    tp_size=8,
     # sm_100: the z-lab Kimi DFlash recipe (trtllm_mla target, fa4 drafter); SGLang picks
     # trtllm_mla for Kimi itself, written out to pin it. MHA/hybrid models: flashinfer, not
     # trtllm_mha, which forces the page size to 16-128 (0.5.23 srt/arg_groups/overrides.py,

@@ -15,8 +15,14 @@ expected_gpus = dict(
     p2p_floor_gbps=None,  # NVLink is the P2P path, as b200_nvlink.py explains
 )
 
+# As b200_nvlink.py: one Kimi K2.6 server over all eight GPUs (at TP 4 two would fit the weights, 149 GB
+# of 247 GB usable a GPU, but no measurement here says they serve better); Qwen3.6-27B one replica a GPU.
+layouts = dict(
+    kimi_k26_dflash=dict(tp_size=8),
+    qwen36_ddtree=dict(tp_size=1),
+)
+
 sglang_tuning = dict(
-    tp_size=8,
     # SM10x family: the same backends as B200 (flashinfer for MHA).
     attention_backends=dict(mla=("trtllm_mla", "fa4"), mha=("flashinfer", "fa4")),
     mem_fraction_static=0.90,

@@ -25,8 +25,23 @@ expected_gpus = dict(
     p2p_floor_gbps=30,
 )
 
+# How each profile is served here (operations/server/layout.py): the tensor-parallel size of one SGLang
+# server, and by default as many such servers (replicas, each a unit on GPUs of its own, all behind the
+# gateway) as the 8 cards hold. Optional per profile: replicas=N, gpus=[...] (the cards they take, tp_size
+# at a time). A profile not named here is one server over all 8 cards.
+layouts = dict(
+    # Kimi K2.6's ~595 GB of weights: 74 GB a card at TP 8 of 86 GB usable (0.90 of 96 GB); at TP 4,
+    # 149 GB a card does not fit. One server over all eight cards.
+    kimi_k26_dflash=dict(tp_size=8),
+    # Qwen3.6-27B's ~54 GB fits one card with ~30 GB left for the KV cache. A TP 8 server pays a PCIe
+    # all-reduce on every token (through the CPU where the host's smoke test turns peer-to-peer off);
+    # eight TP 1 replicas pay none. The CT200 measurements that started this project: DDTree (budget
+    # 15) 6.5x autoregressive decoding on one GPU, its lead narrowing at higher concurrency under PCIe
+    # all-reduce.
+    qwen36_ddtree=dict(tp_size=1),
+)
+
 sglang_tuning = dict(
-    tp_size=8,
     # sm_120: trtllm_mla fails at runtime (sglang#24633) and FA3/FA4 need sm_90/sm_100 instructions,
     # so flashinfer for target and drafter (community Kimi recipe: 73-90 tok/s). Keyed by the
     # profile's attention kind: (target backend, draft backend).

@@ -10,6 +10,9 @@ SPECFLEET_LAB_NODE_GROUP=lab-b200-1,lab-b200-2 makes those hosts one server over
 lab's node group `lab-tp16`, lab/group_data/lab.py), ranks in the order named.
 SPECFLEET_LAB_PROFILES=lab-pcie-2=qwen36_ddtree,... gives those hosts another profile than
 group_data's (a fleet serving two models), as a real inventory's host data would.
+SPECFLEET_LAB_DEPLOYMENTS='{"lab-pcie-1": [{"profile": "kimi_k26_dflash", "gpus": [0, 1, 2, 3],
+"tp_size": 4}, {"profile": "qwen36_ddtree", "gpus": [4, 5, 6, 7]}]}' (JSON) gives those hosts several
+deployments, as a real inventory's `deployments` host data would (two models on one host).
 
 A lab with a gateway host (`make demo`) is a fleet: the gateway reaches each worker over the lab
 network, so workers and gateway listen there (and the deploy then asks for an API key:
@@ -18,6 +21,7 @@ control-plane key, SPECFLEET_GATEWAY_ADMIN_KEY, kept the same way). Without a ga
 the product's loopback default: its tests reach each server over SSH on its own host.
 """
 
+import json
 import os
 
 from lab.fleet import SSH_KEY, read_fleet
@@ -26,6 +30,7 @@ from operations.deployment import HOST_CLASSES
 _fleet = read_fleet()
 _group = [name for name in os.environ.get("SPECFLEET_LAB_NODE_GROUP", "").split(",") if name]
 _profiles = dict(entry.split("=", 1) for entry in os.environ.get("SPECFLEET_LAB_PROFILES", "").split(",") if entry)
+_deployments = json.loads(os.environ.get("SPECFLEET_LAB_DEPLOYMENTS") or "{}")
 _fleet_behind_gateway = any(host.host_class == "gateway" for host in _fleet)
 
 for _host_class in (*HOST_CLASSES, "gateway"):  # gateway: GPU-less smg hosts
@@ -39,6 +44,7 @@ for _host_class in (*HOST_CLASSES, "gateway"):  # gateway: GPU-less smg hosts
             "ssh_known_hosts_file": "/dev/null",
             **({"node_group": "lab-tp16", "node_rank": _group.index(host.name)} if host.name in _group else {}),
             **({"profile": _profiles[host.name]} if host.name in _profiles else {}),
+            **({"deployments": _deployments[host.name]} if host.name in _deployments else {}),
             **({"bind_address": "0.0.0.0", "gateway_bind_address": "0.0.0.0"} if _fleet_behind_gateway else {}),
         })
         for host in _fleet

@@ -31,6 +31,10 @@ KIMI = "lab/Kimi-K2.6-tiny"
 KIMI_DFLASH = "lab/Kimi-K2.6-DFlash-tiny"
 QWEN = "lab/Qwen3.6-27B-tiny"
 QWEN_DFLASH = "lab/Qwen3.6-27B-DFlash-tiny"
+# The same model retrained: every tensor of the same shape, other values (the shards keep their
+# names and sizes, only their bytes and hashes change); config and tokenizer are QWEN's. A mirror
+# of Qwen/Qwen3.6-27B to it is a new revision of that repo to a host.
+QWEN_RETRAINED = "lab/Qwen3.6-27B-tiny-retrained"
 
 
 def repo_dir(store: Path, repo_id: str) -> Path:
@@ -317,7 +321,8 @@ QWEN_CONFIG = {
 }
 
 
-def qwen_files() -> dict[str, bytes]:
+def qwen_files(seed: str = QWEN) -> dict[str, bytes]:
+    """QWEN's files; another `seed` gives its tensors other values of the same shapes."""
     c = QWEN_CONFIG
     h = c["hidden_size"]
     tensors = [("model.embed_tokens.weight", [c["vocab_size"], h])]
@@ -346,7 +351,7 @@ def qwen_files() -> dict[str, bytes]:
     vocab = {f"<t{i}>": i for i in range(c["vocab_size"])}
     return {
         "config.json": to_json(c),
-        **sharded_weights(QWEN, tensors, shards=2),
+        **sharded_weights(seed, tensors, shards=2),
         "generation_config.json": to_json({"bos_token_id": 1, "eos_token_id": 2, "temperature": 0.6}),
         "tokenizer.json": to_json({"version": "1.0", "model": {"type": "BPE", "vocab": vocab, "merges": []}}),
         "tokenizer_config.json": to_json({"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<t2>",
@@ -357,13 +362,14 @@ def qwen_files() -> dict[str, bytes]:
 
 
 def build_lab_repos(store: Path) -> dict[str, str]:
-    """Write the lab's four repos under STORE; returns repo id -> commit sha."""
+    """Write the lab's repos under STORE; returns repo id -> commit sha."""
     kimi, qwen = KIMI_TEXT_CONFIG, QWEN_CONFIG
     return {
         KIMI: build_repo(store, KIMI, False, kimi_files()),
         KIMI_DFLASH: build_repo(store, KIMI_DFLASH, True, dflash_files(
             KIMI_DFLASH, KIMI, kimi["hidden_size"], kimi["num_hidden_layers"], 8, kimi["vocab_size"])),
         QWEN: build_repo(store, QWEN, False, qwen_files()),
+        QWEN_RETRAINED: build_repo(store, QWEN_RETRAINED, False, qwen_files(seed=QWEN_RETRAINED)),
         QWEN_DFLASH: build_repo(store, QWEN_DFLASH, True, dflash_files(
             QWEN_DFLASH, QWEN, qwen["hidden_size"], qwen["num_hidden_layers"], 16, qwen["vocab_size"])),
     }

@@ -74,6 +74,9 @@ def markdown(doc: dict) -> str:
     lines += [f"SGLang {doc['sglang_version']}, client {doc['client']}, specfleet {doc['specfleet_commit']}, "
               f"{_workload(doc['workload'])}, "
               f"started {doc['started']}.", ""]
+    if doc.get("replicas"):
+        lines += [f"Layout: {len(doc['replicas'])} replicas at TP {doc['layout']['tp_size']}. Below: all of them at "
+                  "once (the client spreading requests round robin over them); then each replica alone.", ""]
     lines += ["| mode | concurrency | output tok/s | speedup vs ar | request/s | TTFT p50 ms | TTFT p99 ms "
               "| TPOT p50 ms | ITL p50 ms | ITL p99 ms | accept length |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -90,6 +93,15 @@ def markdown(doc: dict) -> str:
                          f"{_fmt(r['ttft_ms']['p50'])} | {_fmt(r['ttft_ms']['p99'])} | {_fmt(r['tpot_ms']['p50'], 2)} | "
                          f"{_fmt(r['itl_ms']['p50'], 2)} | {_fmt(r['itl_ms']['p99'], 2)} | "
                          f"{_fmt(r['accept_length'], 2)} |")
+    if doc.get("replicas"):
+        lines += ["", "| replica | mode | concurrency | output tok/s | request/s | TTFT p50 ms | accept length |",
+                  "|---|---|---|---|---|---|---|"]
+        for replica, modes in doc["replicas"].items():
+            for mode, entry in modes.items():
+                for level, r in entry["levels"].items():
+                    lines.append(f"| {replica} | {mode} | {level} | {_fmt(r['output_tok_s'])} | "
+                                 f"{_fmt(r['request_s'], 2)} | {_fmt(r['ttft_ms']['p50'])} | "
+                                 f"{_fmt(r['accept_length'], 2)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,12 @@ transient unit stops by itself after its time limit and its ExecStopPost, as roo
 deployed service. The client runs as the service user, like the server, in a directory that user
 owns: root only hands it out and takes back one archive of it, which that user wrote to root's
 directory; what the server answers is data on the controller, never part of a command.
+
+It follows the deployment's layout: each replica's unit is stood in for by a bench unit on the same
+GPUs and port (`specfleet-bench`, or with several replicas one each,
+`specfleet-bench-<DEPLOYMENT>-gpu<GPUS>`). With several replicas each level runs against every replica
+alone, then against all of them at once, the client spreading its requests round robin over them as
+the gateway's round_robin policy does: the host's figures (the summary's modes, table, plots and gate).
 """
 
 import dataclasses
@@ -46,7 +52,7 @@ from operations.weights.checks import WeightsDisk
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = re.compile(r"[A-Za-z0-9._/-]+")
 BENCH_UNIT = "specfleet-bench"
-SWITCHING = f"/run/{BENCH_UNIT}.switching"  # present while the sweep itself stops the bench unit
+ALL = "all"  # the results of every replica at once (raw/all/...)
 RUNS = f"/var/lib/{BENCH_UNIT}"  # root's: each run's directory in it is the service user's
 ARCHIVE = f"{RUNS}/level.tar.gz"  # a level's results as the service user archived them, root's file
 # The deployed unit's [Service] settings the bench unit sets otherwise: how it starts, restarts and
@@ -204,9 +210,21 @@ def unit_settings(server: Server) -> list[str]:
     return settings
 
 
+def bench_unit(server: Server, several: bool) -> str:
+    """The transient unit standing in for a replica's unit: `specfleet-bench`, or with several replicas
+    one for each, named after the replica (sglang@qwen36_ddtree-gpu3: specfleet-bench-qwen36_ddtree-gpu3)."""
+    return f"{BENCH_UNIT}-{server.service_name.partition('@')[2]}" if several else BENCH_UNIT
+
+
+def switching(unit: str) -> str:
+    """Present while the sweep itself stops the bench unit (its ExecStopPost then leaves the deployed one)."""
+    return f"/run/{unit}.switching"
+
+
 def unit_environment(server: Server) -> dict[str, str]:
-    """The deployed unit's environment, less the API key file: the bench server listens on loopback only."""
-    text = render("server/sglang.env.j2", s=server, env=server.env)
+    """The deployed unit's environment (its GPUs included), less the API key file: the bench server listens
+    on loopback only."""
+    text = render("server/sglang.env.j2", s=server, env={**server.env, **server.gpu_env})
     pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
     return {k: v for k, v in pairs if k != "SPECFLEET_API_KEY_FILE"}
 
@@ -265,34 +283,39 @@ def client_tokenizer(server: Server, source: str) -> list[str]:
 
 
 @operation(is_idempotent=False)
-def sweep(server: Server, plan: Plan, smoke: SmokeTest | None = None, routes: list | None = None,
-          drained: OperationMeta | None = None):
+def sweep(replicas: tuple[Server, ...], plan: Plan, smoke: SmokeTest | None = None,
+          routes: list | None = None, drained: list[OperationMeta | None] | None = None, results_subdir: str = ""):
     """
-    Serve each mode in turn, run the client at each concurrency, bring the results back, restore.
+    Serve each mode in turn on every replica, run the client at each concurrency (on each replica, then
+    on all of them at once), bring the results back, restore.
 
     A mode the installed SGLang rejects (ddtree without a DDTree build) is skipped with the reason.
-    Fails the host when a mode does not start, when the deployed service does not come back, or
-    when the results regress against ``plan.baseline``.
+    Fails the host when a mode does not start, when a deployed replica does not come back, or when the
+    results regress against ``plan.baseline``.
 
-    + server: the host's server (its class is recorded in the summary)
+    + replicas: the deployment's replicas (their class is recorded in the summary)
     + plan: modes, concurrency levels, workload, results directory, baseline
-    + smoke: the host's GPU smoke test, whose P2P decision the unit's environment holds (``smoke.decided_env``)
-    + routes, drained: the gateways this worker was drained from before the sweep (``workers.drain``): once
-      the deployed service generates again, it registers with them again
+    + smoke: the host's GPU smoke test, whose P2P decision the units' environment holds (``smoke.decided_env``)
+    + routes, drained: per replica, the gateways it was drained from before the sweep (``workers.drain``):
+      once its deployed unit generates again, it registers with them again
+    + results_subdir: under the host's results, for a host serving several deployments (their names)
 
     **Example:**
 
     .. code:: python
 
-        sweep.sweep(name="Benchmark sweep", server=d.server, plan=sweep.plan(host.data), smoke=d.smoke,
+        sweep.sweep(name="Benchmark sweep", replicas=d.replicas, plan=sweep.plan(host.data), smoke=d.smoke,
                     routes=routes, drained=drained)
     """
-    if smoke is not None:  # the environment the deployed unit has, P2P decision included
-        server = dataclasses.replace(server, env={**server.env, **gpu_smoke.decided_env(smoke)})
+    if smoke is not None:  # the environment the deployed units have, P2P decision included
+        decided = gpu_smoke.decided_env(smoke)
+        replicas = tuple(dataclasses.replace(r, env={**r.env, **decided}) for r in replicas)
+    server = replicas[0]
     modes = {}
     for mode in plan.modes:
         args = mode_args(server, mode)
-        # As the deploy validates: the service user, offline, with the unit's environment.
+        # As the deploy validates: the service user, offline, with the unit's environment (the replicas'
+        # command lines differ in their port only).
         rejected = rejection(host, server, args)
         if rejected and mode == "ddtree":
             modes[mode] = {"skipped": f"ddtree skipped: no DDTree build is deployed (the SGLang in "
@@ -306,8 +329,8 @@ def sweep(server: Server, plan: Plan, smoke: SmokeTest | None = None, routes: li
     # ready_timeout_s or the size of the weights on the host.
     disk = host.get_fact(WeightsDisk, local_dirs=(server.model_dir, server.draft_model_dir))
     ready_s = readiness.timeout_for(server, sum(sum((d or {}).get("files", {}).values()) for d in disk.values()))
-    rejoin = (routes or [], drained)
-    yield FunctionCommand(run_sweep, (server, plan, modes, gpus, ready_s, rejoin), {})
+    rejoin = list(zip(routes or [[] for _ in replicas], drained or [None for _ in replicas]))
+    yield FunctionCommand(run_sweep, (tuple(replicas), plan, modes, gpus, ready_s, rejoin, results_subdir), {})
 
 
 def _run(host, command: str) -> tuple[bool, str]:
@@ -325,47 +348,58 @@ def _http(host, port: int, path: str, method: str = "GET") -> str:
     return out if ok else ""
 
 
-def bench_unit_command(d: Server, args: list[str], max_runtime_s: int) -> list[str]:
-    """systemd-run's command line for the bench unit serving `args`: the deployed unit's user and
-    confinement, its environment less the API key file, a time limit, and on stop (the limit, or
-    the sweep's own stop) the deployed service started again unless the sweep is switching modes.
-    ExecStopPost runs as root (+): the service user may not start a system unit."""
-    restore = f"+/bin/sh -c 'test -e {SWITCHING} || systemctl start --no-block {d.service_name}'"
+def bench_unit_command(d: Server, args: list[str], max_runtime_s: int, unit: str = BENCH_UNIT) -> list[str]:
+    """systemd-run's command line for the bench unit `unit` serving `args` in replica `d`'s place: the
+    deployed unit's user and confinement, its environment (its GPUs) less the API key file, a time
+    limit, and on stop (the limit, or the sweep's own stop) the deployed unit started again unless the
+    sweep is switching modes. ExecStopPost runs as root (+): the service user may not start a system unit."""
+    restore = f"+/bin/sh -c 'test -e {switching(unit)} || systemctl start --no-block {d.service_name}'"
     setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
-    return ["systemd-run", f"--unit={BENCH_UNIT}", "--collect",
+    return ["systemd-run", f"--unit={unit}", "--collect",
             f"--description=specfleet serving benchmark of {d.service_name}",
             *(f"--property={setting}" for setting in unit_settings(d)),
             f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}", *setenv,
             f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *args]
 
 
-def _start_mode(host, d: Server, args: list[str], max_runtime_s: int) -> tuple[bool, str]:
-    """Stop whatever serves (deployed service or previous mode) and start the bench unit with `args`."""
-    run = bench_unit_command(d, args, max_runtime_s)
+def _start_mode(host, replicas: tuple[Server, ...], mode: str, max_runtime_s: int) -> tuple[bool, str]:
+    """Stop whatever serves (the deployed replicas or the previous mode) and start a bench unit with the
+    mode's arguments in each replica's place."""
+    several = len(replicas) > 1
+    units = [bench_unit(d, several) for d in replicas]
+    runs = [" ".join(shlex.quote(a) for a in bench_unit_command(d, mode_args(d, mode), max_runtime_s, unit)) + " 2>&1"
+            for d, unit in zip(replicas, units)]
     return _run(host, "; ".join([
-        f"touch {SWITCHING}", f"systemctl stop {d.service_name} {BENCH_UNIT} 2>/dev/null",
-        f"systemctl reset-failed {BENCH_UNIT} 2>/dev/null", f"rm -f {SWITCHING}",
-        " ".join(shlex.quote(a) for a in run) + " 2>&1"]))
+        *(f"touch {switching(u)}" for u in units),
+        f"systemctl stop {' '.join(d.service_name for d in replicas)} {' '.join(units)} 2>/dev/null",
+        f"systemctl reset-failed {' '.join(units)} 2>/dev/null", f"rm -f {' '.join(switching(u) for u in units)}",
+        " && ".join(runs)]))
 
 
-def _restore(host, d: Server, remote_root: str, timeout_s: int) -> dict:
-    """Stop a client still running, the bench unit, and start the deployed service; wait until it generates."""
-    clients = (f"for pid in {remote_root}/*/*/client.pid; do dir=${{pid%/client.pid}}; "
+def _restore(host, replicas: tuple[Server, ...], remote_root: str, timeout_s: int) -> list[tuple[Server, dict]]:
+    """Stop a client still running, the bench units, and start the deployed replicas; wait until each
+    generates. Per replica, its last probe."""
+    d, several = replicas[0], len(replicas) > 1
+    units = " ".join(bench_unit(r, several) for r in replicas)
+    clients = (f"for pid in {remote_root}/*/*/client.pid {remote_root}/*/*/*/client.pid; do dir=${{pid%/client.pid}}; "
                f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
     # The raw results are on the controller by now: the host keeps nothing of the run. What is in the
     # run's directory is the service user's, and that user deletes it; root removes the emptied directory.
     _run(host, f"{_as_user(d.service_user, clients + f'; find {remote_root} -mindepth 1 -delete')}; "
-               f"rmdir {remote_root}; rm -f {ARCHIVE} {SWITCHING}; "
-               f"systemctl stop {BENCH_UNIT} 2>/dev/null; systemctl start {d.service_name}")
-    probe, _ = readiness.watch(host, d, timeout_s, f"waiting for the deployed {d.service_name} to generate", 2.0)
-    return probe
+               f"rmdir {remote_root}; rm -f {ARCHIVE} {' '.join(switching(bench_unit(r, several)) for r in replicas)}; "
+               f"systemctl stop {units} 2>/dev/null; systemctl start {' '.join(r.service_name for r in replicas)}")
+    return [(r, readiness.watch(host, r, timeout_s, f"waiting for the deployed {r.service_name} to generate", 2.0)[0])
+            for r in replicas]
 
 
-def _level(host, d: Server, plan: Plan, remote: str, concurrency: int) -> tuple[bool, str]:
-    """Run the client at one level in the background and log progress until it ends."""
+def _level(host, d: Server, plan: Plan, remote: str, concurrency: int,
+           targets: tuple[Server, ...] = ()) -> tuple[bool, str]:
+    """Run the client at one level in the background and log progress until it ends: against `d`, or
+    round robin over `targets` (aiperf's --url, once per server)."""
     requests, warmup = plan.requests_at(concurrency), min(concurrency, 4)
+    urls = [arg for t in (targets or (d,)) for arg in ("--url", f"http://127.0.0.1:{t.port}")]
     client = [f"{d.install_dir}/bench-venv/bin/aiperf", "profile", "--model", d.served_model_name,
-              "--url", f"http://127.0.0.1:{d.port}", "--endpoint-type", "chat", "--streaming",
+              *urls, "--endpoint-type", "chat", "--streaming",
               "--concurrency", str(concurrency), "--request-count", str(requests),
               "--warmup-request-count", str(warmup),
               "--input-file", prompts_path(d), "--custom-dataset-type", "single_turn",
@@ -455,27 +489,56 @@ def _interrupt_sweeps(previous):
     return handler
 
 
-def run_sweep(state, host, d: Server, plan: Plan, modes: dict, gpus, ready_s: int, rejoin: tuple) -> bool:
-    """The sweep on one host (a FunctionCommand); the deployed service is started again whatever happens."""
+def run_sweep(state, host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, ready_s: int,
+              rejoin: list, results_subdir: str) -> bool:
+    """The sweep on one host (a FunctionCommand); the deployed replicas are started again whatever happens."""
     if not _SWEEPS:
         signal.signal(signal.SIGINT, _interrupt_sweeps(signal.getsignal(signal.SIGINT)))
     _SWEEPS.add(gevent.getcurrent())
     try:
-        return _sweep(host, d, plan, modes, gpus, ready_s, rejoin)
+        return _sweep(host, replicas, plan, modes, gpus, ready_s, rejoin, results_subdir)
     except Interrupted:  # while writing the results: the host is restored already
         return False
     finally:
         _SWEEPS.discard(gevent.getcurrent())
 
 
-def _sweep(host, d: Server, plan: Plan, modes: dict, gpus, ready_s: int, rejoin: tuple) -> bool:
+def _measure(host, d: Server, plan: Plan, remote: str, local: Path, where: str, concurrency: int,
+             targets: tuple[Server, ...]) -> tuple[dict | None, str]:
+    """One level against `targets` (one replica, or all at once): its level and the first target's
+    /server_info, or None; what the client did."""
+    for t in targets:
+        _http(host, t.port, "/flush_cache", "POST")  # resets the accept length average
+    ok, progress = _level(host, d, plan, remote, concurrency, targets)
+    answers = [_http(host, t.port, "/server_info") for t in targets]
+    _fetch(host, d.service_user, remote, local)
+    # The servers' answers, as they came: written here, never into a command on the host.
+    try:
+        (local / "server_info.json").write_text(answers[0])
+    except OSError as error:
+        host.log_styled(f"raw/{where}server_info.json not written: {error}", fg="red")
+    if not ok or not (local / "profile_export_aiperf.json").is_file():
+        return None, progress
+    infos = [_server_info(answer) for answer in answers]
+    accepts = [(i.get("internal_states") or [{}])[0].get("avg_spec_accept_length") for i in infos]
+    averaged = {**infos[0], "internal_states": [{"avg_spec_accept_length": round(sum(accepts) / len(accepts), 4)
+                                                 if None not in accepts else None}]}
+    level = report.level_result(json.loads((local / "profile_export_aiperf.json").read_text()), averaged)
+    return {"level": level, "server_info": infos[0]}, progress
+
+
+def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, ready_s: int, rejoin: list,
+           results_subdir: str) -> bool:
+    d, several = replicas[0], len(replicas) > 1
     run_id = STARTED.strftime("%Y%m%dT%H%M%SZ")
-    out = plan.results_dir / run_id / host.name
+    out = plan.results_dir / run_id / host.name / results_subdir
     remote_root = f"{RUNS}/{run_id}"
-    # A bound, not an estimate: every level at 10 tokens/s per request, one request at a time.
-    level_budget_s = sum(60 + plan.requests_at(c) * plan.output_tokens // 10 for c in plan.concurrency)
+    # A bound, not an estimate: every level at 10 tokens/s per request, one request at a time, on each
+    # replica and then on all of them.
+    level_budget_s = sum(60 + plan.requests_at(c) * plan.output_tokens // 10 for c in plan.concurrency) \
+        * (len(replicas) + several)
     out.mkdir(parents=True, exist_ok=True)
-    failed = []
+    failed, per_replica = [], {}
     # Root's directory, and in it the run's, which the service user owns (and the client writes in).
     _run(host, f"install -d -o root -g root -m 0755 {RUNS} && "
                f"install -d -o {shlex.quote(d.service_user)} -g {shlex.quote(d.service_user)} -m 0700 {remote_root}")
@@ -484,61 +547,71 @@ def _sweep(host, d: Server, plan: Plan, modes: dict, gpus, ready_s: int, rejoin:
             if "skipped" in result:
                 host.log_styled(result["skipped"], fg="yellow")
                 continue
-            host.log(f"bench {mode}: starting the server ({' '.join(result['server_args'])})")
-            started, said = _start_mode(host, d, result["server_args"], ready_s + level_budget_s)
-            probe = readiness.watch(host, d, ready_s, f"waiting for {mode} to generate", 2.0,
-                                    service=BENCH_UNIT)[0] if started else {}
-            if not readiness.generates(probe):
-                _, journal = _run(host, f"journalctl -u {BENCH_UNIT} -n 15 --no-pager -o cat")
-                result["failed"] = f"{mode} did not start within {ready_s}s ({probe.get('error', said.strip())})"
+            host.log(f"bench {mode}: starting {len(replicas)} server(s) ({' '.join(result['server_args'])})")
+            started, said = _start_mode(host, replicas, mode, ready_s + level_budget_s)
+            probes = [readiness.watch(host, r, ready_s, f"waiting for {mode} on {r.service_name} to generate", 2.0,
+                                      service=bench_unit(r, several))[0] if started else {} for r in replicas]
+            if not all(readiness.generates(p) for p in probes):
+                _, journal = _run(host, f"journalctl -u {bench_unit(d, several)} -n 15 --no-pager -o cat")
+                why = next((p.get("error") for p in probes if not readiness.generates(p)), said.strip())
+                result["failed"] = f"{mode} did not start within {ready_s}s ({why or said.strip()})"
                 host.log_styled(f"{result['failed']}; its journal:\n{journal}", fg="red")
                 failed.append(mode)
                 continue
             result["levels"] = {}
+            # Each replica alone (several), then every replica at once: the host's levels.
+            runs = [*((r.service_name, (r,)) for r in replicas if several), (ALL if several else "", tuple(replicas))]
             for concurrency in plan.concurrency:
-                remote = f"{remote_root}/{mode}/c{concurrency}"
-                _http(host, d.port, "/flush_cache", "POST")  # resets the accept length average
-                host.log(f"bench {mode}: concurrency {concurrency}, {plan.requests_at(concurrency)} requests")
-                ok, progress = _level(host, d, plan, remote, concurrency)
-                info = _http(host, d.port, "/server_info")
-                local = out / "raw" / mode / f"c{concurrency}"
-                _fetch(host, d.service_user, remote, local)
-                # The server's answer, as it came: written here, never into a command on the host.
-                try:
-                    (local / "server_info.json").write_text(info)
-                except OSError as error:
-                    host.log_styled(f"raw/{mode}/c{concurrency}/server_info.json not written: {error}", fg="red")
-                if not ok or not (local / "profile_export_aiperf.json").is_file():
-                    result["failed"] = f"the client failed at concurrency {concurrency} (raw/{mode}/c{concurrency}/client.log)"
-                    host.log_styled(result["failed"], fg="red")
+                for name, targets in runs:
+                    where = f"{name}/" if name else ""
+                    host.log(f"bench {mode}: concurrency {concurrency}, {plan.requests_at(concurrency)} requests"
+                             + (f" on {name}" if name else ""))
+                    measured, progress = _measure(host, d, plan, f"{remote_root}/{where}{mode}/c{concurrency}",
+                                                  out / "raw" / f"{where}{mode}" / f"c{concurrency}",
+                                                  f"{where}{mode}/c{concurrency}/", concurrency, targets)
+                    if measured is None:
+                        result["failed"] = (f"the client failed at concurrency {concurrency} "
+                                            f"(raw/{where}{mode}/c{concurrency}/client.log)")
+                        host.log_styled(result["failed"], fg="red")
+                        break
+                    level = measured["level"]
+                    if targets == tuple(replicas):
+                        result["server_info"] = measured["server_info"]
+                        result["levels"][str(concurrency)] = level
+                    else:
+                        per_replica.setdefault(name, {}).setdefault(mode, {"levels": {}})["levels"][
+                            str(concurrency)] = level
+                    host.log(f"bench {mode}: concurrency {concurrency}{' on ' + name if name else ''}: "
+                             f"{level['output_tok_s']:.1f} output tok/s, {level['request_s']:.2f} req/s, "
+                             f"accept length {level['accept_length']} ({progress})")
+                if "failed" in result:
                     failed.append(mode)
                     break
-                result["server_info"] = _server_info(info)
-                level = report.level_result(json.loads((local / "profile_export_aiperf.json").read_text()),
-                                                  result["server_info"])
-                result["levels"][str(concurrency)] = level
-                host.log(f"bench {mode}: concurrency {concurrency}: {level['output_tok_s']:.1f} output tok/s, "
-                         f"{level['request_s']:.2f} req/s, accept length {level['accept_length']} ({progress})")
     except Interrupted:
         host.log_styled("bench interrupted: stopping the client, starting the deployed service again", fg="yellow")
         failed.append("interrupted")
     finally:
         _SWEEPS.discard(gevent.getcurrent())  # a second Ctrl+C now exits pyinfra
-        back = _restore(host, d, remote_root, ready_s)
-    if not (back.get("ready") and back.get("completion")):
-        host.log_styled(f"the deployed {d.service_name} does not generate again ({back.get('error')}): "
-                        f"run the deploy to repair it", fg="red")
-        failed.append("restore")
-    elif not workers.join_again(host, d, *rejoin):  # generating again: back in the gateways it left
-        failed.append("gateway")
+        back = _restore(host, replicas, remote_root, ready_s)
+    for (replica, probe), (routes, drained) in zip(back, rejoin):
+        if not (probe.get("ready") and probe.get("completion")):
+            host.log_styled(f"the deployed {replica.service_name} does not generate again ({probe.get('error')}): "
+                            f"run the deploy to repair it", fg="red")
+            failed.append("restore")
+        elif not workers.join_again(host, replica, routes, drained):  # generating again: back in its gateways
+            failed.append("gateway")
 
     meta = {"host": host.name, "host_class": d.host_class, "profile": d.profile_name, "started": run_id,
+            "layout": {"deployment": d.deployment, "tp_size": d.tp_size,
+                       "replicas": {r.service_name: list(r.gpus) for r in replicas}},
             "specfleet_commit": specfleet_commit(), "client": CLIENT_REQUIREMENT, "gpus": gpus,
             "workload": {"prompts": plan.prompts.name, "prompt_count": plan.prompt_count,
                          "output_tokens": plan.output_tokens,
                          "requests": {str(c): plan.requests_at(c) for c in plan.concurrency},
                          "endpoint": "/v1/chat/completions (streaming)"}}
     doc = report.summary(meta, modes)
+    if several:
+        doc["replicas"] = per_replica  # each replica alone; doc["modes"]: all of them at once
     written = report.write_report(doc, out)
     host.log_styled(f"bench results: {', '.join(str(p) for p in written)}"
                     + (f" ({report.STAND_IN_LABEL})" if doc["stand_in"] else "")

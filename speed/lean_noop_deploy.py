@@ -22,7 +22,7 @@ from operations.server.readiness import ServerProbe
 from operations.weights.checks import WeightsDisk, hub_state
 from operations.weights.download import WeightsState, state_listings
 
-deployment = resolve(host.data, host_class_of(host.groups))
+deployment = resolve(host.data, host_class_of(host.groups))  # the lab's pins are commits: revision directories
 d, repos = deployment.server, deployment.weights.repos
 snapshots = hub_state(deployment.weights).snapshots
 dirs = tuple(r.local_dir for r in repos)
@@ -36,8 +36,9 @@ SECTIONS = [
     VenvRequirement().command(d.venv, "sglang"),
     f"stat -c '%a %U %G %n' {scripts}; sha1sum {scripts}",
     WeightsState().command(state_listings(repos, snapshots)),
-    ServiceState().command(d.unit_file, d.env_file, d.service_name),
-    ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file, d.service_user),
+    *(ServiceState().command(r.unit_file, r.env_file, r.service_name) for r in deployment.replicas),
+    *(ServerProbe().command(r.install_dir, r.port, r.served_model_name, r.api_key_file, r.service_user)
+      for r in deployment.replicas),
 ]
 
 

@@ -33,6 +33,11 @@ ANSIBLE_REQUIREMENT = "ansible-core>=2.17,<2.20"
 PLAYBOOK = BENCH / "ansible" / "noop.yml"
 
 
+
+# The default profile's one replica on a lab host (group_data layouts: Kimi K2.6 over all eight GPUs).
+UNIT = "sglang@kimi_k26_dflash-gpu0-7"
+UNIT_FILE, ENV_FILE = f"/etc/systemd/system/{UNIT}.service", f"/etc/specfleet/{UNIT}.env"
+
 def ensure_ansible() -> Path:
     playbook_bin = ANSIBLE_VENV / "bin" / "ansible-playbook"
     if not playbook_bin.exists():
@@ -49,8 +54,7 @@ def prepare(hosts) -> tuple[Path, Path]:
     files_dir = out / "files"
     for host in hosts:
         (files_dir / host.name).mkdir(parents=True, exist_ok=True)
-        for remote, name in (("/etc/systemd/system/sglang.service", "sglang.service"),
-                             ("/etc/specfleet/sglang.env", "sglang.env")):
+        for remote, name in ((UNIT_FILE, "sglang.service"), (ENV_FILE, "sglang.env")):
             (files_dir / host.name / name).write_text(fleet.ssh(host, f"cat {remote}"))
     inventory = out / "inventory.ini"
     inventory.write_text("[lab]\n" + "".join(
@@ -77,10 +81,11 @@ def prepare(hosts) -> tuple[Path, Path]:
         "host_scripts": sorted(str(p) for p in (REPO / "operations" / "host_scripts").glob("*.py")),
         "weights_state_script": program("weights_state"),
         "weights_listings": json.dumps({dir_: {f["path"]: f["size"] for f in listing(repo)} for dir_, repo in (
-            ("/srv/specfleet/models/moonshotai--Kimi-K2.6", KIMI),
-            ("/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash", KIMI_DFLASH))}, sort_keys=True),
-        "target_dir": "/srv/specfleet/models/moonshotai--Kimi-K2.6",
-        "drafter_dir": "/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash",
+            (f"/srv/specfleet/models/moonshotai--Kimi-K2.6/{commits[KIMI]}", KIMI),
+            (f"/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash/{commits[KIMI_DFLASH]}", KIMI_DFLASH))}, sort_keys=True),
+        "target_dir": f"/srv/specfleet/models/moonshotai--Kimi-K2.6/{commits[KIMI]}",
+        "drafter_dir": f"/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash/{commits[KIMI_DFLASH]}",
+        "unit_name": UNIT, "unit_file": UNIT_FILE, "env_file": ENV_FILE,
         "target_commit": commits[KIMI], "drafter_commit": commits[KIMI_DFLASH],
         "files_dir": str(files_dir),
     }

@@ -70,12 +70,19 @@ def operations_started(output: str) -> list[str]:
     return re.findall(r"--> Starting operation: (.+?) *$", output, flags=re.M)
 
 
-def server_info(host) -> dict:
-    """/server_info of the SGLang server on a lab host, asked on the host itself."""
-    return json.loads(fleet.ssh(host, "curl -sf -m 10 localhost:30000/server_info"))
+# The lab's default deployment (group_data/all.py: Kimi K2.6) on either lab class: one replica over
+# all eight GPUs, on port 30000 (group_data/<class>.py layouts).
+SGLANG_UNIT = "sglang@kimi_k26_dflash-gpu0-7"
+UNIT_FILE = f"/etc/systemd/system/{SGLANG_UNIT}.service"
+ENV_FILE = f"/etc/specfleet/{SGLANG_UNIT}.env"
 
 
-def main_pid(host, unit: str = "sglang") -> str:
+def server_info(host, port: int = 30000) -> dict:
+    """/server_info of an SGLang server on a lab host (by default the one on port 30000), asked on the host itself."""
+    return json.loads(fleet.ssh(host, f"curl -sf -m 10 localhost:{port}/server_info"))
+
+
+def main_pid(host, unit: str = SGLANG_UNIT) -> str:
     """A unit's main pid on a lab host (a restart changes it)."""
     return fleet.ssh(host, f"systemctl show -p MainPID --value {unit}").strip()
 

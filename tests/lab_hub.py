@@ -20,6 +20,7 @@ from lab import repos  # noqa: E402
 from lab.hub import read_request_log, start_hub  # noqa: E402
 
 KIMI, DRAFTER = repos.KIMI, repos.KIMI_DFLASH
+QWEN, QWEN_RETRAINED = repos.QWEN, repos.QWEN_RETRAINED
 BIG = "lab/resume-bench"  # one 24 MiB shard: big enough for the client's 10 MiB resume steps
 
 

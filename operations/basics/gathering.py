@@ -78,7 +78,8 @@ class HostState(FactBase):
         return json.loads(output[-1])
 
 
-def _key(fact_class: type[FactBase], kwargs: dict) -> tuple:
+def key(fact_class: type[FactBase], kwargs: dict) -> tuple:
+    """A fact read with these arguments, as the gathering files it."""
     return fact_class.__name__, tuple(sorted(kwargs.items()))
 
 
@@ -105,7 +106,7 @@ def answered(wanted: Wanted) -> dict[tuple, object]:
     """Each fact in `wanted` the host program answered, by (fact name, arguments), from one round trip."""
     gatherable = [(fact, kwargs) for fact, kwargs in wanted if answer_of(fact)]
     answers = host.get_fact(HostState, requests=json.dumps(encoded(gatherable), sort_keys=True))
-    return {_key(fact_class, kwargs): fact_class().process(lines) if lines else fact_class.default()
+    return {key(fact_class, kwargs): fact_class().process(lines) if lines else fact_class.default()
             # as pyinfra does: no output, the fact's default
             for (fact_class, kwargs), lines in zip(gatherable, answers) if lines is not None}
 
@@ -120,9 +121,9 @@ def read(fact_class: type[FactBase], **kwargs):
     has run a command on the host since. A fact made of parts (`PARTS`) is answered from its parts'."""
     commands_run, found = _gathered.get(_this_host(), (None, {}))
     current = commands_run is not None and commands_run == _commands_run(_this_host())
-    if current and _key(fact_class, kwargs) in found:
-        return found[_key(fact_class, kwargs)]
+    if current and key(fact_class, kwargs) in found:
+        return found[key(fact_class, kwargs)]
     parts = getattr(fact_class, "PARTS", ())
-    if current and parts and all(_key(part, {}) in found for part in parts):
-        return {part.__name__: found[_key(part, {})] for part in parts}
+    if current and parts and all(key(part, {}) in found for part in parts):
+        return {part.__name__: found[key(part, {})] for part in parts}
     return host.get_fact(fact_class, **kwargs)

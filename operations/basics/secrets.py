@@ -14,7 +14,6 @@ root-owned config directory, root-owned and readable by the service user's group
 
 import os
 import re
-import shlex
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand

@@ -1,10 +1,11 @@
-"""The deployment one host gets: every subject's configuration, resolved from the host's data at once.
+"""The deployments one host gets: every subject's configuration, resolved from the host's data at once.
 
-`resolve()` is the only reader of a worker's host data: every knob of every subject is parsed and
-checked here (through each subject's own `resolve`, with operations/basics/knobs.py), before any
+`resolve_host()` is the only reader of a worker's host data: every knob of every subject is parsed
+and checked here (through each subject's own `resolve`, with operations/basics/knobs.py), before any
 host is touched, and each operation then receives the slice it needs (`Deployment.gpu`, `.weights`,
-`.server`, ...). A value that cannot be deployed raises BadHostData: one line naming the knob, the
-value and what is accepted.
+`.replicas`, ...). A host serves one deployment (its `profile` on all of its GPUs) or several on
+disjoint GPUs (`deployments`); each is laid out in replicas (operations/server/layout.py). A value
+that cannot be deployed raises BadHostData: one line naming the knob, the value and what is accepted.
 """
 
 import re
@@ -18,7 +19,7 @@ from operations.gpu.config import GpuRuntime
 from operations.gpu.smoke import SmokeTest
 from operations.nodes import group as nodes
 from operations.nodes.group import NodeGroup
-from operations.server import config as server_config
+from operations.server import config as server_config, layout
 from operations.server.config import Server
 from operations.weights import config as weights_config
 from operations.weights.config import Weights
@@ -33,57 +34,164 @@ HOST_CLASSES = {"rtx_pro_6000_pcie": "pcie", "b200_nvlink": "b200", "b300_nvlink
 
 @dataclass(frozen=True)
 class Deployment:
-    """Everything one worker host gets, as each subject's slice."""
+    """One model a worker host serves (a profile on GPUs of its own), as each subject's slice. A host
+    serves one deployment, or several on disjoint GPUs (`deployments` in its data)."""
 
     host_class: str
+    name: str  # the deployment's name on its host (units, ports and venvs are told apart by it)
     gpu: GpuRuntime  # driver, fabric, GPU checks
     smoke: SmokeTest  # the GPU smoke test before SGLang starts
     weights: Weights  # the target's and drafter's weights
-    server: Server  # the SGLang unit
+    replicas: tuple[Server, ...]  # its SGLang units, one a replica (operations/server/layout.py)
     node_group: NodeGroup | None  # a server spanning several hosts: this host's part
     allow_branch_revisions: bool  # deploy what a branch or git ref points at now, with a warning
 
+    @property
+    def server(self) -> Server:
+        """What every replica shares (profile, SGLang build, service user, paths, API key); what is a
+        replica's own (unit, GPUs, port) is read from `replicas`."""
+        return self.replicas[0]
+
+
+# A deployment's name: a word of a unit name (letters, digits, _), short enough for the unit's.
+DEPLOYMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,31}")
+
 
 def resolve(data: Any, host_class: str, node_members: dict | None = None) -> Deployment:
-    """Resolve `host.data` (or any object with the same attributes) for a host of `host_class`;
+    """The one deployment of a host serving one model (`resolve_host` for any host)."""
+    found = resolve_host(data, host_class, node_members)
+    if len(found) != 1:
+        raise BadHostData(f"the host serves {len(found)} deployments ({', '.join(d.name for d in found)}): "
+                          "read them with resolve_host")
+    return found[0]
+
+
+def entries(data: Any) -> list[dict]:
+    """The host's deployments as its data says them (`deployments`, else its `profile` on all its GPUs)."""
+    listed = getattr(data, "deployments", None)
+    if listed is None:
+        return [{"profile": data.profile}]
+    if not isinstance(listed, (list, tuple)) or not listed or not all(isinstance(e, dict) for e in listed):
+        raise BadHostData(f"deployments={listed!r} is not accepted: use a list of dict(profile=..., gpus=[...]) "
+                          "(or None: the host's `profile` on all of its GPUs)")
+    for entry in listed:
+        if "profile" not in entry or set(entry) - set(layout.DEPLOYMENT_KEYS):
+            raise BadHostData(f"deployments entry {entry!r} is not accepted: use dict(profile=...) with optionally "
+                              f"{', '.join(k for k in layout.DEPLOYMENT_KEYS if k != 'profile')}")
+    return [dict(entry) for entry in listed]
+
+
+def resolve_host(data: Any, host_class: str, node_members: dict | None = None) -> tuple[Deployment, ...]:
+    """Resolve `host.data` (or any object with the same attributes) for a host of `host_class`: its
+    deployments, checked each and together (names, GPUs, ports, one revision per repo);
     `node_members`: its node group's hosts (`nodes.members(inventory, host)`), if it is in one."""
     profiles = data.profiles if isinstance(data.profiles, dict) else {}
-    if data.profile not in profiles:
-        raise BadHostData(f"profile={data.profile!r} is not one of {', '.join(sorted(profiles))} "
-                          "(group_data/all.py profiles)")
-    knobs.matching("profile", data.profile, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
-                   "(a key of group_data/all.py profiles)")
-    try:
-        return _resolve(data, host_class, data.profile, profiles[data.profile], node_members)
-    except (KeyError, TypeError, AttributeError, IndexError) as error:
-        raise BadHostData(f"group data for profile {data.profile!r} on class {host_class} is incomplete or "
-                          f"malformed ({type(error).__name__}: {error}): compare it with group_data/all.py "
-                          f"and group_data/{host_class}.py") from None
+    listed = entries(data)
+    if getattr(data, "node_group", None) is not None and getattr(data, "deployments", None) is not None:
+        raise BadHostData("deployments and node_group are not accepted together: a host of a node group serves "
+                          "its group's one server on all of its GPUs (remove one of them)")
+    found: list[Deployment] = []
+    for entry in listed:
+        profile = entry["profile"]
+        if not isinstance(profile, str) or profile not in profiles:
+            raise BadHostData(f"profile={profile!r} is not one of {', '.join(sorted(profiles))} "
+                              "(group_data/all.py profiles)")
+        knobs.matching("profile", profile, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
+                       "(a key of group_data/all.py profiles)")
+        try:
+            found.append(_resolve(data, host_class, entry, profiles[profile], node_members,
+                                  [d.server for d in found]))
+        except (KeyError, TypeError, AttributeError, IndexError) as error:
+            raise BadHostData(f"group data for profile {profile!r} on class {host_class} is incomplete or "
+                              f"malformed ({type(error).__name__}: {error}): compare it with group_data/all.py "
+                              f"and group_data/{host_class}.py") from None
+    _together(found)
+    return tuple(found)
 
 
-def _resolve(data: Any, host_class: str, profile_name: str, profile: dict, node_members: dict | None) -> Deployment:
+def _together(found: list[Deployment]) -> None:
+    """Deployments of one host: names, GPUs and ports each once; one revision of a repo."""
+    seen_names, seen_gpus, seen_ports, revisions = set(), {}, {}, {}
+    for d in found:
+        if d.name in seen_names:
+            raise BadHostData(f"deployments: two are named {d.name!r}: give each its own name (name=...)")
+        seen_names.add(d.name)
+        for replica in d.replicas:
+            for gpu in replica.gpus:
+                if gpu in seen_gpus:
+                    raise BadHostData(f"deployments {seen_gpus[gpu]} and {d.name} both take GPU {gpu}: give each "
+                                      "deployment GPUs of its own (gpus=[...])")
+                seen_gpus[gpu] = d.name
+            if replica.port in seen_ports:
+                raise BadHostData(f"deployments {seen_ports[replica.port]} and {d.name} both listen on port "
+                                  f"{replica.port}: give one of them another port (port=...)")
+            seen_ports[replica.port] = d.name
+        for repo in d.weights.repos:
+            other = revisions.setdefault(repo.repo_dir, (d.name, repo.revision))
+            if other[1] != repo.revision:
+                raise BadHostData(f"deployments {other[0]} and {d.name} pin {repo.repo_id} at {other[1]} and "
+                                  f"{repo.revision}: a host holds one revision of a repo for its deployments")
+
+
+def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_members: dict | None,
+             earlier: list[Server]) -> Deployment:
+    profile_name = entry["profile"]
+    name = knobs.matching("deployment name", entry.get("name", profile_name), DEPLOYMENT_NAME,
+                          "letters, digits and _ (at most 32)")
     gpu = gpu_config.resolve(data, host_class)
     weights_dir = knobs.path("weights_dir", data.weights_dir)
-    server = server_config.resolve(data, host_class, profile_name, profile,
-                                   *(weights_config.local_dir(weights_dir, profile[role]["repo"])
-                                     for role in weights_config.ROLES))
-    server = replace(server, after_fabric_manager=gpu.expected.fabric_manager)
+    server = server_config.resolve(data, host_class, profile_name, profile, "", "")
     weights = weights_config.resolve(data, profile_name, profile, weights_dir, owner=server.service_user,
                                      hf_home=server.hf_home, config_dir=server.config_dir,
                                      install_dir=server.install_dir)
+    server = replace(server, after_fabric_manager=gpu.expected.fabric_manager,
+                     venv_name=_venv_name(server, name, earlier),
+                     model_dir=weights.target.local_dir, draft_model_dir=weights.drafter.local_dir)
     group = nodes.group(data, host_class, profile_name, gpu.expected.count, server.port, node_members)
+    count = gpu.expected.count
+    where = f"deployments[{name!r}]" if getattr(data, "deployments", None) is not None \
+        else f"group_data/{host_class}.py layouts[{profile_name!r}]"
     if group is not None:
-        # One server over the group's nodes: TP over all their GPUs, the network between them named.
-        server = replace(server, tp_size=group.tp_size, env={**server.env, **group.env()},
-                         node_args=tuple(group.server_args()))
+        # One server over the group's nodes: TP over all their GPUs, this node's share of them, the
+        # network between them named.
+        per_node = group.tp_size // group.nnodes
+        plan = layout.Layout(tp_size=group.tp_size, groups=(tuple(range(per_node)),), ports=(server.port,))
+        server = replace(server, env={**server.env, **group.env()}, node_args=tuple(group.server_args()))
+    else:
+        values = {**layout.class_default(data, host_class, profile_name, count),
+                  **{k: v for k, v in entry.items() if k in layout.KEYS}}
+        port = knobs.integer(f"deployments[{name!r}]['port']", entry["port"], minimum=1, maximum=65535) \
+            if entry.get("port") is not None else None
+        plan = layout.resolve(where, values, count, server.port, port)
     if getattr(data, "gpu_smoke_engine", None) is not None:
         raise BadHostData("gpu_smoke_engine is not accepted: the GPU smoke test always runs torch.distributed "
                           "with NCCL from the SGLang venv; remove it")
     smoke = SmokeTest(expected=gpu.expected, venv=server.venv, install_dir=server.install_dir, env=server.env,
                       build=server.sglang_requirement, user=server.service_user,
                       timeout_s=knobs.integer("gpu_smoke_timeout_s", data.gpu_smoke_timeout_s, minimum=10))
-    return Deployment(host_class=host_class, gpu=gpu, smoke=smoke, weights=weights, server=server, node_group=group,
+    return Deployment(host_class=host_class, name=name, gpu=gpu, smoke=smoke, weights=weights,
+                      replicas=server_config.replicas(server, name, plan), node_group=group,
                       allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions))
+
+
+def _venv_name(server: Server, name: str, earlier: list[Server]) -> str:
+    """One SGLang virtualenv per build on a host: the first deployment's is `sglang-venv`, a later one
+    with another build gets its own, named after it."""
+    same = next((s for s in earlier if s.sglang_requirement == server.sglang_requirement
+                 and s.pip_index_url == server.pip_index_url), None)
+    if same is not None:
+        return same.venv_name
+    return "sglang-venv" if not earlier else f"sglang-venv-{name}"
+
+
+def pinned(deployment: Deployment, commits: dict[str, str]) -> Deployment:
+    """The deployment at the commits the hub resolved its revisions to (per role): its weights in those
+    revisions' directories, its servers loading from them. A role the hub did not answer stays as it was."""
+    d = deployment
+    weights = d.weights.pinned(commits)
+    dirs = {role: weights.repo(role).local_dir for role in weights_config.ROLES}
+    return replace(d, weights=weights, replicas=tuple(
+        replace(s, model_dir=dirs["target"], draft_model_dir=dirs["drafter"]) for s in d.replicas))
 
 
 def host_class_of(group_names) -> str:

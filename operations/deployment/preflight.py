@@ -12,11 +12,11 @@ from pyinfra.api import FactBase, operation
 from operations.basics import gathering, ownership
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates
-from operations.basics.units import ServiceState
 from operations.deployment import Deployment
 from operations.gpu import checks as gpu_checks
 from operations.python import venv
 from operations.server import checks as server_checks
+from operations.server.unit import ServerUnits
 from operations.weights import checks as weights_checks
 from operations.weights.checks import HubState
 
@@ -64,52 +64,70 @@ def moving_revisions(deployment: Deployment, hub: HubState) -> tuple[list[str], 
     return ([], moving) if d.allow_branch_revisions else (moving, [])
 
 
+def wanted_facts(deployments: tuple[Deployment, ...], hubs: list[HubState]) -> gathering.Wanted:
+    """What every operation of every deployment of the host reads, each fact once."""
+    wanted: dict = {}
+    for d, hub in zip(deployments, hubs):
+        for fact, kwargs in gathering.requests(d, hub.snapshots):
+            wanted.setdefault(gathering.key(fact, kwargs), (fact, kwargs))
+    return list(wanted.values())
+
+
 @operation()
-def check(deployment: Deployment, hub: HubState):
+def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
     """
-    Refuse the host, changing nothing, unless it can serve this deployment.
+    Refuse the host, changing nothing, unless it can serve these deployments.
 
     Hardware matches the class, the driver suits the pinned SGLang, the token may
-    download every repo, the model fits the GPUs at the class's TP size, the disk
+    download every repo, each replica's model fits its GPUs at its TP size, the disk
     has room for what is still missing, a DDTree profile has a DDTree build, and the
     service user is absent or a system user of the deploy's own (``ownership.account_problem``).
     A gated repo whose terms the token's user has not accepted yet refuses a host
     that serves (or did); a host serving nothing yet passes, to be prepared while
     access is pending (``weights.checks.access_pending`` fails it after its downloads started).
 
-    + deployment: the host's resolved deployment
-    + hub: what the hub said of its repos, on the controller (``weights.checks.hub_state``)
+    + deployments: the host's resolved deployments, at the hub's commits (``deployment.pinned``)
+    + hubs: what the hub said of each one's repos, on the controller (``weights.checks.hub_state``)
 
     **Example:**
 
     .. code:: python
 
-        hub = weights_checks.hub_state(deployment.weights)
-        preflight.check(name="Preflight", deployment=deployment, hub=hub)
+        hubs = [weights_checks.hub_state(d.weights) for d in deployments]
+        preflight.check(name="Preflight", deployments=deployments, hubs=hubs)
     """
-    d, s = deployment, deployment.server
-    gathering.gather(gathering.requests(d, hub.snapshots))  # what every operation reads, in one round trip
+    first, s = deployments[0], deployments[0].server
+    gathering.gather(wanted_facts(deployments, hubs))  # what every operation reads, in one round trip
     problems = login_problems(gathering.read(LoginUser))
     account = ownership.account_problem(s.service_user, s.service_home,
                                         gathering.read(ownership.SystemUser, user=s.service_user))
     problems += [f"{host.name}: service_user={s.service_user!r}: {account}"] if account else []
-    problems += [f"{host.name}: {problem}" for problem in hub.problems]
-    gpu_problems, gpus = gpu_checks.hardware_problems(d.gpu)
+    problems += list(dict.fromkeys(f"{host.name}: {problem}" for hub in hubs for problem in hub.problems))
+    gpu_problems, gpus = gpu_checks.hardware_problems(first.gpu)
     problems += gpu_problems
-    if hub.snapshots:  # the repos the token may read; one waiting for access is checked on the run after
-        problems += server_checks.memory_problems(s, d.gpu.expected, d.weights.target.repo_id, hub.weight_bytes,
-                                                  gpus)
-        problems += weights_checks.disk_problems(d.weights, hub.snapshots, weights_checks.disk_state(d.weights))
+    read = [(d, hub) for d, hub in zip(deployments, hubs) if hub.snapshots]
+    for d, hub in read:  # the repos the token may read; one waiting for access is checked on the run after
+        for replica in d.replicas:
+            problems += server_checks.memory_problems(replica, d.gpu.expected, d.weights.target.repo_id,
+                                                      hub.weight_bytes, gpus)
+    if read:
+        disk = {}
+        for d, _ in read:
+            disk.update(weights_checks.disk_state(d.weights) or {})
+        problems += weights_checks.disk_problems([(d.weights, hub.snapshots) for d, hub in read], disk)
     problems += venv.python_problems(host.name, gathering.read(venv.HostPython, uv=venv.Uv(s.install_dir).binary))
-    problems += server_checks.ddtree_problems(s)
+    for d in deployments:
+        problems += server_checks.ddtree_problems(d.server)
     key_file = gathering.read(FileStates, paths=(s.api_key_file,)).get(s.api_key_file)
     problems += server_checks.exposure_problems(s, bool(os.environ.get(s.api_key_env)), key_file is not None)
-    moving, warnings = moving_revisions(d, hub)
-    problems += [f"{host.name}: {sentence}" for sentence in moving]
-    waiting = [f"{host.name}: {problem}" for problem in hub.pending]
-    # A host that serves is never touched while a repo waits for access: its server keeps running as is.
-    if waiting and (problems or server_checks.serves(host.get_fact(
-            ServiceState, unit_file=s.unit_file, env_file=s.env_file, service=s.service_name))):
+    warnings = []
+    for d, hub in zip(deployments, hubs):
+        moving, warned = moving_revisions(d, hub)
+        problems += [f"{host.name}: {sentence}" for sentence in moving]
+        warnings += warned
+    waiting = [f"{host.name}: {problem}" for hub in hubs for problem in hub.pending]
+    # A host that serves is never touched while a repo waits for access: its servers keep running as they are.
+    if waiting and (problems or gathering.read(ServerUnits, prefix=s.service_prefix)):
         problems += waiting
     if problems:
         yield fail_host(problems)
@@ -117,12 +135,15 @@ def check(deployment: Deployment, hub: HubState):
     for warning in warnings:
         host.log_styled(f"{host.name}: {warning}", fg="yellow")
     if waiting:
-        host.log_styled(f"{host.name}: serves nothing yet and waits for access to "
-                        f"{', '.join(r.repo_id for r in d.weights.repos if r.role not in hub.snapshots)}: "
+        pending = [r.repo_id for d, hub in zip(deployments, hubs) for r in d.weights.repos
+                   if r.role not in hub.snapshots]
+        host.log_styled(f"{host.name}: serves nothing yet and waits for access to {', '.join(pending)}: "
                         "preparing everything else and starting the downloads it may read; it fails once they "
                         "are started", fg="yellow")
     found = f"{len(gpus)}x {gpus[0]['name']}" if gpus else "no driver yet"
-    host.noop(f"preflight passed: {found} as {d.host_class}; {weights_checks.described(d.weights, hub.snapshots)}")
+    served = "; ".join(f"{d.name}: {len(d.replicas)} x TP {d.server.tp_size} "
+                       f"({weights_checks.described(d.weights, hub.snapshots)})" for d, hub in zip(deployments, hubs))
+    host.noop(f"preflight passed: {found} as {first.host_class}; {served}")
 
 
 @operation()

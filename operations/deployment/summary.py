@@ -32,7 +32,7 @@ class Row:
     gateway: str
 
 
-def _where(inventory_host, bind_address: str, port: int) -> str:
+def _where(inventory_host, bind_address: str, port: int | str) -> str:
     """The URL a client reaches a server bound to `bind_address` at: loopback is the host's own."""
     if network.is_loopback(bind_address):
         return f"http://127.0.0.1:{port} (on the host)"
@@ -40,18 +40,24 @@ def _where(inventory_host, bind_address: str, port: int) -> str:
     return f"http://{address}:{port}"
 
 
-def row(inventory_host, deployment: Deployment | None, gateway: Gateway | None) -> Row:
+def _endpoints(inventory_host, d: Deployment) -> str:
+    """Where a deployment serves: its one server's URL, or its replicas' ports."""
+    if d.node_group and not d.node_group.serves_http:
+        return f"rank {d.node_group.rank} of {d.node_group.name} (served by {d.node_group.members[0]})"
+    ports = [r.port for r in d.replicas]
+    if len(ports) == 1:
+        return _where(inventory_host, d.server.bind_address, ports[0])
+    return f"{_where(inventory_host, d.server.bind_address, f'{min(ports)}-{max(ports)}')} ({len(ports)} replicas)"
+
+
+def row(inventory_host, deployments: tuple[Deployment, ...], gateway: Gateway | None) -> Row:
     """The host's row as far as its resolved data tells (a host refused for its data has neither)."""
-    d, g = deployment, gateway
+    g = gateway
     classes = [group for group in inventory_host.groups if group in HOST_CLASSES]
-    if d is None:
-        endpoint = "-"
-    elif d.node_group and not d.node_group.serves_http:
-        endpoint = f"rank {d.node_group.rank} of {d.node_group.name} (served by {d.node_group.members[0]})"
-    else:
-        endpoint = _where(inventory_host, d.server.bind_address, d.server.port)
-    model = d.server.served_model_name if d else (g.model if g else "-")
-    return Row(inventory_host.name, d.host_class if d else (", ".join(classes) or ("gateway" if g else "-")),
+    endpoint = "; ".join(_endpoints(inventory_host, d) for d in deployments) or "-"
+    model = ", ".join(d.server.served_model_name for d in deployments) or (g.model if g else "-")
+    return Row(inventory_host.name, deployments[0].host_class if deployments else
+               (", ".join(classes) or ("gateway" if g else "-")),
                model, endpoint, _where(inventory_host, g.bind_address, g.port) if g else "-")
 
 
@@ -85,9 +91,9 @@ def table(rows: list[Row], failed: set[str], notes: dict[str, dict]) -> list[str
     return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]
 
 
-def summarize(inventory_host, deployment: Deployment | None, gateway: Gateway | None) -> None:
+def summarize(inventory_host, deployments: tuple[Deployment, ...], gateway: Gateway | None) -> None:
     """Describe this host for the run's table and pass the operation that prints it (deploy.py's last line)."""
-    _rows.setdefault(inventory_host.state, {})[inventory_host.name] = row(inventory_host, deployment, gateway)
+    _rows.setdefault(inventory_host.state, {})[inventory_host.name] = row(inventory_host, deployments, gateway)
     summary(name="Summary")
 
 
@@ -101,7 +107,7 @@ def summary():
 
     .. code:: python
 
-        summary.summarize(host, deployment, gateway)  # every host, at the end of deploy.py
+        summary.summarize(host, deployments, gateway)  # every host, at the end of deploy.py
     """
     state = host.state
     if not state.is_executing:  # pyinfra detecting changes (--dry, or a run without -y): nothing ran yet

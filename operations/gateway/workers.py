@@ -21,14 +21,14 @@ run and those that generate in it (the gateway's list is the memory of who is ou
 import json
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyinfra import host, state
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from operations import deployment
-from operations.basics import network, outcomes, shell
+from operations.basics import gathering, network, outcomes, shell
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
@@ -37,7 +37,7 @@ from operations.gateway import config
 from operations.gateway.config import Gateway
 from operations.nodes.group import members
 from operations.server.config import Server
-from operations.server.unit import Restart
+from operations.server.unit import Restart, ServerUnits, refusals
 
 GROUP = "gateway"  # the inventory group of gateway hosts
 
@@ -49,59 +49,80 @@ def serves_model(groups) -> bool:
 
 @dataclass(frozen=True)
 class Worker:
-    name: str
+    name: str  # the inventory host it runs on
     url: str  # as the gateway reaches it
     problem: str | None = None  # why it cannot be registered
+    replica: str = ""  # its SGLang unit on that host (one worker per replica)
+
+
+def worker_address(worker_host, gateway_host) -> str:
+    """Where a gateway reaches the servers of `worker_host`: loopback on its own host, else the worker's
+    `gateway_worker_address`, `ssh_hostname` or name (network.inventory_address)."""
+    # pyinfra hands the deploy a proxy of its host: names, not identity.
+    return "127.0.0.1" if worker_host.name == gateway_host.name else network.inventory_address(worker_host)
+
+
+def worker_url(address: str, port: int) -> str:
+    """A worker as a gateway registers it: one replica's server, at its host's address and its port."""
+    return f"http://{address}:{port}"
+
+
+def _worker_problem(worker_host, server: Server, address: str, same_host: bool) -> str | None:
+    if same_host:
+        return None
+    if not network.ADDRESS.fullmatch(address):
+        return f"{worker_host.name}: its address {address!r} is not a host name or IPv4 address"
+    if not server.exposed:
+        return (f"{worker_host.name} serves on {server.bind_address} only, which the gateway cannot reach: "
+                f"deploy it with bind_address=0.0.0.0 and ${server.api_key_env} set")
+    return None
 
 
 def workers(inventory, gateway_host, model: str) -> list[Worker]:
-    """The inventory's workers of `model`, each with its URL on the network the gateway reaches.
-
-    The address is the worker's `gateway_worker_address` if set, else its `ssh_hostname`, else
-    its name; a worker on the gateway's own host is reached on loopback.
-    """
+    """The inventory's workers of `model`, one per replica serving it, each with its URL on the network
+    the gateway reaches (``worker_address``, ``worker_url``)."""
     found = []
     for worker in inventory:
         if not serves_model(worker.groups):
             continue
         try:
-            d = deployment.resolve(worker.data, deployment.host_class_of(worker.groups), members(inventory, worker))
+            served = deployment.resolve_host(worker.data, deployment.host_class_of(worker.groups),
+                                             members(inventory, worker))
         except BadHostData as problem:  # refused on its own host too
             found.append(Worker(worker.name, "", f"{worker.name}: {problem}"))
             continue
-        if d.server.served_model_name != model or (d.node_group and not d.node_group.serves_http):
-            continue  # a rank >= 1 of a node group serves no HTTP: the group is reached at its rank 0
-        if worker.name == gateway_host.name:  # pyinfra hands the deploy a proxy of its host: names, not identity
-            found.append(Worker(worker.name, d.server.url))
-            continue
-        address = network.inventory_address(worker)
-        problem = None
-        if not network.ADDRESS.fullmatch(address):
-            problem = f"{worker.name}: its address {address!r} is not a host name or IPv4 address"
-        elif not d.server.exposed:
-            problem = (f"{worker.name} serves on {d.server.bind_address} only, which the gateway cannot reach: "
-                       f"deploy it with bind_address=0.0.0.0 and ${d.server.api_key_env} set")
-        found.append(Worker(worker.name, f"http://{address}:{d.server.port}", problem))
+        address = worker_address(worker, gateway_host)
+        for d in served:
+            if d.server.served_model_name != model or (d.node_group and not d.node_group.serves_http):
+                continue  # a rank >= 1 of a node group serves no HTTP: the group is reached at its rank 0
+            for replica in d.replicas:
+                found.append(Worker(worker.name, worker_url(address, replica.port),
+                                    _worker_problem(worker, replica, address, worker.name == gateway_host.name),
+                                    replica.service_name))
     return found
 
 
 @dataclass(frozen=True)
 class Route:
-    """One gateway in front of a worker, as the worker's host reaches it (to drain and rejoin itself)."""
+    """One gateway as a worker's host reaches it (to drain and rejoin its replicas)."""
 
     gateway: str  # the gateway host's name
     address: str  # where the worker's host reaches the gateway's API
     port: int
-    worker_url: str  # the worker as that gateway registers it
+    model: str  # the model it routes
+    worker_address: str  # where that gateway reaches the worker's host (``worker_address``)
     timeout_s: int  # the gateway's register timeout: how long a drain or a rejoin may take
     admin_key_env: str  # the controller's variable holding the gateway's admin key
     owner: str | None = None  # the gateway's user when it runs on the worker's own host (its socket is checked)
     problem: str | None = None
 
+    def worker_url(self, port: int) -> str:
+        return worker_url(self.worker_address, port)
 
-def routes(inventory, worker_host, model: str) -> list[Route]:
-    """The gateways of the inventory serving `model`, each as `worker_host` reaches it: on loopback
-    when it is the same host, else at the gateway's bind address (its network address for 0.0.0.0)."""
+
+def gateways(inventory, worker_host) -> list[Route]:
+    """Every gateway of the inventory, of any model, as `worker_host` reaches it: on loopback when it is
+    the same host, else at the gateway's bind address (its network address for 0.0.0.0)."""
     found = []
     for gateway_host in inventory:
         if GROUP not in gateway_host.groups:
@@ -109,12 +130,7 @@ def routes(inventory, worker_host, model: str) -> list[Route]:
         try:
             g = config.resolve(gateway_host.data)
         except BadHostData as error:
-            found.append(Route(gateway_host.name, "", 0, "", 0, "", problem=f"{gateway_host.name}: {error}"))
-            continue
-        if g.model != model:
-            continue
-        me = next((w for w in workers(inventory, gateway_host, model) if w.name == worker_host.name), None)
-        if me is None:  # refused data: the worker fails preflight on its own
+            found.append(Route(gateway_host.name, "", 0, "", "", 0, "", problem=f"{gateway_host.name}: {error}"))
             continue
         if gateway_host.name == worker_host.name:
             address, problem = g.local_address, None
@@ -124,45 +140,62 @@ def routes(inventory, worker_host, model: str) -> list[Route]:
         else:
             address = network.inventory_address(gateway_host) if g.bind_address in network.WILDCARDS else g.bind_address
             problem = None if network.ADDRESS.fullmatch(address) else f"{gateway_host.name}: address {address!r} is not accepted"
-        found.append(Route(gateway_host.name, address, g.port, me.url, g.register_timeout_s, g.admin_key_env,
-                           g.user if gateway_host.name == worker_host.name else None, me.problem or problem))
+        found.append(Route(gateway_host.name, address, g.port, g.model, worker_address(worker_host, gateway_host),
+                           g.register_timeout_s, g.admin_key_env,
+                           g.user if gateway_host.name == worker_host.name else None, problem))
+    return found
+
+
+def routes(inventory, worker_host, server: Server) -> list[Route]:
+    """The gateways routing `server`'s model (one replica's, on `worker_host`), as that host reaches them;
+    a route carries the replica's own problem (a server the gateway cannot reach) too."""
+    if not any(w.name == worker_host.name and w.replica == server.service_name
+               for w in workers(inventory, worker_host, server.served_model_name)):
+        return []  # a rank >= 1 of a node group serves no HTTP
+    found = []
+    for route in gateways(inventory, worker_host):
+        if route.problem and not route.model:
+            found.append(route)  # a gateway whose data is refused: every worker of it fails with that
+        elif route.model == server.served_model_name:
+            problem = route.problem or _worker_problem(worker_host, server, route.worker_address,
+                                                       route.gateway == worker_host.name)
+            found.append(replace(route, problem=problem))
     return found
 
 
 def admin_key_file(server: Server) -> str:
-    """Where a worker holds its gateways' admin key (root's: only the drain and rejoin, run as root, read it)."""
+    """Where a host behind gateways holds their admin key (root's: only the drain and rejoin, run as root,
+    read it)."""
     return f"{server.config_dir}/gateway-admin-key"
 
 
-def _listing(server: Server, route: Route) -> dict:
-    """The route's gateway's workers of this worker's model, read from the worker's host with its admin key."""
-    d = server
-    return host.get_fact(GatewayWorkers, port=route.port, key_file=admin_key_file(d), model=d.served_model_name,
+def _listing(server: Server, route: Route, model: str) -> dict:
+    """The route's gateway's workers of `model`, read from the worker's host with the admin key."""
+    return host.get_fact(GatewayWorkers, port=route.port, key_file=admin_key_file(server), model=model,
                          address=route.address, owner=route.owner)
 
 
-def _worker_command(server: Server, route: Route, action: str, *extra: str) -> str:
-    d = server
+def _worker_command(server: Server, route: Route, model: str, action: str, url: str, *extra: str) -> str:
     return inline("gateway_workers", "--address", route.address, *(["--owner", route.owner] if route.owner else []),
-                  "--worker-key-file", d.api_key_file, str(route.port), admin_key_file(d), d.served_model_name,
-                  action, str(route.timeout_s), route.worker_url, *extra)
+                  "--worker-key-file", server.api_key_file, str(route.port), admin_key_file(server), model,
+                  action, str(route.timeout_s), url, *extra)
 
 
 @operation()
 def admin_key(server: Server, routes: list[Route]):
     """
-    The gateways' admin key (the controller's `gateway_admin_key_env`) on a worker behind them, root's
-    alone: the worker drains and registers itself with it. Kept when the controller has none; removed
-    only with `remove_api_key=true`. The key is read here, never an argument.
+    The gateways' admin key (the controller's `gateway_admin_key_env`) on a host behind them, root's
+    alone: its replicas drain and register themselves with it. Kept when the controller has none;
+    removed only with `remove_api_key=true`. The key is read here, never an argument.
 
-    + server: the worker's server (its configuration directory)
-    + routes: its gateways (`routes()`), which name the variable
+    + server: any replica of the host (its configuration directory)
+    + routes: the gateways of every replica of the host (`routes()`), which name the variable
 
     **Example:**
 
     .. code:: python
 
-        workers.admin_key(name="Gateway admin key", server=s, routes=routes)
+        workers.admin_key(name="Gateway admin key", server=replica, routes=routes)
     """
     names = sorted({route.admin_key_env for route in routes if route.admin_key_env})
     if len(names) > 1:
@@ -179,22 +212,23 @@ def admin_key(server: Server, routes: list[Route]):
 @operation()
 def drain(server: Server, routes: list[Route], restart: Restart | None):
     """
-    Take this worker out of its gateways before its server restarts: `DELETE /workers/{id}` (no new
+    Take this replica out of its gateways before its server restarts: `DELETE /workers/{id}` (no new
     requests), waited until each gateway lets it go; then wait until the server holds no request
     in flight (its own /metrics, read three times in a row; at most `longest_generation_s`). smg
     lets a worker go after a fixed settle time, whatever it still generates; the restart that
-    follows is systemd's SIGTERM to the server's main process, which finishes what is left.
+    follows is systemd's SIGTERM to the server's main process, which finishes what is left. The
+    host's other replicas keep serving meanwhile (deploy.py rolls them one at a time).
 
-    + server: the worker's server
+    + server: the replica's server
     + routes: its gateways as its host reaches them (`routes()`)
-    + restart: this run's restart decision of the server (``server.unit.Restart``), which the unit's
+    + restart: this run's restart decision of the replica (``server.unit.Restart``), which the unit's
       operation after the drain takes too; None where the caller stops the server whatever (bench.py)
 
     **Example:**
 
     .. code:: python
 
-        workers.drain(name="Drain from the gateway", server=s, routes=routes(inventory, host, s.served_model_name),
+        workers.drain(name="Drain from the gateway", server=replica, routes=routes(inventory, host, replica),
                       restart=restart)
     """
     d = server
@@ -203,19 +237,20 @@ def drain(server: Server, routes: list[Route], restart: Restart | None):
         problems.append(f"{host.name} serves behind a gateway without /metrics, where its drain reads the "
                         "requests in flight: keep enable_metrics=true")
     if restart is not None and not restart.decision().restarts:
-        host.noop("the server does not restart: it stays in its gateways")
+        host.noop(f"{d.service_name} does not restart: it stays in its gateways")
         return
     if problems:
         yield fail_host(problems, static=True)  # the inventory's addresses and data: known before the run
         return
-    listed = [route for route in routes
-              if any(w["url"] == route.worker_url for w in _listing(d, route)["workers"])]
+    listed = [route for route in routes if any(w["url"] == route.worker_url(d.port)
+                                               for w in _listing(d, route, d.served_model_name)["workers"])]
     if not listed:
-        host.noop("no gateway lists this worker: nothing to drain")
+        host.noop(f"no gateway lists {d.service_name}: nothing to drain")
     for route in listed:
         # The last gateway's drain waits for the server to go idle: every gateway has stopped sending by then.
         idle = ("--idle", d.url, str(d.longest_generation_s)) if route is listed[-1] else ()
-        yield FunctionCommand(_drain, (_worker_command(d, route, "drain", *idle), route.gateway), {})
+        command = _worker_command(d, route, d.served_model_name, "drain", route.worker_url(d.port), *idle)
+        yield FunctionCommand(_drain, (command, route.gateway), {})
 
 
 def _drain(state, host, command: str, gateway: str) -> bool:  # pyinfra passes state and host by these names
@@ -237,49 +272,95 @@ def _drain(state, host, command: str, gateway: str) -> bool:  # pyinfra passes s
 @operation()
 def rejoin(server: Server, routes: list[Route]):
     """
-    Once the server generates in this run (the readiness operation before it passed), register this
-    worker with every gateway of its model that answers and lacks it (`POST /workers`, waited until
-    `ready`); one that does not answer registers it in its own stage. A worker that failed readiness
+    Once the replica generates in this run (the readiness operation before it passed), register it
+    with every gateway of its model that answers and lacks it (`POST /workers`, waited until `ready`):
+    again after its drain, for the first time as a new replica, or back after a rollback kept it out;
+    a gateway that does not answer registers it in its own stage. A replica that failed readiness
     never gets here and stays out.
 
-    + server: the worker's server
+    + server: the replica's server
     + routes: its gateways as its host reaches them (`routes()`)
 
     **Example:**
 
     .. code:: python
 
-        workers.rejoin(name="Back in the gateway", server=s, routes=routes)
+        workers.rejoin(name="Back in the gateway", server=replica, routes=routes)
     """
     joins = _joins(server, routes)
     if not joins:
-        host.noop("every answering gateway lists this worker")
+        host.noop(f"every answering gateway lists {server.service_name}")
     yield from joins
 
 
 def _joins(server: Server, routes: list[Route]) -> list[str]:
-    """The commands registering this worker with each of its gateways that answers and does not list it."""
-    joins = []
+    """The commands registering this replica with each of its gateways that answers and does not list it."""
+    d, joins = server, []
     for route in routes:
-        listing = _listing(server, route)
-        if listing["reachable"] and all(w["url"] != route.worker_url for w in listing["workers"]):
-            joins.append(_worker_command(server, route, "join"))
+        listing = _listing(d, route, d.served_model_name)
+        if listing["reachable"] and all(w["url"] != route.worker_url(d.port) for w in listing["workers"]):
+            joins.append(_worker_command(d, route, d.served_model_name, "join", route.worker_url(d.port)))
     return joins
 
 
 def join_again(host, server: Server, routes: list[Route], drained: OperationMeta | None) -> bool:
     """At execution time, once a server stopped after `drained` (bench.py's sweep) generates again: register
-    the worker again with its gateways, as ``rejoin`` does. False, saying why, when a join failed."""
+    the replica again with its gateways, as ``rejoin`` does. False, saying why, when a join failed."""
     if drained is None or not drained.changed:
         return True
     for command in _joins(server, routes):
         ok, output = shell.run(host, command)
         if not ok:
-            host.log_styled(f"{host.name}: registering again with its gateway failed: "
+            host.log_styled(f"{host.name}: registering {server.service_name} again with its gateway failed: "
                             f"{' '.join((output.stderr or output.stdout).split())[-300:]}", fg="red")
             return False
-    host.log_styled(f"{host.name}: back in its gateways ({', '.join(r.gateway for r in routes)})", fg="green")
+    host.log_styled(f"{host.name}: {server.service_name} back in its gateways ({', '.join(r.gateway for r in routes)})",
+                    fg="green")
     return True
+
+
+@operation()
+def drain_retired(server: Server, gateways: list[Route], restarts: list[Restart]):
+    """
+    Take the SGLang units no deployment of this host wants any more (the single unit of an earlier
+    layout, replicas of another layout or profile) out of every gateway that lists them, before
+    ``unit.retired`` stops them: their port and model are read from their own unit files. Nothing
+    leaves a gateway while the host's SGLang refuses a wanted replica's new files (``unit.retired``
+    then fails the host, changing nothing).
+
+    + server: any replica of the host (its unit prefix and key file)
+    + gateways: every gateway of the inventory as this host reaches it (``gateways()``)
+    + restarts: every wanted replica's restart decision (``server.unit.Restart``)
+
+    **Example:**
+
+    .. code:: python
+
+        workers.drain_retired(name="Drain retired units", server=replica, gateways=gateways(inventory, host),
+                              restarts=[Restart(replica, inputs, [key])])
+    """
+    d = server
+    if refusals(restarts):
+        host.noop("the host's SGLang refuses a new unit: nothing is retired")
+        return
+    wanted = {r.server.service_name for r in restarts}
+    retired = {name: unit for name, unit in (gathering.read(ServerUnits, prefix=d.service_prefix) or {}).items()
+               if name not in wanted and unit["port"] and unit["model"]}
+    reachable = [route for route in gateways if not route.problem]
+    drained = set()  # (gateway, model, url): units of one port are one worker to a gateway
+    for name, unit in sorted(retired.items()):
+        for route in reachable:
+            url = route.worker_url(unit["port"])
+            if (route.gateway, unit["model"], url) in drained:
+                continue
+            if any(w["url"] == url for w in _listing(d, route, unit["model"])["workers"]):
+                drained.add((route.gateway, unit["model"], url))
+                # Its requests in flight finish before unit.retired stops it, as a drained replica's do.
+                idle = ("--idle", f"http://127.0.0.1:{unit['port']}", str(d.longest_generation_s))
+                command = _worker_command(d, route, unit["model"], "drain", url, *idle)
+                yield FunctionCommand(_drain, (command, route.gateway), {})
+    if not drained:
+        host.noop(f"no gateway lists a unit to retire ({', '.join(sorted(retired)) or 'none'})")
 
 
 @operation()

@@ -83,11 +83,12 @@ class ScrapeTarget:
     job: str  # `sglang` (a worker's /metrics) or `smg` (the gateway's Prometheus port)
     name: str  # the inventory host it belongs to (label `host`)
     address: str  # host:port, Prometheus's `instance`
+    replica: str = ""  # a worker's SGLang unit on that host (label `replica`)
 
 
 def scrape_targets(gateway_host_name: str, gateway: Gateway, workers: list[Worker]) -> list[ScrapeTarget]:
     """What Prometheus scrapes: each worker at the address the gateway reaches it, and smg."""
-    return [*(ScrapeTarget("sglang", w.name, urlsplit(w.url).netloc) for w in workers),
+    return [*(ScrapeTarget("sglang", w.name, urlsplit(w.url).netloc, w.replica) for w in workers),
             ScrapeTarget("smg", gateway_host_name, f"{gateway.prometheus_address}:{gateway.prometheus_port}")]
 
 

@@ -20,17 +20,23 @@ DDTREE_BUILD = "sglang @ git+https://github.com/sgl-project/sglang@COMMIT#subdir
 
 def memory_problems(server: Server, expected: GpuExpectations, model: str, weight_bytes: int,
                     gpus: list | None) -> list[str]:
-    """The weights of `model` and its drafter per GPU at the server's TP size against what each GPU offers."""
+    """One replica's plan: its GPUs exist on the host, and the weights of `model` and its drafter per GPU at
+    its TP size fit what each of its GPUs offers."""
     s = server
-    per_card_mib = min((g.get("memory_total_mib") or 0 for g in gpus or []), default=expected.min_memory_mib)
+    found = {g.get("index"): g for g in gpus or []}
+    if gpus and s.gpus and not set(s.gpus) <= set(found):
+        return [f"{host.name}: {s.service_name} takes GPUs {', '.join(map(str, s.gpus))}, but the host has GPUs "
+                f"{', '.join(str(i) for i in sorted(found))}: give it GPUs the host has (layouts or deployments)"]
+    mine = [found[i] for i in s.gpus] if gpus and s.gpus else gpus or []
+    per_card_mib = min((g.get("memory_total_mib") or 0 for g in mine), default=expected.min_memory_mib)
     usable = per_card_mib * (1 << 20) * s.mem_fraction_static
     per_gpu = weight_bytes / s.tp_size
     if per_gpu <= usable:
         return []
     return [f"{host.name}: {model} and its drafter need {per_gpu / GIB:.1f} GiB of weights per GPU "
-            f"at TP {s.tp_size}, but each GPU offers {usable / GIB:.1f} GiB (mem_fraction_static "
-            f"{s.mem_fraction_static} of {per_card_mib} MiB): use a class with more GPU memory, a larger TP "
-            "or a quantized checkpoint"]
+            f"at TP {s.tp_size} ({s.service_name}), but each GPU offers {usable / GIB:.1f} GiB (mem_fraction_static "
+            f"{s.mem_fraction_static} of {per_card_mib} MiB): use a larger tp_size in its layout, a class with more "
+            "GPU memory or a quantized checkpoint"]
 
 
 def refused_flags(server: Server, refused: str) -> str:
@@ -79,8 +85,3 @@ def exposure_problems(server: Server, key_on_controller: bool, key_on_host: bool
     return [f"{host.name}: the server would listen on {s.bind_address}:{s.port}, beyond loopback, without an "
             f"API key ({why}): export {s.api_key_env} on the controller (the server then requires it), or "
             "set bind_address=127.0.0.1 and reach it through a gateway on the host"]
-
-
-def serves(service: dict) -> bool:
-    """The host serves, or did: its SGLang unit is written, or the service runs."""
-    return service["unit_sha1"] is not None or service["active"] in ("active", "activating", "reloading")

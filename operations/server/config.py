@@ -1,12 +1,14 @@
-"""The SGLang server one host runs: its profile's model and speculative settings, its class's tuning,
+"""The SGLang servers one host runs: each replica of each deployment is a `Server`, with its profile's
+model and speculative settings, its class's tuning, its layout's GPUs and port (operations/server/layout.py),
 the service's names, paths and network; typed, checked."""
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from operations.basics import knobs, network
 from operations.basics.knobs import BadHostData
+from operations.server.layout import Layout, unit_name
 
 # What SGLang 0.5.23 takes to end once nothing is in flight after SIGTERM: up to 5 s to notice it
 # (its drain loop polls every 5 s), one more 5 s poll, up to 15 s for the schedulers to leave after
@@ -24,7 +26,7 @@ DEPLOY_FLAGS = {
     "--model-path": "the profile's target", "--model": "the profile's target",
     "--served-model-name": "the profile's served_model_name",
     "--host": "bind_address", "--port": "port",
-    "--tp-size": "sglang_tuning tp_size", "--tensor-parallel-size": "sglang_tuning tp_size",
+    "--tp-size": "layouts tp_size", "--tensor-parallel-size": "layouts tp_size",
     "--mem-fraction-static": "sglang_tuning mem_fraction_static",
     "--attention-backend": "the profile's attention (sglang_tuning attention_backends)",
     "--speculative-algorithm": "the profile's speculative algorithm",
@@ -54,7 +56,8 @@ class Speculative:
 
 @dataclass(frozen=True)
 class Server:
-    """What the SGLang unit of one host serves and how."""
+    """What one SGLang unit (one replica of a deployment) serves and how. The replicas of a deployment share
+    everything but their unit, GPUs and port."""
 
     profile_name: str
     host_class: str
@@ -71,7 +74,7 @@ class Server:
     mem_fraction_static: float
     extra_args: tuple[str, ...]
     env: dict[str, str]
-    service_name: str
+    service_name: str  # this replica's unit (layout.unit_name); `service_prefix` before the layout is applied
     service_user: str
     install_dir: str
     config_dir: str
@@ -84,6 +87,10 @@ class Server:
     longest_generation_s: int  # the longest a request may run: how long a stop waits for those in flight
     after_fabric_manager: bool = False  # NVSwitch boards: CUDA needs fabric manager first
     node_args: tuple[str, ...] = field(default=())  # a node group's part (operations/nodes)
+    service_prefix: str = "sglang"  # the `service_name` knob: every replica's unit is named PREFIX@...
+    deployment: str = ""  # the deployment this replica belongs to (its name on the host)
+    gpus: tuple[int, ...] = ()  # this replica's GPUs (nvidia-smi indices); () before the layout is applied
+    venv_name: str = "sglang-venv"  # its SGLang virtualenv, under install_dir (one per SGLang build on a host)
 
     @property
     def exposed(self) -> bool:
@@ -92,7 +99,15 @@ class Server:
 
     @property
     def venv(self) -> str:
-        return f"{self.install_dir}/sglang-venv"
+        return f"{self.install_dir}/{self.venv_name}"
+
+    @property
+    def gpu_env(self) -> dict[str, str]:
+        """The replica's GPUs as CUDA numbers them: by PCI bus, as nvidia-smi's indices (CUDA's own default
+        order is fastest first: CUDA C Programming Guide, "CUDA Environment Variables")."""
+        if not self.gpus:
+            return {}
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.gpus))}
 
     @property
     def service_home(self) -> str:
@@ -132,9 +147,10 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
 
-def served_model_name(data: Any) -> str:
-    """The model name the host's profile serves under (its workers' and its gateway's), checked."""
-    profile = data.profiles[data.profile]
+def served_model_name(data: Any, profile_name: str | None = None) -> str:
+    """The model name a profile (by default the host's `profile`) serves under (its workers' and its
+    gateway's), checked."""
+    profile = data.profiles[profile_name or data.profile]
     return knobs.matching("served_model_name", profile.get("served_model_name") or profile["target"]["repo"],
                           re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*"), "letters, digits and ._/-")
 
@@ -189,10 +205,15 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
     target_backend, draft_backend = backends[attention]
     # A profile whose algorithm allows one backend only (DDTree: triton) names it; it wins on every class.
     target_backend = profile.get("attention_backend", target_backend)
+    if "tp_size" in tuning:
+        raise BadHostData(f"sglang_tuning['tp_size']={tuning['tp_size']!r} is not accepted: the TP size belongs to "
+                          f"the class and the profile: set layouts[{profile_name!r}]['tp_size'] in "
+                          f"group_data/{host_class}.py")
+    prefix = knobs.matching("service_name", data.service_name, knobs.UNIT_NAME, "a unit name (letters, digits, _.-)")
     return Server(
         profile_name=profile_name,
         host_class=host_class,
-        served_model_name=served_model_name(data),
+        served_model_name=served_model_name(data, profile_name),
         model_dir=model_dir,
         draft_model_dir=draft_model_dir,
         sglang_requirement=knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
@@ -206,15 +227,15 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
         draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,
                                                "an SGLang backend name"),
-        tp_size=knobs.integer("sglang_tuning tp_size", tuning["tp_size"], minimum=1),
+        tp_size=0,  # the layout's (replicas())
         mem_fraction_static=knobs.fraction("sglang_tuning mem_fraction_static", tuning["mem_fraction_static"]),
         extra_args=(*knobs.arguments("sglang_tuning extra_args", tuning.get("extra_args", []), DEPLOY_FLAGS),
                     *knobs.arguments(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
                                      DEPLOY_FLAGS)),
         env={**knobs.environment("sglang_tuning env", tuning.get("env", {})),
              **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))},
-        service_name=knobs.matching("service_name", data.service_name, knobs.UNIT_NAME,
-                                    "a unit name (letters, digits, _.-)"),
+        service_name=prefix,
+        service_prefix=prefix,
         service_user=knobs.service_account("service_user", data.service_user),
         install_dir=knobs.path("install_dir", data.install_dir),
         config_dir=knobs.path("config_dir", data.config_dir),
@@ -227,3 +248,10 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
                                                                                 data.ready_timeout_s, minimum=1),
         longest_generation_s=knobs.integer("longest_generation_s", data.longest_generation_s, minimum=1),
     )
+
+
+def replicas(server: Server, deployment: str, layout: Layout) -> tuple[Server, ...]:
+    """The deployment's servers, one a replica of the layout: its unit, GPUs, port and TP size."""
+    return tuple(replace(server, deployment=deployment, tp_size=layout.tp_size, gpus=gpus, port=port,
+                         service_name=unit_name(server.service_prefix, deployment, gpus))
+                 for gpus, port in zip(layout.groups, layout.ports))

@@ -120,7 +120,7 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
     d = server
     if not restarted.changed:
         probe = gathering.read(ServerProbe, install_dir=d.install_dir, port=d.port, model=d.served_model_name,
-                              key_file=d.api_key_file, service_user=d.service_user)
+                               key_file=d.api_key_file, service_user=d.service_user) or {}
         if generates(probe):
             log_serving(host, probe)
             host.noop(f"serving {probe['algorithm']}: accept length {probe['accept_length']}")
@@ -196,6 +196,5 @@ def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    d = deployment.server
     return [(ServerProbe, dict(install_dir=d.install_dir, port=d.port, model=d.served_model_name,
-                               key_file=d.api_key_file, service_user=d.service_user))]
+                               key_file=d.api_key_file, service_user=d.service_user)) for d in deployment.replicas]

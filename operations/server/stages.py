@@ -1,5 +1,6 @@
 """The server stages deploy.py calls."""
 
+from pyinfra import host
 from pyinfra.api.operation import OperationMeta
 
 from operations.basics import gathering, ownership
@@ -19,47 +20,60 @@ def root_directories(server: Server) -> tuple[str, ...]:
     return (server.install_dir, f"{server.install_dir}/bin", server.config_dir)
 
 
-def server_installed(server: Server) -> OperationMeta:
+def builds(servers) -> list[Server]:
+    """One server per SGLang virtualenv among `servers` (deployments of one build share theirs)."""
+    found: dict[str, Server] = {}
+    for s in servers:
+        found.setdefault(s.venv, s)
+    return list(found.values())
+
+
+def server_installed(servers: tuple[Server, ...]) -> OperationMeta:
     """
-    What the server runs as and from: its system user, root's directories, its API key, uv and SGLang's
-    virtualenv, and the host programs. Returns the API key's operation (its change alone restarts).
+    What the servers run as and from: their system user, root's directories, their API key, uv and each
+    SGLang build's virtualenv, and the host programs. Returns the API key's operation (its change alone
+    restarts).
+
+    + servers: a server of each of the host's deployments (what their replicas share)
 
     **Example:**
 
     .. code:: python
 
-        key = server_installed(deployment.server)
+        key = server_installed(tuple(d.server for d in deployments))
     """
-    s = server
+    s = servers[0]
     ownership.service_user(name="Service user", user=s.service_user, home=s.service_home)
     ownership.root_directories(name="Root's directories", paths=root_directories(s))
     key = api_key.api_key(name="API key", server=s)
     uv = Uv(s.install_dir)
     venv.uv(name="uv", uv=uv, index_url=s.pip_index_url)
-    venv.requirement(name="SGLang", path=s.venv, distribution="sglang", requirement=s.sglang_requirement,
-                     index_url=s.pip_index_url, uv=uv)
+    for build in host.loop(builds(servers)):
+        venv.requirement(name=f"SGLang ({build.venv_name})", path=build.venv, distribution="sglang",
+                         requirement=build.sglang_requirement, index_url=build.pip_index_url, uv=uv)
     ownership.host_programs_uploaded(name="Host scripts", install_dir=s.install_dir)
     return key
 
 
 def server_serving(server: Server, restart: Restart, weight_bytes: int, group: NodeGroup | None) -> OperationMeta:
     """
-    The unit (restarted only as ``restart`` decided), then the proof it serves within `ready_timeout_s`
-    (by default from the size of the weights it loads): a generation through its HTTP server, or for a
-    rank >= 1 of a node group, its link to rank 0. Returns the unit's operation.
+    One replica's unit (restarted only as ``restart`` decided), then the proof it serves within
+    `ready_timeout_s` (by default from the size of the weights it loads): a generation through its HTTP
+    server, or for a rank >= 1 of a node group, its link to rank 0. Returns the unit's operation.
 
     **Example:**
 
     .. code:: python
 
-        server_serving(deployment.server, restart, weight_bytes=hub.total_bytes, group=deployment.node_group)
+        server_serving(replica, restart, weight_bytes=hub.total_bytes, group=deployment.node_group)
     """
     timeout_s = readiness.timeout_for(server, weight_bytes)
-    configured = unit.configure(name="SGLang service", server=server, restart=restart)
+    configured = unit.configure(name=f"SGLang service {server.service_name}", server=server, restart=restart)
     if group and not group.serves_http:
         rendezvous.joined(name="Rank joined rank 0", group=group, service=server.service_name, timeout_s=timeout_s)
     else:
-        readiness.ready(name="SGLang generates", server=server, restarted=configured, timeout_s=timeout_s)
+        readiness.ready(name=f"SGLang generates {server.service_name}", server=server, restarted=configured,
+                        timeout_s=timeout_s)
     return configured
 
 
@@ -71,4 +85,4 @@ def _read(deployment, snapshots) -> gathering.Wanted:
             (FileStates, dict(paths=(s.api_key_file,))),
             (FileStates, dict(paths=tuple(upload_paths(s.install_dir)))),
             (HostPython, dict(uv=Uv(s.install_dir).binary)),
-            (VenvRequirement, dict(path=s.venv, distribution="sglang"))]
+            (VenvRequirement, dict(path=s.venv, distribution="sglang"))]  # each deployment's build

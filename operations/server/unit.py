@@ -1,20 +1,22 @@
-"""The SGLang systemd unit: whether it restarts (one decision per run), written only when its inputs
-change, validated first, and the previous one kept for the rollback (readiness.py proves it serves)."""
+"""The SGLang systemd units, one per replica: whether each restarts (one decision per replica and run),
+written only when its inputs change, validated first, and the previous one kept for the rollback
+(readiness.py proves it serves); units no deployment wants any more are retired."""
 
+import json
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from io import StringIO
 
 from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api import FactBase, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, systemd
 
 from operations.basics import gathering
 from operations.basics.failing import fail_host
 from operations.basics.file_states import sha1_of
-from operations.basics.host_programs import HOST_SCRIPTS
+from operations.basics.host_programs import HOST_SCRIPTS, inline
 from operations.basics.templates import render
 from operations.basics.units import ServiceState
 from operations.python.venv import VenvRequirement, fingerprint
@@ -32,7 +34,7 @@ STOPPED = "it is not running"
 
 def unit_files(server: Server, inputs: str) -> tuple[str, str]:
     """The rendered unit and environment file; `inputs` names what else forces a restart."""
-    env_text = render("server/sglang.env.j2", s=server, env=server.env)
+    env_text = render("server/sglang.env.j2", s=server, env={**server.env, **server.gpu_env})
     unit_text = render("server/sglang.service.j2", s=server, args=[shlex.quote(a) for a in server_args(server)],
                        inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}")
     return unit_text, env_text
@@ -64,13 +66,13 @@ class Decision:
 
 class Restart:
     """
-    Whether and why the SGLang unit restarts in this run: the one decision the drain before it, the
-    unit's operation and the rollback after it all take. Decided once per host, when an operation
+    Whether and why one replica's SGLang unit restarts in this run: the one decision the drain before it,
+    the unit's operation and the rollback after it all take. Decided once per replica, when an operation
     first asks at execution time (the stages before it have run by then): the unit and environment
     are rendered once and compared with the host's, and new files are validated once by the host's
     SGLang (as the service user, offline, with the unit's environment).
 
-    + server: the host's server
+    + server: the replica's server
     + inputs: what the server is built from (``inputs()``)
     + restart_when: operations (the API key) whose change alone needs a restart
     + decided_env: what the host's own measurements add to the unit's environment, asked when the decision
@@ -117,8 +119,8 @@ def configure(server: Server, restart: Restart):
     are kept so a failed readiness check can restore them (``restore_command``). The restart is
     systemd's: SIGTERM, which SGLang answers by finishing its in-flight requests.
 
-    + server: the host's server
-    + restart: this run's restart decision (``Restart``), which a drain before may have asked too
+    + server: the replica's server
+    + restart: this run's restart decision of the replica (``Restart``), which a drain before may have asked too
 
     **Example:**
 
@@ -166,7 +168,81 @@ def restore_command(server: Server) -> str:
     ])
 
 
+class ServerUnits(FactBase):
+    """
+    The SGLang units on the host (PREFIX: the single unit of an earlier layout; PREFIX@*: one a
+    replica), each with the port, served model and weights directories its ExecStart names
+    (host_scripts/server_units.py).
+
+    .. code:: python
+
+        {"sglang@qwen36_ddtree-gpu0": {"port": 30000, "model": "qwen3.6-27b",
+                                       "loads": ["/srv/specfleet/models/Qwen--Qwen3.6-27B/486dd6...", "..."]}}
+    """
+
+    host_answer = "server_units.answer"
+    default = dict
+
+    def command(self, prefix: str) -> str:
+        return inline("server_units", prefix)
+
+    def process(self, output):
+        return json.loads("\n".join(output))
+
+
+def unit_paths(config_dir: str, name: str) -> tuple[str, ...]:
+    """A unit's files (its environment file beside it) and the previous ones kept for its rollback."""
+    files_of = (f"/etc/systemd/system/{name}.service", f"{config_dir}/{name}.env")
+    return (*files_of, *(f"{path}{PREVIOUS}" for path in files_of))
+
+
+def refusals(restarts: list["Restart"]) -> list[str]:
+    """Why the host's SGLang refuses the new files of any of these replicas (one sentence each): then no
+    unit of the host changes, the retired ones included."""
+    return [refused_flags(r.server, r.decision().refused) for r in restarts if r.decision().refused]
+
+
+@operation()
+def retired(server: Server, restarts: list[Restart]):
+    """
+    Stop, disable and remove the SGLang units no deployment of the host wants: the single unit of an
+    earlier layout (``PREFIX.service``) and replicas of another layout or profile, with their environment
+    files and the previous ones kept for their rollback. Runs before any wanted replica (re)starts: a
+    unit named for other GPUs may hold the GPUs or the port a wanted replica takes (units of one name
+    always hold the same GPUs, layout.unit_name), and a host serves from its wanted units only. If the
+    host's SGLang refuses any wanted replica's new files, nothing is retired and the host fails here.
+
+    + server: any replica of the host (the unit prefix, the configuration directory)
+    + restarts: every wanted replica's restart decision (``Restart``), which validates its new files
+
+    **Example:**
+
+    .. code:: python
+
+        unit.retired(name="Units no deployment wants", server=replica, restarts=[Restart(replica, inputs, [key])])
+    """
+    s = server
+    refused = refusals(restarts)
+    if refused:
+        yield fail_host(refused)
+        return
+    wanted = {r.server.service_name for r in restarts}
+    stale = sorted(set(gathering.read(ServerUnits, prefix=s.service_prefix) or {}) - wanted)
+    if not stale:
+        host.noop(f"every SGLang unit on the host is wanted ({len(wanted)})")
+        return
+    for name in stale:
+        host.log_styled(f"{host.name}: retiring {name} (no deployment wants it any more)", fg="yellow")
+        yield from systemd.service._inner(service=name, running=False, enabled=False)
+    # Root's own files in root's directories (ownership.root_directories).
+    yield "rm -f -- " + " ".join(shlex.quote(path) for name in stale for path in unit_paths(s.config_dir, name))
+    yield from systemd.daemon_reload._inner()
+    # A unit that ended failed (its stop killed it) stays listed so until reset: it is gone.
+    yield f"systemctl reset-failed {' '.join(shlex.quote(f'{name}.service') for name in stale)} 2>/dev/null || true"
+
+
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    s = deployment.server
-    return [(ServiceState, dict(unit_file=s.unit_file, env_file=s.env_file, service=s.service_name))]
+    return [(ServerUnits, dict(prefix=deployment.server.service_prefix)),
+            *((ServiceState, dict(unit_file=s.unit_file, env_file=s.env_file, service=s.service_name))
+              for s in deployment.replicas)]

@@ -114,21 +114,26 @@ class WeightsDisk(FactBase):
         return json.loads("\n".join(output))
 
 
-def disk_problems(weights: Weights, snapshots: dict[str, RepoSnapshot], disk: dict) -> list[str]:
-    """Bytes still missing per filesystem (plus one shard of headroom for a partial file) against free bytes."""
-    repos = [r for r in weights.repos if r.role in snapshots]  # a repo waiting for access: next run
-    unknown = [r.local_dir for r in repos if not (disk or {}).get(r.local_dir)]
+def disk_problems(wanted: list[tuple[Weights, dict[str, RepoSnapshot]]], disk: dict) -> list[str]:
+    """Bytes still missing per filesystem (plus one shard of headroom for a partial file) against free bytes,
+    over every deployment's weights (`wanted`: each one's weights and snapshots; a repo two share counts once)."""
+    repos = {r.local_dir: (r, snapshots[r.role]) for weights, snapshots in wanted for r in weights.repos
+             if r.role in snapshots}  # a repo waiting for access: next run
+    unknown = [local_dir for local_dir in repos if not (disk or {}).get(local_dir)]
     if unknown:
         return [f"{host.name}: the host did not say how much room {', '.join(unknown)} has (its disk check "
                 "printed nothing; it needs python3 on the host): install python3, then re-run"]
     needs: dict[int, list] = {}
-    for repo in repos:
-        on_disk, snap = disk[repo.local_dir], snapshots[repo.role]
-        missing = [f.size for f in snap.files if on_disk["files"].get(f.path) != f.size]
+    for local_dir, (repo, snap) in repos.items():
+        on_disk = disk[local_dir]
+        # A file another revision holds is linked into this one: it costs no room.
+        elsewhere = set(on_disk.get("others") or ())
+        missing = [f.size for f in snap.files if on_disk["files"].get(f.path) != f.size
+                   and held(f) not in elsewhere]
         need = needs.setdefault(on_disk["device"], [0, 0, on_disk["free"], on_disk["checked"], []])
         need[0] += sum(missing)
         need[1] = max([need[1], *missing])
-        need[4].append(repo.local_dir)
+        need[4].append(local_dir)
     return [
         f"{host.name}: the weights need {gb(missing)} more in {', '.join(dirs)} (+ {gb(headroom)} headroom "
         f"for a partial file), but the filesystem holding {checked} has {gb(free)} free: free space there "
@@ -136,6 +141,11 @@ def disk_problems(weights: Weights, snapshots: dict[str, RepoSnapshot], disk: di
         for missing, headroom, free, checked, dirs in needs.values()
         if missing and missing + headroom > free
     ]
+
+
+def held(file) -> str:
+    """A listed file's content as weights_disk.py names what other revisions hold."""
+    return f"sha256:{file.sha256}:{file.size}" if file.sha256 else f"git_sha1:{file.git_sha1}:{file.size}"
 
 
 def disk_state(weights: Weights) -> dict:

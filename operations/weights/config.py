@@ -1,8 +1,14 @@
 """The model's weights one host fetches: its profile's repos (after mirrors), where they land, who owns
-them, and the hub they come from; typed, checked."""
+them, and the hub they come from; typed, checked.
+
+Each revision lands beside the others, as the hub cache keeps its snapshots:
+`<weights_dir>/<owner>--<name>/<commit>/`, the repo named after the real one (a mirror swap keeps
+the path). A server loads one revision's directory, so a unit that is put back loads the bytes it
+loaded before (operations/weights/revisions.py keeps and deletes revisions).
+"""
 
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from operations.basics import knobs
@@ -17,11 +23,22 @@ class Repo:
     role: str  # "target" or "drafter"
     repo_id: str
     revision: str  # a commit, or a branch that preflight resolves
-    local_dir: str
+    repo_dir: str  # where its revisions land, each in a directory of its own
+    commit: str | None = None  # what the hub resolved `revision` to (`Weights.pinned`)
+
+    @property
+    def local_dir(self) -> str:
+        """This revision's directory (before the hub resolved a branch, named after the branch)."""
+        return posixpath.join(self.repo_dir, self.commit or self.revision.replace("/", "--"))
 
     @property
     def unit_name(self) -> str:
-        return f"specfleet-weights-{self.role}"
+        """Its download unit: one per repo on a host (a host holds one revision of a repo for its deployments)."""
+        return f"specfleet-weights-{posixpath.basename(self.repo_dir)}"
+
+    @property
+    def spec_file_name(self) -> str:
+        return f"weights-{posixpath.basename(self.repo_dir)}.json"
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,10 @@ class Weights:
     def drafter(self) -> Repo:
         return self.repo("drafter")
 
+    def pinned(self, commits: dict[str, str]) -> "Weights":
+        """These weights at the commits the hub resolved (per role); a role without one stays as it was."""
+        return replace(self, repos=tuple(replace(r, commit=commits.get(r.role, r.commit)) for r in self.repos))
+
 
 def _mirrored(mirrors: dict, repo_id: str, revision: str) -> tuple[str, str]:
     replacement = mirrors.get("repos", {}).get(repo_id)
@@ -66,8 +87,8 @@ def pinned(pins: dict, repo_id: str, revision: str) -> str:
     return knobs.matching(f"pins repos {repo_id}@{revision}", found, knobs.COMMIT, "a 40-hex commit")
 
 
-def local_dir(weights_dir: str, real_id: str) -> str:
-    """Where a repo lands: named after the real repo, so a mirror swap keeps paths stable."""
+def repo_dir(weights_dir: str, real_id: str) -> str:
+    """Where a repo's revisions land: named after the real repo, so a mirror swap keeps paths stable."""
     return posixpath.join(weights_dir, real_id.replace("/", "--"))
 
 
@@ -86,7 +107,8 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner
                     knobs.matching(f"{role} repo (mirrors)", repo_id, knobs.REPO_ID, "a hub repo id, owner/name"),
                     knobs.matching(f"{role} revision", revision, knobs.REVISION,
                                    "a 40-hex commit (or a branch or tag name)"),
-                    local_dir(weights_dir, real_id))
+                    repo_dir(weights_dir, real_id),
+                    revision if knobs.COMMIT.fullmatch(revision) else None)
 
     return Weights(
         repos=tuple(repo(role) for role in ROLES),

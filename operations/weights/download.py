@@ -65,7 +65,10 @@ def state_listings(repos: list[Repo], snapshots: dict[str, RepoSnapshot]) -> str
 
 
 def download_spec(repo: Repo, snap: RepoSnapshot) -> dict:
-    return {"repo_id": repo.repo_id, "commit": snap.commit, "local_dir": repo.local_dir, "files": snap.listing()}
+    """What the fetcher reads: the revision, where it lands, and the directory of the repo's other revisions
+    (files their manifests recorded with the listing's sha256 are linked, not fetched)."""
+    return {"repo_id": repo.repo_id, "commit": snap.commit, "local_dir": repo.local_dir, "revisions_dir": repo.repo_dir,
+            "files": snap.listing()}
 
 
 @operation()
@@ -121,15 +124,17 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
 
     uploads = {}  # each repo's spec and unit file, by path
     for repo in pending:
-        spec_file = f"{d.config_dir}/weights-{repo.role}.json"
+        spec_file = f"{d.config_dir}/{repo.spec_file_name}"
         uploads[spec_file] = json.dumps(download_spec(repo, snapshots[repo.role]), indent=1)
         uploads[f"/etc/systemd/system/{repo.unit_name}.service"] = render(
             "weights/weights.service.j2", w=d, repo=repo, commit=snapshots[repo.role].commit, spec_file=spec_file)
     # One round trip for every path, where files.directory and files.put read two or three facts each.
-    states = host.get_fact(FileStates, paths=(*(r.local_dir for r in pending), *uploads))
+    # Root makes the repo's directory (in root's weights directory); the fetcher, as its owner, makes
+    # the revision's inside it.
+    states = host.get_fact(FileStates, paths=(*(r.repo_dir for r in pending), *uploads))
     for repo in pending:
-        if not owned_by(states.get(repo.local_dir), d.owner):
-            yield from files.directory._inner(path=repo.local_dir, user=d.owner, group=d.owner)
+        if not owned_by(states.get(repo.repo_dir), d.owner):
+            yield from files.directory._inner(path=repo.repo_dir, user=d.owner, group=d.owner)
     for dest, content in uploads.items():
         if not matches(states.get(dest), "file", "644", sha1=sha1_of(content.encode())):
             yield from files.put._inner(src=StringIO(content), dest=dest, mode="644")
@@ -140,6 +145,43 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
            f"systemctl start --no-block {units}")
     if wait:
         yield FunctionCommand(wait_for_downloads, (pending, snapshots, poll_interval), {})
+
+
+# The download units of earlier specfleet versions, one per role (a unit per repo took their place).
+EARLIER_ROLES = ("target", "drafter")
+
+
+def earlier_paths(config_dir: str) -> tuple[str, ...]:
+    return (*(f"/etc/systemd/system/specfleet-weights-{role}.service" for role in EARLIER_ROLES),
+            *(f"{config_dir}/weights-{role}.json" for role in EARLIER_ROLES))
+
+
+@operation()
+def earlier_units_removed(weights: Weights):
+    """
+    Remove the download units of earlier specfleet versions (one per role, `specfleet-weights-target`)
+    and their specs: a unit per repo took their place, and theirs would download into the single
+    directory those versions used.
+
+    + weights: the host's weights (its configuration directory)
+
+    **Example:**
+
+    .. code:: python
+
+        download.earlier_units_removed(name="Earlier download units", weights=deployment.weights)
+    """
+    paths = earlier_paths(weights.config_dir)
+    present = [p for p, state in (gathering.read(FileStates, paths=paths) or {}).items() if state]
+    if not present:
+        host.noop("no download unit of an earlier specfleet version")
+        return
+    units = [p.rsplit("/", 1)[1] for p in present if p.endswith(".service")]
+    if units:
+        yield f"systemctl stop {' '.join(units)} 2>/dev/null || true"
+    # Root's own files in root's directories.
+    yield "rm -f -- " + " ".join(shlex.quote(p) for p in present)
+    yield "systemctl daemon-reload"
 
 
 def owned_by(state: dict | None, user: str) -> bool:
@@ -246,6 +288,7 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
     repos = deployment.weights.repos
+    earlier = [(FileStates, dict(paths=earlier_paths(deployment.weights.config_dir)))]
     if len(snapshots) != len(repos):  # a repo waiting for access: nothing to compare yet
-        return []
-    return [(WeightsState, dict(listings=state_listings(repos, snapshots)))]
+        return earlier
+    return [*earlier, (WeightsState, dict(listings=state_listings(repos, snapshots)))]

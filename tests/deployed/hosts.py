@@ -2,9 +2,10 @@
 
 The inventory is loaded by pyinfra's own CLI code (`pyinfra_cli.inventory.make_inventory`,
 group_data folders included; in a child process, see load_inventory), so a host here has
-exactly the data and groups that `pyinfra INVENTORY deploy.py` gives it; its deployment is
-resolved by the deploy's own `operations.deployment.resolve`. One SSH connection per host,
-opened as pyinfra's ssh connector opens it and reused by every check.
+exactly the data and groups that `pyinfra INVENTORY deploy.py` gives it; its deployments (and their
+replicas) are resolved by the deploy's own `operations.deployment.resolve_host`, at the commits their
+revisions pin. One SSH connection per host, opened as pyinfra's ssh connector opens it and reused by
+every check.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from pyinfra.api import FactBase
 from pyinfra.connectors.ssh import connector_data_meta
 from pyinfra.connectors.sshuserclient.client import SSHClient
 
-from operations.deployment import Deployment, host_class_of, resolve
-from operations.weights.hub import controller_token
+from operations.basics.knobs import COMMIT
+from operations.deployment import Deployment, host_class_of, pinned, resolve_host
+from operations.server.config import Server
+from operations.weights.hub import controller_token, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 CONNECT_TIMEOUT = 10  # pyinfra's default (Config.CONNECT_TIMEOUT)
@@ -169,8 +172,33 @@ class Target:
         return host_class_of(self.host.groups)
 
     @functools.cached_property
+    def resolved(self) -> tuple[Deployment, ...]:
+        """Its deployments as its data says them (a branch revision not yet at a commit)."""
+        return resolve_host(self.host.data, self.host_class, self.node_members)
+
+    @functools.cached_property
+    def deployments(self) -> tuple[Deployment, ...]:
+        """Its deployments at the commits the deploy served: a pinned commit, or for a branch the commit
+        the hub says it is at now (operations.weights.hub.snapshot, with the deploy's token)."""
+        def commit(d: Deployment, repo) -> str:
+            if COMMIT.fullmatch(repo.revision):
+                return repo.revision
+            try:
+                return snapshot(d.weights.hf_endpoint, self.hf_token(), repo.repo_id, repo.revision).commit
+            except Exception as problem:  # HubProblem, or the hub unreachable from here
+                pytest.fail(f"{self.name}: expected to resolve {repo.repo_id}@{repo.revision} on the hub to find "
+                            f"its revision's directory, found {type(problem).__name__}: {problem}")
+        return tuple(pinned(d, {r.role: commit(d, r) for r in d.weights.repos}) for d in self.resolved)
+
+    @property
     def deployment(self) -> Deployment:
-        return resolve(self.host.data, self.host_class, self.node_members)
+        """Its first deployment: what every deployment of the host shares (GPUs, service user, paths)."""
+        return self.deployments[0]
+
+    @property
+    def replicas(self) -> tuple[Server, ...]:
+        """Every SGLang unit its deployments want, one a replica."""
+        return tuple(replica for d in self.deployments for replica in d.replicas)
 
     @property
     def serves_http(self) -> bool:
@@ -293,7 +321,7 @@ class Target:
 
         if self.lab_mode:
             return TOKEN_GRANTED
-        token = controller_token(self.deployment.weights.hf_token_env)
+        token = controller_token(self.resolved[0].weights.hf_token_env)
         if not token and "lab" in self.host.groups:
             return TOKEN_GRANTED
         return token

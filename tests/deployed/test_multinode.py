@@ -22,11 +22,12 @@ def node_group(target, rank0: bool):
 
 def test_rank0_serves_for_its_group_with_every_rank_joined(target):
     g = node_group(target, rank0=True)
-    health = serving(target)["health"]
+    health = serving(target, target.deployment.server)["health"]
     assert health["status"] == 200, (f"{target.name}: expected rank 0 of {g.name} to answer /health_generate with "
                                      f"200, found {health['status']}: {health['body'][:200]} (a rank that is down "
                                      f"keeps the group from serving: check {', '.join(g.members[1:])})")
-    info = body_json(target, "/server_info", serving(target)["server_info"])
+    info, problem = body_json(target, "/server_info", serving(target, target.deployment.server)["server_info"])
+    assert problem is None, f"{target.name}: {problem}"
     found = (info.get("nnodes"), info.get("node_rank"), info.get("dist_init_addr"), info.get("tp_size"))
     assert found == (g.nnodes, 0, g.dist_init_addr, g.tp_size), (
         f"{target.name}: expected /server_info nnodes, node_rank, dist_init_addr, tp_size "

@@ -1,4 +1,4 @@
-"""The server generates, speculatively: health, a chat completion, /server_info, /metrics.
+"""Every replica's server generates, speculatively: health, a chat completion, /server_info, /metrics.
 
 Asked from the host itself (python3, stdlib); an API key, if the deploy installed one,
 is read there from its 0600 file and never appears in a command line.
@@ -50,59 +50,82 @@ def base_url(d) -> str:
     return f"http://{host}:{d.port}"
 
 
-def serving(target) -> dict:
-    d = target.deployment.server
-    return target.memo("serving", lambda: target.python(_SERVING_SCRIPT, base_url(d), d.served_model_name,
-                                                        d.api_key_file))
+def serving(target, d) -> dict:
+    return target.memo(f"serving {d.service_name}", lambda: target.python(
+        _SERVING_SCRIPT, base_url(d), d.served_model_name, d.api_key_file))
 
 
-def body_json(target, name: str, response: dict):
-    assert response["status"] == 200, (f"{target.name}: expected 200 from {name}, found "
-                                       f"{response['status']}: {response['body'][:300]}")
+def each_replica(target, check) -> None:
+    """Run `check(replica, what it answered)` on every replica; fail with every replica's problem."""
+    problems = [problem for d in target.replicas for problem in check(d, serving(target, d))]
+    assert not problems, "\n".join(problems)
+
+
+def body_json(target, name: str, response: dict) -> tuple[object, str | None]:
+    """(the JSON body, None) of a 200 response, else (None, why not)."""
+    if response["status"] != 200:
+        return None, f"expected 200 from {name}, found {response['status']}: {response['body'][:300]}"
     try:
-        return json.loads(response["body"])
+        return json.loads(response["body"]), None
     except ValueError:
-        pytest.fail(f"{target.name}: expected JSON from {name}, found {response['body'][:300]!r}")
+        return None, f"expected JSON from {name}, found {response['body'][:300]!r}"
 
 
 def test_health_generate_answers_200(target):
-    health = serving(target)["health"]
-    assert health["status"] == 200, (f"{target.name}: expected 200 from /health_generate on "
-                                     f"{base_url(target.deployment.server)}, found {health['status']}: "
-                                     f"{health['body'][:300]}")
+    def check(d, answers):
+        health = answers["health"]
+        return [] if health["status"] == 200 else [
+            f"{target.name}: expected 200 from /health_generate on {base_url(d)} ({d.service_name}), found "
+            f"{health['status']}: {health['body'][:300]}"]
+    each_replica(target, check)
 
 
 def test_chat_completion_returns_text(target):
-    chat = body_json(target, "/v1/chat/completions", serving(target)["chat"])
-    try:
-        text = chat["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        text = None
-    assert isinstance(text, str) and text.strip(), (
-        f"{target.name}: expected a chat completion from {target.deployment.server.served_model_name} with text, "
-        f"found {str(chat)[:300]}")
+    def check(d, answers):
+        chat, problem = body_json(target, "/v1/chat/completions", answers["chat"])
+        if problem:
+            return [f"{target.name}: {d.service_name}: {problem}"]
+        try:
+            text = chat["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            text = None
+        return [] if isinstance(text, str) and text.strip() else [
+            f"{target.name}: expected a chat completion from {d.served_model_name} ({d.service_name}) with text, "
+            f"found {str(chat)[:300]}"]
+    each_replica(target, check)
 
 
 def test_server_info_reports_speculative_decoding_accepting_drafts(target):
-    d = target.deployment.server
-    info = body_json(target, "/server_info", serving(target)["server_info"])
-    algorithm = info.get("speculative_algorithm")
-    assert algorithm == d.speculative.algorithm, (
-        f"{target.name}: expected /server_info speculative_algorithm {d.speculative.algorithm}, found {algorithm}")
-    states = info.get("internal_states") or [{}]
-    accept = states[0].get("avg_spec_accept_length")
-    assert isinstance(accept, (int, float)) and accept > 1.0, (
-        f"{target.name}: expected an average accept length > 1.0 in /server_info, found {accept}: "
-        "the drafter's tokens are not being accepted")
+    def check(d, answers):
+        info, problem = body_json(target, "/server_info", answers["server_info"])
+        if problem:
+            return [f"{target.name}: {d.service_name}: {problem}"]
+        problems = []
+        algorithm = info.get("speculative_algorithm")
+        if algorithm != d.speculative.algorithm:
+            problems.append(f"{target.name}: expected {d.service_name}'s /server_info speculative_algorithm "
+                            f"{d.speculative.algorithm}, found {algorithm}")
+        if info.get("tp_size") != d.tp_size or info.get("port") != d.port:
+            problems.append(f"{target.name}: expected {d.service_name} at TP {d.tp_size} on port {d.port}, found "
+                            f"TP {info.get('tp_size')} on port {info.get('port')}")
+        accept = (info.get("internal_states") or [{}])[0].get("avg_spec_accept_length")
+        if not (isinstance(accept, (int, float)) and accept > 1.0):
+            problems.append(f"{target.name}: expected an average accept length > 1.0 in {d.service_name}'s "
+                            f"/server_info, found {accept}: the drafter's tokens are not being accepted")
+        return problems
+    each_replica(target, check)
 
 
 def test_metrics_expose_the_accept_length(target):
-    d = target.deployment.server
-    if not d.enable_metrics:
+    if not target.deployment.server.enable_metrics:
         pytest.skip("enable_metrics is off in group_data")
-    metrics = serving(target)["metrics"]
-    assert metrics["status"] == 200, (f"{target.name}: expected 200 from /metrics (enable_metrics is on), "
-                                      f"found {metrics['status']}: {metrics['body'][:300]}")
-    lines = [line for line in metrics["body"].splitlines() if line.startswith("sglang:spec_accept_length")]
-    assert lines, (f"{target.name}: expected sglang:spec_accept_length in /metrics, found "
-                   f"{len(metrics['body'].splitlines())} lines without it")
+
+    def check(d, answers):
+        metrics = answers["metrics"]
+        if metrics["status"] != 200:
+            return [f"{target.name}: expected 200 from {d.service_name}'s /metrics (enable_metrics is on), found "
+                    f"{metrics['status']}: {metrics['body'][:300]}"]
+        lines = [line for line in metrics["body"].splitlines() if line.startswith("sglang:spec_accept_length")]
+        return [] if lines else [f"{target.name}: expected sglang:spec_accept_length in {d.service_name}'s "
+                                 f"/metrics, found {len(metrics['body'].splitlines())} lines without it"]
+    each_replica(target, check)

@@ -1,4 +1,5 @@
-"""SGLang is the pinned build, and the weights are the pinned revisions' files, complete.
+"""SGLang is each deployment's pinned build, and the weights are the pinned revisions' files, complete,
+each revision in a directory of its own.
 
 The expected files are the hub's listing at the pinned revision, fetched the way the
 deploy's preflight fetches it (operations.hub.snapshot, with the deploy's token).
@@ -39,7 +40,11 @@ print(json.dumps(result))
 
 
 def test_sglang_virtualenv_has_the_pinned_version(target):
-    d = target.deployment.server
+    for d in {dep.server.venv: dep.server for dep in target.deployments}.values():  # one venv per build
+        check_venv(target, d)
+
+
+def check_venv(target, d):
     installed = target.facts(sglang=(VenvRequirement(), dict(path=d.venv, distribution="sglang")))["sglang"]
     version = (installed or {}).get("version")
     assert version, f"{target.name}: expected SGLang {d.sglang_version} in {d.venv}, found no sglang there"
@@ -74,8 +79,7 @@ def test_virtualenvs_are_built_by_the_pinned_uv(target):
     assert f"uv = {venv.UV_VERSION}" in config, f"{target.name}: expected {d.venv} built by uv, found:\n{config}"
 
 
-def hub_listing(target, repo):
-    d = target.deployment.weights
+def hub_listing(target, d, repo):
     try:
         return snapshot(d.hf_endpoint, target.hf_token(), repo.repo_id, repo.revision)
     except Exception as problem:  # HubProblem, or the hub unreachable from here
@@ -85,16 +89,22 @@ def hub_listing(target, repo):
 
 
 def weights_state(target) -> dict:
-    dirs = [repo.local_dir for repo in target.deployment.weights.repos]
+    dirs = sorted({repo.local_dir for d in target.deployments for repo in d.weights.repos})
     return target.memo("weights", lambda: target.python(_WEIGHTS_SCRIPT, MANIFEST, *dirs))
 
 
 @pytest.mark.parametrize("role", ["target", "drafter"])
 def test_weights_are_the_pinned_revision_complete(target, role):
-    repo = target.deployment.weights.repo(role)
+    for d in target.deployments:
+        check_revision(target, d.weights, d.weights.repo(role), role)
+
+
+def check_revision(target, d, repo, role):
     state = weights_state(target)[repo.local_dir]
-    hub = hub_listing(target, repo)
+    hub = hub_listing(target, d, repo)
     where = f"{target.name}: {repo.local_dir} ({role} {repo.repo_id}@{repo.revision})"
+    assert posixpath.basename(repo.local_dir) == hub.commit, (
+        f"{where}: expected the revision's own directory, named after its commit {hub.commit}")
     assert "error" not in state, f"{where}: expected its manifest {MANIFEST}, found none ({state.get('error')})"
     pinned = (f"the pinned commit {hub.commit}" if COMMIT.match(repo.revision) else
               f"{hub.commit}, the commit {repo.revision} is at now (group_data pins a branch, not a commit)")

@@ -1,5 +1,6 @@
-"""The SGLang unit: enabled, active, restarting, run by the service user, listening where
-group_data says, with the arguments group_data asks for (operations.sglang.server_args)."""
+"""The SGLang units, one a replica: each enabled, active, restarting, run by the service user, listening
+where group_data says, with the arguments group_data asks for (operations.server.flags.server_args), on
+the GPUs its layout gives it (nvidia-smi's processes of its cgroup); no other SGLang unit on the host."""
 
 import ipaddress
 import re
@@ -76,9 +77,15 @@ print(json.dumps({"props": props, "processes": {pid: p["user"] for pid, p in pro
 """
 
 
-def unit_state(target) -> dict:
-    d = target.deployment.server
-    return target.memo("unit", lambda: target.python(_UNIT_SCRIPT, d.service_name, str(d.port)))
+def unit_state(target, replica) -> dict:
+    return target.memo(f"unit {replica.service_name}",
+                       lambda: target.python(_UNIT_SCRIPT, replica.service_name, str(replica.port)))
+
+
+def each_replica(target, check) -> None:
+    """Run `check(replica, its unit state)` on every replica; fail with every replica's problem."""
+    problems = [problem for replica in target.replicas for problem in check(replica, unit_state(target, replica))]
+    assert not problems, "\n".join(problems)
 
 
 def expected_command(d) -> list[str]:
@@ -115,58 +122,139 @@ def args_differences(expected: list[str], found: list[str]) -> list[str]:
 
 
 def test_unit_is_enabled_and_active(target):
-    d, props = target.deployment.server, unit_state(target)["props"]
-    state = (props.get("UnitFileState"), props.get("ActiveState"), props.get("SubState"))
-    assert state == ("enabled", "active", "running"), (
-        f"{target.name}: expected {d.service_name} enabled/active/running, found {'/'.join(map(str, state))}: "
-        f"check `journalctl -u {d.service_name}`")
+    def check(d, unit):
+        props = unit["props"]
+        state = (props.get("UnitFileState"), props.get("ActiveState"), props.get("SubState"))
+        return [] if state == ("enabled", "active", "running") else [
+            f"{target.name}: expected {d.service_name} enabled/active/running, found {'/'.join(map(str, state))}: "
+            f"check `journalctl -u {d.service_name}`"]
+    each_replica(target, check)
 
 
 def test_unit_runs_as_the_service_user(target):
-    d, unit = target.deployment.server, unit_state(target)
-    assert unit["props"].get("User") == d.service_user, (
-        f"{target.name}: expected {d.service_name}'s User={d.service_user}, found User={unit['props'].get('User')}")
-    others = {pid: user for pid, user in unit["processes"].items() if user != d.service_user}
-    assert unit["processes"] and not others, (
-        f"{target.name}: expected every process of {d.service_name} run by {d.service_user}, found "
-        + (", ".join(f"process {pid} run by {user}" for pid, user in others.items()) or "no processes"))
+    def check(d, unit):
+        problems = []
+        if unit["props"].get("User") != d.service_user:
+            problems.append(f"{target.name}: expected {d.service_name}'s User={d.service_user}, found "
+                            f"User={unit['props'].get('User')}")
+        others = {pid: user for pid, user in unit["processes"].items() if user != d.service_user}
+        if not unit["processes"] or others:
+            problems.append(f"{target.name}: expected every process of {d.service_name} run by {d.service_user}, "
+                            "found " + (", ".join(f"process {pid} run by {user}" for pid, user in others.items())
+                                        or "no processes"))
+        return problems
+    each_replica(target, check)
 
 
 def test_unit_has_a_restart_policy(target):
-    d, restart = target.deployment.server, unit_state(target)["props"].get("Restart")
-    assert restart not in (None, "", "no"), (
-        f"{target.name}: expected {d.service_name} to restart when it dies (Restart=always or on-failure), "
-        f"found Restart={restart}")
+    def check(d, unit):
+        restart = unit["props"].get("Restart")
+        return [] if restart not in (None, "", "no") else [
+            f"{target.name}: expected {d.service_name} to restart when it dies (Restart=always or on-failure), "
+            f"found Restart={restart}"]
+    each_replica(target, check)
 
 
 def test_unit_listens_on_the_configured_address_and_port(target):
     if not target.serves_http:
         pytest.skip("rank >= 1 of a node group runs no HTTP server (tests/deployed/test_multinode.py)")
-    d, listeners = target.deployment.server, unit_state(target)["listeners"]
-    wanted = ipaddress.ip_address(d.bind_address)
-    ours = [l for l in listeners if ipaddress.ip_address(l["address"]) == wanted and l["unit_pids"]]
-    found = ", ".join(f"{l['address']}:{l['port']} ({'pids ' + ' '.join(l['unit_pids']) if l['unit_pids'] else 'not ' + d.service_name})"
-                      for l in listeners) or "nothing listening on that port"
-    assert ours, f"{target.name}: expected {d.service_name} listening on {d.bind_address}:{d.port}, found {found}"
+
+    def check(d, unit):
+        wanted = ipaddress.ip_address(d.bind_address)
+        listeners = unit["listeners"]
+        ours = [l for l in listeners if ipaddress.ip_address(l["address"]) == wanted and l["unit_pids"]]
+        found = ", ".join(f"{l['address']}:{l['port']} ({'pids ' + ' '.join(l['unit_pids']) if l['unit_pids'] else 'not ' + d.service_name})"
+                          for l in listeners) or "nothing listening on that port"
+        return [] if ours else [f"{target.name}: expected {d.service_name} listening on {d.bind_address}:{d.port}, "
+                                f"found {found}"]
+    each_replica(target, check)
 
 
 def test_unit_arguments_are_what_group_data_asks_for(target):
     """Speculative algorithm, draft model, draft tokens or DDTree budget, TP size, attention backends..."""
-    d, unit = target.deployment.server, unit_state(target)
-    expected = expected_command(d)
-    assert unit["argv"], f"{target.name}: expected {d.service_name}'s main process, found none running"
-    problems = []
-    running = args_differences(expected, unit["argv"])
-    if running:
-        problems += [f"{target.name}: {d.service_name} runs with other arguments than group_data asks for "
-                     f"({d.profile_name} on {d.host_class}):", *running]
-    on_disk = args_differences(expected, shlex.split(unit["exec_start"] or ""))
-    if on_disk:
-        problems += [f"{target.name}: {d.unit_file} has other arguments than group_data asks for:", *on_disk]
+    def check(d, unit):
+        expected = expected_command(d)
+        if not unit["argv"]:
+            return [f"{target.name}: expected {d.service_name}'s main process, found none running"]
+        problems = []
+        running = args_differences(expected, unit["argv"])
+        if running:
+            problems += [f"{target.name}: {d.service_name} runs with other arguments than group_data asks for "
+                         f"({d.profile_name} on {d.host_class}):", *running]
+        on_disk = args_differences(expected, shlex.split(unit["exec_start"] or ""))
+        if on_disk:
+            problems += [f"{target.name}: {d.unit_file} has other arguments than group_data asks for:", *on_disk]
+        if unit["props"].get("NeedDaemonReload") != "no":
+            problems.append(f"{target.name}: expected systemd to have loaded {d.unit_file} as it is on disk, found "
+                            "it changed since (NeedDaemonReload=yes)")
+        return problems
+    each_replica(target, check)
+
+
+# Per unit: the GPUs (PCI bus ids) nvidia-smi says processes of its cgroup hold, and its environment file's
+# CUDA_VISIBLE_DEVICES; the host's GPUs by index.
+_GPUS_SCRIPT = r"""
+import json, os, subprocess, sys
+def csv(*args):
+    out = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader"], capture_output=True, text=True).stdout
+    return [[cell.strip() for cell in line.split(",")] for line in out.splitlines() if line.strip()]
+bus = {row[1].upper(): int(row[0]) for row in csv("--query-gpu=index,pci.bus_id")}
+apps = {int(row[0]): bus.get(row[1].upper()) for row in csv("--query-compute-apps=pid,gpu_bus_id")}
+result = {}
+for unit, env_file in zip(sys.argv[1::2], sys.argv[2::2]):
+    group = subprocess.run(["systemctl", "show", "-p", "ControlGroup", "--value", unit], capture_output=True,
+                           text=True).stdout.strip() or "/nonexistent"
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:  # any cgroup hierarchy (v1, v2 or hybrid) placing the process in the unit's group
+            paths = [line.rstrip("\n").split(":", 2)[2] for line in open(f"/proc/{pid}/cgroup")]
+        except (OSError, IndexError):
+            continue
+        if any(path == group or path.startswith(group + "/") for path in paths):
+            pids.append(int(pid))
+    try:
+        lines = open(env_file).read().splitlines()
+    except OSError:
+        lines = []
+    visible = next((line.split("=", 1)[1].strip() for line in lines if line.startswith("CUDA_VISIBLE_DEVICES=")), None)
+    result[unit] = {"gpus": sorted({apps[p] for p in pids if p in apps}), "visible": visible}
+print(json.dumps(result))
+"""
+
+
+def test_each_replica_holds_the_gpus_its_layout_gives_it_and_no_two_share_one(target):
+    """nvidia-smi's compute processes of each unit's cgroup are on its layout's GPUs (CUDA_VISIBLE_DEVICES in
+    its environment file, in the layout's order), every one of them; no GPU is held by two units."""
+    replicas = target.replicas  # a rank >= 1 of a node group holds its GPUs too
+    found = target.python(_GPUS_SCRIPT, *(part for r in replicas for part in (r.service_name, r.env_file)))
+    problems, holders = [], {}
+    for r in replicas:
+        state = found[r.service_name]
+        if state["visible"] != ",".join(map(str, r.gpus)):
+            problems.append(f"{target.name}: expected CUDA_VISIBLE_DEVICES={','.join(map(str, r.gpus))} in {r.env_file}, "
+                            f"found {state['visible']}")
+        if state["gpus"] != sorted(r.gpus):
+            problems.append(f"{target.name}: expected {r.service_name}'s processes on GPUs {sorted(r.gpus)} "
+                            f"(nvidia-smi --query-compute-apps), found them on {state['gpus']}")
+        for gpu in state["gpus"]:
+            holders.setdefault(gpu, []).append(r.service_name)
+    problems += [f"{target.name}: expected GPU {gpu} held by one unit, found {', '.join(units)}"
+                 for gpu, units in holders.items() if len(units) > 1]
     assert not problems, "\n".join(problems)
-    assert unit["props"].get("NeedDaemonReload") == "no", (
-        f"{target.name}: expected systemd to have loaded {d.unit_file} as it is on disk, found it changed "
-        "since (NeedDaemonReload=yes)")
+
+
+def test_the_host_runs_no_sglang_unit_its_deployments_do_not_want(target):
+    """An earlier layout's single unit (PREFIX.service), another profile's or layout's replicas: retired."""
+    from operations.server.unit import ServerUnits
+    prefix = target.deployment.server.service_prefix
+    units = target.facts(units=(ServerUnits(), dict(prefix=prefix)))["units"] or {}
+    wanted = {r.service_name for r in target.replicas}
+    assert set(units) == wanted, (f"{target.name}: expected exactly the SGLang units {sorted(wanted)}, found "
+                                  f"{sorted(units)}")
+    running = target.run(f"systemctl list-units --no-legend --plain --state=active {shlex.quote(prefix)}.service "
+                         f"{shlex.quote(prefix + '@*')}.service").stdout.split("\n")
+    active = {line.split()[0].removesuffix(".service") for line in running if line.strip()}
+    assert active == wanted, f"{target.name}: expected {sorted(wanted)} active, found {sorted(active)}"
 
 
 MAX_EXPOSURE = 3.0  # systemd-analyze security's scale: 10 is unconfined, 0 fully locked down
@@ -187,9 +275,10 @@ def loose_units(target, units) -> str | None:
 
 
 def test_units_are_confined(target):
-    """The SGLang unit and every weights unit: NoNewPrivileges, ProtectSystem=strict, no capabilities..."""
-    d = target.deployment.server
-    loose = loose_units(target, (d.service_name, *(f"{r.unit_name}.service" for r in target.deployment.weights.repos)))
+    """Every SGLang unit and every weights unit: NoNewPrivileges, ProtectSystem=strict, no capabilities..."""
+    units = dict.fromkeys([*(r.service_name for r in target.replicas),
+                           *(f"{repo.unit_name}.service" for d in target.deployments for repo in d.weights.repos)])
+    loose = loose_units(target, units)
     assert not loose, loose
 
 
@@ -205,15 +294,18 @@ def timespan_s(text: str) -> float | None:
 def test_a_stop_drains_the_server_through_its_main_process(target):
     """KillMode=mixed (SIGTERM to the main process alone: SGLang's schedulers have no handler) and a stop
     timeout past the longest generation; the HF token's directory out of the server's reach."""
-    d = target.deployment.server
-    shown = target.run(f"systemctl show {shlex.quote(d.service_name)} -p KillMode,TimeoutStopUSec,InaccessiblePaths").stdout
-    props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
-    found = (props.get("KillMode"), timespan_s(props.get("TimeoutStopUSec", "")))
-    wanted = ("mixed", d.stop_timeout_s)
-    assert found == wanted, f"{target.name}: expected {d.service_name} KillMode/TimeoutStopUSec {wanted}, found {found}"
-    assert d.hf_home in props.get("InaccessiblePaths", ""), (
-        f"{target.name}: expected {d.hf_home} (the HF token's directory) inaccessible to {d.service_name}, found "
-        f"InaccessiblePaths={props.get('InaccessiblePaths')}")
+    def check(d, _):
+        shown = target.run(f"systemctl show {shlex.quote(d.service_name)} -p KillMode,TimeoutStopUSec,"
+                           "InaccessiblePaths").stdout
+        props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+        found, wanted = (props.get("KillMode"), timespan_s(props.get("TimeoutStopUSec", ""))), ("mixed", d.stop_timeout_s)
+        problems = [] if found == wanted else [
+            f"{target.name}: expected {d.service_name} KillMode/TimeoutStopUSec {wanted}, found {found}"]
+        if d.hf_home not in props.get("InaccessiblePaths", ""):
+            problems.append(f"{target.name}: expected {d.hf_home} (the HF token's directory) inaccessible to "
+                            f"{d.service_name}, found InaccessiblePaths={props.get('InaccessiblePaths')}")
+        return problems
+    each_replica(target, check)
 
 
 # Each path: owner, and whether a user other than root can write it (group or other write bit
@@ -238,8 +330,10 @@ def test_what_root_writes_or_runs_is_roots_alone(target):
     writable by root only; the service user's cache is the service user's."""
     d = target.deployment.server
     scripts = target.run(f"ls {shlex.quote(d.install_dir)}/bin").stdout.split()
-    paths = [d.config_dir, d.env_file, d.api_key_file, d.install_dir, f"{d.install_dir}/bin", d.unit_file,
-             *(f"{d.install_dir}/bin/{name}" for name in scripts), *(f"{d.config_dir}/weights-{r.role}.json" for r in target.deployment.weights.repos)]
+    paths = [d.config_dir, d.api_key_file, d.install_dir, f"{d.install_dir}/bin",
+             *(path for r in target.replicas for path in (r.env_file, r.unit_file)),
+             *(f"{d.install_dir}/bin/{name}" for name in scripts),
+             *(f"{d.config_dir}/{repo.spec_file_name}" for dep in target.deployments for repo in dep.weights.repos)]
     found = target.python(_OWNERS_SCRIPT, *paths, f"/home/{d.service_user}/.cache")
     cache = found.pop(f"/home/{d.service_user}/.cache", None)
     wrong = [f"{path} ({'a link, ' if f['link'] else ''}owner {f['owner']}{', writable by others' if f['writable'] else ''})"

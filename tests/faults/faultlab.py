@@ -10,11 +10,15 @@ from pathlib import Path
 from lab import fleet, hub
 from lab.config import LAB_ID, SGLANG_KNOBS_FILE
 from lab.services import HUB_STATE
+from operations.deployment import resolve
+from tests.unit.group_data import host_data
 
 KIMI = "lab/Kimi-K2.6-tiny"
 KIMI_DRAFTER = "lab/Kimi-K2.6-DFlash-tiny"
-TARGET_DIR = "/srv/specfleet/models/moonshotai--Kimi-K2.6"
-DRAFTER_DIR = "/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash"
+# The lab's Kimi revisions' directories (its pins are commits: resolve() names them without the hub).
+TARGET_DIR = resolve(host_data("b200_nvlink", lab=True), "b200_nvlink").weights.target.local_dir
+DRAFTER_DIR = resolve(host_data("b200_nvlink", lab=True), "b200_nvlink").weights.drafter.local_dir
+TARGET_UNIT = resolve(host_data("b200_nvlink", lab=True), "b200_nvlink").weights.target.unit_name
 SHARDS = [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
 REPORT = Path(os.environ.get("SPECFLEET_FAULTS_REPORT", f"/tmp/specfleet-faults-lab{LAB_ID}.jsonl"))
 

@@ -10,7 +10,7 @@ from lab import fleet, hub
 from lab.services import HUB_STATE
 from operations.weights import download
 from tests.helpers import run_deploy
-from tests.faults.faultlab import (KIMI, SHARDS, TARGET_DIR, output_of, record, repo_sizes, served_per_file,
+from tests.faults.faultlab import (KIMI, SHARDS, TARGET_DIR, TARGET_UNIT, output_of, record, repo_sizes, served_per_file,
                                    start_deploy, wait_for)
 
 pytestmark = pytest.mark.lab
@@ -27,7 +27,7 @@ def throttled_hub():
 
 def fresh_target(host) -> None:
     """A weights directory the deploy has to fetch again (the server keeps running: it loaded at start)."""
-    fleet.ssh(host, "systemctl stop specfleet-weights-target; systemctl reset-failed specfleet-weights-target; "
+    fleet.ssh(host, f"systemctl stop {TARGET_UNIT}; systemctl reset-failed {TARGET_UNIT}; "
                     f"rm -rf {TARGET_DIR}", check=False)
 
 
@@ -73,7 +73,7 @@ def test_killed_download_unit_restarts_and_the_same_deploy_completes(deployed_la
         # The hub logs a response when its last byte is sent: kill as soon as one shard is through.
         wait_for(lambda: any(v == sizes[n] for n, v in shards_sent(before, sizes).items()), 90, 0.05,
                  "a first shard to be sent")
-        fleet.ssh(host, "systemctl kill -s KILL specfleet-weights-target")
+        fleet.ssh(host, f"systemctl kill -s KILL {TARGET_UNIT}")
         killed = time.monotonic()
         done = complete_shards(host)  # what the killed process had finished and recorded
         assert 0 < len(done) < len(SHARDS), f"kill did not land mid-download ({done}): lower THROTTLE_BPS"
@@ -84,7 +84,7 @@ def test_killed_download_unit_restarts_and_the_same_deploy_completes(deployed_la
             deploy.kill()
     out = output_of(deploy)
     assert rc == 0, out[-3000:]
-    journal = fleet.ssh(host, f"journalctl -u specfleet-weights-target --since @{since} -o cat --no-pager")
+    journal = fleet.ssh(host, f"journalctl -u {TARGET_UNIT} --since @{since} -o cat --no-pager")
     assert "Scheduled restart job" in journal, journal
     assert target_complete(host)
     extra = refetched(before, sizes, deploys=1)
@@ -113,7 +113,7 @@ def test_dropped_deploy_connection_download_goes_on_and_rerun_attaches(deployed_
     killed = time.monotonic()
     assert complete_shards(host) == [], "a shard finished before the connection dropped"
     # A oneshot unit is "activating" for as long as its download runs.
-    assert fleet.ssh(host, "systemctl is-active specfleet-weights-target", check=False).strip() == "activating"
+    assert fleet.ssh(host, f"systemctl is-active {TARGET_UNIT}", check=False).strip() == "activating"
     again = run_deploy("--limit", host.name)
     recovered = time.monotonic() - killed
     assert again.returncode == 0, again.output[-3000:]
@@ -169,7 +169,7 @@ ESCAPES = ["/home/sglang/specfleet-escape.safetensors", "/tmp/specfleet-pwned"]
 @pytest.mark.parametrize("answer", HOSTILE)
 def test_hostile_hub_answers_are_refused_before_the_host_changes(deployed_lab, pcie_host, answer):
     host = pcie_host
-    watched = ("/etc/systemd/system/specfleet-weights-target.service /etc/specfleet/weights-target.json "
+    watched = (f"/etc/systemd/system/{TARGET_UNIT}.service /etc/specfleet/weights-moonshotai--Kimi-K2.6.json "
                f"{TARGET_DIR}/.specfleet-manifest.json")
     before = fleet.ssh(host, f"sha1sum {watched} 2>&1", check=False)
     hub.set_faults(HUB_STATE, **HOSTILE[answer])
@@ -194,7 +194,7 @@ def test_bytes_corrupted_in_transit_are_caught_while_they_stream(deployed_lab, p
     finally:
         hub.clear_faults(HUB_STATE)
     assert failed.returncode != 0, failed.output[-3000:]
-    journal = fleet.ssh(host, f"journalctl -u specfleet-weights-target --since @{since} -o cat --no-pager")
+    journal = fleet.ssh(host, f"journalctl -u {TARGET_UNIT} --since @{since} -o cat --no-pager")
     assert f"sha256 mismatch for {shard}" in journal, journal
     assert f"sha256 mismatch for {shard}" in failed.output, failed.output[-3000:]  # the deploy shows the journal
     assert fleet.ssh(host, f"ls {TARGET_DIR}/{shard} {TARGET_DIR}/.specfleet-manifest.json 2>/dev/null",

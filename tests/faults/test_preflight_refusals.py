@@ -6,8 +6,8 @@ import pytest
 
 from lab import fleet
 from lab.config import HUB_URL
-from tests.helpers import run_deploy
-from tests.faults.faultlab import KIMI, KIMI_DRAFTER, http_status, record, repo_sizes, served
+from tests.helpers import UNIT_FILE, run_deploy
+from tests.faults.faultlab import DRAFTER_DIR, KIMI, KIMI_DRAFTER, TARGET_DIR, http_status, record, repo_sizes, served
 from tests.helpers import main_pid, operations_started
 
 pytestmark = pytest.mark.lab
@@ -17,7 +17,7 @@ TOKEN_FILE = "/home/sglang/.cache/huggingface/token"
 
 def host_state(host) -> tuple:
     """What a refused deploy must leave as it was: the server process, its unit, the token file."""
-    return (main_pid(host), fleet.ssh(host, f"sha1sum /etc/systemd/system/sglang.service {TOKEN_FILE}"))
+    return (main_pid(host), fleet.ssh(host, f"sha1sum {UNIT_FILE} {TOKEN_FILE}"))
 
 
 def test_gated_drafter_refused_and_the_running_service_still_answers(deployed_lab, lab_hosts):
@@ -68,8 +68,9 @@ def test_weights_dir_on_a_small_filesystem_refused_before_any_download(deployed_
     needed = sum(repo_sizes(KIMI).values()) + sum(repo_sizes(KIMI_DRAFTER).values())
     line = next((l for l in small.output.splitlines() if "the weights need" in l), "")
     # Bytes needed, bytes free and the path, exactly.
-    assert f"({needed} bytes) more in /mnt/small/moonshotai--Kimi-K2.6, /mnt/small/z-lab--Kimi-K2.6-DFlash" \
-        in line, small.output[-3000:]
+    revisions = f"{TARGET_DIR.rsplit('/', 2)[1]}/{TARGET_DIR.rsplit('/', 1)[1]}", \
+        f"{DRAFTER_DIR.rsplit('/', 2)[1]}/{DRAFTER_DIR.rsplit('/', 1)[1]}"  # each revision's own directory
+    assert f"({needed} bytes) more in /mnt/small/{revisions[0]}, /mnt/small/{revisions[1]}" in line, small.output[-3000:]
     assert "the filesystem holding /mnt/small has 0.0 GB (4194304 bytes) free" in line, line
     assert left == "", "the refused deploy wrote into the weights directory"
     assert served(".safetensors") == weights_before, "weights were fetched although the disk is too small"

@@ -9,7 +9,7 @@ import pytest
 
 from lab import fleet
 from tests.faults.faultlab import record, secret_locations
-from tests.helpers import main_pid, run_deploy, write_group_data
+from tests.helpers import SGLANG_UNIT, main_pid, run_deploy, write_group_data
 
 pytestmark = pytest.mark.lab
 
@@ -148,7 +148,7 @@ def test_the_probe_sends_the_key_only_to_the_service(deployed_lab, pcie_host, ap
     host, key = pcie_host, KEYS[0]
     heard, pid_file = "/tmp/specfleet-impostor.log", "/tmp/specfleet-impostor.pid"
     fleet.ssh(host, f"umask 027; printf %s {json.dumps(key)} > {KEY_FILE}; chgrp sglang {KEY_FILE}")
-    fleet.ssh(host, "systemctl stop sglang")
+    fleet.ssh(host, f"systemctl stop {SGLANG_UNIT}")
     try:
         fleet.ssh(host, f"rm -f {heard} {pid_file}; touch {heard} {pid_file}; chown nobody {heard} {pid_file}; "
                         f"setsid runuser -u nobody -- python3 -c {shlex.quote(_IMPOSTOR)} 30000 {heard} {pid_file} "
@@ -159,7 +159,7 @@ def test_the_probe_sends_the_key_only_to_the_service(deployed_lab, pcie_host, ap
         headers = fleet.ssh(host, f"cat {heard}", check=False)
     finally:
         fleet.ssh(host, f"kill $(cat {pid_file}); true", check=False)
-        fleet.ssh(host, f"rm -f {KEY_FILE} {heard} {pid_file}; systemctl start sglang")
+        fleet.ssh(host, f"rm -f {KEY_FILE} {heard} {pid_file}; systemctl start {SGLANG_UNIT}")
     assert key not in headers, "the probe sent the API key to another user's listener"
     assert not probe.get("ready") and "the API key was not sent" in probe.get("error", ""), probe
     record("probe on an impostor's port", result="key not sent", probe_error=probe.get("error"))

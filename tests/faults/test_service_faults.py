@@ -8,13 +8,13 @@ import time
 import pytest
 
 from lab import fleet
-from tests.helpers import run_deploy, write_group_data
+from tests.helpers import SGLANG_UNIT, UNIT_FILE, run_deploy, write_group_data
 from tests.faults.faultlab import http_status, record, set_knobs, wait_for
 from tests.helpers import main_pid, operations_started, server_info
 
 pytestmark = pytest.mark.lab
 
-UNIT = "/etc/systemd/system/sglang.service"
+UNIT = UNIT_FILE
 
 
 def unit_sha(host) -> str:
@@ -31,8 +31,8 @@ def test_flag_the_installed_sglang_rejects_fails_before_restart_naming_it(deploy
     assert result.returncode != 0
     line = next((l for l in result.output.splitlines() if "rejects the rendered flags" in l), "")
     assert "--attention-backend" in line and "flashmla_v9" in line, result.output[-3000:]
-    assert "sglang was left as it was" in line
-    assert "SGLang generates" not in operations_started(result.output)
+    assert f"{SGLANG_UNIT} was left as it was" in line
+    assert f"SGLang generates {SGLANG_UNIT}" not in operations_started(result.output)
     assert (main_pid(host), unit_sha(host)) == (pid, unit), "the service was touched"
     assert http_status(host) == 200
     record("bad flags", result="refused before restart", restarts=0)
@@ -64,7 +64,7 @@ def test_failed_readiness_restores_the_previous_unit_and_shows_the_journal(deplo
         set_knobs(host)
     assert result.returncode != 0
     out = result.output
-    assert "sglang did not generate within 20s" in out, out[-3000:]
+    assert f"{SGLANG_UNIT} did not generate within 20s" in out, out[-3000:]
     assert "restored the previous unit, which generates again" in out, out[-3000:]
     assert "Last lines of its journal" in out and "[lab stand-in sglang 0.5.23" in out  # the journal itself
     assert "--speculative-num-draft-tokens 8" in fleet.ssh(host, f"cat {UNIT}")
@@ -81,14 +81,14 @@ def test_killed_server_is_restarted_by_systemd(deployed_lab, b200_host, victim):
     host = b200_host
     launcher = main_pid(host).split()[0]  # the pid (main_pid also gives the start time)
     target = fleet.ssh(host, f"pgrep -P {launcher}").split()[0] if victim == "server" else launcher
-    restarts = int(fleet.ssh(host, "systemctl show -p NRestarts --value sglang"))
-    restart_sec = float(fleet.ssh(host, "systemctl show -p RestartUSec --value sglang").strip().rstrip("s"))
+    restarts = int(fleet.ssh(host, f"systemctl show -p NRestarts --value {SGLANG_UNIT}"))
+    restart_sec = float(fleet.ssh(host, f"systemctl show -p RestartUSec --value {SGLANG_UNIT}").strip().rstrip("s"))
     killed = time.monotonic()
     fleet.ssh(host, f"kill -9 {target}")
     wait_for(lambda: http_status(host) != 200, 10, 0.1, "the server to go down")
     wait_for(lambda: http_status(host) == 200, 60, 0.2, "/health_generate to answer again")
     recovered = time.monotonic() - killed
-    assert int(fleet.ssh(host, "systemctl show -p NRestarts --value sglang")) == restarts + 1
+    assert int(fleet.ssh(host, f"systemctl show -p NRestarts --value {SGLANG_UNIT}")) == restarts + 1
     assert main_pid(host).split()[0] != launcher
     assert server_info(host)["speculative_algorithm"] == "DFLASH"
     # Restart delay plus a start of the stand-in (about a second) plus polling slack.
@@ -124,7 +124,7 @@ def test_crash_looping_server_fails_readiness_within_a_minute_and_is_rolled_back
     detected = times["restored"] - times["new"]
     out = result.output
     assert result.returncode != 0
-    assert "sglang crash-loops: the server died 3 times since the restart" in out, out[-3000:]
+    assert f"{SGLANG_UNIT} crash-loops: the server died 3 times since the restart" in out, out[-3000:]
     assert "restored the previous unit, which generates again" in out, out[-3000:]
     assert "Last lines of its journal" in out and "lab stand-in fault: exit_after_s" in out  # the journal itself
     assert detected < 60, f"the crash loop was rolled back {detected:.0f}s after the new unit"
@@ -158,11 +158,11 @@ def test_a_restart_lets_a_generation_longer_than_systemds_default_stop_timeout_f
     generation.start()
     time.sleep(3)  # generating
     started = time.monotonic()
-    fleet.ssh(host, "systemctl restart sglang", timeout=300)  # returns once the old server stopped and the new one started
+    fleet.ssh(host, f"systemctl restart {SGLANG_UNIT}", timeout=300)  # returns once the old server stopped and the new one started
     restart_s = time.monotonic() - started
     generation.join(320)
     body, status = answer["text"].rsplit("\n", 1)
-    journal = fleet.ssh(host, f"journalctl -u sglang --since @{since} -o cat --no-pager")
+    journal = fleet.ssh(host, f"journalctl -u {SGLANG_UNIT} --since @{since} -o cat --no-pager")
     assert status == "200", answer["text"][-500:]
     assert len(json.loads(body)["choices"][0]["message"]["content"].split()) == LONG_TOKENS
     assert restart_s > 90 and "Remaining number of requests 1" in journal, journal[-2000:]

@@ -68,7 +68,7 @@ def test_prepared_while_the_drafter_waits_for_access_then_only_the_drafter_is_fe
     assert f"everything else is prepared and the downloads it may read go on in their units " \
            f"({WEIGHTS.target.unit_name}.service)" in pending.output
     started = operations_started(pending.output)
-    assert {"NVIDIA open driver", "Boot into the installed driver", "SGLang",
+    assert {"NVIDIA open driver", "Boot into the installed driver", "SGLang (sglang-venv)",
             "GPU smoke test", "Weights"} <= set(started) and started[-1] == "Access to gated repos", started
     # Prepared: driver loaded, SGLang's venv, the target downloading in its unit; nothing serves yet.
     assert fleet.ssh(fresh, "nvidia-smi -L | wc -l").strip() == "8"
@@ -82,7 +82,8 @@ def test_prepared_while_the_drafter_waits_for_access_then_only_the_drafter_is_fe
     print(f"access granted, the drafter fetched and serving: {granted.wall_s:.0f} s")
     assert granted.returncode == 0, granted.output[-3000:]
     changed = {op for op, (_, success, _, _) in results_table(granted.output).items() if success != "-"}
-    assert changed == {"Hugging Face token", "Weights", "SGLang service", "SGLang generates"}, changed
+    assert changed == {"Hugging Face token", "Weights", f"SGLang service {SERVER.service_name}",
+                       f"SGLang generates {SERVER.service_name}"}, changed
     fetched = files_fetched_by(fresh, mark)
     assert fetched[WEIGHTS.target.repo_id] == set(), "a target file was fetched again"
     drafter_files = json.loads((HUB_STORE / "models" / WEIGHTS.drafter.repo_id / "manifest.json").read_text())["files"]

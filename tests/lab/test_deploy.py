@@ -6,7 +6,8 @@ import pytest
 
 from lab import fleet
 from lab.config import HUB_URL, WHEELS_URL
-from tests.helpers import main_pid, operations_started, results_table, run_deploy, server_info, write_group_data
+from tests.helpers import (SGLANG_UNIT, UNIT_FILE, main_pid, operations_started, results_table, run_deploy, server_info,
+                           write_group_data)
 
 pytestmark = pytest.mark.lab
 
@@ -35,7 +36,7 @@ def test_second_run_changes_nothing_and_dry_run_shows_nothing(deployed_lab, lab_
 def test_changing_draft_tokens_rewrites_the_unit_and_restarts_only_sglang(deployed_lab, lab_hosts, tmp_path):
     host = lab_hosts[0]
     before = {unit: main_pid(host, unit) for unit in
-              ("sglang", "specfleet-weights-target", "nvidia-persistenced", "ssh")}
+              (SGLANG_UNIT, "specfleet-weights-moonshotai--Kimi-K2.6", "nvidia-persistenced", "ssh")}
     override = write_group_data(tmp_path, "all", (
         "profiles = copy.deepcopy(base['profiles'])\n"
         "profiles['kimi_k26_dflash']['speculative']['num_draft_tokens'] = 6"))
@@ -43,11 +44,11 @@ def test_changing_draft_tokens_rewrites_the_unit_and_restarts_only_sglang(deploy
     try:
         assert changed.returncode == 0, changed.output[-3000:]
         changed_ops = {op for op, (_, success, _, _) in results_table(changed.output).items() if success != "-"}
-        assert changed_ops == {"SGLang service", "SGLang generates"}, changed_ops
+        assert changed_ops == {f"SGLang service {SGLANG_UNIT}", f"SGLang generates {SGLANG_UNIT}"}, changed_ops
         after = {unit: main_pid(host, unit) for unit in before}
-        assert after["sglang"] != before["sglang"]
-        assert {u: after[u] for u in before if u != "sglang"} == {u: before[u] for u in before if u != "sglang"}
-        assert "--speculative-num-draft-tokens 6" in fleet.ssh(host, "cat /etc/systemd/system/sglang.service")
+        assert after[SGLANG_UNIT] != before[SGLANG_UNIT]
+        assert {u: after[u] for u in before if u != SGLANG_UNIT} == {u: before[u] for u in before if u != SGLANG_UNIT}
+        assert "--speculative-num-draft-tokens 6" in fleet.ssh(host, f"cat {UNIT_FILE}")
         assert server_info(host)["speculative_num_draft_tokens"] == 6
     finally:
         assert run_deploy().returncode == 0  # back to group_data's value for the tests after this one
@@ -55,15 +56,13 @@ def test_changing_draft_tokens_rewrites_the_unit_and_restarts_only_sglang(deploy
 
 
 def test_denied_token_fails_preflight_naming_the_gated_drafter_and_changes_nothing(deployed_lab, lab_hosts):
-    before = {h.name: (main_pid(h, "sglang"), fleet.ssh(h, "sha1sum /etc/systemd/system/sglang.service"))
-              for h in lab_hosts}
+    before = {h.name: (main_pid(h), fleet.ssh(h, f"sha1sum {UNIT_FILE}")) for h in lab_hosts}
     denied = run_deploy(token="hf_lab_denied")
     assert denied.returncode != 0
     for host in lab_hosts:
         assert (f"[{host.name}] {host.name}: the token has no access to the gated repo lab/Kimi-K2.6-DFlash-tiny: "
                 f"accept its terms at {HUB_URL}/lab/Kimi-K2.6-DFlash-tiny") in denied.output, denied.output[-3000:]
-        assert (main_pid(host, "sglang"), fleet.ssh(host, "sha1sum /etc/systemd/system/sglang.service")) \
-            == before[host.name]
+        assert (main_pid(host), fleet.ssh(host, f"sha1sum {UNIT_FILE}")) == before[host.name]
         assert server_info(host)["speculative_algorithm"] == "DFLASH"  # still serving
     assert operations_started(denied.output) == ["Preflight"], "operations ran after a failed preflight"
 
@@ -81,7 +80,7 @@ def test_ddtree_needs_a_ddtree_build(deployed_lab, lab_hosts, tmp_path):
     """A release pin stops in preflight; the 0.5.23 stand-in itself rejects the DDTree flags before any
     restart; the stand-in built with PR #29907's flags deploys."""
     host = lab_hosts[0]
-    pid = main_pid(host, "sglang")
+    pid = main_pid(host)
     release = write_group_data(tmp_path / "release", "lab", (
         "mirrors = copy.deepcopy(base['mirrors'])\n"
         "mirrors['requirements'] = {r: 'sglang==0.5.23' for r in mirrors['requirements']}"))
@@ -97,7 +96,8 @@ def test_ddtree_needs_a_ddtree_build(deployed_lab, lab_hosts, tmp_path):
     rejected = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree", group_data=plain_wheel)
     assert rejected.returncode != 0
     assert "rejects the rendered flags" in rejected.output and "--speculative-ddtree-budget" in rejected.output
-    assert main_pid(host, "sglang") == pid, "the service was restarted although its flags were rejected"
+    assert main_pid(host) == pid, "the service was restarted although its flags were rejected"
+    assert "retiring" not in rejected.output  # the Kimi unit the Qwen replicas would replace is kept too
 
     try:
         ddtree = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree")

@@ -3,7 +3,7 @@
 import pytest
 
 from lab import fleet
-from tests.helpers import run_deploy, write_group_data
+from tests.helpers import SGLANG_UNIT, UNIT_FILE, run_deploy, write_group_data
 
 pytestmark = pytest.mark.lab
 
@@ -12,7 +12,7 @@ def test_a_setting_only_resolution_refuses_stops_before_the_restart(deployed_lab
     """DDTree on B200 with trtllm_mha: every flag parses, but trtllm_mha forces the page size to 64 and
     DDTree needs 1. The host's own SGLang (the DDTree build) refuses it when the deploy
     validates the unit, and the running server is left alone."""
-    unit_state = "systemctl show -p MainPID --value sglang; sha1sum /etc/systemd/system/sglang.service"
+    unit_state = f"systemctl show -p MainPID --value {SGLANG_UNIT}; sha1sum {UNIT_FILE}"
     before = fleet.ssh(b200_host, unit_state)
     old_backend = write_group_data(tmp_path, "all", (
         "profiles = copy.deepcopy(base['profiles'])\n"

@@ -125,7 +125,7 @@ def test_every_worker_is_registered_and_a_request_through_the_gateway_answers(ga
 def test_a_second_run_changes_nothing_and_writes_nothing_to_the_gateway(gateway_lab):
     hosts, _, _ = gateway_lab
     gateway, workers = gateway_host(hosts), worker_hosts(hosts)
-    pids = {w.name: main_pid(w, "sglang") for w in workers}
+    pids = {w.name: main_pid(w) for w in workers}
     writes = admin_writes(gateway)
     assert writes >= len(workers)  # the first run's registrations are in the gateway's log
 
@@ -134,7 +134,7 @@ def test_a_second_run_changes_nothing_and_writes_nothing_to_the_gateway(gateway_
     changed = {op: row for op, row in results_table(again.output).items() if row[1] != "-"}
     assert changed == {}, changed
     assert admin_writes(gateway) == writes
-    assert {w.name: main_pid(w, "sglang") for w in workers} == pids
+    assert {w.name: main_pid(w) for w in workers} == pids
 
 
 def test_smgs_metrics_port_takes_no_key_so_only_its_own_host_reaches_it(gateway_lab):

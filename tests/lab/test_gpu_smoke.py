@@ -11,11 +11,11 @@ import pytest
 
 from lab import fleet
 from operations.deployment import resolve
-from tests.helpers import main_pid, operations_started, results_table, run_deploy, server_info
+from tests.helpers import (ENV_FILE, UNIT_FILE, main_pid, operations_started, results_table, run_deploy,
+                           server_info)
 from tests.unit.group_data import host_data
 
 pytestmark = pytest.mark.lab
-ENV_FILE = "/etc/specfleet/sglang.env"
 
 
 def record_path(lab_host) -> str:
@@ -24,8 +24,8 @@ def record_path(lab_host) -> str:
 
 def test_nvlink_at_pcie_speed_fails_the_smoke_test_before_weights_and_unit(deployed_lab, b200_host):
     record = record_path(b200_host)
-    unit_before = fleet.ssh(b200_host, "sha1sum /etc/systemd/system/sglang.service")
-    pid_before = main_pid(b200_host, "sglang")
+    unit_before = fleet.ssh(b200_host, f"sha1sum {UNIT_FILE}")
+    pid_before = main_pid(b200_host)
     fleet.set_gpu_profile(b200_host, "b200_nvlink_slow_allreduce")
     fleet.ssh(b200_host, f"rm {record}")  # as on a host not tested yet (the record holds for a boot)
     try:
@@ -40,8 +40,8 @@ def test_nvlink_at_pcie_speed_fails_the_smoke_test_before_weights_and_unit(deplo
         result.output[-3000:]
     assert re.search(r"bus bandwidth 2[0-7][.\d]* GB/s at 512 MiB is below the class's floor of 150 GB/s", result.output)
     assert operations_started(result.output)[-1] == "GPU smoke test"  # no weights, no unit after it
-    assert fleet.ssh(b200_host, "sha1sum /etc/systemd/system/sglang.service") == unit_before
-    assert main_pid(b200_host, "sglang") == pid_before
+    assert fleet.ssh(b200_host, f"sha1sum {UNIT_FILE}") == unit_before
+    assert main_pid(b200_host) == pid_before
     assert failed["verdict"] == "failed" and 20 < failed["busbw_gbps"] <= 27.17
     again = run_deploy("--limit", b200_host.name)  # the board is fine again: tested again, passes
     assert again.returncode == 0, again.output[-3000:]

@@ -18,6 +18,8 @@ def comparable(row: dict, which: str):
     """The fact's value, less what moves between two reads: free bytes on a disk other labs share."""
     if row["fact"] == "WeightsDisk":
         return {directory: {k: v for k, v in disk.items() if k != "free"} for directory, disk in row[which].items()}
+    if row["fact"] == "WeightsRevisions":
+        return {k: v for k, v in row[which].items() if k != "free"}
     return row[which]
 
 

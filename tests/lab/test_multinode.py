@@ -16,7 +16,7 @@ import lab
 from lab import fleet
 from lab.config import SUBNET
 from tests.conftest import LAB_HOSTS
-from tests.helpers import LAB_INVENTORY, REPO, operations_started, results_table, run_deploy
+from tests.helpers import LAB_INVENTORY, REPO, SGLANG_UNIT, operations_started, results_table, run_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -61,11 +61,11 @@ def test_the_group_comes_up_in_order_in_one_deploy(group_lab):
     started = operations_started(deploy.output)
     # Reachability before anything slow; rank 1 proven joined, then rank 0 serving for the group.
     assert started.index("Nodes reach rank 0") == started.index("Preflight") + 1
-    assert started.index("Rank joined rank 0") < started.index("SGLang generates")
+    assert started.index("Rank joined rank 0") < started.index(f"SGLang generates {SGLANG_UNIT}")
     assert "[lab-b200-2] rank 1 of lab-tp16 is up and joined rank 0" in deploy.output
     assert "[lab-b200-1] serving DFLASH" in deploy.output
-    journal = fleet.ssh(hosts["lab-b200-1"], "journalctl -u sglang -o cat --no-pager _SYSTEMD_INVOCATION_ID="
-                                            "$(systemctl show -p InvocationID --value sglang)")
+    journal = fleet.ssh(hosts["lab-b200-1"], f"journalctl -u {SGLANG_UNIT} -o cat --no-pager _SYSTEMD_INVOCATION_ID="
+                                            f"$(systemctl show -p InvocationID --value {SGLANG_UNIT})")
     assert journal.index("node rank 1 joined") < journal.index("fired up and ready"), journal[-2000:]
     assert health(hosts["lab-b200-2"]) == "000"  # rank 1 runs no HTTP server
 
@@ -80,7 +80,7 @@ def test_rank1_going_down_fails_the_groups_checks(group_lab):
     hosts, _ = group_lab
     rank0, rank1 = hosts["lab-b200-1"], hosts["lab-b200-2"]
     assert health(rank0) == "200"
-    fleet.ssh(rank1, "systemctl stop sglang")
+    fleet.ssh(rank1, f"systemctl stop {SGLANG_UNIT}")
     deadline = time.monotonic() + 10
     while health(rank0) == "200" and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -97,7 +97,7 @@ def test_rank1_going_down_fails_the_groups_checks(group_lab):
 def test_nodes_that_cannot_reach_rank0_fail_in_preflight_named_with_the_fix(group_lab):
     """A dist-init address no node has (node_address given wrong): both ends fail, named, before anything slow."""
     hosts, _ = group_lab
-    pids = {name: fleet.ssh(host, "systemctl show -p MainPID --value sglang").strip() for name, host in hosts.items()
+    pids = {name: fleet.ssh(host, f"systemctl show -p MainPID --value {SGLANG_UNIT}").strip() for name, host in hosts.items()
             if name in NODES}
     wrong = f"{SUBNET}.2.99"  # on the lab network, no host's
     broken = run_deploy(*LIMIT, "--data", f"node_address={wrong}")
@@ -107,4 +107,4 @@ def test_nodes_that_cannot_reach_rank0_fail_in_preflight_named_with_the_fix(grou
     assert "[lab-b200-2] lab-b200-2: rank 1 of node group lab-tp16 " in broken.output, broken.output[-3000:]
     started = operations_started(broken.output)
     assert started[-1] == "Nodes reach rank 0", started  # nothing after it ran
-    assert {name: fleet.ssh(hosts[name], "systemctl show -p MainPID --value sglang").strip() for name in pids} == pids
+    assert {name: fleet.ssh(hosts[name], f"systemctl show -p MainPID --value {SGLANG_UNIT}").strip() for name in pids} == pids

@@ -3,7 +3,7 @@
 import pytest
 
 from lab import fleet
-from tests.helpers import run_deploy
+from tests.helpers import UNIT_FILE, run_deploy
 from tests.helpers import main_pid, operations_started
 
 pytestmark = pytest.mark.lab
@@ -14,8 +14,8 @@ pytestmark = pytest.mark.lab
     ("b200_nvlink_7gpu", "expected 8 GPUs matching ^NVIDIA B200$ (class b200_nvlink), found 7"),
 ])
 def test_wrong_hardware_fails_preflight_and_changes_nothing(deployed_lab, b200_host, profile, expected):
-    unit_before = fleet.ssh(b200_host, "sha1sum /etc/systemd/system/sglang.service")
-    pid_before = main_pid(b200_host, "sglang")
+    unit_before = fleet.ssh(b200_host, f"sha1sum {UNIT_FILE}")
+    pid_before = main_pid(b200_host)
     fleet.set_gpu_profile(b200_host, profile)
     try:
         result = run_deploy("--limit", b200_host.name)
@@ -24,8 +24,8 @@ def test_wrong_hardware_fails_preflight_and_changes_nothing(deployed_lab, b200_h
     assert result.returncode != 0
     assert f"[{b200_host.name}] {b200_host.name}: {expected}" in result.output, result.output[-3000:]
     assert operations_started(result.output) == ["Preflight"]
-    assert fleet.ssh(b200_host, "sha1sum /etc/systemd/system/sglang.service") == unit_before
-    assert main_pid(b200_host, "sglang") == pid_before
+    assert fleet.ssh(b200_host, f"sha1sum {UNIT_FILE}") == unit_before
+    assert main_pid(b200_host) == pid_before
 
 
 NVML_VERSION = "/usr/lib/specfleet-lab/nvml-version"  # the stand-in's installed NVML library (lab/gpu_standin/nvidia-smi)
@@ -34,7 +34,7 @@ NVML_VERSION = "/usr/lib/specfleet-lab/nvml-version"  # the stand-in's installed
 def test_an_nvidia_smi_that_cannot_initialise_nvml_says_why_and_what_to_do(deployed_lab, b200_host):
     """Driver packages upgraded without a reboot: nvidia-smi exits 18 with NVML's words on stdout. The GPUs
     are unknown (not zero, not nulls), and preflight says so in one line, with the fix."""
-    pid_before = main_pid(b200_host, "sglang")
+    pid_before = main_pid(b200_host)
     had = fleet.ssh(b200_host, f"cat {NVML_VERSION} 2>/dev/null", check=False)
     fleet.ssh(b200_host, f"echo '595.58.03 13.2' > {NVML_VERSION}")
     try:
@@ -49,4 +49,4 @@ def test_an_nvidia_smi_that_cannot_initialise_nvml_says_why_and_what_to_do(deplo
         result.output[-3000:]
     assert "found 0 (" not in result.output  # not zero GPUs
     assert operations_started(result.output) == ["Preflight"]
-    assert main_pid(b200_host, "sglang") == pid_before
+    assert main_pid(b200_host) == pid_before

@@ -20,13 +20,13 @@ import pytest
 from lab import config, fleet
 from lab.index import standin_requirement
 from tests.conftest import LAB_HOSTS
-from tests.helpers import PYINFRA, REPO, extra_bare_host, operations_started, results_table
+from tests.helpers import PYINFRA, REPO, UNIT_FILE as UNIT, extra_bare_host, operations_started, results_table
 
 pytestmark = pytest.mark.lab
 
 USER = "deployer"
 DDTREE = "sglang @ git+https://github.com/sgl-project/sglang@refs/pull/29907/head#subdirectory=python"
-UNIT = "/etc/systemd/system/sglang.service"
+
 
 
 def git(*args, cwd) -> str:

@@ -3,7 +3,7 @@
 import pytest
 
 from lab import fleet
-from tests.helpers import operations_started, results_table, run_deploy, write_group_data
+from tests.helpers import SGLANG_UNIT, operations_started, results_table, run_deploy, write_group_data
 
 pytestmark = pytest.mark.lab
 
@@ -18,7 +18,7 @@ def test_one_bad_host_is_refused_and_the_others_converge(deployed_lab, pcie_host
     assert (f"[{b200_host.name}] {b200_host.name}: profiles['kimi_k26_dflash']['attention']='mla' is not one of "
             "mha (sglang_tuning attention_backends of b200_nvlink)") in result.output, result.output[-3000:]
     table = results_table(result.output)
-    assert table["SGLang generates"] == ["1", "-", "-", "1"], table  # the PCIe host went all the way
+    assert table[f"SGLang generates {SGLANG_UNIT}"] == ["1", "-", "-", "1"], table  # the PCIe host went all the way
 
 
 @pytest.mark.parametrize("knob, sentence", [

@@ -23,7 +23,8 @@ import pytest
 import lab
 from lab import config, fleet
 from tests.conftest import LAB_HOSTS
-from tests.helpers import LAB_INVENTORY, REPO, main_pid, results_table, run_deploy, write_group_data
+from tests.helpers import (ENV_FILE, LAB_INVENTORY, REPO, SGLANG_UNIT, main_pid, results_table, run_deploy,
+                           write_group_data)
 from tests.lab.test_gateway import ADMIN_KEY, EXPOSED, GATEWAY_PORT, KEY, admin_writes, call, gateway_workers
 
 pytestmark = pytest.mark.lab
@@ -144,7 +145,7 @@ def gateway_retries(gateway) -> int:
 
 def starts_since(host, since: float) -> int:
     """How many times the SGLang server started on `host` since `since` (epoch seconds), from its journal."""
-    journal = fleet.ssh(host, f"journalctl -u sglang --since @{int(since)} -o cat --no-pager")
+    journal = fleet.ssh(host, f"journalctl -u {SGLANG_UNIT} --since @{int(since)} -o cat --no-pager")
     return journal.count(BANNER)
 
 
@@ -178,7 +179,8 @@ def test_a_rolling_change_under_load_fails_no_request(fleet_behind_gateway, tmp_
     assert {w.name: starts_since(w, since) for w in workers} == {w.name: 1 for w in workers}
     assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in workers}
     assert run.output.count("rollout: batch") == 2 * (len(workers) + 1)  # one run per worker, then the gateway's
-    assert {"Drain from the gateway", "SGLang service", "Back in the gateway"} <= changed_operations(run.output)
+    assert {f"Drain {SGLANG_UNIT} from the gateway", f"SGLang service {SGLANG_UNIT}",
+            f"{SGLANG_UNIT} back in the gateway"} <= changed_operations(run.output)
 
 
 def test_a_second_rollout_changes_nothing_and_writes_nothing_to_the_gateway(fleet_behind_gateway, tmp_path):
@@ -195,8 +197,8 @@ def test_a_second_rollout_changes_nothing_and_writes_nothing_to_the_gateway(flee
 def test_a_worker_failing_readiness_is_rolled_back_kept_out_and_stops_the_rollout(fleet_behind_gateway, tmp_path):
     gateway, workers = fleet_behind_gateway
     victim, others = workers[0], workers[1:]
-    untouched = {w.name: (main_pid(w), fleet.ssh(w, "cat /etc/specfleet/sglang.env")) for w in others}
-    previous_env = fleet.ssh(victim, "cat /etc/specfleet/sglang.env")
+    untouched = {w.name: (main_pid(w), fleet.ssh(w, f"cat {ENV_FILE}")) for w in others}
+    previous_env = fleet.ssh(victim, f"cat {ENV_FILE}")
     fleet.ssh(victim, f"echo '{{\"health_fail\": true}}' > {FAULT_KNOBS}")  # the new unit's server never gets healthy
     try:
         run, seconds = rollout(restart_input(tmp_path, "failing", FAULT_KNOBS), "--data", "ready_timeout_s=15")
@@ -207,9 +209,9 @@ def test_a_worker_failing_readiness_is_rolled_back_kept_out_and_stops_the_rollou
     assert run.returncode != 0
     assert "restored the previous unit, which generates again" in out, out[-3000:]
     assert f"batch 1/{len(workers) + 1} failed" in out and f"Not touched: {', '.join(w.name for w in others)}" in out
-    assert fleet.ssh(victim, "cat /etc/specfleet/sglang.env") == previous_env  # the previous unit, restored
+    assert fleet.ssh(victim, f"cat {ENV_FILE}") == previous_env  # the previous unit, restored
     assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in others}  # victim not back
-    assert {w.name: (main_pid(w), fleet.ssh(w, "cat /etc/specfleet/sglang.env")) for w in others} == untouched
+    assert {w.name: (main_pid(w), fleet.ssh(w, f"cat {ENV_FILE}")) for w in others} == untouched
     ask = {"model": "kimi-k2.6", "messages": [{"role": "user", "content": "still serving?"}], "max_tokens": 8}
     assert call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", key=KEY, body=ask)[0] == 200
     # The gateway's own run keeps the rolled-back worker out (it serves its previous unit, not the inventory's)...
@@ -243,7 +245,7 @@ def test_the_same_restarts_without_the_drain_fail_requests(fleet_behind_gateway)
     with Load(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions") as load:
         time.sleep(2)  # steady load before the first restart
         for worker in workers:  # one at a time, as the rollout's batches: the unit restarted, not drained
-            fleet.ssh(worker, "systemctl restart sglang")
+            fleet.ssh(worker, f"systemctl restart {SGLANG_UNIT}")
             assert generates(worker), f"{worker.name} does not generate after its restart"
         time.sleep(2)
     figures = {**load.figures(), "retried_by_gateway": gateway_retries(gateway) - retries}

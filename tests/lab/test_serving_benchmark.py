@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from lab import fleet
-from tests.faults.faultlab import wait_for
-from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, results_table, run_deploy, server_info
+from tests.faults.faultlab import TARGET_DIR, wait_for
+from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, SGLANG_UNIT, main_pid, results_table, run_deploy, server_info
 
 pytestmark = pytest.mark.lab
 
@@ -107,6 +107,38 @@ def test_ctrl_c_stops_the_client_and_serves_the_deployed_configuration_again(dep
     assert fleet.ssh(pcie_host, "pgrep -f '[a]iperf profile' || echo none").strip() == "none"
 
 
+def test_bench_follows_the_layout_each_replica_alone_then_all_at_once(deployed_lab, pcie_host, tmp_path):
+    """Qwen3.6-27B's eight TP 1 replicas on lab-pcie-1: each mode stands in for every replica on its GPU
+    and port, the client runs against each replica alone and then all at once (round robin); the
+    deployed replicas serve again afterwards."""
+    qwen = ("--data", "profile=qwen36_ddtree")
+    try:
+        assert run_deploy("--limit", pcie_host.name, *qwen).returncode == 0
+        pids = {i: main_pid(pcie_host, f"sglang@qwen36_ddtree-gpu{i}") for i in range(8)}
+        bench = run_bench(pcie_host, "profile=qwen36_ddtree", "modes=dflash", "concurrency=2", "requests=2",
+                          "output_tokens=8", f"results_dir={tmp_path}")
+        assert bench.returncode == 0, bench.output[-3000:]
+        (run,) = tmp_path.iterdir()
+        out = run / pcie_host.name
+        summary = json.loads((out / "summary.json").read_text())
+        replicas = [f"sglang@qwen36_ddtree-gpu{i}" for i in range(8)]
+        assert summary["layout"] == {"deployment": "qwen36_ddtree", "tp_size": 1,
+                                     "replicas": {name: [i] for i, name in enumerate(replicas)}}
+        assert sorted(summary["replicas"]) == replicas
+        for name in replicas:
+            level = summary["replicas"][name]["dflash"]["levels"]["2"]
+            assert level["requests_completed"] == 2 and level["output_tok_s"] > 0
+            assert (out / "raw" / name / "dflash" / "c2" / "profile_export_aiperf.json").is_file()
+        everything = summary["modes"]["dflash"]["levels"]["2"]
+        assert everything["requests_completed"] == 2 and (out / "raw" / "all" / "dflash" / "c2").is_dir()
+        assert "| sglang@qwen36_ddtree-gpu7 | dflash | 2 |" in (out / "summary.md").read_text()
+        # Every deployed replica serves again (restarted: the bench stood in for each).
+        for i in range(8):
+            assert main_pid(pcie_host, f"sglang@qwen36_ddtree-gpu{i}") != pids[i]
+            assert server_info(pcie_host, 30000 + i)["speculative_algorithm"] == "DDTREE"
+        assert fleet.ssh(pcie_host, "systemctl list-units --no-legend 'specfleet-bench*'").strip() == ""
+    finally:
+        assert run_deploy("--limit", pcie_host.name).returncode == 0
 # A spy in the deployed SGLang virtualenv (a .pth line runs it at every start of that Python), put
 # there by this test as root: it logs who runs that Python, and with what environment, to a log
 # the service user may append to; and inside the bench unit it makes the server hostile, as a
@@ -139,7 +171,7 @@ if "specfleet-bench.service" in _record():
     json.dumps = dumps
 '''
 SITE = "$(ls -d /opt/specfleet/sglang-venv/lib/python3*/site-packages)"
-TARGET = "/srv/specfleet/models/moonshotai--Kimi-K2.6"
+TARGET = TARGET_DIR  # the Kimi revision's directory the deployed unit loads
 # As root: once the bench unit runs, its rating and whether its server (its mount namespace, its
 # user) may write the weights and its cache. It waits for the unit's transient file, not asking
 # systemd about the unit by name: that would load a not-found unit of that name, which systemd-run
@@ -148,7 +180,7 @@ WATCH = f"""for i in $(seq 1500); do
   if [ -e /run/systemd/transient/specfleet-bench.service ] && [ "$(systemctl is-active specfleet-bench)" = active ]; then
     sleep 1; pid=$(systemctl show -p MainPID --value specfleet-bench)
     systemd-analyze security specfleet-bench --no-pager > /run/specfleet-spy/bench-security.txt 2>&1
-    systemd-analyze security sglang --no-pager > /run/specfleet-spy/sglang-security.txt 2>&1
+    systemd-analyze security {SGLANG_UNIT} --no-pager > /run/specfleet-spy/sglang-security.txt 2>&1
     nsenter -t $pid -m runuser -u sglang -- touch {TARGET}/.specfleet-probe 2>/run/specfleet-spy/weights-write.txt
     echo "rc=$?" >> /run/specfleet-spy/weights-write.txt
     nsenter -t $pid -m runuser -u sglang -- touch /home/sglang/.cache/.specfleet-probe 2>/run/specfleet-spy/cache-write.txt
@@ -257,10 +289,10 @@ def test_a_vanished_controller_leaves_the_deployed_service_serving_again(deploye
                 bench.kill()  # no handler runs: nothing of the controller restores the host
                 break
         bench.wait(timeout=60)
-        assert fleet.ssh(pcie_host, "systemctl is-active sglang || true").strip() == "inactive"
+        assert fleet.ssh(pcie_host, f"systemctl is-active {SGLANG_UNIT} || true").strip() == "inactive"
         wait_for(lambda: fleet.ssh(pcie_host, "systemctl is-active specfleet-bench || true").strip() in (
             "inactive", "failed"), 120, 2, "the bench unit to reach its time limit")
-        wait_for(lambda: fleet.ssh(pcie_host, "systemctl is-active sglang || true").strip() == "active",
+        wait_for(lambda: fleet.ssh(pcie_host, f"systemctl is-active {SGLANG_UNIT} || true").strip() == "active",
                  30, 1, "the deployed service to be started again by the bench unit's ExecStopPost")
         wait_for(lambda: server_info(pcie_host).get("speculative_algorithm") == "DFLASH", 60, 2,
                  "the deployed service to serve its configuration")
@@ -269,4 +301,4 @@ def test_a_vanished_controller_leaves_the_deployed_service_serving_again(deploye
         fleet.ssh(pcie_host, "for pid in /var/lib/specfleet-bench/*/*/*/client.pid; do "
                              '[ -f "$pid" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null; '
                              "rm -rf /var/lib/specfleet-bench/*; systemctl reset-failed specfleet-bench; "
-                             "systemctl start sglang", check=False)
+                             f"systemctl start {SGLANG_UNIT}", check=False)

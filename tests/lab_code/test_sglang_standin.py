@@ -275,6 +275,62 @@ def test_no_gpu_no_server(models, monkeypatch):
     assert proc.returncode == 1 and "No accelerator (CUDA" in proc.stderr
 
 
+def compute_apps() -> list[list[str]]:
+    """What the nvidia-smi stand-in lists as processes holding a GPU: [pid, bus id]."""
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_bus_id", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout
+    return [line.split(", ") for line in out.splitlines()]
+
+
+def bus_ids() -> list[str]:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader"], capture_output=True,
+                         text=True, check=True).stdout
+    return out.split()
+
+
+def test_each_tp_rank_holds_the_visible_gpu_0_5_23_gives_it_and_nvidia_smi_lists_it(start, models, monkeypatch):
+    """Two ranks with CUDA_VISIBLE_DEVICES=5,6: rank r on visible GPU r (engine.py: base_gpu_id + rank *
+    gpu_id_step), held by a scheduler process of the server's, as the real tool lists the schedulers."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
+    s = start(dflash_args(models)[:-2] + ["--tp-size", "2"])
+    s.wait_ready()
+    held = [app for app in compute_apps() if int(app[0]) in children_of(s.proc.pid)]
+    titles = [Path(f"/proc/{pid}/comm").read_text().strip() for pid, _ in held]
+    assert [(title, bus) for title, (_, bus) in zip(titles, held)] == [("sglang::schedul", bus_ids()[5]),
+                                                                       ("sglang::schedul", bus_ids()[6])]
+    s.stop()
+    time.sleep(0.2)
+    assert not [app for app in compute_apps() if int(app[0]) in {int(a[0]) for a in held}]  # gone with the server
+
+
+def children_of(pid: int) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("visible, tp, base", [("3", "2", "0"), ("0,1", "1", "2"), ("2,9,4", "2", "0")])
+def test_a_rank_whose_gpu_cuda_does_not_show_dies_as_the_real_scheduler_does(models, visible, tp, base):
+    """A TP rank past the visible GPUs (an index CUDA cannot see cuts the list there): the scheduler's
+    set_device raises, it SIGQUITs the server, which kills its tree and itself (SIGKILL)."""
+    args = dflash_args(models)[:-2] + ["--tp-size", tp, "--base-gpu-id", base]
+    proc = run_module(STANDIN_SRC, "sglang.launch_server", args, timeout=10, env={"CUDA_VISIBLE_DEVICES": visible})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert "RuntimeError: CUDA error: invalid device ordinal" in proc.stderr
+    assert "kill_process_tree called" in proc.stderr
+
+
+def test_no_visible_gpu_no_server(models):
+    proc = run_module(STANDIN_SRC, "sglang.launch_server", dflash_args(models), timeout=10,
+                      env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 1 and "No accelerator (CUDA" in proc.stderr
+
+
 def test_ddtree_parses_but_fails_to_start_on_plain_build(models):
     proc = run_module(STANDIN_SRC, "sglang.launch_server",
                       dflash_args(models) + ["--speculative-algorithm", "DDTREE"], timeout=10)

@@ -16,12 +16,16 @@ class FakeHost:
     def __init__(self, facts: dict):
         self.facts = facts
         self.noops: list[str] = []
+        self.logged: list[str] = []
 
     def get_fact(self, fact_class, *args, **kwargs):
         return self.facts[fact_class]
 
     def noop(self, description: str) -> None:
         self.noops.append(description)
+
+    def log_styled(self, message: str, **_style) -> None:
+        self.logged.append(message)
 
 
 def run(operation, facts: dict, **kwargs) -> tuple[list, list[str]]:

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from lab.repos import build_lab_repos
-from operations.deployment import HOST_CLASSES, host_class_of, resolve
+from operations import deployment
+from operations.deployment import HOST_CLASSES, host_class_of, resolve, resolve_host
 from operations.weights.hub import RepoSnapshot
 from operations.basics.knobs import BadHostData
 from operations.weights.checks import unpinned
@@ -32,13 +33,18 @@ def test_each_class_gets_its_backends_and_environment():
     # P2P is each host's, decided by its GPU smoke test against the PCIe class's P2P floor (smoke.decided_env).
     assert "NCCL_P2P_DISABLE" not in pcie.server.env and "NCCL_P2P_DISABLE" not in b200.env
     assert pcie.smoke.expected.p2p_floor_gbps == 30
-    assert pcie.weights.target.local_dir == pcie.server.model_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6"
+    # Each revision in a directory of its own; before the hub resolves the branch, named after it.
+    assert pcie.weights.target.local_dir == pcie.server.model_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6/main"
+    pinned_at = deployment.pinned(pcie, {"target": "c" * 40, "drafter": "d" * 40})
+    assert pinned_at.server.model_dir == pinned_at.weights.target.local_dir == \
+        f"/srv/specfleet/models/moonshotai--Kimi-K2.6/{'c' * 40}"
+    assert pinned_at.server.draft_model_dir == f"/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash/{'d' * 40}"
 
 
 def test_lab_mirrors_swap_repos_and_ddtree_build_but_keep_paths():
     lab = resolve(host_data("b200_nvlink", lab=True, profile="qwen36_ddtree"), "b200_nvlink")
     assert lab.weights.target.repo_id == "lab/Qwen3.6-27B-tiny" and len(lab.weights.target.revision) == 40
-    assert lab.weights.target.local_dir.endswith("Qwen--Qwen3.6-27B")
+    assert lab.weights.target.local_dir.endswith(f"Qwen--Qwen3.6-27B/{lab.weights.target.revision}")
     assert lab.server.sglang_requirement.endswith("sglang-0.5.23+lab.ddtree29907-py3-none-any.whl")
 
 
@@ -155,6 +161,67 @@ def test_an_unknown_or_double_class_is_one_sentence():
         host_class_of(["b300_nvlink", "b200_nvlink"])
 
 
+def layout_of(d) -> list[tuple]:
+    return [(r.service_name, r.gpus, r.port, r.tp_size) for r in d.replicas]
+
+
+def test_the_class_and_profile_lay_out_the_servers_kimi_over_all_eight_qwen_one_a_gpu():
+    for host_class in HOST_CLASSES:
+        [kimi] = resolve_host(host_data(host_class), host_class)
+        assert layout_of(kimi) == [("sglang@kimi_k26_dflash-gpu0-7", tuple(range(8)), 30000, 8)]
+        assert kimi.server.gpu_env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+        [qwen] = resolve_host(host_data(host_class, profile="qwen36_ddtree"), host_class)
+        assert layout_of(qwen) == [(f"sglang@qwen36_ddtree-gpu{i}", (i,), 30000 + i, 1) for i in range(8)]
+    # A profile a class does not lay out is one server over all of its GPUs.
+    data = host_data("b200_nvlink", profile="qwen36_ddtree")
+    data.layouts = {}
+    assert layout_of(resolve(data, "b200_nvlink")) == [("sglang@qwen36_ddtree-gpu0-7", tuple(range(8)), 30000, 8)]
+
+
+def test_a_host_serves_two_models_on_disjoint_gpus_each_with_its_own_units_ports_and_build():
+    kimi, qwen = resolve_host(host_data("rtx_pro_6000_pcie", lab=True, deployments=[
+        dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
+        dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")]), "rtx_pro_6000_pcie")
+    assert layout_of(kimi) == [("sglang@kimi_k26_dflash-gpu0-3", (0, 1, 2, 3), 30000, 4)]
+    assert layout_of(qwen) == [(f"sglang@qwen-gpu{i}", (i,), 30000 + i, 1) for i in (4, 5, 6, 7)]
+    assert (kimi.server.venv, qwen.server.venv) == ("/opt/specfleet/sglang-venv", "/opt/specfleet/sglang-venv-qwen")
+    assert kimi.weights.target.repo_dir != qwen.weights.target.repo_dir
+    # Two deployments of one build share its virtualenv; a deployment's port moves its replicas together.
+    a, b = resolve_host(host_data("rtx_pro_6000_pcie", deployments=[
+        dict(profile="qwen36_ddtree", gpus=[0, 1], name="a"), dict(profile="qwen36_ddtree", gpus=[2, 3], name="b",
+                                                                  port=31000)]), "rtx_pro_6000_pcie")
+    assert a.server.venv == b.server.venv and [r.port for r in b.replicas] == [31000, 31001]
+
+
+@pytest.mark.parametrize("data, refusal", [
+    (dict(sglang_tuning={"tp_size": 8}), "sglang_tuning['tp_size']=8 is not accepted: the TP size belongs to the "
+                                         "class and the profile: set layouts['kimi_k26_dflash']['tp_size'] in "
+                                         "group_data/rtx_pro_6000_pcie.py"),
+    (dict(layouts={"kimi_k26_dflash": {"tp_size": 3}}), "8 GPUs do not make replicas of tp_size 3"),
+    (dict(layouts={"kimi_k26_dflash": {"tp_size": 16}}), "is not a whole number from 1 to 8"),
+    (dict(layouts={"kimi_k26_dflash": {"tp_size": 2, "replicas": 5}}), "['replicas']=5 does not fit 8 GPUs"),
+    (dict(layouts={"kimi_k26_dflash": {"tp_size": 1, "gpus": [0, 8]}}), "from 0 to 7"),
+    (dict(layouts={"kimi_k26_dflash": {"tp_size": 1, "gpus": [1, 1]}}), "name each GPU once"),
+    (dict(layouts={"kimi_k26_dflash": {"tp": 8}}), "use dict(tp_size=N)"),
+    (dict(deployments=[dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
+                       dict(profile="qwen36_ddtree", gpus=[3, 4])]), "both take GPU 3"),
+    (dict(deployments=[dict(profile="qwen36_ddtree", gpus=[0]), dict(profile="qwen36_ddtree", gpus=[1])]),
+     "two are named 'qwen36_ddtree'"),
+    (dict(deployments=[dict(profile="qwen36_ddtree", gpus=[0], name="a", port=30001),
+                       dict(profile="qwen36_ddtree", gpus=[1], name="b")]), "both listen on port 30001"),
+    (dict(deployments=[dict(profile="qwen36_ddtree", gpu=[0])]), "is not accepted: use dict(profile=...)"),
+    (dict(deployments=[dict(profile="qwen36_ddtree", name="a b")]), "deployment name='a b' is not accepted"),
+    (dict(deployments="qwen36_ddtree"), "deployments='qwen36_ddtree' is not accepted"),
+    (dict(deployments=[dict(profile="qwen36_ddtree")], node_group="kimi-tp16", node_rank=0),
+     "deployments and node_group are not accepted together"),
+])
+def test_a_layout_that_does_not_fit_or_overlaps_the_gpus_is_refused_in_one_line(data, refusal):
+    values = host_data("rtx_pro_6000_pcie")
+    for key, value in data.items():
+        setattr(values, key, {**values.sglang_tuning, **value} if key == "sglang_tuning" else value)
+    with pytest.raises(BadHostData) as refused:
+        resolve_host(values, "rtx_pro_6000_pcie")
+    assert refusal in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
 def with_profile_args(host_class: str, class_args: list[str] = (), profile_args: list[str] | None = None):
     data = host_data(host_class)
     data.sglang_tuning = {**data.sglang_tuning, "extra_args": [*data.sglang_tuning["extra_args"], *class_args]}

@@ -11,10 +11,11 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from operations.basics.file_states import FileStates, sha1_of
 from operations.basics.units import ServiceState
-from operations.deployment import resolve
+from operations.deployment import resolve, resolve_host
 from operations.gateway import service
 from operations.gateway.config import resolve as resolve_gateway
-from operations.gateway.workers import GatewayWorkers, Route, admin_key_file, drain, rejoin, routes, workers
+from operations.gateway.workers import (GatewayWorkers, Route, admin_key_file, drain, drain_retired, rejoin, routes,
+                                        workers)
 from operations.server import unit
 from operations.basics.knobs import BadHostData
 from operations.python.venv import VenvRequirement, fingerprint
@@ -72,8 +73,30 @@ def test_workers_are_the_inventory_hosts_serving_the_gateways_model_at_their_net
         inventory_host("other-model", ["rtx_pro_6000_pcie"], profile="qwen36_ddtree", bind_address="0.0.0.0"),
     ]
     found = workers(inventory, gateway, resolve_gateway(gateway.data).model)
-    assert [(w.name, w.url, w.problem) for w in found] == [
-        ("a", "http://10.0.0.5:30000", None), ("b", "http://b.internal:30000", None)]
+    assert [(w.name, w.url, w.problem, w.replica) for w in found] == [
+        ("a", "http://10.0.0.5:30000", None, "sglang@kimi_k26_dflash-gpu0-7"),
+        ("b", "http://b.internal:30000", None, "sglang@kimi_k26_dflash-gpu0-7")]
+
+
+def test_each_replica_is_a_worker_at_its_own_port_and_a_host_serves_two_models_to_two_gateways():
+    kimi = inventory_host("gw", ["gateway"])
+    qwen = inventory_host("gw2", ["gateway"], profile="qwen36_ddtree")
+    replicas = inventory_host("a", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.5", bind_address="0.0.0.0",
+                              profile="qwen36_ddtree")
+    both = inventory_host("b", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.6", bind_address="0.0.0.0",
+                          deployments=[dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
+                                       dict(profile="qwen36_ddtree", gpus=[6, 7])])
+    inventory = [kimi, qwen, replicas, both]
+    assert [(w.name, w.url, w.replica) for w in workers(inventory, qwen, "qwen3.6-27b")] == [
+        *(("a", f"http://10.0.0.5:{30000 + i}", f"sglang@qwen36_ddtree-gpu{i}") for i in range(8)),
+        ("b", "http://10.0.0.6:30006", "sglang@qwen36_ddtree-gpu6"), ("b", "http://10.0.0.6:30007", "sglang@qwen36_ddtree-gpu7")]
+    assert [(w.name, w.url, w.replica) for w in workers(inventory, kimi, "kimi-k2.6")] == [
+        ("b", "http://10.0.0.6:30000", "sglang@kimi_k26_dflash-gpu0-3")]
+    kimi_replica, qwen_replica = (d.replicas[-1] for d in resolve_host(both.data, "rtx_pro_6000_pcie"))
+    assert [(r.gateway, r.worker_url(kimi_replica.port)) for r in routes(inventory, both, kimi_replica)] == [
+        ("gw", "http://10.0.0.6:30000")]
+    assert [(r.gateway, r.worker_url(qwen_replica.port)) for r in routes(inventory, both, qwen_replica)] == [
+        ("gw2", "http://10.0.0.6:30007")]
 
 
 def test_a_loopback_worker_on_another_host_is_a_problem_and_on_the_gateways_own_host_is_not():
@@ -90,14 +113,16 @@ def test_a_worker_reaches_each_gateway_of_its_model_to_drain_itself_at_the_gatew
     closed = inventory_host("gw3", ["gateway"], ssh_hostname="10.0.0.4")  # loopback: group_data's default
     other = inventory_host("gw4", ["gateway"], profile="qwen36_ddtree", gateway_bind_address="0.0.0.0")
     worker = inventory_host("w", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.5", bind_address="0.0.0.0")
-    found = routes([exposed, pinned, closed, other, worker], worker, resolve_gateway(exposed.data).model)
-    assert [(r.gateway, r.address, r.port, r.worker_url) for r in found[:2]] == [
+    replica = resolve(worker.data, "rtx_pro_6000_pcie").server
+    found = routes([exposed, pinned, closed, other, worker], worker, replica)
+    assert [(r.gateway, r.address, r.port, r.worker_url(replica.port)) for r in found[:2]] == [
         ("gw", "10.0.0.2", 30080, "http://10.0.0.5:30000"), ("gw2", "10.1.0.3", 30080, "http://10.0.0.5:30000")]
     assert [r.problem for r in found[:2]] == [None, None] and len(found) == 3  # gw4 serves another model
     assert "gw3, whose gateway listens on 127.0.0.1 only" in found[2].problem
     both = inventory_host("both", ["rtx_pro_6000_pcie", "gateway"])  # loopback worker under its own gateway
     # On its own host the gateway's socket must be the gateway user's before a key goes to it.
-    assert [(r.address, r.worker_url, r.owner, r.problem) for r in routes([both], both, "kimi-k2.6")] == [
+    own = resolve(both.data, "rtx_pro_6000_pcie").server
+    assert [(r.address, r.worker_url(own.port), r.owner, r.problem) for r in routes([both], both, own)] == [
         ("127.0.0.1", "http://127.0.0.1:30000", "smg", None)]
     assert {r.owner for r in found} == {None}
 
@@ -116,7 +141,8 @@ def test_gateway_workers_fact_reads_the_listing_and_treats_no_answer_as_unreacha
     assert fact.process(["Traceback (most recent call last):", "ConnectionRefusedError"])["reachable"] is False
 
 
-ROUTE = Route("gw", "10.0.0.2", 30080, "http://10.0.0.5:30000", 120, "SPECFLEET_GATEWAY_ADMIN_KEY")
+ROUTE = Route("gw", "10.0.0.2", 30080, "kimi-k2.6", "10.0.0.5", 120, "SPECFLEET_GATEWAY_ADMIN_KEY")
+URL = ROUTE.worker_url(30000)
 
 
 def listing(*urls: str, reachable: bool = True) -> dict:
@@ -141,54 +167,54 @@ def restarting(reason: str | None, refused: str | None = None) -> tuple[unit.Res
 def test_a_restarting_worker_drains_itself_with_the_admin_key_then_waits_for_its_requests_in_flight():
     d = worker()
     restart, facts = restarting(unit.FILES_CHANGED)
-    commands, _ = run(drain, {**facts, GatewayWorkers: listing(ROUTE.worker_url, "http://10.0.0.6:30000")},
+    commands, _ = run(drain, {**facts, GatewayWorkers: listing(URL, "http://10.0.0.6:30000")},
                       server=d, routes=[ROUTE], restart=restart)
     [command] = commands
     tail = command.args[0].rsplit("' ", 1)[1]  # after the inline program: the arguments
     assert tail.split() == ["--address", "10.0.0.2", "--worker-key-file", d.api_key_file, "30080",
-                            admin_key_file(d), d.served_model_name, "drain", "120", ROUTE.worker_url,
+                            admin_key_file(d), d.served_model_name, "drain", "120", URL,
                             "--idle", "http://127.0.0.1:30000", "900"]  # group_data's longest_generation_s
 
 
 def test_the_last_of_several_gateways_waits_for_the_server_to_go_idle():
-    second = Route("gw2", "10.0.0.3", 30080, "http://10.0.0.5:30000", 120, "SPECFLEET_GATEWAY_ADMIN_KEY")
+    second = Route("gw2", "10.0.0.3", 30080, "kimi-k2.6", "10.0.0.5", 120, "SPECFLEET_GATEWAY_ADMIN_KEY")
     restart, facts = restarting(unit.FILES_CHANGED)
-    commands, _ = run(drain, {**facts, GatewayWorkers: listing(ROUTE.worker_url)}, server=worker(),
+    commands, _ = run(drain, {**facts, GatewayWorkers: listing(URL)}, server=worker(),
                       routes=[ROUTE, second], restart=restart)
     assert ["--idle" in c.args[0].rsplit("' ", 1)[1].split() for c in commands] == [False, True]
 
 
 def test_a_worker_without_metrics_cannot_drain_and_fails_before_its_restart():
     restart, facts = restarting(unit.FILES_CHANGED)
-    commands, _ = run(drain, {**facts, GatewayWorkers: listing(ROUTE.worker_url)},
+    commands, _ = run(drain, {**facts, GatewayWorkers: listing(URL)},
                       server=worker(enable_metrics=False), routes=[ROUTE], restart=restart)
     assert "keep enable_metrics=true" in failure(commands)[0]
 
 
 @pytest.mark.parametrize("reason, refused, listed, why", [
-    (None, None, True, "the server does not restart"),
-    (unit.FILES_CHANGED, "--bad-flag", True, "the server does not restart"),  # configure refuses: no restart
-    (unit.STOPPED, None, False, "no gateway lists this worker"),
+    (None, None, True, "sglang@kimi_k26_dflash-gpu0-7 does not restart"),
+    (unit.FILES_CHANGED, "--bad-flag", True, "sglang@kimi_k26_dflash-gpu0-7 does not restart"),  # refused: no restart
+    (unit.STOPPED, None, False, "no gateway lists sglang@kimi_k26_dflash-gpu0-7"),
 ])
 def test_no_drain_when_nothing_restarts_or_nothing_lists_the_worker(reason, refused, listed, why):
     restart, facts = restarting(reason, refused)
-    commands, noops = run(drain, {**facts, GatewayWorkers: listing(*([ROUTE.worker_url] if listed else []))},
+    commands, noops = run(drain, {**facts, GatewayWorkers: listing(*([URL] if listed else []))},
                           server=worker(), routes=[ROUTE], restart=restart)
     assert commands == [] and noops[0].startswith(why), noops
 
 
 def test_the_drain_and_the_unit_take_one_decision_and_the_host_validates_once():
     restart, facts = restarting(unit.FILES_CHANGED, refused="--bad-flag")
-    _, noops = run(drain, {**facts, GatewayWorkers: listing(ROUTE.worker_url)}, server=worker(), routes=[ROUTE],
+    _, noops = run(drain, {**facts, GatewayWorkers: listing(URL)}, server=worker(), routes=[ROUTE],
                    restart=restart)
-    assert noops == ["the server does not restart: it stays in its gateways"]
+    assert noops == ["sglang@kimi_k26_dflash-gpu0-7 does not restart: it stays in its gateways"]
     # Asked again, this host would fail the test: it answers nothing but the gateway's list.
     commands, _ = run(unit.configure, {GatewayWorkers: listing()}, server=worker(), restart=restart)
     assert "rejects the rendered flags (--bad-flag)" in failure(commands)[0]
 
 
 def test_a_gateway_the_worker_cannot_reach_fails_the_worker_before_its_restart():
-    unreachable = Route("gw3", "", 30080, "http://10.0.0.5:30000", 120, "SPECFLEET_GATEWAY_ADMIN_KEY",
+    unreachable = Route("gw3", "", 30080, "kimi-k2.6", "10.0.0.5", 120, "SPECFLEET_GATEWAY_ADMIN_KEY",
                         problem="w cannot drain itself from gw3")
     restart, facts = restarting(unit.FILES_CHANGED)
     commands, _ = run(drain, facts, server=worker(), routes=[unreachable], restart=restart)
@@ -196,13 +222,35 @@ def test_a_gateway_the_worker_cannot_reach_fails_the_worker_before_its_restart()
 
 
 @pytest.mark.parametrize("answer, joins", [
-    (listing(), True),  # generates in this run, missing: registered (again)
-    (listing(ROUTE.worker_url), False),  # already there
+    (listing(), True),  # generates in this run, missing: registered (again, new, or back after a rollback)
+    (listing(URL), False),  # already there
     (listing(reachable=False), False),  # no gateway answering: its own stage registers it
 ])
 def test_a_worker_that_generates_joins_each_answering_gateway_that_lacks_it(answer, joins):
     commands, _ = run(rejoin, {GatewayWorkers: answer}, server=worker(), routes=[ROUTE])
     assert [c.rsplit("' ", 1)[1].split()[-3] for c in commands] == (["join"] if joins else [])
+
+
+def test_units_no_deployment_wants_leave_every_gateway_listing_them_before_they_stop():
+    """The single unit of an earlier layout (port 30000) is listed by the gateway: drained; a retired replica
+    no gateway lists is not; a wanted unit listed at the same URL is not retired."""
+    units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "loads": []},
+             "sglang@kimi_k26_dflash-gpu0-3": {"port": 30000, "model": "kimi-k2.6", "loads": []},
+             "sglang@qwen36_ddtree-gpu5": {"port": 30005, "model": "qwen3.6-27b", "loads": []}}
+    restart, state = restarting(unit.FILES_CHANGED)  # sglang@kimi_k26_dflash-gpu0-7, wanted
+    facts = {**state, unit.ServerUnits: {**units, "sglang@kimi_k26_dflash-gpu0-7": units["sglang"]},
+             GatewayWorkers: listing(URL, "http://10.0.0.6:30000")}
+    commands, _ = run(drain_retired, facts, server=worker(), gateways=[ROUTE], restarts=[restart])
+    # Its requests in flight finish first, as a drained replica's do.
+    assert [c.args[0].rsplit("' ", 1)[1].split()[-6:] for c in commands] == [
+        ["drain", "120", URL, "--idle", "http://127.0.0.1:30000", "900"]]
+    commands, noops = run(drain_retired, {**facts, unit.ServerUnits: {"sglang@kimi_k26_dflash-gpu0-7": {
+        "port": 30000, "model": "kimi-k2.6", "loads": []}}}, server=worker(), gateways=[ROUTE], restarts=[restart])
+    assert commands == [] and noops == ["no gateway lists a unit to retire (none)"]
+    # The host's SGLang refuses the new unit: nothing leaves the gateway (unit.retired fails the host).
+    refused, state = restarting(unit.FILES_CHANGED, refused="--bad-flag")
+    commands, noops = run(drain_retired, {**facts, **state}, server=worker(), gateways=[ROUTE], restarts=[refused])
+    assert commands == [] and noops == ["the host's SGLang refuses a new unit: nothing is retired"]
 
 
 def gateway_unit_facts(unit_sha1, active="active", enabled="enabled") -> dict:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab_hub import DRAFTER, KIMI, new_log_entries, repo_files  # sets the client's environment
+from tests.lab_hub import DRAFTER, KIMI, QWEN, QWEN_RETRAINED, new_log_entries, repo_files  # sets the client's environment
 
 from huggingface_hub import HfApi
 
 from lab.config import TOKEN_GRANTED
-from lab.hub import read_request_log, set_faults
+from lab.hub import clear_faults, read_request_log, set_faults
 from operations.weights.hub import HubProblem, snapshot
 from tests.helpers import host_programs_importable
 
@@ -81,7 +81,7 @@ def test_resumable_fetch_hashes_as_it_streams(hub, tmp_path, monkeypatch):
     spec = fetch_spec(hub, tmp_path)
     local_dir = Path(spec["local_dir"])
     local_dir.mkdir()
-    assert fetch_weights.fetch_resumable(spec, shard_entry(spec), local_dir, None) == \
+    assert fetch_weights.fetch_resumable(spec, shard_entry(spec), local_dir, None, fetch_weights.Placed(local_dir)) == \
         f"fetched {SHARD} (sha256 checked)"
     assert (local_dir / SHARD).read_bytes() == (repo_files(hub, KIMI) / SHARD).read_bytes()
 
@@ -94,7 +94,7 @@ def test_bytes_that_hash_wrong_are_deleted_refetched_then_refused(hub, tmp_path,
     set_faults(hub.state, corrupt={SHARD: 5000})  # same size, one byte flipped: only a hash sees it
     mark = len(read_request_log(hub.state))
     with pytest.raises(fetch_weights.HashMismatch):
-        fetch_weights.fetch_resumable(spec, shard_entry(spec), local_dir, None)
+        fetch_weights.fetch_resumable(spec, shard_entry(spec), local_dir, None, fetch_weights.Placed(local_dir))
     assert capsys.readouterr().out.count(f"sha256 mismatch for {SHARD}") == 2
     assert not (local_dir / SHARD).exists() and not list((local_dir / fetch_weights.PARTS).iterdir())
     assert len([r for r in new_log_entries(hub, mark) if r["server"] == "cdn"]) == fetch_weights.ATTEMPTS
@@ -110,7 +110,7 @@ def test_a_resumed_part_is_hashed_from_its_first_byte(hub, tmp_path, monkeypatch
     part.write_bytes(original[:100] + bytes([original[100] ^ 0xFF]) + original[101:2_000_000])  # a bad prefix
 
     mark = len(read_request_log(hub.state))
-    assert fetch_weights.fetch_resumable(spec, shard_entry(spec), local_dir, None) == \
+    assert fetch_weights.fetch_resumable(spec, shard_entry(spec), local_dir, None, fetch_weights.Placed(local_dir)) == \
         f"fetched {SHARD} (sha256 checked)"
     assert f"sha256 mismatch for {SHARD}" in capsys.readouterr().out
     assert (local_dir / SHARD).read_bytes() == original
@@ -157,3 +157,71 @@ def test_a_small_file_corrupted_in_transit_is_caught_by_its_git_hash(hub, tmp_pa
     local_dir = Path(spec["local_dir"])
     assert not (local_dir / "config.json").exists() and not (local_dir / ".specfleet-manifest.json").exists()
     assert (local_dir / SHARD).read_bytes() == (repo_files(hub, KIMI) / SHARD).read_bytes()  # the rest went on
+
+
+def test_weights_of_a_new_commit_are_hashed_not_kept_for_their_size(hub, tmp_path):
+    """The pin moves to a retrained revision whose shards keep their names and sizes: the directory's
+    manifest recorded the old sha256 for them, so they are hashed, found different and fetched again,
+    never kept under a manifest naming the new commit."""
+    old = fetch_spec(hub, tmp_path, repo_id=QWEN)
+    assert run_fetcher(hub, old, tmp_path / "spec.json", None).returncode == 0
+    new = fetch_spec(hub, tmp_path, repo_id=QWEN_RETRAINED)  # into the same directory, as a mirror swap does
+    same_size = {e["path"] for e in new["files"] for o in old["files"]
+                 if e["path"] == o["path"] and e["size"] == o["size"] and e["sha256"] and e["sha256"] != o["sha256"]}
+    assert same_size == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}  # the case itself
+
+    new_files = {e["path"]: e for e in new["files"]}
+    mark = len(read_request_log(hub.state))
+    done = run_fetcher(hub, new, tmp_path / "spec.json", None)
+    assert done.returncode == 0, done.stderr
+    local_dir = Path(new["local_dir"])
+    for path in new_files:
+        assert (local_dir / path).read_bytes() == (repo_files(hub, QWEN_RETRAINED) / path).read_bytes(), path
+    assert json.loads((local_dir / ".specfleet-manifest.json").read_text())["commit"] == new["commit"]
+    fetched = {r["path"].rsplit("/", 1)[-1] for r in new_log_entries(hub, mark) if r["server"] == "cdn"}
+    assert fetched == same_size  # the unchanged files were proven by their recorded hashes, not fetched
+
+
+def test_a_resumed_fetch_trusts_the_files_it_put_in_place_and_hashes_only_small_ones(hub, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    spec = fetch_spec(hub, tmp_path)
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    set_faults(hub.state, corrupt={f"{KIMI}/config.json": 10})
+    assert fetch_weights.main(str(tmp_path / "spec.json")) == 1  # the shards went in place, config.json did not
+    local_dir = Path(spec["local_dir"])
+    journal = [json.loads(line) for line in (local_dir / fetch_weights.PLACED).read_text().splitlines()]
+    assert SHARD in {record["path"] for record in journal}
+
+    clear_faults(hub.state)
+    hashed = []
+    real_hash = fetch_weights.weights_manifest.hash_file
+    monkeypatch.setattr(fetch_weights.weights_manifest, "hash_file",
+                        lambda path, entry, **kw: hashed.append(entry["path"]) or real_hash(path, entry, **kw))
+    assert fetch_weights.main(str(tmp_path / "spec.json")) == 0
+    assert hashed and all(not entry["sha256"] for entry in spec["files"] if entry["path"] in hashed), hashed
+    assert not (local_dir / fetch_weights.PLACED).exists() and (local_dir / ".specfleet-manifest.json").is_file()
+
+
+def test_a_new_revision_links_what_the_previous_one_holds_and_fetches_only_what_changed(hub, tmp_path):
+    """Each revision in its own directory: the retrained one links the files whose hash and size the
+    previous revision's manifest recorded (config, tokenizer: the same inode), and fetches its shards;
+    the previous revision keeps its own bytes."""
+    repo_dir = tmp_path / "Qwen--Qwen3.6-27B"
+    old = {**fetch_spec(hub, tmp_path, repo_id=QWEN), "revisions_dir": str(repo_dir)}
+    old["local_dir"] = str(repo_dir / old["commit"])
+    assert run_fetcher(hub, old, tmp_path / "spec.json", None).returncode == 0
+    new = {**fetch_spec(hub, tmp_path, repo_id=QWEN_RETRAINED), "revisions_dir": str(repo_dir)}
+    new["local_dir"] = str(repo_dir / new["commit"])
+    mark = len(read_request_log(hub.state))
+    done = run_fetcher(hub, new, tmp_path / "spec.json", None)
+    assert done.returncode == 0, done.stderr
+    fetched = {r["path"].rsplit("/", 1)[-1] for r in new_log_entries(hub, mark) if r["server"] == "cdn"}
+    assert fetched == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+    old_dir, new_dir = Path(old["local_dir"]), Path(new["local_dir"])
+    for entry in new["files"]:
+        path = entry["path"]
+        assert (new_dir / path).read_bytes() == (repo_files(hub, QWEN_RETRAINED) / path).read_bytes(), path
+        same_inode = (new_dir / path).stat().st_ino == (old_dir / path).stat().st_ino
+        assert same_inode == (path not in fetched), path
+        assert (old_dir / path).read_bytes() == (repo_files(hub, QWEN) / path).read_bytes(), path
+    assert f"linked config.json from {old['commit']}" in done.stdout

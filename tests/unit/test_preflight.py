@@ -12,7 +12,7 @@ from operations.gpu import nvidia
 from operations.gpu.packages import NvidiaPackages
 from operations.weights.hub import RepoSnapshot
 from operations.deployment.preflight import LoginUser, login_problems, moving_revisions
-from operations.server.checks import exposure_problems, serves, unpinned_build
+from operations.server.checks import exposure_problems, unpinned_build
 from operations.weights.checks import HubState, hub_state, unpinned
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
 from tests.unit.group_data import host_data
@@ -195,12 +195,6 @@ def test_a_gated_repo_without_access_is_pending_apart_from_the_problems_and_the_
     assert list(snapshots) == ["target", "drafter"] and problems == access_pending == []
     monkeypatch.setenv("HF_TOKEN", "hf_lab_unknown")  # a bad token is a problem for every host, never pending
     assert [len(found) for found in found(hub_state(lab))] == [0, 1, 0]
-
-
-def test_a_host_serves_once_its_unit_is_written_or_its_service_runs():
-    assert not serves({"unit_sha1": None, "env_sha1": None, "active": "inactive", "enabled": "disabled"})
-    assert serves({"unit_sha1": "5f1d", "env_sha1": "9a0b", "active": "failed", "enabled": "enabled"})
-    assert serves({"unit_sha1": None, "env_sha1": None, "active": "activating", "enabled": "disabled"})
 
 
 class DriverHost(NamedHost):

@@ -46,7 +46,7 @@ def test_preflight_with_every_fact_absent_answers_in_sentences(host_class, profi
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
     d = resolve(host_data(host_class, lab=True, profile=profile, install_driver=install_driver), host_class)
     readable = {role: snapshot for role, snapshot in snapshots(d).items() if not pending or role == "target"}
-    problems, noops = outcome(preflight.check, deployment=d, hub=HubState(readable, [], pending))
+    problems, noops = outcome(preflight.check, deployments=(d,), hubs=[HubState(readable, [], pending)])
     assert problems, noops  # nothing is known of the host: it cannot pass
     for problem in problems:
         assert problem.startswith(f"{FakeHost.name}: ") and "\n" not in problem, problem

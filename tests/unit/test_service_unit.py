@@ -11,7 +11,7 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from operations.basics import ownership
 from operations.server import unit
-from operations.deployment import resolve
+from operations.deployment import resolve, resolve_host
 from operations.basics.file_states import FileStates
 from operations.basics.units import ServiceState
 from operations.python.venv import VenvRequirement, fingerprint
@@ -35,32 +35,79 @@ def current(unit=UNIT, env=ENV, active="active", enabled="enabled") -> dict:
     from operations.basics.file_states import sha1_of
     return {ServiceState: dict(unit_sha1=sha1_of(unit.encode()), env_sha1=sha1_of(env.encode()),
                                        active=active, enabled=enabled),
-            SystemdStatus: {"sglang.service": active == "active"},
-            SystemdEnabled: {"sglang.service": enabled == "enabled"},
+            SystemdStatus: {f"{NAME}.service": active == "active"},
+            SystemdEnabled: {f"{NAME}.service": enabled == "enabled"},
             VenvRequirement: {"version": "0.5.23", "fingerprint": fingerprint(D.sglang_requirement, D.pip_index_url)}}
 
 
+NAME = "sglang@kimi_k26_dflash-gpu0-7"  # Kimi K2.6 on this class: one replica over all eight cards
+
+
 def test_unchanged_and_running_is_a_noop():
+    assert D.service_name == NAME and D.unit_file == f"/etc/systemd/system/{NAME}.service"
     commands, noops = configure(current())
-    assert commands == [] and noops == [f"sglang is running its current unit ({INPUTS})"]
+    assert commands == [] and noops == [f"{NAME} is running its current unit ({INPUTS})"]
 
 
 def test_a_changed_api_key_alone_restarts_through_systemd_service():
     changed = SimpleNamespace(changed=True)
     commands, _ = configure(current(), restart_when=[changed])
-    assert commands == ["systemctl restart sglang.service"]
+    assert commands == [f"systemctl restart {NAME}.service"]
 
 
 def test_a_stopped_disabled_service_is_started_and_enabled():
     commands, _ = configure(current(active="inactive", enabled="disabled"))
-    assert commands == ["systemctl start sglang.service", "systemctl enable sglang.service"]
+    assert commands == [f"systemctl start {NAME}.service", f"systemctl enable {NAME}.service"]
 
 
 def test_rejected_flags_fail_before_anything_is_written():
     facts = {**current(unit="an older unit"), SGLangRejects: "--attention-backend: invalid choice: 'flashmla_v9'"}
     [problem] = failure(configure(facts)[0])
     assert "rejects the rendered flags (--attention-backend: invalid choice" in problem
-    assert problem.endswith("sglang was left as it was")
+    assert problem.endswith(f"{NAME} was left as it was")
+
+
+def test_each_replica_renders_its_own_gpus_and_port_and_restarts_alone():
+    replicas = resolve_host(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree"), "rtx_pro_6000_pcie")[0].replicas
+    rendered = [unit.unit_files(r, INPUTS) for r in replicas]
+    assert [r.service_name for r in replicas] == [f"sglang@qwen36_ddtree-gpu{i}" for i in range(8)]
+    for i, (unit_text, env_text) in enumerate(rendered):
+        assert f"\nCUDA_VISIBLE_DEVICES={i}\n" in env_text and "\nCUDA_DEVICE_ORDER=PCI_BUS_ID\n" in env_text
+        assert f" --port {30000 + i} " in unit_text and " --tp-size 1 " in unit_text
+        assert f"EnvironmentFile=/etc/specfleet/sglang@qwen36_ddtree-gpu{i}.env\n" in unit_text
+    # Replica 3's files changed, the others' did not: only replica 3 restarts.
+    built = {"version": "0.5.23", "fingerprint": fingerprint(replicas[3].sglang_requirement, replicas[3].pip_index_url)}
+    state = {ServiceState: dict(unit_sha1="an older unit", env_sha1="an older env", active="active", enabled="enabled"),
+             SGLangRejects: None, VenvRequirement: built}
+    with ctx_host.use(FakeHost(state)):
+        assert unit.Restart(replicas[3], INPUTS, []).decision().restarts
+    same = {ServiceState: current(*rendered[4])[ServiceState], VenvRequirement: built}
+    with ctx_host.use(FakeHost(same)):
+        assert not unit.Restart(replicas[4], INPUTS, []).decision().restarts
+
+
+def test_units_no_deployment_wants_are_stopped_disabled_and_removed_with_their_files():
+    units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "loads": []},
+             NAME: {"port": 30000, "model": "kimi-k2.6", "loads": []}}
+    facts = {**current(unit="the new unit is not written yet"), SGLangRejects: None, unit.ServerUnits: units,
+             SystemdStatus: {"sglang.service": True}, SystemdEnabled: {"sglang.service": True}}
+    commands, _ = run(unit.retired, facts, server=D, restarts=[unit.Restart(D, INPUTS, [])])
+    assert commands == ["systemctl stop sglang.service", "systemctl disable sglang.service",
+                        "rm -f -- /etc/systemd/system/sglang.service /etc/specfleet/sglang.env "
+                        "/etc/systemd/system/sglang.service.specfleet-previous /etc/specfleet/sglang.env.specfleet-previous",
+                        "systemctl daemon-reload", "systemctl reset-failed sglang.service 2>/dev/null || true"]
+    commands, noops = run(unit.retired, {**current(), unit.ServerUnits: {NAME: units[NAME]}}, server=D,
+                          restarts=[unit.Restart(D, INPUTS, [])])
+    assert commands == [] and noops == ["every SGLang unit on the host is wanted (1)"]
+
+
+def test_nothing_is_retired_while_the_hosts_sglang_refuses_a_new_unit():
+    units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "loads": []}}
+    facts = {**current(unit="an older unit"), SGLangRejects: "--attention-backend: invalid choice: 'x'",
+             unit.ServerUnits: units}
+    commands, _ = run(unit.retired, facts, server=D, restarts=[unit.Restart(D, INPUTS, [])])
+    [problem] = failure(commands)
+    assert "rejects the rendered flags" in problem and problem.endswith(f"{NAME} was left as it was")
 
 
 def test_before_the_wanted_sglang_is_installed_nothing_asks_it_about_the_flags():
@@ -175,7 +222,7 @@ def test_the_smoke_tests_p2p_decision_is_in_the_unit_and_a_restart_input():
     assert restart_after_smoke(kept).decision().restarts is False
     commands, noops = run(unit.configure, {**current(), GpuSmokeRecord: dict(boot_id="b", record=kept)}, server=D,
                           restart=unit.Restart(D, INPUTS, [], decided_env=lambda: smoke.decided_env(test)))
-    assert commands == [] and noops == [f"sglang is running its current unit ({INPUTS})"]
+    assert commands == [] and noops == [f"{NAME} is running its current unit ({INPUTS})"]
     decided = restart_after_smoke(hung)
     assert "NCCL_P2P_DISABLE=1\n" in decided.decision().env_text and "NCCL_P2P_DISABLE" not in ENV
     assert decided.decision().reason == unit.FILES_CHANGED and decided.decision().restarts

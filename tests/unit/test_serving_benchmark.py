@@ -7,8 +7,8 @@ import pytest
 
 from serving_benchmark import report
 from operations.basics.knobs import BadHostData
-from serving_benchmark.sweep import PROMPTS, mode_args, plan, unit_environment
-from operations.deployment import resolve
+from serving_benchmark.sweep import PROMPTS, bench_unit, mode_args, plan, unit_environment
+from operations.deployment import resolve, resolve_host
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import host_data
 
@@ -81,6 +81,17 @@ def test_bench_server_environment_is_the_units_without_the_api_key():
     env = unit_environment(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server)
     assert env["HF_HUB_OFFLINE"] == "1" and "NCCL_P2P_DISABLE" not in env  # the host's decision: sweep(smoke=...)
     assert "SPECFLEET_API_KEY_FILE" not in env
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_each_replica_is_benchmarked_in_its_place_on_its_gpus_and_port():
+    [qwen] = resolve_host(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree"), "rtx_pro_6000_pcie")
+    replica = qwen.replicas[3]
+    assert bench_unit(replica, several=True) == "specfleet-bench-qwen36_ddtree-gpu3"
+    assert bench_unit(replica, several=False) == "specfleet-bench"
+    assert unit_environment(replica)["CUDA_VISIBLE_DEVICES"] == "3"
+    args = mode_args(replica, "ar")
+    assert args[args.index("--port") + 1] == "30003" and args[args.index("--tp-size") + 1] == "1"
 
 
 CLIENT_EXPORT = {  # the fields read from aiperf 0.13.0's profile_export_aiperf.json (a lab run)
@@ -107,6 +118,16 @@ def summary_of(throughput: dict[str, float], accept: float, stand_in=True) -> di
             "specfleet_commit": "c", "client": "aiperf==0.13.0", "gpus": [],
             "workload": {"prompts": "prompts.jsonl", "prompt_count": 20, "output_tokens": 64}}
     return report.summary(meta, modes)
+
+
+def test_the_table_shows_all_replicas_at_once_then_each_alone():
+    doc = summary_of({"1": 800.0}, 1.0)
+    doc["layout"] = {"deployment": "qwen36_ddtree", "tp_size": 1, "replicas": {"sglang@q-gpu0": [0], "sglang@q-gpu1": [1]}}
+    doc["replicas"] = {name: {"ar": {"levels": {"1": report.level_result(
+        {**CLIENT_EXPORT, "output_token_throughput": {"avg": 400.0}}, {})}}} for name in doc["layout"]["replicas"]}
+    table = report.markdown(doc)
+    assert "2 replicas at TP 1" in table and "| ar | 1 | 800.0 |" in table
+    assert "| sglang@q-gpu0 | ar | 1 | 400.0 |" in table and "| sglang@q-gpu1 | ar | 1 | 400.0 |" in table
 
 
 def test_summary_table_and_plots(tmp_path):

@@ -71,7 +71,7 @@ def test_the_site_overrides_key_by_key_and_part_of_a_key(site, inventory):
     assert gpu1.mirrors["repos"]["moonshotai/Kimi-K2.6"] == "lab/Kimi-K2.6-tiny"
     assert gpu1.mirrors["requirements"] == {DDTREE_REQUIREMENT: gpu1.mirrors["requirements"][DDTREE_REQUIREMENT]}
     assert gpu1.sglang_tuning["mem_fraction_static"] == 0.8  # one value of the class's dict
-    assert gpu1.sglang_tuning["tp_size"] == 8  # the rest of it as shipped
+    assert gpu1.sglang_tuning["attention_backends"]["mla"] == ("flashinfer", "flashinfer")  # the rest as shipped
     assert hosts["gpu-2"].data.sglang_tuning["mem_fraction_static"] != 0.8  # another class: its own file
     assert gpu1.profiles["kimi_k26_dflash"]["target"]["revision"] == "main" and gpu1.pins == {"repos": {}, "git": {}}
 

@@ -26,6 +26,10 @@ target down).
 With --nnodes > 1 it holds the multi-node rendezvous first (rendezvous.py). Node ranks >= 1 run
 their schedulers and no HTTP server, log and ignore SIGTERM (engine.py:1262-1273), and exit once
 their schedulers exit: on rank 0's ShutdownReq broadcast, or killed.
+
+GPUs: those CUDA_VISIBLE_DEVICES shows the server (srt/resolution.py visible_gpus); TP rank i of
+this node runs on visible GPU base_gpu_id + i * gpu_id_step (engine.py:931-961), a rank whose GPU
+CUDA does not show fails as the real scheduler's set_device does (srt/entrypoints/engine.py here).
 """
 
 import argparse
@@ -47,6 +51,7 @@ from pathlib import Path
 import sglang
 from sglang import rendezvous, speed_model
 from sglang.srt.entrypoints import engine
+from sglang.srt.resolution import query_gpu
 from sglang.srt.managers.tokenizer_manager import ClientGone, TokenizerManager
 from sglang.srt.server_args import prepare_server_args
 from sglang.srt.utils import SignalLoop, SubprocessWatchdog, kill_process_tree, log, read_knobs
@@ -456,9 +461,18 @@ ROUTES = {
 }
 
 
+def local_gpus(args) -> list[int | None]:
+    """Per TP rank of this node, the GPU (nvidia-smi index) it runs on: visible GPU base_gpu_id + rank *
+    gpu_id_step (engine.py:931-961); None where CUDA shows no such GPU."""
+    visible = query_gpu()["visible"]
+    per_node = max(1, args.tp_size * args.pp_size // max(1, args.nnodes))
+    ids = [args.base_gpu_id + rank * args.gpu_id_step for rank in range(per_node)]
+    return [visible[i] if i < len(visible) else None for i in ids]
+
+
 def serve_other_node(args, config: dict, links: dict) -> None:
     """Node rank >= 1: schedulers only, until they exit (engine.py:1015-1029, 1262-1273)."""
-    procs = engine.launch(args.tp_size, args.nnodes, args.node_rank, config)
+    procs = engine.launch(args.tp_size, args.nnodes, args.node_rank, config, local_gpus(args))
 
     def stop_schedulers():
         for link in procs.peer_links:
@@ -491,7 +505,11 @@ def main(argv: list[str]) -> None:
 
     # Launch phase: SIGQUIT kills the tree (engine.py:1971-1982).
     signals = SignalLoop()
-    signals.add(signal.SIGQUIT, lambda _signum: kill_process_tree(os.getpid()))
+
+    def launch_phase_sigquit_handler(_signum):
+        log("Received sigquit from a child process. It usually means the child failed.")
+        kill_process_tree(os.getpid())
+    signals.add(signal.SIGQUIT, launch_phase_sigquit_handler)
     links = {}
     if args.nnodes > 1:
         # Several nodes: rank 0 serves only once every rank joined; the others serve nothing.
@@ -501,7 +519,7 @@ def main(argv: list[str]) -> None:
         links = rendezvous.gather(args)
         rendezvous.watch(links)
 
-    procs = engine.launch(args.tp_size, args.nnodes, 0, config)
+    procs = engine.launch(args.tp_size, args.nnodes, 0, config, local_gpus(args))
     tm = TokenizerManager(procs.to_scheduler, procs.receivers, procs.schedulers)
     signals.add(signal.SIGQUIT, tm.sigquit_handler)
     # The real watchdog starts once the schedulers are ready; before that a scheduler that fails

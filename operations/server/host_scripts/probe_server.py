@@ -7,9 +7,7 @@ connection whose server end the service user owns: while the server is down,
 any local user may bind its port, and must not receive the key.
 """
 
-import contextlib
 import http.client
-import io
 import json
 import pwd
 import socket
@@ -41,7 +39,8 @@ def call(port: int, uid: int, path: str, headers: dict, body: dict | None = None
     return response.status, json.loads(data or b"null")
 
 
-def main(port: str, model: str, key_file: str, service_user: str) -> None:
+def probe(port: str, model: str, key_file: str, service_user: str) -> dict:
+    """One probe's result (what main prints)."""
     key = Path(key_file)
     headers = {"Authorization": f"Bearer {key.read_text().strip()}"} if key.is_file() else {}
     result = {"ready": False}
@@ -61,18 +60,20 @@ def main(port: str, model: str, key_file: str, service_user: str) -> None:
         result["accept_length"] = states[0].get("avg_spec_accept_length")
     except (OSError, socket.timeout, http.client.HTTPException, ValueError, KeyError) as error:
         result["error"] = str(error)[:200] or type(error).__name__
-    print(json.dumps(result))
+    return result
+
+
+def main(port: str, model: str, key_file: str, service_user: str) -> None:
+    print(json.dumps(probe(port, model, key_file, service_user)))
 
 
 def answer(args: dict) -> list[str]:
-    """ServerProbe's lines, for host_state.py: what this program prints."""
-    printed = io.StringIO()
+    """ServerProbe's lines, for host_state.py: what this program prints. Several probes (one a replica)
+    run at once in threads of one process, so each returns its line instead of printing it."""
     try:
-        with contextlib.redirect_stdout(printed):
-            main(str(args["port"]), args["model"], args["key_file"], args["service_user"])
+        return [json.dumps(probe(str(args["port"]), args["model"], args["key_file"], args["service_user"]))]
     except Exception as error:  # as the program's own traceback would end its output
-        printed.write(f"{type(error).__name__}: {error}\n")
-    return printed.getvalue().splitlines()
+        return [f"{type(error).__name__}: {error}"]
 
 
 if __name__ == "__main__":

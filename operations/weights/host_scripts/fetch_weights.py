@@ -1,8 +1,9 @@
 """Runs ON THE HOST, as the download unit: fetch one pinned repo into its directory.
 
-Usage: fetch_weights.py SPEC.json, where SPEC holds repo_id, commit, local_dir and the
-hub's listing as the controller validated it (weights_manifest.py). The token comes from
-the environment or HF_HOME's token file, never from arguments.
+Usage: fetch_weights.py SPEC.json, where SPEC holds repo_id, commit, local_dir (this
+revision's directory), revisions_dir (the repo's, holding its other revisions) and the hub's
+listing as the controller validated it (weights_manifest.py). The token comes from the
+environment or HF_HOME's token file, never from arguments.
 
 Every file name is checked again here, before anything is written: it must be a safe
 relative name that resolves inside local_dir.
@@ -17,11 +18,23 @@ resumed file's bytes on disk first): sha256 for LFS files, git's blob sha1 for t
 as the hub lists them. A file whose hash differs from the hub's is deleted and fetched
 again, never put in place; only when every file is in place with the hub's size and hash
 is the manifest written that marks the repo complete.
+
+A file already on disk is in place only when its size is the listing's and, for an LFS file,
+the directory's manifest (or the journal of files put in place since the fetch began,
+`.cache/specfleet/placed.jsonl`) recorded the listing's sha256 for it: a file of the right size
+under any other record is hashed first. A new commit whose retrained shards keep their names
+and sizes therefore never keeps the old bytes under a manifest naming the new commit.
+
+A file that another revision of the repo holds, as its manifest recorded it with the listing's
+hash and size (revisions_dir/<commit>/, or revisions_dir itself for the single directory of
+earlier specfleet versions), is hard-linked into place instead of fetched: the new revision
+costs the disk only the files that changed, and the old one keeps its own bytes.
 """
 
 import json
 import os
 import sys
+import threading
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +43,9 @@ from pathlib import Path
 import weights_manifest
 
 PARTS = ".cache/specfleet/parts"
+# Files put in place (or proven by their hash) since the manifest was removed, one JSON listing
+# entry a line: a resumed fetch trusts them as it trusts the manifest, and hashes nothing twice.
+PLACED = ".cache/specfleet/placed.jsonl"
 BLOCK = 1 << 20  # most bytes read, hashed and written per step
 STREAMS = 8  # files in flight at once, as huggingface_hub's max_workers
 ATTEMPTS = 2  # transfers per file whose bytes hash wrong, before the unit fails (and restarts)
@@ -88,20 +104,121 @@ def transfer(url: str, token: str | None, part: Path, size: int, digest) -> int:
     return done
 
 
-def in_place(entry: dict, final: Path) -> bool:
-    """Whether FINAL already holds ENTRY: an LFS file of the hub's size was hashed when it was put in
-    place (verify_weights hashes it again); a small file is cheap to hash again."""
+class Placed:
+    """What this directory's files were proven to hold: the manifest's records, then the journal's."""
+
+    def __init__(self, local_dir: Path):
+        self.journal = Path(weights_manifest.inside(local_dir, PLACED))
+        manifest = weights_manifest.read(local_dir) or {}
+        files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+        self.records = {path: {**record, "path": path} for path, record in files.items() if isinstance(record, dict)}
+        try:
+            lines = self.journal.read_text().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+                self.records[record["path"]] = record
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut by a kill: that file is hashed again
+        self.lock = threading.Lock()
+
+    def keep(self) -> None:
+        """Carry the records over into the journal, before the manifest goes."""
+        self.journal.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.journal.with_name(f".{self.journal.name}.tmp")
+        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records.values()))
+        os.replace(tmp, self.journal)
+
+    def add(self, entry: dict) -> None:
+        record = {k: entry.get(k) for k in ("path", "size", "sha256", "git_sha1")}
+        with self.lock, self.journal.open("a") as journal:
+            journal.write(json.dumps(record, sort_keys=True) + "\n")
+            self.records[entry["path"]] = record
+
+    def proves(self, entry: dict) -> bool:
+        """The file at ENTRY's path was put in place as ENTRY's LFS content (same sha256 and size)."""
+        was = self.records.get(entry["path"]) or {}
+        return bool(entry.get("sha256")) and (was.get("sha256"), was.get("size")) == (entry["sha256"], entry["size"])
+
+    def done(self) -> None:
+        self.journal.unlink(missing_ok=True)
+
+
+def in_place(entry: dict, final: Path, placed: Placed) -> bool:
+    """Whether FINAL already holds ENTRY: of the hub's size and, for an LFS file, recorded with the hub's
+    sha256 when it was put in place (verify_weights hashes it again); anything else is hashed."""
     if not (final.is_file() and final.stat().st_size == entry["size"]):
         return False
-    return bool(entry.get("sha256")) or \
-        weights_manifest.hash_file(final, entry) == weights_manifest.expected_digest(entry)
+    if placed.proves(entry):
+        return True
+    if weights_manifest.hash_file(final, entry) != weights_manifest.expected_digest(entry):
+        return False
+    placed.add(entry)
+    return True
 
 
-def fetch_resumable(spec: dict, entry: dict, local_dir: Path, token: str | None) -> str:
-    """Fetch one file into place, continuing its .part file; what happened, for the journal."""
-    final = Path(weights_manifest.inside(local_dir, entry["path"]))
-    if in_place(entry, final):
+def digest_key(entry: dict) -> tuple[str, str, int]:
+    """What a file's content is known as: its hub hash (sha256 for LFS files, else git's blob id) and size."""
+    return ("sha256", entry["sha256"], entry["size"]) if entry.get("sha256") else \
+        ("git_sha1", entry.get("git_sha1"), entry["size"])
+
+
+def other_revisions(spec: dict, local_dir: Path) -> dict[tuple, Path]:
+    """The files the repo's other revisions hold, by content (``digest_key``), as their manifests recorded
+    them: each an existing file of the recorded size inside its own revision's directory."""
+    revisions_dir = spec.get("revisions_dir")
+    if not revisions_dir:
+        return {}
+    found: dict[tuple, Path] = {}
+    for directory in [Path(revisions_dir), *sorted(Path(revisions_dir).iterdir() if Path(revisions_dir).is_dir() else [])]:
+        if not directory.is_dir() or directory.resolve() == local_dir.resolve():
+            continue
+        manifest = weights_manifest.read(directory) or {}
+        files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+        for path, record in files.items():
+            if not isinstance(record, dict) or weights_manifest.entry_problem({"path": path, **record}):
+                continue
+            try:
+                source = Path(weights_manifest.inside(directory, path))
+            except ValueError:
+                continue
+            if source.is_file() and source.stat().st_size == record["size"]:
+                found.setdefault(digest_key(record), source)
+    return found
+
+
+def linked(entry: dict, final: Path, local_dir: Path, sources: dict[tuple, Path], placed: Placed) -> str:
+    """Link ENTRY into place from another revision that recorded its content; what happened, or ''."""
+    source = sources.get(digest_key(entry))
+    if source is None:
         return ""
+    step = Path(weights_manifest.inside(local_dir, f"{PARTS}/{entry['path']}.link"))
+    step.parent.mkdir(parents=True, exist_ok=True)
+    step.unlink(missing_ok=True)
+    try:
+        os.link(source, step)
+    except OSError as error:  # another filesystem, or a protected link: fetched instead
+        return f"could not link {entry['path']} from {source.parent} ({error.strerror}): fetching it"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(step, final)
+    placed.add(entry)
+    return f"linked {entry['path']} from {source.parent.name} (its manifest recorded the same hash)"
+
+
+def fetch_resumable(spec: dict, entry: dict, local_dir: Path, token: str | None, placed: Placed,
+                    sources: dict[tuple, Path] | None = None) -> str:
+    """Fetch one file into place, continuing its .part file (or link it from another revision that holds
+    it); what happened, for the journal."""
+    final = Path(weights_manifest.inside(local_dir, entry["path"]))
+    if in_place(entry, final, placed):
+        return ""
+    note = linked(entry, final, local_dir, sources or {}, placed)
+    if note.startswith("linked"):
+        return note
+    if note:
+        print(note, flush=True)
     part = Path(weights_manifest.inside(local_dir, f"{PARTS}/{entry['path']}.part"))
     part.parent.mkdir(parents=True, exist_ok=True)
     kind = "sha256" if entry.get("sha256") else "git sha1"
@@ -122,18 +239,20 @@ def fetch_resumable(spec: dict, entry: dict, local_dir: Path, token: str | None)
         raise HashMismatch("; ".join(notes))
     final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(part, final)
+    placed.add(entry)
     return (f"resumed {entry['path']} at byte {resumed_at}" if resumed_at else f"fetched {entry['path']}") \
         + f" ({kind} checked)"
 
 
-def fetch_all(spec: dict, local_dir: Path) -> list[str]:
+def fetch_all(spec: dict, local_dir: Path, placed: Placed) -> list[str]:
     """Every listed file into place, STREAMS at a time; why each one that is not failed."""
     token = hub_token()
+    sources = other_revisions(spec, local_dir)
     failures = []
 
     def one(entry):
         try:
-            return fetch_resumable(spec, entry, local_dir, token)
+            return fetch_resumable(spec, entry, local_dir, token, placed, sources)
         except HashMismatch as error:
             failure = str(error)
         except Exception as error:  # the unit fails once the others are done; its restart resumes this one
@@ -170,6 +289,8 @@ def main(spec_path: str) -> int:
     if refused:
         print(f"refusing the listing, nothing written: {'; '.join(refused)}", file=sys.stderr)
         return 1
+    placed = Placed(local_dir)  # read before the manifest goes
+    placed.keep()
     weights_manifest.remove(local_dir)  # incomplete until proven otherwise
     for stale in (local_dir / STALE).glob("**/*.incomplete"):
         stale.unlink()
@@ -179,11 +300,12 @@ def main(spec_path: str) -> int:
             print(f"re-fetching {entry['path']}: {path.stat().st_size} bytes on disk, "
                   f"{entry['size']} on the hub", flush=True)
             path.unlink()
-    failures = fetch_all(spec, local_dir)
+    failures = fetch_all(spec, local_dir, placed)
     if failures:
         print(f"not in place (the unit's restart fetches them again): {failures}", file=sys.stderr)
         return 1
     weights_manifest.write(local_dir, spec["repo_id"], spec["commit"], spec["files"])
+    placed.done()
     print(f"{spec['repo_id']}@{spec['commit']}: {len(spec['files'])} files complete", flush=True)
     return 0
 

@@ -1,17 +1,48 @@
 """Runs ON THE HOST (sent inline, as root, at preflight): room for each weights directory.
 
-Usage: weights_disk.py DIRECTORY...  Prints JSON, per directory: free bytes on the filesystem
-that will hold it (its nearest existing ancestor), that filesystem's device, the ancestor
-checked, and the sizes of the files already there; what is missing is computed on the
+Usage: weights_disk.py DIRECTORY...  Prints JSON, per directory (a revision's): free bytes on the
+filesystem that will hold it (its nearest existing ancestor), that filesystem's device, the
+ancestor checked, the sizes of the files already there, and the content the repo's other revisions
+hold (`others`: "sha256:HEX:SIZE" or "git_sha1:HEX:SIZE", as their manifests recorded files still
+on disk), which the fetcher links instead of fetching; what is missing is computed on the
 controller against the hub's file list.
 
-    {"/srv/specfleet/models/moonshotai--Kimi-K2.6":
-        {"free": 636707266560, "device": 2049, "checked": "/srv", "files": {"config.json": 3512}}}
+    {"/srv/specfleet/models/moonshotai--Kimi-K2.6/3f2a...":
+        {"free": 636707266560, "device": 2049, "checked": "/srv", "files": {"config.json": 3512},
+         "others": ["sha256:9a0b...:9825000000"]}}
 """
 
 import json
 import os
+import stat
 import sys
+
+import weights_manifest
+import weights_revisions
+
+
+def held_elsewhere(directory: str) -> list[str]:
+    """What the other revisions of DIRECTORY's repo hold, by content."""
+    repo_dir = os.path.dirname(directory)
+    found = set()
+    for other in weights_revisions.revision_dirs(repo_dir):
+        if other == directory:
+            continue
+        manifest = weights_manifest.read(other) or {}
+        files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+        for path, record in files.items():
+            if not isinstance(record, dict):
+                continue
+            kind = "sha256" if record.get("sha256") else "git_sha1"
+            if weights_manifest.path_problem(path):
+                continue
+            try:  # the file itself, as root: a link the service user planted is not followed
+                st = os.lstat(os.path.join(other, path))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_size == record.get("size"):
+                found.add(f"{kind}:{record.get(kind)}:{record.get('size')}")
+    return sorted(found)
 
 
 def disk(directory: str) -> dict:
@@ -26,7 +57,8 @@ def disk(directory: str) -> dict:
             full = os.path.join(root, name)
             # Its own size: a link the service user planted there is not followed by root.
             files[os.path.relpath(full, directory)] = os.lstat(full).st_size
-    return {"free": st.f_bavail * st.f_frsize, "device": os.stat(probe).st_dev, "checked": probe, "files": files}
+    return {"free": st.f_bavail * st.f_frsize, "device": os.stat(probe).st_dev, "checked": probe, "files": files,
+            "others": held_elsewhere(directory)}
 
 
 def answer(args: dict) -> list[str]:

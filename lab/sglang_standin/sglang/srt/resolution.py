@@ -11,6 +11,7 @@ SGLang reads its memory through nvidia-smi and its compute capability through th
 """
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -22,16 +23,37 @@ DDTREE_TARGET_BACKENDS = ("triton",)  # PR #29907 since 93e9850e4: full-tree ver
 DDTREE_BUDGET_RANGE = (1, 1024)
 
 
+def visible_gpus(count: int, setting: str | None) -> list[int]:
+    """The host's GPUs CUDA shows this process, in CUDA's order: CUDA_VISIBLE_DEVICES's indices up to the
+    first one that names no GPU ("If one of the indices is invalid, only the devices whose index precedes
+    the invalid index are visible to CUDA applications": CUDA C Programming Guide, CUDA Environment
+    Variables); unset, all of them. nvidia-smi, like the real one (NVML), ignores the variable."""
+    if setting is None:
+        return list(range(count))
+    shown = []
+    for word in setting.split(","):
+        word = word.strip()
+        if not word.isdigit() or int(word) >= count or int(word) in shown:
+            break
+        shown.append(int(word))
+    return shown
+
+
 def query_gpu() -> dict:
-    """Compute capability, count and memory of the host's GPUs, from nvidia-smi."""
+    """Compute capability, count and memory of the host's GPUs, from nvidia-smi (which sees all of
+    them, as the real SGLang's get_nvgpu_memory_capacity does), and those CUDA shows this process."""
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap,memory.total",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         raise RuntimeError(NO_ACCELERATOR)
     rows = [line.split(",") for line in out.strip().splitlines()]
+    visible = visible_gpus(len(rows), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if not visible:  # torch.cuda.is_available() is False: no CUDA device to run on
+        raise RuntimeError(NO_ACCELERATOR)
     major, minor = (int(part) for part in rows[0][0].strip().split("."))
-    return {"capability": (major, minor), "count": len(rows), "memory_mib": min(float(r[1]) for r in rows)}
+    return {"capability": (major, minor), "count": len(rows), "memory_mib": min(float(r[1]) for r in rows),
+            "visible": visible}
 
 
 def read_config(model_dir: str) -> dict:

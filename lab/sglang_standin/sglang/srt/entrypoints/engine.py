@@ -3,9 +3,16 @@
 Spawned like the real ones (`mp.set_start_method("spawn")`, engine.py:1995): one scheduler
 process per local TP rank (engine.py:931-961) and, on node rank 0, one detokenizer process
 (engine.py:1060-1068). No data-parallel controller: the lab's profiles run one DP rank.
+
+Each scheduler holds its GPU: SPECFLEET_LAB_GPU=<nvidia-smi index> in its environment, which the
+nvidia-smi stand-in lists under --query-compute-apps as the real tool lists a scheduler's process.
+A rank given no GPU (CUDA shows none at its gpu_id) fails as the real set_device does.
 """
 
+import contextlib
 import multiprocessing
+import os
+from multiprocessing import resource_tracker
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -38,15 +45,42 @@ def local_ranks(tp_size: int, nnodes: int) -> tuple[int, int]:
     return per_node, min(LOCAL_RANKS_CAP, per_node)
 
 
-def launch(tp_size: int, nnodes: int, node_rank: int, config: dict) -> Subprocesses:
+@contextlib.contextmanager
+def on_gpu(gpu: int | None):
+    """Start a child on `gpu`: a spawned process takes the environment of the moment it starts."""
+    before = os.environ.get("SPECFLEET_LAB_GPU")
+    if gpu is None:
+        os.environ.pop("SPECFLEET_LAB_GPU", None)
+    else:
+        os.environ["SPECFLEET_LAB_GPU"] = str(gpu)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SPECFLEET_LAB_GPU", None)
+        else:
+            os.environ["SPECFLEET_LAB_GPU"] = before
+
+
+def launch(tp_size: int, nnodes: int, node_rank: int, config: dict, gpus: list | None = None) -> Subprocesses:
+    """Start this node's ranks, rank i on `gpus[i]` (nvidia-smi indices; None: CUDA shows no GPU there)."""
     context = multiprocessing.get_context("spawn")
     per_node, count = local_ranks(tp_size, nnodes)
+    gpus = list(gpus or []) + [None] * count
+    with on_gpu(None):  # the first spawn starts multiprocessing's resource tracker: it holds no GPU
+        resource_tracker.ensure_running()
+
+    def start(process, local_rank: int) -> None:
+        with on_gpu(gpus[local_rank]):
+            process.start()
+
     if node_rank > 0:
         pairs = [context.Pipe() for _ in range(count)]
-        schedulers = [context.Process(target=run_peer_rank, args=(node_rank * per_node + i, tp_size, theirs),
+        schedulers = [context.Process(target=run_peer_rank, args=(node_rank * per_node + i, tp_size, theirs,
+                                                                   gpus[i] is not None),
                                       name=f"scheduler_{i}") for i, (_, theirs) in enumerate(pairs)]
-        for process in schedulers:
-            process.start()
+        for i, process in enumerate(schedulers):
+            start(process, i)
         for mine, theirs in pairs:
             theirs.close()
             mine.recv()  # ready
@@ -59,13 +93,16 @@ def launch(tp_size: int, nnodes: int, node_rank: int, config: dict) -> Subproces
     from_detokenizer_r, from_detokenizer_w = context.Pipe(duplex=False)
     rank0 = context.Process(target=run_scheduler_process, name="scheduler_0",
                             args=(tp_size, config, to_scheduler_r, from_scheduler_w, to_detokenizer_w,
-                                  [mine for mine, _ in peer_pairs]))
-    peers = [context.Process(target=run_peer_rank, args=(i, tp_size, theirs), name=f"scheduler_{i}")
+                                  [mine for mine, _ in peer_pairs], gpus[0] is not None))
+    peers = [context.Process(target=run_peer_rank, args=(i, tp_size, theirs, gpus[i] is not None),
+                             name=f"scheduler_{i}")
              for i, (_, theirs) in enumerate(peer_pairs, 1)]
     detokenizer = context.Process(target=run_detokenizer_process, name="detokenizer",
                                   args=(to_detokenizer_r, from_detokenizer_w))
-    for process in (rank0, *peers, detokenizer):
-        process.start()
+    for i, process in enumerate((rank0, *peers)):
+        start(process, i)
+    with on_gpu(None):
+        detokenizer.start()
     # Only the children hold their ends: a child that dies closes them.
     for end in (to_scheduler_r, from_scheduler_w, to_detokenizer_r, to_detokenizer_w, from_detokenizer_w,
                 *(end for pair in peer_pairs for end in pair)):

@@ -45,10 +45,21 @@ def title(tp_rank: int, tp_size: int) -> str:
     return f"sglang::scheduler_TP{tp_rank}" if tp_size > 1 else "sglang::scheduler"
 
 
-def run_peer_rank(tp_rank: int, tp_size: int, link: Connection) -> None:
+def no_device(tp_rank: int) -> None:
+    """The rank's set_device fails (distributed/bootstrap.py: it logs its context and raises); the scheduler
+    logs the exception and SIGQUITs the main process (scheduler.py:6370-6373), then returns."""
+    log(f"Context: device=cuda CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} tp_rank={tp_rank}")
+    log("Scheduler hit an exception: Traceback (most recent call last):\n"
+        "RuntimeError: CUDA error: invalid device ordinal")
+    os.kill(os.getppid(), signal.SIGQUIT)
+
+
+def run_peer_rank(tp_rank: int, tp_size: int, link: Connection, has_gpu: bool = True) -> None:
     """A rank other than 0: takes part in every batch, exits 0 on ShutdownReq."""
     kill_itself_when_parent_died()
     set_process_title(title(tp_rank, tp_size))
+    if not has_gpu:
+        return no_device(tp_rank)
     link.send(("ready", tp_rank))
     while True:
         try:
@@ -232,10 +243,12 @@ class Scheduler:
 
 
 def run_scheduler_process(tp_size: int, config: dict, from_tokenizer: Connection, to_tokenizer: Connection,
-                          to_detokenizer: Connection, peers: list[Connection]) -> None:
+                          to_detokenizer: Connection, peers: list[Connection], has_gpu: bool = True) -> None:
     """TP rank 0 (the only one the main process talks to)."""
     kill_itself_when_parent_died()
     set_process_title(title(0, tp_size))
+    if not has_gpu:
+        return no_device(0)
     for peer in peers:
         peer.recv()  # their init (the real ranks load their weights shards together)
     exit_after_s = read_knobs().get("exit_after_s")

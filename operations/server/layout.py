@@ -1,0 +1,103 @@
+"""How a deployment's model is served on a host: the tensor-parallel size of one SGLang server, how
+many such servers (replicas) run, and which GPUs each one gets; checked as a whole.
+
+The pair of class and profile decides it (group_data/<class>.py `layouts[profile]`), and a host's
+`deployments` entry may narrow it (its own `gpus`, `tp_size`, `replicas`, `port`). Each replica is a
+unit of its own (operations/server/unit.py), named after its deployment and its GPUs, so that two
+units of one name always hold the same GPUs, and units of different names never share one: a unit
+whose name is not wanted any more is stopped before a unit that might take its GPUs starts.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from operations.basics import knobs
+from operations.basics.knobs import BadHostData
+
+KEYS = ("tp_size", "replicas", "gpus")  # what a layout may say
+DEPLOYMENT_KEYS = ("profile", "name", "port", *KEYS)  # what a host's `deployments` entry may say
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One deployment's servers on a host: each replica's GPUs (nvidia-smi indices) and port."""
+
+    tp_size: int  # per replica, on this host (a node group's is over all its nodes)
+    groups: tuple[tuple[int, ...], ...]  # per replica, its GPUs, in CUDA_VISIBLE_DEVICES order
+    ports: tuple[int, ...]  # per replica
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        return tuple(gpu for group in self.groups for gpu in group)
+
+
+def gpu_ranges(gpus: tuple[int, ...]) -> str:
+    """GPUs as a unit-name word: runs of consecutive indices `a-b`, joined by `_` (0-7, 4, 0_2, 0-1_4-5)."""
+    runs: list[list[int]] = []
+    for gpu in gpus:
+        if runs and gpu == runs[-1][-1] + 1:
+            runs[-1].append(gpu)
+        else:
+            runs.append([gpu])
+    return "_".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+def unit_name(prefix: str, deployment: str, gpus: tuple[int, ...]) -> str:
+    """A replica's unit: `PREFIX@DEPLOYMENT-gpuRANGES`, e.g. sglang@qwen36_ddtree-gpu3 (one file per replica,
+    named like a template's instance, so `systemctl status 'sglang@*'` lists them)."""
+    return f"{prefix}@{deployment}-gpu{gpu_ranges(gpus)}"
+
+
+def _gpu_list(name: str, value: Any, count: int) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise BadHostData(f"{name}={value!r} is not accepted: use a list of GPU indices, e.g. [0, 1, 2, 3]")
+    gpus = tuple(knobs.integer(name, gpu, minimum=0, maximum=count - 1) for gpu in value)
+    if len(set(gpus)) != len(gpus):
+        raise BadHostData(f"{name}={value!r} is not accepted: name each GPU once")
+    return gpus
+
+
+def resolve(where: str, values: Any, gpu_count: int, host_port: int, port: int | None = None) -> Layout:
+    """The layout `values` says (a dict of KEYS) on a host of `gpu_count` GPUs. Each replica listens on
+    `host_port` + the index of its lowest GPU, so replicas on disjoint GPUs never share a port; `port`
+    (a deployment's own) moves them together, the replica on its lowest GPU there. A bad value raises
+    BadHostData naming the knob (`where`), the value and what is accepted."""
+    if not isinstance(values, dict) or set(values) - set(KEYS) or "tp_size" not in values:
+        raise BadHostData(f"{where}={values!r} is not accepted: use dict(tp_size=N) with optionally replicas=N "
+                          "and gpus=[...] (the GPUs its replicas take, tp_size at a time)")
+    tp_size = knobs.integer(f"{where}['tp_size']", values["tp_size"], minimum=1, maximum=gpu_count)
+    pool = _gpu_list(f"{where}['gpus']", values["gpus"], gpu_count) if values.get("gpus") is not None \
+        else tuple(range(gpu_count))
+    if tp_size > len(pool):
+        raise BadHostData(f"{where}: tp_size {tp_size} needs {tp_size} GPUs, it has {len(pool)}: give it more "
+                          "GPUs or a smaller tp_size")
+    fits = len(pool) // tp_size
+    if values.get("replicas") is None:
+        if len(pool) % tp_size:
+            raise BadHostData(f"{where}: {len(pool)} GPUs do not make replicas of tp_size {tp_size}: use GPUs a "
+                              f"multiple of {tp_size}, or say how many replicas (at most {fits})")
+        replicas = fits
+    else:
+        replicas = knobs.integer(f"{where}['replicas']", values["replicas"], minimum=1)
+        if replicas > fits:
+            raise BadHostData(f"{where}['replicas']={replicas} does not fit {len(pool)} GPUs at tp_size {tp_size}: "
+                              f"use at most {fits}, or give it more GPUs")
+    groups = tuple(pool[i * tp_size:(i + 1) * tp_size] for i in range(replicas))
+    lowest = min(pool)
+    first = host_port + lowest if port is None else port
+    ports = tuple(first + min(group) - lowest for group in groups)
+    if max(ports) > 65535:
+        raise BadHostData(f"{where}: its replicas would listen up to port {max(ports)}: use a lower port")
+    return Layout(tp_size=tp_size, groups=groups, ports=ports)
+
+
+def class_default(data: Any, host_class: str, profile: str, gpu_count: int) -> dict:
+    """The class's layout of `profile` (group_data/<class>.py `layouts`); a profile it does not name is
+    served as one server over all of the class's GPUs (the one layout every model that fits the class fits)."""
+    layouts = getattr(data, "layouts", None)
+    if layouts is None:
+        layouts = {}
+    if not isinstance(layouts, dict):
+        raise BadHostData(f"layouts={layouts!r} is not accepted: use a dict of profile -> dict(tp_size=N, ...) in "
+                          f"group_data/{host_class}.py")
+    return dict(layouts.get(profile) or {"tp_size": gpu_count})

@@ -1,0 +1,145 @@
+"""Serving a model the way its size asks: Qwen3.6-27B + DDTree on the PCIe class is eight TP 1 replicas,
+each a unit on one GPU and its own port, each a worker of the real smg on lab-gateway-1, a request
+through the gateway reaching each of them; a second run changes nothing; the deployed-host checks
+verify every replica.
+
+The lab's fleet gets `gateway=1` for this module; the workers listen on the lab network with an API
+key, as a gateway needs. Afterwards the gateway host is stopped and the workers are deployed back to
+the shared lab's state (group_data's profile, loopback, no key).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+import lab
+from lab import fleet
+from lab.config import TOKEN_GRANTED
+from tests.conftest import LAB_HOSTS
+from tests.helpers import REPO, main_pid, results_table, run_deploy
+
+pytestmark = pytest.mark.lab
+
+KEY = "lab-replicas-test-key"
+QWEN = ("--data", "profile=qwen36_ddtree")
+# round_robin: each new request to the next worker, so a request per worker reaches every one; the
+# default cache_aware keeps prompts of a shared prefix (a chat template's) on the worker that cached it.
+EXPOSED = ("--data", "bind_address=0.0.0.0", "--data", "gateway_bind_address=0.0.0.0",
+           "--data", "gateway_policy=round_robin")
+GATEWAY_PORT = 30080  # group_data/gateway.py
+PORTS = range(30000, 30008)  # group_data/all.py port + each replica's GPU index
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # lab addresses, never through a proxy
+
+
+@pytest.fixture(scope="module")
+def replicas_lab(lab_hosts):
+    """The lab with a gateway, every worker serving Qwen3.6-27B + DDTree: (hosts, first deploy, seconds)."""
+    hosts = lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SPECFLEET_API_KEY", KEY)
+        try:
+            started = time.monotonic()
+            first = run_deploy(*QWEN, *EXPOSED)
+            yield hosts, first, time.monotonic() - started
+        finally:
+            lab.up(LAB_HOSTS, log=lambda line: None)
+            env.delenv("SPECFLEET_API_KEY")
+            restored = run_deploy("--data", "remove_api_key=true")
+            assert restored.returncode == 0, restored.output[-3000:]
+
+
+def call(url: str, key: str | None = None, body: dict | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {key}"} if key else {})})
+    try:
+        with DIRECT.open(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def gateway_workers(gateway) -> dict[str, str]:
+    _, listing = call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", key=KEY)
+    return {w["url"]: w["status"] for w in listing["workers"]}
+
+
+def generated_tokens(host) -> dict[int, float]:
+    """Per replica port of `host`, the tokens its server generated so far (its own /metrics)."""
+    found = {}
+    for port in PORTS:
+        metrics = fleet.ssh(host, f"curl -s -m 5 localhost:{port}/metrics", check=False)
+        found[port] = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                          if line.startswith("sglang:generation_tokens_total"))
+    return found
+
+
+def test_lab_pcie_1_runs_eight_replicas_each_on_one_gpu_and_port_all_workers_of_the_gateway(replicas_lab):
+    hosts, first, seconds = replicas_lab
+    assert first.returncode == 0, first.output[-4000:]
+    pcie = next(h for h in hosts if h.name == "lab-pcie-1")
+    gateway = next(h for h in hosts if h.host_class == "gateway")
+    workers = [h for h in hosts if h.host_class != "gateway"]
+    print(f"deploy of {8 * len(workers)} replicas behind the gateway: {seconds:.0f} s")
+    units = fleet.ssh(pcie, "systemctl list-units --no-legend --plain --state=active 'sglang*'").split("\n")
+    assert sorted(line.split()[0] for line in units if line.strip()) == \
+        [f"sglang@qwen36_ddtree-gpu{i}.service" for i in range(8)]
+    for i, port in enumerate(PORTS):
+        info = json.loads(fleet.ssh(pcie, f"curl -sf -m 10 -H 'Authorization: Bearer {KEY}' localhost:{port}/server_info"))
+        assert (info["port"], info["tp_size"], info["speculative_algorithm"]) == (port, 1, "DDTREE")
+        environ = fleet.ssh(pcie, f"tr '\\0' '\\n' < /proc/{main_pid(pcie, f'sglang@qwen36_ddtree-gpu{i}').split()[0]}/environ")
+        assert f"CUDA_VISIBLE_DEVICES={i}" in environ.split("\n"), environ
+    # nvidia-smi: one scheduler process on each GPU, eight in all.
+    apps = fleet.ssh(pcie, "nvidia-smi --query-compute-apps=pid,gpu_bus_id --format=csv,noheader").split("\n")
+    buses = fleet.ssh(pcie, "nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader").split()
+    assert sorted(line.split(", ")[1] for line in apps if line.strip()) == sorted(buses)
+    # Every replica of every worker host is a worker of the gateway, ready.
+    assert gateway_workers(gateway) == {f"http://{w.address}:{port}": "ready" for w in workers for port in PORTS}
+
+
+def test_a_request_through_the_gateway_reaches_each_replica(replicas_lab):
+    hosts, _, _ = replicas_lab
+    pcie = next(h for h in hosts if h.name == "lab-pcie-1")
+    gateway = next(h for h in hosts if h.host_class == "gateway")
+    workers = len(gateway_workers(gateway))
+    before = generated_tokens(pcie)
+    for sent in range(workers):  # one request per worker of the gateway, round robin
+        ask = {"model": "qwen3.6-27b", "max_tokens": 4, "messages": [{"role": "user", "content": f"request {sent}"}]}
+        status, answer = call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", key=KEY, body=ask)
+        assert status == 200 and answer["choices"][0]["message"]["content"], answer
+    reached = {port: now - before[port] for port, now in generated_tokens(pcie).items()}
+    print(f"{workers} requests through the gateway; tokens generated per lab-pcie-1 replica: {reached}")
+    assert reached == {port: 4.0 for port in PORTS}, reached  # each replica answered one request
+
+
+def test_the_deployed_host_checks_pass_on_every_replica(replicas_lab):
+    """tests/deployed with the lab's inventory, every host serving the same profile as the deploy's --data."""
+    hosts, _, _ = replicas_lab
+    profiles = ",".join(f"{h.name}=qwen36_ddtree" for h in hosts)
+    checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/deployed",
+                             "--inventory", "lab/inventory.py", "--limit", "lab-pcie-1",
+                             "-k", "unit or serving or sglang"],
+                            cwd=REPO, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "HF_TOKEN": TOKEN_GRANTED, "SPECFLEET_LAB_PROFILES": profiles,
+                                 "SPECFLEET_API_KEY": KEY})
+    assert checks.returncode == 0, checks.stdout[-4000:]
+    passed = int(re.search(r"(\d+) passed", checks.stdout).group(1))
+    assert passed >= 15 and " failed" not in checks.stdout, checks.stdout[-3000:]
+
+
+def test_a_second_run_changes_nothing(replicas_lab):
+    hosts, _, _ = replicas_lab
+    workers = [h for h in hosts if h.host_class != "gateway"]
+    pids = {(w.name, i): main_pid(w, f"sglang@qwen36_ddtree-gpu{i}") for w in workers for i in range(8)}
+    again = run_deploy(*QWEN, *EXPOSED)
+    assert again.returncode == 0, again.output[-3000:]
+    changed = {op: row for op, row in results_table(again.output).items() if row[1] != "-"}
+    assert changed == {}, changed
+    assert {(w.name, i): main_pid(w, f"sglang@qwen36_ddtree-gpu{i}") for w in workers for i in range(8)} == pids

@@ -1,0 +1,195 @@
+"""Weights by revision and layouts that change under a serving host, on lab-pcie-1:
+
+- a deploy of a new revision whose readiness fails leaves the host serving the previous revision from
+  the previous revision's files, proven from the hashes of the files the running server loads;
+- a host that ran the single-unit layout of earlier specfleet versions (one `sglang.service`, each
+  repo's files in one directory) converges to the replicas and revision directories, its old bytes
+  linked rather than fetched again, and a second run changes nothing;
+- two models on one host, on disjoint GPUs, each verified by the deployed-host checks.
+
+Each test leaves the host as the shared lab has it (group_data's profile).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from lab import fleet
+from lab.config import TOKEN_GRANTED
+from lab.repos import QWEN, QWEN_RETRAINED
+from lab.services import HUB_STATE, HUB_STORE
+from lab.hub import read_request_log
+from operations.deployment import resolve
+from tests.faults.faultlab import TARGET_DIR, http_status, wait_for
+from tests.helpers import REPO, SGLANG_UNIT, main_pid, results_table, run_deploy, write_group_data
+from tests.unit.group_data import host_data
+
+pytestmark = pytest.mark.lab
+
+QWEN_DATA = ("--data", "profile=qwen36_ddtree")
+FIRST = "sglang@qwen36_ddtree-gpu0"  # the replica a deploy restarts first
+KNOBS = "/etc/specfleet-lab/new-revision.json"  # the stand-in's faults for the new revision's units only
+
+
+def hub_hashes(repo_id: str) -> dict[str, str]:
+    """sha256 of each LFS file of a lab repo, as the lab hub lists it."""
+    manifest = json.loads((HUB_STORE / "models" / repo_id / "manifest.json").read_text())
+    return {f["path"]: f["sha256"] for f in manifest["files"] if f["lfs"]}
+
+
+def loaded_hashes(host, unit: str) -> tuple[str, dict[str, str]]:
+    """The weights directory the unit's running server loads (its process's --model-path) and the sha256
+    of each safetensors file in it, read on the host."""
+    launcher = main_pid(host, unit).split()[0]
+    server = fleet.ssh(host, f"pgrep -P {launcher}").split()[0]
+    argv = fleet.ssh(host, f"tr '\\0' '\\n' < /proc/{server}/cmdline").split("\n")
+    model_dir = argv[argv.index("--model-path") + 1]
+    sums = fleet.ssh(host, f"cd {model_dir} && sha256sum *.safetensors")
+    return model_dir, {line.split()[1]: line.split()[0] for line in sums.splitlines()}
+
+
+@pytest.fixture
+def qwen_host(deployed_lab, pcie_host):
+    """lab-pcie-1 serving Qwen3.6-27B + DDTree (eight replicas); group_data's profile again afterwards."""
+    first = run_deploy("--limit", pcie_host.name, *QWEN_DATA)
+    assert first.returncode == 0, first.output[-3000:]
+    yield pcie_host
+    fleet.ssh(pcie_host, f"rm -f {KNOBS}")
+    assert run_deploy("--limit", pcie_host.name).returncode == 0
+
+
+def test_a_new_revision_failing_readiness_leaves_the_previous_revisions_bytes_serving(qwen_host, tmp_path):
+    host = qwen_host
+    old_dir, old = loaded_hashes(host, FIRST)
+    assert old == hub_hashes(QWEN)
+    pids = {i: main_pid(host, f"sglang@qwen36_ddtree-gpu{i}") for i in range(8)}
+    new_commit = json.loads((HUB_STORE / "models" / QWEN_RETRAINED / "manifest.json").read_text())["sha"]
+    # The pin moves to a retrained revision (same shapes, other values); its units' servers never get healthy.
+    retrained = write_group_data(tmp_path / "new", "lab", (
+        "mirrors = copy.deepcopy(base['mirrors'])\n"
+        f"mirrors['repos']['Qwen/Qwen3.6-27B'] = '{QWEN_RETRAINED}@{new_commit}'\n"))
+    failing = write_group_data(tmp_path / "new", "all", (
+        "profiles = copy.deepcopy(base['profiles'])\n"
+        f"profiles['qwen36_ddtree']['env'] = {{**profiles['qwen36_ddtree']['env'], 'SPECFLEET_SGLANG_KNOBS': {KNOBS!r}}}"))
+    assert retrained == failing
+    fleet.ssh(host, f"echo '{{\"health_fail\": true}}' > {KNOBS}")
+    result = run_deploy("--limit", host.name, *QWEN_DATA, "--data", "ready_timeout_s=15", group_data=retrained)
+    assert result.returncode != 0
+    assert f"{FIRST} did not generate within 15s" in result.output, result.output[-3000:]
+    assert "restored the previous unit, which generates again" in result.output, result.output[-3000:]
+    # The new revision was fetched beside the old one; the restored unit loads the old one's bytes.
+    new_dir = f"{old_dir.rsplit('/', 1)[0]}/{new_commit}"
+    assert fleet.ssh(host, f"cd {new_dir} && sha256sum *.safetensors").split()[::2] == \
+        [hub_hashes(QWEN_RETRAINED)[name] for name in sorted(hub_hashes(QWEN_RETRAINED))]
+    loaded_dir, loaded = loaded_hashes(host, FIRST)
+    assert loaded_dir == old_dir and loaded == hub_hashes(QWEN) != hub_hashes(QWEN_RETRAINED)
+    # The other replicas never left the previous revision.
+    assert {i: main_pid(host, f"sglang@qwen36_ddtree-gpu{i}") for i in range(1, 8)} == \
+        {i: pids[i] for i in range(1, 8)}
+    assert all(loaded_hashes(host, f"sglang@qwen36_ddtree-gpu{i}")[1] == hub_hashes(QWEN) for i in (3, 7))
+
+
+def test_a_switched_revision_keeps_the_previous_one_and_a_second_run_changes_nothing(qwen_host, tmp_path):
+    host = qwen_host
+    old_dir, _ = loaded_hashes(host, FIRST)
+    new_commit = json.loads((HUB_STORE / "models" / QWEN_RETRAINED / "manifest.json").read_text())["sha"]
+    retrained = write_group_data(tmp_path, "lab", (
+        "mirrors = copy.deepcopy(base['mirrors'])\n"
+        f"mirrors['repos']['Qwen/Qwen3.6-27B'] = '{QWEN_RETRAINED}@{new_commit}'\n"))
+    fleet.ssh(host, f"runuser -u sglang -- rm -rf {old_dir.rsplit('/', 1)[0]}/{new_commit}")  # an earlier test's
+    mark = len(read_request_log(HUB_STATE))
+    switched = run_deploy("--limit", host.name, *QWEN_DATA, group_data=retrained)
+    assert switched.returncode == 0, switched.output[-3000:]
+    fetched = {r["path"].rsplit("/", 1)[1] for r in read_request_log(HUB_STATE)[mark:]
+               if r["client"] == host.address and r["path"].startswith(f"/{QWEN_RETRAINED}/")}
+    assert fetched == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}  # the rest linked
+    for i in range(8):
+        assert loaded_hashes(host, f"sglang@qwen36_ddtree-gpu{i}")[1] == hub_hashes(QWEN_RETRAINED)
+    assert re.search(rf"weights: kept the previous {re.escape(QWEN)} revision \w+ \({re.escape(old_dir)}\)",
+                     switched.output), switched.output[-3000:]
+    assert fleet.ssh(host, f"test -d {old_dir} && echo kept").strip() == "kept"
+    again = run_deploy("--limit", host.name, *QWEN_DATA, group_data=retrained)
+    assert again.returncode == 0 and not {op for op, row in results_table(again.output).items() if row[1] != "-"}
+
+
+# The layout of earlier specfleet versions, laid down from the current deploy's own files: the one unit
+# `sglang.service` (its environment file `sglang.env`, no CUDA_VISIBLE_DEVICES) loading each repo from one
+# directory holding its files and manifest, and the per-role download units and specs.
+EARLIER = r"""
+set -e
+cd /etc/systemd/system
+systemctl disable --now {unit}
+sed -e 's#{env}#/etc/specfleet/sglang.env#' -e 's#\(model-path [^ ]*\)/[0-9a-f]\{{40\}}#\1#g' {unit}.service > sglang.service
+grep -v '^CUDA_' {env} > /etc/specfleet/sglang.env
+rm -f {unit}.service {env}
+for repo in {target} {drafter}; do
+  dir=${{repo%/*}}
+  runuser -u sglang -- sh -c "find $dir -mindepth 1 -maxdepth 1 ! -path $repo -exec rm -rf {{}} + && cp -a $repo/. $dir/ && rm -rf $repo"
+done
+for role in target drafter; do
+  printf '[Service]\nType=oneshot\nExecStart=/bin/true\n' > specfleet-weights-$role.service
+  echo '{{}}' > /etc/specfleet/weights-$role.json
+done
+systemctl daemon-reload
+systemctl enable --now sglang
+"""
+
+
+def test_a_host_of_the_single_unit_layout_converges_and_its_old_weights_are_linked(deployed_lab, b200_host):
+    host = b200_host
+    d = resolve(host_data("b200_nvlink", lab=True), "b200_nvlink")
+    fleet.ssh(host, EARLIER.format(unit=SGLANG_UNIT, env=d.server.env_file, target=d.weights.target.local_dir,
+                                   drafter=d.weights.drafter.local_dir))
+    wait_for(lambda: http_status(host, "/health") == 200, 60, 0.5, "the earlier layout's sglang.service to serve")
+    assert fleet.ssh(host, f"ls {TARGET_DIR} 2>/dev/null || echo gone", check=False).strip() == "gone"
+    mark = len(read_request_log(HUB_STATE))
+    migrated = run_deploy("--limit", host.name)
+    assert migrated.returncode == 0, migrated.output[-3000:]
+    assert "retiring sglang (no deployment wants it any more)" in migrated.output
+    assert fleet.ssh(host, "ls /etc/systemd/system/sglang.service /etc/specfleet/sglang.env "
+                           "/etc/systemd/system/specfleet-weights-target.service /etc/specfleet/weights-target.json "
+                           "2>/dev/null || true", check=False).strip() == ""
+    assert fleet.ssh(host, "systemctl is-active sglang", check=False).strip() == "inactive"
+    assert fleet.ssh(host, f"systemctl is-active {SGLANG_UNIT}").strip() == "active"
+    # The revision directories were filled from the single directory's files: linked, none fetched.
+    assert [r for r in read_request_log(HUB_STATE)[mark:] if r["client"] == host.address
+            and "/resolve/" in r["path"]] == []
+    shard = "model-00001-of-00004.safetensors"
+    inodes = fleet.ssh(host, f"stat -c %i {TARGET_DIR}/{shard} {TARGET_DIR.rsplit('/', 1)[0]}/{shard}").split()
+    assert inodes[0] == inodes[1]
+    assert re.search(r"weights: kept the previous \S+ revision \w+ \(/srv/specfleet/models/moonshotai--Kimi-K2\.6\)",
+                     migrated.output), migrated.output[-3000:]
+    again = run_deploy("--limit", host.name)
+    assert again.returncode == 0 and not {op for op, row in results_table(again.output).items() if row[1] != "-"}
+
+
+TWO_MODELS = {"lab-pcie-1": [{"profile": "kimi_k26_dflash", "gpus": [0, 1, 2, 3], "tp_size": 4},
+                             {"profile": "qwen36_ddtree", "gpus": [4, 5, 6, 7]}]}
+
+
+def test_two_models_on_one_host_on_disjoint_gpus_each_verified_by_the_deployed_host_checks(deployed_lab, pcie_host,
+                                                                                          monkeypatch):
+    host = pcie_host
+    monkeypatch.setenv("SPECFLEET_LAB_DEPLOYMENTS", json.dumps(TWO_MODELS))
+    try:
+        both = run_deploy("--limit", host.name)
+        assert both.returncode == 0, both.output[-3000:]
+        wanted = ["sglang@kimi_k26_dflash-gpu0-3", *(f"sglang@qwen36_ddtree-gpu{i}" for i in range(4, 8))]
+        units = fleet.ssh(host, "systemctl list-units --no-legend --plain --state=active 'sglang*'").split("\n")
+        assert sorted(line.split()[0].removesuffix(".service") for line in units if line.strip()) == wanted
+        venvs = fleet.ssh(host, "ls -d /opt/specfleet/sglang-venv*").split()
+        assert venvs == ["/opt/specfleet/sglang-venv", "/opt/specfleet/sglang-venv-qwen36_ddtree"]
+        checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/deployed",
+                                 "--inventory", "lab/inventory.py", "--limit", host.name, "-k", "not token"],
+                                cwd=REPO, capture_output=True, text=True, timeout=600,
+                                env={**os.environ, "HF_TOKEN": TOKEN_GRANTED})
+        assert checks.returncode == 0 and " failed" not in checks.stdout, checks.stdout[-4000:]
+        again = run_deploy("--limit", host.name)
+        assert again.returncode == 0 and not {op for op, row in results_table(again.output).items() if row[1] != "-"}
+    finally:
+        monkeypatch.delenv("SPECFLEET_LAB_DEPLOYMENTS")
+        assert run_deploy("--limit", host.name).returncode == 0

@@ -117,6 +117,11 @@ def test_numbers_are_numbers_whichever_way_they_arrive():
     ("install_dir", "/opt/spec fleet", "install_dir='/opt/spec fleet' is not accepted: use an absolute path"),
     ("service_user", "root;rm", "service_user='root;rm' is not accepted: use a user name"),
     ("service_name", "sglang\nExecStartPre=/bin/sh", "service_name='sglang\\nExecStartPre=/bin/sh' is not accepted"),
+    # A lone trailing newline, which a `^...$` pattern with re.match accepts: refused all the same.
+    ("service_name", "sglang\n", "service_name='sglang\\n' is not accepted"),
+    ("service_user", "sglang\n", "service_user='sglang\\n' is not accepted"),
+    ("hf_token_env", "HF_TOKEN\n", "hf_token_env='HF_TOKEN\\n' is not accepted"),
+    ("install_dir", "/opt/specfleet\n", "install_dir='/opt/specfleet\\n' is not accepted"),
     ("hf_endpoint", "file:///etc/passwd", "hf_endpoint='file:///etc/passwd' is not accepted: use an http(s) URL"),
     ("pip_index_url", "http://x/simple' --trusted-host evil", "pip_index_url=\"http://x/simple' --trusted-host evil\""),
     ("bind_address", "everywhere", "bind_address='everywhere' is not an IP address"),

@@ -22,13 +22,13 @@ from tests.helpers import REPO, lab_cli, run_deploy
 pytestmark = [pytest.mark.lab, pytest.mark.deployed_faults]
 
 
-def deployment_of(host: fleet.LabHost):
-    inventory = load_inventory(str(LAB_INVENTORY), str(REPO))
-    return Target(host.name, inventory[host.name], lab_mode=True).deployment
+def target_of(host: fleet.LabHost) -> Target:
+    return Target(host.name, load_inventory(str(LAB_INVENTORY), str(REPO))[host.name], lab_mode=True)
 
 
 def server_of(host: fleet.LabHost):
-    return deployment_of(host).server
+    """The host's first replica: its unit, port and files as the deploy wrote them."""
+    return target_of(host).replicas[0]
 
 
 def wait_generating(host: fleet.LabHost, port: int, timeout: float = 60) -> None:
@@ -54,9 +54,9 @@ def test_a_stopped_service_is_caught(deployed_lab, pcie_host):
         "test_unit_listens_on_the_configured_address_and_port", "test_unit_arguments_are_what_group_data_asks_for",
         "test_health_generate_answers_200", "test_chat_completion_returns_text",
         "test_server_info_reports_speculative_decoding_accepting_drafts", "test_metrics_expose_the_accept_length",
-    }, # A stopped unit reads inactive/dead, or failed/failed: the launcher exits 1 on SIGTERM.
-        rf"{pcie_host.name}: expected sglang enabled/active/running, found enabled/(inactive/dead|failed/failed)",
-        rf"{pcie_host.name}: expected sglang listening on {re.escape(d.bind_address)}:{d.port}, found nothing listening",
+    },
+        rf"{pcie_host.name}: expected {re.escape(d.service_name)} enabled/active/running, found enabled/inactive/dead",
+        rf"{pcie_host.name}: expected {re.escape(d.service_name)} listening on {re.escape(d.bind_address)}:{d.port}, found nothing listening",
         rf"{pcie_host.name}: expected 200 from /health_generate on http://127\.0\.0\.1:{d.port}, found None")
 
 
@@ -94,7 +94,7 @@ def test_draft_tokens_edited_by_hand_in_the_unit_are_caught(deployed_lab, pcie_h
     wanted = d.speculative.num_draft_tokens
     edited = 6 if wanted != 6 else 5
     flag = "--speculative-num-draft-tokens"
-    backup = "/root/specfleet-fault-sglang.service"
+    backup = f"/root/specfleet-fault-{d.service_name}.service"
     fleet.ssh(pcie_host, f"cp -p {d.unit_file} {backup} && sed -i 's/{flag} {wanted} /{flag} {edited} /' "
                          f"{d.unit_file} && grep -q -- '{flag} {edited} ' {d.unit_file} && "
                          f"systemctl daemon-reload && systemctl restart {d.service_name}")
@@ -106,7 +106,7 @@ def test_draft_tokens_edited_by_hand_in_the_unit_are_caught(deployed_lab, pcie_h
                              f"systemctl restart {d.service_name}")
         wait_generating(pcie_host, d.port)
     assert_caught(result, pcie_host.name, {"test_unit_arguments_are_what_group_data_asks_for"},
-                  rf"{pcie_host.name}: sglang runs with other arguments than group_data asks for "
+                  rf"{pcie_host.name}: {re.escape(d.service_name)} runs with other arguments than group_data asks for "
                   rf"\({d.profile_name} on {d.host_class}\):\n{flag}: expected {wanted}, found {edited}",
                   rf"{pcie_host.name}: {d.unit_file} has other arguments than group_data asks for:\n"
                   rf"{flag}: expected {wanted}, found {edited}")
@@ -126,7 +126,7 @@ def test_degraded_nvlink_is_caught(deployed_lab, b200_host):
 
 def test_gpu_runtime_flipped_back_is_caught(deployed_lab, b200_host):
     """The daemons the deploy started are stopped, and the smoke test's record is from another boot."""
-    record, backup = deployment_of(b200_host).smoke.record_path, "/root/specfleet-fault-gpu-smoke.json"
+    record, backup = target_of(b200_host).deployment.smoke.record_path, "/root/specfleet-fault-gpu-smoke.json"
     fleet.ssh(b200_host, f"cp -p {record} {backup} && "
                          f"sed -i 's/\"boot_id\": \"[^\"]*\"/\"boot_id\": \"another-boot\"/' {record} && "
                          "systemctl stop nvidia-persistenced nvidia-fabricmanager")

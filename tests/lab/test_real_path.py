@@ -20,7 +20,7 @@ import pytest
 from lab import config, fleet
 from lab.index import standin_requirement
 from tests.conftest import LAB_HOSTS
-from tests.helpers import PYINFRA, REPO, UNIT_FILE as UNIT, extra_bare_host, operations_started, results_table
+from tests.helpers import PYINFRA, REPO, SGLANG_UNIT, UNIT_FILE as UNIT, extra_bare_host, operations_started, results_table
 
 pytestmark = pytest.mark.lab
 
@@ -127,7 +127,7 @@ def test_pin_and_dry_run_tell_what_the_first_deploy_would_refuse(user, box):
     assert dry.returncode == 0 and refusals(dry.output) == [], dry.output[-3000:]
     planned = dry.output.split("--> Detected changes:")[1]
     for operation in ("SGLang service", "Gateway service", "Prometheus service"):
-        assert re.search(rf"^\s*{operation}\s+1 \(ct200\)", planned, flags=re.M), planned
+        assert re.search(rf"^\s*{operation}( \S+)?\s+1 \(ct200\)", planned, flags=re.M), planned  # + the replica
     qwen = run(user, "pyinfra", "inventory/ct200.py", "deploy.py", "--dry", "--sudo", "--data", "profile=qwen36_ddtree")
     assert refusals(qwen.output) == [], qwen.output[-3000:]  # its pull request's ref is pinned too
 
@@ -182,7 +182,8 @@ def test_a_roll_through_sudo_restarts_and_a_crash_loop_is_rolled_back(user, box)
     assert rolled.returncode == 0 and "rollout: 1 batches done" in rolled.output, rolled.output[-3000:]
     assert "--speculative-num-draft-tokens 6" in fleet.ssh(box, f"cat {UNIT}")
     changed = {op for op, (_, success, _, _) in results_table(rolled.output).items() if success != "-"}
-    assert {"Drain from the gateway", "SGLang service", "SGLang generates", "Back in the gateway"} <= changed
+    assert {f"Drain {SGLANG_UNIT} from the gateway", f"SGLang service {SGLANG_UNIT}", f"SGLang generates {SGLANG_UNIT}",
+            f"{SGLANG_UNIT} back in the gateway"} <= changed
 
     knobs = "/etc/specfleet-lab/crash-loop.json"
     fleet.ssh(box, f"echo '{{\"exit_after_s\": 1, \"health_fail\": true}}' > {knobs}")
@@ -193,7 +194,7 @@ def test_a_roll_through_sudo_restarts_and_a_crash_loop_is_rolled_back(user, box)
         fleet.ssh(box, f"rm -f {knobs}")
         all_py.write_text(shipped)
     out = crashed.output
-    assert crashed.returncode != 0 and "sglang crash-loops: the server died 3 times" in out, out[-3000:]
+    assert crashed.returncode != 0 and f"{SGLANG_UNIT} crash-loops: the server died 3 times" in out, out[-3000:]
     assert "restored the previous unit, which generates again" in out  # the rollback ran as root
     assert "lab stand-in fault: exit_after_s" in out  # the journal, which only root reads here
     back = run(user, "pyinfra", "-y", "inventory/ct200.py", "deploy.py", "--sudo")
@@ -212,9 +213,9 @@ def test_bench_with_a_prompts_file_leaves_the_gateway_and_comes_back(user, box, 
                 "--data", "modes=ar,dflash", "--data", "concurrency=1", "--data", "requests=3",
                 "--data", f"results_dir={results}", timeout=900)
     assert bench.returncode == 0, bench.output[-4000:]
-    assert "ct200: back in its gateways (ct200)" in bench.output
+    assert f"ct200: {SGLANG_UNIT} back in its gateways (ct200)" in bench.output
     ops = operations_started(bench.output)
-    assert ops.index("Drain from the gateway") == ops.index("Benchmark sweep") - 1
+    assert ops.index(f"Drain {SGLANG_UNIT} from the gateway") == ops.index("Benchmark sweep kimi_k26_dflash") - 1
     (summary,) = results.glob("*/ct200/summary.json")
     doc = json.loads(summary.read_text())
     assert doc["workload"]["prompts"] == "prompts.jsonl" and doc["workload"]["prompt_count"] == 3

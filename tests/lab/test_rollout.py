@@ -221,7 +221,7 @@ def test_a_worker_failing_readiness_is_rolled_back_kept_out_and_stops_the_rollou
     # ...until a run deploys it healthy: the change it failed, now without the fault, brings it back.
     healed = run_deploy(*EXPOSED, "--limit", victim.name, group_data=restart_input(tmp_path, "failing", FAULT_KNOBS))
     assert healed.returncode == 0, healed.output[-3000:]
-    assert "Back in the gateway" in changed_operations(healed.output)
+    assert f"{SGLANG_UNIT} back in the gateway" in changed_operations(healed.output)
     assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in workers}
     # The others are as the failing rollout left them; the next test rolls every worker to one value again.
 

@@ -28,6 +28,7 @@ from tests.helpers import REPO, main_pid, results_table, run_deploy
 pytestmark = pytest.mark.lab
 
 KEY = "lab-replicas-test-key"
+ADMIN_KEY = "lab-replicas-test-admin-key"  # the gateway's control plane's
 QWEN = ("--data", "profile=qwen36_ddtree")
 # round_robin: each new request to the next worker, so a request per worker reaches every one; the
 # default cache_aware keeps prompts of a shared prefix (a chat template's) on the worker that cached it.
@@ -44,6 +45,7 @@ def replicas_lab(lab_hosts):
     hosts = lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SPECFLEET_API_KEY", KEY)
+        env.setenv("SPECFLEET_GATEWAY_ADMIN_KEY", ADMIN_KEY)
         try:
             started = time.monotonic()
             first = run_deploy(*QWEN, *EXPOSED)
@@ -51,6 +53,7 @@ def replicas_lab(lab_hosts):
         finally:
             lab.up(LAB_HOSTS, log=lambda line: None)
             env.delenv("SPECFLEET_API_KEY")
+            env.delenv("SPECFLEET_GATEWAY_ADMIN_KEY")
             restored = run_deploy("--data", "remove_api_key=true")
             assert restored.returncode == 0, restored.output[-3000:]
 
@@ -67,7 +70,7 @@ def call(url: str, key: str | None = None, body: dict | None = None) -> tuple[in
 
 
 def gateway_workers(gateway) -> dict[str, str]:
-    _, listing = call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", key=KEY)
+    _, listing = call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", key=ADMIN_KEY)
     return {w["url"]: w["status"] for w in listing["workers"]}
 
 

@@ -39,13 +39,14 @@ def memory_problems(server: Server, expected: GpuExpectations, model: str, weigh
             "GPU memory or a quantized checkpoint"]
 
 
-def refused_flags(server: Server, refused: str) -> str:
-    """The one sentence for flags the host's SGLang refuses (before a restart, or in preflight)."""
-    s = server
+def refused_flags(server: Server, refused: str, units: list[str] | None = None) -> str:
+    """The one sentence for flags the host's SGLang refuses (before a restart, or in preflight), naming
+    the units left as they were (`units`: replicas refused alike; by default the server's own)."""
+    s, units = server, units or [server.service_name]
     fix = (f"point profiles['{s.profile_name}']['sglang']['requirement'] at a DDTree build (PR #29907)"
            if s.speculative.algorithm == "DDTREE" else "fix the flag in group_data or the SGLang pin")
-    return (f"{host.name}: the SGLang in {s.venv} rejects the rendered flags ({refused}); {fix}; "
-            f"{s.service_name} was left as it was")
+    left = f"{units[0]} was left as it was" if len(units) == 1 else f"{', '.join(units)} were left as they were"
+    return f"{host.name}: the SGLang in {s.venv} rejects the rendered flags ({refused}); {fix}; {left}"
 
 
 def ddtree_problems(server: Server) -> list[str]:

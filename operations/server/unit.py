@@ -197,9 +197,15 @@ def unit_paths(config_dir: str, name: str) -> tuple[str, ...]:
 
 
 def refusals(restarts: list["Restart"]) -> list[str]:
-    """Why the host's SGLang refuses the new files of any of these replicas (one sentence each): then no
-    unit of the host changes, the retired ones included."""
-    return [refused_flags(r.server, r.decision().refused) for r in restarts if r.decision().refused]
+    """Why the host's SGLang refuses the new files of any of these replicas, one sentence per refusal
+    (a deployment's replicas differ in their port and GPUs alone, so SGLang refuses them alike): then
+    no unit of the host changes, the retired ones included."""
+    refused: dict[tuple[str, str], list[Server]] = {}
+    for r in restarts:
+        if r.decision().refused:
+            refused.setdefault((r.server.venv, r.decision().refused), []).append(r.server)
+    return [refused_flags(servers[0], why, [s.service_name for s in servers])
+            for (_, why), servers in refused.items()]
 
 
 @operation()

@@ -1,6 +1,7 @@
 """operations.server.unit.configure and operations.basics.ownership: facts in, commands out (pyinfra's systemd.service
 and files.directory run for real on the same facts)."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -108,6 +109,12 @@ def test_nothing_is_retired_while_the_hosts_sglang_refuses_a_new_unit():
     commands, _ = run(unit.retired, facts, server=D, restarts=[unit.Restart(D, INPUTS, [])])
     [problem] = failure(commands)
     assert "rejects the rendered flags" in problem and problem.endswith(f"{NAME} was left as it was")
+    # Replicas refused alike (they differ in GPUs and port alone): one line naming each.
+    other = replace(D, service_name=f"{NAME}-2", port=D.port + 1)
+    commands, _ = run(unit.retired, facts, server=D, restarts=[unit.Restart(D, INPUTS, []),
+                                                               unit.Restart(other, INPUTS, [])])
+    [problem] = failure(commands)
+    assert problem.endswith(f"{NAME}, {NAME}-2 were left as they were"), problem
 
 
 def test_before_the_wanted_sglang_is_installed_nothing_asks_it_about_the_flags():

@@ -54,11 +54,17 @@ demo: lab-up
 demo-check: venv
 	SPECFLEET_SITE= HF_TOKEN=hf_lab_granted SPECFLEET_API_KEY=$(DEMO_KEY) SPECFLEET_GATEWAY_ADMIN_KEY=$(DEMO_ADMIN_KEY) $(PY) -m tests.after_demo
 
-# The whole suite: unit tests, then the lab (booted once and shared; --lab lets tests/deployed boot and
-# verify it), then the lab's lifecycle tests last; the lab is torn down whatever the outcome. No site
-# directory: the suite tests the shipped data.
+# The whole suite, its files spread over WORKERS processes (pytest-xdist), each on a lab of its own
+# (lab ids SPECFLEET_LAB_ID and the next ones; --lab lets tests/deployed boot and verify it): the lab's
+# tests mostly wait on servers, so they overlap well on two cores. Then the lab's lifecycle tests,
+# which tear a lab down; every lab is torn down whatever the outcome. No site directory: the suite
+# tests the shipped data.
+WORKERS ?= 3
 test: deps venv
-	SPECFLEET_SITE= $(PY) -m pytest tests --lab; rc=$$?; $(LAB) down >/dev/null; exit $$rc
+	SPECFLEET_SITE= $(PY) -m pytest tests --lab -n $(WORKERS) --dist loadfile -m "not lab_lifecycle"; rc=$$?; \
+	SPECFLEET_SITE= $(PY) -m pytest tests/lab_code -m lab_lifecycle || rc=1; \
+	for worker in $$(seq 0 $$(($(WORKERS) - 1))); do \
+	  SPECFLEET_LAB_ID=$$(($${SPECFLEET_LAB_ID:-0} + worker)) $(LAB) down >/dev/null; done; exit $$rc
 
 # The toolkit's own speed series (speed/README.md); the serving benchmark users run is bench.py.
 speed: deps venv

@@ -10,11 +10,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # Under pytest-xdist (make test), each worker drives a lab of its own: the next lab ids after
-# SPECFLEET_LAB_ID (each its own bridge, subnet, ports and hosts), set before lab.config reads it; the
-# deploys and lab commands the tests start inherit it.
+# SPECFLEET_LAB_ID (each its own bridge, subnet, ports and hosts), set before lab.config reads it. The
+# deploys, lab commands and pytest runs the tests start inherit the worker's id as it is: the worker's
+# name leaves the environment, so a pytest they start adds nothing to it.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["SPECFLEET_LAB_ID"] = str(int(os.environ.get("SPECFLEET_LAB_ID", "0"))
-                                         + int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw")))
+                                         + int(os.environ.pop("PYTEST_XDIST_WORKER").removeprefix("gw")))
 
 import lab  # noqa: E402
 from lab import fleet  # noqa: E402

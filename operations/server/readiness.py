@@ -123,21 +123,24 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
                                key_file=d.api_key_file, service_user=d.service_user) or {}
         if generates(probe):
             log_serving(host, probe)
-            host.noop(f"serving {probe['algorithm']}: accept length {probe['accept_length']}")
+            host.noop(f"serving {probe.get('algorithm', 'unread')}: accept length {probe.get('accept_length')}")
             return
     yield FunctionCommand(wait_ready, (d, timeout_s), {})
 
 
 def log_serving(host, probe: dict) -> None:
-    outcomes.note(host, serving=probe["algorithm"], accept_length=probe["accept_length"])
-    host.log_styled(f"serving {probe['algorithm']} (draft tokens {probe['num_draft_tokens']}): accept length "
-                    f"{probe['accept_length']}; completion: {probe['completion']!r}", fg="green")
+    """The generating server's speculative settings as its /server_info reported them ("unread" where
+    that answer failed after the completion: the server generates all the same)."""
+    algorithm = probe.get("algorithm", "unread")
+    outcomes.note(host, serving=algorithm, accept_length=probe.get("accept_length"))
+    unread = f" (/server_info: {probe['error']})" if "algorithm" not in probe and probe.get("error") else ""
+    host.log_styled(f"serving {algorithm}{unread} (draft tokens {probe.get('num_draft_tokens')}): accept length "
+                    f"{probe.get('accept_length')}; completion: {probe['completion']!r}", fg="green")
 
 
 def generates(probe: dict) -> bool:
-    """The probe saw the server healthy, generating, and reporting its speculative settings (None for plain
-    decoding, as the serving benchmark's AR mode runs it)."""
-    return bool(probe.get("ready") and probe.get("completion")) and "algorithm" in probe
+    """The probe saw the server healthy and generating (a completion came back)."""
+    return bool(probe.get("ready") and probe.get("completion"))
 
 
 def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,

@@ -9,6 +9,7 @@ Runs once per gateway host; an inventory without one has nothing to check here.
 import json
 import shlex
 
+from operations.basics import network
 from operations.gateway.config import resolve as resolve_gateway
 from operations.gateway.workers import workers
 from operations.monitoring.prometheus import PrometheusTargets, down_targets, scrape_targets
@@ -104,8 +105,14 @@ print(json.dumps({"client_post": status("POST", key_file, {"url": "http://192.0.
 
 
 def test_only_the_admin_key_registers_workers(gateway_target):
-    """A client's key must not register a worker of its own (which would receive others' prompts)."""
+    """A client's key must not register a worker of its own (which would receive others' prompts). A gateway
+    without keys (no admin key on the controller) is one only its own host reaches: on loopback."""
     g = gateway_of(gateway_target)
+    if gateway_target.run(f"test -e {shlex.quote(g.admin_key_file)}").rc != 0:
+        assert network.is_loopback(g.bind_address), (
+            f"{gateway_target.name}: expected a gateway without an admin key to listen on loopback, found "
+            f"{g.bind_address}")
+        return
     answer = gateway_target.python(CONTROL_PLANE, g.local_address, str(g.port), g.key_file, g.admin_key_file)
     assert answer == {"client_post": 401, "client_get": 401, "admin_get": 200}, (
         f"{gateway_target.name}: expected the gateway's /workers to refuse the clients' key (401) and answer the "

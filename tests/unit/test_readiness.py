@@ -1,5 +1,7 @@
 """operations.readiness: crash-loop verdicts, the unit's run as systemd shows it, the default timeout."""
 
+from types import SimpleNamespace
+
 from operations.server import readiness
 from operations.server.readiness import ServerProbe, ServiceRun, crash, ready_timeout
 
@@ -55,11 +57,19 @@ def test_server_probe_reads_the_last_json_line_else_reports_the_output():
         "python3 /opt/specfleet/bin/probe_server.py 30000 kimi-k2.6 /etc/specfleet/api-key sglang 2>&1 || true")
 
 
-def test_generating_needs_the_server_info_read_and_plain_decoding_counts():
+def test_a_completion_is_generating_whatever_server_info_answered():
     speculative = {"ready": True, "completion": "Drafts verified.", "algorithm": "DFLASH", "accept_length": 3.4}
     assert readiness.generates(speculative)
-    # The serving benchmark's AR mode: server_info read, no speculative algorithm.
-    assert readiness.generates({**speculative, "algorithm": None})
-    # A completion whose server_info read failed (the probe's KeyError on the way) is not yet serving.
-    assert not readiness.generates({"ready": True, "completion": "x", "error": "HTTP Error 503"})
+    assert readiness.generates({**speculative, "algorithm": None})  # the serving benchmark's AR mode
+    # /server_info failing after the completion (a hostile or busy server): generating all the same.
+    assert readiness.generates({"ready": True, "completion": "x", "error": "Extra data: line 2 column 1"})
     assert not readiness.generates({"ready": True, "algorithm": "DFLASH"})
+    assert not readiness.generates({"ready": False, "completion": "x"})
+
+
+def test_the_serving_line_says_when_server_info_was_unread():
+    said = []
+    host = SimpleNamespace(name="h", log_styled=lambda text, **_: said.append(text))  # outside a run: no notes
+    readiness.log_serving(host, {"ready": True, "completion": "x", "error": "Extra data: line 2 column 1"})
+    assert said == ["serving unread (/server_info: Extra data: line 2 column 1) (draft tokens None): accept "
+                    "length None; completion: 'x'"]

@@ -9,6 +9,7 @@ from operations import deployment
 from operations.deployment import HOST_CLASSES, host_class_of, resolve, resolve_host
 from operations.weights.hub import RepoSnapshot
 from operations.basics.knobs import BadHostData
+from operations.basics.templates import render
 from operations.weights.checks import unpinned
 from operations.server.flags import server_args, spell
 from tests.sglang_real import parse_many_with_real_sglang
@@ -327,3 +328,11 @@ def test_a_profile_name_is_checked_before_it_reaches_the_unit_file():
         resolve(data, "b200_nvlink")
     assert str(refused.value).startswith("profile='kimi\\nExecStartPre=/bin/sh -c id' is not accepted: use a "
                                          "profile name")
+
+
+def test_a_percent_reaches_the_weights_unit_as_written_not_as_a_systemd_specifier():
+    """systemd reads `%x` in a unit as a specifier: a %-encoded mirror URL is written with `%%`, which
+    systemd turns back into `%` (an unescaped `%2F` dropped the line, and the fetcher went to the public hub)."""
+    w = resolve(host_data("b200_nvlink", hf_endpoint="https://mirror.example/hf%2Fproxy"), "b200_nvlink").weights
+    text = render("weights/weights.service.j2", w=w, repo=w.target, commit="a" * 40, spec_file="/etc/specfleet/s.json")
+    assert "Environment=HF_ENDPOINT=https://mirror.example/hf%%2Fproxy\n" in text

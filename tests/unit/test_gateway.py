@@ -364,3 +364,11 @@ def test_the_gateway_launcher_gives_smg_both_keys_in_process_the_admin_key_as_a_
                                        "--control-plane-api-keys", f"specfleet:deploy:admin:{ADMIN}"]
     args = resolve_gateway(host_data("gateway")).args()
     assert not {"--control-plane-api-keys", "--api-key"} & set(args)  # the unit's argv holds neither
+
+
+def test_the_gateway_unit_is_confined_with_a_system_call_filter():
+    text = service.unit_text(resolve_gateway(host_data("gateway")), "smg==1.13.0")
+    for setting in ("SystemCallFilter=@system-service", "SystemCallArchitectures=native", "NoNewPrivileges=yes",
+                    "ProtectSystem=strict", "CapabilityBoundingSet=", "MemoryDenyWriteExecute=yes",
+                    "PrivateDevices=yes"):
+        assert setting in text, setting

@@ -5,10 +5,11 @@ import json
 
 import pytest
 
-from serving_benchmark import report
+from serving_benchmark import report, sweep
 from operations.basics.knobs import BadHostData
 from serving_benchmark.sweep import PROMPTS, bench_unit, mode_args, plan, unit_environment
 from operations.deployment import resolve, resolve_host
+from operations.server.unit import unit_files
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import host_data
 
@@ -184,3 +185,18 @@ def test_a_level_archive_unpacks_files_only_whatever_the_service_user_left_in_it
         archive.extractall(tmp_path / "out", filter=_files_only)
     found = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*"))
     assert found == ["client.log", "sub", "sub/inner.json"]
+
+
+def test_the_bench_unit_runs_confined_as_the_deployed_unit_and_roots_stop_restores_it():
+    replica = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").replicas[0]
+    command = sweep.bench_unit_command(replica, mode_args(replica, "ar"), 600)
+    properties = [arg.removeprefix("--property=") for arg in command if arg.startswith("--property=")]
+    unit_text, _ = unit_files(replica, inputs="")
+    for setting in ("User=sglang", "NoNewPrivileges=yes", "ProtectSystem=strict", "CapabilityBoundingSet=",
+                    "DevicePolicy=closed", "KillMode=mixed"):
+        assert setting in unit_text and setting in properties, setting  # the deployed unit's, one source
+    assert "--uid" not in " ".join(command)  # the user is the unit's User=, not an unconfined --uid
+    # Root's (+): the service user may not start a system unit when the controller is gone.
+    assert f"ExecStopPost=+/bin/sh -c 'test -e /run/specfleet-bench.switching || systemctl start --no-block " \
+           f"{replica.service_name}'" in properties
+    assert "RuntimeMaxSec=600" in properties

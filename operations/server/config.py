@@ -137,6 +137,13 @@ class Server:
         return f"/etc/systemd/system/{self.service_name}.service"
 
     @property
+    def drains_on_stop(self) -> bool:
+        """Whether the server's main process holds requests to finish on a stop: a server alone, or a node
+        group's rank 0. A rank >= 1 serves no HTTP (rank 0 holds its requests)."""
+        args = list(self.node_args)
+        return "--node-rank" not in args or args[args.index("--node-rank") + 1] == "0"
+
+    @property
     def stop_timeout_s(self) -> int:
         """The unit's TimeoutStopSec: the longest generation, then SGLang's own shutdown."""
         return self.longest_generation_s + SHUTDOWN_S

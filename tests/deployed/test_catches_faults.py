@@ -54,6 +54,8 @@ def test_a_stopped_service_is_caught(deployed_lab, pcie_host):
         "test_unit_listens_on_the_configured_address_and_port", "test_unit_arguments_are_what_group_data_asks_for",
         "test_health_generate_answers_200", "test_chat_completion_returns_text",
         "test_server_info_reports_speculative_decoding_accepting_drafts", "test_metrics_expose_the_accept_length",
+        "test_each_replica_holds_the_gpus_its_layout_gives_it_and_no_two_share_one",
+        "test_the_host_runs_no_sglang_unit_its_deployments_do_not_want",
     },
         rf"{pcie_host.name}: expected {re.escape(d.service_name)} enabled/active/running, found enabled/inactive/dead",
         rf"{pcie_host.name}: expected {re.escape(d.service_name)} listening on {re.escape(d.bind_address)}:{d.port}, found nothing listening",

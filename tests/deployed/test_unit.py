@@ -298,7 +298,7 @@ def test_a_stop_drains_the_server_through_its_main_process(target):
         shown = target.run(f"systemctl show {shlex.quote(d.service_name)} -p KillMode,TimeoutStopUSec,"
                            "InaccessiblePaths").stdout
         props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
-        found, wanted = (props.get("KillMode"), timespan_s(props.get("TimeoutStopUSec", ""))), ("mixed", d.stop_timeout_s)
+        found, wanted = (props.get("KillMode"), timespan_s(props.get("TimeoutStopUSec", ""))), ("mixed" if d.drains_on_stop else "control-group", d.stop_timeout_s)
         problems = [] if found == wanted else [
             f"{target.name}: expected {d.service_name} KillMode/TimeoutStopUSec {wanted}, found {found}"]
         if d.hf_home not in props.get("InaccessiblePaths", ""):

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -23,7 +24,8 @@ import lab
 from lab import fleet
 from lab.config import TOKEN_GRANTED
 from tests.conftest import LAB_HOSTS
-from tests.helpers import REPO, main_pid, results_table, run_deploy
+from tests.helpers import REPO, main_pid, operations_started, results_table, run_deploy
+from tests.lab.test_rollout import Load, gateway_retries
 
 pytestmark = pytest.mark.lab
 
@@ -146,3 +148,41 @@ def test_a_second_run_changes_nothing(replicas_lab):
     changed = {op: row for op, row in results_table(again.output).items() if row[1] != "-"}
     assert changed == {}, changed
     assert {(w.name, i): main_pid(w, f"sglang@qwen36_ddtree-gpu{i}") for w in workers for i in range(8)} == pids
+
+
+def test_a_change_rolls_the_hosts_replicas_one_at_a_time_and_it_keeps_serving(replicas_lab):
+    """A restart input of every replica (the stop timeout in its unit): each replica drains, restarts and
+    comes back in turn, so at most one of the host's eight units is down at any moment, and the requests
+    through the gateway meanwhile are answered, none failed or resent. Last in the module: the fixture
+    deploys the shared lab's state back."""
+    hosts, _, _ = replicas_lab
+    pcie = next(h for h in hosts if h.name == "lab-pcie-1")
+    gateway = next(h for h in hosts if h.host_class == "gateway")
+    units = [f"sglang@qwen36_ddtree-gpu{i}" for i in range(8)]
+    pids = {unit: main_pid(pcie, unit) for unit in units}
+    retries, down, rolled = gateway_retries(gateway), [], threading.Event()
+
+    def watch():  # how many of the host's units are not active, twice a second
+        while not rolled.is_set():
+            states = fleet.ssh(pcie, f"systemctl is-active {' '.join(units)}", check=False).split()
+            down.append(sum(state != "active" for state in states))
+            rolled.wait(0.5)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    with Load(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", model="qwen3.6-27b", key=KEY) as load:
+        watcher.start()
+        time.sleep(2)  # steady load before the first drain
+        changed = run_deploy(*QWEN, *EXPOSED, "--data", "longest_generation_s=901", "--limit", pcie.name)
+        rolled.set()
+        watcher.join(30)
+    assert changed.returncode == 0, changed.output[-3000:]
+    started = [op for op in operations_started(changed.output) if "qwen36_ddtree-gpu" in op]
+    assert started == [step for unit in units for step in (  # each replica through all its steps, in turn
+        f"Drain {unit} from the gateway", f"SGLang service {unit}", f"SGLang generates {unit}",
+        f"{unit} back in the gateway")], started
+    assert all(main_pid(pcie, unit) != pids[unit] for unit in units)
+    figures = load.figures()
+    print(f"rolling 8 replicas of lab-pcie-1: {figures}, at most {max(down)} unit(s) down at a time")
+    assert figures["sent"] > 0 and figures["failed"] == 0, figures
+    assert gateway_retries(gateway) == retries  # none of them needed resending to another worker
+    assert max(down) <= 1, down

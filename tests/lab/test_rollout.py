@@ -87,21 +87,23 @@ class Load:
     """A bounded load generator: one chat completion through the gateway every `interval_s`, each
     on its own thread, until stopped, `max_requests` sent or `max_s` passed; lab addresses only."""
 
-    def __init__(self, url: str, interval_s: float = 0.25, max_requests: int = 1500, max_s: float = 300):
+    def __init__(self, url: str, interval_s: float = 0.25, max_requests: int = 1500, max_s: float = 300,
+                 model: str = "kimi-k2.6", key: str = KEY):
         lab_net = ipaddress.ip_network(f"{config.SUBNET}.0.0/16")
         assert ipaddress.ip_address(urlsplit(url).hostname) in lab_net, f"{url} is not a lab address"
         self.url, self.interval_s, self.max_requests, self.max_s = url, interval_s, max_requests, max_s
+        self.model, self.key = model, key
         self.results: list[tuple[bool, float, str]] = []  # (ok, seconds, what failed)
         self.stopped = threading.Event()
         self.threads: list[threading.Thread] = []
         self.pacer = threading.Thread(target=self._pace, daemon=True)
 
     def _one(self, number: int) -> None:
-        ask = {"model": "kimi-k2.6", "max_tokens": 16,
+        ask = {"model": self.model, "max_tokens": 16,
                "messages": [{"role": "user", "content": f"rollout request {number}: {number * 7919 % 10007}"}]}
         started = time.monotonic()
         try:
-            status, answer = call(self.url, key=KEY, body=ask)
+            status, answer = call(self.url, key=self.key, body=ask)
             ok = status == 200 and bool(answer["choices"][0]["message"]["content"])
             what = "" if ok else f"{status} {json.dumps(answer)[:200]}"
         except Exception as error:  # a reset connection or a timeout is a failed request too

@@ -151,6 +151,14 @@ def test_a_stop_signals_the_main_process_alone_and_waits_for_the_longest_generat
     assert f"\nTimeoutStopSec={D.longest_generation_s + 30}\n" in UNIT and D.longest_generation_s == 900
 
 
+def test_a_node_groups_rank_1_stops_every_process_at_once():
+    """A rank >= 1 holds no request of its own (rank 0 serves HTTP); its main process waits on its schedulers,
+    so SIGTERM to it alone would leave the stop waiting for its whole timeout."""
+    rank = {n: unit.unit_files(replace(D, node_args=("--nnodes", "2", "--node-rank", str(n))), INPUTS)[0]
+            for n in (0, 1)}
+    assert "\nKillMode=mixed\n" in rank[0] and "\nKillMode=control-group\n" in rank[1]
+
+
 def directory(user="root", mode="755"):
     return dict(kind="directory", mode=mode, user=user, group=user, sha1=None)
 

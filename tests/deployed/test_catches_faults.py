@@ -59,7 +59,8 @@ def test_a_stopped_service_is_caught(deployed_lab, pcie_host):
     },
         rf"{pcie_host.name}: expected {re.escape(d.service_name)} enabled/active/running, found enabled/inactive/dead",
         rf"{pcie_host.name}: expected {re.escape(d.service_name)} listening on {re.escape(d.bind_address)}:{d.port}, found nothing listening",
-        rf"{pcie_host.name}: expected 200 from /health_generate on http://127\.0\.0\.1:{d.port}, found None")
+        rf"{pcie_host.name}: expected 200 from /health_generate on http://127\.0\.0\.1:{d.port} "
+        rf"\({re.escape(d.service_name)}\), found None")
 
 
 def test_a_token_file_readable_by_all_is_caught(deployed_lab, pcie_host):

@@ -253,13 +253,20 @@ def drain(server: Server, routes: list[Route], restart: Restart | None):
         yield FunctionCommand(_drain, (command, route.gateway), {})
 
 
-def _drain(state, host, command: str, gateway: str) -> bool:  # pyinfra passes state and host by these names
-    started = time.monotonic()
+def _gateway_program(host, command: str, failed: str) -> dict | None:
+    """gateway_workers.py run on the host: the JSON line it ends with, or None, said in red after `failed`."""
     ok, output = shell.run(host, command)
     if not ok:
-        host.log_styled(f"drain from {gateway} failed: {output.stderr or output.stdout}", fg="red")
+        host.log_styled(f"{failed}: {output.stderr or output.stdout}", fg="red")
+        return None
+    return json.loads(output.stdout_lines[-1])
+
+
+def _drain(state, host, command: str, gateway: str) -> bool:  # pyinfra passes state and host by these names
+    started = time.monotonic()
+    result = _gateway_program(host, command, f"drain from {gateway} failed")
+    if result is None:
         return False
-    result = json.loads(output.stdout_lines[-1])
     idle = ""
     if "in_flight" in result:
         idle = (f"; the server went idle after {result['idle_s']} s" if result["in_flight"] == 0 else
@@ -474,11 +481,9 @@ def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker], listing_b
         str(g.port), g.admin_key_file, g.model, "sync", str(g.register_timeout_s),
         "--register", *register, "--inventory", *(w.url for w in wanted)))
     started = time.monotonic()
-    ok, output = shell.run(host, command)
-    if not ok:
-        host.log_styled(f"gateway workers not converged: {output.stderr or output.stdout}", fg="red")
+    result = _gateway_program(host, command, "gateway workers not converged")
+    if result is None:
         return False
-    result = json.loads(output.stdout_lines[-1])
     outcomes.note(host, gateway_workers=len(register))
     out = sorted({w.url for w in wanted} - set(register))
     host.log_styled(f"gateway {g.model}: registered {result['added'] or 'none'}, "

@@ -156,7 +156,8 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
         # network between them named.
         per_node = group.tp_size // group.nnodes
         plan = layout.Layout(tp_size=group.tp_size, groups=(tuple(range(per_node)),), ports=(server.port,))
-        server = replace(server, env={**server.env, **group.env()}, node_args=tuple(group.server_args()))
+        server = replace(server, env={**server.env, **group.env()}, node_args=tuple(group.server_args()),
+                         drains_on_stop=group.serves_http)
     else:
         values = {**layout.class_default(data, host_class, profile_name, count),
                   **{k: v for k, v in entry.items() if k in layout.KEYS}}

@@ -87,6 +87,9 @@ class Server:
     longest_generation_s: int  # the longest a request may run: how long a stop waits for those in flight
     after_fabric_manager: bool = False  # NVSwitch boards: CUDA needs fabric manager first
     node_args: tuple[str, ...] = field(default=())  # a node group's part (operations/nodes)
+    # Whether the main process holds requests to finish on a stop: a server alone, or a node group's
+    # rank 0 (NodeGroup.serves_http); a rank >= 1 serves no HTTP.
+    drains_on_stop: bool = True
     service_prefix: str = "sglang"  # the `service_name` knob: every replica's unit is named PREFIX@...
     deployment: str = ""  # the deployment this replica belongs to (its name on the host)
     gpus: tuple[int, ...] = ()  # this replica's GPUs (nvidia-smi indices); () before the layout is applied
@@ -135,13 +138,6 @@ class Server:
     @property
     def unit_file(self) -> str:
         return f"/etc/systemd/system/{self.service_name}.service"
-
-    @property
-    def drains_on_stop(self) -> bool:
-        """Whether the server's main process holds requests to finish on a stop: a server alone, or a node
-        group's rank 0. A rank >= 1 serves no HTTP (rank 0 holds its requests)."""
-        args = list(self.node_args)
-        return "--node-rank" not in args or args[args.index("--node-rank") + 1] == "0"
 
     @property
     def stop_timeout_s(self) -> int:

@@ -51,6 +51,8 @@ def test_each_node_gets_its_rank_the_group_tp_size_and_the_node_network():
     assert args[args.index("--nnodes") + 1:args.index("--nnodes") + 6] == [
         "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:25000"]
     assert server_args(rank0.server)[server_args(rank0.server).index("--node-rank") + 1] == "0"
+    # Rank 0 serves HTTP and drains on a stop; rank 1 holds no request of its own (its unit's KillMode).
+    assert [r.drains_on_stop for d in (rank0, rank1) for r in d.replicas] == [True, False]
     assert rank1.server.env["NCCL_SOCKET_IFNAME"] == rank1.server.env["GLOO_SOCKET_IFNAME"] == "ens1f0"
     assert (rank0.server.env["SGLANG_HOST_IP"], rank1.server.env["SGLANG_HOST_IP"]) == ("10.0.0.1", "10.0.0.2")
     assert rank0.node_group.serves_http and not rank1.node_group.serves_http

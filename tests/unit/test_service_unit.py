@@ -154,8 +154,8 @@ def test_a_stop_signals_the_main_process_alone_and_waits_for_the_longest_generat
 def test_a_node_groups_rank_1_stops_every_process_at_once():
     """A rank >= 1 holds no request of its own (rank 0 serves HTTP); its main process waits on its schedulers,
     so SIGTERM to it alone would leave the stop waiting for its whole timeout."""
-    rank = {n: unit.unit_files(replace(D, node_args=("--nnodes", "2", "--node-rank", str(n))), INPUTS)[0]
-            for n in (0, 1)}
+    rank = {n: unit.unit_files(replace(D, node_args=("--nnodes", "2", "--node-rank", str(n)), drains_on_stop=n == 0),
+                               INPUTS)[0] for n in (0, 1)}
     assert "\nKillMode=mixed\n" in rank[0] and "\nKillMode=control-group\n" in rank[1]
 
 

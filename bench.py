@@ -10,7 +10,8 @@ meanwhile, started again at the end), runs aiperf next to the servers (on each r
 all of them at once) with the prompts (serving_benchmark/prompts.jsonl, else --data prompts=FILE), and
 its results land in bench-results/RUN/HOST/ on the controller (HOST/DEPLOYMENT/ for a host serving
 several models). A replica behind a gateway is drained from it first and registered again once its
-deployed unit generates. Knobs: serving_benchmark/sweep.py (DEFAULTS, plan()). (The toolkit's own speed series
+deployed unit generates; then each level runs through that gateway too, when its only workers of the
+model are this host's replicas. Knobs: serving_benchmark/sweep.py (DEFAULTS, plan()). (The toolkit's own speed series
 is another thing: speed/, `make speed`.)
 """
 

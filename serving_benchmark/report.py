@@ -102,6 +102,22 @@ def markdown(doc: dict) -> str:
                     lines.append(f"| {replica} | {mode} | {level} | {_fmt(r['output_tok_s'])} | "
                                  f"{_fmt(r['request_s'], 2)} | {_fmt(r['ttft_ms']['p50'])} | "
                                  f"{_fmt(r['accept_length'], 2)} |")
+    for name, entry in (doc.get("gateways") or {}).items():
+        lines += ["", f"## Through the gateway {name}", ""]
+        if "url" in entry:
+            lines += [f"The deployed {entry['mode']} at {entry['url']}, with the API key: the gateway's policy "
+                      "spreads the requests over the replicas, as clients get them.", ""]
+        if entry.get("skipped") or entry.get("failed"):
+            lines += [entry.get("skipped") or entry.get("failed"), ""]
+        if entry.get("levels"):
+            lines += ["| concurrency | output tok/s | request/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms "
+                      "| ITL p50 ms | accept length |", "|---|---|---|---|---|---|---|---|"]
+            lines += [f"| {level} | {_fmt(r['output_tok_s'])} | {_fmt(r['request_s'], 2)} | {_fmt(r['ttft_ms']['p50'])} "
+                      f"| {_fmt(r['ttft_ms']['p99'])} | {_fmt(r['tpot_ms']['p50'], 2)} | {_fmt(r['itl_ms']['p50'], 2)} "
+                      f"| {_fmt(r['accept_length'], 2)} |" for level, r in entry["levels"].items()]
+        if entry.get("generated_tokens"):
+            lines += ["", "Tokens each replica generated meanwhile: "
+                      + ", ".join(f"{replica} {n}" for replica, n in entry["generated_tokens"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -156,9 +172,8 @@ def regressions(doc: dict, baseline: dict, max_throughput_drop: float = 0.10,
             raise ValueError(f"the baseline is for {key} {baseline.get(key)!r}, this run is {doc.get(key)!r}: "
                              f"compare runs of the same class and profile")
     worse, compared = [], 0
-    for mode, entry in doc["modes"].items():
-        old_levels = baseline.get("modes", {}).get(mode, {}).get("levels", {})
-        for level, new in entry.get("levels", {}).items():
+    for mode, levels, old_levels in _compared(doc, baseline):
+        for level, new in levels.items():
             old = old_levels.get(level)
             if not old:
                 continue
@@ -177,6 +192,17 @@ def regressions(doc: dict, baseline: dict, max_throughput_drop: float = 0.10,
     if not compared:
         raise ValueError("the baseline has none of this run's modes and concurrency levels")
     return worse
+
+
+def _compared(doc: dict, baseline: dict):
+    """(mode, this run's levels, the baseline's levels) per mode, then per gateway both runs went through
+    (its mode named `MODE via GATEWAY`)."""
+    for mode, entry in doc["modes"].items():
+        yield mode, entry.get("levels", {}), baseline.get("modes", {}).get(mode, {}).get("levels", {})
+    for name, entry in (doc.get("gateways") or {}).items():
+        old = (baseline.get("gateways") or {}).get(name, {})
+        if entry.get("levels") and old.get("levels"):
+            yield f"{entry['mode']} via {name}", entry["levels"], old["levels"]
 
 
 def regression_table(rows: list[dict]) -> str:

@@ -15,6 +15,10 @@ GPUs and port (`specfleet-bench`, or with several replicas one each,
 `specfleet-bench-<DEPLOYMENT>-gpu<GPUS>`). With several replicas each level runs against every replica
 alone, then against all of them at once, the client spreading its requests round robin over them as
 the gateway's round_robin policy does: the host's figures (the summary's modes, table, plots and gate).
+
+Then, the deployed replicas serving again and back in their gateways, each level runs through every
+gateway of their model whose only workers of it they are (`gateway_problem`): the deployed
+configuration as its clients get it, with the API key (the summary's gateways).
 """
 
 import dataclasses
@@ -38,6 +42,7 @@ from pyinfra.operations import files
 from serving_benchmark import report
 from operations.server.config import Server, Speculative
 from operations.basics import knobs, shell
+from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
 from operations.gpu import smoke as gpu_smoke
 from operations.gateway import workers
@@ -70,10 +75,13 @@ PROMPTS = REPO / "serving_benchmark" / "prompts.jsonl"
 RETIRED = {"input_tokens": "the prompts' own lengths count: give a prompts file (prompts=FILE, JSON lines with "
                            "a \"text\" each)",
            "force": "a worker behind a gateway is drained from it before its sweep and registered again after"}
-_HTTP = (  # host side, stdlib only: one request to the local server, the body to stdout
-    "import sys, urllib.request\n"
-    "req = urllib.request.Request(sys.argv[1], method=sys.argv[2], data=b'' if sys.argv[2] == 'POST' else None)\n"
-    "print(urllib.request.urlopen(req, timeout=60).read().decode())\n"
+# The client: aiperf's command line run in this process, with the API key from the file its first
+# argument names (none for "" or a server without a key file), read here: the key is never an argument (aiperf itself hands it to
+# its workers through their environment and writes it into no result).
+_CLIENT = (
+    "import sys\nfrom pathlib import Path\nfrom aiperf.cli import app\n"
+    "key = Path(sys.argv[1]).read_text().strip() if sys.argv[1] and Path(sys.argv[1]).is_file() else ''\n"
+    "sys.exit(app([*sys.argv[2:], *(['--api-key', key] if key else [])]))\n"
 )
 
 
@@ -287,7 +295,8 @@ def sweep(replicas: tuple[Server, ...], plan: Plan, smoke: SmokeTest | None = No
           routes: list | None = None, drained: list[OperationMeta | None] | None = None, results_subdir: str = ""):
     """
     Serve each mode in turn on every replica, run the client at each concurrency (on each replica, then
-    on all of them at once), bring the results back, restore.
+    on all of them at once), bring the results back, restore; then run each level through every gateway
+    that routes the model to these replicas alone.
 
     A mode the installed SGLang rejects (ddtree without a DDTree build) is skipped with the reason.
     Fails the host when a mode does not start, when a deployed replica does not come back, or when the
@@ -343,8 +352,11 @@ def _as_user(user: str, command: str) -> str:
     return f"runuser -u {shlex.quote(user)} -- sh -c {shlex.quote(command)}"
 
 
-def _http(host, port: int, path: str, method: str = "GET") -> str:
-    ok, out = _run(host, f"python3 -c {shlex.quote(_HTTP)} http://127.0.0.1:{port}{path} {method}")
+def _server(host, d: Server, path: str, method: str = "GET", key: bool = False) -> str:
+    """One request to replica `d`'s port on its host (host_scripts/server_request.py), its body or "" on an
+    error: a bench unit takes no key; a deployed unit takes its API key (`key`), read on the host."""
+    command = inline("server_request", str(d.port), path, method, d.service_user, *([d.api_key_file] if key else []))
+    ok, out = _run(host, command)
     return out if ok else ""
 
 
@@ -379,34 +391,45 @@ def _start_mode(host, replicas: tuple[Server, ...], mode: str, max_runtime_s: in
 def _restore(host, replicas: tuple[Server, ...], remote_root: str, timeout_s: int) -> list[tuple[Server, dict]]:
     """Stop a client still running, the bench units, and start the deployed replicas; wait until each
     generates. Per replica, its last probe."""
-    d, several = replicas[0], len(replicas) > 1
+    several = len(replicas) > 1
     units = " ".join(bench_unit(r, several) for r in replicas)
-    clients = (f"for pid in {remote_root}/*/*/client.pid {remote_root}/*/*/*/client.pid; do dir=${{pid%/client.pid}}; "
-               f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
-    # The raw results are on the controller by now: the host keeps nothing of the run. What is in the
-    # run's directory is the service user's, and that user deletes it; root removes the emptied directory.
-    _run(host, f"{_as_user(d.service_user, clients + f'; find {remote_root} -mindepth 1 -delete')}; "
-               f"rmdir {remote_root}; rm -f {ARCHIVE} {' '.join(switching(bench_unit(r, several)) for r in replicas)}; "
+    _clean(host, replicas[0].service_user, remote_root)
+    _run(host, f"rm -f {' '.join(switching(bench_unit(r, several)) for r in replicas)}; "
                f"systemctl stop {units} 2>/dev/null; systemctl start {' '.join(r.service_name for r in replicas)}")
     return [(r, readiness.watch(host, r, timeout_s, f"waiting for the deployed {r.service_name} to generate", 2.0)[0])
             for r in replicas]
 
 
-def _level(host, d: Server, plan: Plan, remote: str, concurrency: int,
-           targets: tuple[Server, ...] = ()) -> tuple[bool, str]:
-    """Run the client at one level in the background and log progress until it ends: against `d`, or
-    round robin over `targets` (aiperf's --url, once per server)."""
+def _clean(host, user: str, remote_root: str) -> None:
+    """Stop a client still running in `remote_root` and remove the directory. The raw results are on the
+    controller by now: the host keeps nothing of the run. What is in the run's directory is the service
+    user's, and that user deletes it; root removes the emptied directory."""
+    clients = (f"for pid in {remote_root}/*/*/client.pid {remote_root}/*/*/*/client.pid; do dir=${{pid%/client.pid}}; "
+               f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
+    _run(host, f"{_as_user(user, clients + f'; find {remote_root} -mindepth 1 -delete')}; "
+               f"rmdir {remote_root}; rm -f {ARCHIVE}")
+
+
+def client_command(d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str], key_file: str = "") -> list[str]:
+    """The client's command line at one level: aiperf round robin over `urls` (its --url, once per server),
+    through `_CLIENT`, which reads the API key from `key_file` (a deployed unit's; "" for none)."""
+    return [f"{d.install_dir}/bench-venv/bin/python", "-c", _CLIENT, key_file,
+            "profile", "--model", d.served_model_name,
+            *(arg for url in urls for arg in ("--url", url)), "--endpoint-type", "chat", "--streaming",
+            "--concurrency", str(concurrency), "--request-count", str(plan.requests_at(concurrency)),
+            "--warmup-request-count", str(min(concurrency, 4)),
+            "--input-file", prompts_path(d), "--custom-dataset-type", "single_turn",
+            "--prompt-output-tokens-mean", str(plan.output_tokens), "--prompt-output-tokens-stddev", "0",
+            "--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--random-seed", "0",
+            *client_tokenizer(d, plan.tokenizer),
+            "--output-artifact-dir", remote, "--no-auto-plot", "--ui-type", "none"]
+
+
+def _level(host, d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str],
+           key_file: str = "") -> tuple[bool, str]:
+    """Run the client at one level in the background (``client_command``) and log progress until it ends."""
     requests, warmup = plan.requests_at(concurrency), min(concurrency, 4)
-    urls = [arg for t in (targets or (d,)) for arg in ("--url", f"http://127.0.0.1:{t.port}")]
-    client = [f"{d.install_dir}/bench-venv/bin/aiperf", "profile", "--model", d.served_model_name,
-              *urls, "--endpoint-type", "chat", "--streaming",
-              "--concurrency", str(concurrency), "--request-count", str(requests),
-              "--warmup-request-count", str(warmup),
-              "--input-file", prompts_path(d), "--custom-dataset-type", "single_turn",
-              "--prompt-output-tokens-mean", str(plan.output_tokens), "--prompt-output-tokens-stddev", "0",
-              "--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--random-seed", "0",
-              *client_tokenizer(d, plan.tokenizer),
-              "--output-artifact-dir", remote, "--no-auto-plot", "--ui-type", "none"]
+    client = client_command(d, plan, remote, concurrency, urls, key_file)
     # As the service user, which runs the server too: with tokenizer=target, the model's tokenizer
     # code (trust_remote_code) runs from a directory that user owns. Its own session, so the
     # whole client can be stopped; $$ is that session's process group.
@@ -504,13 +527,16 @@ def run_sweep(state, host, replicas: tuple[Server, ...], plan: Plan, modes: dict
 
 
 def _measure(host, d: Server, plan: Plan, remote: str, local: Path, where: str, concurrency: int,
-             targets: tuple[Server, ...]) -> tuple[dict | None, str]:
-    """One level against `targets` (one replica, or all at once): its level and the first target's
-    /server_info, or None; what the client did."""
+             targets: tuple[Server, ...], gateway: str = "") -> tuple[dict | None, str]:
+    """One level against `targets` (one replica, or all at once), or through the `gateway` URL to the
+    deployed `targets` behind it (with their API key): its level and the first target's /server_info,
+    or None; what the client did."""
+    deployed = bool(gateway)
     for t in targets:
-        _http(host, t.port, "/flush_cache", "POST")  # resets the accept length average
-    ok, progress = _level(host, d, plan, remote, concurrency, targets)
-    answers = [_http(host, t.port, "/server_info") for t in targets]
+        _server(host, t, "/flush_cache", "POST", key=deployed)  # resets the accept length average
+    urls = [gateway] if deployed else [f"http://127.0.0.1:{t.port}" for t in targets]
+    ok, progress = _level(host, d, plan, remote, concurrency, urls, d.api_key_file if deployed else "")
+    answers = [_server(host, t, "/server_info", key=deployed) for t in targets]
     _fetch(host, d.service_user, remote, local)
     # The servers' answers, as they came: written here, never into a command on the host.
     try:
@@ -525,6 +551,76 @@ def _measure(host, d: Server, plan: Plan, remote: str, local: Path, where: str, 
                                                  if None not in accepts else None}]}
     level = report.level_result(json.loads((local / "profile_export_aiperf.json").read_text()), averaged)
     return {"level": level, "server_info": infos[0]}, progress
+
+
+def generated_tokens(metrics: str) -> float:
+    """The tokens a server generated since it started: SGLang's `sglang:generation_tokens_total` in its /metrics."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("sglang:generation_tokens_total"))
+
+
+def gateway_problem(listing: dict, route: workers.Route, replicas: tuple[Server, ...]) -> str | None:
+    """Why the figures through `route`'s gateway would not be these replicas' (their host's) alone: the
+    gateway did not answer, or its workers of their model are not exactly them (it also routes to
+    another host, or lacks one of them). None when they are."""
+    d = replicas[0]
+    if not listing.get("reachable"):
+        return f"{route.gateway} did not answer ({listing.get('error', 'unreachable')})"
+    listed = {w["url"] for w in listing.get("workers", [])}
+    wanted = {route.worker_url(r.port) for r in replicas}
+    if listed - wanted:
+        others = sorted(listed - wanted)
+        return (f"{route.gateway} also routes {d.served_model_name} to {len(others)} other worker(s) "
+                f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): its figures would not be this "
+                "host's alone")
+    if wanted - listed:
+        return f"{route.gateway} does not route to {', '.join(sorted(wanted - listed))}"
+    return None
+
+
+def _through_gateways(host, replicas: tuple[Server, ...], plan: Plan, remote_root: str, out: Path,
+                      routes: list) -> dict:
+    """The deployed replicas, back in their gateways: each level through each gateway of their model
+    whose workers of it are exactly them (``gateway_problem``), with their API key, as their clients
+    get them (the gateway's policy spreading the requests). Per gateway, its levels and the tokens each
+    replica generated meanwhile, or why it was skipped or failed."""
+    d = replicas[0]
+    mode = d.speculative.algorithm.lower()
+    passes = {}
+    for route in routes:
+        name = route.gateway
+        problem = route.problem or gateway_problem(workers.listing_now(host, d, route), route, replicas)
+        if problem:
+            passes[name] = {"skipped": f"through {name} skipped: {problem}"}
+            host.log_styled(passes[name]["skipped"], fg="yellow")
+            continue
+        url = f"http://{route.address}:{route.port}"
+        result = passes[name] = {"url": url, "mode": mode, "levels": {}}
+        before = [generated_tokens(_server(host, r, "/metrics", key=True)) for r in replicas]
+        remote = f"{remote_root}/gateway-{name}"
+        _run(host, f"install -d -o {shlex.quote(d.service_user)} -g {shlex.quote(d.service_user)} -m 0700 {remote_root}")
+        try:
+            for concurrency in plan.concurrency:
+                where = f"gateway-{name}/{mode}/c{concurrency}/"
+                host.log(f"bench {mode} through {name}: concurrency {concurrency}, "
+                         f"{plan.requests_at(concurrency)} requests over {len(replicas)} replica(s)")
+                measured, progress = _measure(host, d, plan, f"{remote}/{mode}/c{concurrency}",
+                                              out / "raw" / where.rstrip("/"), where, concurrency, replicas, url)
+                if measured is None:
+                    result["failed"] = f"the client failed at concurrency {concurrency} (raw/{where}client.log)"
+                    host.log_styled(result["failed"], fg="red")
+                    break
+                level = result["levels"][str(concurrency)] = measured["level"]
+                host.log(f"bench {mode} through {name}: concurrency {concurrency}: {level['output_tok_s']:.1f} "
+                         f"output tok/s, {level['request_s']:.2f} req/s, accept length {level['accept_length']} "
+                         f"({progress})")
+        finally:
+            _clean(host, d.service_user, remote_root)
+        after = [generated_tokens(_server(host, r, "/metrics", key=True)) for r in replicas]
+        result["generated_tokens"] = {r.service_name: round(a - b) for r, b, a in zip(replicas, before, after)}
+        host.log(f"bench through {name}: tokens each replica generated: "
+                 + ", ".join(f"{r.service_name} {n}" for r, n in zip(replicas, result["generated_tokens"].values())))
+    return passes
 
 
 def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, ready_s: int, rejoin: list,
@@ -600,6 +696,17 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
             failed.append("restore")
         elif not workers.join_again(host, replica, routes, drained):  # generating again: back in its gateways
             failed.append("gateway")
+    gateways = {}
+    if rejoin[0][0] and not {"restore", "gateway", "interrupted"} & set(failed):
+        _SWEEPS.add(gevent.getcurrent())  # Ctrl+C stops the client through the gateway, which cleans up
+        try:
+            gateways = _through_gateways(host, replicas, plan, remote_root, out, rejoin[0][0])
+        except Interrupted:
+            host.log_styled("bench interrupted through the gateway: the deployed replicas serve", fg="yellow")
+            failed.append("interrupted")
+        finally:
+            _SWEEPS.discard(gevent.getcurrent())
+        failed += [f"through {name}" for name, result in gateways.items() if "failed" in result]
 
     meta = {"host": host.name, "host_class": d.host_class, "profile": d.profile_name, "started": run_id,
             "layout": {"deployment": d.deployment, "tp_size": d.tp_size,
@@ -612,6 +719,8 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
     doc = report.summary(meta, modes)
     if several:
         doc["replicas"] = per_replica  # each replica alone; doc["modes"]: all of them at once
+    if gateways:
+        doc["gateways"] = gateways  # the deployed replicas through each of their gateways
     written = report.write_report(doc, out)
     host.log_styled(f"bench results: {', '.join(str(p) for p in written)}"
                     + (f" ({report.STAND_IN_LABEL})" if doc["stand_in"] else "")

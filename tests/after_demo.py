@@ -5,14 +5,13 @@ lab's inventory. Run with the demo's variables exported (the Makefile does)."""
 import subprocess
 import sys
 
-from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, results_table
+from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, changed_operations
 
 
 def main() -> int:
     again = subprocess.run([str(PYINFRA), "-y", LAB_INVENTORY, "deploy.py"], cwd=REPO, capture_output=True, text=True)
     output = again.stdout + again.stderr
-    changed = [operation for operation, (hosts, success, error, no_change) in results_table(output).items()
-               if (success, error) != ("-", "-") or no_change != hosts] if "--> Results:" in output else ["(no results)"]
+    changed = changed_operations(output)
     if again.returncode != 0 or changed:
         print(output[-4000:], f"\nexpected a plain re-run after the demo to change nothing, found exit status "
               f"{again.returncode} and these operations changing: {', '.join(changed) or 'none'}", file=sys.stderr)

@@ -20,9 +20,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import lab  # noqa: E402
 from lab import fleet  # noqa: E402
 from lab.hub import clear_faults  # noqa: E402
-from tests.helpers import run_deploy  # noqa: E402
-
-LAB_HOSTS = os.environ.get("SPECFLEET_LAB_HOSTS", fleet.DEFAULT_SPEC)
+from tests.helpers import LAB_HOSTS, run_deploy  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):

@@ -1,10 +1,12 @@
 """What the suites share: paths, the deploy as a user runs it, group data overrides, the lab CLI."""
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from operations.basics.host_programs import HOST_SCRIPTS
 REPO = Path(__file__).resolve().parent.parent
 PYINFRA = Path(sys.executable).parent / "pyinfra"
 LAB_INVENTORY = "lab/inventory.py"  # relative to REPO, as a user types it
+LAB_HOSTS = os.environ.get("SPECFLEET_LAB_HOSTS", fleet.DEFAULT_SPEC)  # the shared lab's fleet
 # Where each group's data lives: the lab's next to its inventory, the product's in group_data/.
 GROUP_DATA_DIRS = (REPO / "group_data", REPO / "lab" / "group_data")
 
@@ -64,6 +67,35 @@ def results_table(output: str) -> dict[str, list[str]]:
         if len(cells) == 5 and cells[0] != "Grand total":
             rows[cells[0]] = cells[1:]
     return rows
+
+
+@contextlib.contextmanager
+def behind_gateway(*data: str, key: str, admin_key: str):
+    """The shared lab with a gateway host (lab-gateway-1), the clients' key and the gateway's admin key
+    set, deployed with `data`: yields (hosts, the first deploy, its seconds). Afterwards the gateway host
+    is stopped and the lab deployed back to its shared state (group_data's profile, loopback, no key)."""
+    hosts = lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None)
+    keys = {"SPECFLEET_API_KEY": key, "SPECFLEET_GATEWAY_ADMIN_KEY": admin_key}
+    os.environ.update(keys)
+    try:
+        started = time.monotonic()
+        first = run_deploy(*data)
+        yield hosts, first, time.monotonic() - started
+    finally:
+        lab.up(LAB_HOSTS, log=lambda line: None)
+        for name in keys:
+            del os.environ[name]
+        restored = run_deploy("--data", "remove_api_key=true")
+        assert restored.returncode == 0, restored.output[-3000:]
+
+
+def changed_operations(output: str) -> list[str]:
+    """The operations of a pyinfra run that changed or failed on a host, from its closing table: none
+    for a run that changed nothing (every host of every operation counted as "No change")."""
+    if "--> Results:" not in output:
+        return ["(no results table)"]
+    return [operation for operation, (hosts, success, error, no_change) in results_table(output).items()
+            if (success, error) != ("-", "-") or no_change != hosts]
 
 
 def operations_started(output: str) -> list[str]:

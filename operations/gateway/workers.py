@@ -175,6 +175,15 @@ def _listing(server: Server, route: Route, model: str) -> dict:
                          address=route.address, owner=route.owner)
 
 
+def listing_now(host, server: Server, route: Route) -> dict:
+    """At execution time (bench.py's sweep): the route's gateway's workers of `server`'s model, read now
+    as `_listing` reads them before the run (the ``GatewayWorkers`` fact's program)."""
+    fact = GatewayWorkers()
+    _, output = shell.run(host, fact.command(route.port, admin_key_file(server), server.served_model_name,
+                                             route.address, route.owner))
+    return fact.process(output.stdout_lines)
+
+
 def _worker_command(server: Server, route: Route, model: str, action: str, url: str, *extra: str) -> str:
     return inline("gateway_workers", "--address", route.address, *(["--owner", route.owner] if route.owner else []),
                   "--worker-key-file", server.api_key_file, str(route.port), admin_key_file(server), model,

@@ -17,13 +17,11 @@ import urllib.request
 
 import pytest
 
-import lab
 from lab import fleet
-from tests.conftest import LAB_HOSTS
 from tests.deployed.faults import assert_caught, run_suite
 from tests.faults.faultlab import set_knobs, wait_for
-from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, run_deploy, write_group_data
-from tests.lab.test_deploy import main_pid, results_table
+from tests.helpers import (LAB_INVENTORY, PYINFRA, REPO, behind_gateway, changed_operations, main_pid, run_deploy,
+                           write_group_data)
 
 pytestmark = pytest.mark.lab
 
@@ -37,20 +35,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 @pytest.fixture(scope="module")
 def gateway_lab(lab_hosts):
     """The lab with a gateway host; the first deploy's output and how long it took."""
-    hosts = lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("SPECFLEET_API_KEY", KEY)
-        env.setenv("SPECFLEET_GATEWAY_ADMIN_KEY", ADMIN_KEY)
-        try:
-            started = time.monotonic()
-            first = run_deploy(*EXPOSED)
-            yield hosts, first, time.monotonic() - started
-        finally:
-            lab.up(LAB_HOSTS, log=lambda line: None)
-            env.delenv("SPECFLEET_API_KEY")
-            env.delenv("SPECFLEET_GATEWAY_ADMIN_KEY")
-            restored = run_deploy("--data", "remove_api_key=true")
-            assert restored.returncode == 0, restored.output[-3000:]
+    with behind_gateway(*EXPOSED, key=KEY, admin_key=ADMIN_KEY) as (hosts, first, seconds):
+        yield hosts, first, seconds
 
 
 def gateway_host(hosts):
@@ -131,8 +117,7 @@ def test_a_second_run_changes_nothing_and_writes_nothing_to_the_gateway(gateway_
 
     again = run_deploy(*EXPOSED)
     assert again.returncode == 0, again.output[-3000:]
-    changed = {op: row for op, row in results_table(again.output).items() if row[1] != "-"}
-    assert changed == {}, changed
+    assert changed_operations(again.output) == []
     assert admin_writes(gateway) == writes
     assert {w.name: main_pid(w) for w in workers} == pids
 

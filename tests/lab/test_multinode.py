@@ -16,7 +16,7 @@ import lab
 from lab import fleet
 from lab.config import SUBNET
 from tests.conftest import LAB_HOSTS
-from tests.helpers import LAB_INVENTORY, REPO, SGLANG_UNIT, operations_started, results_table, run_deploy
+from tests.helpers import LAB_INVENTORY, REPO, SGLANG_UNIT, changed_operations, operations_started, run_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -72,8 +72,7 @@ def test_the_group_comes_up_in_order_in_one_deploy(group_lab):
     checks = group_checks()
     assert checks.returncode == 0 and "2 passed" in checks.stdout, checks.stdout[-3000:]
     again = run_deploy(*LIMIT)
-    changed = {op: row for op, row in results_table(again.output).items() if row[1] != "-"}
-    assert again.returncode == 0 and changed == {}, (changed, again.output[-3000:])
+    assert again.returncode == 0 and changed_operations(again.output) == [], again.output[-3000:]
 
 
 def test_rank1_going_down_fails_the_groups_checks(group_lab):

@@ -20,12 +20,11 @@ import urllib.request
 
 import pytest
 
-import lab
 from lab import fleet
 from lab.config import TOKEN_GRANTED
-from tests.conftest import LAB_HOSTS
-from tests.helpers import REPO, main_pid, operations_started, results_table, run_deploy
+from tests.helpers import REPO, behind_gateway, changed_operations, main_pid, operations_started, run_deploy
 from tests.lab.test_rollout import Load, gateway_retries
+from tests.lab.test_serving_benchmark import run_bench
 
 pytestmark = pytest.mark.lab
 
@@ -44,20 +43,8 @@ DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # lab add
 @pytest.fixture(scope="module")
 def replicas_lab(lab_hosts):
     """The lab with a gateway, every worker serving Qwen3.6-27B + DDTree: (hosts, first deploy, seconds)."""
-    hosts = lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("SPECFLEET_API_KEY", KEY)
-        env.setenv("SPECFLEET_GATEWAY_ADMIN_KEY", ADMIN_KEY)
-        try:
-            started = time.monotonic()
-            first = run_deploy(*QWEN, *EXPOSED)
-            yield hosts, first, time.monotonic() - started
-        finally:
-            lab.up(LAB_HOSTS, log=lambda line: None)
-            env.delenv("SPECFLEET_API_KEY")
-            env.delenv("SPECFLEET_GATEWAY_ADMIN_KEY")
-            restored = run_deploy("--data", "remove_api_key=true")
-            assert restored.returncode == 0, restored.output[-3000:]
+    with behind_gateway(*QWEN, *EXPOSED, key=KEY, admin_key=ADMIN_KEY) as (hosts, first, seconds):
+        yield hosts, first, seconds
 
 
 def call(url: str, key: str | None = None, body: dict | None = None) -> tuple[int, dict]:
@@ -145,16 +132,14 @@ def test_a_second_run_changes_nothing(replicas_lab):
     pids = {(w.name, i): main_pid(w, f"sglang@qwen36_ddtree-gpu{i}") for w in workers for i in range(8)}
     again = run_deploy(*QWEN, *EXPOSED)
     assert again.returncode == 0, again.output[-3000:]
-    changed = {op: row for op, row in results_table(again.output).items() if row[1] != "-"}
-    assert changed == {}, changed
+    assert changed_operations(again.output) == []
     assert {(w.name, i): main_pid(w, f"sglang@qwen36_ddtree-gpu{i}") for w in workers for i in range(8)} == pids
 
 
 def test_a_change_rolls_the_hosts_replicas_one_at_a_time_and_it_keeps_serving(replicas_lab):
     """A restart input of every replica (the stop timeout in its unit): each replica drains, restarts and
     comes back in turn, so at most one of the host's eight units is down at any moment, and the requests
-    through the gateway meanwhile are answered, none failed or resent. Last in the module: the fixture
-    deploys the shared lab's state back."""
+    through the gateway meanwhile are answered, none failed or resent."""
     hosts, _, _ = replicas_lab
     pcie = next(h for h in hosts if h.name == "lab-pcie-1")
     gateway = next(h for h in hosts if h.host_class == "gateway")
@@ -186,3 +171,34 @@ def test_a_change_rolls_the_hosts_replicas_one_at_a_time_and_it_keeps_serving(re
     assert figures["sent"] > 0 and figures["failed"] == 0, figures
     assert gateway_retries(gateway) == retries  # none of them needed resending to another worker
     assert max(down) <= 1, down
+
+
+def test_the_bench_runs_through_a_gateway_in_front_of_the_host_alone_over_all_its_replicas(replicas_lab, tmp_path):
+    """The gateway in front of lab-pcie-1 alone (an inventory in which lab-b200-1 serves another model: the
+    gateway's stage removes its workers): after the sweep, each level runs through the gateway with the
+    API key, spread over the eight replicas by its policy, and the key is in no result. Last in the
+    module: the fixture deploys the shared lab's state back."""
+    hosts, _, _ = replicas_lab
+    pcie = next(h for h in hosts if h.name == "lab-pcie-1")
+    gateway = next(h for h in hosts if h.host_class == "gateway")
+    with pytest.MonkeyPatch.context() as env:  # host data (--data would give every host one profile)
+        env.setenv("SPECFLEET_LAB_PROFILES", f"{pcie.name}=qwen36_ddtree,{gateway.name}=qwen36_ddtree,"
+                                             "lab-b200-1=kimi_k26_dflash")
+        narrowed = run_deploy(*EXPOSED, "--limit", pcie.name, "--limit", gateway.name)
+        assert narrowed.returncode == 0, narrowed.output[-3000:]
+        assert set(gateway_workers(gateway)) == {f"http://{pcie.address}:{port}" for port in PORTS}
+        bench = run_bench(pcie, "modes=ar", "concurrency=8", "requests=16", "output_tokens=16",
+                          f"results_dir={tmp_path}", *EXPOSED[1::2])
+    assert bench.returncode == 0, bench.output[-4000:]
+    (summary_file,) = tmp_path.glob(f"*/{pcie.name}/summary.json")
+    through = json.loads(summary_file.read_text())["gateways"][gateway.name]
+    assert through["url"] == f"http://{gateway.address}:{GATEWAY_PORT}" and through["mode"] == "ddtree"
+    level = through["levels"]["8"]
+    assert level["requests_completed"] == 16 and level["request_errors"] == 0 and level["accept_length"] > 1
+    spread = through["generated_tokens"]
+    print(f"through the gateway: {level['output_tok_s']:.0f} output tok/s; tokens per replica: {spread}")
+    assert sorted(spread) == [f"sglang@qwen36_ddtree-gpu{i}" for i in range(8)] and all(n > 0 for n in spread.values())
+    assert (summary_file.parent / "raw" / f"gateway-{gateway.name}" / "ddtree" / "c8" / "profile_export_aiperf.json").is_file()
+    everything = [bench.output, *(f.read_text(errors="replace") for f in tmp_path.rglob("*") if f.is_file())]
+    assert not any(KEY in text for text in everything)
+    assert gateway_workers(gateway) == {f"http://{pcie.address}:{port}": "ready" for port in PORTS}

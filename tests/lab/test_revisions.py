@@ -5,7 +5,8 @@
 - a host that ran the single-unit layout of earlier specfleet versions (one `sglang.service`, each
   repo's files in one directory) converges to the replicas and revision directories, its old bytes
   linked rather than fetched again, and a second run changes nothing;
-- two models on one host, on disjoint GPUs, each verified by the deployed-host checks.
+- two models on one host, on disjoint GPUs, each verified by the deployed-host checks and benchmarked
+  on its own.
 
 Each test leaves the host as the shared lab has it (group_data's profile).
 """
@@ -25,7 +26,8 @@ from lab.services import HUB_STATE, HUB_STORE
 from lab.hub import read_request_log
 from operations.deployment import resolve
 from tests.faults.faultlab import TARGET_DIR, http_status, wait_for
-from tests.helpers import REPO, SGLANG_UNIT, main_pid, results_table, run_deploy, write_group_data
+from tests.helpers import REPO, SGLANG_UNIT, changed_operations, main_pid, operations_started, run_deploy, write_group_data
+from tests.lab.test_serving_benchmark import run_bench
 from tests.unit.group_data import host_data
 
 pytestmark = pytest.mark.lab
@@ -113,7 +115,7 @@ def test_a_switched_revision_keeps_the_previous_one_and_a_second_run_changes_not
                      switched.output), switched.output[-3000:]
     assert fleet.ssh(host, f"test -d {old_dir} && echo kept").strip() == "kept"
     again = run_deploy("--limit", host.name, *QWEN_DATA, group_data=retrained)
-    assert again.returncode == 0 and not {op for op, row in results_table(again.output).items() if row[1] != "-"}
+    assert again.returncode == 0 and changed_operations(again.output) == []
 
 
 # The layout of earlier specfleet versions, laid down from the current deploy's own files: the one unit
@@ -164,15 +166,15 @@ def test_a_host_of_the_single_unit_layout_converges_and_its_old_weights_are_link
     assert re.search(r"weights: kept the previous \S+ revision \w+ \(/srv/specfleet/models/moonshotai--Kimi-K2\.6\)",
                      migrated.output), migrated.output[-3000:]
     again = run_deploy("--limit", host.name)
-    assert again.returncode == 0 and not {op for op, row in results_table(again.output).items() if row[1] != "-"}
+    assert again.returncode == 0 and changed_operations(again.output) == []
 
 
 TWO_MODELS = {"lab-pcie-1": [{"profile": "kimi_k26_dflash", "gpus": [0, 1, 2, 3], "tp_size": 4},
                              {"profile": "qwen36_ddtree", "gpus": [4, 5, 6, 7]}]}
 
 
-def test_two_models_on_one_host_on_disjoint_gpus_each_verified_by_the_deployed_host_checks(deployed_lab, pcie_host,
-                                                                                          monkeypatch):
+def test_two_models_on_one_host_on_disjoint_gpus_each_verified_and_benchmarked_on_its_own(deployed_lab, pcie_host,
+                                                                                          monkeypatch, tmp_path):
     host = pcie_host
     monkeypatch.setenv("SPECFLEET_LAB_DEPLOYMENTS", json.dumps(TWO_MODELS))
     try:
@@ -188,8 +190,20 @@ def test_two_models_on_one_host_on_disjoint_gpus_each_verified_by_the_deployed_h
                                 cwd=REPO, capture_output=True, text=True, timeout=600,
                                 env={**os.environ, "HF_TOKEN": TOKEN_GRANTED})
         assert checks.returncode == 0 and " failed" not in checks.stdout, checks.stdout[-4000:]
+        # Benchmarked on its own: one deployment after the other, each in its own results directory.
+        bench = run_bench(host, "modes=ar", "concurrency=1", "requests=2", "output_tokens=8", f"results_dir={tmp_path}")
+        assert bench.returncode == 0, bench.output[-3000:]
+        layouts = {path.parent.name: json.loads(path.read_text())["layout"]
+                   for path in tmp_path.glob(f"*/{host.name}/*/summary.json")}
+        assert layouts == {
+            "kimi_k26_dflash": {"deployment": "kimi_k26_dflash", "tp_size": 4,
+                                "replicas": {"sglang@kimi_k26_dflash-gpu0-3": [0, 1, 2, 3]}},
+            "qwen36_ddtree": {"deployment": "qwen36_ddtree", "tp_size": 1,
+                              "replicas": {f"sglang@qwen36_ddtree-gpu{i}": [i] for i in range(4, 8)}}}, layouts
+        operations = operations_started(bench.output)
+        assert operations.index("Benchmark sweep kimi_k26_dflash") < operations.index("Benchmark sweep qwen36_ddtree")
         again = run_deploy("--limit", host.name)
-        assert again.returncode == 0 and not {op for op, row in results_table(again.output).items() if row[1] != "-"}
+        assert again.returncode == 0 and changed_operations(again.output) == []
     finally:
         monkeypatch.delenv("SPECFLEET_LAB_DEPLOYMENTS")
         assert run_deploy("--limit", host.name).returncode == 0

@@ -20,11 +20,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-import lab
 from lab import config, fleet
-from tests.conftest import LAB_HOSTS
-from tests.helpers import (ENV_FILE, LAB_INVENTORY, REPO, SGLANG_UNIT, main_pid, results_table, run_deploy,
-                           write_group_data)
+from tests.helpers import (ENV_FILE, LAB_INVENTORY, REPO, SGLANG_UNIT, behind_gateway, main_pid, results_table,
+                           run_deploy, write_group_data)
 from tests.lab.test_gateway import ADMIN_KEY, EXPOSED, GATEWAY_PORT, KEY, admin_writes, call, gateway_workers
 
 pytestmark = pytest.mark.lab
@@ -40,30 +38,21 @@ BANNER = "[lab stand-in sglang"  # printed once by every start of the stand-in s
 @pytest.fixture(scope="module")
 def fleet_behind_gateway(lab_hosts):
     """(gateway, workers in rollout order): the lab with lab-gateway-1, workers registered with it."""
-    hosts, workers = lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None), []
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("SPECFLEET_API_KEY", KEY)
-        env.setenv("SPECFLEET_GATEWAY_ADMIN_KEY", ADMIN_KEY)
+    with behind_gateway(*EXPOSED, key=KEY, admin_key=ADMIN_KEY) as (hosts, first, _):
+        assert first.returncode == 0, first.output[-4000:]
+        gateway = next(h for h in hosts if h.host_class == "gateway")
+        by_name = {h.name: h for h in hosts}
+        order = json.loads(subprocess.check_output(
+            [sys.executable, "-c", f"import json, rollout; print(json.dumps(rollout.batches({LAB_INVENTORY!r}, 1)))"],
+            cwd=REPO, text=True))
+        workers = [by_name[name] for [name] in order[:-1]]
+        for worker in workers:
+            fleet.ssh(worker, f"echo '{{\"startup_delay_s\": {SLOW_START_S}}}' > {SLOW_START}")
         try:
-            first = run_deploy(*EXPOSED)
-            assert first.returncode == 0, first.output[-4000:]
-            gateway = next(h for h in hosts if h.host_class == "gateway")
-            by_name = {h.name: h for h in hosts}
-            order = json.loads(subprocess.check_output(
-                [sys.executable, "-c", f"import json, rollout; print(json.dumps(rollout.batches({LAB_INVENTORY!r}, 1)))"],
-                cwd=REPO, text=True))
-            workers += [by_name[name] for [name] in order[:-1]]
-            for worker in workers:
-                fleet.ssh(worker, f"echo '{{\"startup_delay_s\": {SLOW_START_S}}}' > {SLOW_START}")
             yield gateway, workers
         finally:
             for worker in workers:
                 fleet.ssh(worker, f"rm -f {SLOW_START}")
-            lab.up(LAB_HOSTS, log=lambda line: None)
-            env.delenv("SPECFLEET_API_KEY")
-            env.delenv("SPECFLEET_GATEWAY_ADMIN_KEY")
-            restored = run_deploy("--data", "remove_api_key=true")
-            assert restored.returncode == 0, restored.output[-3000:]
 
 
 def restart_input(tmp_path, value: str, knobs_file: str = SLOW_START):

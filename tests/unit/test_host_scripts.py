@@ -192,6 +192,32 @@ def test_the_gateway_client_sends_no_key_to_a_local_port_another_user_listens_on
         listener.close()
 
 
+
+def test_the_benchmarks_server_request_sends_the_key_only_to_the_service_users_port_and_follows_no_redirect(tmp_path):
+    import os
+    import pwd
+    server_request = load("server_request")
+    me = pwd.getpwuid(os.getuid()).pw_name
+    key_file = tmp_path / "api-key"
+    key_file.write_text("server-secret\n")
+    elsewhere = Recorder(lambda path: (200, {}, b"{}"))
+    server = Recorder(lambda path: (307, {"Location": f"http://127.0.0.1:{elsewhere.port}/"}, b"")
+                      if path == "/moved" else (200, {}, b'{"version": "0.5.23"}'))
+    try:
+        assert server_request.request(server.port, "/server_info", "GET", me, str(key_file)) == '{"version": "0.5.23"}'
+        assert server_request.request(server.port, "/flush_cache", "POST", me) == '{"version": "0.5.23"}'
+        assert server.seen == [("GET", "/server_info", "Bearer server-secret"), ("POST", "/flush_cache", None)]
+        with pytest.raises(OSError, match="HTTP 307"):
+            server_request.request(server.port, "/moved", "GET", me, str(key_file))
+        assert elsewhere.seen == []
+        someone_else = pwd.getpwuid(0).pw_name if os.getuid() != 0 else "nobody"
+        with pytest.raises(PermissionError, match="the API key was not sent"):
+            server_request.request(server.port, "/server_info", "GET", someone_else, str(key_file))
+        assert len(server.seen) == 3
+    finally:
+        server.close()
+        elsewhere.close()
+
 # /metrics as SGLang 0.5.23 writes the in-flight gauges (metrics_collector.py labels; http_request_metrics.py):
 # two running, one queued, one chat completion not answered yet, and the scrape itself.
 BUSY = """# HELP sglang:num_running_reqs The number of running requests.

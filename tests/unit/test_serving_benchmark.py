@@ -200,3 +200,64 @@ def test_the_bench_unit_runs_confined_as_the_deployed_unit_and_roots_stop_restor
     assert f"ExecStopPost=+/bin/sh -c 'test -e /run/specfleet-bench.switching || systemctl start --no-block " \
            f"{replica.service_name}'" in properties
     assert "RuntimeMaxSec=600" in properties
+
+
+def qwen_replicas():
+    [qwen] = resolve_host(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree"), "rtx_pro_6000_pcie")
+    return qwen.replicas
+
+
+def test_through_the_gateway_the_client_sends_to_the_gateway_with_the_key_file_never_the_key():
+    replicas = qwen_replicas()
+    d, bench_plan = replicas[0], plan({})
+    alone = sweep.client_command(d, bench_plan, "/var/lib/specfleet-bench/r/all/ar/c4", 4,
+                                 [f"http://127.0.0.1:{r.port}" for r in replicas])
+    assert alone[3] == "" and alone.count("--url") == 8 and "--api-key" not in alone
+    through = sweep.client_command(d, bench_plan, "/var/lib/specfleet-bench/r/gateway-g/ddtree/c4", 4,
+                                   ["http://127.0.0.1:30080"], d.api_key_file)
+    assert through[:4] == ["/opt/specfleet/bench-venv/bin/python", "-c", sweep._CLIENT, "/etc/specfleet/api-key"]
+    assert through[through.index("--url") + 1] == "http://127.0.0.1:30080" and through.count("--url") == 1
+    # The key is read inside the client's own process and added to aiperf's arguments there.
+    assert "--api-key" not in through and "'--api-key', key" in sweep._CLIENT
+
+
+def test_a_gateway_is_benchmarked_only_when_its_workers_of_the_model_are_exactly_this_hosts_replicas():
+    from operations.gateway.workers import Route
+    replicas = qwen_replicas()
+    route = Route("ct200", "127.0.0.1", 30080, "qwen3.6-27b", "127.0.0.1", 600, "SPECFLEET_GATEWAY_ADMIN_KEY")
+    ours = [{"url": f"http://127.0.0.1:{r.port}", "status": "ready"} for r in replicas]
+    assert sweep.gateway_problem({"reachable": True, "workers": ours}, route, replicas) is None
+    shared = {"reachable": True, "workers": [*ours, *({"url": f"http://10.0.0.{i}:30000"} for i in range(2, 6))]}
+    assert sweep.gateway_problem(shared, route, replicas) == (
+        "ct200 also routes qwen3.6-27b to 4 other worker(s) (http://10.0.0.2:30000, http://10.0.0.3:30000, "
+        "http://10.0.0.4:30000, ...): its figures would not be this host's alone")
+    assert sweep.gateway_problem({"reachable": True, "workers": ours[1:]}, route, replicas) == \
+        "ct200 does not route to http://127.0.0.1:30000"
+    assert sweep.gateway_problem({"reachable": False, "workers": [], "error": "refused"}, route, replicas) == \
+        "ct200 did not answer (refused)"
+
+
+def test_generated_tokens_are_sglangs_counter_summed_over_its_label_sets():
+    metrics = ("# TYPE sglang:generation_tokens_total counter\n"
+               'sglang:generation_tokens_total{model_name="qwen3.6-27b",tp_rank="0"} 1200.0\n'
+               'sglang:generation_tokens_total{model_name="qwen3.6-27b",tp_rank="1"} 34.0\n'
+               'sglang:prompt_tokens_total{model_name="qwen3.6-27b"} 999.0\n')
+    assert sweep.generated_tokens(metrics) == 1234.0 and sweep.generated_tokens("") == 0
+
+
+def test_the_gateway_pass_has_its_table_and_its_own_place_in_the_gate():
+    doc = summary_of({"4": 800.0}, 3.0)
+    through = report.level_result({**CLIENT_EXPORT, "output_token_throughput": {"avg": 760.0}},
+                                  {"internal_states": [{"avg_spec_accept_length": 3.1}]})
+    doc["gateways"] = {"ct200": {"url": "http://127.0.0.1:30080", "mode": "ddtree", "levels": {"4": through},
+                                 "generated_tokens": {"sglang@q-gpu0": 520, "sglang@q-gpu1": 504}},
+                       "lab-gateway-1": {"skipped": "through lab-gateway-1 skipped: it also routes elsewhere"}}
+    table = report.markdown(doc)
+    assert "## Through the gateway ct200" in table and "| 4 | 760.0 | 7.87 | 51.6 |" in table
+    assert "Tokens each replica generated meanwhile: sglang@q-gpu0 520, sglang@q-gpu1 504." in table
+    assert "through lab-gateway-1 skipped: it also routes elsewhere" in table
+    slower = json.loads(json.dumps(doc))
+    slower["gateways"]["ct200"]["levels"]["4"]["output_tok_s"] = 600.0
+    worse = report.regressions(slower, doc)
+    assert [(r["mode"], r["concurrency"], r["metric"]) for r in worse] == [("ddtree via ct200", "4", "output tok/s")]
+    assert report.regressions(doc, summary_of({"4": 800.0}, 3.0)) == []  # a baseline without the gateway pass

@@ -112,9 +112,10 @@ def markdown(doc: dict) -> str:
         if entry.get("levels"):
             lines += ["| concurrency | output tok/s | request/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms "
                       "| ITL p50 ms | accept length |", "|---|---|---|---|---|---|---|---|"]
-            lines += [f"| {level} | {_fmt(r['output_tok_s'])} | {_fmt(r['request_s'], 2)} | {_fmt(r['ttft_ms']['p50'])} "
-                      f"| {_fmt(r['ttft_ms']['p99'])} | {_fmt(r['tpot_ms']['p50'], 2)} | {_fmt(r['itl_ms']['p50'], 2)} "
-                      f"| {_fmt(r['accept_length'], 2)} |" for level, r in entry["levels"].items()]
+            lines += [f"| {level} | {_fmt(r['output_tok_s'])} | {_fmt(r['request_s'], 2)} "
+                      f"| {_fmt(r['ttft_ms']['p50'])} | {_fmt(r['ttft_ms']['p99'])} | {_fmt(r['tpot_ms']['p50'], 2)} "
+                      f"| {_fmt(r['itl_ms']['p50'], 2)} | {_fmt(r['accept_length'], 2)} |"
+                      for level, r in entry["levels"].items()]
         if entry.get("generated_tokens"):
             lines += ["", "Tokens each replica generated meanwhile: "
                       + ", ".join(f"{replica} {n}" for replica, n in entry["generated_tokens"].items()) + "."]

@@ -76,8 +76,8 @@ RETIRED = {"input_tokens": "the prompts' own lengths count: give a prompts file 
                            "a \"text\" each)",
            "force": "a worker behind a gateway is drained from it before its sweep and registered again after"}
 # The client: aiperf's command line run in this process, with the API key from the file its first
-# argument names (none for "" or a server without a key file), read here: the key is never an argument (aiperf itself hands it to
-# its workers through their environment and writes it into no result).
+# argument names (none for "" or a server without a key file), read here: the key is never an
+# argument of any process, and aiperf writes it into no result.
 _CLIENT = (
     "import sys\nfrom pathlib import Path\nfrom aiperf.cli import app\n"
     "key = Path(sys.argv[1]).read_text().strip() if sys.argv[1] and Path(sys.argv[1]).is_file() else ''\n"
@@ -400,6 +400,12 @@ def _restore(host, replicas: tuple[Server, ...], remote_root: str, timeout_s: in
             for r in replicas]
 
 
+def _run_directory(host, user: str, remote_root: str) -> None:
+    """Root's directory, and in it the run's, which the service user owns (and the client writes in)."""
+    _run(host, f"install -d -o root -g root -m 0755 {RUNS} && "
+               f"install -d -o {shlex.quote(user)} -g {shlex.quote(user)} -m 0700 {remote_root}")
+
+
 def _clean(host, user: str, remote_root: str) -> None:
     """Stop a client still running in `remote_root` and remove the directory. The raw results are on the
     controller by now: the host keeps nothing of the run. What is in the run's directory is the service
@@ -410,7 +416,8 @@ def _clean(host, user: str, remote_root: str) -> None:
                f"rmdir {remote_root}; rm -f {ARCHIVE}")
 
 
-def client_command(d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str], key_file: str = "") -> list[str]:
+def client_command(d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str],
+                   key_file: str = "") -> list[str]:
     """The client's command line at one level: aiperf round robin over `urls` (its --url, once per server),
     through `_CLIENT`, which reads the API key from `key_file` (a deployed unit's; "" for none)."""
     return [f"{d.install_dir}/bench-venv/bin/python", "-c", _CLIENT, key_file,
@@ -598,7 +605,7 @@ def _through_gateways(host, replicas: tuple[Server, ...], plan: Plan, remote_roo
         result = passes[name] = {"url": url, "mode": mode, "levels": {}}
         before = [generated_tokens(_server(host, r, "/metrics", key=True)) for r in replicas]
         remote = f"{remote_root}/gateway-{name}"
-        _run(host, f"install -d -o {shlex.quote(d.service_user)} -g {shlex.quote(d.service_user)} -m 0700 {remote_root}")
+        _run_directory(host, d.service_user, remote_root)
         try:
             for concurrency in plan.concurrency:
                 where = f"gateway-{name}/{mode}/c{concurrency}/"
@@ -635,9 +642,7 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
         * (len(replicas) + several)
     out.mkdir(parents=True, exist_ok=True)
     failed, per_replica = [], {}
-    # Root's directory, and in it the run's, which the service user owns (and the client writes in).
-    _run(host, f"install -d -o root -g root -m 0755 {RUNS} && "
-               f"install -d -o {shlex.quote(d.service_user)} -g {shlex.quote(d.service_user)} -m 0700 {remote_root}")
+    _run_directory(host, d.service_user, remote_root)
     try:
         for mode, result in modes.items():
             if "skipped" in result:

@@ -198,7 +198,8 @@ def test_the_bench_runs_through_a_gateway_in_front_of_the_host_alone_over_all_it
     spread = through["generated_tokens"]
     print(f"through the gateway: {level['output_tok_s']:.0f} output tok/s; tokens per replica: {spread}")
     assert sorted(spread) == [f"sglang@qwen36_ddtree-gpu{i}" for i in range(8)] and all(n > 0 for n in spread.values())
-    assert (summary_file.parent / "raw" / f"gateway-{gateway.name}" / "ddtree" / "c8" / "profile_export_aiperf.json").is_file()
+    raw = summary_file.parent / "raw" / f"gateway-{gateway.name}" / "ddtree" / "c8"
+    assert (raw / "profile_export_aiperf.json").is_file()
     everything = [bench.output, *(f.read_text(errors="replace") for f in tmp_path.rglob("*") if f.is_file())]
     assert not any(KEY in text for text in everything)
     assert gateway_workers(gateway) == {f"http://{pcie.address}:{port}": "ready" for port in PORTS}

@@ -417,10 +417,12 @@ def _clean(host, user: str, remote_root: str) -> None:
 
 
 def client_command(d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str],
-                   key_file: str = "") -> list[str]:
+                   through_gateway: bool = False) -> list[str]:
     """The client's command line at one level: aiperf round robin over `urls` (its --url, once per server),
-    through `_CLIENT`, which reads the API key from `key_file` (a deployed unit's; "" for none)."""
-    return [f"{d.install_dir}/bench-venv/bin/python", "-c", _CLIENT, key_file,
+    through `_CLIENT`; through a gateway, with the deployed units' API key (`d.api_key_file`, read by
+    `_CLIENT`) and without aiperf's scrape of the URL's /metrics: smg serves its metrics on a port of its
+    own, and aiperf 0.13.0 then may wait for a metrics producer that never reports, and exit 1."""
+    return [f"{d.install_dir}/bench-venv/bin/python", "-c", _CLIENT, d.api_key_file if through_gateway else "",
             "profile", "--model", d.served_model_name,
             *(arg for url in urls for arg in ("--url", url)), "--endpoint-type", "chat", "--streaming",
             "--concurrency", str(concurrency), "--request-count", str(plan.requests_at(concurrency)),
@@ -428,15 +430,15 @@ def client_command(d: Server, plan: Plan, remote: str, concurrency: int, urls: l
             "--input-file", prompts_path(d), "--custom-dataset-type", "single_turn",
             "--prompt-output-tokens-mean", str(plan.output_tokens), "--prompt-output-tokens-stddev", "0",
             "--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--random-seed", "0",
-            *client_tokenizer(d, plan.tokenizer),
+            *client_tokenizer(d, plan.tokenizer), *(["--no-server-metrics"] if through_gateway else []),
             "--output-artifact-dir", remote, "--no-auto-plot", "--ui-type", "none"]
 
 
 def _level(host, d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str],
-           key_file: str = "") -> tuple[bool, str]:
+           through_gateway: bool = False) -> tuple[bool, str]:
     """Run the client at one level in the background (``client_command``) and log progress until it ends."""
     requests, warmup = plan.requests_at(concurrency), min(concurrency, 4)
-    client = client_command(d, plan, remote, concurrency, urls, key_file)
+    client = client_command(d, plan, remote, concurrency, urls, through_gateway)
     # As the service user, which runs the server too: with tokenizer=target, the model's tokenizer
     # code (trust_remote_code) runs from a directory that user owns. Its own session, so the
     # whole client can be stopped; $$ is that session's process group.
@@ -542,7 +544,7 @@ def _measure(host, d: Server, plan: Plan, remote: str, local: Path, where: str, 
     for t in targets:
         _server(host, t, "/flush_cache", "POST", key=deployed)  # resets the accept length average
     urls = [gateway] if deployed else [f"http://127.0.0.1:{t.port}" for t in targets]
-    ok, progress = _level(host, d, plan, remote, concurrency, urls, d.api_key_file if deployed else "")
+    ok, progress = _level(host, d, plan, remote, concurrency, urls, through_gateway=deployed)
     answers = [_server(host, t, "/server_info", key=deployed) for t in targets]
     _fetch(host, d.service_user, remote, local)
     # The servers' answers, as they came: written here, never into a command on the host.

@@ -213,10 +213,12 @@ def test_through_the_gateway_the_client_sends_to_the_gateway_with_the_key_file_n
     alone = sweep.client_command(d, bench_plan, "/var/lib/specfleet-bench/r/all/ar/c4", 4,
                                  [f"http://127.0.0.1:{r.port}" for r in replicas])
     assert alone[3] == "" and alone.count("--url") == 8 and "--api-key" not in alone
+    assert "--no-server-metrics" not in alone  # aiperf scrapes each SGLang server's /metrics
     through = sweep.client_command(d, bench_plan, "/var/lib/specfleet-bench/r/gateway-g/ddtree/c4", 4,
-                                   ["http://127.0.0.1:30080"], d.api_key_file)
+                                   ["http://127.0.0.1:30080"], through_gateway=True)
     assert through[:4] == ["/opt/specfleet/bench-venv/bin/python", "-c", sweep._CLIENT, "/etc/specfleet/api-key"]
     assert through[through.index("--url") + 1] == "http://127.0.0.1:30080" and through.count("--url") == 1
+    assert "--no-server-metrics" in through  # smg's metrics are on a port of their own
     # The key is read inside the client's own process and added to aiperf's arguments there.
     assert "--api-key" not in through and "'--api-key', key" in sweep._CLIENT
 

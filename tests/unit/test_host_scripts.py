@@ -192,7 +192,6 @@ def test_the_gateway_client_sends_no_key_to_a_local_port_another_user_listens_on
         listener.close()
 
 
-
 def test_the_benchmarks_server_request_sends_the_key_only_to_the_service_users_port_and_follows_no_redirect(tmp_path):
     import os
     import pwd
@@ -217,6 +216,7 @@ def test_the_benchmarks_server_request_sends_the_key_only_to_the_service_users_p
     finally:
         server.close()
         elsewhere.close()
+
 
 # /metrics as SGLang 0.5.23 writes the in-flight gauges (metrics_collector.py labels; http_request_metrics.py):
 # two running, one queued, one chat completion not answered yet, and the scrape itself.

@@ -85,9 +85,13 @@ def test_bench_server_environment_is_the_units_without_the_api_key():
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
-def test_each_replica_is_benchmarked_in_its_place_on_its_gpus_and_port():
+def qwen_replicas():
     [qwen] = resolve_host(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree"), "rtx_pro_6000_pcie")
-    replica = qwen.replicas[3]
+    return qwen.replicas
+
+
+def test_each_replica_is_benchmarked_in_its_place_on_its_gpus_and_port():
+    replica = qwen_replicas()[3]
     assert bench_unit(replica, several=True) == "specfleet-bench-qwen36_ddtree-gpu3"
     assert bench_unit(replica, several=False) == "specfleet-bench"
     assert unit_environment(replica)["CUDA_VISIBLE_DEVICES"] == "3"
@@ -200,11 +204,6 @@ def test_the_bench_unit_runs_confined_as_the_deployed_unit_and_roots_stop_restor
     assert f"ExecStopPost=+/bin/sh -c 'test -e /run/specfleet-bench.switching || systemctl start --no-block " \
            f"{replica.service_name}'" in properties
     assert "RuntimeMaxSec=600" in properties
-
-
-def qwen_replicas():
-    [qwen] = resolve_host(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree"), "rtx_pro_6000_pcie")
-    return qwen.replicas
 
 
 def test_through_the_gateway_the_client_sends_to_the_gateway_with_the_key_file_never_the_key():

@@ -571,8 +571,12 @@ def generated_tokens(metrics: str) -> float:
 def gateway_problem(listing: dict, route: workers.Route, replicas: tuple[Server, ...]) -> str | None:
     """Why the figures through `route`'s gateway would not be these replicas' (their host's) alone: the
     gateway did not answer, or its workers of their model are not exactly them (it also routes to
-    another host, or lacks one of them). None when they are."""
+    another host, or lacks one of them), or its inventory name would not make one plain directory of the
+    results (on the host and on the controller). None when they are."""
     d = replicas[0]
+    if not knobs.UNIT_NAME.fullmatch(route.gateway):
+        return (f"its inventory name {route.gateway!r} is not a plain name (letters, digits, _.-), which its "
+                "results' directory takes")
     if not listing.get("reachable"):
         return f"{route.gateway} did not answer ({listing.get('error', 'unreachable')})"
     listed = {w["url"] for w in listing.get("workers", [])}

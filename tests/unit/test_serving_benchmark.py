@@ -2,6 +2,7 @@
 (the lab stand-in's speed model: tests/lab_code/test_sglang_standin.py)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -236,6 +237,11 @@ def test_a_gateway_is_benchmarked_only_when_its_workers_of_the_model_are_exactly
         "ct200 does not route to http://127.0.0.1:30000"
     assert sweep.gateway_problem({"reachable": False, "workers": [], "error": "refused"}, route, replicas) == \
         "ct200 did not answer (refused)"
+    # The gateway's inventory name becomes a directory on the host and the controller: nothing a shell or a path reads.
+    for name in ("../../etc", "gw; rm -rf /", ".hidden"):
+        problem = sweep.gateway_problem({"reachable": True, "workers": ours}, replace(route, gateway=name), replicas)
+        assert problem == (f"its inventory name {name!r} is not a plain name (letters, digits, _.-), which its "
+                           "results' directory takes")
 
 
 def test_generated_tokens_are_sglangs_counter_summed_over_its_label_sets():

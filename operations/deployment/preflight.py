@@ -9,7 +9,7 @@ import os
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from operations.basics import gathering, ownership
+from operations.basics import failing, gathering, ownership
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates
 from operations.deployment import Deployment
@@ -146,8 +146,15 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
     host.noop(f"preflight passed: {found} as {first.host_class}; {served}")
 
 
+def refuse(name: str, problem: str) -> None:
+    """Fail this host with one sentence, changing nothing (`refused`), said as the deploy file is read:
+    under `--dry -y` too, which then exits non-zero (failing.refuse_at_load)."""
+    failing.refuse_at_load([problem])
+    refused(name=name, problem=problem)
+
+
 @operation()
-def refuse(problem: str):
+def refused(problem: str):
     """
     Fail this host with one sentence, changing nothing: its data cannot be deployed (a bad knob,
     an unknown profile, class or attention kind). The other hosts go on.
@@ -160,7 +167,7 @@ def refuse(problem: str):
 
         preflight.refuse(name="Preflight", problem="ct200: install_driver='maybe' is not a boolean: ...")
     """
-    yield fail_host([problem])
+    yield fail_host([problem], static=True)  # the host's data alone: known before the run
 
 
 @gathering.wants

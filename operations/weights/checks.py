@@ -59,7 +59,7 @@ def hub_state(weights: Weights) -> HubState:
     except HubProblem as problem:
         return HubState({}, [str(problem)], [])
     except HUB_OUTAGES as error:
-        return HubState({}, [_outage(endpoint, error)], [])
+        return HubState({}, [outage(endpoint, error)], [])
 
     def one(repo: Repo):
         try:
@@ -69,7 +69,7 @@ def hub_state(weights: Weights) -> HubState:
         except HubProblem as problem:
             return str(problem)
         except HUB_OUTAGES as error:
-            return _outage(f"{endpoint}/{repo.repo_id}", error)
+            return outage(f"{endpoint}/{repo.repo_id}", error)
 
     snapshots, problems, pending = {}, [], []
     # The repos' hub calls at once: the run waits for the slowest repo, not for their sum.
@@ -84,7 +84,7 @@ def hub_state(weights: Weights) -> HubState:
     return HubState(snapshots, problems, pending)
 
 
-def _outage(where: str, error: Exception) -> str:
+def outage(where: str, error: Exception) -> str:
     cause = " ".join(str(error).split())[:200] or type(error).__name__
     return (f"the hub at {where} did not answer as a hub does ({type(error).__name__}: {cause}): check the "
             "network and hf_endpoint, then re-run (nothing was changed)")

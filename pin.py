@@ -104,8 +104,8 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(REPO))  # inventories and group data import the repository's packages, as pyinfra's CLI does
     importlib.import_module("pyinfra_cli")  # first: it patches the process for gevent, before anything opens SSL
     from operations.deployment import site
-    from operations.weights.checks import HUB_OUTAGES, outage
-    from operations.weights.hub import HubProblem, commit_of, controller_token, whoami
+    from operations.weights.checks import HUB_OUTAGES, outage, token_problem
+    from operations.weights.hub import HubProblem, commit_of, controller_token
 
     where = site.pins_path()
     if where is None:
@@ -115,12 +115,17 @@ def main(argv: list[str]) -> int:
     hosts = inventory_hosts(args.inventory, args.data, args.group_data)
     repos, refs, problems = moving(hosts, args.profile)
     pins = site.pins()
-    rows = []
+    rows, hubs = [], {}  # (endpoint, token variable) -> what stops the token there ("" if nothing), asked once
     for (endpoint, token_env, repo_id, revision), names in sorted(repos.items(), key=str):
-        key = f"{repo_id}@{revision}"
-        token = controller_token(token_env)
+        key, token, hub = f"{repo_id}@{revision}", controller_token(token_env), (endpoint, token_env)
+        if hub not in hubs:  # a bad token or an unreachable hub said once, as the deploy's preflight says it
+            hubs[hub] = token_problem(endpoint, token)
+            if hubs[hub]:
+                users = sorted({name for (e, t, *_), each in repos.items() if (e, t) == hub for name in each})
+                problems.append(f"{', '.join(users)}: {hubs[hub]}")
+        if hubs[hub]:
+            continue
         try:
-            whoami(endpoint, token)  # a bad token said as the deploy's preflight says it, not as a 401 of the repo
             commit = commit_of(endpoint, token, repo_id, revision)
         except HubProblem as error:
             problems.append(f"{', '.join(names)}: {key}: {error}")

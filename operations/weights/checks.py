@@ -54,12 +54,9 @@ def hub_state(weights: Weights) -> HubState:
     w = weights
     endpoint = w.hf_endpoint or "https://huggingface.co"
     token = controller_token(w.hf_token_env)
-    try:
-        whoami(w.hf_endpoint, token)
-    except HubProblem as problem:
-        return HubState({}, [str(problem)], [])
-    except HUB_OUTAGES as error:
-        return HubState({}, [outage(endpoint, error)], [])
+    problem = token_problem(w.hf_endpoint, token)
+    if problem:
+        return HubState({}, [problem], [])
 
     def one(repo: Repo):
         try:
@@ -82,6 +79,18 @@ def hub_state(weights: Weights) -> HubState:
             else:
                 problems.append(outcome)
     return HubState(snapshots, problems, pending)
+
+
+def token_problem(endpoint: str | None, token: str | None) -> str:
+    """What stops the controller's token at the hub (none, invalid, the hub unreachable), in one sentence; ""
+    when the hub knows the token's user."""
+    try:
+        whoami(endpoint, token)
+    except HubProblem as problem:
+        return str(problem)
+    except HUB_OUTAGES as error:
+        return outage(endpoint or "https://huggingface.co", error)
+    return ""
 
 
 def outage(where: str, error: Exception) -> str:

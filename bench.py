@@ -33,7 +33,7 @@ try:
     plan = sweep.plan(host.data)
 except BadHostData as problem:
     deployments = ()
-    preflight.refuse(name="Benchmark knobs", problem=f"{host.name}: {problem}")
+    preflight.refuse(problem=f"{host.name}: {problem}")
 
 if deployments:
     server = deployments[0].server

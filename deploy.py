@@ -44,7 +44,7 @@ try:
         g, m = gateway_config.resolve(host.data), prometheus.resolve(host.data)
 except BadHostData as problem:
     deployments, g, m = (), None, None
-    preflight.refuse(name="Preflight", problem=f"{host.name}: {problem}")
+    preflight.refuse(problem=f"{host.name}: {problem}")
 
 if deployments:
     # 1. Preflight: hardware, driver, token and repo access, each replica's GPUs and memory, disk, DDTree

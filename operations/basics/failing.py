@@ -39,8 +39,7 @@ def fail_host(problems: list[str], static: bool = False) -> FunctionCommand:
     depend on nothing the run changes)."""
     current = ctx_host.get() if ctx_host.isset() else None
     state = getattr(current, "state", None)
-    if state is not None and not state.is_executing and _certain(state, current, static) \
-            and _refused.get(current) != problems:  # said once before the run (`refuse_at_load` said it already)
+    if state is not None and not state.is_executing and _certain(state, current, static):
         _before_the_run(current, problems)
     return FunctionCommand(_report, (problems,), {})
 
@@ -58,7 +57,8 @@ def refuse_at_load(problems: list[str]) -> None:
 
     Under -y pyinfra evaluates no operation before the run, and --dry runs none, so a refusal left to an
     operation would say nothing under `--dry -y` and exit 0. Said here, it is printed whatever the flags;
-    its refusing operation (`fail_host`) still fails it in the run.
+    the host is counted among pyinfra's failed hosts, which make it exit 1 (pyinfra_cli's _exit); the
+    caller prepares nothing more for it (`refused`).
     """
     _before_the_run(ctx_host.get(), problems)
 

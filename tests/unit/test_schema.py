@@ -51,12 +51,12 @@ def test_the_reference_page_is_generated_from_the_schema():
     assert all(f"| `{knob.name}` |" in schema.PAGE.read_text() for knob in schema.KNOBS)
 
 
-def dry(tmp_path, inventory: str, *args: str, yes: bool = True) -> subprocess.CompletedProcess:
-    """`pyinfra [-y] INVENTORY deploy.py --dry ARGS` on @local hosts, whose refusals are known as the deploy
-    file is read: nothing runs on them."""
+def dry(tmp_path, inventory: str, *args: str, yes: bool = True, run: bool = False) -> subprocess.CompletedProcess:
+    """`pyinfra [-y] INVENTORY deploy.py --dry ARGS` (the real run: `run`) on @local hosts, whose refusals are
+    known as the deploy file is read: nothing is prepared for them but operations that change nothing."""
     path = tmp_path / "fleet.py"
     path.write_text(inventory)
-    command = [str(PYINFRA), *(["-y"] if yes else []), str(path), "deploy.py", "--dry", *args]
+    command = [str(PYINFRA), *(["-y"] if yes else []), str(path), "deploy.py", *([] if run else ["--dry"]), *args]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
                             env={**__import__("os").environ, "SPECFLEET_SITE": ""})
     result.output = result.stdout + result.stderr
@@ -86,7 +86,7 @@ def test_a_host_in_no_class_group_is_refused_and_dry_exits_non_zero(tmp_path, ye
     assert ("@local: the host is in no class group (its groups: @local, fleet, rtx_pro_6000): put it in exactly one of "
             "the inventory groups rtx_pro_6000_pcie, b200_nvlink, b300_nvlink, or in `gateway` alone") \
         in result.output, result.output[-3000:]
-    assert result.output.count("the host is in no class group") == 1, result.output[-3000:]
+    assert result.output.count("[@local] @local: the host is in no class group") == 1, result.output[-3000:]
 
 
 @pytest.mark.parametrize("yes", [True, False])
@@ -107,3 +107,20 @@ def test_site_file_with_a_misspelt_key_is_refused_naming_the_file(tmp_path, monk
     assert result.stderr.strip() == (f"{tmp_path}/site/group_data/all.py sets `hf_endpont`, which is no knob of "
                                      "specfleet: did you mean `hf_endpoint`? (docs/configuration.md lists every "
                                      "knob)")
+
+
+def test_with_every_host_refused_the_run_still_ends_with_its_summary(tmp_path):
+    result = dry(tmp_path, "rtx_pro_6000_pcie = [('@local', {})]\n", "--data", "ready_timeout_s=abc", run=True)
+    assert result.returncode == 1 and "No hosts remaining" not in result.output, result.output[-3000:]
+    summary = result.output[result.output.index("--> Summary:"):]
+    assert "@local  rtx_pro_6000_pcie" in summary and "failed: @local: ready_timeout_s='abc'" in summary, summary
+
+
+def test_dry_json_carries_each_refusal(tmp_path):
+    """pyinfra's --json plan lists an unnamed operation's arguments: the refusal's reason."""
+    import json
+
+    result = dry(tmp_path, "rtx_pro_6000_pcie = [('@local', {})]\n", "--json", "--data", "ready_timeout_s=abc")
+    assert result.returncode == 1, result.output[-3000:]
+    plan = json.loads(result.stdout)["plan"]
+    assert ["problem=@local: ready_timeout_s='abc' is not a whole number at least 1"] in [op["args"] for op in plan]

@@ -164,14 +164,10 @@ def inventory_hosts(path: str, data: list[str], group_data: list[str]) -> list:
     from pyinfra.api import State
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory
-    from pyinfra_cli.util import parse_cli_arg
 
     from operations import schema
 
-    override = {}
-    for item in data:
-        key, _, value = item.partition("=")
-        override[key] = parse_cli_arg(value)
+    override = schema.cli_data(data)
     state = State()
     state.cwd = str(REPO)  # the shipped group_data/, from any directory
     with ctx_state.use(state):  # pyinfra reads an inventory file inside a state, as its CLI does

@@ -185,6 +185,13 @@ def check(values: dict, layer: str, where: str) -> None:
         raise UnknownKnob(lines[0])
 
 
+def cli_data(items: list[str]) -> dict:
+    """pyinfra's --data KEY=VALUE options as its CLI reads them (the DATA layer of pin.py and rollout.py)."""
+    from pyinfra_cli.util import parse_cli_arg
+
+    return {key: parse_cli_arg(value) for key, _, value in (item.partition("=") for item in items)}
+
+
 _checked: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # inventory -> its first refusal, or ""
 
 

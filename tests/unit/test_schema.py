@@ -124,3 +124,28 @@ def test_dry_json_carries_each_refusal(tmp_path):
     assert result.returncode == 1, result.output[-3000:]
     plan = json.loads(result.stdout)["plan"]
     assert ["problem=@local: ready_timeout_s='abc' is not a whole number at least 1"] in [op["args"] for op in plan]
+
+
+@pytest.mark.parametrize("command, said", [
+    (["pin.py", "INVENTORY", "--data", "proflie=qwen36_ddtree"], "did you mean `profile`?"),
+    (["rollout.py", "INVENTORY", "--data", "proflie=qwen36_ddtree"], "did you mean `profile`?"),
+    (["rollout.py", "INVENTORY", "--data=verify_weight=true"], "did you mean `verify_weights`?"),
+], ids=["pin", "rollout", "rollout --data="])
+def test_pin_and_rollout_refuse_a_misspelt_data_key_before_anything(tmp_path, command, said):
+    (tmp_path / "fleet.py").write_text("rtx_pro_6000_pcie = [('gpu-1', {})]\n")
+    argv = [str(tmp_path / "fleet.py") if word == "INVENTORY" else word for word in command]
+    result = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=120,
+                            env={**__import__("os").environ, "SPECFLEET_SITE": str(tmp_path)})
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stdout + result.stderr
+    assert result.stdout == "" and said in result.stderr and len(result.stderr.strip().splitlines()) == 1, \
+        result.stdout + result.stderr
+
+
+def test_bench_refuses_a_misspelt_knob_before_anything(tmp_path):
+    (tmp_path / "fleet.py").write_text("rtx_pro_6000_pcie = [('@local', {})]\n")
+    result = subprocess.run([str(PYINFRA), "-y", str(tmp_path / "fleet.py"), "bench.py", "--dry", "--data", "mode=ar"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**__import__("os").environ, "SPECFLEET_SITE": ""})
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
+    assert "--data sets `mode`, which is no knob of specfleet: did you mean `modes`?" in output, output[-3000:]

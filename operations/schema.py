@@ -195,8 +195,9 @@ def cli_data(items: list[str]) -> dict:
 _checked: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # inventory -> its first refusal, or ""
 
 
-def inventory_refusal(inventory) -> str:
-    """The first key of the inventory's --data, host data or group data that no knob allows there ("" if none)."""
+def check_inventory(inventory) -> None:
+    """Stop the run (UnknownKnob, one line) at the first key of the inventory's --data, host data or group
+    data that no knob allows there; checked once per inventory (each host's deploy file asks)."""
     if inventory not in _checked:
         lines = refused(inventory.get_override_data(), DATA, "--data")
         for name, data in inventory.group_data.items():
@@ -204,14 +205,8 @@ def inventory_refusal(inventory) -> str:
         for name, data in inventory.host_data.items():
             lines += refused(data, HOST, f"inventory data of host {name}")
         _checked[inventory] = lines[0] if lines else ""
-    return _checked[inventory]
-
-
-def check_inventory(inventory) -> None:
-    """Stop the run (UnknownKnob, one line) if any layer of the inventory sets a key it may not."""
-    line = inventory_refusal(inventory)
-    if line:
-        raise UnknownKnob(line)
+    if _checked[inventory]:
+        raise UnknownKnob(_checked[inventory])
 
 
 def _defaults() -> dict[str, dict]:
@@ -225,12 +220,16 @@ def _defaults() -> dict[str, dict]:
     from operations.deployment import HOST_CLASSES
     from serving_benchmark.sweep import DEFAULTS
 
-    os.environ.pop("SPECFLEET_SITE", None)
     repo = Path(__file__).resolve().parents[1]
     found = {"bench": DEFAULTS}
-    with ctx_inventory.use(Inventory(([], {}))):  # a group file may read the inventory, as pyinfra lets it
-        for group in ("all", "gateway", *HOST_CLASSES):
-            found[group] = runpy.run_path(str(repo / "group_data" / f"{group}.py"))
+    site = os.environ.pop("SPECFLEET_SITE", None)  # the shipped defaults, not this machine's site
+    try:
+        with ctx_inventory.use(Inventory(([], {}))):  # a group file may read the inventory, as pyinfra lets it
+            for group in ("all", "gateway", *HOST_CLASSES):
+                found[group] = runpy.run_path(str(repo / "group_data" / f"{group}.py"))
+    finally:
+        if site is not None:
+            os.environ["SPECFLEET_SITE"] = site
     return found
 
 

@@ -12,6 +12,7 @@ bench.py, rollout.py, pin.py and `pytest tests/deployed`. Without SPECFLEET_SITE
 """
 
 import copy
+import difflib
 import json
 import os
 import runpy
@@ -49,8 +50,11 @@ def overrides(group_file: str, ours: dict) -> dict:
     """The group's values after SITE/group_data/<group>.py (the group named by `group_file`'s name) ran
     over `ours` (the shipped file's globals); `ours`' own values without a site or such a file."""
     site = directory()
-    path = site / "group_data" / Path(group_file).name if site else None
-    if path is None or not path.is_file():
+    if site is None:
+        return {}
+    _no_stray_files(site, Path(group_file).parent)
+    path = site / "group_data" / Path(group_file).name
+    if not path.is_file():
         return {}
     shipped = _public(ours)
     try:
@@ -65,6 +69,16 @@ def overrides(group_file: str, ours: dict) -> dict:
     schema.check({key: value for key, value in found.items() if key not in shipped or value != shipped[key]},
                  schema.SITE, str(path))
     return found
+
+
+def _no_stray_files(site: Path, shipped: Path) -> None:
+    """A site group file overriding no shipped one would be read by nothing: stop, naming the group meant."""
+    groups = sorted(path.stem for path in shipped.glob("*.py"))
+    for path in sorted((site / "group_data").glob("*.py")):
+        if path.stem not in groups:
+            near = difflib.get_close_matches(path.stem, groups, n=1)
+            raise SystemExit(f"{path} overrides no group of specfleet{f' (did you mean {near[0]}.py?)' if near else ''}: "
+                             f"a site group file is named after one of group_data/ ({', '.join(groups)})")
 
 
 def pins_path() -> Path | None:

@@ -149,3 +149,15 @@ def test_bench_refuses_a_misspelt_knob_before_anything(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
     assert "--data sets `mode`, which is no knob of specfleet: did you mean `modes`?" in output, output[-3000:]
+
+
+def test_a_site_group_file_that_overrides_no_group_is_refused_naming_the_group_meant(tmp_path):
+    (tmp_path / "site" / "group_data").mkdir(parents=True)
+    (tmp_path / "site" / "group_data" / "rtx_pro_6000.py").write_text("layouts = {}\n")
+    (tmp_path / "fleet.py").write_text("rtx_pro_6000_pcie = [('gpu-1', {})]\n")
+    result = subprocess.run([sys.executable, "pin.py", str(tmp_path / "fleet.py")], cwd=REPO, capture_output=True,
+                            text=True, timeout=120,
+                            env={**__import__("os").environ, "SPECFLEET_SITE": str(tmp_path / "site")})
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().startswith(f"{tmp_path}/site/group_data/rtx_pro_6000.py overrides no group of "
+                                            "specfleet (did you mean rtx_pro_6000_pcie.py?)"), result.stderr

@@ -21,8 +21,9 @@ from pathlib import Path
 # SITE: SPECFLEET_SITE/group_data/<group>.py; HOST: an inventory host's own data; DATA: pyinfra's --data.
 GROUP, SITE, HOST, DATA = "group data", "site group data", "inventory host data", "--data"
 LAYERS = (GROUP, SITE, HOST, DATA)
-FILES = (GROUP, SITE, HOST)  # a structured value (a dict of dicts), written in Python
-PER_HOST = (GROUP, HOST)  # true of one host: its inventory entry says it (group data holds the default)
+# True of one host: its inventory entry (or --data with --limit) says it; group data holds the default. A
+# site file sets a group's values, for every host in it.
+PER_HOST = (GROUP, HOST, DATA)
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,11 @@ KNOBS = (
     # What is served.
     Knob("profile", "name", "the deployment profile, a key of `profiles`"),
     Knob("profiles", "dict", "each profile: target and drafter repos, speculative algorithm, SGLang build, "
-         "server args, env", FILES),
+         "server args, env"),
     Knob("deployments", "list or None", "several models on one host: dict(profile=..., gpus=[...]) each; "
-         "None: `profile` on all GPUs", FILES),
-    Knob("layouts", "dict", "per profile, how the class serves it: tp_size, replicas, GPUs", FILES, _CLASS),
-    Knob("mirrors", "dict", "repos and requirements a site serves under other names", FILES),
+         "None: `profile` on all GPUs"),
+    Knob("layouts", "dict", "per profile, how the class serves it: tp_size, replicas, GPUs", group=_CLASS),
+    Knob("mirrors", "dict", "repos and requirements a site serves under other names"),
     Knob("pins", "dict", "the commits pin.py resolved moving revisions to (SPECFLEET_SITE/pins.json)", (GROUP,)),
     Knob("allow_branch_revisions", "boolean", "a revision that is a branch only warns (the weights follow it)"),
     # Weights.
@@ -72,10 +73,10 @@ KNOBS = (
     Knob("longest_generation_s", "seconds", "the longest generation a request may take (drain and stop wait "
          "for it)", subject="server"),
     Knob("sglang_tuning", "dict", "attention backends, mem_fraction_static, extra args and env of the class",
-         FILES, _CLASS, "server"),
+         group=_CLASS, subject="server"),
     # The GPUs.
     Knob("expected_gpus", "dict", "what the class's GPUs must be: names, count, memory, interconnect, driver",
-         FILES, _CLASS, "gpu"),
+         group=_CLASS, subject="gpu"),
     Knob("install_driver", "boolean", "install the open-module driver branch (reboots if it changed)",
          subject="gpu"),
     Knob("driver_branch", "version", "the NVIDIA driver branch install_driver installs", subject="gpu"),
@@ -84,7 +85,7 @@ KNOBS = (
     Knob("gpu_smoke_timeout_s", "seconds", "how long the GPU smoke test's all-reduce may take", subject="gpu"),
     # Node groups.
     Knob("node_groups", "dict", "servers spanning several hosts: tp_size, dist_init_port, socket_ifname",
-         FILES, subject="nodes"),
+         subject="nodes"),
     Knob("node_group", "name or None", "the node group this host serves in", PER_HOST, subject="nodes"),
     Knob("node_rank", "whole number or None", "this host's rank in its node group", PER_HOST, subject="nodes"),
     Knob("node_address", "IP address or None", "this host's IP on the node network", PER_HOST, subject="nodes"),
@@ -99,7 +100,7 @@ KNOBS = (
     Knob("gateway_port", "port", "the gateway's port", group="gateway", subject="gateway"),
     Knob("gateway_prometheus_port", "port", "smg's Prometheus port (loopback)", group="gateway", subject="gateway"),
     Knob("gateway_policy", "name", "smg's routing policy", group="gateway", subject="gateway"),
-    Knob("gateway_health", "dict", "smg's worker health checks", FILES, "gateway", "gateway"),
+    Knob("gateway_health", "dict", "smg's worker health checks", group="gateway", subject="gateway"),
     Knob("gateway_register_timeout_s", "seconds", "how long a registered worker may take to be ready",
          group="gateway", subject="gateway"),
     Knob("gateway_worker_address", "address or None", "where the gateway reaches this worker; None: ssh_hostname",
@@ -253,11 +254,12 @@ def page() -> str:
              "site's (`SPECFLEET_SITE/group_data/<group>.py`), an inventory host's data, then `--data key=value`. "
              "A key no knob has, or one set where its layers do not allow, stops the run before anything changes, "
              "in one line naming it, where it was set and the nearest knob. pyinfra's own keys (`ssh_*`, `_sudo`, "
-             "...) are pyinfra's and pass.", ""]
+             "...) are pyinfra's and pass. \"may be set in\": any of those layers, or the ones named.", ""]
     for subject, title in SECTIONS.items():
         lines += [f"## {title}", "", "| knob | type | default | may be set in | what it does |",
                   "|---|---|---|---|---|"]
-        lines += [f"| `{k.name}` | {k.type} | {_default(k, defaults)} | {', '.join(k.layers)} | {k.help} |"
+        lines += [f"| `{k.name}` | {k.type} | {_default(k, defaults)} | "
+                  f"{'any' if k.layers == LAYERS else ', '.join(k.layers)} | {k.help} |"
                   for k in KNOBS if k.subject == subject]
         lines.append("")
     return "\n".join(lines)

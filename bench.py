@@ -17,7 +17,7 @@ is another thing: speed/, `make speed`.)
 
 from pyinfra import host, inventory
 
-from operations import deployment
+from operations import deployment, schema
 from operations.basics.knobs import BadHostData
 from operations.deployment import preflight
 from operations.gateway import workers
@@ -25,6 +25,7 @@ from operations.nodes import group as nodes
 from operations.python import venv
 from serving_benchmark import sweep
 
+schema.check_inventory(inventory)  # a key no knob has (a misspelt `modes`) stops the run before any host changes
 deployments = ()
 try:
     deployments = deployment.resolve_host(host.data, deployment.host_class_of(host.groups),
@@ -32,7 +33,7 @@ try:
     plan = sweep.plan(host.data)
 except BadHostData as problem:
     deployments = ()
-    preflight.refuse(name="Benchmark knobs", problem=f"{host.name}: {problem}")
+    preflight.refuse(problem=f"{host.name}: {problem}")
 
 if deployments:
     server = deployments[0].server

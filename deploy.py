@@ -14,7 +14,7 @@ import functools
 
 from pyinfra import host, inventory
 
-from operations import deployment
+from operations import deployment, schema
 from operations.basics import failing
 from operations.basics.knobs import BadHostData
 from operations.deployment import preflight, summary
@@ -30,18 +30,21 @@ from operations.server.stages import server_installed, server_serving
 from operations.weights import checks as weights_checks, revisions, token
 from operations.weights.stages import weights_fetched
 
+# A key no knob has, in any layer (--data, inventory, group data), stops the run before any host changes.
+schema.check_inventory(inventory)
 deployments, g, m = (), None, None
 try:
     # Every knob of every subject, parsed and checked before any host changes: the host's deployments
-    # (one model, or several on disjoint GPUs), a host of a node group with its group's members.
-    if workers.serves_model(host.groups):
+    # (one model, or several on disjoint GPUs), a host of a node group with its group's members. A host
+    # in no class group is refused (by host_class_of) unless it is a gateway without GPUs.
+    if workers.serves_model(host.groups) or workers.GROUP not in host.groups:
         deployments = deployment.resolve_host(host.data, deployment.host_class_of(host.groups),
                                               nodes.members(inventory, host))
     if workers.GROUP in host.groups:
         g, m = gateway_config.resolve(host.data), prometheus.resolve(host.data)
 except BadHostData as problem:
     deployments, g, m = (), None, None
-    preflight.refuse(name="Preflight", problem=f"{host.name}: {problem}")
+    preflight.refuse(problem=f"{host.name}: {problem}")
 
 if deployments:
     # 1. Preflight: hardware, driver, token and repo access, each replica's GPUs and memory, disk, DDTree

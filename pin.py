@@ -13,7 +13,6 @@ until the next pin. A later run shows what moved since. Options --data and --gro
 
 import argparse
 import importlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,14 +39,14 @@ def moving(hosts, profiles: list[str] | None) -> tuple[dict, dict, list[str]]:
     {(url, ref)}, problems), revisions and refs that are not commits only."""
     from operations import deployment
     from operations.basics.knobs import COMMIT, BadHostData
-    from operations.gateway.workers import serves_model
+    from operations.gateway.workers import GROUP, serves_model
     from operations.nodes.group import members
     from operations.server.config import git_refs
 
     repos, refs, problems = {}, {}, []
     for host in hosts:
-        if not serves_model(host.groups):
-            continue
+        if not serves_model(host.groups) and GROUP in host.groups:
+            continue  # a gateway without GPUs; a host in no group at all is refused by host_class_of
         for profile in profiles or [host.data.profile]:
             try:
                 d = deployment.resolve(Asked(host.data, profile=profile, pins={}), deployment.host_class_of(host.groups),
@@ -105,6 +104,7 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(REPO))  # inventories and group data import the repository's packages, as pyinfra's CLI does
     importlib.import_module("pyinfra_cli")  # first: it patches the process for gevent, before anything opens SSL
     from operations.deployment import site
+    from operations.weights.checks import HUB_OUTAGES, outage, token_problem
     from operations.weights.hub import HubProblem, commit_of, controller_token
 
     where = site.pins_path()
@@ -115,13 +115,23 @@ def main(argv: list[str]) -> int:
     hosts = inventory_hosts(args.inventory, args.data, args.group_data)
     repos, refs, problems = moving(hosts, args.profile)
     pins = site.pins()
-    rows = []
+    rows, hubs = [], {}  # (endpoint, token variable) -> what stops the token there ("" if nothing), asked once
     for (endpoint, token_env, repo_id, revision), names in sorted(repos.items(), key=str):
-        key = f"{repo_id}@{revision}"
+        key, token, hub = f"{repo_id}@{revision}", controller_token(token_env), (endpoint, token_env)
+        if hub not in hubs:  # a bad token or an unreachable hub said once, as the deploy's preflight says it
+            hubs[hub] = token_problem(endpoint, token)
+            if hubs[hub]:
+                users = sorted({name for (e, t, *_), each in repos.items() if (e, t) == hub for name in each})
+                problems.append(f"{', '.join(users)}: {hubs[hub]}")
+        if hubs[hub]:
+            continue
         try:
-            commit = commit_of(endpoint, controller_token(token_env), repo_id, revision)
-        except (HubProblem, OSError) as error:
+            commit = commit_of(endpoint, token, repo_id, revision)
+        except HubProblem as error:
             problems.append(f"{', '.join(names)}: {key}: {error}")
+            continue
+        except HUB_OUTAGES as error:
+            problems.append(f"{', '.join(names)}: {key}: {outage(endpoint or 'https://huggingface.co', error)}")
             continue
         rows.append((key, commit, outcome(pins["repos"].get(key), commit)))
         pins["repos"][key] = commit
@@ -142,27 +152,29 @@ def main(argv: list[str]) -> int:
     if rows:
         site.write_pins(pins)
     moved = sum(1 for *_, said in rows if said.startswith("moved"))
-    print(f"pin: {len(rows)} moving revisions pinned in {where} ({moved} moved)" if rows else
-          "pin: nothing moving to pin: every revision of these profiles is a commit")
+    if rows or not problems:
+        print(f"pin: {len(rows)} moving revisions pinned in {where} ({moved} moved)" if rows else
+              "pin: nothing moving to pin: every revision of these profiles is a commit")
     return 1 if problems else 0
 
 
 def inventory_hosts(path: str, data: list[str], group_data: list[str]) -> list:
-    """The inventory's hosts with their data, as `pyinfra PATH ...` run from here loads them."""
+    """The inventory's hosts with their data, as `pyinfra PATH ...` run from the checkout loads them; a key no
+    knob has stops pin (operations/schema.py), as it stops the deploy."""
     from pyinfra.api import State
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory
-    from pyinfra_cli.util import parse_cli_arg
 
-    override = {}
-    for item in data:
-        key, _, value = item.partition("=")
-        override[key] = parse_cli_arg(value)
+    from operations import schema
+
+    override = schema.cli_data(data)
     state = State()
-    state.cwd = os.getcwd()
+    state.cwd = str(REPO)  # the shipped group_data/, from any directory
     with ctx_state.use(state):  # pyinfra reads an inventory file inside a state, as its CLI does
-        return list(make_inventory(path, override_data=override, cwd=os.getcwd(),
-                                   group_data_directories=group_data or None))
+        inventory = make_inventory(path, override_data=override, cwd=str(REPO),
+                                   group_data_directories=group_data or None)
+    schema.check_inventory(inventory)
+    return list(inventory)
 
 
 if __name__ == "__main__":

@@ -23,15 +23,28 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent
 
 
-def batches(inventory_path: str, size: int) -> list[list[str]]:
-    """The inventory's workers in batches of `size` units (`plan`), then its gateway-only hosts."""
+def batches(inventory_path: str, size: int, data: dict | None = None) -> list[list[str]]:
+    """The inventory's workers in batches of `size` units (`plan`), then its gateway-only hosts; a key no knob
+    has, in the inventory or in `data` (--data), stops the rollout before its first batch (operations/schema.py)."""
     sys.path.insert(0, str(REPO))  # inventories and deploy code import the repository's packages, as pyinfra's CLI does
     from pyinfra.api import State
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory
 
+    from operations import schema
+
     with ctx_state.use(State()):  # pyinfra reads an inventory file inside a state, as its CLI does
-        return plan(list(make_inventory(inventory_path, cwd=os.getcwd())), size)
+        inventory = make_inventory(inventory_path, cwd=os.getcwd(), override_data=data)
+    schema.check_inventory(inventory)
+    return plan(list(inventory), size)
+
+
+def data_options(options: list[str]) -> dict:
+    """The --data KEY=VALUE (or --data=KEY=VALUE) options among pyinfra's, as pyinfra's CLI reads them."""
+    from operations import schema
+
+    return schema.cli_data([value for option, value in zip(options, options[1:]) if option == "--data"] +
+                           [option.split("=", 1)[1] for option in options if option.startswith("--data=")])
 
 
 def plan(hosts, size: int) -> list[list[str]]:
@@ -61,7 +74,7 @@ def main(argv: list[str]) -> int:
     args, pyinfra_options = parser.parse_known_args(argv)
     if args.batch < 1:
         parser.error(f"--batch={args.batch} is not a whole number at least 1")
-    plan = batches(args.inventory, args.batch)
+    plan = batches(args.inventory, args.batch, data_options(pyinfra_options))
     started = time.monotonic()
     for number, batch in enumerate(plan, 1):
         print(f"rollout: batch {number}/{len(plan)}: {', '.join(batch)}", flush=True)

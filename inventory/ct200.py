@@ -11,6 +11,10 @@ Host keys are verified (inventory/ssh_trust.py).
 """
 
 import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # importable from anywhere, to say where to run it
 
 from inventory.ssh_trust import gateway as _gateway, in_ssh_config, ssh_data
 

@@ -40,9 +40,27 @@ def fail_host(problems: list[str], static: bool = False) -> FunctionCommand:
     current = ctx_host.get() if ctx_host.isset() else None
     state = getattr(current, "state", None)
     if state is not None and not state.is_executing and _certain(state, current, static):
-        _report(state, current, problems)
-        _refused[current] = problems
+        _before_the_run(current, problems)
     return FunctionCommand(_report, (problems,), {})
+
+
+def _before_the_run(current, problems: list[str]) -> None:
+    """Said before the run, the refusal counts the host among pyinfra's failed hosts, so that --dry exits 1
+    (pyinfra_cli's _exit); the host stays active until its refusing command fails it in the run."""
+    _report(current.state, current, problems)
+    _refused[current] = problems
+    current.state.failed_hosts.add(current)
+
+
+def refuse_at_load(problems: list[str]) -> None:
+    """Say a refusal known from the host's data alone as the deploy file is read, and count the host failed.
+
+    Under -y pyinfra evaluates no operation before the run, and --dry runs none, so a refusal left to an
+    operation would say nothing under `--dry -y` and exit 0. Said here, it is printed whatever the flags;
+    the host is counted among pyinfra's failed hosts, which make it exit 1 (pyinfra_cli's _exit); the
+    caller prepares nothing more for it (`refused`).
+    """
+    _before_the_run(ctx_host.get(), problems)
 
 
 def refused(host) -> bool:

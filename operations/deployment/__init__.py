@@ -199,7 +199,9 @@ def host_class_of(group_names) -> str:
     """The one class group (group_data/<class>.py) an inventory puts a host in."""
     classes = sorted({name for name in group_names if name in HOST_CLASSES})
     if len(classes) != 1:
+        groups = ", ".join(sorted({name for name in group_names if name != "all"})) or "none but all"
         raise BadHostData(f"the host is in {' and '.join(classes) if classes else 'no'} class group"
-                          f"{'s' if len(classes) > 1 else ''}: put it in exactly one of the inventory "
-                          f"groups {', '.join(HOST_CLASSES)}")
+                          f"{'s' if len(classes) > 1 else ''} (its groups: {groups}): put it in exactly one of "
+                          f"the inventory groups {', '.join(HOST_CLASSES)}, or in `gateway` alone for a "
+                          "gateway without GPUs")
     return classes[0]

@@ -9,7 +9,7 @@ import os
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from operations.basics import gathering, ownership
+from operations.basics import failing, gathering, ownership
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates
 from operations.deployment import Deployment
@@ -146,21 +146,34 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
     host.noop(f"preflight passed: {found} as {first.host_class}; {served}")
 
 
-@operation()
-def refuse(problem: str):
-    """
-    Fail this host with one sentence, changing nothing: its data cannot be deployed (a bad knob,
-    an unknown profile, class or attention kind). The other hosts go on.
+def refuse(problem: str) -> None:
+    """Refuse this host with one sentence, changing nothing: its data cannot be deployed (a bad knob, an
+    unknown profile, class or attention kind). The other hosts go on.
 
-    + problem: the sentence: host, what is wrong, what is accepted
+    Said as the deploy file is read, whatever the flags (`--dry -y` too), and counted among pyinfra's
+    failed hosts, so the run exits non-zero (failing.refuse_at_load). The host stays in the run with
+    nothing prepared but `refused` and the summary: with every host refused, the summary still says why.
 
     **Example:**
 
     .. code:: python
 
-        preflight.refuse(name="Preflight", problem="ct200: install_driver='maybe' is not a boolean: ...")
+        preflight.refuse(problem="ct200: install_driver='maybe' is not a boolean: ...")
     """
-    yield fail_host([problem])
+    failing.refuse_at_load([problem])
+    refused(problem=problem)
+
+
+@operation()
+def refused(problem: str):
+    """
+    Change nothing on a host `refuse` refused (it said why, and the host counts as failed).
+
+    + problem: the sentence: host, what is wrong, what is accepted
+    """
+    host.noop(f"refused, nothing changed: {problem}")
+    return
+    yield  # an operation is a generator
 
 
 @gathering.wants

@@ -12,11 +12,15 @@ bench.py, rollout.py, pin.py and `pytest tests/deployed`. Without SPECFLEET_SITE
 """
 
 import copy
+import difflib
 import json
 import os
 import runpy
+import traceback
 import types
 from pathlib import Path
+
+from operations import schema
 
 SITE_ENV = "SPECFLEET_SITE"
 PINS_FILE = "pins.json"
@@ -46,10 +50,35 @@ def overrides(group_file: str, ours: dict) -> dict:
     """The group's values after SITE/group_data/<group>.py (the group named by `group_file`'s name) ran
     over `ours` (the shipped file's globals); `ours`' own values without a site or such a file."""
     site = directory()
-    path = site / "group_data" / Path(group_file).name if site else None
-    if path is None or not path.is_file():
+    if site is None:
         return {}
-    return _public(runpy.run_path(str(path), init_globals=copy.deepcopy(_public(ours))))
+    _no_stray_files(site, Path(group_file).parent)
+    path = site / "group_data" / Path(group_file).name
+    if not path.is_file():
+        return {}
+    shipped = _public(ours)
+    try:
+        found = _public(runpy.run_path(str(path), init_globals=copy.deepcopy(shipped)))
+    except Exception as error:  # the site's own code: said in one line, as a knob's value is
+        line = next((f" (line {frame.lineno})" for frame in reversed(traceback.extract_tb(error.__traceback__))
+                     if frame.filename == str(path)), "")
+        if isinstance(error, SyntaxError):
+            line = f" (line {error.lineno})"
+        raise SystemExit(f"{path}{line}: {type(error).__name__}: {error}: fix it (it runs as Python over "
+                         f"group_data/{path.name}), or move it out of {site}/group_data") from None
+    schema.check({key: value for key, value in found.items() if key not in shipped or value != shipped[key]},
+                 schema.SITE, str(path))
+    return found
+
+
+def _no_stray_files(site: Path, shipped: Path) -> None:
+    """A site group file overriding no shipped one would be read by nothing: stop, naming the group meant."""
+    groups = sorted(path.stem for path in shipped.glob("*.py"))
+    for path in sorted((site / "group_data").glob("*.py")):
+        if path.stem not in groups:
+            near = difflib.get_close_matches(path.stem, groups, n=1)
+            raise SystemExit(f"{path} overrides no group of specfleet{f' (did you mean {near[0]}.py?)' if near else ''}: "
+                             f"a site group file is named after one of group_data/ ({', '.join(groups)})")
 
 
 def pins_path() -> Path | None:
@@ -67,8 +96,9 @@ def pins() -> dict:
         found = json.loads(path.read_text())
         return {"repos": dict(found.get("repos", {})), "git": dict(found.get("git", {}))}
     except (ValueError, TypeError, AttributeError) as error:
-        raise SystemExit(f"{path} is not what pin.py writes ({error}): run `python pin.py INVENTORY` again") \
-            from None
+        raise SystemExit(f"{path} is not what pin.py writes ({error}): restore it from your site's history, or "
+                         f"move it away (mv {path} {path}.bad) and run `python pin.py INVENTORY` to write it "
+                         "anew") from None
 
 
 def write_pins(found: dict) -> Path:

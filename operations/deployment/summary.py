@@ -19,6 +19,7 @@ from operations.gateway.config import Gateway
 REFUSAL_WIDTH = 80  # a refusal's first characters in the table; its whole sentence is printed above it
 COLUMNS = ("host", "class", "model", "endpoint", "gateway", "state", "accept length")
 _rows: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per run: host name -> its Row
+_printed: "weakref.WeakSet" = weakref.WeakSet()  # the runs whose table is printed
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def _endpoints(inventory_host, d: Deployment) -> str:
 def row(inventory_host, deployments: tuple[Deployment, ...], gateway: Gateway | None) -> Row:
     """The host's row as far as its resolved data tells (a host refused for its data has neither)."""
     g = gateway
-    classes = [group for group in inventory_host.groups if group in HOST_CLASSES]
+    classes = list(dict.fromkeys(group for group in inventory_host.groups if group in HOST_CLASSES))
     endpoint = "; ".join(_endpoints(inventory_host, d) for d in deployments) or "-"
     model = ", ".join(d.server.served_model_name for d in deployments) or (g.model if g else "-")
     return Row(inventory_host.name, deployments[0].host_class if deployments else
@@ -116,8 +117,11 @@ def summary():
     notes = outcomes.noted(state)
     notes.setdefault(host.name, {})["summarized"] = True
     rows = _rows.get(state, {})
+    # A host refused before the run (preflight.refuse) counts as failed but reaches this operation too: with
+    # every host refused, the first to reach it prints the table, once.
     running = {h.name for h in state.activated_hosts if h not in state.failed_hosts}
-    if all(notes.get(name, {}).get("summarized") for name in running):
+    if all(notes.get(name, {}).get("summarized") for name in running) and state not in _printed:
+        _printed.add(state)
         described = [rows[h.name] for h in state.inventory if h.name in rows and h in state.activated_hosts]
         logger.info("--> Summary:")
         for line in table(described, {h.name for h in state.failed_hosts}, notes):

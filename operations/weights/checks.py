@@ -54,12 +54,9 @@ def hub_state(weights: Weights) -> HubState:
     w = weights
     endpoint = w.hf_endpoint or "https://huggingface.co"
     token = controller_token(w.hf_token_env)
-    try:
-        whoami(w.hf_endpoint, token)
-    except HubProblem as problem:
-        return HubState({}, [str(problem)], [])
-    except HUB_OUTAGES as error:
-        return HubState({}, [_outage(endpoint, error)], [])
+    problem = token_problem(w.hf_endpoint, token)
+    if problem:
+        return HubState({}, [problem], [])
 
     def one(repo: Repo):
         try:
@@ -69,7 +66,7 @@ def hub_state(weights: Weights) -> HubState:
         except HubProblem as problem:
             return str(problem)
         except HUB_OUTAGES as error:
-            return _outage(f"{endpoint}/{repo.repo_id}", error)
+            return outage(f"{endpoint}/{repo.repo_id}", error)
 
     snapshots, problems, pending = {}, [], []
     # The repos' hub calls at once: the run waits for the slowest repo, not for their sum.
@@ -84,7 +81,19 @@ def hub_state(weights: Weights) -> HubState:
     return HubState(snapshots, problems, pending)
 
 
-def _outage(where: str, error: Exception) -> str:
+def token_problem(endpoint: str | None, token: str | None) -> str:
+    """What stops the controller's token at the hub (none, invalid, the hub unreachable), in one sentence; ""
+    when the hub knows the token's user."""
+    try:
+        whoami(endpoint, token)
+    except HubProblem as problem:
+        return str(problem)
+    except HUB_OUTAGES as error:
+        return outage(endpoint or "https://huggingface.co", error)
+    return ""
+
+
+def outage(where: str, error: Exception) -> str:
     cause = " ".join(str(error).split())[:200] or type(error).__name__
     return (f"the hub at {where} did not answer as a hub does ({type(error).__name__}: {cause}): check the "
             "network and hf_endpoint, then re-run (nothing was changed)")

@@ -31,9 +31,11 @@ from pyinfra.connectors.sshuserclient.client import SSHClient
 from operations.basics.knobs import COMMIT
 from operations.deployment import Deployment, host_class_of, pinned, resolve_host
 from operations.server.config import Server
-from operations.weights.hub import controller_token, snapshot
+from operations.weights.checks import HUB_OUTAGES, outage
+from operations.weights.hub import RepoSnapshot, controller_token, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
+_UNREACHED: dict[str, str] = {}  # hub URL -> why it did not answer, asked once a session
 CONNECT_TIMEOUT = 10  # pyinfra's default (Config.CONNECT_TIMEOUT)
 LAB_INVENTORY = REPO / "lab" / "inventory.py"
 
@@ -84,6 +86,18 @@ class HostData:
 
     def dict(self) -> dict[str, Any]:
         return dict(self._values)
+
+
+def hub_snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: str) -> RepoSnapshot:
+    """The hub's snapshot, as the deploy's preflight asks it. A hub that does not answer is asked once a session:
+    every check that needs it is skipped with one reason (pytest -ra counts them on one line), the others run."""
+    where = (endpoint or "https://huggingface.co").rstrip("/")
+    if where not in _UNREACHED:
+        try:
+            return snapshot(endpoint, token, repo_id, revision)
+        except HUB_OUTAGES as error:
+            _UNREACHED[where] = outage(where, error)
+    pytest.skip(f"{_UNREACHED[where]}; the checks that compare a host with the hub are skipped, the others run")
 
 
 @dataclass(frozen=True)
@@ -184,8 +198,8 @@ class Target:
             if COMMIT.fullmatch(repo.revision):
                 return repo.revision
             try:
-                return snapshot(d.weights.hf_endpoint, self.hf_token(), repo.repo_id, repo.revision).commit
-            except Exception as problem:  # HubProblem, or the hub unreachable from here
+                return hub_snapshot(d.weights.hf_endpoint, self.hf_token(), repo.repo_id, repo.revision).commit
+            except Exception as problem:  # HubProblem: the hub answered, not as the deploy needs
                 pytest.fail(f"{self.name}: expected to resolve {repo.repo_id}@{repo.revision} on the hub to find "
                             f"its revision's directory, found {type(problem).__name__}: {problem}")
         return tuple(pinned(d, {r.role: commit(d, r) for r in d.weights.repos}) for d in self.resolved)

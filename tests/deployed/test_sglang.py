@@ -12,10 +12,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from operations.basics.knobs import COMMIT
-from operations.weights.hub import snapshot
 from operations.python import venv
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.weights.download import MANIFEST
+from tests.deployed.hosts import hub_snapshot
 
 # Per weights directory: the manifest's commit and files, and each listed file's size on disk.
 _WEIGHTS_SCRIPT = r"""
@@ -81,8 +81,8 @@ def test_virtualenvs_are_built_by_the_pinned_uv(target):
 
 def hub_listing(target, d, repo):
     try:
-        return snapshot(d.hf_endpoint, target.hf_token(), repo.repo_id, repo.revision)
-    except Exception as problem:  # HubProblem, or the hub unreachable from here
+        return hub_snapshot(d.hf_endpoint, target.hf_token(), repo.repo_id, repo.revision)
+    except Exception as problem:  # HubProblem: the hub answered, not as the deploy needs
         pytest.fail(f"{target.name}: expected to list {repo.repo_id}@{repo.revision} on the hub "
                     f"({d.hf_endpoint or 'huggingface.co'}) to compare the weights with, found "
                     f"{type(problem).__name__}: {problem}")

@@ -160,7 +160,7 @@ def test_profile_values_are_checked_too():
 
 
 def test_an_unknown_or_double_class_is_one_sentence():
-    with pytest.raises(BadHostData, match="the host is in no class group: put it in exactly one of the "
+    with pytest.raises(BadHostData, match=r"the host is in no class group \(its groups: ct200\): put it in exactly one of the "
                                           "inventory groups rtx_pro_6000_pcie, b200_nvlink, b300_nvlink"):
         host_class_of(["all", "ct200"])
     with pytest.raises(BadHostData, match="in b200_nvlink and b300_nvlink class groups"):

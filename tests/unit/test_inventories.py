@@ -108,3 +108,19 @@ def test_a_gateway_is_one_variable_away_on_a_worker_or_a_host_of_its_own(home, m
     assert inventory("b200")["gateway"] == [("gw-1", {"ssh_strict_host_key_checking": "yes", "ssh_user": "ops"})]
     monkeypatch.setenv("SPECFLEET_CT200_HOST", "ct200")
     assert inventory("ct200")["gateway"] == [("gw-1", {"ssh_strict_host_key_checking": "yes", "ssh_user": "ops"})]
+
+
+@pytest.mark.parametrize("name", ["ct200", "b200", "b300"])
+def test_an_inventory_run_from_outside_the_checkout_says_where_to_run_it(home, name):
+    """pyinfra reads group_data/ from its working directory: elsewhere every host would lack the deploy's knobs."""
+    import subprocess
+
+    from tests.helpers import PYINFRA
+
+    result = subprocess.run([str(PYINFRA), str(REPO / "inventory" / f"{name}.py"), str(REPO / "deploy.py"), "--dry"],
+                            cwd=home, capture_output=True, text=True, timeout=120,
+                            env={**__import__("os").environ, "SPECFLEET_CT200_HOST": "192.0.2.10"})
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in output, output
+    assert (f"pyinfra runs in {home}, where it finds no specfleet group_data/ (it reads group data from its "
+            f"working directory): run it from the checkout, cd {REPO} (or pyinfra --chdir {REPO} ...)") in output

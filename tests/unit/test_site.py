@@ -59,9 +59,17 @@ def inventory(tmp_path):
     return path
 
 
-def pin(inventory, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "pin.py", str(inventory), *args], cwd=REPO, capture_output=True,
-                          text=True, env={**__import__("os").environ, "HF_TOKEN": "hf_lab_granted"}, timeout=120)
+def pin(inventory, *args, token: str = "hf_lab_granted", cwd=REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "pin.py"), str(inventory), *args], cwd=cwd,
+                          capture_output=True, text=True, env={**__import__("os").environ, "HF_TOKEN": token},
+                          timeout=120)
+
+
+def one_line(result: subprocess.CompletedProcess) -> str:
+    """pin's failure: exit 1 and one line on stderr, no traceback, nothing claimed on stdout."""
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result.stdout + result.stderr
+    return result.stderr.strip()
 
 
 def test_the_site_overrides_key_by_key_and_part_of_a_key(site, inventory):
@@ -129,3 +137,41 @@ def test_pin_without_a_site_or_with_a_bad_ref_says_what_to_do(inventory, hub, si
     nowhere = pin(inventory)
     assert nowhere.returncode == 2 and nowhere.stderr.strip().startswith(
         "pin: the pins go to SPECFLEET_SITE/pins.json, which the deploy reads: export SPECFLEET_SITE=DIR")
+
+
+def test_pin_with_a_bad_token_says_so_and_claims_nothing(site, inventory, hub):
+    said = one_line(pin(inventory, "--profile", "kimi_k26_dflash", token="hf_not_a_token"))
+    assert "the Hugging Face token is invalid (401 from" in said and "create a read token at" in said, said
+
+
+def test_pin_with_the_hub_unreachable_says_what_it_cannot_reach(site, inventory, hub):
+    with (site / "group_data" / "all.py").open("a") as extra:
+        extra.write("hf_endpoint = 'http://127.0.0.1:9'\n")  # nothing listens on the discard port
+    said = one_line(pin(inventory, "--profile", "kimi_k26_dflash"))
+    assert said.startswith("pin: gpu-1, gpu-2: the hub at http://127.0.0.1:9 did not answer as a hub does") \
+        and "check the network and hf_endpoint" in said, said
+
+
+def test_pin_with_a_broken_site_file_says_which_line(site, inventory):
+    (site / "group_data" / "all.py").write_text("hf_endpoint = 'https://hub.example'\nmirrors['repo'] += 1\n")
+    said = one_line(pin(inventory))
+    assert said.startswith(f"{site}/group_data/all.py (line 2): KeyError: 'repo': fix it"), said
+
+
+def test_pin_with_a_corrupt_pins_file_says_how_to_start_it_anew(site, inventory):
+    (site / "pins.json").write_text("{not json")
+    said = one_line(pin(inventory))
+    assert said.startswith(f"{site}/pins.json is not what pin.py writes") and "pins.json.bad" in said, said
+
+
+def test_pin_refuses_a_host_in_no_class_group_naming_its_groups(site, tmp_path):
+    (tmp_path / "odd.py").write_text("rtx_pro_6000 = [('gpu-1', {})]\n")
+    said = one_line(pin(tmp_path / "odd.py"))
+    assert said == ("pin: gpu-1: the host is in no class group (its groups: odd, rtx_pro_6000): put it in exactly "
+                    "one of the inventory groups rtx_pro_6000_pcie, b200_nvlink, b300_nvlink, or in `gateway` "
+                    "alone for a gateway without GPUs"), said
+
+
+def test_pin_runs_from_outside_the_checkout(site, inventory, hub, sglang_repo, tmp_path):
+    result = pin(inventory, "--profile", "qwen36_ddtree", cwd=tmp_path)
+    assert result.returncode == 0 and "3 moving revisions pinned" in result.stdout, result.stdout + result.stderr

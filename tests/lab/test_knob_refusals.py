@@ -1,0 +1,60 @@
+"""A misspelt knob, at any layer, is refused in one line naming it and the knob meant, before any host changes
+(operations/schema.py); --dry gates a change: a refused host makes it exit non-zero, with -y too."""
+
+import subprocess
+
+import pytest
+
+from lab import fleet
+from tests.helpers import (LAB_INVENTORY, PYINFRA, REPO, UNIT_FILE, main_pid, operations_started, run_deploy,
+                           write_group_data)
+
+pytestmark = pytest.mark.lab
+
+
+def state_of(hosts) -> dict:
+    return {h.name: (main_pid(h), fleet.ssh(h, f"sha1sum {UNIT_FILE}")) for h in hosts}
+
+
+def test_a_misspelt_data_key_is_refused_in_one_line_and_nothing_changes(deployed_lab, lab_hosts):
+    before = state_of(lab_hosts)
+    result = run_deploy("--data", "proflie=qwen36_ddtree", timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]
+    line = ("--data sets `proflie`, which is no knob of specfleet: did you mean `profile`? "
+            "(docs/configuration.md lists every knob)")
+    assert [said for said in result.output.splitlines() if "proflie" in said] == [line], result.output[-3000:]
+    assert operations_started(result.output) == []
+    assert state_of(lab_hosts) == before
+
+
+def test_a_site_file_with_a_misspelt_key_is_refused_in_one_line_and_nothing_changes(
+        deployed_lab, lab_hosts, tmp_path, monkeypatch):
+    (tmp_path / "site" / "group_data").mkdir(parents=True)
+    site_file = tmp_path / "site" / "group_data" / "all.py"
+    site_file.write_text("hf_endpont = 'https://hub.example'\n")
+    monkeypatch.setenv("SPECFLEET_SITE", str(tmp_path / "site"))
+    before = state_of(lab_hosts)
+    result = run_deploy(timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]
+    line = (f"{site_file} sets `hf_endpont`, which is no knob of specfleet: did you mean `hf_endpoint`? "
+            "(docs/configuration.md lists every knob)")
+    assert [said for said in result.output.splitlines() if "hf_endpont" in said] == [line], result.output[-3000:]
+    assert operations_started(result.output) == []
+    assert state_of(lab_hosts) == before
+
+
+@pytest.mark.parametrize("yes", [False, True], ids=["dry", "dry -y"])
+def test_dry_with_a_refused_host_says_why_and_exits_non_zero(deployed_lab, pcie_host, b200_host, tmp_path, yes):
+    """Under -y pyinfra evaluates no operation before the run: the refusal is said as deploy.py is read."""
+    no_mla = write_group_data(tmp_path, "b200_nvlink", (
+        "sglang_tuning = copy.deepcopy(base['sglang_tuning'])\n"
+        "del sglang_tuning['attention_backends']['mla']"))
+    command = [str(PYINFRA), *(["-y"] if yes else []), "--group-data", str(no_mla), LAB_INVENTORY, "deploy.py",
+               "--dry"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
+    refusal = (f"[{b200_host.name}] {b200_host.name}: profiles['kimi_k26_dflash']['attention']='mla' is not one of "
+               "mha (sglang_tuning attention_backends of b200_nvlink)")
+    assert output.count(refusal) == 1, output[-3000:]
+    assert f"[{pcie_host.name}]" in output and "Beginning operation run" not in output

@@ -13,6 +13,7 @@ from operations.gpu.packages import NvidiaPackages
 from operations.weights.hub import RepoSnapshot
 from operations.deployment.preflight import LoginUser, login_problems, moving_revisions
 from operations.server.checks import exposure_problems, unpinned_build
+from operations.server.config import git_refs, pinned
 from operations.weights.checks import HubState, hub_state, unpinned
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
 from tests.unit.group_data import host_data
@@ -102,6 +103,22 @@ def test_pins_turn_moving_revisions_and_refs_into_their_commits_and_nothing_else
         "cab62ee5866130af4b3f1e1a6a83cf419015a31f"
     with pytest.raises(ValueError, match="pins repos moonshotai/Kimi-K2.6@main='main; rm -rf /' is not accepted"):
         deployment(pins={"repos": {"moonshotai/Kimi-K2.6@main": "main; rm -rf /"}})
+
+
+@pytest.mark.parametrize("requirement, refs", [
+    ("sglang @ git+ssh://git@git.example.org/sgl/sglang.git@v0.5.23#subdirectory=python",
+     [("ssh://git@git.example.org/sgl/sglang.git", "v0.5.23")]),
+    ("sglang @ git+git@git.example.org:sgl/sglang.git@refs/pull/7/head",
+     [("git@git.example.org:sgl/sglang.git", "refs/pull/7/head")]),
+    ("sglang @ git+https://github.com/sgl-project/sglang@main#subdirectory=python",
+     [("https://github.com/sgl-project/sglang", "main")]),
+    ("sglang @ git+ssh://git@git.example.org/sgl/sglang.git#subdirectory=python", []),  # no ref: the user's @ only
+    ("sglang @ git+git@git.example.org:sgl/sglang.git", []),
+])
+def test_a_git_requirements_ref_is_what_follows_the_last_at_past_its_host(requirement, refs):
+    assert git_refs(requirement) == refs
+    pins = {"git": {f"{url}@{ref}": "2" * 40 for url, ref in refs}}
+    assert git_refs(pinned(requirement, pins)) == [(url, "2" * 40) for url, _ in refs]
 
 
 @pytest.mark.parametrize("login, problem", [

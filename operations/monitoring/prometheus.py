@@ -33,6 +33,7 @@ from operations.gateway.config import Gateway
 from operations.gateway.workers import Worker
 from operations.basics.host_programs import inline
 from operations.basics.templates import render
+from operations.basics.untrusted import printable
 
 PACKAGE = "prometheus"  # Debian's (bookworm: 2.42), its unit runs `/usr/bin/prometheus $ARGS` as `prometheus`
 SERVICE = "prometheus.service"
@@ -238,7 +239,7 @@ def fresh_scrape_s(monitoring: Monitoring) -> int:
 def down_targets(found: dict, wanted: list[ScrapeTarget]) -> list[str]:
     """Each wanted target that Prometheus does not report `up`, with why; empty when all are."""
     if not found.get("reachable"):
-        return [f"Prometheus does not answer: {found.get('error', '')}"]
+        return [f"Prometheus does not answer: {printable(found.get('error', ''))}"]
     health = {(t["job"], t["instance"]): t for t in found["targets"]}
     down = []
     for target in wanted:
@@ -246,7 +247,7 @@ def down_targets(found: dict, wanted: list[ScrapeTarget]) -> list[str]:
         if seen is None:
             down.append(f"{target.job} {target.name} ({target.address}): not a target")
         elif seen["health"] != "up":
-            down.append(f"{target.job} {target.name} ({target.address}): {seen['health']} {seen['error']}".rstrip())
+            down.append(f"{target.job} {target.name} ({target.address}): {printable(seen['health'])} {printable(seen['error'])}".rstrip())
     return down
 
 

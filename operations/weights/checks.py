@@ -14,6 +14,7 @@ from operations.basics import gathering
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.knobs import COMMIT
+from operations.basics.untrusted import printable
 from operations.weights.config import Repo, Weights
 from operations.weights.hub import AccessPending, HubProblem, RepoSnapshot, controller_token, snapshot, whoami
 
@@ -85,7 +86,7 @@ def hub_state(weights: Weights) -> HubState:
 
 
 def _outage(where: str, error: Exception) -> str:
-    cause = " ".join(str(error).split())[:200] or type(error).__name__
+    cause = printable(" ".join(str(error).split())[:200]) or type(error).__name__
     return (f"the hub at {where} did not answer as a hub does ({type(error).__name__}: {cause}): check the "
             "network and hf_endpoint, then re-run (nothing was changed)")
 
@@ -172,8 +173,8 @@ def described(weights: Weights, snapshots: dict[str, RepoSnapshot]) -> str:
             found.append(f"{repo.repo_id}@{snap.commit[:12]}")
         else:
             text = snap.text_config()
-            found.append(f"{repo.repo_id}@{snap.commit[:12]} ({text.get('model_type')}, "
-                         f"{text.get('num_hidden_layers')} layers, {gb(snap.total_bytes)})")
+            found.append(f"{repo.repo_id}@{snap.commit[:12]} ({printable(text.get('model_type'))}, "
+                         f"{printable(text.get('num_hidden_layers'))} layers, {gb(snap.total_bytes)})")
     return " with ".join(found)
 
 

@@ -14,7 +14,7 @@ from operations.weights.hub import RepoSnapshot
 from operations.deployment.preflight import LoginUser, login_problems, moving_revisions
 from operations.server.checks import exposure_problems, unpinned_build
 from operations.server.config import git_refs, pinned
-from operations.weights.checks import HubState, hub_state, unpinned
+from operations.weights.checks import HubState, described, hub_state, unpinned
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
 from tests.unit.group_data import host_data
 
@@ -119,6 +119,13 @@ def test_a_git_requirements_ref_is_what_follows_the_last_at_past_its_host(requir
     assert git_refs(requirement) == refs
     pins = {"git": {f"{url}@{ref}": "2" * 40 for url, ref in refs}}
     assert git_refs(pinned(requirement, pins)) == [(url, "2" * 40) for url, _ in refs]
+
+
+def test_a_hubs_config_strings_print_with_their_control_characters_escaped():
+    config = {"model_type": "kimi\x1b]0;owned\x07", "num_hidden_layers": "61\r\n\u202e"}
+    said = described(deployment().weights, {"target": RepoSnapshot("r/target", COMMIT, (), config)})
+    assert said.startswith("moonshotai/Kimi-K2.6@0123456789ab (kimi\\x1b]0;owned\\x07, 61\\r\\n\\u202e layers")
+    assert said.isprintable()
 
 
 @pytest.mark.parametrize("login, problem", [

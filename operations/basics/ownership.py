@@ -12,7 +12,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.operations import files, server
 
-from operations.basics import gathering, host_programs
+from operations.basics import gathering, host_programs, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates, matches, sha1_of
 
@@ -147,4 +147,4 @@ def host_programs_uploaded(install_dir: str, programs: dict[str, Path] | None = 
     if not stale:
         host.noop(f"{len(paths)} host scripts are current")
     for dest, src in stale.items():
-        yield from files.put._inner(src=str(src), dest=dest, user=owner, group=owner, mode="755")
+        yield from shell.put(src=str(src), dest=dest, user=owner, group=owner, mode="755")

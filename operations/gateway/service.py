@@ -9,8 +9,9 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import files, systemd
+from pyinfra.operations import systemd
 
+from operations.basics import shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates, sha1_of
 from operations.basics.secrets import controller_key_file
@@ -115,6 +116,6 @@ def configure(gateway: Gateway, inputs: str, restart_when: list[OperationMeta]):
         else:
             host.noop(f"{g.service_name} is running its current unit ({inputs})")
         return
-    yield from files.put._inner(src=StringIO(text), dest=g.unit_file, user="root", group="root", mode="644")
+    yield from shell.put(src=StringIO(text), dest=g.unit_file, user="root", group="root", mode="644")
     yield from systemd.service._inner(service=g.service_name, running=True, restarted=True, enabled=True,
                                       daemon_reload=True)

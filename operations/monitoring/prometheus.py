@@ -115,7 +115,7 @@ def arguments(monitoring: Monitoring):
 
         monitoring.arguments(name="Prometheus arguments", monitoring=m)
     """
-    yield from files.put._inner(src=StringIO(arguments_text(monitoring)), dest=ARGUMENTS_FILE, mode="644",
+    yield from shell.put(src=StringIO(arguments_text(monitoring)), dest=ARGUMENTS_FILE, mode="644",
                                 user="root", group="root")
 
 
@@ -135,7 +135,7 @@ def scrape_config(monitoring: Monitoring, targets: list[ScrapeTarget]):
         monitoring.scrape_config(name="Prometheus targets", monitoring=m, targets=scrape_targets(host.name, g, w))
     """
     yield from files.directory._inner(path="/etc/prometheus", mode="755", user="root", group="root")
-    yield from files.put._inner(src=StringIO(config_text(monitoring, targets)),
+    yield from shell.put(src=StringIO(config_text(monitoring, targets)),
                                 dest=CONFIG_FILE, mode="644", user="root", group="root")
 
 
@@ -185,7 +185,7 @@ def confinement():
         monitoring.confinement(name="Prometheus confinement")
     """
     yield from files.directory._inner(path=posixpath.dirname(CONFINEMENT_FILE), mode="755", user="root", group="root")
-    yield from files.put._inner(src=StringIO(render("monitoring/prometheus-confinement.conf.j2")),
+    yield from shell.put(src=StringIO(render("monitoring/prometheus-confinement.conf.j2")),
                                 dest=CONFINEMENT_FILE, mode="644", user="root", group="root")
 
 

@@ -137,7 +137,7 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
             yield from files.directory._inner(path=repo.repo_dir, user=d.owner, group=d.owner)
     for dest, content in uploads.items():
         if not matches(states.get(dest), "file", "644", sha1=sha1_of(content.encode())):
-            yield from files.put._inner(src=StringIO(content), dest=dest, mode="644")
+            yield from shell.put(src=StringIO(content), dest=dest, mode="644")
     units = " ".join(f"{r.unit_name}.service" for r in pending)
     # One round trip. reset-failed: a unit that used up its restarts on an earlier run may start
     # again now. `start` on a unit that is already running attaches to it instead of starting another.

@@ -33,6 +33,16 @@ def escalation(host) -> dict:
     return {key: arguments[key] for key in ESCALATION if key in arguments}
 
 
+def sudo_password(host) -> bool:
+    """The run hands sudo (or su) a password: pyinfra 3.10 passes it in the environment of every command
+    line it escalates (`env SUDO_ASKPASS=... PYINFRA_SUDO_PASSWORD=... sudo -A`, connectors/util.py
+    make_unix_command), never on sudo's stdin; prompted once sudo asked for one, it is kept in the host's
+    connector data."""
+    arguments = escalation(host)
+    return bool(arguments.get("_sudo_password") or arguments.get("_su_password")
+                or host.connector_data.get("prompted_sudo_password"))
+
+
 def run(host, command: str | StringCommand, **arguments):
     """`host.run_shell_command(command)` as the current operation's commands run: (ok, output)."""
     return host.run_shell_command(command, **{**escalation(host), **arguments})

@@ -228,7 +228,7 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
                                              "wheel path)"),
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
                                       "a version like 0.5.23"),
-        pip_index_url=knobs.url("pip_index_url", data.pip_index_url),
+        pip_index_url=knobs.index_url(data),
         speculative=_speculative(profile_name, profile["speculative"]),
         attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
         draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,

@@ -19,6 +19,7 @@ class FakeHost:
     def __init__(self, facts: dict, arguments: dict | None = None):
         self.facts = facts
         self.current_op_global_arguments = arguments or {}
+        self.connector_data: dict = {}  # what the connector keeps (a prompted sudo password)
         self.noops: list[str] = []
         self.logged: list[str] = []
 

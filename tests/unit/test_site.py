@@ -40,6 +40,7 @@ def site(tmp_path, hub, sglang_repo, monkeypatch):
     (directory / "group_data").mkdir(parents=True)
     (directory / "group_data" / "all.py").write_text(
         f"hf_endpoint = {hub.url!r}\n"
+        "allow_http_hub = True\n"
         "mirrors['repos'].update({'moonshotai/Kimi-K2.6': 'lab/Kimi-K2.6-tiny', "
         "'z-lab/Kimi-K2.6-DFlash': 'lab/Kimi-K2.6-DFlash-tiny', 'Qwen/Qwen3.6-27B': 'lab/Qwen3.6-27B-tiny', "
         "'z-lab/Qwen3.6-27B-DFlash': 'lab/Qwen3.6-27B-DFlash-tiny'})\n"

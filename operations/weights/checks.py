@@ -124,6 +124,11 @@ def disk_problems(wanted: list[tuple[Weights, dict[str, RepoSnapshot]]], disk: d
     if unknown:
         return [f"{host.name}: the host did not say how much room {', '.join(unknown)} has (its disk check "
                 "printed nothing; it needs python3 on the host): install python3, then re-run"]
+    linked = [local_dir for local_dir in repos if disk[local_dir].get("linked")]
+    if linked:
+        return [f"{host.name}: {local_dir} is a link, not the revision directory the deploy makes (the service "
+                "user owns the directory holding it): remove the link, then re-run (the fetch makes the "
+                "directory again)" for local_dir in linked]
     needs: dict[int, list] = {}
     for local_dir, (repo, snap) in repos.items():
         on_disk = disk[local_dir]

@@ -28,7 +28,7 @@ from pyinfra.api.state import StateStage
 from pyinfra.operations import files, systemd
 
 from operations.basics.file_states import FileStates
-from operations.basics import apt_packages, knobs, network, shell
+from operations.basics import apt_packages, gathering, knobs, network, shell
 from operations.gateway.config import Gateway
 from operations.gateway.workers import Worker
 from operations.basics.host_programs import inline
@@ -166,7 +166,7 @@ def no_scrape_key():
 
         monitoring.no_scrape_key(name="Prometheus holds no key")
     """
-    if host.get_fact(FileStates, paths=(KEY_FILE,)).get(KEY_FILE):
+    if gathering.read(FileStates, paths=(KEY_FILE,)).get(KEY_FILE):
         yield StringCommand("rm", "-f", KEY_FILE)
     else:
         host.noop(f"{KEY_FILE} is absent")

@@ -128,6 +128,11 @@ def read(fact_class: type[FactBase], **kwargs):
     parts = getattr(fact_class, "PARTS", ())
     if current and parts and all(key(part, {}) in found for part in parts):
         return {part.__name__: found[key(part, {})] for part in parts}
+    return own_command(fact_class, **kwargs)
+
+
+def own_command(fact_class: type[FactBase], **kwargs):
+    """The fact read by its own command, with the digest key on stdin for a fact that digests files."""
     if getattr(fact_class, "reads_digest_key", False):
         return host.get_fact(fact_class, **kwargs, _stdin=DIGEST_KEY)
     return host.get_fact(fact_class, **kwargs)

@@ -85,6 +85,15 @@ def ls_remote(url: str, ref: str) -> str:
     raise LookupError(f"{url} has no ref {ref} (git ls-remote lists none): fix the requirement in group_data")
 
 
+def pull_request_warning(url: str, ref: str, commit: str) -> str | None:
+    """One line when `ref` is a pull request's: its commit is whatever the request's author pushed last."""
+    if not ref.startswith("refs/pull/"):
+        return None
+    return (f"pin: warning: {url}@{ref} is a pull request's ref, pinned at {commit}, the commit its author pushed "
+            f"last: its build runs that author's code on every host; read it (git fetch {url} {ref} && git show "
+            f"{commit}) before deploying")
+
+
 def outcome(before: str | None, now: str) -> str:
     if before is None:
         return "new"
@@ -115,7 +124,7 @@ def main(argv: list[str]) -> int:
     hosts = inventory_hosts(args.inventory, args.data, args.group_data)
     repos, refs, problems = moving(hosts, args.profile)
     pins = site.pins()
-    rows, hubs = [], {}  # (endpoint, token variable) -> what stops the token there ("" if nothing), asked once
+    rows, warnings, hubs = [], [], {}  # hubs: (endpoint, token variable) -> what stops the token there ("" if nothing), asked once
     for (endpoint, token_env, repo_id, revision), names in sorted(repos.items(), key=str):
         key, token, hub = f"{repo_id}@{revision}", controller_token(token_env), (endpoint, token_env)
         if hub not in hubs:  # a bad token or an unreachable hub said once, as the deploy's preflight says it
@@ -144,9 +153,13 @@ def main(argv: list[str]) -> int:
             continue
         rows.append((key, commit, outcome(pins["git"].get(key), commit)))
         pins["git"][key] = commit
+        if warning := pull_request_warning(url, ref, commit):
+            warnings.append(warning)
     width = max((len(key) for key, _, _ in rows), default=0)
     for key, commit, said in rows:
         print(f"pin: {key:{width}}  {commit}  {said}")
+    for line in warnings:
+        print(line, file=sys.stderr)
     for problem in problems:
         print(f"pin: {problem}", file=sys.stderr)
     if rows:

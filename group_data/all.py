@@ -89,12 +89,18 @@ profiles = {
 mirrors = dict(repos={}, requirements={})
 
 hf_endpoint = None  # None: the public hub; set for a private hub or mirror
+# True: accept a plain-HTTP hf_endpoint. The token then travels in clear, and whoever is on the path
+# serves the weights and the hashes they are checked against.
+allow_http_hub = False
 hf_token_env = "HF_TOKEN"  # read on the controller; else its huggingface_hub token file
 # If set on the controller, the server requires this key (/etc/specfleet/api-key: root's, 0640, the service group reads it). Unset,
 # a key already on the host stays; only remove_api_key=true removes it.
 api_key_env = "SPECFLEET_API_KEY"
 remove_api_key = False
 pip_index_url = None  # None: PyPI
+# True: accept a plain-HTTP pip_index_url; whoever is on the path then serves the packages that uv
+# installs as root (a git build's, and the client's, unchecked by any hash).
+allow_http_index = False
 
 service_name = "sglang"  # each replica's unit is SERVICE_NAME@DEPLOYMENT-gpuGPUS, e.g. sglang@qwen36_ddtree-gpu3
 service_user = "sglang"

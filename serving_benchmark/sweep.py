@@ -37,7 +37,6 @@ import gevent
 from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import files
 
 from serving_benchmark import report
 from operations.server.config import Server, Speculative
@@ -258,14 +257,15 @@ def tokenizer(server: Server, source: str):
         host.noop("the client reads the model's own tokenizer")
         return
     for path in sorted((REPO / source).glob("*.json")):
-        yield from files.put._inner(src=str(path), dest=f"{server.install_dir}/bench/tokenizer/{path.name}",
+        yield from shell.put(src=str(path), dest=f"{server.install_dir}/bench/tokenizer/{path.name}",
                                     mode="644")
 
 
 @operation()
 def prompts(server: Server, plan: Plan):
     """
-    Upload the benchmark's prompts file next to the client (root's directory, readable by the service user).
+    Upload the benchmark's prompts file next to the client (root's directory): 0640 root:<service user's
+    group>, the operator's prompts readable by the client and no other local user.
 
     + server: the host's server (install directory)
     + plan: the benchmark's plan (its prompts file on the controller)
@@ -276,7 +276,8 @@ def prompts(server: Server, plan: Plan):
 
         sweep.prompts(name="Benchmark prompts", server=s, plan=sweep.plan(host.data))
     """
-    yield from files.put._inner(src=str(plan.prompts), dest=prompts_path(server), mode="644")
+    yield from shell.put(src=str(plan.prompts), dest=prompts_path(server), user="root",
+                                group=server.service_user, mode="640")
 
 
 def prompts_path(server: Server) -> str:

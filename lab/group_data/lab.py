@@ -12,6 +12,7 @@ from lab.index import standin_requirement
 
 hf_endpoint = config.HUB_URL
 pip_index_url = config.INDEX_URL
+allow_http_hub = allow_http_index = True  # the lab's hub and index serve plain HTTP on the lab network
 nvidia_repo_url = config.APT_URL  # the lab's signed stand-in of NVIDIA's repository (lab/apt_repo.py)
 allow_http_nvidia_repo = True  # the lab's repository is served over plain HTTP on the lab network
 

@@ -25,6 +25,7 @@ from pyinfra.api import FactBase
 from pyinfra.context import ctx_host
 from pyinfra.facts.server import Arch, LinuxDistribution
 
+from operations.basics.file_states import DIGEST_KEY
 from operations.basics.host_programs import inline
 
 Wanted = list[tuple[type[FactBase], dict]]
@@ -105,7 +106,8 @@ def _this_host():
 def answered(wanted: Wanted) -> dict[tuple, object]:
     """Each fact in `wanted` the host program answered, by (fact name, arguments), from one round trip."""
     gatherable = [(fact, kwargs) for fact, kwargs in wanted if answer_of(fact)]
-    answers = host.get_fact(HostState, requests=json.dumps(encoded(gatherable), sort_keys=True))
+    # The digest key on stdin, for the file states among them (operations/basics/file_states.py).
+    answers = host.get_fact(HostState, requests=json.dumps(encoded(gatherable), sort_keys=True), _stdin=DIGEST_KEY)
     return {key(fact_class, kwargs): fact_class().process(lines) if lines else fact_class.default()
             # as pyinfra does: no output, the fact's default
             for (fact_class, kwargs), lines in zip(gatherable, answers) if lines is not None}
@@ -126,4 +128,11 @@ def read(fact_class: type[FactBase], **kwargs):
     parts = getattr(fact_class, "PARTS", ())
     if current and parts and all(key(part, {}) in found for part in parts):
         return {part.__name__: found[key(part, {})] for part in parts}
+    return own_command(fact_class, **kwargs)
+
+
+def own_command(fact_class: type[FactBase], **kwargs):
+    """The fact read by its own command, with the digest key on stdin for a fact that digests files."""
+    if getattr(fact_class, "reads_digest_key", False):
+        return host.get_fact(fact_class, **kwargs, _stdin=DIGEST_KEY)
     return host.get_fact(fact_class, **kwargs)

@@ -113,6 +113,22 @@ def url(name: str, value: Any) -> str | None:
     return value
 
 
+def url_over_https(name: str, value: Any, allow_name: str, allow: Any, what: str) -> str | None:
+    """`url(name, value)`, https unless the boolean knob `allow_name` trusts plain HTTP (`what` says what
+    travels unprotected then)."""
+    checked = url(name, value)
+    if checked is not None and checked.startswith("http://") and not boolean(allow_name, allow):
+        raise BadHostData(f"{name}={without_userinfo(checked)!r} is not accepted: use an https:// URL, or set "
+                          f"{allow_name}=true to trust plain HTTP ({what})")
+    return checked
+
+
+def index_url(data: Any) -> str | None:
+    """The package index uv installs from (`pip_index_url`, the servers' and the gateway's), checked."""
+    return url_over_https("pip_index_url", data.pip_index_url, "allow_http_index", data.allow_http_index,
+                          "whoever is on the path serves the packages uv installs as root")
+
+
 def requirement(name: str, value: Any, accepted: str) -> str:
     """A pip requirement on one line (PEP 508, a path or a URL), with no credentials in its URL."""
     if isinstance(value, str):

@@ -12,9 +12,9 @@ from pyinfra import host
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.operations import files, server
 
-from operations.basics import gathering, host_programs
+from operations.basics import gathering, host_programs, shell
 from operations.basics.failing import fail_host
-from operations.basics.file_states import FileStates, matches, sha1_of
+from operations.basics.file_states import FileStates, matches
 
 
 class SystemUser(FactBase):
@@ -143,8 +143,8 @@ def host_programs_uploaded(install_dir: str, programs: dict[str, Path] | None = 
     paths = upload_paths(install_dir, programs)
     states = gathering.read(FileStates, paths=tuple(paths))
     stale = {dest: src for dest, src in paths.items()
-             if not matches(states.get(dest), "file", "755", owner, sha1=sha1_of(src.read_bytes()))}
+             if not matches(states.get(dest), "file", "755", owner, content=src.read_bytes())}
     if not stale:
         host.noop(f"{len(paths)} host scripts are current")
     for dest, src in stale.items():
-        yield from files.put._inner(src=str(src), dest=dest, user=owner, group=owner, mode="755")
+        yield from shell.put(src=str(src), dest=dest, user=owner, group=owner, mode="755")

@@ -20,7 +20,7 @@ from pyinfra.api import QuoteString, StringCommand
 
 from operations.basics import gathering
 from operations.basics.failing import fail_host
-from operations.basics.file_states import FileStates, matches, sha1_of
+from operations.basics.file_states import FileStates, matches
 
 # Letters, digits and `-._~+/=` (hex, base64 and URL-safe base64 keys): nothing a shell, a unit
 # file or a log escapes beyond the few forms the launcher masks. 16 characters at least.
@@ -69,7 +69,7 @@ def controller_key_file(key_env: str, path: str, group: str, remove: bool):
                          f"-._~+/= (e.g. `openssl rand -hex 32`), found {len(key)} characters that are not"],
                         static=True)
         return
-    if matches(state, "file", API_KEY_MODE, sha1=sha1_of(key.encode())) and \
+    if matches(state, "file", API_KEY_MODE, content=key.encode()) and \
             (state["user"], state["group"]) == ("root", group):
         host.noop(f"{path} holds the key (0{API_KEY_MODE}, root:{group})")
         return

@@ -9,7 +9,7 @@ import os
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from operations.basics import failing, gathering, ownership
+from operations.basics import failing, gathering, ownership, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates
 from operations.deployment import Deployment
@@ -40,9 +40,19 @@ class LoginUser(FactBase):
         return {"user": user, "login": sudo_user or user, "sudo": bool(sudo_user)}
 
 
-def login_problems(login: dict | None) -> list[str]:
-    """The deploy acts as root: through a root login, or a login with pyinfra's --sudo (or --su-user root),
-    which every command of the deploy goes through (operations/basics/shell.py)."""
+def sudo_password_problem(login: str) -> str:
+    """A sudo password would be on every escalated command line of the run (`shell.sudo_password`),
+    the downloads' polls included, for any local user to read in /proc/*/cmdline."""
+    return (f"{host.name}: sudo takes a password from {login}, which pyinfra puts on every command line it runs "
+            f"through sudo (readable by every local user): give {login} passwordless sudo (a line '{login} "
+            "ALL=(ALL) NOPASSWD: ALL' in /etc/sudoers.d/), then re-run without a sudo password")
+
+
+def login_problems(login: dict | None, password: bool = False) -> list[str]:
+    """The deploy acts as root: through a root login, or a login with pyinfra's --sudo (or --su-user root)
+    without a password, which every command of the deploy goes through (operations/basics/shell.py)."""
+    if login and login["user"] and password:
+        return [sudo_password_problem(login["login"])]
     if not login or not login["user"]:
         return [f"{host.name}: the host did not say which user the deploy runs as (`id -un` printed "
                 "nothing): check that the login has a shell and a user name, then re-run"]
@@ -52,7 +62,7 @@ def login_problems(login: dict | None) -> list[str]:
         return [f"{host.name}: the deploy runs as {login['user']} through sudo, but it must run as root: "
                 "drop --sudo-user"]
     return [f"{host.name}: the deploy logged in as {login['user']}, not root: add --sudo to the pyinfra command "
-            "(and --same-sudo-password if sudo asks for a password), or log in as root"]
+            "(with passwordless sudo for that user), or log in as root"]
 
 
 def moving_revisions(deployment: Deployment, hub: HubState) -> tuple[list[str], list[str]]:
@@ -97,8 +107,11 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
         preflight.check(name="Preflight", deployments=deployments, hubs=hubs)
     """
     first, s = deployments[0], deployments[0].server
+    if shell.sudo_password(host):  # refused before the gathering, the first command that would carry it
+        yield fail_host([sudo_password_problem(host.data.get("ssh_user") or "the deploy user")], static=True)
+        return
     gathering.gather(wanted_facts(deployments, hubs))  # what every operation reads, in one round trip
-    problems = login_problems(gathering.read(LoginUser))
+    problems = login_problems(gathering.read(LoginUser), shell.sudo_password(host))  # one prompted for then
     account = ownership.account_problem(s.service_user, s.service_home,
                                         gathering.read(ownership.SystemUser, user=s.service_user))
     problems += [f"{host.name}: service_user={s.service_user!r}: {account}"] if account else []

@@ -115,7 +115,7 @@ def resolve(data: Any) -> Gateway:
         register_timeout_s=knobs.integer("gateway_register_timeout_s", data.gateway_register_timeout_s, minimum=1),
         install_dir=knobs.path("install_dir", data.install_dir),
         config_dir=knobs.path("config_dir", data.config_dir),
-        pip_index_url=knobs.url("pip_index_url", data.pip_index_url),
+        pip_index_url=knobs.index_url(data),
         api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
         admin_key_env=knobs.matching("gateway_admin_key_env", data.gateway_admin_key_env, knobs.ENV_NAME,
                                      "a variable name"),

@@ -9,10 +9,11 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import files, systemd
+from pyinfra.operations import systemd
 
+from operations.basics import gathering, shell
 from operations.basics.failing import fail_host
-from operations.basics.file_states import FileStates, sha1_of
+from operations.basics.file_states import FileStates, digest_of, sha1_of
 from operations.basics.secrets import controller_key_file
 from operations.basics.templates import render
 from operations.basics.units import ServiceState
@@ -37,7 +38,7 @@ def api_key(gateway: Gateway):
     """
     g = gateway
     key = os.environ.get(g.api_key_env, "")
-    state = host.get_fact(FileStates, paths=(g.key_file,)).get(g.key_file)
+    state = gathering.read(FileStates, paths=(g.key_file,)).get(g.key_file)
     if g.exposed and not key and (not state or g.remove_api_key):
         yield fail_host([f"{host.name}: the gateway would listen on {g.bind_address} without a key: "
                          f"set ${g.api_key_env} on the controller or keep gateway_bind_address=127.0.0.1"],
@@ -68,14 +69,14 @@ def admin_key(gateway: Gateway):
     """
     g = gateway
     admin, client = os.environ.get(g.admin_key_env, ""), os.environ.get(g.api_key_env, "")
-    states = host.get_fact(FileStates, paths=(g.admin_key_file, g.key_file))
+    states = gathering.read(FileStates, paths=(g.admin_key_file, g.key_file))
     admin_kept, client_kept = states.get(g.admin_key_file), states.get(g.key_file)
     with_client = bool(client or client_kept) and not g.remove_api_key
     if with_client and not (admin or admin_kept):
         yield fail_host([f"{host.name}: the gateway would let its clients register workers: set "
                          f"${g.admin_key_env} on the controller (16 to 512 characters, not ${g.api_key_env})"])
         return
-    if admin and (admin == client or (not client and client_kept and client_kept.get("sha1") == sha1_of(admin.encode()))):
+    if admin and (admin == client or (not client and client_kept and client_kept.get("digest") == digest_of(admin.encode()))):
         yield fail_host([f"{host.name}: ${g.admin_key_env} is the clients' key (${g.api_key_env}): "
                          "the control plane needs a key of its own"])
         return
@@ -115,6 +116,6 @@ def configure(gateway: Gateway, inputs: str, restart_when: list[OperationMeta]):
         else:
             host.noop(f"{g.service_name} is running its current unit ({inputs})")
         return
-    yield from files.put._inner(src=StringIO(text), dest=g.unit_file, user="root", group="root", mode="644")
+    yield from shell.put(src=StringIO(text), dest=g.unit_file, user="root", group="root", mode="644")
     yield from systemd.service._inner(service=g.service_name, running=True, restarted=True, enabled=True,
                                       daemon_reload=True)

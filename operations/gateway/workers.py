@@ -33,6 +33,7 @@ from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
 from operations.basics.secrets import controller_key_file
+from operations.basics.untrusted import printable
 from operations.gateway import config
 from operations.gateway.config import Gateway
 from operations.nodes.group import members
@@ -266,7 +267,7 @@ def _gateway_program(host, command: str, failed: str) -> dict | None:
     """gateway_workers.py run on the host: the JSON line it ends with, or None, said in red after `failed`."""
     ok, output = shell.run(host, command)
     if not ok:
-        host.log_styled(f"{failed}: {output.stderr or output.stdout}", fg="red")
+        host.log_styled(f"{failed}: {printable(output.stderr or output.stdout)}", fg="red")
         return None
     return json.loads(output.stdout_lines[-1])
 

@@ -78,14 +78,11 @@ def expected_gpus(values: dict) -> GpuExpectations:
 def repo_url(value: Any, allow_http: Any) -> str:
     """NVIDIA's repository URL: https, unless `allow_http_nvidia_repo` trusts a plain-HTTP one (whose
     keyring anyone on the path could swap, and with it every package apt then accepts)."""
-    url = knobs.url("nvidia_repo_url", value)
+    url = knobs.url_over_https("nvidia_repo_url", value, "allow_http_nvidia_repo", allow_http,
+                               "its keyring, and so every package, can be swapped on the way")
     if url is None:
         raise BadHostData("nvidia_repo_url=None is not accepted: use NVIDIA's "
                           "https://developer.download.nvidia.com/compute/cuda/repos or a mirror's https URL")
-    if url.startswith("http://") and not knobs.boolean("allow_http_nvidia_repo", allow_http):
-        raise BadHostData(f"nvidia_repo_url={url!r} is not accepted: use an https:// URL, or set "
-                          "allow_http_nvidia_repo=true to trust a plain-HTTP repository (its keyring, and so "
-                          "every package, can be swapped on the way)")
     return url
 
 

@@ -28,11 +28,12 @@ from pyinfra.api.state import StateStage
 from pyinfra.operations import files, systemd
 
 from operations.basics.file_states import FileStates
-from operations.basics import apt_packages, knobs, network, shell
+from operations.basics import apt_packages, gathering, knobs, network, shell
 from operations.gateway.config import Gateway
 from operations.gateway.workers import Worker
 from operations.basics.host_programs import inline
 from operations.basics.templates import render
+from operations.basics.untrusted import printable
 
 PACKAGE = "prometheus"  # Debian's (bookworm: 2.42), its unit runs `/usr/bin/prometheus $ARGS` as `prometheus`
 SERVICE = "prometheus.service"
@@ -114,7 +115,7 @@ def arguments(monitoring: Monitoring):
 
         monitoring.arguments(name="Prometheus arguments", monitoring=m)
     """
-    yield from files.put._inner(src=StringIO(arguments_text(monitoring)), dest=ARGUMENTS_FILE, mode="644",
+    yield from shell.put(src=StringIO(arguments_text(monitoring)), dest=ARGUMENTS_FILE, mode="644",
                                 user="root", group="root")
 
 
@@ -134,7 +135,7 @@ def scrape_config(monitoring: Monitoring, targets: list[ScrapeTarget]):
         monitoring.scrape_config(name="Prometheus targets", monitoring=m, targets=scrape_targets(host.name, g, w))
     """
     yield from files.directory._inner(path="/etc/prometheus", mode="755", user="root", group="root")
-    yield from files.put._inner(src=StringIO(config_text(monitoring, targets)),
+    yield from shell.put(src=StringIO(config_text(monitoring, targets)),
                                 dest=CONFIG_FILE, mode="644", user="root", group="root")
 
 
@@ -165,7 +166,7 @@ def no_scrape_key():
 
         monitoring.no_scrape_key(name="Prometheus holds no key")
     """
-    if host.get_fact(FileStates, paths=(KEY_FILE,)).get(KEY_FILE):
+    if gathering.read(FileStates, paths=(KEY_FILE,)).get(KEY_FILE):
         yield StringCommand("rm", "-f", KEY_FILE)
     else:
         host.noop(f"{KEY_FILE} is absent")
@@ -184,7 +185,7 @@ def confinement():
         monitoring.confinement(name="Prometheus confinement")
     """
     yield from files.directory._inner(path=posixpath.dirname(CONFINEMENT_FILE), mode="755", user="root", group="root")
-    yield from files.put._inner(src=StringIO(render("monitoring/prometheus-confinement.conf.j2")),
+    yield from shell.put(src=StringIO(render("monitoring/prometheus-confinement.conf.j2")),
                                 dest=CONFINEMENT_FILE, mode="644", user="root", group="root")
 
 
@@ -238,7 +239,7 @@ def fresh_scrape_s(monitoring: Monitoring) -> int:
 def down_targets(found: dict, wanted: list[ScrapeTarget]) -> list[str]:
     """Each wanted target that Prometheus does not report `up`, with why; empty when all are."""
     if not found.get("reachable"):
-        return [f"Prometheus does not answer: {found.get('error', '')}"]
+        return [f"Prometheus does not answer: {printable(found.get('error', ''))}"]
     health = {(t["job"], t["instance"]): t for t in found["targets"]}
     down = []
     for target in wanted:
@@ -246,7 +247,7 @@ def down_targets(found: dict, wanted: list[ScrapeTarget]) -> list[str]:
         if seen is None:
             down.append(f"{target.job} {target.name} ({target.address}): not a target")
         elif seen["health"] != "up":
-            down.append(f"{target.job} {target.name} ({target.address}): {seen['health']} {seen['error']}".rstrip())
+            down.append(f"{target.job} {target.name} ({target.address}): {printable(seen['health'])} {printable(seen['error'])}".rstrip())
     return down
 
 

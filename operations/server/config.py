@@ -15,7 +15,10 @@ from operations.server.layout import Layout, unit_name
 # ShutdownReq (tokenizer_manager.py _SCHEDULER_EXIT_TIMEOUT_SECS), then killing and reaping its children.
 SHUTDOWN_S = 30
 
-GIT_REF = re.compile(r"git\+(\S+?)@([^#\s]+)")  # 'name @ git+URL@REF#...': the repository URL and its ref
+# 'name @ git+URL@REF#...': the repository URL and its ref. The ref follows the last @ past the URL's host
+# (ssh://USER@HOST/PATH@REF, or scp-style USER@HOST:PATH@REF): an @ before the path is the URL's user,
+# as pip's own split of a VCS URL reads it (pip/_internal/vcs/versioncontrol.py get_url_rev_and_auth).
+GIT_REF = re.compile(r"git\+((?:[A-Za-z][\w+.-]*://[^/\s#]*/|[^/\s#@:]+@[^/\s#:]+:)[^#\s]*)@([^@#\s]+)")
 
 
 # The options the deploy sets itself, each with the knob that sets it: what flags.server_args renders
@@ -225,7 +228,7 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
                                              "wheel path)"),
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
                                       "a version like 0.5.23"),
-        pip_index_url=knobs.url("pip_index_url", data.pip_index_url),
+        pip_index_url=knobs.index_url(data),
         speculative=_speculative(profile_name, profile["speculative"]),
         attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
         draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,

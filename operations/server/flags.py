@@ -7,6 +7,7 @@ import weakref
 from pyinfra.api import FactBase
 from pyinfra.context import ctx_host
 
+from operations.basics.untrusted import printable
 from operations.server.config import Server
 
 # Flag spellings that changed between SGLang releases (checked in the released wheels): (first version with the new spelling, old spelling, new spelling).
@@ -153,9 +154,9 @@ class SGLangRejects(FactBase):
         for line in output:
             if line.startswith("@@RESOLVED@@"):
                 result = json.loads(line[len("@@RESOLVED@@"):])
-                return result.get("error")
+                return None if result.get("error") is None else printable(result["error"])
         errors = [line for line in output[:-1] if "error" in line.lower()]
-        return (errors or output[-3:] or ["no output"])[-1]
+        return printable((errors or output[-3:] or ["no output"])[-1])
 
 
 def rendered_ddtree_violations(server: Server) -> list[str]:

@@ -9,6 +9,7 @@ from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from operations.basics import gathering, outcomes, polling, shell
+from operations.basics.untrusted import printable
 from operations.server.config import Server
 from operations.server.unit import restore_command
 
@@ -133,7 +134,7 @@ def log_serving(host, probe: dict) -> None:
     that answer failed after the completion: the server generates all the same)."""
     algorithm = probe.get("algorithm", "unread")
     outcomes.note(host, serving=algorithm, accept_length=probe.get("accept_length"))
-    unread = f" (/server_info: {probe['error']})" if "algorithm" not in probe and probe.get("error") else ""
+    unread = f" (/server_info: {printable(probe['error'])})" if "algorithm" not in probe and probe.get("error") else ""
     host.log_styled(f"serving {algorithm}{unread} (draft tokens {probe.get('num_draft_tokens')}): accept length "
                     f"{probe.get('accept_length')}; completion: {probe['completion']!r}", fg="green")
 
@@ -165,7 +166,7 @@ def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,
             return True, ""
         return None, (f"{what}: {elapsed:.0f}s of {timeout_s:.0f}s, {run['active']}/{run['sub']}, "
                       f"restarts {run['restarts'] - last['restarts_before']}: "
-                      f"{run['progress'] or last['probe'].get('error', 'not ready')}")
+                      f"{printable(run['progress'] or last['probe'].get('error', 'not ready'))}")
 
     polling.wait(host, check, interval_s=interval_s, log_every_s=PROGRESS_EVERY_S, timeout_s=timeout_s,
               first_log_s=10)
@@ -187,11 +188,11 @@ def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 
         again, _ = watch(host, d, min(timeout_s, 120), f"waiting for the restored {d.service_name} to generate",
                           interval_s)
         outcome = ("restored the previous unit, which generates again" if generates(again) else
-                   f"restored the previous unit, but it does not generate either ({again.get('error', 'not ready')})")
+                   f"restored the previous unit, but it does not generate either ({printable(again.get('error', 'not ready'))})")
     else:
         outcome = "no previous unit to restore"
     cause = (f"{d.service_name} crash-loops: {crashed}" if crashed else
-             f"{d.service_name} did not generate within {timeout_s}s ({probe.get('error', 'not ready')})")
+             f"{d.service_name} did not generate within {timeout_s}s ({printable(probe.get('error', 'not ready'))})")
     host.log_styled(f"{cause}; {outcome}. Last lines of its journal (journalctl -u {d.service_name}):\n"
                     f"{journal.stdout}", fg="red")
     return False

@@ -11,9 +11,9 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import files, systemd
+from pyinfra.operations import systemd
 
-from operations.basics import gathering
+from operations.basics import gathering, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import sha1_of
 from operations.basics.host_programs import HOST_SCRIPTS, inline
@@ -146,9 +146,9 @@ def configure(server: Server, restart: Restart):
         # Kept by hand (files has no "copy on the host"): root's own files in root's directories
         # (ownership.root_directories); a link at the backup's name is replaced, never written through.
         yield f"if [ -f {path} ]; then cp -p --remove-destination {path} {path}{PREVIOUS}; fi"
-    yield from files.put._inner(src=StringIO(decision.env_text), dest=s.env_file, user="root", group="root",
+    yield from shell.put(src=StringIO(decision.env_text), dest=s.env_file, user="root", group="root",
                                 mode="644")
-    yield from files.put._inner(src=StringIO(decision.unit_text), dest=s.unit_file, user="root", group="root",
+    yield from shell.put(src=StringIO(decision.unit_text), dest=s.unit_file, user="root", group="root",
                                 mode="644")
     yield from systemd.service._inner(service=s.service_name, running=True, restarted=True, enabled=True,
                                       daemon_reload=True)

@@ -14,6 +14,7 @@ from operations.basics import gathering
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.knobs import COMMIT
+from operations.basics.untrusted import printable
 from operations.weights.config import Repo, Weights
 from operations.weights.hub import AccessPending, HubProblem, RepoSnapshot, controller_token, snapshot, whoami
 
@@ -94,7 +95,7 @@ def token_problem(endpoint: str | None, token: str | None) -> str:
 
 
 def outage(where: str, error: Exception) -> str:
-    cause = " ".join(str(error).split())[:200] or type(error).__name__
+    cause = printable(" ".join(str(error).split())[:200]) or type(error).__name__
     return (f"the hub at {where} did not answer as a hub does ({type(error).__name__}: {cause}): check the "
             "network and hf_endpoint, then re-run (nothing was changed)")
 
@@ -132,6 +133,11 @@ def disk_problems(wanted: list[tuple[Weights, dict[str, RepoSnapshot]]], disk: d
     if unknown:
         return [f"{host.name}: the host did not say how much room {', '.join(unknown)} has (its disk check "
                 "printed nothing; it needs python3 on the host): install python3, then re-run"]
+    linked = [local_dir for local_dir in repos if disk[local_dir].get("linked")]
+    if linked:
+        return [f"{host.name}: {local_dir} is a link, not the revision directory the deploy makes (the service "
+                "user owns the directory holding it): remove the link, then re-run (the fetch makes the "
+                "directory again)" for local_dir in linked]
     needs: dict[int, list] = {}
     for local_dir, (repo, snap) in repos.items():
         on_disk = disk[local_dir]
@@ -181,8 +187,8 @@ def described(weights: Weights, snapshots: dict[str, RepoSnapshot]) -> str:
             found.append(f"{repo.repo_id}@{snap.commit[:12]}")
         else:
             text = snap.text_config()
-            found.append(f"{repo.repo_id}@{snap.commit[:12]} ({text.get('model_type')}, "
-                         f"{text.get('num_hidden_layers')} layers, {gb(snap.total_bytes)})")
+            found.append(f"{repo.repo_id}@{snap.commit[:12]} ({printable(text.get('model_type'))}, "
+                         f"{printable(text.get('num_hidden_layers'))} layers, {gb(snap.total_bytes)})")
     return " with ".join(found)
 
 

@@ -112,7 +112,9 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner
 
     return Weights(
         repos=tuple(repo(role) for role in ROLES),
-        hf_endpoint=knobs.url("hf_endpoint", data.hf_endpoint),
+        hf_endpoint=knobs.url_over_https("hf_endpoint", data.hf_endpoint, "allow_http_hub", data.allow_http_hub,
+                                         "the token travels in clear; whoever is on the path serves the weights "
+                                         "and the hashes they are checked against"),
         hf_token_env=knobs.matching("hf_token_env", data.hf_token_env, knobs.ENV_NAME, "a variable name"),
         owner=owner,
         hf_home=hf_home,

@@ -11,7 +11,7 @@ from pyinfra.operations import files
 
 from operations.basics import gathering, polling, shell
 from operations.weights.config import Repo, Weights
-from operations.basics.file_states import FileStates, matches, sha1_of
+from operations.basics.file_states import FileStates, matches
 from operations.basics.host_programs import inline
 from operations.weights.host_scripts.weights_manifest import MANIFEST
 from operations.weights.hub import RepoSnapshot
@@ -131,13 +131,13 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
     # One round trip for every path, where files.directory and files.put read two or three facts each.
     # Root makes the repo's directory (in root's weights directory); the fetcher, as its owner, makes
     # the revision's inside it.
-    states = host.get_fact(FileStates, paths=(*(r.repo_dir for r in pending), *uploads))
+    states = gathering.read(FileStates, paths=(*(r.repo_dir for r in pending), *uploads))
     for repo in pending:
         if not owned_by(states.get(repo.repo_dir), d.owner):
             yield from files.directory._inner(path=repo.repo_dir, user=d.owner, group=d.owner)
     for dest, content in uploads.items():
-        if not matches(states.get(dest), "file", "644", sha1=sha1_of(content.encode())):
-            yield from files.put._inner(src=StringIO(content), dest=dest, mode="644")
+        if not matches(states.get(dest), "file", "644", content=content.encode()):
+            yield from shell.put(src=StringIO(content), dest=dest, mode="644")
     units = " ".join(f"{r.unit_name}.service" for r in pending)
     # One round trip. reset-failed: a unit that used up its restarts on an earlier run may start
     # again now. `start` on a unit that is already running attaches to it instead of starting another.

@@ -18,6 +18,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from operations.basics.untrusted import printable
 from operations.weights.host_scripts.weights_manifest import COMMIT, entry_problem
 
 TOKENS_PAGE = "https://huggingface.co/settings/tokens"
@@ -86,7 +87,7 @@ def whoami(endpoint: str | None, token: str | None) -> str:
         if error.response is not None and error.response.status_code == 401:
             raise HubProblem(f"the Hugging Face token is invalid (401 from {_endpoint_url(endpoint)}): "
                              f"create a read token at {TOKENS_PAGE} and export HF_TOKEN") from None
-        raise HubProblem(f"cannot check the token at {_endpoint_url(endpoint)}: {error}") from None
+        raise HubProblem(f"cannot check the token at {_endpoint_url(endpoint)}: {printable(error)}") from None
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,7 +4,7 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from operations.basics import gathering
-from operations.basics.file_states import UserFileStates, matches, sha1_of
+from operations.basics.file_states import UserFileStates, matches
 from operations.basics.secrets import write_secret
 from operations.weights.config import Weights
 from operations.weights.hub import controller_token
@@ -29,7 +29,7 @@ def hf_token(weights: Weights):
     token_file = f"{d.hf_home}/token"
     states = gathering.read(UserFileStates, user=d.owner, paths=(d.hf_home, token_file))
     if matches(states.get(d.hf_home), "directory", "700", d.owner) and \
-            matches(states.get(token_file), "file", "600", d.owner, sha1_of(token.encode())):
+            matches(states.get(token_file), "file", "600", d.owner, token.encode()):
         host.noop(f"{token_file} holds the token (0600, {d.owner})")
         return
     yield write_secret(token, d.hf_home, "token", "600", d.owner, as_user=d.owner)

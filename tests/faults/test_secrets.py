@@ -1,6 +1,7 @@
 """The HF token and the API key under --diff, verbose, debug and failing deploys: only ever in their files.
 A deploy without the key keeps it; root's directories stay root's; the probe sends the key only to the server."""
 
+import hashlib
 import json
 import shlex
 import time
@@ -49,6 +50,9 @@ def printed_nowhere(run) -> None:
     assert "Hugging Face token" in run.output and "API key" in run.output  # both operations ran
     for secret in (TOKEN, *KEYS):
         assert secret not in run.output, f"a secret ({secret[:6]}...) is in the deploy's output"
+        # Nor a plain digest of it, which a log's reader could check guesses against offline.
+        for digest in (hashlib.sha1(secret.encode()).hexdigest(), hashlib.sha256(secret.encode()).hexdigest()):
+            assert digest not in run.output, f"a plain digest of a secret ({secret[:6]}...) is in the deploy's output"
 
 
 @pytest.fixture

@@ -20,6 +20,6 @@ snapshots = hub_state(deployment.weights).snapshots
 wanted = gathering.requests(deployment, snapshots)
 gathered = gathering.answered(wanted)
 rows = [{"fact": fact.__name__, "arguments": sorted(kwargs), "answered": gathering.key(fact, kwargs) in gathered,
-         "gathered": gathered.get(gathering.key(fact, kwargs)), "own_command": host.get_fact(fact, **kwargs)}
+         "gathered": gathered.get(gathering.key(fact, kwargs)), "own_command": gathering.own_command(fact, **kwargs)}
         for fact, kwargs in wanted]
 Path(host.data.host_state_out, f"{host.name}.json").write_text(json.dumps(rows, indent=1, default=str))

@@ -71,6 +71,7 @@ def user(box, tmp_path_factory):
         f"pip_index_url = {config.INDEX_URL!r}\n"
         f"nvidia_repo_url = {config.APT_URL!r}\n"
         "allow_http_nvidia_repo = True  # the lab's repository is served over plain HTTP\n"
+        "allow_http_hub = allow_http_index = True  # so are its hub and its index\n"
         "mirrors['repos'].update({'moonshotai/Kimi-K2.6': 'lab/Kimi-K2.6-tiny',\n"
         "                         'z-lab/Kimi-K2.6-DFlash': 'lab/Kimi-K2.6-DFlash-tiny',\n"
         "                         'Qwen/Qwen3.6-27B': 'lab/Qwen3.6-27B-tiny',\n"

@@ -1,11 +1,16 @@
-"""Who the deploy logs in as: root, or a user with pyinfra's --sudo (acting as root does); a user without
-it is refused up front, in one sentence, under --dry too. The whole path through sudo (deploy, verify,
+"""Who the deploy logs in as: root, or a user with pyinfra's --sudo without a password (acting as root
+does, its transfers staged where no other user can reach them); a user without it, or whose sudo takes a
+password, is refused up front, in one sentence, under --dry too. The whole path through sudo (deploy, verify,
 roll, roll back, benchmark) is tests/lab/test_real_path.py."""
+
+import hashlib
+import re
 
 import pytest
 
 from lab import fleet
-from tests.helpers import UNIT_FILE, changed_operations, operations_started, run_deploy, write_group_data
+from operations.basics.ownership import upload_paths
+from tests.helpers import ENV_FILE, UNIT_FILE, changed_operations, operations_started, run_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -58,20 +63,49 @@ def password_user(pcie_host):
     fleet.ssh(pcie_host, f"rm -f /etc/sudoers.d/{name}; userdel -r {name} 2>/dev/null; true")
 
 
-def test_sudo_with_a_password_restarts_the_server_and_proves_it_as_root_does(deployed_lab, pcie_host, password_user,
-                                                                             tmp_path):
-    """The restart's readiness wait runs outside pyinfra's operations (operations/basics/shell.py): it goes
-    through sudo with the same password (pyinfra's `_sudo_password`, as --same-sudo-password sets it)."""
+def test_a_sudo_that_takes_a_password_is_refused_in_one_line_before_any_command_carries_it(deployed_lab, pcie_host,
+                                                                                          password_user):
+    """pyinfra 3.10 would put the password on every escalated command line (operations/basics/shell.py)."""
     name, password = password_user
-    login = ("--limit", pcie_host.name, "--data", f"ssh_user={name}", "--sudo", "--data", f"_sudo_password={password}")
-    change = write_group_data(tmp_path, "all", (
-        "profiles = copy.deepcopy(base['profiles'])\n"
-        "profiles['kimi_k26_dflash']['speculative']['num_draft_tokens'] = 6"))
+    unit = fleet.ssh(pcie_host, f"sha1sum {UNIT_FILE}")
+    refused = run_deploy("--limit", pcie_host.name, "--data", f"ssh_user={name}", "--sudo",
+                         "--data", f"_sudo_password={password}", timeout=120)
+    assert refused.returncode != 0 and (
+        f"[{pcie_host.name}] {pcie_host.name}: sudo takes a password from {name}, which pyinfra puts on every "
+        f"command line it runs through sudo (readable by every local user): give {name} passwordless sudo "
+        f"(a line '{name} ALL=(ALL) NOPASSWD: ALL' in /etc/sudoers.d/), then re-run without a sudo password"
+    ) in refused.output, refused.output[-3000:]
+    assert operations_started(refused.output) == ["Preflight"] and password not in refused.output
+    assert fleet.ssh(pcie_host, f"sha1sum {UNIT_FILE}") == unit
+
+
+def pyinfra_temp_name(dest: str) -> str:
+    """Where pyinfra 3.10 stages an upload to `dest` under --sudo by default (api/host.py get_temp_filename)."""
+    return f"/tmp/pyinfra-{hashlib.sha1(dest.encode()).hexdigest()}"
+
+
+def test_files_planted_where_pyinfra_stages_sudo_uploads_are_never_installed(deployed_lab, pcie_host, sudo_user):
+    """Another local user creates, world-writable, every name pyinfra would stage the deploy's uploads at
+    (its host scripts, removed so they are uploaded again; the unit and its env file). The --sudo deploy
+    puts back the host scripts it owns, installs nothing planted, leaves the planted files as they were, and
+    names no /tmp/pyinfra-<hex> path even under -vvv --debug."""
+    scripts = upload_paths("/opt/specfleet")
+    planted = {dest: pyinfra_temp_name(dest) for dest in [*scripts, UNIT_FILE, ENV_FILE]}
+    fleet.ssh(pcie_host, "id intruder >/dev/null 2>&1 || useradd -M intruder; "
+                         f"rm -f {' '.join(scripts)}; " + " ".join(
+                             f"runuser -u intruder -- sh -c 'echo planted > {name}; chmod 666 {name}';"
+                             for name in planted.values()))
     try:
-        changed = run_deploy(*login, group_data=change, timeout=300)
-        assert changed.returncode == 0, changed.output[-3000:]
-        assert f"[{pcie_host.name}] serving DFLASH (draft tokens 6)" in changed.output
+        again = run_deploy("--limit", pcie_host.name, "--data", f"ssh_user={sudo_user}", "--sudo", "-vvv",
+                           "--debug", timeout=400)
+        assert again.returncode == 0, again.output[-3000:]
+        assert not re.search(r"/tmp/pyinfra-[0-9a-f]", again.output), re.findall(r".*/tmp/pyinfra-.*", again.output)
+        installed = fleet.ssh(pcie_host, f"sha1sum {' '.join(scripts)}")
+        assert installed.split() == [part for dest, src in scripts.items()
+                                     for part in (hashlib.sha1(src.read_bytes()).hexdigest(), dest)]
+        assert "planted" not in fleet.ssh(pcie_host, f"cat {UNIT_FILE} {ENV_FILE}")
+        left = fleet.ssh(pcie_host, f"stat -c '%U %s' {' '.join(planted.values())}; ls -d /tmp/specfleet-transfer-* "
+                                    "2>/dev/null; true")
+        assert left.splitlines() == ["intruder 8"] * len(planted), left  # untouched; no transfer directory left
     finally:
-        back = run_deploy(*login, timeout=300)
-    assert back.returncode == 0 and f"[{pcie_host.name}] serving DFLASH (draft tokens 8)" in back.output
-    assert password not in changed.output + back.output
+        fleet.ssh(pcie_host, f"rm -f {' '.join(planted.values())}; userdel intruder 2>/dev/null; true")

@@ -10,6 +10,7 @@ from operations.deployment import HOST_CLASSES, host_class_of, resolve, resolve_
 from operations.weights.hub import RepoSnapshot
 from operations.basics.knobs import BadHostData
 from operations.basics.templates import render
+from operations.gateway import config as gateway_config
 from operations.weights.checks import unpinned
 from operations.server.flags import server_args, spell
 from tests.sglang_real import parse_many_with_real_sglang
@@ -133,6 +134,25 @@ def test_a_bad_knob_is_one_line_naming_the_knob_the_value_and_what_is_accepted(k
     with pytest.raises(BadHostData) as refused:
         resolve(host_data("b200_nvlink", **{knob: value}), "b200_nvlink")
     assert message in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize("knob, allow, url", [
+    ("hf_endpoint", "allow_http_hub", "http://hub.example"),
+    ("pip_index_url", "allow_http_index", "http://pypi.example/simple"),
+])
+def test_a_plain_http_hub_or_index_is_refused_unless_its_knob_trusts_it(knob, allow, url):
+    with pytest.raises(BadHostData, match=rf"^{knob}='{url}' is not accepted: use an https:// URL, or set "
+                                          rf"{allow}=true to trust plain HTTP \("):
+        resolve(host_data("b200_nvlink", **{knob: url}), "b200_nvlink")
+    with pytest.raises(BadHostData, match=f"{allow}='perhaps' is not a boolean"):
+        resolve(host_data("b200_nvlink", **{knob: url, allow: "perhaps"}), "b200_nvlink")
+    allowed = resolve(host_data("b200_nvlink", **{knob: url, allow: True}), "b200_nvlink")
+    assert url in (allowed.weights.hf_endpoint, allowed.server.pip_index_url)
+    assert resolve(host_data("b200_nvlink", **{knob: url.replace("http:", "https:")}), "b200_nvlink")
+    if knob == "pip_index_url":  # the gateway's uv reads the same index
+        with pytest.raises(BadHostData, match=f"set {allow}=true"):
+            gateway_config.resolve(host_data("gateway", pip_index_url=url))
+        assert gateway_config.resolve(host_data("gateway", pip_index_url=url, allow_http_index=True)).pip_index_url == url
 
 
 def test_profile_values_are_checked_too():

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from operations.basics.file_states import FileStates, sha1_of
+from operations.basics.file_states import FileStates, digest_of, sha1_of
 from operations.basics.units import ServiceState
 from operations.deployment import resolve, resolve_host
 from operations.gateway import service
@@ -318,8 +318,8 @@ def admin_key_run(monkeypatch, admin=None, client=None, files=(), **data):
             monkeypatch.delenv(name, raising=False)
     g = resolve_gateway(host_data("gateway", **data))
     kept = {"kind": "file", "mode": "640", "user": "root", "group": "smg"}
-    states = {path: ({**kept, "sha1": sha1} if path in dict(files) else None)
-              for path, sha1 in [(g.admin_key_file, dict(files).get(g.admin_key_file)),
+    states = {path: ({**kept, "digest": digest} if path in dict(files) else None)
+              for path, digest in [(g.admin_key_file, dict(files).get(g.admin_key_file)),
                                  (g.key_file, dict(files).get(g.key_file))]}
     return g, run(service.admin_key, {FileStates: states}, gateway=g)
 
@@ -333,7 +333,7 @@ def test_a_gateway_with_a_clients_key_needs_an_admin_key_of_its_own(monkeypatch)
     assert failure(commands) == ["host-1: $SPECFLEET_GATEWAY_ADMIN_KEY is the clients' key ($SPECFLEET_API_KEY): "
                                  "the control plane needs a key of its own"]
     g = resolve_gateway(host_data("gateway"))
-    _, (commands, _) = admin_key_run(monkeypatch, admin=CLIENT, files=[(g.key_file, sha1_of(CLIENT.encode()))])
+    _, (commands, _) = admin_key_run(monkeypatch, admin=CLIENT, files=[(g.key_file, digest_of(CLIENT.encode()))])
     assert "the control plane needs a key of its own" in failure(commands)[0]
 
 

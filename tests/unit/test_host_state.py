@@ -3,6 +3,7 @@ fact's own command does: both run here, side by side, on the same files, units, 
 stand-in (which answers from real captures), and each fact's process() reads both; the GPU parts it
 derives from one `nvidia-smi -q` are checked against the facts a real H200 host gave."""
 
+import hashlib
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import pytest
 from pyinfra.facts.server import Arch, LinuxDistribution
 
 from operations.basics import gathering
-from operations.basics.file_states import FileStates
+from operations.basics.file_states import DIGEST_KEY, FileStates, digest_of
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
 from operations.gpu.smoke import GpuSmokeRecord
 from operations.basics.host_programs import HOST_SCRIPTS
@@ -33,7 +34,9 @@ CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 
 def own_command(fact, env: dict, **kwargs):
     """The fact as pyinfra reads it: its command's output lines (exit 0), else its default."""
-    out = subprocess.run(["sh", "-c", fact().command(**kwargs)], capture_output=True, text=True, env=env)
+    # The digest key on stdin, as gathering.read passes it.
+    out = subprocess.run(["sh", "-c", fact().command(**kwargs)], capture_output=True, text=True, env=env,
+                         input=DIGEST_KEY)
     lines = out.stdout.splitlines()
     return fact().process(lines) if out.returncode == 0 and lines else fact.default()
 
@@ -43,7 +46,7 @@ def host_program(wanted: list, env: dict) -> dict:
     requests = json.dumps(gathering.encoded(wanted), sort_keys=True)
     command = gathering.HostState().command(requests).removesuffix(" || true")
     out = subprocess.run(["sh", "-c", command.replace("python3 -c", f"{sys.executable} -c", 1)], capture_output=True,
-                         text=True, env=env, check=True)
+                         text=True, env=env, check=True, input=DIGEST_KEY)
     answers = json.loads(out.stdout)
     return {fact.__name__ + repr(sorted(kwargs.items())): fact().process(lines) if lines else fact.default()
             for (fact, kwargs), lines in zip(wanted, answers) if lines is not None}
@@ -106,6 +109,17 @@ def test_files_user_login_and_system_as_their_own_commands(tmp_path):
                  (UserFileStates, dict(user="specfleet-no-such-user", paths=paths))], env)
     if os.geteuid() == 0:  # read as another user: a forked child that became it, as runuser does
         assert_same([(UserFileStates, dict(user="nobody", paths=("/etc/passwd", "/root", str(tmp_path))))], env)
+        assert_same([(FileStates, dict(paths=paths)),
+                     (UserFileStates, dict(user="nobody", paths=("/etc/passwd",)))], env)  # one stdin, two readers
+
+
+def test_a_files_digest_is_keyed_by_the_run_never_a_plain_hash_a_log_could_be_checked_against(tmp_path):
+    """-vvv prints these states: the token's and the keys' among them (operations/basics/file_states.py)."""
+    (tmp_path / "token").write_text("hf_secret")
+    [state] = own_command(FileStates, dict(os.environ), paths=(str(tmp_path / "token"),)).values()
+    assert state["digest"] == digest_of(b"hf_secret")
+    assert state["digest"] not in (hashlib.sha1(b"hf_secret").hexdigest(), hashlib.sha256(b"hf_secret").hexdigest())
+    assert DIGEST_KEY not in FileStates().command(paths=(str(tmp_path / "token"),))
 
 
 def test_venv_versions_from_dist_info_as_the_venvs_own_python_reads_them(tmp_path):

@@ -85,7 +85,7 @@ def test_configuration_scrapes_every_target_and_sends_no_key():
 
 def test_an_earlier_deploys_scrape_key_is_removed_and_none_is_written(monkeypatch):
     monkeypatch.setenv("SPECFLEET_API_KEY", KEY)
-    kept = {"kind": "file", "mode": "640", "user": "root", "group": "prometheus", "sha1": "x"}
+    kept = {"kind": "file", "mode": "640", "user": "root", "group": "prometheus", "digest": "x"}
     assert run(prometheus.no_scrape_key, {FileStates: {KEY_FILE: kept}})[0] == [f"rm -f {KEY_FILE}"]
     assert run(prometheus.no_scrape_key, {FileStates: {KEY_FILE: None}})[0] == []
 
@@ -175,7 +175,7 @@ def test_targets_up_waits_for_the_targets_when_one_is_down_or_prometheus_changed
 def test_the_gateways_key_is_removed_only_when_asked_and_never_from_an_exposed_gateway(monkeypatch):
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
     g = resolve_gateway(host_data("gateway"))
-    present = {"kind": "file", "mode": "640", "user": "root", "group": "smg", "sha1": "x"}
+    present = {"kind": "file", "mode": "640", "user": "root", "group": "smg", "digest": "x"}
     commands, noops = run(service.api_key, {FileStates: {g.key_file: present}}, gateway=g)
     assert commands == [] and "kept (remove_api_key=true removes it)" in noops[0]
     removing = resolve_gateway(host_data("gateway", remove_api_key="true"))

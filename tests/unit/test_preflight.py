@@ -11,10 +11,14 @@ from operations.deployment import resolve
 from operations.gpu import nvidia
 from operations.gpu.packages import NvidiaPackages
 from operations.weights.hub import RepoSnapshot
+from operations.basics import shell
+from operations.deployment import preflight
 from operations.deployment.preflight import LoginUser, login_problems, moving_revisions
 from operations.server.checks import exposure_problems, unpinned_build
-from operations.weights.checks import HubState, hub_state, unpinned
+from operations.server.config import git_refs, pinned
+from operations.weights.checks import HubState, described, hub_state, unpinned
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
+from tests.unit.fakehost import FakeHost, failure
 from tests.unit.group_data import host_data
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -104,12 +108,35 @@ def test_pins_turn_moving_revisions_and_refs_into_their_commits_and_nothing_else
         deployment(pins={"repos": {"moonshotai/Kimi-K2.6@main": "main; rm -rf /"}})
 
 
+@pytest.mark.parametrize("requirement, refs", [
+    ("sglang @ git+ssh://git@git.example.org/sgl/sglang.git@v0.5.23#subdirectory=python",
+     [("ssh://git@git.example.org/sgl/sglang.git", "v0.5.23")]),
+    ("sglang @ git+git@git.example.org:sgl/sglang.git@refs/pull/7/head",
+     [("git@git.example.org:sgl/sglang.git", "refs/pull/7/head")]),
+    ("sglang @ git+https://github.com/sgl-project/sglang@main#subdirectory=python",
+     [("https://github.com/sgl-project/sglang", "main")]),
+    ("sglang @ git+ssh://git@git.example.org/sgl/sglang.git#subdirectory=python", []),  # no ref: the user's @ only
+    ("sglang @ git+git@git.example.org:sgl/sglang.git", []),
+])
+def test_a_git_requirements_ref_is_what_follows_the_last_at_past_its_host(requirement, refs):
+    assert git_refs(requirement) == refs
+    pins = {"git": {f"{url}@{ref}": "2" * 40 for url, ref in refs}}
+    assert git_refs(pinned(requirement, pins)) == [(url, "2" * 40) for url, _ in refs]
+
+
+def test_a_hubs_config_strings_print_with_their_control_characters_escaped():
+    config = {"model_type": "kimi\x1b]0;owned\x07", "num_hidden_layers": "61\r\n\u202e"}
+    said = described(deployment().weights, {"target": RepoSnapshot("r/target", COMMIT, (), config)})
+    assert said.startswith("moonshotai/Kimi-K2.6@0123456789ab (kimi\\x1b]0;owned\\x07, 61\\r\\n\\u202e layers")
+    assert said.isprintable()
+
+
 @pytest.mark.parametrize("login, problem", [
     ({"user": "root", "login": "root", "sudo": False}, None),
     ({"user": "root", "login": "deployer", "sudo": True}, None),
     ({"user": "deployer", "login": "deployer", "sudo": False},
-     "gpu-host: the deploy logged in as deployer, not root: add --sudo to the pyinfra command (and "
-     "--same-sudo-password if sudo asks for a password), or log in as root"),
+     "gpu-host: the deploy logged in as deployer, not root: add --sudo to the pyinfra command (with "
+     "passwordless sudo for that user), or log in as root"),
     ({"user": "sglang", "login": "deployer", "sudo": True},
      "gpu-host: the deploy runs as sglang through sudo, but it must run as root: drop --sudo-user"),
 ], ids=["root", "sudo", "plain user", "sudo to another user"])
@@ -118,6 +145,27 @@ def test_the_deploy_acts_as_root_through_a_root_login_or_sudo(login, problem):
         assert login_problems(login) == ([problem] if problem else [])
     assert LoginUser().process(["root deployer"]) == {"user": "root", "login": "deployer", "sudo": True}
     assert LoginUser().process(["deployer "]) == {"user": "deployer", "login": "deployer", "sudo": False}
+
+
+def test_a_sudo_password_is_refused_before_any_command_would_carry_it():
+    """pyinfra 3.10 hands sudo its password on each escalated command line (operations/basics/shell.py)."""
+    refusal = ("gpu-host: sudo takes a password from deployer, which pyinfra puts on every command line it runs "
+               "through sudo (readable by every local user): give deployer passwordless sudo (a line 'deployer "
+               "ALL=(ALL) NOPASSWD: ALL' in /etc/sudoers.d/), then re-run without a sudo password")
+    with ctx_host.use(NamedHost()):
+        assert login_problems({"user": "root", "login": "deployer", "sudo": True}, password=True) == [refusal]
+    for arguments, connector_data in (({"_sudo": True, "_sudo_password": "pw"}, {}),
+                                      ({"_sudo": True}, {"prompted_sudo_password": "pw"})):
+        host = FakeHost({}, arguments)
+        host.connector_data.update(connector_data)
+        assert shell.sudo_password(host)
+    assert not shell.sudo_password(FakeHost({}, {"_sudo": True}))
+    d = deployment(lab=True)
+    host = FakeHost({}, {"_sudo": True, "_sudo_password": "pw"})
+    host.data = {"ssh_user": "deployer"}
+    with ctx_host.use(host):
+        [command] = list(preflight.check._inner(deployments=(d,), hubs=[HubState({}, [], [])]))
+    assert failure([command]) == [refusal.replace("gpu-host", "host-1")]  # no fact was read: nothing ran
 
 
 class Failing(http.server.BaseHTTPRequestHandler):
@@ -144,12 +192,14 @@ def broken_hub():
 
 def test_a_hub_outage_or_5xx_is_a_sentence_not_a_traceback(broken_hub, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_unit")
-    snapshots, problems, access_pending = found(hub_state(deployment(hf_endpoint=broken_hub).weights))
+    broken = deployment(hf_endpoint=broken_hub, allow_http_hub=True)
+    snapshots, problems, access_pending = found(hub_state(broken.weights))
     assert snapshots == {} and access_pending == [] and [p.split(" (")[0] for p in problems] == [
         f"the hub at {broken_hub}/moonshotai/Kimi-K2.6 did not answer as a hub does",
         f"the hub at {broken_hub}/z-lab/Kimi-K2.6-DFlash did not answer as a hub does"]
     assert "503" in problems[0] and problems[0].endswith("then re-run (nothing was changed)")
-    snapshots, [problem], _ = found(hub_state(deployment(hf_endpoint="http://127.0.0.1:9").weights))  # nothing listens
+    nobody = deployment(hf_endpoint="http://127.0.0.1:9", allow_http_hub=True)  # nothing listens
+    snapshots, [problem], _ = found(hub_state(nobody.weights))
     assert problem.startswith("the hub at http://127.0.0.1:9 did not answer as a hub does (ConnectError")
 
 
@@ -176,7 +226,8 @@ def test_the_repos_hub_snapshots_are_taken_at_once(monkeypatch):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), MeetingHub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        problems = hub_state(deployment(hf_endpoint=f"http://127.0.0.1:{server.server_address[1]}").weights).problems
+        meeting = deployment(hf_endpoint=f"http://127.0.0.1:{server.server_address[1]}", allow_http_hub=True)
+        problems = hub_state(meeting.weights).problems
     finally:
         server.shutdown()
     assert len(problems) == 2 and all("500" in problem for problem in problems), problems

@@ -73,3 +73,5 @@ def test_the_serving_line_says_when_server_info_was_unread():
     readiness.log_serving(host, {"ready": True, "completion": "x", "error": "Extra data: line 2 column 1"})
     assert said == ["serving unread (/server_info: Extra data: line 2 column 1) (draft tokens None): accept "
                     "length None; completion: 'x'"]
+    readiness.log_serving(host, {"ready": True, "completion": "x", "error": "\x1b[2J\x1b[1;1Hready"})
+    assert said[-1].startswith("serving unread (/server_info: \\x1b[2J\\x1b[1;1Hready) (draft")

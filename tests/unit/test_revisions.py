@@ -102,6 +102,27 @@ def test_the_prune_deletes_as_the_service_user_and_a_host_holding_only_what_it_k
     assert commands == [] and noops == ["no weights revision to delete (2 repos)"]
 
 
+def test_the_disk_check_refuses_a_linked_revision_directory_and_looks_only_inside_the_others(tmp_path):
+    """The service user owns the repo directory: a revision swapped for a link to / is not walked by root."""
+    repo = tmp_path / "org--model"
+    (repo / OLD / "sub").mkdir(parents=True)
+    revision(repo / OLD, {"config.json": b"{}", "sub/model.safetensors": b"y" * 1000}, OLD)
+    repo.joinpath(NEW).symlink_to("/")
+    assert weights_disk.disk(str(repo / NEW)) == {"linked": True}
+    d, _ = repos()
+    local_dir = d.weights.target.local_dir
+    snap = RepoSnapshot("org/model", NEW, (RepoFile("config.json", 2, "e" * 64, None),), {})
+    with ctx_host.use(FakeHost({})):
+        assert disk_problems([(d.weights, {"target": snap})], {local_dir: {"linked": True}}) == [
+            f"host-1: {local_dir} is a link, not the revision directory the deploy makes (the service user owns "
+            "the directory holding it): remove the link, then re-run (the fetch makes the directory again)"]
+    elsewhere = tmp_path / "root-only"
+    (repo / OLD / "sub").rename(elsewhere)
+    (repo / OLD / "sub").symlink_to(elsewhere)  # a file of the recorded size, reached through a linked directory
+    repo.joinpath(NEW).unlink()
+    assert weights_disk.disk(str(repo / NEW))["others"] == [f"sha256:{entry('config.json', b'{}')['sha256']}:2"]
+
+
 def test_the_disk_check_counts_only_what_no_other_revision_holds(tmp_path):
     repo = tmp_path / "org--model"
     revision(repo / OLD, {"config.json": b"{}", "model.safetensors": b"y" * 1000}, OLD)

@@ -9,7 +9,7 @@ from operations.basics.file_states import UserFileStates
 from operations.server import api_key
 from operations.weights import token
 from operations.deployment import resolve
-from operations.basics.file_states import FileStates, sha1_of
+from operations.basics.file_states import FileStates, digest_of
 from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
 
@@ -21,7 +21,7 @@ KEY = "0123456789abcdef0123456789abcdef"
 
 
 def file(mode: str, user: str, group: str, content: str | None = None) -> dict:
-    return dict(kind="file", mode=mode, user=user, group=group, sha1=sha1_of(content.encode()) if content else None)
+    return dict(kind="file", mode=mode, user=user, group=group, digest=digest_of(content.encode()) if content else None)
 
 
 def yielded(operation, facts, **kwargs) -> list:
@@ -32,7 +32,7 @@ def yielded(operation, facts, **kwargs) -> list:
 
 def test_token_in_place_is_a_noop(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
-    states = {D.hf_home: dict(kind="directory", mode="700", user="sglang", group="sglang", sha1=None),
+    states = {D.hf_home: dict(kind="directory", mode="700", user="sglang", group="sglang", digest=None),
               TOKEN_FILE: file("600", "sglang", "sglang", "hf_secret")}
     commands, noops = run(token.hf_token, {UserFileStates: states}, weights=W)
     assert commands == [] and noops == [f"{TOKEN_FILE} holds the token (0600, sglang)"]

@@ -160,7 +160,7 @@ def test_a_node_groups_rank_1_stops_every_process_at_once():
 
 
 def directory(user="root", mode="755"):
-    return dict(kind="directory", mode=mode, user=user, group=user, sha1=None)
+    return dict(kind="directory", mode=mode, user=user, group=user, digest=None)
 
 
 def test_root_directories_in_place_are_a_noop_and_the_service_users_config_dir_is_taken_back():

@@ -268,3 +268,13 @@ def test_the_gateway_pass_has_its_table_and_its_own_place_in_the_gate():
     worse = report.regressions(slower, doc)
     assert [(r["mode"], r["concurrency"], r["metric"]) for r in worse] == [("ddtree via ct200", "4", "output tok/s")]
     assert report.regressions(doc, summary_of({"4": 800.0}, 3.0)) == []  # a baseline without the gateway pass
+
+
+
+def test_the_prompts_file_is_the_operators_readable_by_the_service_group_alone():
+    from pyinfra.facts.files import Directory, File
+    from tests.unit.fakehost import run
+    d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie").server
+    commands, _ = run(sweep.prompts, {File: None, Directory: None}, server=d, plan=plan({}))
+    assert f"chown root:{d.service_user} {sweep.prompts_path(d)}" in commands
+    assert f"chmod 640 {sweep.prompts_path(d)}" in commands

@@ -40,6 +40,7 @@ def site(tmp_path, hub, sglang_repo, monkeypatch):
     (directory / "group_data").mkdir(parents=True)
     (directory / "group_data" / "all.py").write_text(
         f"hf_endpoint = {hub.url!r}\n"
+        "allow_http_hub = True\n"
         "mirrors['repos'].update({'moonshotai/Kimi-K2.6': 'lab/Kimi-K2.6-tiny', "
         "'z-lab/Kimi-K2.6-DFlash': 'lab/Kimi-K2.6-DFlash-tiny', 'Qwen/Qwen3.6-27B': 'lab/Qwen3.6-27B-tiny', "
         "'z-lab/Qwen3.6-27B-DFlash': 'lab/Qwen3.6-27B-DFlash-tiny'})\n"
@@ -109,6 +110,11 @@ def test_pin_resolves_every_moving_revision_writes_them_for_the_deploy_and_shows
     assert pins["git"] == {f"file://{sglang_repo}@refs/pull/29907/head": head}
     assert "lab/Kimi-K2.6-tiny@main" in first.stdout and first.stdout.count(" new\n") == 5
     assert "5 moving revisions pinned" in first.stdout
+    url = f"file://{sglang_repo}"
+    assert first.stderr.splitlines() == [
+        f"pin: warning: {url}@refs/pull/29907/head is a pull request's ref, pinned at {head}, the commit its "
+        f"author pushed last: its build runs that author's code on every host; read it (git fetch {url} "
+        f"refs/pull/29907/head && git show {head}) before deploying"]
 
     # The deploy's data now carries the commits: preflight has nothing moving to refuse.
     hosts = load_inventory(str(inventory), str(REPO))

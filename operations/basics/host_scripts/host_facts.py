@@ -8,11 +8,13 @@ lines that fact's own shell command prints, so its process() reads them the same
 import functools
 import grp
 import hashlib
+import hmac
 import json
 import os
 import pwd
 import shutil
 import subprocess
+import sys
 
 
 def run(argv: list[str], merge_stderr: bool = True) -> subprocess.Popen:
@@ -40,6 +42,21 @@ def sha1(path: str) -> str:
     return digest.hexdigest()
 
 
+@functools.cache
+def digest_key() -> bytes:
+    """The run's digest key: the first line of stdin (file_states.DIGEST_KEY), read once, before any fork."""
+    return sys.stdin.readline().strip().encode()
+
+
+def digest(path: str) -> str:
+    """FileStates' digest: HMAC-SHA256 under the run's key, which no log holds (file_states.digest_of)."""
+    mac = hmac.new(digest_key(), digestmod=hashlib.sha256)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            mac.update(block)
+    return mac.hexdigest()
+
+
 def name_of(uid_or_gid: int, lookup) -> str:
     try:
         return lookup(uid_or_gid)[0]
@@ -53,7 +70,7 @@ def file_state(path: str) -> str:
         st = os.lstat(path)
         owner = f"{oct(st.st_mode & 0o7777)[2:]}|{name_of(st.st_uid, pwd.getpwuid)}|{name_of(st.st_gid, grp.getgrgid)}"
         if os.path.isfile(path):
-            return f"{path}|file|{owner}|{sha1(path)}"
+            return f"{path}|file|{owner}|{digest(path)}"
         return f"{path}|directory|{owner}|"
     return f"{path}|missing"
 
@@ -72,6 +89,7 @@ def user_file_states(args: dict) -> list[str] | None:
         return [f"{path}|missing" for path in paths]
     if os.geteuid() != 0:
         return None
+    digest_key()  # read by this process: the child's read of stdin would be lost to it
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:
@@ -154,3 +172,7 @@ def service_state(args: dict) -> list[str] | None:
         return None
     return [*(sha1(f) if os.path.isfile(f) else "-" for f in (args["unit_file"], args["env_file"])),
             state["ActiveState"], state["UnitFileState"] or "disabled"]
+
+
+if __name__ == "__main__":  # FileStates' own command: its lines for the paths given
+    print("\n".join(file_states({"paths": sys.argv[1:]})))

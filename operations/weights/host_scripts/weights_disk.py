@@ -10,6 +10,10 @@ controller against the hub's file list.
     {"/srv/specfleet/models/moonshotai--Kimi-K2.6/3f2a...":
         {"free": 636707266560, "device": 2049, "checked": "/srv", "files": {"config.json": 3512},
          "others": ["sha256:9a0b...:9825000000"]}}
+
+A revision directory that is a link (the service user owns the repo directory that holds it, and may
+swap one in) is not walked: root would list whatever it points at, `/` included. It is answered as
+{"linked": true}, which preflight refuses.
 """
 
 import json
@@ -36,8 +40,12 @@ def held_elsewhere(directory: str) -> list[str]:
             kind = "sha256" if record.get("sha256") else "git_sha1"
             if weights_manifest.path_problem(path):
                 continue
+            full = os.path.join(other, path)
+            inside = os.path.normpath(os.path.join(os.path.realpath(other), os.path.dirname(path)))
+            if os.path.realpath(os.path.dirname(full)) != inside:
+                continue  # a linked directory on its way: root looks only inside the revision
             try:  # the file itself, as root: a link the service user planted is not followed
-                st = os.lstat(os.path.join(other, path))
+                st = os.lstat(full)
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode) and st.st_size == record.get("size"):
@@ -46,6 +54,8 @@ def held_elsewhere(directory: str) -> list[str]:
 
 
 def disk(directory: str) -> dict:
+    if os.path.islink(directory):
+        return {"linked": True}
     probe = directory
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)

@@ -124,7 +124,8 @@ def main(argv: list[str]) -> int:
     hosts = inventory_hosts(args.inventory, args.data, args.group_data)
     repos, refs, problems = moving(hosts, args.profile)
     pins = site.pins()
-    rows, warnings, hubs = [], [], {}  # hubs: (endpoint, token variable) -> what stops the token there ("" if nothing), asked once
+    # hubs: (endpoint, token variable) -> what stops the token there ("" if nothing), asked once.
+    rows, warnings, hubs = [], [], {}
     for (endpoint, token_env, repo_id, revision), names in sorted(repos.items(), key=str):
         key, token, hub = f"{repo_id}@{revision}", controller_token(token_env), (endpoint, token_env)
         if hub not in hubs:  # a bad token or an unreachable hub said once, as the deploy's preflight says it

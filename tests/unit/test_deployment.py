@@ -127,7 +127,7 @@ def test_numbers_are_numbers_whichever_way_they_arrive():
     ("pip_index_url", "http://x/simple' --trusted-host evil", "pip_index_url=\"http://x/simple' --trusted-host evil\""),
     ("bind_address", "everywhere", "bind_address='everywhere' is not an IP address"),
     ("hf_token_env", "HF TOKEN", "hf_token_env='HF TOKEN' is not accepted: use a variable name"),
-    ("profile", "kimi_k26_dlfash", "profile='kimi_k26_dlfash' is not one of kimi_k26_dflash, qwen36_ddtree"),
+    ("profile", "kimi_k26_dlfash", "profile='kimi_k26_dlfash' is not one of kimi_k26_ddtree, kimi_k26_dflash, qwen36_ddtree"),
 ])
 def test_a_bad_knob_is_one_line_naming_the_knob_the_value_and_what_is_accepted(knob, value, message):
     with pytest.raises(BadHostData) as refused:

@@ -136,6 +136,11 @@ config_dir = "/etc/specfleet"  # unit environment file; the API key (0600)
 # needs an API key: preflight refuses a server reachable beyond loopback without one.
 bind_address = "127.0.0.1"
 port = 30000  # each replica listens on port + the index of its lowest GPU
+# Each replica's TCPStore (SGLang's --nccl-port): nccl_port + the index of its lowest GPU. Without it
+# SGLang draws one in 22000-29999, tests it and binds it later, so replicas starting together can
+# draw the same (srt/utils/network.py); the dist-init port (node_groups) and smg's Prometheus port
+# lie in that range too. 31000-31007: above it, below the kernel's ephemeral ports (32768 and up).
+nccl_port = 31000
 enable_metrics = True  # /metrics with sglang:spec_accept_length
 
 ready_timeout_s = None  # None: from the weights' size (readiness.ready_timeout: 300 s + 400 MB/s, ~30 min for 595 GB)

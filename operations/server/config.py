@@ -25,7 +25,7 @@ GIT_REF = re.compile(r"git\+(\S+?)@([^#\s]+)")  # 'name @ git+URL@REF#...': the 
 DEPLOY_FLAGS = {
     "--model-path": "the profile's target", "--model": "the profile's target",
     "--served-model-name": "the profile's served_model_name",
-    "--host": "bind_address", "--port": "port",
+    "--host": "bind_address", "--port": "port", "--nccl-port": "nccl_port",
     "--tp-size": "layouts tp_size", "--tensor-parallel-size": "layouts tp_size",
     "--mem-fraction-static": "sglang_tuning mem_fraction_static",
     "--attention-backend": "the profile's attention (sglang_tuning attention_backends)",
@@ -80,6 +80,7 @@ class Server:
     config_dir: str
     bind_address: str
     port: int
+    nccl_port: int  # its TCPStore's (--nccl-port; layout.nccl_ports): the knob's before the layout is applied
     enable_metrics: bool
     api_key_env: str
     remove_api_key: bool  # only this removes a key from a host; the server must then bind to loopback
@@ -244,6 +245,7 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         config_dir=knobs.path("config_dir", data.config_dir),
         bind_address=knobs.address("bind_address", data.bind_address),
         port=knobs.integer("port", data.port, minimum=1, maximum=65535),
+        nccl_port=knobs.integer("nccl_port", data.nccl_port, minimum=1024, maximum=65535),
         enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
         api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
         remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
@@ -254,7 +256,7 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
 
 
 def replicas(server: Server, deployment: str, layout: Layout) -> tuple[Server, ...]:
-    """The deployment's servers, one a replica of the layout: its unit, GPUs, port and TP size."""
+    """The deployment's servers, one a replica of the layout: its unit, GPUs, ports and TP size."""
     return tuple(replace(server, deployment=deployment, tp_size=layout.tp_size, gpus=gpus, port=port,
-                         service_name=unit_name(server.service_prefix, deployment, gpus))
-                 for gpus, port in zip(layout.groups, layout.ports))
+                         nccl_port=nccl_port, service_name=unit_name(server.service_prefix, deployment, gpus))
+                 for gpus, port, nccl_port in zip(layout.groups, layout.ports, layout.nccl_ports))

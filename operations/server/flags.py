@@ -44,6 +44,7 @@ def server_args(server: Server) -> list[str]:
         "--served-model-name", d.served_model_name,
         "--host", d.bind_address,
         "--port", str(d.port),
+        "--nccl-port", str(d.nccl_port),
         "--tp-size", str(d.tp_size),
         "--mem-fraction-static", str(d.mem_fraction_static),
         "--attention-backend", d.attention_backend,

@@ -51,7 +51,7 @@ from pathlib import Path
 import sglang
 from sglang import rendezvous, speed_model
 from sglang.srt.entrypoints import engine
-from sglang.srt import request_rules
+from sglang.srt import distributed, request_rules
 from sglang.srt.resolution import query_gpu
 from sglang.srt.managers.tokenizer_manager import ClientGone, TokenizerManager
 from sglang.srt.server_args import prepare_server_args
@@ -523,6 +523,8 @@ def main(argv: list[str]) -> None:
     except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")
     config = scheduler_config(args, accept_length(args))
+    # One node: TP rank 0's scheduler holds the TCPStore (srt/distributed.py); several: node 0's dist-init port.
+    config["store_port"] = distributed.store_port(args.nccl_port) if args.nnodes == 1 else None
 
     # Launch phase: SIGQUIT kills the tree (engine.py:1971-1982).
     signals = SignalLoop()

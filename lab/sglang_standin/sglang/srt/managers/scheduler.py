@@ -34,6 +34,7 @@ import time
 from multiprocessing.connection import Connection
 
 from sglang import speed_model
+from sglang.srt.distributed import listen_store
 from sglang.srt.utils import CachedKnobs, hang, kill_itself_when_parent_died, log, read_knobs, set_process_title
 
 # A stand-in's KV pool: no GPU memory to size it from.
@@ -249,6 +250,13 @@ def run_scheduler_process(tp_size: int, config: dict, from_tokenizer: Connection
     set_process_title(title(0, tp_size))
     if not has_gpu:
         return no_device(0)
+    if config["store_port"] is not None:
+        try:
+            store = listen_store(config["store_port"])  # noqa: F841 (held while the scheduler runs)
+        except RuntimeError as error:
+            log(f"Scheduler hit an exception: Traceback (most recent call last):\n{error}")
+            os.kill(os.getppid(), signal.SIGQUIT)
+            return
     for peer in peers:
         peer.recv()  # their init (the real ranks load their weights shards together)
     exit_after_s = read_knobs().get("exit_after_s")

@@ -171,6 +171,8 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
         port = knobs.integer(f"deployments[{name!r}]['port']", entry["port"], minimum=1, maximum=65535) \
             if entry.get("port") is not None else None
         plan = layout.resolve(where, values, count, server.port, server.nccl_port, port)
+        if not server.exposed:  # a site's own setting wins
+            server = replace(server, env={**server_config.LOOPBACK_SOCKETS, **server.env})
     if getattr(data, "gpu_smoke_engine", None) is not None:
         raise BadHostData("gpu_smoke_engine is not accepted: the GPU smoke test always runs torch.distributed "
                           "with NCCL from the SGLang venv; remove it")

@@ -15,6 +15,12 @@ from operations.server.layout import Layout, unit_name
 # ShutdownReq (tokenizer_manager.py _SCHEDULER_EXIT_TIMEOUT_SECS), then killing and reaping its children.
 SHUTDOWN_S = 30
 
+# A server alone on loopback keeps the listeners of NCCL's bootstrap and of Gloo (each scheduler's CPU
+# group) there too: each otherwise takes an interface of its own choosing (NCCL: the first that is not
+# lo or docker*, NCCL's environment documentation; Gloo: the host name's address, measured with torch
+# 2.14.1). One node needs no other (NCCL moves its data over P2P or shared memory within a host).
+LOOPBACK_SOCKETS = {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+
 GIT_REF = re.compile(r"git\+(\S+?)@([^#\s]+)")  # 'name @ git+URL@REF#...': the repository URL and its ref
 
 

@@ -1,5 +1,6 @@
-"""The TCP listeners the stand-in engine opens are the real engine's: HTTP on --host:--port, and TP rank 0's
-TCPStore on --nccl-port (else a port drawn from 22000-29999), on every address as torch 2.14.1's is."""
+"""The TCP listeners the stand-in engine opens are the real engine's: HTTP on --host:--port, TP rank 0's
+TCPStore on --nccl-port (else a port drawn from 22000-29999), on every address as torch 2.14.1's is, and
+each scheduler's Gloo device on GLOO_SOCKET_IFNAME's address (else the host name's)."""
 
 import subprocess
 
@@ -26,15 +27,19 @@ def server_pids(proc) -> set[int]:
 
 def test_the_tcpstore_listens_on_the_nccl_port_of_every_address_beside_http_on_the_host(start, models):
     nccl_port = free_port()
-    s = start(dflash_args(models, "--host", "127.0.0.1", "--nccl-port", str(nccl_port)))
+    s = start(dflash_args(models, "--host", "127.0.0.1", "--nccl-port", str(nccl_port), "--tp-size", "2"),
+              env={"GLOO_SOCKET_IFNAME": "lo"})
     s.wait_ready()
-    assert listeners(server_pids(s.proc)) == {("127.0.0.1", s.port), ("*", nccl_port)}
+    found = listeners(server_pids(s.proc))
+    gloo = [(address, port) for address, port in found if port not in (s.port, nccl_port)]
+    assert found - set(gloo) == {("127.0.0.1", s.port), ("*", nccl_port)}
+    assert [address for address, _ in gloo] == ["127.0.0.1"] * 2  # one a scheduler
 
 
 def test_without_nccl_port_the_store_takes_a_port_of_sglangs_random_range(start, models):
     s = start(dflash_args(models, "--host", "127.0.0.1"))
     s.wait_ready()
-    (store,) = [port for address, port in listeners(server_pids(s.proc)) if port != s.port]
+    (store,) = [port for address, port in listeners(server_pids(s.proc)) if address == "*"]
     assert 22000 <= store <= 29999
 
 

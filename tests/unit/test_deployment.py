@@ -12,6 +12,7 @@ from operations.basics.knobs import BadHostData
 from operations.basics.templates import render
 from operations.weights.checks import unpinned
 from operations.server.flags import server_args, spell
+from operations.server.unit import unit_files
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import REPO, host_data
 
@@ -371,3 +372,16 @@ def test_a_percent_reaches_the_weights_unit_as_written_not_as_a_systemd_specifie
     w = resolve(host_data("b200_nvlink", hf_endpoint="https://mirror.example/hf%2Fproxy"), "b200_nvlink").weights
     text = render("weights/weights.service.j2", w=w, repo=w.target, commit="a" * 40, spec_file="/etc/specfleet/s.json")
     assert "Environment=HF_ENDPOINT=https://mirror.example/hf%%2Fproxy\n" in text
+
+
+def test_a_server_on_loopback_keeps_nccl_and_gloo_listening_on_loopback():
+    """NCCL's bootstrap and Gloo's device listen on an interface of their own choosing: `lo` for a server
+    alone on loopback, theirs for an exposed one (which a key guards), a site's own setting kept."""
+    loopback = resolve(host_data("b200_nvlink"), "b200_nvlink").server
+    exposed = resolve(host_data("b200_nvlink", bind_address="0.0.0.0"), "b200_nvlink").server
+    site = resolve(host_data("b200_nvlink", sglang_tuning={**host_data("b200_nvlink").sglang_tuning,
+                                                           "env": {"NCCL_SOCKET_IFNAME": "eth0"}}), "b200_nvlink")
+    assert (loopback.env["NCCL_SOCKET_IFNAME"], loopback.env["GLOO_SOCKET_IFNAME"]) == ("lo", "lo")
+    assert "NCCL_SOCKET_IFNAME" not in exposed.env and "GLOO_SOCKET_IFNAME" not in exposed.env
+    assert site.server.env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert "NCCL_SOCKET_IFNAME=lo\n" in unit_files(loopback, inputs="")[1]

@@ -47,19 +47,18 @@ profiles = {
         env=dict(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN="1"),
         sglang=dict(requirement="sglang==0.5.23", version="0.5.23"),
     ),
-    # Qwen3.6-27B (hybrid attention) with DFlash drafts verified as a DDTree tree;
-    # budget 15 was the seed's best configuration (a chain for a 16-token drafter).
+    # Qwen3.6-27B (hybrid attention) with DFlash drafts, DDTree in spine mode: budget 15 with the
+    # 16-token drafter verifies one chain, as DFLASH does (PR #29907 speculative/ddtree_worker.py: a
+    # budget <= draft tokens - 1 builds no tree), on the class's own MHA backend. Budget 15 was the
+    # seed's best on this model: larger budgets (a tree) lost to Mamba state leakage on its hybrid layers.
     "qwen36_ddtree": dict(
         target=dict(repo="Qwen/Qwen3.6-27B", revision="main"),
         drafter=dict(repo="z-lab/Qwen3.6-27B-DFlash", revision="main"),
         attention="mha",
-        # PR #29907 since 93e9850e4 (2026-07-08): the full-tree verify fails fast unless the resolved
-        # prefill/decode attention backend is triton (the author's update note in the PR thread).
-        attention_backend="triton",
         speculative=dict(
             algorithm="DDTREE",
             num_draft_tokens=16,  # the drafter's block size
-            ddtree_budget=15,
+            ddtree_budget=15,  # spine mode: draft tokens - 1
         ),
         served_model_name="qwen3.6-27b",
         server_args=[
@@ -76,6 +75,38 @@ profiles = {
         env=dict(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN="1"),  # z-lab's Qwen3.6 recipe
         # DDTree is in no SGLang release up to 0.5.23: it lives in open pull request 29907, whose
         # ref `python pin.py` resolves to a commit (git ls-remote) like the revisions above.
+        sglang=dict(
+            requirement="sglang @ git+https://github.com/sgl-project/sglang@refs/pull/29907/head#subdirectory=python",
+            version="0.5.23",
+        ),
+    ),
+    # Kimi K2.6 with its DFlash drafter, DDTree verifying a real tree: budget 16 > the 8-token
+    # drafter's 7, so each step verifies 17 nodes. Kimi's attention is MLA over every layer, where
+    # a tree's verify is exact (no recurrent state to leak between branches). The tree verify is
+    # triton-only (PR #29907 since 93e9850e4) on every class; the PR's worker takes Kimi's
+    # vocab-parallel lm_head (KimiK25ForConditionalGeneration.lm_head) as DFLASH does. 16 is the
+    # smallest budget the DDTree paper's reference runs (liranringel/ddtree benchmark.py); no
+    # measurement here says which serves Kimi best.
+    "kimi_k26_ddtree": dict(
+        target=dict(repo="moonshotai/Kimi-K2.6", revision="main"),
+        drafter=dict(repo="z-lab/Kimi-K2.6-DFlash", revision="main"),
+        attention="mla",
+        attention_backend="triton",
+        speculative=dict(
+            algorithm="DDTREE",
+            num_draft_tokens=8,  # the DFlash block size of the Kimi drafter (model card)
+            draft_window_size=4096,  # draft KV sliding window (model card)
+            ddtree_budget=16,
+        ),
+        served_model_name="kimi-k2.6",
+        server_args=[
+            "--trust-remote-code",
+            "--reasoning-parser", "kimi_k2",
+            "--tool-call-parser", "kimi_k2",
+            "--page-size", "1",  # DDTree (PR #29907) requires page_size == 1
+            "--disable-overlap-schedule",  # and runs without the overlap scheduler
+        ],
+        env=dict(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN="1"),  # as kimi_k26_dflash
         sglang=dict(
             requirement="sglang @ git+https://github.com/sgl-project/sglang@refs/pull/29907/head#subdirectory=python",
             version="0.5.23",
@@ -111,6 +142,11 @@ config_dir = "/etc/specfleet"  # unit environment file; the API key (0600)
 # needs an API key: preflight refuses a server reachable beyond loopback without one.
 bind_address = "127.0.0.1"
 port = 30000  # each replica listens on port + the index of its lowest GPU
+# Each replica's TCPStore (SGLang's --nccl-port): nccl_port + the index of its lowest GPU. Without it
+# SGLang draws one in 22000-29999, tests it and binds it later, so replicas starting together can
+# draw the same (srt/utils/network.py); the dist-init port (node_groups) and smg's Prometheus port
+# lie in that range too. 31000-31007: above it, below the kernel's ephemeral ports (32768 and up).
+nccl_port = 31000
 enable_metrics = True  # /metrics with sglang:spec_accept_length
 
 ready_timeout_s = None  # None: from the weights' size (readiness.ready_timeout: 300 s + 400 MB/s, ~30 min for 595 GB)

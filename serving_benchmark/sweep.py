@@ -48,7 +48,7 @@ from operations.gateway import workers
 from operations.gpu.facts import NvidiaGpus
 from operations.gpu.smoke import SmokeTest
 from operations.server import readiness
-from operations.server.flags import DDTREE_TARGET_BACKENDS, rejection, server_args
+from operations.server.flags import ddtree_target_backend, rejection, server_args
 from operations.server.unit import unit_files
 from operations.basics.templates import render
 from operations.weights.checks import WeightsDisk
@@ -180,7 +180,7 @@ def mode_args(server: Server, mode: str) -> list[str]:
     """The deployed server's arguments for `mode`, served on loopback only.
 
     ar drops every speculative flag; dflash and ddtree keep the deployed drafter and block size
-    (ddtree's budget defaults to block - 1, and it needs one-token pages and its own target backend).
+    (ddtree's budget defaults to block - 1, spine mode; it needs one-token pages, and triton where it builds a tree).
     """
     d = dataclasses.replace(server, bind_address="127.0.0.1")
     if mode == "ar":
@@ -193,9 +193,11 @@ def mode_args(server: Server, mode: str) -> list[str]:
             else:
                 args.append(arg)
         return args
+    spec = _speculative(server, mode)
     if mode == "ddtree":
-        d = dataclasses.replace(d, attention_backend=DDTREE_TARGET_BACKENDS[0])
-    args = server_args(dataclasses.replace(d, speculative=_speculative(server, mode)))
+        d = dataclasses.replace(d, attention_backend=ddtree_target_backend(d.attention_backend, spec.num_draft_tokens,
+                                                                           spec.ddtree_budget))
+    args = server_args(dataclasses.replace(d, speculative=spec))
     if mode == "ddtree" and "--page-size" not in args:
         args += ["--page-size", "1"]
     return args

@@ -110,7 +110,7 @@ def resolve_host(data: Any, host_class: str, node_members: dict | None = None) -
 
 
 def _together(found: list[Deployment]) -> None:
-    """Deployments of one host: names, GPUs and ports each once; one revision of a repo."""
+    """Deployments of one host: names, GPUs and ports (HTTP and --nccl-port) each once; one revision of a repo."""
     seen_names, seen_gpus, seen_ports, revisions = set(), {}, {}, {}
     for d in found:
         if d.name in seen_names:
@@ -122,10 +122,11 @@ def _together(found: list[Deployment]) -> None:
                     raise BadHostData(f"deployments {seen_gpus[gpu]} and {d.name} both take GPU {gpu}: give each "
                                       "deployment GPUs of its own (gpus=[...])")
                 seen_gpus[gpu] = d.name
-            if replica.port in seen_ports:
-                raise BadHostData(f"deployments {seen_ports[replica.port]} and {d.name} both listen on port "
-                                  f"{replica.port}: give one of them another port (port=...)")
-            seen_ports[replica.port] = d.name
+            for port, use in ((replica.port, "HTTP port"), (replica.nccl_port, "--nccl-port")):
+                if port in seen_ports:
+                    raise BadHostData(f"{seen_ports[port]} and {replica.service_name}'s {use} are both port {port}: "
+                                      "give one of them another (port, a deployment's port=..., or nccl_port)")
+                seen_ports[port] = f"{replica.service_name}'s {use}"
         for repo in d.weights.repos:
             other = revisions.setdefault(repo.repo_dir, (d.name, repo.revision))
             if other[1] != repo.revision:
@@ -155,7 +156,13 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
         # One server over the group's nodes: TP over all their GPUs, this node's share of them, the
         # network between them named.
         per_node = group.tp_size // group.nnodes
-        plan = layout.Layout(tp_size=group.tp_size, groups=(tuple(range(per_node)),), ports=(server.port,))
+        groups = (tuple(range(per_node)),)
+        plan = layout.Layout(tp_size=group.tp_size, groups=groups, ports=(server.port,),
+                             nccl_ports=layout.nccl_ports(groups, server.nccl_port))
+        if plan.nccl_ports[0] in range(group.dist_init_port, group.dist_init_port + 7):
+            raise BadHostData(f"node_groups[{group.name!r}]['dist_init_port']={group.dist_init_port} collides with "
+                              f"the server's --nccl-port {plan.nccl_ports[0]} (SGLang uses the dist-init port and "
+                              "the 6 after it): pick another, or another nccl_port")
         server = replace(server, env={**server.env, **group.env()}, node_args=tuple(group.server_args()),
                          drains_on_stop=group.serves_http)
     else:
@@ -163,7 +170,9 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
                   **{k: v for k, v in entry.items() if k in layout.KEYS}}
         port = knobs.integer(f"deployments[{name!r}]['port']", entry["port"], minimum=1, maximum=65535) \
             if entry.get("port") is not None else None
-        plan = layout.resolve(where, values, count, server.port, port)
+        plan = layout.resolve(where, values, count, server.port, server.nccl_port, port)
+        if not server.exposed:  # a site's own setting wins
+            server = replace(server, env={**server_config.LOOPBACK_SOCKETS, **server.env})
     if getattr(data, "gpu_smoke_engine", None) is not None:
         raise BadHostData("gpu_smoke_engine is not accepted: the GPU smoke test always runs torch.distributed "
                           "with NCCL from the SGLang venv; remove it")

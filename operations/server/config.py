@@ -15,6 +15,12 @@ from operations.server.layout import Layout, unit_name
 # ShutdownReq (tokenizer_manager.py _SCHEDULER_EXIT_TIMEOUT_SECS), then killing and reaping its children.
 SHUTDOWN_S = 30
 
+# A server alone on loopback keeps the listeners of NCCL's bootstrap and of Gloo (each scheduler's CPU
+# group) there too: each otherwise takes an interface of its own choosing (NCCL: the first that is not
+# lo or docker*, NCCL's environment documentation; Gloo: the host name's address, measured with torch
+# 2.14.1). One node needs no other (NCCL moves its data over P2P or shared memory within a host).
+LOOPBACK_SOCKETS = {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+
 # 'name @ git+URL@REF#...': the repository URL and its ref. The ref follows the last @ past the URL's host
 # (ssh://USER@HOST/PATH@REF, or scp-style USER@HOST:PATH@REF): an @ before the path is the URL's user,
 # as pip's own split of a VCS URL reads it (pip/_internal/vcs/versioncontrol.py get_url_rev_and_auth).
@@ -28,7 +34,7 @@ GIT_REF = re.compile(r"git\+((?:[A-Za-z][\w+.-]*://[^/\s#]*/|[^/\s#@:]+@[^/\s#:]
 DEPLOY_FLAGS = {
     "--model-path": "the profile's target", "--model": "the profile's target",
     "--served-model-name": "the profile's served_model_name",
-    "--host": "bind_address", "--port": "port",
+    "--host": "bind_address", "--port": "port", "--nccl-port": "nccl_port",
     "--tp-size": "layouts tp_size", "--tensor-parallel-size": "layouts tp_size",
     "--mem-fraction-static": "sglang_tuning mem_fraction_static",
     "--attention-backend": "the profile's attention (sglang_tuning attention_backends)",
@@ -83,6 +89,7 @@ class Server:
     config_dir: str
     bind_address: str
     port: int
+    nccl_port: int  # its TCPStore's (--nccl-port; layout.nccl_ports): the knob's before the layout is applied
     enable_metrics: bool
     api_key_env: str
     remove_api_key: bool  # only this removes a key from a host; the server must then bind to loopback
@@ -247,6 +254,7 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         config_dir=knobs.path("config_dir", data.config_dir),
         bind_address=knobs.address("bind_address", data.bind_address),
         port=knobs.integer("port", data.port, minimum=1, maximum=65535),
+        nccl_port=knobs.integer("nccl_port", data.nccl_port, minimum=1024, maximum=65535),
         enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
         api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
         remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
@@ -257,7 +265,7 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
 
 
 def replicas(server: Server, deployment: str, layout: Layout) -> tuple[Server, ...]:
-    """The deployment's servers, one a replica of the layout: its unit, GPUs, port and TP size."""
+    """The deployment's servers, one a replica of the layout: its unit, GPUs, ports and TP size."""
     return tuple(replace(server, deployment=deployment, tp_size=layout.tp_size, gpus=gpus, port=port,
-                         service_name=unit_name(server.service_prefix, deployment, gpus))
-                 for gpus, port in zip(layout.groups, layout.ports))
+                         nccl_port=nccl_port, service_name=unit_name(server.service_prefix, deployment, gpus))
+                 for gpus, port, nccl_port in zip(layout.groups, layout.ports, layout.nccl_ports))

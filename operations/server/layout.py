@@ -15,16 +15,25 @@ from operations.basics import knobs
 from operations.basics.knobs import BadHostData
 
 KEYS = ("tp_size", "replicas", "gpus")  # what a layout may say
+# Where SGLang 0.5.23 draws a server's --nccl-port when none is given (srt/utils/network.py,
+# get_free_port_below_ephemeral: bound to test, released, bound again by the scheduler later), so
+# another server may take any of them; the dist-init port (node_groups, 25000) and smg's Prometheus
+# port (group_data/gateway.py, 29000) lie here too. The kernel's ephemeral range starts at 32768 by
+# default (ip_local_port_range): a connection's local port could take one there first.
+SGLANG_RANDOM_PORTS = range(22000, 30000)
+EPHEMERAL_START = 32768
 DEPLOYMENT_KEYS = ("profile", "name", "port", *KEYS)  # what a host's `deployments` entry may say
 
 
 @dataclass(frozen=True)
 class Layout:
-    """One deployment's servers on a host: each replica's GPUs (nvidia-smi indices) and port."""
+    """One deployment's servers on a host: each replica's GPUs (nvidia-smi indices), HTTP port and
+    --nccl-port (its TCPStore)."""
 
     tp_size: int  # per replica, on this host (a node group's is over all its nodes)
     groups: tuple[tuple[int, ...], ...]  # per replica, its GPUs, in CUDA_VISIBLE_DEVICES order
     ports: tuple[int, ...]  # per replica
+    nccl_ports: tuple[int, ...]  # per replica
 
     @property
     def gpus(self) -> tuple[int, ...]:
@@ -57,11 +66,28 @@ def _gpu_list(name: str, value: Any, count: int) -> tuple[int, ...]:
     return gpus
 
 
-def resolve(where: str, values: Any, gpu_count: int, host_port: int, port: int | None = None) -> Layout:
+def nccl_ports(groups: tuple[tuple[int, ...], ...], nccl_port: int) -> tuple[int, ...]:
+    """Each replica's --nccl-port: `nccl_port` + the index of its lowest GPU, so replicas on disjoint GPUs
+    (every deployment of a host) never share one; checked to lie outside SGLang's random range and below
+    the kernel's ephemeral range (BadHostData naming the knob otherwise)."""
+    ports = tuple(nccl_port + min(group) for group in groups)
+    clash = next((p for p in ports if p in SGLANG_RANDOM_PORTS or p >= EPHEMERAL_START), None)
+    if clash is not None:
+        low, high = SGLANG_RANDOM_PORTS.stop, EPHEMERAL_START - 1 - max(map(min, groups))
+        raise BadHostData(f"nccl_port={nccl_port} gives a replica --nccl-port {clash}, inside SGLang's random "
+                          f"ports {SGLANG_RANDOM_PORTS.start}-{SGLANG_RANDOM_PORTS.stop - 1} (another server may "
+                          f"draw it) or the kernel's ephemeral ones ({EPHEMERAL_START} and up): use a nccl_port "
+                          f"from {low} to {high}")
+    return ports
+
+
+def resolve(where: str, values: Any, gpu_count: int, host_port: int, nccl_port: int,
+            port: int | None = None) -> Layout:
     """The layout `values` says (a dict of KEYS) on a host of `gpu_count` GPUs. Each replica listens on
     `host_port` + the index of its lowest GPU, so replicas on disjoint GPUs never share a port; `port`
-    (a deployment's own) moves them together, the replica on its lowest GPU there. A bad value raises
-    BadHostData naming the knob (`where`), the value and what is accepted."""
+    (a deployment's own) moves them together, the replica on its lowest GPU there. Its TCPStore takes
+    `nccl_port` + that index (nccl_ports). A bad value raises BadHostData naming the knob (`where`), the
+    value and what is accepted."""
     if not isinstance(values, dict) or set(values) - set(KEYS) or "tp_size" not in values:
         raise BadHostData(f"{where}={values!r} is not accepted: use dict(tp_size=N) with optionally replicas=N "
                           "and gpus=[...] (the GPUs its replicas take, tp_size at a time)")
@@ -88,7 +114,7 @@ def resolve(where: str, values: Any, gpu_count: int, host_port: int, port: int |
     ports = tuple(first + min(group) - lowest for group in groups)
     if max(ports) > 65535:
         raise BadHostData(f"{where}: its replicas would listen up to port {max(ports)}: use a lower port")
-    return Layout(tp_size=tp_size, groups=groups, ports=ports)
+    return Layout(tp_size=tp_size, groups=groups, ports=ports, nccl_ports=nccl_ports(groups, nccl_port))
 
 
 def class_default(data: Any, host_class: str, profile: str, gpu_count: int) -> dict:

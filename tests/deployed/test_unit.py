@@ -11,7 +11,8 @@ import pytest
 from operations.server.flags import server_args
 
 # systemd's view of the unit, every process of its cgroup (user, socket inodes), the
-# running main process's argv, the unit file's ExecStart and the TCP listeners on `port`.
+# running main process's argv, the unit file's ExecStart, the TCP listeners on `port` and every TCP
+# listener of the unit's processes.
 _UNIT_SCRIPT = r"""
 import json, os, pwd, socket, subprocess, sys
 service, port = sys.argv[1], int(sys.argv[2])
@@ -69,11 +70,15 @@ for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         fields = line.split()
         local, state, inode = fields[1], fields[3], fields[9]
         hex_address, hex_port = local.split(":")
-        if state == "0A" and int(hex_port, 16) == port:
-            owners = [pid for pid, p in processes.items() if inode in p["sockets"]]
-            listeners.append({"address": address(hex_address), "port": port, "unit_pids": owners})
+        if state != "0A":
+            continue
+        owners = [pid for pid, p in processes.items() if inode in p["sockets"]]
+        if int(hex_port, 16) == port or owners:
+            listeners.append({"address": address(hex_address), "port": int(hex_port, 16), "unit_pids": owners})
 print(json.dumps({"props": props, "processes": {pid: p["user"] for pid, p in processes.items()},
-                  "argv": argv, "exec_start": exec_start, "listeners": listeners}))
+                  "argv": argv, "exec_start": exec_start,
+                  "listeners": [l for l in listeners if l["port"] == port],
+                  "unit_listeners": [l for l in listeners if l["unit_pids"]]}))
 """
 
 
@@ -167,6 +172,40 @@ def test_unit_listens_on_the_configured_address_and_port(target):
                           for l in listeners) or "nothing listening on that port"
         return [] if ours else [f"{target.name}: expected {d.service_name} listening on {d.bind_address}:{d.port}, "
                                 f"found {found}"]
+    each_replica(target, check)
+
+
+def store_port(d) -> int:
+    """Where torch.distributed's TCPStore of this replica listens: its --nccl-port alone on a node, a node
+    group's dist-init port on its rank 0 (SGLang 0.5.23 srt/distributed/bootstrap.py)."""
+    args = list(d.node_args)
+    return int(args[args.index("--dist-init-addr") + 1].rpartition(":")[2]) if "--dist-init-addr" in args \
+        else d.nccl_port
+
+
+def test_every_listener_of_a_replica_is_on_loopback_or_its_bind_address(target):
+    """Every TCP listener of every process of the unit (HTTP, each scheduler's Gloo device, NCCL's
+    bootstrap), by its cgroup: on loopback or the bind address (an unspecified one: any address). One
+    exception, pinned here as the engine has it: torch's TCPStore (torch 2.14.1, which SGLang 0.5.23 pins)
+    listens on every address whatever --host says, on the replica's own --nccl-port (the layout's: SGLang
+    draws none of its own) or a node group's dist-init port; nothing else may."""
+    def check(d, unit):
+        bind = ipaddress.ip_address(d.bind_address)
+        problems = []
+        for listener in unit["unit_listeners"]:
+            address = ipaddress.ip_address(listener["address"])
+            if address.is_loopback or address == bind or (bind.is_unspecified and address.is_unspecified):
+                continue
+            if address.is_unspecified and listener["port"] == store_port(d):
+                continue
+            problems.append(f"{target.name}: {d.service_name} listens on {listener['address']}:{listener['port']} "
+                            f"(pids {' '.join(listener['unit_pids'])}), beyond loopback and its bind address "
+                            f"{d.bind_address}")
+        on_store = [l for l in unit["unit_listeners"] if l["port"] == store_port(d)]
+        if target.serves_http and not on_store:
+            problems.append(f"{target.name}: expected {d.service_name}'s TCPStore on port {store_port(d)}, found "
+                            f"its listeners on {', '.join(str(l['port']) for l in unit['unit_listeners']) or 'none'}")
+        return problems
     each_replica(target, check)
 
 

@@ -16,7 +16,7 @@ from tests.unit.group_data import host_data
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_PROFILES = REPO / "lab" / "gpu_standin" / "profiles"
-PROFILES = ("kimi_k26_dflash", "qwen36_ddtree")
+PROFILES = ("kimi_k26_dflash", "qwen36_ddtree", "kimi_k26_ddtree")
 
 
 def class_gpu(host_class: str) -> dict:

@@ -13,6 +13,7 @@ from operations.basics.templates import render
 from operations.gateway import config as gateway_config
 from operations.weights.checks import unpinned
 from operations.server.flags import server_args, spell
+from operations.server.unit import unit_files
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import REPO, host_data
 
@@ -99,10 +100,10 @@ def test_boolean_knobs_read_words_as_a_user_means_them(value, wanted):
 
 def test_numbers_are_numbers_whichever_way_they_arrive():
     """`--data driver_branch=580` arrives as an int, group_data's "580" as a string: both are one branch."""
-    as_int = resolve(host_data("b200_nvlink", driver_branch=580, ready_timeout_s="90", port="31000"), "b200_nvlink")
+    as_int = resolve(host_data("b200_nvlink", driver_branch=580, ready_timeout_s="90", port="31500"), "b200_nvlink")
     as_str = resolve(host_data("b200_nvlink", driver_branch="580"), "b200_nvlink")
     assert as_int.gpu.driver_branch == as_str.gpu.driver_branch == "580"
-    assert (as_int.server.ready_timeout_s, as_int.server.port) == (90, 31000)
+    assert (as_int.server.ready_timeout_s, as_int.server.port) == (90, 31500)
     assert resolve(host_data("b200_nvlink"), "b200_nvlink").gpu.expected.driver_min == 580
 
 
@@ -128,7 +129,7 @@ def test_numbers_are_numbers_whichever_way_they_arrive():
     ("pip_index_url", "http://x/simple' --trusted-host evil", "pip_index_url=\"http://x/simple' --trusted-host evil\""),
     ("bind_address", "everywhere", "bind_address='everywhere' is not an IP address"),
     ("hf_token_env", "HF TOKEN", "hf_token_env='HF TOKEN' is not accepted: use a variable name"),
-    ("profile", "kimi_k26_dlfash", "profile='kimi_k26_dlfash' is not one of kimi_k26_dflash, qwen36_ddtree"),
+    ("profile", "kimi_k26_dlfash", "profile='kimi_k26_dlfash' is not one of kimi_k26_ddtree, kimi_k26_dflash, qwen36_ddtree"),
 ])
 def test_a_bad_knob_is_one_line_naming_the_knob_the_value_and_what_is_accepted(knob, value, message):
     with pytest.raises(BadHostData) as refused:
@@ -215,8 +216,8 @@ def test_a_host_serves_two_models_on_disjoint_gpus_each_with_its_own_units_ports
     # Two deployments of one build share its virtualenv; a deployment's port moves its replicas together.
     a, b = resolve_host(host_data("rtx_pro_6000_pcie", deployments=[
         dict(profile="qwen36_ddtree", gpus=[0, 1], name="a"), dict(profile="qwen36_ddtree", gpus=[2, 3], name="b",
-                                                                  port=31000)]), "rtx_pro_6000_pcie")
-    assert a.server.venv == b.server.venv and [r.port for r in b.replicas] == [31000, 31001]
+                                                                  port=30100)]), "rtx_pro_6000_pcie")
+    assert a.server.venv == b.server.venv and [r.port for r in b.replicas] == [30100, 30101]
 
 
 @pytest.mark.parametrize("data, refusal", [
@@ -234,20 +235,55 @@ def test_a_host_serves_two_models_on_disjoint_gpus_each_with_its_own_units_ports
     (dict(deployments=[dict(profile="qwen36_ddtree", gpus=[0]), dict(profile="qwen36_ddtree", gpus=[1])]),
      "two are named 'qwen36_ddtree'"),
     (dict(deployments=[dict(profile="qwen36_ddtree", gpus=[0], name="a", port=30001),
-                       dict(profile="qwen36_ddtree", gpus=[1], name="b")]), "both listen on port 30001"),
+                       dict(profile="qwen36_ddtree", gpus=[1], name="b")]),
+     "sglang@a-gpu0's HTTP port and sglang@b-gpu1's HTTP port are both port 30001"),
+    (dict(deployments=[dict(profile="qwen36_ddtree", gpus=[0], name="a", port=31001),
+                       dict(profile="qwen36_ddtree", gpus=[1], name="b")]),
+     "sglang@a-gpu0's HTTP port and sglang@b-gpu1's --nccl-port are both port 31001"),
+    (dict(nccl_port=29000), "nccl_port=29000 gives a replica --nccl-port 29000, inside SGLang's random ports "
+                            "22000-29999 (another server may draw it) or the kernel's ephemeral ones (32768 and "
+                            "up): use a nccl_port from 30000 to 32767"),
+    (dict(nccl_port=32768), "gives a replica --nccl-port 32768, inside SGLang's random ports"),
+    (dict(profile="qwen36_ddtree", nccl_port=32765), "gives a replica --nccl-port 32768"),
     (dict(deployments=[dict(profile="qwen36_ddtree", gpu=[0])]), "is not accepted: use dict(profile=...)"),
     (dict(deployments=[dict(profile="qwen36_ddtree", name="a b")]), "deployment name='a b' is not accepted"),
     (dict(deployments="qwen36_ddtree"), "deployments='qwen36_ddtree' is not accepted"),
     (dict(deployments=[dict(profile="qwen36_ddtree")], node_group="kimi-tp16", node_rank=0),
      "deployments and node_group are not accepted together"),
 ])
-def test_a_layout_that_does_not_fit_or_overlaps_the_gpus_is_refused_in_one_line(data, refusal):
+def test_a_layout_that_does_not_fit_or_overlaps_the_gpus_or_ports_is_refused_in_one_line(data, refusal):
     values = host_data("rtx_pro_6000_pcie")
     for key, value in data.items():
         setattr(values, key, {**values.sglang_tuning, **value} if key == "sglang_tuning" else value)
     with pytest.raises(BadHostData) as refused:
         resolve_host(values, "rtx_pro_6000_pcie")
     assert refusal in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+
+
+def test_each_replica_gets_its_own_nccl_port_apart_from_every_other_port_of_the_host():
+    """Eight Qwen replicas on the PCIe class: --nccl-port 31000-31007, none an HTTP port, none in SGLang's
+    random range (where it draws without the flag) or the ephemeral one; two deployments keep theirs apart."""
+    replicas = resolve_host(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree"), "rtx_pro_6000_pcie")[0].replicas
+    assert [r.nccl_port for r in replicas] == list(range(31000, 31008))
+    assert [r.port for r in replicas] == list(range(30000, 30008))
+    for r in replicas:
+        argv = server_args(r)
+        assert argv[argv.index("--nccl-port") + 1] == str(r.nccl_port)
+        assert r.nccl_port not in range(22000, 30000) and r.nccl_port < 32768
+    two = resolve_host(host_data("rtx_pro_6000_pcie", deployments=[
+        dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4), dict(profile="qwen36_ddtree", gpus=[4, 5])]),
+        "rtx_pro_6000_pcie")
+    ports = [(r.port, r.nccl_port) for d in two for r in d.replicas]
+    assert ports == [(30000, 31000), (30004, 31004), (30005, 31005)]
+
+
+def test_extra_arguments_may_not_set_the_nccl_port():
+    data = with_profile_args("b200_nvlink", profile_args=["--nccl-port", "25001"])
+    with pytest.raises(BadHostData) as refused:
+        resolve(data, "b200_nvlink")
+    assert "--nccl-port" in str(refused.value) and "nccl_port" in str(refused.value)
+
+
 def with_profile_args(host_class: str, class_args: list[str] = (), profile_args: list[str] | None = None):
     data = host_data(host_class)
     data.sglang_tuning = {**data.sglang_tuning, "extra_args": [*data.sglang_tuning["extra_args"], *class_args]}
@@ -356,3 +392,16 @@ def test_a_percent_reaches_the_weights_unit_as_written_not_as_a_systemd_specifie
     w = resolve(host_data("b200_nvlink", hf_endpoint="https://mirror.example/hf%2Fproxy"), "b200_nvlink").weights
     text = render("weights/weights.service.j2", w=w, repo=w.target, commit="a" * 40, spec_file="/etc/specfleet/s.json")
     assert "Environment=HF_ENDPOINT=https://mirror.example/hf%%2Fproxy\n" in text
+
+
+def test_a_server_on_loopback_keeps_nccl_and_gloo_listening_on_loopback():
+    """NCCL's bootstrap and Gloo's device listen on an interface of their own choosing: `lo` for a server
+    alone on loopback, theirs for an exposed one (which a key guards), a site's own setting kept."""
+    loopback = resolve(host_data("b200_nvlink"), "b200_nvlink").server
+    exposed = resolve(host_data("b200_nvlink", bind_address="0.0.0.0"), "b200_nvlink").server
+    site = resolve(host_data("b200_nvlink", sglang_tuning={**host_data("b200_nvlink").sglang_tuning,
+                                                           "env": {"NCCL_SOCKET_IFNAME": "eth0"}}), "b200_nvlink")
+    assert (loopback.env["NCCL_SOCKET_IFNAME"], loopback.env["GLOO_SOCKET_IFNAME"]) == ("lo", "lo")
+    assert "NCCL_SOCKET_IFNAME" not in exposed.env and "GLOO_SOCKET_IFNAME" not in exposed.env
+    assert site.server.env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert "NCCL_SOCKET_IFNAME=lo\n" in unit_files(loopback, inputs="")[1]

@@ -85,7 +85,8 @@ def test_a_pcie_class_tries_p2p_within_a_third_of_the_time_against_its_p2p_floor
     d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie").smoke
     [command], _ = run(None, d)
     argv = shlex.split(command.args[0].removeprefix("cd / && "))
-    assert [arg for arg in argv if arg.startswith("NCCL_")] == []  # P2P is the host's decision, not the class's
+    # P2P is the host's decision, not the class's; NCCL's bootstrap stays on loopback as the server's does.
+    assert [arg for arg in argv if arg.startswith("NCCL_")] == ["NCCL_SOCKET_IFNAME=lo"]
     assert argv[argv.index("--floor-gbps") + 1] == "5.0"
     assert argv[argv.index("--timeout") + 1] == "60"  # the lab's gpu_smoke_timeout_s
     assert argv[argv.index("--p2p-floor-gbps") + 1] == "30.0" and argv[argv.index("--p2p-timeout") + 1] == "20"

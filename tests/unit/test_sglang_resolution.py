@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from operations.deployment import HOST_CLASSES
-from operations.server.flags import (DDTREE_BUDGET_RANGE, DDTREE_TARGET_BACKENDS, RESOLVE, ddtree_violations,
-                               rendered_ddtree_violations)
+from operations.deployment import HOST_CLASSES, resolve
+from operations.server.flags import (DDTREE_BUDGET_RANGE, DDTREE_TREE_BACKENDS, RESOLVE, ddtree_builds_tree,
+                                     ddtree_target_backend, ddtree_violations, rendered_ddtree_violations)
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import resolve_many_with_real_sglang
 from tests.unit.group_data import host_data
@@ -91,7 +91,8 @@ def test_real_sglang_resolves_each_class_and_profile_as_the_deploy_expects(combo
     assert graphs is None or graphs >= r["max_running_requests"], (
         f"CUDA graphs up to batch {graphs}, but up to {r['max_running_requests']} requests run at once")
     if d.speculative.algorithm == "DDTREE":
-        assert ddtree_violations(r["page_size"], r["attention_backend"], d.speculative.ddtree_budget) == []
+        assert ddtree_violations(r["page_size"], r["attention_backend"], d.speculative.ddtree_budget,
+                                 d.speculative.num_draft_tokens) == []
 
 
 def test_real_sglang_refuses_the_bad_combinations(real, repos):
@@ -102,18 +103,41 @@ def test_real_sglang_refuses_the_bad_combinations(real, repos):
 
 
 def test_ddtree_rules():
-    assert ddtree_violations(1, "triton", 15) == []
-    assert ddtree_violations(1, "triton", 1) == []
-    assert ddtree_violations(1, "flashinfer", 15)  # page size 1, but the full-tree verify is triton-only
+    """PR #29907: a budget <= draft tokens - 1 verifies one chain (spine mode) on any backend of one-token
+    pages; only a larger budget builds a tree, and only the tree verify is triton-only."""
+    assert ddtree_violations(1, "triton", 15, 16) == []
+    assert ddtree_violations(1, "flashinfer", 15, 16) == []  # spine mode: no tree, no triton needed
+    assert ddtree_violations(1, "flashinfer", None, 16) == []  # the PR's default budget, draft tokens - 1
+    assert ddtree_violations(1, "triton", 16, 8) == []
+    assert ddtree_violations(1, "flashinfer", 16, 8) == [  # tree mode off triton
+        "DDTREE tree mode (budget 16 > draft tokens - 1 = 7) needs the target attention backend triton, not "
+        "flashinfer"]
     # What trtllm_mha on SM100 resolves to: it forces the page size to 64.
-    assert [p.split(" (")[0] for p in ddtree_violations(64, "trtllm_mha", 15)] == [
-        "DDTREE currently supports only page_size == 1", "DDTREE full-tree verify needs the target attention backend"]
-    assert ddtree_violations(1, "triton", 0) and ddtree_violations(1, "triton", 1025)
+    assert [p.split(" (")[0] for p in ddtree_violations(64, "trtllm_mha", 15, 16)] == [
+        "DDTREE currently supports only page_size == 1"]
+    assert ddtree_violations(1, "triton", 0, 16) and ddtree_violations(1, "triton", 1025, 16)
+
+
+def test_triton_only_where_ddtree_builds_a_tree():
+    assert not ddtree_builds_tree(16, 15) and not ddtree_builds_tree(16, None) and ddtree_builds_tree(16, 16)
+    assert ddtree_target_backend("flashinfer", 16, 15) == "flashinfer"
+    assert ddtree_target_backend("flashinfer", 8, 16) == "triton"
+    assert ddtree_target_backend("trtllm_mla", 8, 7) == "triton"  # it forces pages of 32/64
+    for host_class in HOST_CLASSES:
+        spine = resolve(host_data(host_class, profile="qwen36_ddtree"), host_class).server
+        tree = resolve(host_data(host_class, profile="kimi_k26_ddtree"), host_class).server
+        assert spine.attention_backend == host_data(host_class).sglang_tuning["attention_backends"]["mha"][0]
+        assert spine.attention_backend != "triton" and tree.attention_backend == "triton"
+        assert ddtree_builds_tree(tree.speculative.num_draft_tokens, tree.speculative.ddtree_budget)
+        assert not ddtree_builds_tree(spine.speculative.num_draft_tokens, spine.speculative.ddtree_budget)
 
 
 def test_the_deploy_holds_ddtree_profiles_to_the_rules(repos):
     for host_class in HOST_CLASSES:
         assert rendered_ddtree_violations(deployment(host_class, "qwen36_ddtree", repos)) == []
+        assert rendered_ddtree_violations(deployment(host_class, "kimi_k26_ddtree", repos)) == []
+        assert rendered_ddtree_violations(deployment(host_class, "kimi_k26_ddtree", repos,
+                                                     attention_backend="flashinfer"))
         assert rendered_ddtree_violations(deployment(host_class, "kimi_k26_dflash", repos)) == []
     assert rendered_ddtree_violations(old_ddtree_deployment(repos))  # trtllm_mha
 
@@ -121,7 +145,7 @@ def test_the_deploy_holds_ddtree_profiles_to_the_rules(repos):
 def test_standin_ddtree_rules_are_the_deploys():
     """The DDTree build runs on hosts without operations/: its copy of the constants must match."""
     namespace = runpy.run_path(str(STANDIN_SRC / "sglang" / "srt" / "resolution.py"))
-    assert namespace["DDTREE_TARGET_BACKENDS"] == DDTREE_TARGET_BACKENDS
+    assert namespace["DDTREE_TREE_BACKENDS"] == DDTREE_TREE_BACKENDS
     assert namespace["DDTREE_BUDGET_RANGE"] == DDTREE_BUDGET_RANGE
 
 
@@ -186,15 +210,37 @@ def test_ddtree_standin_refuses_what_the_release_plus_ddtree_rules_refuse(repos,
     good, old = deployment("b200_nvlink", "qwen36_ddtree", repos), old_ddtree_deployment(repos)
     real_good, real_old = real[("b200_nvlink", "qwen36_ddtree")], real[OLD_DDTREE]
     budget = good.speculative.ddtree_budget
-    assert ddtree_violations(real_good["resolved"]["page_size"], real_good["resolved"]["attention_backend"], budget) == []
+    blocks = good.speculative.num_draft_tokens
+    assert ddtree_violations(real_good["resolved"]["page_size"], real_good["resolved"]["attention_backend"], budget,
+                             blocks) == []
     assert real_old["resolved"]["page_size"] == 64  # trtllm_mha overrode the profile's --page-size 1
-    assert ddtree_violations(real_old["resolved"]["page_size"], "trtllm_mha", budget)
+    assert ddtree_violations(real_old["resolved"]["page_size"], "trtllm_mha", budget, blocks)
     for d, refused in ((good, False), (old, True)):
         answer = standin_resolve({**case(d), "argv": server_args(d)}, tmp_path, src=ddtree_src)
         assert ("error" in answer) == refused, answer.get("error")
         if not refused:
             assert answer["resolved"]["speculative_ddtree_budget"] == budget
     assert "page_size == 1" in standin_resolve({**case(old), "argv": server_args(old)}, tmp_path, src=ddtree_src)["error"]
+
+
+def test_ddtree_standin_wants_triton_only_for_a_tree(repos, real, ddtree_src, tmp_path):
+    """Spine mode (Qwen, budget 15 of 16) on the class's flashinfer and a tree (Kimi, budget 16 of 8) on
+    triton: the real release resolves both bases, the deploy's rules and the DDTree build accept them;
+    the tree on flashinfer is refused by both."""
+    from operations.server.flags import server_args
+
+    for host_class in HOST_CLASSES:
+        spine, tree = deployment(host_class, "qwen36_ddtree", repos), deployment(host_class, "kimi_k26_ddtree", repos)
+        off_triton = deployment(host_class, "kimi_k26_ddtree", repos, attention_backend="flashinfer")
+        for d, refused in ((spine, False), (tree, False), (off_triton, True)):
+            if d is not off_triton:
+                r = real[(host_class, d.profile_name)]["resolved"]
+                assert ddtree_violations(r["page_size"], r["attention_backend"], d.speculative.ddtree_budget,
+                                         d.speculative.num_draft_tokens) == []
+            answer = standin_resolve({**case(d), "argv": server_args(d)}, tmp_path, src=ddtree_src)
+            assert ("error" in answer) == refused, (host_class, d.profile_name, answer.get("error"))
+            assert (answer.get("error") or "").removeprefix("ValueError: ") == \
+                next(iter(rendered_ddtree_violations(d)), "")
 
 
 def test_committed_flag_lists_are_the_real_wheels(tmp_path):

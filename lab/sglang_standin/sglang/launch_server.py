@@ -51,6 +51,7 @@ from pathlib import Path
 import sglang
 from sglang import rendezvous, speed_model
 from sglang.srt.entrypoints import engine
+from sglang.srt import distributed, request_rules
 from sglang.srt.resolution import query_gpu
 from sglang.srt.managers.tokenizer_manager import ClientGone, TokenizerManager
 from sglang.srt.server_args import prepare_server_args
@@ -376,9 +377,25 @@ class Handler(BaseHTTPRequestHandler):
     def pieces(self, prompt: str, max_tokens: int):
         return self.app.tm.generate(prompt, max_tokens, len(prompt.split()), self.client_gone)
 
+    def ddtree_refusal(self, rule, body: dict) -> str | None:
+        """What a DDTree server refuses of this request (srt/request_rules.py); None elsewhere."""
+        return rule(body) if self.app.args.speculative_algorithm == "DDTREE" else None
+
+    def send_error_event(self, event: dict) -> None:
+        """A stream of one error event and [DONE], after a 200 (0.5.23 serving_chat.py)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.send_chunk(f"data: {json.dumps(event)}\n\n".encode())
+        self.send_chunk(b"data: [DONE]\n\n")
+        self.send_chunk(b"")
+
     def generate(self, body):
         if not self.app.serving:
             return self.send_json(503, {"error": "server is starting"})
+        if (refusal := self.ddtree_refusal(request_rules.generate_refusal, body)) is not None:
+            return self.send_json(400, request_rules.generate_error(refusal))
         prompt = str(body.get("text", ""))
         params = body.get("sampling_params") or {}
         texts, count = [], 0
@@ -391,6 +408,10 @@ class Handler(BaseHTTPRequestHandler):
     def chat(self, body):
         if not self.app.serving:
             return self.send_json(503, {"error": "server is starting"})
+        if (refusal := self.ddtree_refusal(request_rules.chat_refusal, body)) is not None:
+            if body.get("stream"):
+                return self.send_error_event(request_rules.chat_stream_error(refusal))
+            return self.send_json(400, request_rules.chat_error(refusal))
         prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         created = int(time.time())
@@ -502,6 +523,8 @@ def main(argv: list[str]) -> None:
     except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")
     config = scheduler_config(args, accept_length(args))
+    # One node: TP rank 0's scheduler holds the TCPStore (srt/distributed.py); several: node 0's dist-init port.
+    config["store_port"] = distributed.store_port(args.nccl_port) if args.nnodes == 1 else None
 
     # Launch phase: SIGQUIT kills the tree (engine.py:1971-1982).
     signals = SignalLoop()

@@ -19,7 +19,7 @@ NO_ACCELERATOR = "No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform pl
 # SpeculativeAlgorithm members of 0.5.23 (NEXTN is its alias of EAGLE).
 KNOWN_ALGORITHMS = {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "NEXTN",
                     "FROZEN_KV_MTP", "STANDALONE", "NGRAM"}
-DDTREE_TARGET_BACKENDS = ("triton",)  # PR #29907 since 93e9850e4: full-tree verify is triton-only
+DDTREE_TREE_BACKENDS = ("triton",)  # PR #29907 since 93e9850e4: the full-tree verify is triton-only
 DDTREE_BUDGET_RANGE = (1, 1024)
 
 
@@ -131,19 +131,22 @@ def _speculative(args, ddtree_build: bool) -> None:
 
 
 def _ddtree(args, block: int) -> None:
-    """PR #29907's refusals, as the deploy's profile rules state them (operations/sglang.py)."""
+    """PR #29907's refusals, as the deploy's profile rules state them (operations/server/flags.py): a
+    budget above block - 1 builds a tree, whose verify is triton-only; a smaller one verifies one chain
+    (spine mode) on any backend that allows one-token pages."""
     if args.page_size != 1:
         raise ValueError("DDTREE currently supports only page_size == 1")
-    if args.attention_backend not in DDTREE_TARGET_BACKENDS:
-        raise ValueError(f"DDTREE full-tree verify needs the target attention backend "
-                         f"({', '.join(DDTREE_TARGET_BACKENDS)}), not {args.attention_backend}")
     if args.speculative_use_rejection_sampling:
         raise ValueError("DDTREE does not support --speculative-use-rejection-sampling")
     if args.speculative_ddtree_budget is None:
-        args.speculative_ddtree_budget = block - 1  # the DDTree ports' default
+        args.speculative_ddtree_budget = block - 1  # speculative/ddtree_worker.py: spine mode
+    budget = args.speculative_ddtree_budget
     low, high = DDTREE_BUDGET_RANGE
-    if not low <= args.speculative_ddtree_budget <= high:
-        raise ValueError(f"DDTREE budget must be within [{low}, {high}], not {args.speculative_ddtree_budget}")
+    if not low <= budget <= high:
+        raise ValueError(f"DDTREE budget must be within [{low}, {high}], not {budget}")
+    if budget > block - 1 and args.attention_backend not in DDTREE_TREE_BACKENDS:
+        raise ValueError(f"DDTREE tree mode (budget {budget} > draft tokens - 1 = {block - 1}) needs the target "
+                         f"attention backend {', '.join(DDTREE_TREE_BACKENDS)}, not {args.attention_backend}")
     args.disable_overlap_schedule = True  # PR #29907 runs without the overlap scheduler
 
 

@@ -34,6 +34,7 @@ import time
 from multiprocessing.connection import Connection
 
 from sglang import speed_model
+from sglang.srt.distributed import listen_gloo, listen_store
 from sglang.srt.utils import CachedKnobs, hang, kill_itself_when_parent_died, log, read_knobs, set_process_title
 
 # A stand-in's KV pool: no GPU memory to size it from.
@@ -60,6 +61,7 @@ def run_peer_rank(tp_rank: int, tp_size: int, link: Connection, has_gpu: bool = 
     set_process_title(title(tp_rank, tp_size))
     if not has_gpu:
         return no_device(tp_rank)
+    gloo = listen_gloo()  # noqa: F841 (held while the rank runs)
     link.send(("ready", tp_rank))
     while True:
         try:
@@ -249,6 +251,14 @@ def run_scheduler_process(tp_size: int, config: dict, from_tokenizer: Connection
     set_process_title(title(0, tp_size))
     if not has_gpu:
         return no_device(0)
+    gloo = listen_gloo()  # noqa: F841 (held while the scheduler runs, as the store below)
+    if config["store_port"] is not None:
+        try:
+            store = listen_store(config["store_port"])  # noqa: F841
+        except RuntimeError as error:
+            log(f"Scheduler hit an exception: Traceback (most recent call last):\n{error}")
+            os.kill(os.getppid(), signal.SIGQUIT)
+            return
     for peer in peers:
         peer.recv()  # their init (the real ranks load their weights shards together)
     exit_after_s = read_knobs().get("exit_after_s")

@@ -496,7 +496,9 @@ def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker], listing_b
     outcomes.note(host, gateway_workers=len(register))
     out = sorted({w.url for w in wanted} - set(register))
     host.log_styled(f"gateway {g.model}: registered {result['added'] or 'none'}, "
-                    f"removed {result['removed'] or 'none'}; {len(register)} workers ready"
+                    f"removed {result['removed'] or 'none'}"
+                    + (f" (failed there, registered again: {result['again']})" if result["again"] else "")
+                    + f"; {len(register)} workers ready"
                     + (f"; kept out until a run deploys them: {out}" if out else "")
                     + f" ({time.monotonic() - started:.1f} s)", fg="green")
     return True

@@ -5,8 +5,9 @@ workers for one model, read or converged. --address names the gateway (default: 
         prints {"reachable": bool, "workers": [{"id", "url", "status", "model_id"}...], "readiness": {...}}
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL sync TIMEOUT --register URL... --inventory URL...
         DELETEs the model's workers whose URL is not in --inventory, POSTs each --register URL
-        not yet registered (with the workers' key, --worker-key-file), waits until every --register
-        URL is `ready` and every removed one gone; prints {"added": [...], "removed": [...]}; exit 1 on timeout.
+        not yet registered or `failed` there (removed first), with the workers' key (--worker-key-file),
+        waits until every --register URL is `ready` and every removed one gone; prints
+        {"added": [...], "removed": [...], "again": [the failed ones registered again]}; exit 1 on timeout.
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL drain TIMEOUT URL [--idle SERVER SECONDS]
         DELETEs the worker URL (the gateway stops sending it requests) and waits until the gateway
         has let it go; with --idle, then waits (at most SECONDS) until the server at SERVER, on
@@ -43,6 +44,7 @@ from owned_sockets import OwnedConnection
 IN_FLIGHT = ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:http_requests_active")
 # Requests of the probes and scrapes themselves (this very read among them), never a client's.
 NOT_REQUESTS = re.compile(r'endpoint="/(metrics|health|health_generate|ready)"')
+FAILED = "failed"  # a worker's status in smg's GET /workers once its health checks gave up on it
 IDLE_READS = 3  # consecutive reads of nothing in flight, a second apart
 SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{[^}]*\})?\s+(?P<value>\S+)")
 
@@ -110,9 +112,13 @@ def sync(gateway: Gateway, model: str, timeout: float, register: list[str], inve
                 raise SystemExit(f"the gateway at {gateway} does not answer: {error}")
             time.sleep(0.5)
     removed = [] if inventory is None else sorted(url for url in current if url not in inventory)
-    for url in removed:
+    # A worker smg gave up on reads as absent: smg 1.13.0 brings it back by itself once it answers
+    # again, newer smg only by a removal, so it is removed and registered again (after smg let it go).
+    again = sorted(url for url in register if current.get(url, {}).get("status") == FAILED)
+    for url in removed + again:
         gateway.call("DELETE", f"/workers/{current[url]['id']}")
-    added = sorted(url for url in register if url not in current)
+    gone(gateway, model, again, deadline)
+    added = sorted(url for url in register if url not in current or url in again)
     for url in added:
         gateway.call("POST", "/workers", {"url": url, **({"api_key": worker_key} if worker_key else {})})
     while True:
@@ -120,10 +126,18 @@ def sync(gateway: Gateway, model: str, timeout: float, register: list[str], inve
         pending = [url for url in register if current.get(url, {}).get("status") != "ready"]
         lingering = [url for url in removed if url in current]
         if not pending and not lingering:
-            return {"added": added, "removed": removed}
+            return {"added": added, "removed": removed, "again": again}
         if time.monotonic() > deadline:
             states = {url: current.get(url, {}).get("status", "absent") for url in pending + lingering}
             raise SystemExit(f"workers not converged on the gateway after {timeout:.0f}s: {json.dumps(states)}")
+        time.sleep(0.5)
+
+
+def gone(gateway: Gateway, model: str, urls: list[str], deadline: float) -> None:
+    """Wait until the gateway lists none of `urls` (smg removes a worker after its drain_settle_secs)."""
+    while lingering := [url for url in urls if url in model_workers(gateway, model)]:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{', '.join(lingering)} still on the gateway after its removal")
         time.sleep(0.5)
 
 
@@ -171,11 +185,7 @@ def drain(gateway: Gateway, model: str, timeout: float, url: str, idle: tuple[st
     removed = []
     if url in current:
         gateway.call("DELETE", f"/workers/{current[url]['id']}")
-        deadline = time.monotonic() + timeout
-        while url in model_workers(gateway, model):
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{url} is still on the gateway {timeout:.0f}s after its removal")
-            time.sleep(0.5)
+        gone(gateway, model, [url], time.monotonic() + timeout)
         removed = [url]
     return {"removed": removed, **(wait_idle(*idle) if idle else {})}
 

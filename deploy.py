@@ -88,9 +88,8 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
                  for replica in d.replicas] for d, hub in zip(deployments, hubs)]
     every = [restart for each in restarts for restart in each]
     routes = {r.server.service_name: workers.routes(inventory, host, r.server) for r in every}  # none: rank >= 1
-    if any(routes.values()):
-        workers.admin_key(name="Gateway admin key", server=first.server,
-                          routes=[route for each in routes.values() for route in each])
+    # A gateway's admin key stays on its host: the gateways' hosts drain and register these replicas.
+    workers.no_admin_key(name="No gateway admin key", server=first.server)
     workers.drain_retired(name="Retired units leave the gateways", server=first.server,
                           gateways=workers.gateways(inventory, host), restarts=every)
     unit.retired(name="Units no deployment wants", server=first.server, restarts=every)

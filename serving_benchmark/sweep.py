@@ -577,6 +577,8 @@ def gateway_problem(listing: dict, route: workers.Route, replicas: tuple[Server,
     if not knobs.UNIT_NAME.fullmatch(route.gateway):
         return (f"its inventory name {route.gateway!r} is not a plain name (letters, digits, _.-), which its "
                 "results' directory takes")
+    if not route.address:
+        return f"its API listens on {route.control.bind_address} only, which this host's client cannot reach"
     if not listing.get("reachable"):
         return f"{route.gateway} did not answer ({listing.get('error', 'unreachable')})"
     listed = {w["url"] for w in listing.get("workers", [])}
@@ -602,7 +604,8 @@ def _through_gateways(host, replicas: tuple[Server, ...], plan: Plan, remote_roo
     passes = {}
     for route in routes:
         name = route.gateway
-        problem = route.problem or gateway_problem(workers.listing_now(host, d, route), route, replicas)
+        problem = route.problem or gateway_problem(workers.listing_now(host, route, d.served_model_name), route,
+                                                   replicas)
         if problem:
             passes[name] = {"skipped": f"through {name} skipped: {problem}"}
             host.log_styled(passes[name]["skipped"], fg="yellow")

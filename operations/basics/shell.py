@@ -7,6 +7,7 @@ through `host.run_shell_command` in a FunctionCommand gets none of them unless t
 `get_file` pass the current operation's, so a login with `--sudo` acts exactly as a root login does.
 """
 
+from pyinfra.api.arguments import pop_global_arguments
 from pyinfra.api.command import StringCommand
 
 # pyinfra's connector arguments (pyinfra.api.arguments.ConnectorArguments) that say who runs a command
@@ -25,6 +26,16 @@ def escalation(host) -> dict:
 def run(host, command: str | StringCommand, **arguments):
     """`host.run_shell_command(command)` as the current operation's commands run: (ok, output)."""
     return host.run_shell_command(command, **{**escalation(host), **arguments})
+
+
+def run_elsewhere(other, command: str | StringCommand):
+    """`command` on `other`, an inventory host other than the operation's (a gateway's host, from a worker's
+    operation), with the escalation its own operations take (its data, the run's --sudo): connected first
+    where it is outside --limit. (ok, output)."""
+    if not other.connected:
+        other.connect(raise_exceptions=True)
+    arguments, _ = pop_global_arguments(other.state, other, {})
+    return other.run_shell_command(command, **{key: arguments[key] for key in ESCALATION if key in arguments})
 
 
 def get_file(host, remote_path: str, local_path: str) -> bool:

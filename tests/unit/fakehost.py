@@ -4,21 +4,27 @@ Only the few Host methods operations call are here (get_fact, noop, name); pyinf
 operations used through `_inner` run for real on the same facts.
 """
 
+from types import SimpleNamespace
+
 from pyinfra.api import FunctionCommand, StringCommand
-from pyinfra.context import ctx_host
+from pyinfra.context import ctx_host, ctx_state
 
 
 class FakeHost:
-    """Answers get_fact from `facts` ({fact class: value}); records noops."""
+    """Answers get_fact from `facts` ({fact class: value}); records noops. Another inventory host
+    (`state.inventory.get_host(name)`, a gateway's) answers the same facts; `read` records on which
+    host each fact was read."""
 
-    name = "host-1"
+    groups = ()
 
-    def __init__(self, facts: dict):
-        self.facts = facts
+    def __init__(self, facts: dict, name: str = "host-1", read: list | None = None):
+        self.facts, self.name = facts, name
+        self.read: list[tuple[str, type]] = [] if read is None else read
         self.noops: list[str] = []
         self.logged: list[str] = []
 
     def get_fact(self, fact_class, *args, **kwargs):
+        self.read.append((self.name, fact_class))
         return self.facts[fact_class]
 
     def noop(self, description: str) -> None:
@@ -30,10 +36,17 @@ class FakeHost:
 
 def run(operation, facts: dict, **kwargs) -> tuple[list, list[str]]:
     """(commands, noops): a shell command as its masked text, any other command as itself."""
-    host = FakeHost(facts)
-    with ctx_host.use(host):
-        commands = [str(c) if isinstance(c, (str, StringCommand)) else c for c in operation._inner(**kwargs)]
+    commands, host = run_host(operation, facts, **kwargs)
     return commands, host.noops
+
+
+def run_host(operation, facts: dict, **kwargs) -> tuple[list, FakeHost]:
+    """(commands, the host it ran on): as `run`, with the host's records (noops, which host read each fact)."""
+    host = FakeHost(facts)
+    inventory = SimpleNamespace(get_host=lambda name: FakeHost(facts, name, host.read))
+    with ctx_host.use(host), ctx_state.use(SimpleNamespace(inventory=inventory)):
+        commands = [str(c) if isinstance(c, (str, StringCommand)) else c for c in operation._inner(**kwargs)]
+    return commands, host
 
 
 def failure(commands: list) -> list[str]:

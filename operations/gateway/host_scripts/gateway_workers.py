@@ -1,5 +1,6 @@
-"""Runs ON THE GATEWAY HOST, or on a worker draining itself (as root, stdlib only): the gateway's
-workers for one model, read or converged. --address names the gateway (default: this host's loopback).
+"""Runs ON THE GATEWAY HOST (as root, stdlib only), where its admin key is: the gateway's workers for one
+model, read or converged, a worker's drain included. --address names the gateway (default: this host's
+loopback).
 
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL list
         prints {"reachable": bool, "workers": [{"id", "url", "status", "model_id"}...], "readiness": {...}}
@@ -10,14 +11,14 @@ workers for one model, read or converged. --address names the gateway (default: 
         {"added": [...], "removed": [...], "again": [the failed ones registered again]}; exit 1 on timeout.
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL drain TIMEOUT URL [--idle SERVER SECONDS]
         DELETEs the worker URL (the gateway stops sending it requests) and waits until the gateway
-        has let it go; with --idle, then waits (at most SECONDS) until the server at SERVER, on
-        this host, has no request left in flight; prints {"removed": [URL], "in_flight": N, "idle_s": S}.
+        has let it go; with --idle, then waits (at most SECONDS) until the server at SERVER (the
+        worker's URL as the gateway reaches it) has no request left in flight; prints {"removed": [URL], "in_flight": N, "idle_s": S}.
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL join TIMEOUT URL
         POSTs the worker URL unless registered and waits until it is `ready`; removes nothing.
 
 OPTIONS: --address A (the gateway's address), --owner USER (the gateway runs on this host as USER:
 no key goes to a port another user listens on), --worker-key-file F (the key the gateway sends the
-workers: the gateway's client key on its host, the worker's own key on a worker).
+workers: the gateway's clients' key, which the workers take).
 
 Keys are read from their files here, never passed as arguments. The gateway's control plane (GET,
 POST, DELETE /workers) takes its admin key, which clients do not have (smg's control-plane keys);
@@ -152,7 +153,7 @@ def in_flight(metrics: str) -> int:
 
 
 def server_in_flight(server: str) -> int | None:
-    """The requests in flight at the server (a URL on this host), read from its /metrics, which takes
+    """The requests in flight at the server (its URL as the gateway reaches it), read from its /metrics, which takes
     no key; 0 when nothing listens (a stopped server holds none), None when it cannot tell."""
     where = urlsplit(server)
     try:

@@ -136,6 +136,11 @@ class Server:
         return f"{self.config_dir}/api-key"
 
     @property
+    def admin_key_file(self) -> str:
+        """The host's worker admin key (SGLang --admin-api-key): generated on the host, never the clients'."""
+        return f"{self.config_dir}/admin-api-key"
+
+    @property
     def unit_file(self) -> str:
         return f"/etc/systemd/system/{self.service_name}.service"
 

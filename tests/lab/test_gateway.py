@@ -101,6 +101,18 @@ def test_every_worker_is_registered_and_a_request_through_the_gateway_answers(ga
     assert call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", body=rogue)[0] == 401
     assert call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", key=ADMIN_KEY, body=ask)[0] == 401
     assert "http://192.0.2.1:30000" not in gateway_workers(gateway)
+    # A worker's admin-optional routes take its host's own admin key: the clients' key gets 401 there.
+    for worker in workers:
+        for path in ("/update_weights_from_disk", "/set_internal_state"):
+            assert call(f"http://{worker.address}:30000{path}", key=KEY, body={"model_path": "/x"})[0] == 401, path
+        with_admin = fleet.ssh(worker, "curl -s -o /dev/null -w '%{http_code}' -m 10 -X POST -d '{}' "
+                                       "-H \"Authorization: Bearer $(cat /etc/specfleet/admin-api-key)\" "
+                                       "localhost:30000/set_internal_state")
+        assert with_admin == "200", with_admin
+        admin = fleet.ssh(worker, "cat /etc/specfleet/admin-api-key")
+        seen = fleet.ssh(worker, f"ps -eo args; journalctl -u 'sglang*' -o cat --no-pager; cat /etc/specfleet/*.env "
+                                 "/etc/systemd/system/sglang*.service")
+        assert len(admin) == 64 and admin not in seen and admin != KEY
     # The admin key never leaves the gateway's host: its host drains and registers the workers.
     for worker in workers:
         holding = fleet.ssh(worker, f"grep -rlsF {ADMIN_KEY} /etc /opt /srv /var /root /home /tmp /run", check=False)

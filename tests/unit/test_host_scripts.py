@@ -39,6 +39,26 @@ def test_a_key_starting_with_a_dash_reaches_the_real_parser_as_the_key():
     assert launcher.server_argv(["--port", "1"], "") == ["sglang.launch_server", "--port", "1"]
 
 
+def test_the_launcher_gives_sglang_the_worker_admin_key_in_process_and_masks_both_keys(tmp_path):
+    """SGLang parses the host's worker admin key as --admin-api-key; a server printing its argv (as SGLang
+    logs its ServerArgs) reaches the journal with neither key in it."""
+    admin = "worker-admin-0123456789abcdef"
+    argv = launcher.server_argv(["--model-path", "/srv/m"], DASH_KEY, admin)
+    parsed = parse_with_real_sglang(argv[1:])
+    assert (parsed["api_key"], parsed["admin_api_key"]) == (DASH_KEY, admin)
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text("import sys\nprint(sys.argv[1:], flush=True)\n")
+    (tmp_path / "api-key").write_text(DASH_KEY + "\n")
+    (tmp_path / "admin-api-key").write_text(admin)
+    run = subprocess.run([sys.executable, str(HOST_SCRIPTS["launch_sglang"]), "--port", "1"], capture_output=True,
+                         text=True, timeout=30, env={"PYTHONPATH": str(tmp_path),
+                                                     "SPECFLEET_API_KEY_FILE": str(tmp_path / "api-key"),
+                                                     "SPECFLEET_ADMIN_API_KEY_FILE": str(tmp_path / "admin-api-key")})
+    assert run.stdout == "['--port', '1', '--api-key=***', '--admin-api-key=***']\n"
+
+
 @pytest.mark.parametrize("key", ["abcdef0123456789abcdef", "aGVsbG8/d29y+bGQ=", DASH_KEY])
 def test_every_form_a_log_line_can_print_the_key_in_is_masked(key):
     forms = launcher.key_forms(key)

@@ -80,10 +80,11 @@ def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_ac
     assert kimi_ddtree[kimi_ddtree.index("--page-size") + 1] == "1"
 
 
-def test_bench_server_environment_is_the_units_without_the_api_key():
+def test_bench_server_environment_is_the_units_without_its_keys():
     env = unit_environment(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server)
     assert env["HF_HUB_OFFLINE"] == "1" and "NCCL_P2P_DISABLE" not in env  # the host's decision: sweep(smoke=...)
-    assert "SPECFLEET_API_KEY_FILE" not in env
+    # Keyless on loopback: its /flush_cache (admin-optional in SGLang) takes no key either.
+    assert "SPECFLEET_API_KEY_FILE" not in env and "SPECFLEET_ADMIN_API_KEY_FILE" not in env
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 

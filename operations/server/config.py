@@ -40,7 +40,7 @@ DEPLOY_FLAGS = {
     "--nnodes": "node_groups", "--node-rank": "node_rank", "--dist-init-addr": "node_groups dist_init_port",
     "--nccl-init-addr": "node_groups dist_init_port",
     "--api-key": "api_key_env (the key travels in a file, never in argv)",
-    "--admin-api-key": "api_key_env (a key never goes in argv)",
+    "--admin-api-key": "the worker admin key (generated on the host, never in argv)",
 }
 
 

@@ -65,6 +65,8 @@ if deployments and not refused and not any(hub.problems for hub in hubs):
     # 3. What the servers run as and from: their user, root's directories, their API key, each SGLang
     #    build's virtualenv and the host programs; the HF token (written by the service user).
     keys = server_installed(tuple(d.server for d in deployments))
+    # A gateway's admin key stays on its host: the gateways' hosts drain and register these replicas.
+    workers.no_admin_key(name="No gateway admin key", server=first.server)
     token.hf_token(name="Hugging Face token", weights=first.weights)
     # 4. The GPUs run SGLang's collectives before anything long is loaded.
     smoke.allreduce(name="GPU smoke test", smoke=first.smoke)
@@ -88,8 +90,6 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
                  for replica in d.replicas] for d, hub in zip(deployments, hubs)]
     every = [restart for each in restarts for restart in each]
     routes = {r.server.service_name: workers.routes(inventory, host, r.server) for r in every}  # none: rank >= 1
-    # A gateway's admin key stays on its host: the gateways' hosts drain and register these replicas.
-    workers.no_admin_key(name="No gateway admin key", server=first.server)
     workers.drain_retired(name="Retired units leave the gateways", server=first.server,
                           gateways=workers.gateways(inventory, host), restarts=every)
     unit.retired(name="Units no deployment wants", server=first.server, restarts=every)

@@ -202,6 +202,15 @@ def _worker_command(route: Route, model: str, action: str, url: str, *extra: str
 LEGACY_ADMIN_KEY = "gateway-admin-key"
 
 
+def _legacy_admin_key(server: Server) -> str:
+    return f"{server.config_dir}/{LEGACY_ADMIN_KEY}"
+
+
+@gathering.wants
+def _read(deployment, snapshots) -> gathering.Wanted:
+    return [(FileStates, dict(paths=(_legacy_admin_key(deployment.server),)))]
+
+
 @operation()
 def no_admin_key(server: Server):
     """
@@ -216,9 +225,9 @@ def no_admin_key(server: Server):
 
         workers.no_admin_key(name="No gateway admin key on the worker", server=replica)
     """
-    path = f"{server.config_dir}/{LEGACY_ADMIN_KEY}"
+    path = _legacy_admin_key(server)
     own = config.resolve(host.data).admin_key_file if GROUP in host.groups else None
-    if path != own and host.get_fact(FileStates, paths=(path,)).get(path):
+    if path != own and gathering.read(FileStates, paths=(path,)).get(path):
         yield StringCommand("rm", "-f", QuoteString(path))
     else:
         host.noop("no gateway's admin key on this worker")

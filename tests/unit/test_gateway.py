@@ -402,3 +402,19 @@ def test_no_worker_keeps_a_gateways_admin_key():
     assert commands == [f"rm -f {held}"]
     commands, noops = run(no_admin_key, {FileStates: {held: None}}, server=d)
     assert commands == [] and noops == ["no gateway's admin key on this worker"]
+
+
+@pytest.mark.parametrize("sudo", [True, False])
+def test_a_command_on_the_gateways_host_takes_that_hosts_own_escalation(monkeypatch, sudo):
+    """A worker's drain runs on the gateway's host as that host's own operations do (its `_sudo`, the run's
+    --sudo), whatever operation the gateway's host is in."""
+    from pyinfra.api import Config, Inventory, State
+    from operations.basics import shell
+    inventory = Inventory(([("gw", {"_sudo": True} if sudo else {})], {}))
+    state = State(inventory, Config())
+    gw = inventory.get_host("gw")
+    seen = []
+    monkeypatch.setattr(gw, "run_shell_command", lambda command, **arguments: seen.append(arguments) or (True, None))
+    gw.connected = True
+    assert shell.run_elsewhere(gw, "true") == (True, None) and state.inventory is inventory
+    assert seen[0].get("_sudo", False) is sudo

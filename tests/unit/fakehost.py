@@ -15,9 +15,10 @@ class FakeHost:
     (`state.inventory.get_host(name)`, a gateway's) answers the same facts; `read` records on which
     host each fact was read."""
 
+    name = "host-1"
     groups = ()
 
-    def __init__(self, facts: dict, name: str = "host-1", read: list | None = None):
+    def __init__(self, facts: dict, name: str = name, read: list | None = None):
         self.facts, self.name = facts, name
         self.read: list[tuple[str, type]] = [] if read is None else read
         self.noops: list[str] = []

@@ -14,9 +14,11 @@ A worker whose server is about to restart is drained first (`drain`, an operatio
 host whose commands run on each of its gateways' hosts, over that host's own connection): the gateway
 stops sending it requests, the drain waits until the server holds none in flight (its /metrics, read
 from the gateway's host at the worker's URL; at most `longest_generation_s`), then systemd's SIGTERM
-stops it. Once a server generates in a run, `rejoin` registers it again. A worker that fails readiness is rolled back and stays out, also through later
-runs that do not deploy it: the gateway's own stage registers only the workers it listed before the
-run and those that generate in it (the gateway's list is the memory of who is out).
+stops it. Once a server generates in a run, `rejoin` registers it again, from the gateway's host too.
+A worker that fails readiness is rolled back and stays out, also through later runs that do not
+deploy it: the gateway's own stage registers only the workers it listed before the run and those
+that generate in it (the gateway's list is the memory of who is out). A worker the gateway lists as
+`failed` is removed and registered again by that stage (gateway_workers.py `sync`).
 """
 
 import json

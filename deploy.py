@@ -67,7 +67,9 @@ if deployments and not refused and not any(hub.problems for hub in hubs):
     gpu_runtime(first.gpu)
     # 3. What the servers run as and from: their user, root's directories, their API key, each SGLang
     #    build's virtualenv and the host programs; the HF token (written by the service user).
-    api_key = server_installed(tuple(d.server for d in deployments))
+    keys = server_installed(tuple(d.server for d in deployments))
+    # A gateway's admin key stays on its host: the gateways' hosts drain and register these replicas.
+    workers.no_admin_key(name="No gateway admin key", server=first.server)
     token.hf_token(name="Hugging Face token", weights=first.weights)
     # 4. The GPUs run SGLang's collectives before anything long is loaded.
     smoke.allreduce(name="GPU smoke test", smoke=first.smoke)
@@ -86,14 +88,11 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     #    replica's new files are validated by the host's SGLang before any unit changes. rollout.py does
     #    the fleet N hosts at a time. Each unit's environment holds the GPU smoke test's P2P decision for
     #    this host (stage 4).
-    restarts = [[unit.Restart(replica, unit.inputs(replica, hub.commits), restart_when=[api_key],
+    restarts = [[unit.Restart(replica, unit.inputs(replica, hub.commits), restart_when=keys,
                               decided_env=functools.partial(smoke.decided_env, d.smoke))
                  for replica in d.replicas] for d, hub in zip(deployments, hubs)]
     every = [restart for each in restarts for restart in each]
     routes = {r.server.service_name: workers.routes(inventory, host, r.server) for r in every}  # none: rank >= 1
-    if any(routes.values()):
-        workers.admin_key(name="Gateway admin key", server=first.server,
-                          routes=[route for each in routes.values() for route in each])
     workers.drain_retired(name="Retired units leave the gateways", server=first.server,
                           gateways=workers.gateways(inventory, host), restarts=every)
     unit.retired(name="Units no deployment wants", server=first.server, restarts=every)

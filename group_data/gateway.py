@@ -22,7 +22,7 @@ gateway_bind_address = "127.0.0.1"
 # (POST/DELETE /workers, smg --control-plane-api-keys, role admin) takes it, and smg then refuses
 # the clients' key there, so a client cannot register a worker of its own and receive others'
 # prompts. Required once the gateway has a client key; it must differ from it. The deploy writes it
-# on the gateway host and on each of its workers (root's), which drain and register themselves.
+# on the gateway host alone (root's): every worker's drain and registration runs there.
 gateway_admin_key_env = "SPECFLEET_GATEWAY_ADMIN_KEY"
 gateway_port = 30080
 # Prometheus text on its own port (smg_worker_health, smg_router_requests_total, ...); it takes

@@ -231,11 +231,11 @@ def switching(unit: str) -> str:
 
 
 def unit_environment(server: Server) -> dict[str, str]:
-    """The deployed unit's environment (its GPUs included), less the API key file: the bench server listens
-    on loopback only."""
+    """The deployed unit's environment (its GPUs included), less the key files: the bench server listens
+    on loopback only, keyless (its /flush_cache too)."""
     text = render("server/sglang.env.j2", s=server, env={**server.env, **server.gpu_env})
     pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
-    return {k: v for k, v in pairs if k != "SPECFLEET_API_KEY_FILE"}
+    return {k: v for k, v in pairs if k not in ("SPECFLEET_API_KEY_FILE", "SPECFLEET_ADMIN_API_KEY_FILE")}
 
 
 @operation()
@@ -355,10 +355,11 @@ def _as_user(user: str, command: str) -> str:
     return f"runuser -u {shlex.quote(user)} -- sh -c {shlex.quote(command)}"
 
 
-def _server(host, d: Server, path: str, method: str = "GET", key: bool = False) -> str:
+def _server(host, d: Server, path: str, method: str = "GET", key_file: str = "") -> str:
     """One request to replica `d`'s port on its host (host_scripts/server_request.py), its body or "" on an
-    error: a bench unit takes no key; a deployed unit takes its API key (`key`), read on the host."""
-    command = inline("server_request", str(d.port), path, method, d.service_user, *([d.api_key_file] if key else []))
+    error: a bench unit takes no key; a deployed unit takes the key in `key_file`, read on the host (its API
+    key, or on an admin-optional route such as /flush_cache its worker admin key)."""
+    command = inline("server_request", str(d.port), path, method, d.service_user, *([key_file] if key_file else []))
     ok, out = _run(host, command)
     return out if ok else ""
 
@@ -545,10 +546,11 @@ def _measure(host, d: Server, plan: Plan, remote: str, local: Path, where: str, 
     or None; what the client did."""
     deployed = bool(gateway)
     for t in targets:
-        _server(host, t, "/flush_cache", "POST", key=deployed)  # resets the accept length average
+        # Resets the accept length average; admin-optional in SGLang (http_server.py): the worker admin key.
+        _server(host, t, "/flush_cache", "POST", key_file=t.admin_key_file if deployed else "")
     urls = [gateway] if deployed else [f"http://127.0.0.1:{t.port}" for t in targets]
     ok, progress = _level(host, d, plan, remote, concurrency, urls, through_gateway=deployed)
-    answers = [_server(host, t, "/server_info", key=deployed) for t in targets]
+    answers = [_server(host, t, "/server_info", key_file=t.api_key_file if deployed else "") for t in targets]
     _fetch(host, d.service_user, remote, local)
     # The servers' answers, as they came: written here, never into a command on the host.
     try:
@@ -580,6 +582,8 @@ def gateway_problem(listing: dict, route: workers.Route, replicas: tuple[Server,
     if not knobs.UNIT_NAME.fullmatch(route.gateway):
         return (f"its inventory name {route.gateway!r} is not a plain name (letters, digits, _.-), which its "
                 "results' directory takes")
+    if not route.address:
+        return f"its API listens on {route.control.bind_address} only, which this host's client cannot reach"
     if not listing.get("reachable"):
         return f"{route.gateway} did not answer ({listing.get('error', 'unreachable')})"
     listed = {w["url"] for w in listing.get("workers", [])}
@@ -605,14 +609,15 @@ def _through_gateways(host, replicas: tuple[Server, ...], plan: Plan, remote_roo
     passes = {}
     for route in routes:
         name = route.gateway
-        problem = route.problem or gateway_problem(workers.listing_now(host, d, route), route, replicas)
+        problem = route.problem or gateway_problem(workers.listing_now(host, route, d.served_model_name), route,
+                                                   replicas)
         if problem:
             passes[name] = {"skipped": f"through {name} skipped: {problem}"}
             host.log_styled(passes[name]["skipped"], fg="yellow")
             continue
         url = f"http://{route.address}:{route.port}"
         result = passes[name] = {"url": url, "mode": mode, "levels": {}}
-        before = [generated_tokens(_server(host, r, "/metrics", key=True)) for r in replicas]
+        before = [generated_tokens(_server(host, r, "/metrics", key_file=r.api_key_file)) for r in replicas]
         remote = f"{remote_root}/gateway-{name}"
         _run_directory(host, d.service_user, remote_root)
         try:
@@ -632,7 +637,7 @@ def _through_gateways(host, replicas: tuple[Server, ...], plan: Plan, remote_roo
                          f"({progress})")
         finally:
             _clean(host, d.service_user, remote_root)
-        after = [generated_tokens(_server(host, r, "/metrics", key=True)) for r in replicas]
+        after = [generated_tokens(_server(host, r, "/metrics", key_file=r.api_key_file)) for r in replicas]
         result["generated_tokens"] = {r.service_name: round(a - b) for r, b, a in zip(replicas, before, after)}
         host.log(f"bench through {name}: tokens each replica generated: "
                  + ", ".join(f"{r.service_name} {n}" for r, n in zip(replicas, result["generated_tokens"].values())))

@@ -47,6 +47,28 @@ def write_secret(secret: str, directory: str, name: str, mode: str, group: str,
                          _stdin=secret)
 
 
+# A new key from the host's own CSPRNG (64 hex digits), through _WRITE_NEW_FILE: never on the controller,
+# never in a command line.
+_GENERATE_NEW_FILE = "umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32))' | { " + _WRITE_NEW_FILE + "; }"
+
+
+def host_key_file(path: str, group: str):
+    """
+    The commands (an operation's body) making `path` a key generated on the host itself, root's, mode
+    0640, group `group`; a key already there is kept (its owner and mode put right).
+    """
+    directory, name = path.rsplit("/", 1)
+    state = gathering.read(FileStates, paths=(path,)).get(path)
+    if not state or state["kind"] != "file":
+        yield StringCommand("sh", "-c", QuoteString(_GENERATE_NEW_FILE), "secret",
+                            *map(QuoteString, (directory, name, API_KEY_MODE, group)))
+    elif matches(state, "file", API_KEY_MODE) and (state["user"], state["group"]) == ("root", group):
+        host.noop(f"{path} holds the host's key (0{API_KEY_MODE}, root:{group})")
+    else:
+        yield StringCommand("chown", QuoteString(f"root:{group}"), QuoteString(path), "&&",
+                            "chmod", API_KEY_MODE, QuoteString(path))
+
+
 def controller_key_file(key_env: str, path: str, group: str, remove: bool):
     """
     The commands (an operation's body) making `path` the controller's API key in `key_env`, root's,

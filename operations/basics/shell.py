@@ -16,6 +16,7 @@ directory of its own instead, made by the login (mode 0700, a random name) and r
 import secrets
 
 from pyinfra.api import FunctionCommand
+from pyinfra.api.arguments import pop_global_arguments
 from pyinfra.api.command import FileUploadCommand, StringCommand
 from pyinfra.context import ctx_host
 from pyinfra.operations import files
@@ -93,6 +94,16 @@ def put(**arguments):
             yield FunctionCommand(_remove_private, (directory,), {})
         else:
             yield command
+
+
+def run_elsewhere(other, command: str | StringCommand):
+    """`command` on `other`, an inventory host other than the operation's (a gateway's host, from a worker's
+    operation), with the escalation its own operations take (its data, the run's --sudo): connected first
+    where it is outside --limit. (ok, output)."""
+    if not other.connected:
+        other.connect(raise_exceptions=True)
+    arguments, _ = pop_global_arguments(other.state, other, {})
+    return other.run_shell_command(command, **{key: arguments[key] for key in ESCALATION if key in arguments})
 
 
 def get_file(host, remote_path: str, local_path: str) -> bool:

@@ -76,7 +76,10 @@ def admin_key(gateway: Gateway):
         yield fail_host([f"{host.name}: the gateway would let its clients register workers: set "
                          f"${g.admin_key_env} on the controller (16 to 512 characters, not ${g.api_key_env})"])
         return
-    if admin and (admin == client or (not client and client_kept and client_kept.get("digest") == digest_of(admin.encode()))):
+    # Each key as it will be on the host: the controller's, else the kept file's digest (read on the host).
+    admin_digest = digest_of(admin.encode()) if admin else (admin_kept or {}).get("digest")
+    client_digest = digest_of(client.encode()) if client else (client_kept or {}).get("digest")
+    if with_client and admin_digest == client_digest:
         yield fail_host([f"{host.name}: ${g.admin_key_env} is the clients' key (${g.api_key_env}): "
                          "the control plane needs a key of its own"])
         return

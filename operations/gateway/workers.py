@@ -7,15 +7,18 @@ The gateway's own list (`GET /workers`, read as the `GatewayWorkers` fact) is co
 worker missing there is registered (`POST /workers`, then waited until `ready`), a worker of that
 model that the inventory no longer has is removed (`DELETE /workers/{id}`), and when both agree
 nothing is written to the gateway. Workers of other models are left alone. The gateway's control
-plane takes its admin key (`gateway_admin_key_env`), which each worker behind it holds too.
+plane takes its admin key (`gateway_admin_key_env`), which never leaves the gateway's host: every
+change of its workers runs there (host_scripts/gateway_workers.py), a worker's too.
 
-A worker whose server is about to restart drains itself first (`drain`, on the worker host, talking
-to each of its gateways at the address `routes()` derives from the inventory): the gateway stops
-sending it requests, the drain waits until the server holds none in flight (at most
-`longest_generation_s`), then systemd's SIGTERM stops it. Once a server generates in a run, `rejoin`
-registers it again. A worker that fails readiness is rolled back and stays out, also through later
-runs that do not deploy it: the gateway's own stage registers only the workers it listed before the
-run and those that generate in it (the gateway's list is the memory of who is out).
+A worker whose server is about to restart is drained first (`drain`, an operation of the worker's
+host whose commands run on each of its gateways' hosts, over that host's own connection): the gateway
+stops sending it requests, the drain waits until the server holds none in flight (its /metrics, read
+from the gateway's host at the worker's URL; at most `longest_generation_s`), then systemd's SIGTERM
+stops it. Once a server generates in a run, `rejoin` registers it again, from the gateway's host too.
+A worker that fails readiness is rolled back and stays out, also through later runs that do not
+deploy it: the gateway's own stage registers only the workers it listed before the run and those
+that generate in it (the gateway's list is the memory of who is out). A worker the gateway lists as
+`failed` is removed and registered again by that stage (gateway_workers.py `sync`).
 """
 
 import json
@@ -24,7 +27,7 @@ import time
 from dataclasses import dataclass, replace
 
 from pyinfra import host, state
-from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from operations import deployment
@@ -32,7 +35,7 @@ from operations.basics import gathering, network, outcomes, shell
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
-from operations.basics.secrets import controller_key_file
+from operations.basics.file_states import FileStates
 from operations.basics.untrusted import printable
 from operations.gateway import config
 from operations.gateway.config import Gateway
@@ -105,25 +108,31 @@ def workers(inventory, gateway_host, model: str) -> list[Worker]:
 
 @dataclass(frozen=True)
 class Route:
-    """One gateway as a worker's host reaches it (to drain and rejoin its replicas)."""
+    """One gateway of a worker's host: its control plane, driven on the gateway's own host (to drain and
+    rejoin the worker's replicas), and its API as the worker's host reaches it as a client (the bench)."""
 
-    gateway: str  # the gateway host's name
-    address: str  # where the worker's host reaches the gateway's API
-    port: int
-    model: str  # the model it routes
+    gateway: str  # the gateway host's name: where its workers are changed, with its admin key
+    control: Gateway | None  # the gateway as resolved from its host's data (None: refused, see problem)
     worker_address: str  # where that gateway reaches the worker's host (``worker_address``)
-    timeout_s: int  # the gateway's register timeout: how long a drain or a rejoin may take
-    admin_key_env: str  # the controller's variable holding the gateway's admin key
-    owner: str | None = None  # the gateway's user when it runs on the worker's own host (its socket is checked)
+    address: str = ""  # where the worker's host reaches the gateway's API; "" when it cannot (loopback elsewhere)
     problem: str | None = None
+
+    @property
+    def model(self) -> str:
+        return self.control.model if self.control else ""
+
+    @property
+    def port(self) -> int:
+        return self.control.port
 
     def worker_url(self, port: int) -> str:
         return worker_url(self.worker_address, port)
 
 
 def gateways(inventory, worker_host) -> list[Route]:
-    """Every gateway of the inventory, of any model, as `worker_host` reaches it: on loopback when it is
-    the same host, else at the gateway's bind address (its network address for 0.0.0.0)."""
+    """Every gateway of the inventory, of any model, for `worker_host`: where it reaches the worker, and
+    where the worker reaches it as a client (on loopback when it is the same host, else at the gateway's
+    bind address, its network address for 0.0.0.0; none for a gateway on another host's loopback)."""
     found = []
     for gateway_host in inventory:
         if GROUP not in gateway_host.groups:
@@ -131,25 +140,21 @@ def gateways(inventory, worker_host) -> list[Route]:
         try:
             g = config.resolve(gateway_host.data)
         except BadHostData as error:
-            found.append(Route(gateway_host.name, "", 0, "", "", 0, "", problem=f"{gateway_host.name}: {error}"))
+            found.append(Route(gateway_host.name, None, "", problem=f"{gateway_host.name}: {error}"))
             continue
+        address = ""
         if gateway_host.name == worker_host.name:
-            address, problem = g.local_address, None
-        elif not g.exposed:
-            address, problem = "", (f"{worker_host.name} cannot drain itself from {gateway_host.name}, whose gateway "
-                                    f"listens on {g.bind_address} only: set gateway_bind_address (with a key)")
-        else:
+            address = g.local_address
+        elif g.exposed:
             address = network.inventory_address(gateway_host) if g.bind_address in network.WILDCARDS else g.bind_address
-            problem = None if network.ADDRESS.fullmatch(address) else f"{gateway_host.name}: address {address!r} is not accepted"
-        found.append(Route(gateway_host.name, address, g.port, g.model, worker_address(worker_host, gateway_host),
-                           g.register_timeout_s, g.admin_key_env,
-                           g.user if gateway_host.name == worker_host.name else None, problem))
+        found.append(Route(gateway_host.name, g, worker_address(worker_host, gateway_host),
+                           address if network.ADDRESS.fullmatch(address) else ""))
     return found
 
 
 def routes(inventory, worker_host, server: Server) -> list[Route]:
-    """The gateways routing `server`'s model (one replica's, on `worker_host`), as that host reaches them;
-    a route carries the replica's own problem (a server the gateway cannot reach) too."""
+    """The gateways routing `server`'s model (one replica's, on `worker_host`); a route carries the
+    replica's own problem (a server the gateway cannot reach) too."""
     if not any(w.name == worker_host.name and w.replica == server.service_name
                for w in workers(inventory, worker_host, server.served_model_name)):
         return []  # a rank >= 1 of a node group serves no HTTP
@@ -164,73 +169,86 @@ def routes(inventory, worker_host, server: Server) -> list[Route]:
     return found
 
 
-def admin_key_file(server: Server) -> str:
-    """Where a host behind gateways holds their admin key (root's: only the drain and rejoin, run as root,
-    read it)."""
-    return f"{server.config_dir}/gateway-admin-key"
+def gateway_host(route: Route):
+    """The inventory host of `route`'s gateway, where its control plane is driven (pyinfra connects a host
+    outside --limit, such as a rollout's gateway, when its first fact is read)."""
+    return state.inventory.get_host(route.gateway)
 
 
-def _listing(server: Server, route: Route, model: str) -> dict:
-    """The route's gateway's workers of `model`, read from the worker's host with the admin key."""
-    return host.get_fact(GatewayWorkers, port=route.port, key_file=admin_key_file(server), model=model,
-                         address=route.address, owner=route.owner)
+def _listing_args(g: Gateway, model: str) -> dict:
+    """The ``GatewayWorkers`` fact's arguments on the gateway's own host: its API, its admin key file."""
+    return dict(port=g.port, key_file=g.admin_key_file, model=model, address=g.local_address, owner=g.user)
 
 
-def listing_now(host, server: Server, route: Route) -> dict:
-    """At execution time (bench.py's sweep): the route's gateway's workers of `server`'s model, read now
-    as `_listing` reads them before the run (the ``GatewayWorkers`` fact's program)."""
+def _listing(route: Route, model: str) -> dict:
+    """The route's gateway's workers of `model`, read on the gateway's host (the admin key stays there)."""
+    return gateway_host(route).get_fact(GatewayWorkers, **_listing_args(route.control, model))
+
+
+def listing_now(host, route: Route, model: str) -> dict:
+    """At execution time (bench.py's sweep): the route's gateway's workers of `model`, read now on the
+    gateway's host as `_listing` reads them before the run (the ``GatewayWorkers`` fact's program)."""
     fact = GatewayWorkers()
-    _, output = shell.run(host, fact.command(route.port, admin_key_file(server), server.served_model_name,
-                                             route.address, route.owner))
+    _, output = shell.run_elsewhere(gateway_host(route), fact.command(**_listing_args(route.control, model)))
     return fact.process(output.stdout_lines)
 
 
-def _worker_command(server: Server, route: Route, model: str, action: str, url: str, *extra: str) -> str:
-    return inline("gateway_workers", "--address", route.address, *(["--owner", route.owner] if route.owner else []),
-                  "--worker-key-file", server.api_key_file, str(route.port), admin_key_file(server), model,
-                  action, str(route.timeout_s), url, *extra)
+def _worker_command(route: Route, model: str, action: str, url: str, *extra: str) -> str:
+    """gateway_workers.py `action` for one worker, as the gateway's host runs it: its own API, its admin key
+    and the key it sends its workers (its clients', which the workers take), read there."""
+    g = route.control
+    return inline("gateway_workers", "--address", g.local_address, "--owner", g.user, "--worker-key-file", g.key_file,
+                  str(g.port), g.admin_key_file, model, action, str(g.register_timeout_s), url, *extra)
+
+
+# Where workers held their gateways' admin key while they drained themselves (root's, in config_dir).
+LEGACY_ADMIN_KEY = "gateway-admin-key"
+
+
+def _legacy_admin_key(server: Server) -> str:
+    return f"{server.config_dir}/{LEGACY_ADMIN_KEY}"
+
+
+@gathering.wants
+def _read(deployment, snapshots) -> gathering.Wanted:
+    return [(FileStates, dict(paths=(_legacy_admin_key(deployment.server),)))]
 
 
 @operation()
-def admin_key(server: Server, routes: list[Route]):
+def no_admin_key(server: Server):
     """
-    The gateways' admin key (the controller's `gateway_admin_key_env`) on a host behind them, root's
-    alone: its replicas drain and register themselves with it. Kept when the controller has none;
-    removed only with `remove_api_key=true`. The key is read here, never an argument.
+    No gateway's admin key on a worker's host: its gateways' hosts drive its drain and registration
+    (``drain``, ``rejoin``), so a key a worker held for them (`config_dir`/gateway-admin-key) is removed.
 
     + server: any replica of the host (its configuration directory)
-    + routes: the gateways of every replica of the host (`routes()`), which name the variable
 
     **Example:**
 
     .. code:: python
 
-        workers.admin_key(name="Gateway admin key", server=replica, routes=routes)
+        workers.no_admin_key(name="No gateway admin key on the worker", server=replica)
     """
-    names = sorted({route.admin_key_env for route in routes if route.admin_key_env})
-    if len(names) > 1:
-        yield fail_host([f"{host.name}: its gateways name different admin keys ({', '.join(names)}): "
-                         "give them one gateway_admin_key_env"])
-        return
-    if not names:
-        host.noop("no gateway names an admin key")
-        return
-    # On stdin, never through files.put, whose contents --diff prints; root:root 0640, root reads it.
-    yield from controller_key_file(names[0], admin_key_file(server), "root", remove=server.remove_api_key)
+    path = _legacy_admin_key(server)
+    own = config.resolve(host.data).admin_key_file if GROUP in host.groups else None
+    if path != own and gathering.read(FileStates, paths=(path,)).get(path):
+        yield StringCommand("rm", "-f", QuoteString(path))
+    else:
+        host.noop("no gateway's admin key on this worker")
 
 
 @operation()
 def drain(server: Server, routes: list[Route], restart: Restart | None):
     """
-    Take this replica out of its gateways before its server restarts: `DELETE /workers/{id}` (no new
-    requests), waited until each gateway lets it go; then wait until the server holds no request
-    in flight (its own /metrics, read three times in a row; at most `longest_generation_s`). smg
+    Take this replica out of its gateways before its server restarts, from each gateway's own host (with
+    its admin key, which stays there): `DELETE /workers/{id}` (no new requests), waited until each gateway
+    lets it go; then wait until the server holds no request in flight (its /metrics, read at the URL the
+    gateway reaches it at, three times in a row; at most `longest_generation_s`). smg
     lets a worker go after a fixed settle time, whatever it still generates; the restart that
     follows is systemd's SIGTERM to the server's main process, which finishes what is left. The
     host's other replicas keep serving meanwhile (deploy.py rolls them one at a time).
 
     + server: the replica's server
-    + routes: its gateways as its host reaches them (`routes()`)
+    + routes: its gateways (`routes()`)
     + restart: this run's restart decision of the replica (``server.unit.Restart``), which the unit's
       operation after the drain takes too; None where the caller stops the server whatever (bench.py)
 
@@ -253,19 +271,20 @@ def drain(server: Server, routes: list[Route], restart: Restart | None):
         yield fail_host(problems, static=True)  # the inventory's addresses and data: known before the run
         return
     listed = [route for route in routes if any(w["url"] == route.worker_url(d.port)
-                                               for w in _listing(d, route, d.served_model_name)["workers"])]
+                                               for w in _listing(route, d.served_model_name)["workers"])]
     if not listed:
         host.noop(f"no gateway lists {d.service_name}: nothing to drain")
     for route in listed:
         # The last gateway's drain waits for the server to go idle: every gateway has stopped sending by then.
-        idle = ("--idle", d.url, str(d.longest_generation_s)) if route is listed[-1] else ()
-        command = _worker_command(d, route, d.served_model_name, "drain", route.worker_url(d.port), *idle)
+        idle = ("--idle", route.worker_url(d.port), str(d.longest_generation_s)) if route is listed[-1] else ()
+        command = _worker_command(route, d.served_model_name, "drain", route.worker_url(d.port), *idle)
         yield FunctionCommand(_drain, (command, route.gateway), {})
 
 
-def _gateway_program(host, command: str, failed: str) -> dict | None:
-    """gateway_workers.py run on the host: the JSON line it ends with, or None, said in red after `failed`."""
-    ok, output = shell.run(host, command)
+def _gateway_program(host, command: str, failed: str, on=None) -> dict | None:
+    """gateway_workers.py run on the gateway's host `on` (this host when None): the JSON line it ends with,
+    or None, said in red on this host after `failed`."""
+    ok, output = shell.run_elsewhere(on, command) if on is not None else shell.run(host, command)
     if not ok:
         host.log_styled(f"{failed}: {printable(output.stderr or output.stdout)}", fg="red")
         return None
@@ -274,7 +293,7 @@ def _gateway_program(host, command: str, failed: str) -> dict | None:
 
 def _drain(state, host, command: str, gateway: str) -> bool:  # pyinfra passes state and host by these names
     started = time.monotonic()
-    result = _gateway_program(host, command, f"drain from {gateway} failed")
+    result = _gateway_program(host, command, f"drain from {gateway} failed", state.inventory.get_host(gateway))
     if result is None:
         return False
     idle = ""
@@ -296,7 +315,7 @@ def rejoin(server: Server, routes: list[Route]):
     never gets here and stays out.
 
     + server: the replica's server
-    + routes: its gateways as its host reaches them (`routes()`)
+    + routes: its gateways (`routes()`), whose hosts register it
 
     **Example:**
 
@@ -307,16 +326,27 @@ def rejoin(server: Server, routes: list[Route]):
     joins = _joins(server, routes)
     if not joins:
         host.noop(f"every answering gateway lists {server.service_name}")
-    yield from joins
+    for route, command in joins:
+        yield FunctionCommand(_join, (command, route.gateway, server.service_name), {})
 
 
-def _joins(server: Server, routes: list[Route]) -> list[str]:
-    """The commands registering this replica with each of its gateways that answers and does not list it."""
+def _join(state, host, command: str, gateway: str, unit: str) -> bool:  # pyinfra passes state and host by these names
+    started = time.monotonic()
+    if _gateway_program(host, command, f"registering {unit} with {gateway} failed",
+                        state.inventory.get_host(gateway)) is None:
+        return False
+    host.log_styled(f"{unit} registered with {gateway} ({time.monotonic() - started:.1f} s)", fg="green")
+    return True
+
+
+def _joins(server: Server, routes: list[Route]) -> list[tuple[Route, str]]:
+    """Per gateway of this replica that answers and does not list it: the command registering it there,
+    which runs on the gateway's host."""
     d, joins = server, []
     for route in routes:
-        listing = _listing(d, route, d.served_model_name)
+        listing = _listing(route, d.served_model_name)
         if listing["reachable"] and all(w["url"] != route.worker_url(d.port) for w in listing["workers"]):
-            joins.append(_worker_command(d, route, d.served_model_name, "join", route.worker_url(d.port)))
+            joins.append((route, _worker_command(route, d.served_model_name, "join", route.worker_url(d.port))))
     return joins
 
 
@@ -325,8 +355,8 @@ def join_again(host, server: Server, routes: list[Route], drained: OperationMeta
     the replica again with its gateways, as ``rejoin`` does. False, saying why, when a join failed."""
     if drained is None or not drained.changed:
         return True
-    for command in _joins(server, routes):
-        ok, output = shell.run(host, command)
+    for route, command in _joins(server, routes):
+        ok, output = shell.run_elsewhere(gateway_host(route), command)
         if not ok:
             host.log_styled(f"{host.name}: registering {server.service_name} again with its gateway failed: "
                             f"{' '.join((output.stderr or output.stdout).split())[-300:]}", fg="red")
@@ -345,8 +375,8 @@ def drain_retired(server: Server, gateways: list[Route], restarts: list[Restart]
     leaves a gateway while the host's SGLang refuses a wanted replica's new files (``unit.retired``
     then fails the host, changing nothing).
 
-    + server: any replica of the host (its unit prefix and key file)
-    + gateways: every gateway of the inventory as this host reaches it (``gateways()``)
+    + server: any replica of the host (its unit prefix, its longest generation)
+    + gateways: every gateway of the inventory (``gateways()``)
     + restarts: every wanted replica's restart decision (``server.unit.Restart``)
 
     **Example:**
@@ -370,11 +400,10 @@ def drain_retired(server: Server, gateways: list[Route], restarts: list[Restart]
             url = route.worker_url(unit["port"])
             if (route.gateway, unit["model"], url) in drained:
                 continue
-            if any(w["url"] == url for w in _listing(d, route, unit["model"])["workers"]):
+            if any(w["url"] == url for w in _listing(route, unit["model"])["workers"]):
                 drained.add((route.gateway, unit["model"], url))
                 # Its requests in flight finish before unit.retired stops it, as a drained replica's do.
-                idle = ("--idle", f"http://127.0.0.1:{unit['port']}", str(d.longest_generation_s))
-                command = _worker_command(d, route, unit["model"], "drain", url, *idle)
+                command = _worker_command(route, unit["model"], "drain", url, "--idle", url, str(d.longest_generation_s))
                 yield FunctionCommand(_drain, (command, route.gateway), {})
     if not drained:
         host.noop(f"no gateway lists a unit to retire ({', '.join(sorted(retired)) or 'none'})")
@@ -424,8 +453,7 @@ class GatewayWorkers(FactBase):
 def listed(gateway: Gateway) -> dict:
     """The gateway's workers of its model as the gateway host reads them (the `GatewayWorkers` fact)."""
     g = gateway
-    return host.get_fact(GatewayWorkers, port=g.port, key_file=g.admin_key_file, model=g.model,
-                         address=g.local_address, owner=g.user)
+    return host.get_fact(GatewayWorkers, **_listing_args(g, g.model))
 
 
 def kept_in(listing_before: dict, wanted: list[Worker], state) -> list[Worker]:
@@ -497,7 +525,9 @@ def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker], listing_b
     outcomes.note(host, gateway_workers=len(register))
     out = sorted({w.url for w in wanted} - set(register))
     host.log_styled(f"gateway {g.model}: registered {result['added'] or 'none'}, "
-                    f"removed {result['removed'] or 'none'}; {len(register)} workers ready"
+                    f"removed {result['removed'] or 'none'}"
+                    + (f" (failed there, registered again: {result['again']})" if result["again"] else "")
+                    + f"; {len(register)} workers ready"
                     + (f"; kept out until a run deploys them: {out}" if out else "")
                     + f" ({time.monotonic() - started:.1f} s)", fg="green")
     return True

@@ -1,8 +1,9 @@
-"""The server's API key on the host: root's file the service reads, from the controller's variable."""
+"""The server's keys on the host, root's files the service reads: the API key, from the controller's
+variable, and the worker admin key, generated on the host."""
 
 from pyinfra.api import operation
 
-from operations.basics.secrets import controller_key_file
+from operations.basics.secrets import controller_key_file, host_key_file
 from operations.server.config import Server
 
 
@@ -24,3 +25,23 @@ def api_key(server: Server):
     """
     d = server
     yield from controller_key_file(d.api_key_env, d.api_key_file, d.service_user, remove=d.remove_api_key)
+
+
+@operation()
+def admin_key(server: Server):
+    """
+    Give the host's servers a worker admin key of their own (SGLang's --admin-api-key): generated on the
+    host, root's, readable by the service group, kept across runs. SGLang's admin-optional routes
+    (/update_weights_from_disk, /set_internal_state, /load_lora_adapter, /flush_cache) then take it alone,
+    so the clients' API key, which every gateway client holds, cannot reach them. Nothing leaves the host:
+    whatever the product itself calls there (the benchmark's /flush_cache) reads the file on the host.
+
+    + server: the host's server (its configuration directory and service user)
+
+    **Example:**
+
+    .. code:: python
+
+        api_key.admin_key(name="Worker admin key", server=deployment.server)
+    """
+    yield from host_key_file(server.admin_key_file, server.service_user)

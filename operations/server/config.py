@@ -49,7 +49,7 @@ DEPLOY_FLAGS = {
     "--nnodes": "node_groups", "--node-rank": "node_rank", "--dist-init-addr": "node_groups dist_init_port",
     "--nccl-init-addr": "node_groups dist_init_port",
     "--api-key": "api_key_env (the key travels in a file, never in argv)",
-    "--admin-api-key": "api_key_env (a key never goes in argv)",
+    "--admin-api-key": "the worker admin key (generated on the host, never in argv)",
 }
 
 
@@ -144,6 +144,11 @@ class Server:
     @property
     def api_key_file(self) -> str:
         return f"{self.config_dir}/api-key"
+
+    @property
+    def admin_key_file(self) -> str:
+        """The host's worker admin key (SGLang --admin-api-key): generated on the host, never the clients'."""
+        return f"{self.config_dir}/admin-api-key"
 
     @property
     def unit_file(self) -> str:

@@ -28,11 +28,11 @@ def builds(servers) -> list[Server]:
     return list(found.values())
 
 
-def server_installed(servers: tuple[Server, ...]) -> OperationMeta:
+def server_installed(servers: tuple[Server, ...]) -> list[OperationMeta]:
     """
-    What the servers run as and from: their system user, root's directories, their API key, uv and each
-    SGLang build's virtualenv, and the host programs. Returns the API key's operation (its change alone
-    restarts).
+    What the servers run as and from: their system user, root's directories, their API key and worker
+    admin key, uv and each SGLang build's virtualenv, and the host programs. Returns the keys' operations
+    (a change of either alone restarts).
 
     + servers: a server of each of the host's deployments (what their replicas share)
 
@@ -40,19 +40,19 @@ def server_installed(servers: tuple[Server, ...]) -> OperationMeta:
 
     .. code:: python
 
-        key = server_installed(tuple(d.server for d in deployments))
+        keys = server_installed(tuple(d.server for d in deployments))
     """
     s = servers[0]
     ownership.service_user(name="Service user", user=s.service_user, home=s.service_home)
     ownership.root_directories(name="Root's directories", paths=root_directories(s))
-    key = api_key.api_key(name="API key", server=s)
+    keys = [api_key.api_key(name="API key", server=s), api_key.admin_key(name="Worker admin key", server=s)]
     uv = Uv(s.install_dir)
     venv.uv(name="uv", uv=uv, index_url=s.pip_index_url)
     for build in host.loop(builds(servers)):
         venv.requirement(name=f"SGLang ({build.venv_name})", path=build.venv, distribution="sglang",
                          requirement=build.sglang_requirement, index_url=build.pip_index_url, uv=uv)
     ownership.host_programs_uploaded(name="Host scripts", install_dir=s.install_dir)
-    return key
+    return keys
 
 
 def server_serving(server: Server, restart: Restart, weight_bytes: int, group: NodeGroup | None) -> OperationMeta:
@@ -83,6 +83,7 @@ def _read(deployment, snapshots) -> gathering.Wanted:
     return [(SystemUser, dict(user=s.service_user)),
             (FileStates, dict(paths=root_directories(s))),
             (FileStates, dict(paths=(s.api_key_file,))),
+            (FileStates, dict(paths=(s.admin_key_file,))),
             (FileStates, dict(paths=tuple(upload_paths(s.install_dir)))),
             (HostPython, dict(uv=Uv(s.install_dir).binary)),
             (VenvRequirement, dict(path=s.venv, distribution="sglang"))]  # each deployment's build

@@ -20,8 +20,8 @@ import pytest
 from lab import fleet
 from tests.deployed.faults import assert_caught, run_suite
 from tests.faults.faultlab import set_knobs, wait_for
-from tests.helpers import (LAB_INVENTORY, PYINFRA, REPO, behind_gateway, changed_operations, main_pid, run_deploy,
-                           write_group_data)
+from tests.helpers import (LAB_INVENTORY, PYINFRA, REPO, SGLANG_UNIT, behind_gateway, changed_operations, main_pid,
+                           run_deploy, write_group_data)
 
 pytestmark = pytest.mark.lab
 
@@ -101,6 +101,22 @@ def test_every_worker_is_registered_and_a_request_through_the_gateway_answers(ga
     assert call(f"http://{gateway.address}:{GATEWAY_PORT}/workers", body=rogue)[0] == 401
     assert call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", key=ADMIN_KEY, body=ask)[0] == 401
     assert "http://192.0.2.1:30000" not in gateway_workers(gateway)
+    # A worker's admin-optional routes take its host's own admin key: the clients' key gets 401 there.
+    for worker in workers:
+        for path in ("/update_weights_from_disk", "/set_internal_state"):
+            assert call(f"http://{worker.address}:30000{path}", key=KEY, body={"model_path": "/x"})[0] == 401, path
+        with_admin = fleet.ssh(worker, "curl -s -o /dev/null -w '%{http_code}' -m 10 -X POST -d '{}' "
+                                       "-H \"Authorization: Bearer $(cat /etc/specfleet/admin-api-key)\" "
+                                       "localhost:30000/set_internal_state")
+        assert with_admin == "200", with_admin
+        admin = fleet.ssh(worker, "cat /etc/specfleet/admin-api-key")
+        seen = fleet.ssh(worker, f"ps -eo args; journalctl -u 'sglang*' -o cat --no-pager; cat /etc/specfleet/*.env "
+                                 "/etc/systemd/system/sglang*.service")
+        assert len(admin) == 64 and admin not in seen and admin != KEY
+    # The admin key never leaves the gateway's host: its host drains and registers the workers.
+    for worker in workers:
+        holding = fleet.ssh(worker, f"grep -rlsF {ADMIN_KEY} /etc /opt /srv /var /root /home /tmp /run", check=False)
+        assert holding.split() == [], f"{worker.name}: {holding}"
 
     checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              "tests/deployed/test_gateway.py", "--inventory", LAB_INVENTORY],
@@ -308,3 +324,25 @@ def test_a_worker_removed_from_the_inventory_is_removed_from_the_gateway(gateway
     assert f"removed ['http://{removed.address}:30000']" in output, output[-3000:]
     assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in kept}
 
+
+
+def test_a_worker_down_longer_than_smgs_failure_window_is_back_by_itself_and_the_next_deploy_converges(gateway_lab):
+    """smg 1.13.0 with group_data/gateway.py's health settings: a replica stopped until the gateway lists it
+    `failed` is `ready` again within 5 minutes of starting, with no deploy; the next plain deploy converges
+    (its sync also removes and registers again a worker still `failed`, as newer smg keeps one)."""
+    hosts, _, _ = gateway_lab
+    gateway, worker = gateway_host(hosts), worker_hosts(hosts)[0]
+    url = f"http://{worker.address}:30000"
+    fleet.ssh(worker, f"systemctl stop {SGLANG_UNIT}")
+    stopped = time.monotonic()
+    try:
+        wait_for(lambda: gateway_workers(gateway).get(url) == "failed", 300, 2, f"the gateway to list {url} failed")
+        failed_s = time.monotonic() - stopped
+    finally:
+        fleet.ssh(worker, f"systemctl start {SGLANG_UNIT}")
+    started = time.monotonic()
+    wait_for(lambda: gateway_workers(gateway).get(url) == "ready", 300, 2, f"{url} ready again without a deploy")
+    print(f"a stopped worker read failed after {failed_s:.0f} s; ready {time.monotonic() - started:.0f} s after its start")
+    again = run_deploy(*EXPOSED)
+    assert again.returncode == 0, again.output[-3000:]
+    assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in worker_hosts(hosts)}

@@ -654,3 +654,62 @@ def test_loads_and_gauges_count_running_and_waiting_requests(start, models):
     assert s.get("/v1/loads?include=bogus", key="k")[0] == 400
     prometheus = s.get("/v1/loads?format=prometheus", key="k")[1]
     assert 'sglang_num_running_reqs{dp_rank="0"} 0' in prometheus
+
+
+# Run by the real SGLang 0.5.23's python: per (method, path, authorization, api_key, admin_api_key), whether
+# its own middleware decision (utils/auth.py) lets the request through, at the auth level http_server.py
+# gives the route; and every route it marks admin-optional.
+_REAL_AUTH = r"""
+import json, re, sys
+from pathlib import Path
+import sglang.srt.utils.auth as auth
+source = (Path(auth.__file__).parent.parent / "entrypoints" / "http_server.py").read_text()
+admin = set(re.findall(r'@app\.(?:api_route|post|get|put)\(\s*"([^"]+)"[^)]*\)\s*\n@auth_level\(AuthLevel\.ADMIN_OPTIONAL\)', source))
+cases = json.loads(sys.argv[1])
+print(json.dumps({"admin_optional": sorted(admin), "allowed": [auth.decide_request_auth(
+    method=m, path=p, authorization_header=h, api_key=k, admin_api_key=a,
+    auth_level=auth.AuthLevel.ADMIN_OPTIONAL if p in admin else auth.AuthLevel.NORMAL).allowed
+    for m, p, h, k, a in cases]}))
+"""
+
+
+def test_the_stand_in_refuses_and_admits_each_route_and_key_as_sglangs_own_auth_decides(start, models):
+    """Against the wheel's decide_request_auth: with an admin key, the client's API key gets 401 on the
+    admin-optional routes (weights, internal state, adapters, the cache) and the admin key gets 401 on the
+    others; with the API key alone, it opens both; health, readiness and metrics are open."""
+    import ast
+    from tests.sglang_real import real_sglang_python
+    source = ast.parse((STANDIN_SRC / "sglang" / "launch_server.py").read_text())
+    [declared] = [node.value for node in source.body if isinstance(node, ast.Assign)
+                  and getattr(node.targets[0], "id", "") == "ADMIN_OPTIONAL"]
+    admin_optional = ast.literal_eval(declared.args[0])  # frozenset({...})
+    routes = [("GET", "/health"), ("GET", "/metrics"), ("GET", "/server_info"), ("POST", "/generate"),
+              ("POST", "/flush_cache"), ("POST", "/update_weights_from_disk"), ("POST", "/set_internal_state"),
+              ("POST", "/load_lora_adapter")]
+    keys = {"both": ("client-key", "worker-admin-key"), "api key alone": ("client-key", None)}
+    headers = [None, "Bearer client-key", "Bearer worker-admin-key", "bearer worker-admin-key", "Basic client-key"]
+    cases = [(m, p, h, *pair) for pair in keys.values() for m, p in routes for h in headers]
+    real = json.loads(subprocess.run([str(real_sglang_python()), "-c", _REAL_AUTH, json.dumps(cases)],
+                                     capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+    assert admin_optional <= set(real["admin_optional"])
+    seen = []
+    for name, (api_key, admin_key) in keys.items():
+        s = start(dflash_args(models, "--enable-metrics", "--api-key", api_key,
+                              *(["--admin-api-key", admin_key] if admin_key else [])))
+        s.wait_ready()
+        for method, path in routes:
+            for header in headers:
+                request = urllib.request.Request(f"http://127.0.0.1:{s.port}{path}", method=method,
+                                                 data=b"{}" if method == "POST" else None,
+                                                 headers={"Authorization": header} if header else {})
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as response:
+                        status = response.status
+                except urllib.error.HTTPError as error:
+                    status = error.code
+                seen.append(status != 401)
+    assert seen == real["allowed"]
+    both = dict(zip(cases, seen))
+    for path in ("/update_weights_from_disk", "/set_internal_state"):
+        assert not both[("POST", path, "Bearer client-key", "client-key", "worker-admin-key")]
+        assert both[("POST", path, "Bearer worker-admin-key", "client-key", "worker-admin-key")]

@@ -12,18 +12,23 @@ from pyinfra.context import ctx_host, ctx_state
 
 class FakeHost:
     """Answers get_fact from `facts` ({fact class: value}); records noops. `arguments` are the operation's
-    global arguments (pyinfra's `host.current_op_global_arguments`: --sudo gives {"_sudo": True})."""
+    global arguments (pyinfra's `host.current_op_global_arguments`: --sudo gives {"_sudo": True}). Another
+    inventory host (`state.inventory.get_host(name)`, a gateway's) answers the same facts; `read` records
+    on which host each fact was read."""
 
     name = "host-1"
+    groups = ()
 
-    def __init__(self, facts: dict, arguments: dict | None = None):
-        self.facts = facts
+    def __init__(self, facts: dict, arguments: dict | None = None, name: str = name, read: list | None = None):
+        self.facts, self.name = facts, name
         self.current_op_global_arguments = arguments or {}
         self.connector_data: dict = {}  # what the connector keeps (a prompted sudo password)
+        self.read: list[tuple[str, type]] = [] if read is None else read
         self.noops: list[str] = []
         self.logged: list[str] = []
 
     def get_fact(self, fact_class, *args, **kwargs):
+        self.read.append((self.name, fact_class))
         return self.facts[fact_class]
 
     get_temp_filename = Host.get_temp_filename  # pyinfra's own naming, in the host's /tmp
@@ -40,10 +45,18 @@ class FakeHost:
 
 def run(operation, facts: dict, arguments: dict | None = None, **kwargs) -> tuple[list, list[str]]:
     """(commands, noops): a shell command as its masked text, any other command as itself."""
-    host = FakeHost(facts, arguments)
-    with ctx_host.use(host), ctx_state.use(SimpleNamespace(config=Config(), cwd=None)):  # pyinfra's defaults (no --diff)
-        commands = [str(c) if isinstance(c, (str, StringCommand)) else c for c in operation._inner(**kwargs)]
+    commands, host = run_host(operation, facts, arguments, **kwargs)
     return commands, host.noops
+
+
+def run_host(operation, facts: dict, arguments: dict | None = None, **kwargs) -> tuple[list, FakeHost]:
+    """(commands, the host it ran on): as `run`, with the host's records (noops, which host read each fact)."""
+    host = FakeHost(facts, arguments)
+    inventory = SimpleNamespace(get_host=lambda name: FakeHost(facts, arguments, name, host.read))
+    # pyinfra's defaults (no --diff)
+    with ctx_host.use(host), ctx_state.use(SimpleNamespace(config=Config(), cwd=None, inventory=inventory)):
+        commands = [str(c) if isinstance(c, (str, StringCommand)) else c for c in operation._inner(**kwargs)]
+    return commands, host
 
 
 def failure(commands: list) -> list[str]:

@@ -14,13 +14,13 @@ from operations.basics.units import ServiceState
 from operations.deployment import resolve, resolve_host
 from operations.gateway import service
 from operations.gateway.config import resolve as resolve_gateway
-from operations.gateway.workers import (GatewayWorkers, Route, admin_key_file, drain, drain_retired, rejoin, routes,
-                                        workers)
+from operations.gateway.workers import (LEGACY_ADMIN_KEY, GatewayWorkers, Route, drain, drain_retired, no_admin_key,
+                                        rejoin, routes, workers)
 from operations.server import unit
 from operations.basics.knobs import BadHostData
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.flags import SGLangRejects
-from tests.unit.fakehost import failure, run
+from tests.unit.fakehost import failure, run, run_host
 from tests.unit.group_data import host_data
 
 
@@ -107,7 +107,7 @@ def test_a_loopback_worker_on_another_host_is_a_problem_and_on_the_gateways_own_
     assert "serves on 127.0.0.1 only" in found["apart"].problem
 
 
-def test_a_worker_reaches_each_gateway_of_its_model_to_drain_itself_at_the_gateways_listening_address():
+def test_a_workers_gateways_are_driven_on_their_own_hosts_and_reached_as_clients_at_their_listening_address():
     exposed = inventory_host("gw", ["gateway"], ssh_hostname="10.0.0.2", gateway_bind_address="0.0.0.0")
     pinned = inventory_host("gw2", ["gateway"], ssh_hostname="10.0.0.3", gateway_bind_address="10.1.0.3")
     closed = inventory_host("gw3", ["gateway"], ssh_hostname="10.0.0.4")  # loopback: group_data's default
@@ -115,16 +115,15 @@ def test_a_worker_reaches_each_gateway_of_its_model_to_drain_itself_at_the_gatew
     worker = inventory_host("w", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.5", bind_address="0.0.0.0")
     replica = resolve(worker.data, "rtx_pro_6000_pcie").server
     found = routes([exposed, pinned, closed, other, worker], worker, replica)
-    assert [(r.gateway, r.address, r.port, r.worker_url(replica.port)) for r in found[:2]] == [
-        ("gw", "10.0.0.2", 30080, "http://10.0.0.5:30000"), ("gw2", "10.1.0.3", 30080, "http://10.0.0.5:30000")]
-    assert [r.problem for r in found[:2]] == [None, None] and len(found) == 3  # gw4 serves another model
-    assert "gw3, whose gateway listens on 127.0.0.1 only" in found[2].problem
+    assert [(r.gateway, r.address, r.port, r.worker_url(replica.port), r.problem) for r in found] == [
+        ("gw", "10.0.0.2", 30080, "http://10.0.0.5:30000", None),
+        ("gw2", "10.1.0.3", 30080, "http://10.0.0.5:30000", None),
+        # Its control plane runs on its own host: a gateway on loopback drains and registers the worker too.
+        ("gw3", "", 30080, "http://10.0.0.5:30000", None)]  # gw4 serves another model
     both = inventory_host("both", ["rtx_pro_6000_pcie", "gateway"])  # loopback worker under its own gateway
-    # On its own host the gateway's socket must be the gateway user's before a key goes to it.
     own = resolve(both.data, "rtx_pro_6000_pcie").server
-    assert [(r.address, r.worker_url(own.port), r.owner, r.problem) for r in routes([both], both, own)] == [
-        ("127.0.0.1", "http://127.0.0.1:30000", "smg", None)]
-    assert {r.owner for r in found} == {None}
+    assert [(r.address, r.worker_url(own.port), r.problem) for r in routes([both], both, own)] == [
+        ("127.0.0.1", "http://127.0.0.1:30000", None)]
 
 
 # gateway_workers.py list's JSON, its worker and readiness values as smg 1.13.0 answered them
@@ -141,8 +140,13 @@ def test_gateway_workers_fact_reads_the_listing_and_treats_no_answer_as_unreacha
     assert fact.process(["Traceback (most recent call last):", "ConnectionRefusedError"])["reachable"] is False
 
 
-ROUTE = Route("gw", "10.0.0.2", 30080, "kimi-k2.6", "10.0.0.5", 120, "SPECFLEET_GATEWAY_ADMIN_KEY")
+GATEWAY = resolve_gateway(host_data("gateway", gateway_bind_address="0.0.0.0"))
+ROUTE = Route("gw", GATEWAY, "10.0.0.5", "10.0.0.2")
 URL = ROUTE.worker_url(30000)
+# gateway_workers.py's options as the gateway's host runs it: its own API (its socket owned by its user),
+# its admin key and the clients' key it sends the workers, each read there.
+ON_GATEWAY = ["--address", "127.0.0.1", "--owner", "smg", "--worker-key-file", GATEWAY.key_file, "30080",
+              GATEWAY.admin_key_file]
 
 
 def listing(*urls: str, reachable: bool = True) -> dict:
@@ -164,20 +168,24 @@ def restarting(reason: str | None, refused: str | None = None) -> tuple[unit.Res
     return unit.Restart(s, "sglang=3f2a", []), {ServiceState: state, SGLangRejects: refused, VenvRequirement: built}
 
 
-def test_a_restarting_worker_drains_itself_with_the_admin_key_then_waits_for_its_requests_in_flight():
+def test_a_restarting_worker_is_drained_on_its_gateways_host_then_waits_for_its_requests_in_flight():
+    """The gateway's admin key never leaves its host: the drain's listing is read there, and its command runs
+    there (the callback's gateway), reading the worker's /metrics at the URL the gateway reaches it at."""
     d = worker()
     restart, facts = restarting(unit.FILES_CHANGED)
-    commands, _ = run(drain, {**facts, GatewayWorkers: listing(URL, "http://10.0.0.6:30000")},
-                      server=d, routes=[ROUTE], restart=restart)
+    commands, host = run_host(drain, {**facts, GatewayWorkers: listing(URL, "http://10.0.0.6:30000")},
+                              server=d, routes=[ROUTE], restart=restart)
     [command] = commands
+    assert command.args[1] == "gw" and ("gw", GatewayWorkers) in host.read
+    assert ("host-1", GatewayWorkers) not in host.read
     tail = command.args[0].rsplit("' ", 1)[1]  # after the inline program: the arguments
-    assert tail.split() == ["--address", "10.0.0.2", "--worker-key-file", d.api_key_file, "30080",
-                            admin_key_file(d), d.served_model_name, "drain", "120", URL,
-                            "--idle", "http://127.0.0.1:30000", "900"]  # group_data's longest_generation_s
+    assert tail.split() == [*ON_GATEWAY, d.served_model_name, "drain", "120", URL,
+                            "--idle", URL, "900"]  # group_data's longest_generation_s
+    assert d.api_key_file not in command.args[0]
 
 
 def test_the_last_of_several_gateways_waits_for_the_server_to_go_idle():
-    second = Route("gw2", "10.0.0.3", 30080, "kimi-k2.6", "10.0.0.5", 120, "SPECFLEET_GATEWAY_ADMIN_KEY")
+    second = Route("gw2", GATEWAY, "10.0.0.5", "10.0.0.3")
     restart, facts = restarting(unit.FILES_CHANGED)
     commands, _ = run(drain, {**facts, GatewayWorkers: listing(URL)}, server=worker(),
                       routes=[ROUTE, second], restart=restart)
@@ -214,8 +222,7 @@ def test_the_drain_and_the_unit_take_one_decision_and_the_host_validates_once():
 
 
 def test_a_gateway_the_worker_cannot_reach_fails_the_worker_before_its_restart():
-    unreachable = Route("gw3", "", 30080, "kimi-k2.6", "10.0.0.5", 120, "SPECFLEET_GATEWAY_ADMIN_KEY",
-                        problem="w cannot drain itself from gw3")
+    unreachable = Route("gw3", GATEWAY, "10.0.0.5", problem="w cannot drain itself from gw3")
     restart, facts = restarting(unit.FILES_CHANGED)
     commands, _ = run(drain, facts, server=worker(), routes=[unreachable], restart=restart)
     assert failure(commands) == ["w cannot drain itself from gw3"]
@@ -227,8 +234,10 @@ def test_a_gateway_the_worker_cannot_reach_fails_the_worker_before_its_restart()
     (listing(reachable=False), False),  # no gateway answering: its own stage registers it
 ])
 def test_a_worker_that_generates_joins_each_answering_gateway_that_lacks_it(answer, joins):
-    commands, _ = run(rejoin, {GatewayWorkers: answer}, server=worker(), routes=[ROUTE])
-    assert [c.rsplit("' ", 1)[1].split()[-3] for c in commands] == (["join"] if joins else [])
+    commands, host = run_host(rejoin, {GatewayWorkers: answer}, server=worker(), routes=[ROUTE])
+    assert [c.args[0].rsplit("' ", 1)[1].split() for c in commands] == (
+        [[*ON_GATEWAY, "kimi-k2.6", "join", "120", URL]] if joins else [])
+    assert [c.args[1] for c in commands] == (["gw"] if joins else []) and {h for h, _ in host.read} == {"gw"}
 
 
 def test_units_no_deployment_wants_leave_every_gateway_listing_them_before_they_stop():
@@ -243,7 +252,7 @@ def test_units_no_deployment_wants_leave_every_gateway_listing_them_before_they_
     commands, _ = run(drain_retired, facts, server=worker(), gateways=[ROUTE], restarts=[restart])
     # Its requests in flight finish first, as a drained replica's do.
     assert [c.args[0].rsplit("' ", 1)[1].split()[-6:] for c in commands] == [
-        ["drain", "120", URL, "--idle", "http://127.0.0.1:30000", "900"]]
+        ["drain", "120", URL, "--idle", URL, "900"]]
     commands, noops = run(drain_retired, {**facts, unit.ServerUnits: {"sglang@kimi_k26_dflash-gpu0-7": {
         "port": 30000, "model": "kimi-k2.6", "loads": []}}}, server=worker(), gateways=[ROUTE], restarts=[restart])
     assert commands == [] and noops == ["no gateway lists a unit to retire (none)"]
@@ -337,6 +346,16 @@ def test_a_gateway_with_a_clients_key_needs_an_admin_key_of_its_own(monkeypatch)
     assert "the control plane needs a key of its own" in failure(commands)[0]
 
 
+def test_an_admin_key_kept_on_the_gateway_equal_to_a_newly_exported_clients_key_is_refused(monkeypatch):
+    """Compared by the kept file's digest, read on the host: the clients' key never becomes the control plane's."""
+    g = resolve_gateway(host_data("gateway"))
+    _, (commands, _) = admin_key_run(monkeypatch, client=CLIENT, files=[(g.admin_key_file, sha1_of(CLIENT.encode()))])
+    assert failure(commands) == ["host-1: $SPECFLEET_GATEWAY_ADMIN_KEY is the clients' key ($SPECFLEET_API_KEY): "
+                                 "the control plane needs a key of its own"]
+    _, (commands, _) = admin_key_run(monkeypatch, client=CLIENT, files=[(g.admin_key_file, sha1_of(ADMIN.encode()))])
+    assert not any(isinstance(c, str) and "needs a key of its own" in c for c in commands)
+
+
 def test_the_admin_key_is_written_from_stdin_root_s_group_smg_and_kept_without_the_variable(monkeypatch):
     g, (commands, _) = admin_key_run(monkeypatch, admin=ADMIN, client=CLIENT)
     assert commands[0] == "install -d -m 755 -o root -g root /etc/specfleet"
@@ -372,3 +391,30 @@ def test_the_gateway_unit_is_confined_with_a_system_call_filter():
                     "ProtectSystem=strict", "CapabilityBoundingSet=", "MemoryDenyWriteExecute=yes",
                     "PrivateDevices=yes"):
         assert setting in text, setting
+
+
+def test_no_worker_keeps_a_gateways_admin_key():
+    """Its gateways' hosts drain and register it: a key a worker held for them is removed, nothing else is."""
+    d = worker()
+    held = f"{d.config_dir}/{LEGACY_ADMIN_KEY}"
+    kept = {"kind": "file", "mode": "640", "user": "root", "group": "root", "sha1": "x"}
+    commands, _ = run(no_admin_key, {FileStates: {held: kept}}, server=d)
+    assert commands == [f"rm -f {held}"]
+    commands, noops = run(no_admin_key, {FileStates: {held: None}}, server=d)
+    assert commands == [] and noops == ["no gateway's admin key on this worker"]
+
+
+@pytest.mark.parametrize("sudo", [True, False])
+def test_a_command_on_the_gateways_host_takes_that_hosts_own_escalation(monkeypatch, sudo):
+    """A worker's drain runs on the gateway's host as that host's own operations do (its `_sudo`, the run's
+    --sudo), whatever operation the gateway's host is in."""
+    from pyinfra.api import Config, Inventory, State
+    from operations.basics import shell
+    inventory = Inventory(([("gw", {"_sudo": True} if sudo else {})], {}))
+    state = State(inventory, Config())
+    gw = inventory.get_host("gw")
+    seen = []
+    monkeypatch.setattr(gw, "run_shell_command", lambda command, **arguments: seen.append(arguments) or (True, None))
+    gw.connected = True
+    assert shell.run_elsewhere(gw, "true") == (True, None) and state.inventory is inventory
+    assert seen[0].get("_sudo", False) is sudo

@@ -39,6 +39,26 @@ def test_a_key_starting_with_a_dash_reaches_the_real_parser_as_the_key():
     assert launcher.server_argv(["--port", "1"], "") == ["sglang.launch_server", "--port", "1"]
 
 
+def test_the_launcher_gives_sglang_the_worker_admin_key_in_process_and_masks_both_keys(tmp_path):
+    """SGLang parses the host's worker admin key as --admin-api-key; a server printing its argv (as SGLang
+    logs its ServerArgs) reaches the journal with neither key in it."""
+    admin = "worker-admin-0123456789abcdef"
+    argv = launcher.server_argv(["--model-path", "/srv/m"], DASH_KEY, admin)
+    parsed = parse_with_real_sglang(argv[1:])
+    assert (parsed["api_key"], parsed["admin_api_key"]) == (DASH_KEY, admin)
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text("import sys\nprint(sys.argv[1:], flush=True)\n")
+    (tmp_path / "api-key").write_text(DASH_KEY + "\n")
+    (tmp_path / "admin-api-key").write_text(admin)
+    run = subprocess.run([sys.executable, str(HOST_SCRIPTS["launch_sglang"]), "--port", "1"], capture_output=True,
+                         text=True, timeout=30, env={"PYTHONPATH": str(tmp_path),
+                                                     "SPECFLEET_API_KEY_FILE": str(tmp_path / "api-key"),
+                                                     "SPECFLEET_ADMIN_API_KEY_FILE": str(tmp_path / "admin-api-key")})
+    assert run.stdout == "['--port', '1', '--api-key=***', '--admin-api-key=***']\n"
+
+
 @pytest.mark.parametrize("key", ["abcdef0123456789abcdef", "aGVsbG8/d29y+bGQ=", DASH_KEY])
 def test_every_form_a_log_line_can_print_the_key_in_is_masked(key):
     forms = launcher.key_forms(key)
@@ -253,3 +273,65 @@ def test_the_drain_waits_until_the_server_reads_idle_three_times_and_gives_up_at
         server.close()
     # A stopped server holds nothing.
     assert gateway_workers.server_in_flight(f"http://127.0.0.1:{server.port}") == 0
+
+
+class FakeSmg:
+    """smg's /workers as 1.13.0 answers it (GET lists {"id", "url", "status", "model_id"}, POST adds a worker
+    that turns `ready`, DELETE takes it away), with one worker its health checks gave up on: `failed`."""
+
+    def __init__(self, failed_url: str, model: str):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        workers = self.workers = {"w0": {"id": "w0", "url": failed_url, "status": "failed", "model_id": model}}
+        seen = self.seen = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def answer(self, body: dict, status: int = 200):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self.answer({"workers": list(workers.values())})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                seen.append(("POST", body["url"]))
+                if any(w["url"] == body["url"] for w in workers.values()):
+                    return self.answer({"error": "worker already exists"}, 409)
+                workers[f"w{len(seen)}"] = {"id": f"w{len(seen)}", "url": body["url"], "status": "ready",
+                                            "model_id": model}
+                self.answer({"status": "accepted"}, 202)
+
+            def do_DELETE(self):
+                seen.append(("DELETE", workers[self.path.rsplit("/", 1)[1]]["url"]))
+                del workers[self.path.rsplit("/", 1)[1]]
+                self.answer({"status": "accepted"}, 202)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_sync_registers_again_a_worker_the_gateway_lists_as_failed():
+    """smg newer than 1.13.0 keeps a worker that was down past its failure window `failed` until it is removed:
+    the sync reads it as absent, removes it and registers it again, and ends with it `ready`."""
+    url = "http://10.213.1.10:30000"
+    smg = FakeSmg(url, "m")
+    try:
+        gateway = gateway_workers.Gateway("127.0.0.1", smg.port, "admin-secret", None)
+        result = gateway_workers.sync(gateway, "m", 5, [url], [url], "")
+        assert smg.seen == [("DELETE", url), ("POST", url)]
+        assert result == {"added": [url], "removed": [], "again": [url]}
+        assert [w["status"] for w in smg.workers.values()] == ["ready"]
+    finally:
+        smg.close()

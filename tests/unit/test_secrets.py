@@ -117,3 +117,29 @@ def test_the_write_command_creates_the_file_with_its_mode_and_replaces_a_planted
     assert oct(written.stat().st_mode & 0o777) == "0o640"
     assert target.read_text() == "untouched"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["api-key", "victim"]  # no temporary file left
+
+
+def test_the_worker_admin_key_is_generated_on_the_host_and_kept(tmp_path):
+    """The host's own command makes it (64 hex digits, 0640, no key in any command or stdin); kept once there,
+    its owner and mode put right."""
+    import grp
+    import os
+    import subprocess
+
+    [command] = yielded(api_key.admin_key, {FileStates: {D.admin_key_file: None}}, server=D)
+    assert isinstance(command, StringCommand) and "_stdin" not in command.connector_arguments
+    text = command.get_raw_value()
+    assert text.endswith(f"secret /etc/specfleet admin-api-key 640 sglang") and "secrets.token_hex(32)" in text
+    # The same command run here by sh, into this test's directory and group.
+    group = grp.getgrgid(os.getgid()).gr_name
+    here = text.rsplit(" secret ", 1)[0] + f" secret {tmp_path} admin-api-key 640 {group}"
+    subprocess.run(here, shell=True, check=True)
+    written = tmp_path / "admin-api-key"
+    assert len(written.read_text()) == 64 and int(written.read_text(), 16) >= 0
+    assert oct(written.stat().st_mode & 0o777) == "0o640" and sorted(p.name for p in tmp_path.iterdir()) == [written.name]
+    commands, noops = run(api_key.admin_key, {FileStates: {D.admin_key_file: file("640", "root", "sglang", "k")}},
+                          server=D)
+    assert commands == [] and noops == ["/etc/specfleet/admin-api-key holds the host's key (0640, root:sglang)"]
+    commands, _ = run(api_key.admin_key, {FileStates: {D.admin_key_file: file("644", "sglang", "sglang", "k")}},
+                      server=D)
+    assert commands == ["chown root:sglang /etc/specfleet/admin-api-key && chmod 640 /etc/specfleet/admin-api-key"]

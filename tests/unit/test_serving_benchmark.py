@@ -10,6 +10,7 @@ from serving_benchmark import report, sweep
 from operations.basics.knobs import BadHostData
 from serving_benchmark.sweep import PROMPTS, bench_unit, mode_args, plan, unit_environment
 from operations.deployment import resolve, resolve_host
+from operations.gateway.config import resolve as resolve_gateway
 from operations.server.unit import unit_files
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import host_data
@@ -79,10 +80,11 @@ def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_ac
     assert kimi_ddtree[kimi_ddtree.index("--page-size") + 1] == "1"
 
 
-def test_bench_server_environment_is_the_units_without_the_api_key():
+def test_bench_server_environment_is_the_units_without_its_keys():
     env = unit_environment(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server)
     assert env["HF_HUB_OFFLINE"] == "1" and "NCCL_P2P_DISABLE" not in env  # the host's decision: sweep(smoke=...)
-    assert "SPECFLEET_API_KEY_FILE" not in env
+    # Keyless on loopback: its /flush_cache (admin-optional in SGLang) takes no key either.
+    assert "SPECFLEET_API_KEY_FILE" not in env and "SPECFLEET_ADMIN_API_KEY_FILE" not in env
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
@@ -226,7 +228,7 @@ def test_through_the_gateway_the_client_sends_to_the_gateway_with_the_key_file_n
 def test_a_gateway_is_benchmarked_only_when_its_workers_of_the_model_are_exactly_this_hosts_replicas():
     from operations.gateway.workers import Route
     replicas = qwen_replicas()
-    route = Route("ct200", "127.0.0.1", 30080, "qwen3.6-27b", "127.0.0.1", 600, "SPECFLEET_GATEWAY_ADMIN_KEY")
+    route = Route("ct200", resolve_gateway(host_data("gateway", profile="qwen36_ddtree")), "127.0.0.1", "127.0.0.1")
     ours = [{"url": f"http://127.0.0.1:{r.port}", "status": "ready"} for r in replicas]
     assert sweep.gateway_problem({"reachable": True, "workers": ours}, route, replicas) is None
     shared = {"reachable": True, "workers": [*ours, *({"url": f"http://10.0.0.{i}:30000"} for i in range(2, 6))]}
@@ -237,6 +239,9 @@ def test_a_gateway_is_benchmarked_only_when_its_workers_of_the_model_are_exactly
         "ct200 does not route to http://127.0.0.1:30000"
     assert sweep.gateway_problem({"reachable": False, "workers": [], "error": "refused"}, route, replicas) == \
         "ct200 did not answer (refused)"
+    # A gateway on another host's loopback: this host's client cannot reach it (its drain runs on its own host).
+    assert sweep.gateway_problem({"reachable": True, "workers": ours}, replace(route, address=""), replicas) == \
+        "its API listens on 127.0.0.1 only, which this host's client cannot reach"
     # The gateway's inventory name becomes a directory on the host and the controller: nothing a shell or a path reads.
     for name in ("../../etc", "gw; rm -rf /", ".hidden"):
         problem = sweep.gateway_problem({"reachable": True, "workers": ours}, replace(route, gateway=name), replicas)

@@ -36,6 +36,7 @@ import argparse
 import hashlib
 import json
 import os
+import secrets
 import select
 import signal
 import socket
@@ -64,6 +65,9 @@ SECRET_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 WARMUP_PROMPT, WARMUP_TOKENS = "The capital city of France is", 8
 LOAD_SECTIONS = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}  # load_snapshot.py
 SCHEDULER_LABELS = ("engine_type", "tp_rank", "pp_rank", "moe_ep_rank")  # metrics_collector.py:1382-1392
+# The routes served here that http_server.py marks @auth_level(AuthLevel.ADMIN_OPTIONAL) (checked against the
+# wheel's source in tests/lab_code/test_sglang_standin.py).
+ADMIN_OPTIONAL = frozenset({"/flush_cache", "/update_weights_from_disk", "/set_internal_state", "/load_lora_adapter"})
 
 
 def fail(exc_line: str) -> None:
@@ -245,13 +249,10 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def authorized(self, path: str) -> bool:
-        """Like the real middleware: with --api-key, all but health, ready and
-        metrics need `Authorization: Bearer <key>`."""
-        key = self.app.args.api_key
-        if not key or path.startswith(("/health", "/ready", "/metrics")):
-            return True
-        return self.headers.get("Authorization", "") == f"Bearer {key}"
+    def authorized(self, method: str, path: str) -> bool:
+        """The real middleware's decision (``allowed``) for this request."""
+        args = self.app.args
+        return allowed(method, path, self.headers.get("Authorization"), args.api_key, args.admin_api_key)
 
     def client_gone(self) -> bool:
         """The client closed its connection (what request.is_disconnected() finds)."""
@@ -267,6 +268,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         self.route("POST")
 
+    def do_PUT(self):
+        self.route("PUT")
+
     def route(self, method: str) -> None:
         app = self.app
         if app.closing:  # uvicorn closed this idle connection when it began its shutdown
@@ -281,7 +285,7 @@ class Handler(BaseHTTPRequestHandler):
             app.active[key] = app.active.get(key, 0) + 1
         self.counted = key
         try:
-            if not self.authorized(path):
+            if not self.authorized(method, path):
                 return self.send_json(401, {"error": "Unauthorized"})
             if handler is None:
                 return self.send_json(404, {"detail": "Not Found"})
@@ -459,6 +463,17 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
+    def update_weights_from_disk(self, body):
+        # What the real tokenizer manager answers when the load fails: 400 with its message (http_server.py).
+        self.send_json(400, {"success": False, "message": f"the stand-in loads no weights ({body.get('model_path')})",
+                             "num_paused_requests": 0})
+
+    def set_internal_state(self, _body):
+        self.send_json(200, [{"updated": False, "server_args": {}}])
+
+    def load_lora_adapter(self, body):
+        self.send_json(400, {"success": False, "error_message": f"the stand-in loads no adapter ({body.get('lora_name')})"})
+
     def flush_cache(self, _body):
         self.send_body(200, b"Cache flushed.\nPlease check backend logs for more details. "
                             b"(When there are running or waiting requests, the operation will not be performed.)\n",
@@ -479,7 +494,24 @@ ROUTES = {
     ("POST", "/generate"): Handler.generate,
     ("POST", "/v1/chat/completions"): Handler.chat,
     ("POST", "/flush_cache"): Handler.flush_cache,
+    ("POST", "/update_weights_from_disk"): Handler.update_weights_from_disk,
+    ("POST", "/set_internal_state"): Handler.set_internal_state,
+    ("PUT", "/set_internal_state"): Handler.set_internal_state,
+    ("POST", "/load_lora_adapter"): Handler.load_lora_adapter,
 }
+
+
+def allowed(method: str, path: str, authorization: str | None, api_key: str | None, admin_api_key: str | None) -> bool:
+    """utils/auth.py decide_request_auth (0.5.23) for the NORMAL and ADMIN_OPTIONAL routes: health, ready and
+    metrics are open; an admin-optional route takes the admin key when one is set (the API key is then
+    refused there), else the API key; every other route takes the API key alone. Refused: 401."""
+    if method == "OPTIONS" or path.startswith(("/health", "/ready", "/metrics")):
+        return True
+    expected = (admin_api_key or api_key) if path in ADMIN_OPTIONAL else api_key
+    if not expected:
+        return True
+    scheme, _, token = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(token, expected)
 
 
 def local_gpus(args) -> list[int | None]:

@@ -1,22 +1,24 @@
-"""Runs ON THE GATEWAY HOST, or on a worker draining itself (as root, stdlib only): the gateway's
-workers for one model, read or converged. --address names the gateway (default: this host's loopback).
+"""Runs ON THE GATEWAY HOST (as root, stdlib only), where its admin key is: the gateway's workers for one
+model, read or converged, a worker's drain included. --address names the gateway (default: this host's
+loopback).
 
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL list
         prints {"reachable": bool, "workers": [{"id", "url", "status", "model_id"}...], "readiness": {...}}
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL sync TIMEOUT --register URL... --inventory URL...
         DELETEs the model's workers whose URL is not in --inventory, POSTs each --register URL
-        not yet registered (with the workers' key, --worker-key-file), waits until every --register
-        URL is `ready` and every removed one gone; prints {"added": [...], "removed": [...]}; exit 1 on timeout.
+        not yet registered or `failed` there (removed first), with the workers' key (--worker-key-file),
+        waits until every --register URL is `ready` and every removed one gone; prints
+        {"added": [...], "removed": [...], "again": [the failed ones registered again]}; exit 1 on timeout.
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL drain TIMEOUT URL [--idle SERVER SECONDS]
         DELETEs the worker URL (the gateway stops sending it requests) and waits until the gateway
-        has let it go; with --idle, then waits (at most SECONDS) until the server at SERVER, on
-        this host, has no request left in flight; prints {"removed": [URL], "in_flight": N, "idle_s": S}.
+        has let it go; with --idle, then waits (at most SECONDS) until the server at SERVER (the
+        worker's URL as the gateway reaches it) has no request left in flight; prints {"removed": [URL], "in_flight": N, "idle_s": S}.
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL join TIMEOUT URL
         POSTs the worker URL unless registered and waits until it is `ready`; removes nothing.
 
 OPTIONS: --address A (the gateway's address), --owner USER (the gateway runs on this host as USER:
 no key goes to a port another user listens on), --worker-key-file F (the key the gateway sends the
-workers: the gateway's client key on its host, the worker's own key on a worker).
+workers: the gateway's clients' key, which the workers take).
 
 Keys are read from their files here, never passed as arguments. The gateway's control plane (GET,
 POST, DELETE /workers) takes its admin key, which clients do not have (smg's control-plane keys);
@@ -43,6 +45,7 @@ from owned_sockets import OwnedConnection
 IN_FLIGHT = ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:http_requests_active")
 # Requests of the probes and scrapes themselves (this very read among them), never a client's.
 NOT_REQUESTS = re.compile(r'endpoint="/(metrics|health|health_generate|ready)"')
+FAILED = "failed"  # a worker's status in smg's GET /workers once its health checks gave up on it
 IDLE_READS = 3  # consecutive reads of nothing in flight, a second apart
 SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{[^}]*\})?\s+(?P<value>\S+)")
 
@@ -110,9 +113,13 @@ def sync(gateway: Gateway, model: str, timeout: float, register: list[str], inve
                 raise SystemExit(f"the gateway at {gateway} does not answer: {error}")
             time.sleep(0.5)
     removed = [] if inventory is None else sorted(url for url in current if url not in inventory)
-    for url in removed:
+    # A worker smg gave up on reads as absent: smg 1.13.0 brings it back by itself once it answers
+    # again, newer smg only by a removal, so it is removed and registered again (after smg let it go).
+    again = sorted(url for url in register if current.get(url, {}).get("status") == FAILED)
+    for url in removed + again:
         gateway.call("DELETE", f"/workers/{current[url]['id']}")
-    added = sorted(url for url in register if url not in current)
+    gone(gateway, model, again, deadline)
+    added = sorted(url for url in register if url not in current or url in again)
     for url in added:
         gateway.call("POST", "/workers", {"url": url, **({"api_key": worker_key} if worker_key else {})})
     while True:
@@ -120,10 +127,18 @@ def sync(gateway: Gateway, model: str, timeout: float, register: list[str], inve
         pending = [url for url in register if current.get(url, {}).get("status") != "ready"]
         lingering = [url for url in removed if url in current]
         if not pending and not lingering:
-            return {"added": added, "removed": removed}
+            return {"added": added, "removed": removed, "again": again}
         if time.monotonic() > deadline:
             states = {url: current.get(url, {}).get("status", "absent") for url in pending + lingering}
             raise SystemExit(f"workers not converged on the gateway after {timeout:.0f}s: {json.dumps(states)}")
+        time.sleep(0.5)
+
+
+def gone(gateway: Gateway, model: str, urls: list[str], deadline: float) -> None:
+    """Wait until the gateway lists none of `urls` (smg removes a worker after its drain_settle_secs)."""
+    while lingering := [url for url in urls if url in model_workers(gateway, model)]:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{', '.join(lingering)} still on the gateway after its removal")
         time.sleep(0.5)
 
 
@@ -138,7 +153,7 @@ def in_flight(metrics: str) -> int:
 
 
 def server_in_flight(server: str) -> int | None:
-    """The requests in flight at the server (a URL on this host), read from its /metrics, which takes
+    """The requests in flight at the server (its URL as the gateway reaches it), read from its /metrics, which takes
     no key; 0 when nothing listens (a stopped server holds none), None when it cannot tell."""
     where = urlsplit(server)
     try:
@@ -171,11 +186,7 @@ def drain(gateway: Gateway, model: str, timeout: float, url: str, idle: tuple[st
     removed = []
     if url in current:
         gateway.call("DELETE", f"/workers/{current[url]['id']}")
-        deadline = time.monotonic() + timeout
-        while url in model_workers(gateway, model):
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{url} is still on the gateway {timeout:.0f}s after its removal")
-            time.sleep(0.5)
+        gone(gateway, model, [url], time.monotonic() + timeout)
         removed = [url]
     return {"removed": removed, **(wait_idle(*idle) if idle else {})}
 

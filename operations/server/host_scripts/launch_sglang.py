@@ -1,12 +1,15 @@
-"""Runs ON THE HOST as the SGLang unit's ExecStart: `python -m sglang.launch_server` plus the API key.
+"""Runs ON THE HOST as the SGLang unit's ExecStart: `python -m sglang.launch_server` plus its keys.
 
-The key is read from the file named by SPECFLEET_API_KEY_FILE and added to the
-server's argv inside the process (as `--api-key=KEY`, so a key starting with `-`
-is never read as a flag), so it is never in the unit file or in `ps` (the kernel
-keeps the exec-time argv). SGLang logs its resolved ServerArgs, api_key included,
-so the server (and every process it spawns) writes into a pipe that this process
-copies to the journal with the key masked: raw, and in the escaped forms a log
-line can carry (repr, JSON, URL-encoded).
+The API key (the clients', SPECFLEET_API_KEY_FILE) and the host's worker admin key
+(SPECFLEET_ADMIN_API_KEY_FILE: with it, SGLang's admin-optional routes such as
+/update_weights_from_disk take it alone and refuse the clients' key, utils/auth.py)
+are read from their files and added to the server's argv inside the process (as
+`--api-key=KEY`, `--admin-api-key=KEY`, so a key starting with `-` is never read as a
+flag), so neither is in the unit file or in `ps` (the kernel keeps the exec-time argv).
+SGLang logs its resolved ServerArgs, both keys included, so the server (and every
+process it spawns) writes into a pipe that this process copies to the journal with
+the keys masked: raw, and in the escaped forms a log line can carry (repr, JSON,
+URL-encoded).
 
 The server dies with this process (PR_SET_PDEATHSIG): a launcher killed with
 SIGKILL must not leave its server holding the port, or every restart systemd
@@ -34,16 +37,16 @@ def read_key(key_file: str) -> str:
     return path.read_text().strip() if path.is_file() else ""
 
 
-def server_argv(args: list[str], key: str) -> list[str]:
-    return ["sglang.launch_server", *args, *([f"--api-key={key}"] if key else [])]
+def server_argv(args: list[str], key: str, admin_key: str = "") -> list[str]:
+    return ["sglang.launch_server", *args, *([f"--api-key={key}"] if key else []),
+            *([f"--admin-api-key={admin_key}"] if admin_key else [])]
 
 
-def key_forms(key: str) -> list[bytes]:
-    """The key as a log line can print it, longest first (so no form is left half-masked)."""
-    if not key:
-        return []
-    forms = {key, repr(key)[1:-1], json.dumps(key)[1:-1], json.dumps(key)[1:-1].replace("/", "\\/"),
-             urllib.parse.quote(key, safe=""), urllib.parse.quote_plus(key, safe="")}
+def key_forms(*keys: str) -> list[bytes]:
+    """The keys as a log line can print them, longest first (so no form is left half-masked)."""
+    forms = {form for key in keys if key for form in (
+        key, repr(key)[1:-1], json.dumps(key)[1:-1], json.dumps(key)[1:-1].replace("/", "\\/"),
+        urllib.parse.quote(key, safe=""), urllib.parse.quote_plus(key, safe=""))}
     return sorted((form.encode() for form in forms), key=len, reverse=True)
 
 
@@ -55,7 +58,8 @@ def masked(line: bytes, forms: list[bytes]) -> bytes:
 
 def main() -> None:
     key = read_key(os.environ.get("SPECFLEET_API_KEY_FILE", "/nonexistent"))
-    argv = server_argv(sys.argv[1:], key)
+    admin_key = read_key(os.environ.get("SPECFLEET_ADMIN_API_KEY_FILE", "/nonexistent"))
+    argv = server_argv(sys.argv[1:], key, admin_key)
     read_end, write_end = os.pipe()
     launcher = os.getpid()
     server = os.fork()
@@ -73,7 +77,7 @@ def main() -> None:
     os.close(write_end)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, _frame: os.kill(server, number))
-    forms = key_forms(key)
+    forms = key_forms(key, admin_key)
     with os.fdopen(read_end, "rb") as server_output:
         for line in server_output:
             sys.stdout.buffer.write(LONE_CR.sub(b"\n", masked(line, forms)))

@@ -662,3 +662,22 @@ def test_loads_and_gauges_count_running_and_waiting_requests(start, models):
     assert s.get("/v1/loads?include=bogus", key="k")[0] == 400
     prometheus = s.get("/v1/loads?format=prometheus", key="k")[1]
     assert 'sglang_num_running_reqs{dp_rank="0"} 0' in prometheus
+
+
+def test_the_readiness_probe_sees_a_thinking_kimi_generate(start, models):
+    """Kimi K2.6 served with its reasoning parser thinks by default: the probe's 32-token answer is all
+    reasoning_content, its content "" (as the real parser splits it: tests/lab_code/test_sglang_conformance.py),
+    and the probe counts it as generating, from the tokens and the reasoning."""
+    import getpass
+
+    from operations.server import readiness
+    from tests.unit.test_host_scripts import load
+
+    s = start(dflash_args(models, "--reasoning-parser", "kimi_k2", "--served-model-name", "kimi-k2.6"))
+    s.wait_ready()
+    ask = {"model": "kimi-k2.6", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}]}
+    message = json.loads(s.get("/v1/chat/completions", ask)[1])["choices"][0]["message"]
+    assert message["content"] == "" and len(message["reasoning_content"].split()) == 32
+    probe = load("probe_server").probe(str(s.port), "kimi-k2.6", "/nonexistent", getpass.getuser())
+    assert readiness.generates(probe), probe
+    assert probe["completion"] and probe["algorithm"] == "DFLASH"

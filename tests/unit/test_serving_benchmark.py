@@ -268,3 +268,15 @@ def test_the_gateway_pass_has_its_table_and_its_own_place_in_the_gate():
     worse = report.regressions(slower, doc)
     assert [(r["mode"], r["concurrency"], r["metric"]) for r in worse] == [("ddtree via ct200", "4", "output tok/s")]
     assert report.regressions(doc, summary_of({"4": 800.0}, 3.0)) == []  # a baseline without the gateway pass
+
+
+def test_server_info_is_kept_with_the_keys_it_holds_masked():
+    """SGLang 0.5.23's /server_info holds api_key, admin_api_key and the launch command with --api-key=KEY
+    (build_server_info): what the bench keeps of it (server_info.json, the summary) holds neither key."""
+    key, admin = "sk-bench-0123456789abcdef", "adm-bench-fedcba9876543210"
+    answer = json.dumps({"api_key": key, "admin_api_key": admin, "version": "0.5.23", "speculative_algorithm": "DFLASH",
+                         "launch_command": f"--model-path /srv/m --admin-api-key {admin} --api-key={key}"})
+    info = sweep._server_info(answer)
+    assert key not in json.dumps(info) and admin not in json.dumps(info)
+    assert info["api_key"] == info["admin_api_key"] == "***" and info["speculative_algorithm"] == "DFLASH"
+    assert info["launch_command"] == "--model-path /srv/m --admin-api-key *** --api-key=***"

@@ -47,7 +47,7 @@ demo: lab-up
 	if [ -n "$$gateway" ]; then echo "one completion through the gateway ($$gateway:30080):"; \
 	  curl -sS --noproxy '*' -H "Authorization: Bearer $(DEMO_KEY)" -H 'Content-Type: application/json' \
 	    "http://$$gateway:30080/v1/chat/completions" \
-	    -d '{"model": "kimi-k2.6", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}'; echo; fi
+	    -d '{"model": "kimi-k2.6", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16, "chat_template_kwargs": {"thinking": false}}'; echo; fi
 
 # What a user does next on the demo's lab (CI runs it after the demo): a plain re-run changes nothing,
 # and the deployed-host checks pass against the lab's inventory.

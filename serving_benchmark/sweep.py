@@ -49,6 +49,7 @@ from operations.gpu.facts import NvidiaGpus
 from operations.gpu.smoke import SmokeTest
 from operations.server import readiness
 from operations.server.flags import ddtree_target_backend, rejection, server_args
+from operations.server.host_scripts.engine_answers import scrubbed
 from operations.server.unit import unit_files
 from operations.basics.templates import render
 from operations.weights.checks import WeightsDisk
@@ -489,12 +490,13 @@ def _fetch(host, user: str, remote: str, local: Path) -> None:
 
 
 def _server_info(answer: str) -> dict:
-    """/server_info's answer as a dict; {} when it is not a JSON object."""
+    """/server_info's answer as a dict, its secrets masked (the API keys, the launch command's --api-key:
+    engine_answers.scrubbed); {} when it is not a JSON object."""
     try:
         info = json.loads(answer or "{}")
     except ValueError:
         return {}
-    return info if isinstance(info, dict) else {}
+    return scrubbed(info) if isinstance(info, dict) else {}
 
 
 def specfleet_commit() -> str:
@@ -552,14 +554,14 @@ def _measure(host, d: Server, plan: Plan, remote: str, local: Path, where: str, 
     ok, progress = _level(host, d, plan, remote, concurrency, urls, through_gateway=deployed)
     answers = [_server(host, t, "/server_info", key_file=t.api_key_file if deployed else "") for t in targets]
     _fetch(host, d.service_user, remote, local)
-    # The servers' answers, as they came: written here, never into a command on the host.
+    # The first server's answer, its secrets masked: written here, never into a command on the host.
+    infos = [_server_info(answer) for answer in answers]
     try:
-        (local / "server_info.json").write_text(answers[0])
+        (local / "server_info.json").write_text(json.dumps(infos[0], indent=1) if infos[0] else scrubbed(answers[0]))
     except OSError as error:
         host.log_styled(f"raw/{where}server_info.json not written: {error}", fg="red")
     if not ok or not (local / "profile_export_aiperf.json").is_file():
         return None, progress
-    infos = [_server_info(answer) for answer in answers]
     accepts = [(i.get("internal_states") or [{}])[0].get("avg_spec_accept_length") for i in infos]
     averaged = {**infos[0], "internal_states": [{"avg_spec_accept_length": round(sum(accepts) / len(accepts), 4)
                                                  if None not in accepts else None}]}
@@ -709,7 +711,7 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
         _SWEEPS.discard(gevent.getcurrent())  # a second Ctrl+C now exits pyinfra
         back = _restore(host, replicas, remote_root, ready_s)
     for (replica, probe), (routes, drained) in zip(back, rejoin):
-        if not (probe.get("ready") and probe.get("completion")):
+        if not readiness.generates(probe):
             host.log_styled(f"the deployed {replica.service_name} does not generate again ({probe.get('error')}): "
                             f"run the deploy to repair it", fg="red")
             failed.append("restore")

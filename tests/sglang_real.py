@@ -49,6 +49,15 @@ RESOLUTION_DEPS = [
 ]
 PINS = [SGLANG_PIN, *RESOLUTION_DEPS]
 KEY = hashlib.sha256("\n".join(PINS).encode()).hexdigest()[:16]
+# What the serving code the conformance suite drives (entrypoints/openai/protocol.py, parser/,
+# observability/) imports beyond the resolution path, pinned as the wheel pins them where it does
+# (openai==2.8.0; prometheus-client>=0.20.0), found by trial. Installed --no-deps into a folder of its
+# own on the env's PYTHONPATH, so the env itself (and its torch) is reused as it is.
+SERVING_DEPS = [
+    "openai==2.8.0", "httpx==0.28.1", "httpcore==1.0.9", "h11==0.16.0", "certifi==2026.10.19.post1",
+    "idna==3.20", "anyio==4.16.0", "sniffio==1.3.1", "distro==1.9.0", "jiter==0.19.0",
+    "partial_json_parser==0.2.1.1.post7", "prometheus-client==0.21.1",
+]
 
 
 def cache_root() -> Path:
@@ -63,6 +72,7 @@ def cache_root() -> Path:
 ENV_DIR = cache_root() / f"sglang-real-{KEY}"
 _STAMP = ENV_DIR / ".specfleet-complete"
 _STAMP_TEXT = "\n".join(PINS) + "\n"
+SERVING_DIR = cache_root() / f"sglang-serving-{hashlib.sha256(chr(10).join(SERVING_DEPS).encode()).hexdigest()[:16]}"
 
 _PARSE_SNIPPET = r"""
 import argparse, contextlib, io, json, sys
@@ -152,6 +162,34 @@ def resolve_many_with_real_sglang(cases: list[dict]) -> list[dict]:
         if line.startswith("@@CASES@@"):
             return json.loads(line[len("@@CASES@@"):])
     raise RuntimeError(f"real sglang resolution crashed:\n{proc.stderr[-4000:]}")
+
+
+def serving_pythonpath() -> Path:
+    """The folder of SERVING_DEPS for the real env's PYTHONPATH, installed on first use."""
+    python = real_sglang_python()
+    stamp = SERVING_DIR / ".specfleet-complete"
+    if not stamp.is_file():
+        with open(SERVING_DIR.parent / f".{SERVING_DIR.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not stamp.is_file():
+                subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                                "--only-binary=:all:", "--no-deps", "--upgrade", "--target", str(SERVING_DIR),
+                                *SERVING_DEPS], check=True)
+                stamp.write_text("\n".join(SERVING_DEPS) + "\n")
+    return SERVING_DIR
+
+
+def run_with_real_sglang(script: Path, payload) -> dict:
+    """Run `script` (a file of tests/) in the real env with SGLang's serving code importable, `payload` as
+    JSON on its stdin; its answer is the JSON on its last line starting @@RESULT@@."""
+    proc = subprocess.run(
+        [str(real_sglang_python()), str(script)], input=json.dumps(payload), capture_output=True, text=True,
+        cwd="/", env={**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(serving_pythonpath())},
+    )
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("@@RESULT@@"):
+            return json.loads(line[len("@@RESULT@@"):])
+    raise RuntimeError(f"{script.name} in the real sglang env crashed:\n{proc.stderr[-4000:]}")
 
 
 if __name__ == "__main__":

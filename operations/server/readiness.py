@@ -11,6 +11,7 @@ from pyinfra.api.operation import OperationMeta
 from operations.basics import gathering, outcomes, polling, shell
 from operations.basics.untrusted import printable
 from operations.server.config import Server
+from operations.server.host_scripts.engine_answers import scrubbed
 from operations.server.unit import restore_command
 
 # The default time a (re)start may take: a fixed start-up (CUDA graphs, warm-up) plus the weights
@@ -42,7 +43,7 @@ class ServerProbe(FactBase):
 
     .. code:: python
 
-        {"ready": True, "completion": "...", "algorithm": "DFLASH", "num_draft_tokens": 8,
+        {"ready": True, "generated": True, "completion": "...", "algorithm": "DFLASH", "num_draft_tokens": 8,
          "accept_length": 3.45}
     """
 
@@ -54,10 +55,11 @@ class ServerProbe(FactBase):
             "python3", f"{install_dir}/bin/probe_server.py", str(port), model, key_file, service_user)) + " 2>&1 || true"
 
     def process(self, output):
+        # What the deploy logs and keeps of the server's answers, its secrets masked.
         try:
-            return json.loads(output[-1])
+            return scrubbed(json.loads(output[-1]))
         except (IndexError, ValueError):
-            return {"ready": False, "error": " ".join(output)[-200:]}
+            return {"ready": False, "error": scrubbed(" ".join(output)[-200:])}
 
 
 class ServiceRun(FactBase):
@@ -140,8 +142,9 @@ def log_serving(host, probe: dict) -> None:
 
 
 def generates(probe: dict) -> bool:
-    """The probe saw the server healthy and generating (a completion came back)."""
-    return bool(probe.get("ready") and probe.get("completion"))
+    """The probe saw the server healthy and generating (a completion that generated, its reasoning
+    counting: host_scripts/engine_answers.py)."""
+    return bool(probe.get("ready") and probe.get("generated"))
 
 
 def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,

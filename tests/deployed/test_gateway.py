@@ -14,6 +14,7 @@ from operations.gateway.config import resolve as resolve_gateway
 from operations.gateway.workers import workers
 from operations.monitoring.prometheus import PrometheusTargets, down_targets, scrape_targets
 from operations.monitoring.prometheus import resolve as resolve_monitoring
+from operations.server.host_scripts.engine_answers import generated
 from tests.deployed.test_unit import loose_units
 
 # Runs on the gateway host as root: the key is read there, from the gateway's root-owned 0640 file.
@@ -68,7 +69,7 @@ def test_every_inventory_worker_is_registered_and_ready(gateway_target, deployed
 def test_a_request_through_the_gateway_answers(gateway_target):
     g = gateway_of(gateway_target)
     answer = gateway_target.python(ASK_THROUGH_GATEWAY, str(g.port), g.key_file, g.model)
-    assert answer["status"] == 200 and answer["body"]["choices"][0]["message"]["content"], \
+    assert answer["status"] == 200 and generated(answer["body"]), \
         f"{gateway_target.name}: expected a completion through the gateway, found {answer}"
 
 

@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+from operations.server.host_scripts.engine_answers import generated, scrubbed
+
 _SERVING_SCRIPT = r"""
 import json, os, sys, urllib.error, urllib.request
 base, model, key_file = sys.argv[1:4]
@@ -64,11 +66,11 @@ def each_replica(target, check) -> None:
 def body_json(target, name: str, response: dict) -> tuple[object, str | None]:
     """(the JSON body, None) of a 200 response, else (None, why not)."""
     if response["status"] != 200:
-        return None, f"expected 200 from {name}, found {response['status']}: {response['body'][:300]}"
+        return None, f"expected 200 from {name}, found {response['status']}: {scrubbed(response['body'][:300])}"
     try:
         return json.loads(response["body"]), None
     except ValueError:
-        return None, f"expected JSON from {name}, found {response['body'][:300]!r}"
+        return None, f"expected JSON from {name}, found {scrubbed(response['body'][:300])!r}"
 
 
 def test_health_generate_answers_200(target):
@@ -81,17 +83,15 @@ def test_health_generate_answers_200(target):
 
 
 def test_chat_completion_returns_text(target):
+    """Generated: tokens counted and text, in content or (a thinking model's short answer) reasoning_content."""
     def check(d, answers):
         chat, problem = body_json(target, "/v1/chat/completions", answers["chat"])
         if problem:
             return [f"{target.name}: {d.service_name}: {problem}"]
-        try:
-            text = chat["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            text = None
-        return [] if isinstance(text, str) and text.strip() else [
-            f"{target.name}: expected a chat completion from {d.served_model_name} ({d.service_name}) with text, "
-            f"found {str(chat)[:300]}"]
+        return [] if generated(chat) else [
+            f"{target.name}: expected a chat completion from {d.served_model_name} ({d.service_name}) that "
+            f"generated (usage.completion_tokens > 0, text in content or reasoning_content), found "
+            f"{json.dumps(scrubbed(chat))[:300]}"]
     each_replica(target, check)
 
 

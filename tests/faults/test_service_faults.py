@@ -8,6 +8,7 @@ import time
 import pytest
 
 from lab import fleet
+from operations.server.host_scripts.engine_answers import NO_THINKING
 from tests.helpers import SGLANG_UNIT, UNIT_FILE, run_deploy, write_group_data
 from tests.faults.faultlab import http_status, record, set_knobs, wait_for
 from tests.helpers import main_pid, operations_started, server_info
@@ -143,7 +144,7 @@ def test_a_restart_lets_a_generation_longer_than_systemds_default_stop_timeout_f
     process, which finishes the generation and then stops its schedulers; TimeoutStopSec (from
     longest_generation_s) outlasts systemd's default 90 s, which killed it."""
     host, answer = pcie_host, {}
-    ask = json.dumps({"model": "kimi-k2.6", "max_tokens": LONG_TOKENS,
+    ask = json.dumps({"model": "kimi-k2.6", "max_tokens": LONG_TOKENS, **NO_THINKING,  # all of it content
                       "messages": [{"role": "user", "content": "a long answer"}]})
 
     def generate():

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from lab import config, fleet
+from operations.server.host_scripts.engine_answers import generated
 from tests.helpers import (ENV_FILE, LAB_INVENTORY, REPO, SGLANG_UNIT, behind_gateway, main_pid, results_table,
                            run_deploy, write_group_data)
 from tests.lab.test_gateway import ADMIN_KEY, EXPOSED, GATEWAY_PORT, KEY, admin_writes, call, gateway_workers
@@ -93,7 +94,7 @@ class Load:
         started = time.monotonic()
         try:
             status, answer = call(self.url, key=self.key, body=ask)
-            ok = status == 200 and bool(answer["choices"][0]["message"]["content"])
+            ok = status == 200 and generated(answer)
             what = "" if ok else f"{status} {json.dumps(answer)[:200]}"
         except Exception as error:  # a reset connection or a timeout is a failed request too
             ok, what = False, f"{type(error).__name__}: {error}"

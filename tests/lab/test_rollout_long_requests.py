@@ -22,6 +22,7 @@ import urllib.request
 
 import pytest
 
+from operations.server.host_scripts.engine_answers import NO_THINKING
 from tests.lab import test_rollout
 from tests.lab.test_gateway import DIRECT, GATEWAY_PORT, KEY
 from tests.lab.test_rollout import gateway_retries, restart_input, rollout
@@ -45,7 +46,7 @@ class Generation(threading.Thread):
         self.start()
 
     def run(self):
-        ask = {"model": "kimi-k2.6", "max_tokens": LONG_TOKENS,
+        ask = {"model": "kimi-k2.6", "max_tokens": LONG_TOKENS, **NO_THINKING,  # every token counted as content
                "messages": [{"role": "user", "content": f"long request {self.number}"}]}
         started = time.monotonic()
         try:

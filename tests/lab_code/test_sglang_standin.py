@@ -214,7 +214,9 @@ def test_endpoints(start, models):
     assert info["speculative_num_draft_tokens"] == 8
     assert info["attention_backend"] == "trtllm_mla" and info["tp_size"] == 8
     assert info["speculative_draft_attention_backend"] == "fa4"
-    assert info["api_key"] is None  # never echoed
+    # As the real build_server_info: the key itself, and the argv that carried it.
+    assert info["api_key"] == "lab-key" and "--api-key lab-key" in info["launch_command"]
+    assert info["max_total_num_tokens"] > 0
     assert info["page_size"] == 64  # trtllm_mla's pages, as 0.5.23 resolves them
     accept = info["internal_states"][0]["avg_spec_accept_length"]
     assert accept == pytest.approx(1 + 0.35 * 7)
@@ -233,12 +235,18 @@ def test_endpoints(start, models):
     gen = json.loads(s.get("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 8}}, key="lab-key")[1])
     assert gen["meta_info"]["spec_accept_length"] == accept
     assert gen["meta_info"]["spec_verify_ct"] >= 1
-    assert f"sglang:spec_accept_length{{model_name=\"{models[0]}\"}} {accept}" in s.get("/metrics")[1]
-    # Streamed: one event a decode step, the text the same as the whole answer's.
+    assert (f'sglang:spec_accept_length{{model_name="{models[0]}",engine_type="unified",tp_rank="0",pp_rank="0",'
+            f'moe_ep_rank="0"}} {accept}') in s.get("/metrics")[1]
+    # Streamed: the role first, one event a decode step, the finish alone, the text the same as the whole answer's.
     events = stream_chat(s.port, {**chat, "stream": True, "max_tokens": 12}, key="lab-key")
     whole = json.loads(s.get("/v1/chat/completions", {**chat, "max_tokens": 12}, key="lab-key")[1])
-    assert len(events) > 1 and events[-1]["choices"][0]["finish_reason"] == "length"
-    assert "".join(e["choices"][0]["delta"]["content"] for e in events) == whole["choices"][0]["message"]["content"]
+    assert events[0]["choices"][0]["delta"] == {"reasoning_content": None, "role": "assistant", "content": ""}
+    assert all(set(e["choices"][0]["delta"]) == {"reasoning_content", "content"} for e in events[1:-1])
+    assert len(events) > 3 and events[-1]["choices"][0] == {
+        "index": 0, "delta": {"reasoning_content": None}, "logprobs": None, "finish_reason": "length", "matched_stop": None}
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events) == \
+        whole["choices"][0]["message"]["content"]
+    assert not any("usage" in e for e in events) and {e["model"] for e in events} == {"x"}
 
     out, err = s.stop()
     assert "lab-key" not in out + err
@@ -713,3 +721,22 @@ def test_the_stand_in_refuses_and_admits_each_route_and_key_as_sglangs_own_auth_
     for path in ("/update_weights_from_disk", "/set_internal_state"):
         assert not both[("POST", path, "Bearer client-key", "client-key", "worker-admin-key")]
         assert both[("POST", path, "Bearer worker-admin-key", "client-key", "worker-admin-key")]
+
+
+def test_the_readiness_probe_sees_a_thinking_kimi_generate(start, models):
+    """Kimi K2.6 served with its reasoning parser thinks by default: the probe's 32-token answer is all
+    reasoning_content, its content "" (as the real parser splits it: tests/lab_code/test_sglang_conformance.py),
+    and the probe counts it as generating, from the tokens and the reasoning."""
+    import getpass
+
+    from operations.server import readiness
+    from tests.unit.test_host_scripts import load
+
+    s = start(dflash_args(models, "--reasoning-parser", "kimi_k2", "--served-model-name", "kimi-k2.6"))
+    s.wait_ready()
+    ask = {"model": "kimi-k2.6", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}]}
+    message = json.loads(s.get("/v1/chat/completions", ask)[1])["choices"][0]["message"]
+    assert message["content"] == "" and len(message["reasoning_content"].split()) == 32
+    probe = load("probe_server").probe(str(s.port), "kimi-k2.6", "/nonexistent", getpass.getuser())
+    assert readiness.generates(probe), probe
+    assert probe["completion"] and probe["algorithm"] == "DFLASH"

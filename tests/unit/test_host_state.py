@@ -154,6 +154,6 @@ def test_a_probe_of_a_closed_port_answers_as_the_probe_script(tmp_path):
                  service_user="root")
     env = dict(os.environ)
     (tmp_path / "bin").mkdir()
-    for name in ("probe_server", "owned_sockets"):  # as uploaded: side by side in bin/
+    for name in ("probe_server", "owned_sockets", "engine_answers"):  # as uploaded: side by side in bin/
         (tmp_path / "bin" / f"{name}.py").write_bytes(HOST_SCRIPTS[name].read_bytes())
     assert_same([(ServerProbe, probe)], env)

@@ -58,13 +58,16 @@ def test_server_probe_reads_the_last_json_line_else_reports_the_output():
 
 
 def test_a_completion_is_generating_whatever_server_info_answered():
-    speculative = {"ready": True, "completion": "Drafts verified.", "algorithm": "DFLASH", "accept_length": 3.4}
+    speculative = {"ready": True, "generated": True, "completion": "Drafts verified.", "algorithm": "DFLASH",
+                   "accept_length": 3.4}
     assert readiness.generates(speculative)
     assert readiness.generates({**speculative, "algorithm": None})  # the serving benchmark's AR mode
     # /server_info failing after the completion (a hostile or busy server): generating all the same.
-    assert readiness.generates({"ready": True, "completion": "x", "error": "Extra data: line 2 column 1"})
+    assert readiness.generates({"ready": True, "generated": True, "completion": "x",
+                                "error": "Extra data: line 2 column 1"})
     assert not readiness.generates({"ready": True, "algorithm": "DFLASH"})
-    assert not readiness.generates({"ready": False, "completion": "x"})
+    assert not readiness.generates({"ready": False, "generated": True, "completion": "x"})
+    assert not readiness.generates({"ready": True, "generated": False, "completion": ""})
 
 
 def test_the_serving_line_says_when_server_info_was_unread():
@@ -75,3 +78,9 @@ def test_the_serving_line_says_when_server_info_was_unread():
                     "length None; completion: 'x'"]
     readiness.log_serving(host, {"ready": True, "completion": "x", "error": "\x1b[2J\x1b[1;1Hready"})
     assert said[-1].startswith("serving unread (/server_info: \\x1b[2J\\x1b[1;1Hready) (draft")
+
+
+def test_what_the_probe_printed_is_kept_with_its_secrets_masked():
+    line = '{"ready": false, "error": "HTTP Error 500: --api-key=sk-0123456789"}'
+    assert ServerProbe().process([line]) == {"ready": False, "error": "HTTP Error 500: --api-key=***"}
+    assert ServerProbe().process(["Traceback", "--admin-api-key adm-1"])["error"] == "Traceback --admin-api-key ***"

@@ -283,3 +283,15 @@ def test_the_prompts_file_is_the_operators_readable_by_the_service_group_alone()
     commands, _ = run(sweep.prompts, {File: None, Directory: None}, server=d, plan=plan({}))
     assert f"chown root:{d.service_user} {sweep.prompts_path(d)}" in commands
     assert f"chmod 640 {sweep.prompts_path(d)}" in commands
+
+
+def test_server_info_is_kept_with_the_keys_it_holds_masked():
+    """SGLang 0.5.23's /server_info holds api_key, admin_api_key and the launch command with --api-key=KEY
+    (build_server_info): what the bench keeps of it (server_info.json, the summary) holds neither key."""
+    key, admin = "sk-bench-0123456789abcdef", "adm-bench-fedcba9876543210"
+    answer = json.dumps({"api_key": key, "admin_api_key": admin, "version": "0.5.23", "speculative_algorithm": "DFLASH",
+                         "launch_command": f"--model-path /srv/m --admin-api-key {admin} --api-key={key}"})
+    info = sweep._server_info(answer)
+    assert key not in json.dumps(info) and admin not in json.dumps(info)
+    assert info["api_key"] == info["admin_api_key"] == "***" and info["speculative_algorithm"] == "DFLASH"
+    assert info["launch_command"] == "--model-path /srv/m --admin-api-key *** --api-key=***"

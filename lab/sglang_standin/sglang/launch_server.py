@@ -54,13 +54,16 @@ from sglang import rendezvous, speed_model
 from sglang.srt.entrypoints import engine
 from sglang.srt import distributed, request_rules
 from sglang.srt.resolution import query_gpu
+from sglang.srt.managers import scheduler
 from sglang.srt.managers.tokenizer_manager import ClientGone, TokenizerManager
+from sglang.srt.parser import reasoning_parser
 from sglang.srt.server_args import prepare_server_args
 from sglang.srt.utils import SignalLoop, SubprocessWatchdog, kill_process_tree, log, read_knobs
 
 READY_LINE = "The server is fired up and ready to roll!"
-# Never echoed: the real server does not print these either.
-SECRET_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+DEFAULT_MODEL_NAME = "default"  # entrypoints/openai/protocol.py
+# The stand-in's model stops at max_tokens: no EOS, no stop string.
+FINISH_REASON = "length"
 # http_server.py _execute_server_warmup: the first request, which starts the running phase.
 WARMUP_PROMPT, WARMUP_TOKENS = "The capital city of France is", 8
 LOAD_SECTIONS = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}  # load_snapshot.py
@@ -130,6 +133,12 @@ class Server:
         self.lock = threading.Lock()
         self.verify_calls = self.generated_tokens = 0
         self.accelerator = None
+        self.startup_time = time.time()
+        # managers/scheduler.py get_init_info, as the tokenizer manager keeps it.
+        context = self.max_model_len
+        self.scheduler_info = {"status": "ready", "max_total_num_tokens": scheduler.MAX_TOTAL_NUM_TOKENS,
+                               "max_req_input_len": min(context - 1, scheduler.MAX_TOTAL_NUM_TOKENS - 1),
+                               "startup_time": self.startup_time, "hicache_object_layout": None}
         # The HTTP layer: requests being answered (what uvicorn's shutdown waits for), by endpoint
         # for sglang:http_requests_active, and the open connections with whether one is busy.
         self.http_in_flight = 0
@@ -154,28 +163,34 @@ class Server:
         return self.args.speculative_num_draft_tokens or 4
 
     def server_info(self) -> dict:
-        info = {k: (None if k in SECRET_ARGS and v else v) for k, v in self.args.resolved_dict().items()}
-        info["internal_states"] = [{"avg_spec_accept_length": self.accept_length}]
-        info["version"] = sglang.__version__
+        """GET /server_info (entrypoints/http_server.py server_info, utils/common.py build_server_info): every
+        resolved argument, api_key and admin_api_key included, the launch command (the argv as given,
+        a key the launcher appended included), the scheduler's init info, then the live state."""
+        info = {**self.args.resolved_dict(), "launch_command": self.args.launch_command,
+                **self.scheduler_info, "kv_events": None,
+                "startup_time": self.startup_time,
+                "internal_states": [{"avg_spec_accept_length": self.accept_length}],
+                "version": sglang.__version__, "frontend": "python"}
         width = speed_model.width(self.args.speculative_algorithm, self.args.speculative_num_draft_tokens,
                                   getattr(self.args, "speculative_ddtree_budget", None))
         info["lab_speed_model"] = speed_model.describe(width, self.accept_length)
         return info
 
     def metrics(self) -> str:
-        label = f'{{model_name="{self.served_model_name}"}}'
-        lines = [f"sglang:generation_tokens_total{label} {self.generated_tokens}"]
+        # Labelled as the real collectors label them (observability/metrics_collector.py): the tokenizer's
+        # (tokenizer_metric_labels) and the rank-0 scheduler's, which add the ranks.
+        tokenizer = f'model_name="{self.served_model_name}",engine_type="unified"'
+        labels = ",".join([tokenizer, *(f'{k}="{v}"' for k, v in zip(SCHEDULER_LABELS[1:], (0, 0, 0)))])
+        # The stand-in counts every request as streamed or not alike: one series.
+        lines = [f'sglang:generation_tokens_total{{{tokenizer},is_streaming="false"}} {self.generated_tokens}']
         if self.args.speculative_algorithm:
             lines += [
-                f"sglang:spec_accept_length{label} {self.accept_length}",
-                f"sglang:spec_accept_rate{label} {self.accept_length / self.draft_tokens():.4f}",
-                f"sglang:spec_num_draft_tokens{label} {self.draft_tokens()}",
-                f"sglang:spec_num_steps{label} {self.args.speculative_num_steps or 1}",
-                f"sglang:spec_verify_calls_total{label} {self.verify_calls}",
+                f"sglang:spec_accept_length{{{labels}}} {self.accept_length}",
+                f"sglang:spec_accept_rate{{{labels}}} {self.accept_length / self.draft_tokens():.4f}",
+                f"sglang:spec_num_draft_tokens{{{labels}}} {self.draft_tokens()}",
+                f"sglang:spec_num_steps{{{labels}}} {self.args.speculative_num_steps or 1}",
+                f"sglang:spec_verify_calls_total{{{tokenizer}}} {self.verify_calls}",
             ]
-        # The rank-0 scheduler's gauges, labelled as metrics_collector.py:1382-1392 labels them.
-        labels = ",".join([f'model_name="{self.served_model_name}"',
-                           *(f'{k}="{v}"' for k, v in zip(SCHEDULER_LABELS, ("unified", 0, 0, 0)))])
         running, queued = self.tm.gauges
         for name, text, value in (("num_running_reqs", "The number of running requests.", running),
                                   ("num_queue_reqs", "The number of requests in the waiting queue.", queued),
@@ -218,6 +233,30 @@ class Server:
         return {"timestamp": datetime.now(timezone.utc).isoformat(), "version": sglang.__version__,
                 "accelerator": self.accelerator or None, "num_accelerators": self.args.tp_size * self.args.pp_size,
                 "loads": loads}
+
+
+class Answer:
+    """One OpenAI-API answer's shared fields: its id, its time, the model the request named (protocol.py's
+    default "default" where it named none) and whether a stream ends with a usage chunk."""
+
+    def __init__(self, prefix: str, prompt: str, body: dict):
+        self.id = f"{prefix}-" + hashlib.sha256(prompt.encode()).hexdigest()[:16]
+        self.created = int(time.time())
+        self.model = str(body.get("model") or DEFAULT_MODEL_NAME)
+        self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self.started = 0  # decode steps streamed
+
+    def head(self, kind: str) -> dict:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+    def chat_chunk(self, delta: dict, finish_reason: str | None = None) -> dict:
+        return {**self.head("chat.completion.chunk"), "choices": [{
+            "index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
+            "finish_reason": finish_reason, "matched_stop": None}]}
+
+    @staticmethod
+    def completion_choice(text: str, finish_reason: str | None) -> dict:
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "matched_stop": None}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -387,11 +426,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_error_event(self, event: dict) -> None:
         """A stream of one error event and [DONE], after a 200 (0.5.23 serving_chat.py)."""
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        self.send_chunk(f"data: {json.dumps(event)}\n\n".encode())
+        self.start_stream()
+        self.send_event(event)
         self.send_chunk(b"data: [DONE]\n\n")
         self.send_chunk(b"")
 
@@ -410,54 +446,108 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(200, {"text": " ".join(texts), "meta_info": meta})
 
     def chat(self, body):
+        """POST /v1/chat/completions as serving_chat.py answers it: a thinking request (the reasoning
+        parser's default unless chat_template_kwargs turn it off) has its text split into
+        reasoning_content and content; `model` echoes the request's."""
         if not self.app.serving:
             return self.send_json(503, {"error": "server is starting"})
         if (refusal := self.ddtree_refusal(request_rules.chat_refusal, body)) is not None:
             if body.get("stream"):
                 return self.send_error_event(request_rules.chat_stream_error(refusal))
             return self.send_json(400, request_rules.chat_error(refusal))
+        thinking = reasoning_parser.thinks(self.app.args.reasoning_parser, body.get("chat_template_kwargs"))
+        separate = thinking and body.get("separate_reasoning", True)
         prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
-        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-        created = int(time.time())
-        cid = "chatcmpl-" + hashlib.sha256(prompt.encode()).hexdigest()[:16]
-        model = self.app.served_model_name
+        prompt += reasoning_parser.THINK_START if thinking else ""
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        answer = Answer("chatcmpl", prompt, body)
         pieces = self.pieces(prompt, max_tokens)
         if not body.get("stream"):
-            texts, count = [], 0
-            for text, count, _ in pieces:
-                texts.append(text)
-            meta = self.app.meta(prompt, count)
+            text, meta = self.whole(prompt, pieces)
+            reasoning, content = reasoning_parser.split(text) if separate else ("", text)
             return self.send_json(200, {
-                "id": cid, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "finish_reason": "length",
-                             "message": {"role": "assistant", "content": " ".join(texts)}}],
-                "usage": self.usage(meta)})
-        # Server-sent events, one a decode step, as OpenAI streaming clients expect; the last one
-        # carries finish_reason and usage. The 200 goes out with the first chunk (0.5.23 awaits
-        # it first), so a request no scheduler answers gets no status line at all.
-        first = True
+                **answer.head("chat.completion"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content,
+                                                     "reasoning_content": reasoning or None},
+                             "logprobs": None, "finish_reason": FINISH_REASON, "matched_stop": None}],
+                "usage": self.usage(meta), "metadata": None})
+        # Chunks as _generate_chat_stream sends them (sse_utils.py StreamChunk: a delta always carries
+        # reasoning_content, null where none): the role with empty content first, then each decode step's
+        # reasoning or content, then a chunk with the finish reason alone; usage (choices []) only with
+        # stream_options.include_usage.
+        splitter = reasoning_parser.StreamSplitter() if separate else None
+        count = 0
+        for text, count, _finished in pieces:
+            delta = " " + text if answer.started else text
+            if not answer.started:
+                self.start_stream()
+                self.send_event(answer.chat_chunk({"role": "assistant", "content": ""}))
+            answer.started += 1
+            reasoning, content = splitter.feed(delta) if splitter else ("", delta)
+            if reasoning:
+                self.send_event(answer.chat_chunk({"reasoning_content": reasoning}))
+            if content:
+                self.send_event(answer.chat_chunk({"content": content}))
+        self.send_event(answer.chat_chunk({}, finish_reason=FINISH_REASON))
+        self.end_stream(answer, self.app.meta(prompt, count), "chat.completion.chunk")
+
+    def completions(self, body):
+        """POST /v1/completions as serving_completions.py answers it: the prompt's text continued, no
+        chat template and no reasoning; streamed, each chunk one decode step's text, the last with the
+        finish reason; usage (choices []) only with stream_options.include_usage."""
+        if not self.app.serving:
+            return self.send_json(503, {"error": "server is starting"})
+        prompt = body.get("prompt", "")
+        if not isinstance(prompt, str):
+            return self.send_json(400, {"object": "error", "message": "the stand-in serves one prompt string",
+                                        "type": "BadRequestError", "param": None, "code": 400})
+        answer = Answer("cmpl", prompt, body)
+        pieces = self.pieces(prompt, int(body.get("max_tokens") or 16))
+        if not body.get("stream"):
+            text, meta = self.whole(prompt, pieces)
+            return self.send_json(200, {**answer.head("text_completion"),
+                                        "choices": [answer.completion_choice(text, FINISH_REASON)],
+                                        "usage": self.usage(meta), "metadata": None})
+        count = 0
         for text, count, finished in pieces:
-            if first:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                self.handler_returned()
-            event = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "choices": [{"index": 0, "finish_reason": None,
-                                  "delta": {"role": "assistant", "content": text if first else " " + text}}]}
-            first = False
-            if finished:
-                event["choices"][0]["finish_reason"] = "length"
-                event["usage"] = self.usage(self.app.meta(prompt, count))
-            self.send_chunk(f"data: {json.dumps(event)}\n\n".encode())
+            delta = " " + text if answer.started else text
+            if not answer.started:
+                self.start_stream()
+            answer.started += 1
+            self.send_event({**answer.head("text_completion"), "usage": None,
+                             "choices": [answer.completion_choice(delta, FINISH_REASON if finished else None)]})
+        self.end_stream(answer, self.app.meta(prompt, count), "text_completion")
+
+    def whole(self, prompt: str, pieces) -> tuple[str, dict]:
+        texts, count = [], 0
+        for text, count, _ in pieces:
+            texts.append(text)
+        return " ".join(texts), self.app.meta(prompt, count)
+
+    def start_stream(self) -> None:
+        """The 200 goes out with the first chunk (0.5.23 awaits it first), so a request no scheduler
+        answers gets no status line at all."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.handler_returned()
+
+    def send_event(self, event: dict) -> None:
+        self.send_chunk(f"data: {json.dumps(event)}\n\n".encode())
+
+    def end_stream(self, answer: "Answer", meta: dict, kind: str) -> None:
+        if answer.include_usage:
+            self.send_event({**answer.head(kind), "choices": [], "usage": self.usage(meta)})
         self.send_chunk(b"data: [DONE]\n\n")
         self.send_chunk(b"")
 
     @staticmethod
     def usage(meta: dict) -> dict:
-        return {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
-                "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
+        """protocol.py UsageInfo, as UsageProcessor fills it."""
+        return {"prompt_tokens": meta["prompt_tokens"], "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"],
+                "completion_tokens": meta["completion_tokens"], "prompt_tokens_details": None,
+                "reasoning_tokens": 0, "completion_tokens_details": None}
 
     def send_chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -493,6 +583,7 @@ ROUTES = {
     ("GET", "/metrics"): Handler.metrics,
     ("POST", "/generate"): Handler.generate,
     ("POST", "/v1/chat/completions"): Handler.chat,
+    ("POST", "/v1/completions"): Handler.completions,
     ("POST", "/flush_cache"): Handler.flush_cache,
     ("POST", "/update_weights_from_disk"): Handler.update_weights_from_disk,
     ("POST", "/set_internal_state"): Handler.set_internal_state,

@@ -1,7 +1,8 @@
 """Runs ON THE HOST (system python3, stdlib only): one readiness probe of the local SGLang server.
 
-Prints one JSON line: whether /health_generate answered 200, a chat completion's
-text, and the speculative decoding state from /server_info. Reads the API key
+Prints one JSON line: whether /health_generate answered 200, whether a chat completion
+generated (engine_answers.generated: tokens counted, text in its content or, from a thinking
+model, its reasoning) and its text, and the speculative decoding state from /server_info. Reads the API key
 from its file, so the key is never in a command line; and sends it only over a
 connection whose server end the service user owns: while the server is down,
 any local user may bind its port, and must not receive the key.
@@ -14,6 +15,7 @@ import socket
 import sys
 from pathlib import Path
 
+from engine_answers import answer_text, generated
 from owned_sockets import OwnedConnection
 
 
@@ -52,7 +54,8 @@ def probe(port: str, model: str, key_file: str, service_user: str) -> dict:
             "model": model, "max_tokens": 32,
             "messages": [{"role": "user", "content": "In one sentence, what is speculative decoding?"}],
         }, timeout=120)
-        result["completion"] = chat["choices"][0]["message"]["content"]
+        result["generated"] = generated(chat)
+        result["completion"] = answer_text(chat)
         _, info = call(int(port), uid, "/server_info", headers)
         result["algorithm"] = info.get("speculative_algorithm")
         result["num_draft_tokens"] = info.get("speculative_num_draft_tokens")

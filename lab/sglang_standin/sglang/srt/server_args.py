@@ -170,6 +170,18 @@ def _add(parser: argparse.ArgumentParser, a: dict) -> None:
         raise ValueError(f"flag list has an action the stand-in lacks: {kind}")
 
 
+# The record's fields that no flag sets, with their defaults (0.5.23 server_args.py record_fields).
+RECORD_ONLY_FIELDS = {
+    "custom_sigquit_handler": None, "grpc_worker_threads": None, "stat_loggers": None,
+    "_speculative_draft_quantization_explicitly_set": None, "uses_mamba_radix_cache": False,
+    "_radix_eviction_policy_explicitly_set": False, "_swa_full_tokens_ratio_explicitly_set": None,
+    "speculative_boundary_reduction": "rs+rsv", "enable_cp_tp_group_sharing": False, "watermark_key": None,
+    "watermark_key_b": None, "watermark_context_window": 4, "watermark_mixing_probability": 0.5,
+    "watermark_max_probability": 1.0, "watermark_default_enabled": False, "watermark_enforce_all": False,
+    "aux_hidden_state_capture": None,
+}
+
+
 class ServerArgs:
     """The parsed arguments; `resolve_once` applies the real post-init rules (srt/resolution.py)."""
 
@@ -194,11 +206,23 @@ class ServerArgs:
         check(self)
 
     def resolved_dict(self) -> dict:
-        return {key: value for key, value in vars(self).items() if not key.startswith("_")}
+        """ServerArgs.resolved_dict: every field of the record, those no flag sets included; argparse's
+        --config is no field."""
+        flags = {key: value for key, value in vars(self).items() if not key.startswith("_") and key != "config"}
+        return {**flags, **RECORD_ONLY_FIELDS}
+
+    @property
+    def launch_command(self) -> str | None:
+        return getattr(self, "_launch_command", None)
 
 
 def prepare_server_args(argv: list[str]) -> ServerArgs:
-    """As the real one: `sglang serve`'s parser, the arguments unresolved."""
+    """As the real one: `sglang serve`'s parser, the arguments unresolved, and the argv it was given as
+    `launch_command` (server_args.py: joined with spaces, only --watermark-config's value redacted)."""
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)
-    return ServerArgs(parser.parse_args(argv))
+    args = ServerArgs(parser.parse_args(argv))
+    args._launch_command = " ".join("<redacted>" if previous == "--watermark-config" else
+                                    ("--watermark-config=<redacted>" if a.startswith("--watermark-config=") else a)
+                                    for previous, a in zip(["", *argv], argv))
+    return args

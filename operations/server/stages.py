@@ -30,7 +30,8 @@ def builds(servers) -> list[Server]:
 
 def server_installed(servers: tuple[Server, ...]) -> OperationMeta:
     """
-    What the servers run as and from: their system user, root's directories, their API key, uv and each
+    What the servers run as and from: their system user and the downloads' (which owns the HF token and
+    the weights), root's directories, their API key, uv and each
     SGLang build's virtualenv, and the host programs. Returns the API key's operation (its change alone
     restarts).
 
@@ -44,6 +45,7 @@ def server_installed(servers: tuple[Server, ...]) -> OperationMeta:
     """
     s = servers[0]
     ownership.service_user(name="Service user", user=s.service_user, home=s.service_home)
+    ownership.service_user(name="Download user", user=s.download_user, home=s.download_home)
     ownership.root_directories(name="Root's directories", paths=root_directories(s))
     key = api_key.api_key(name="API key", server=s)
     uv = Uv(s.install_dir)
@@ -80,7 +82,7 @@ def server_serving(server: Server, restart: Restart, weight_bytes: int, group: N
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
     s = deployment.server
-    return [(SystemUser, dict(user=s.service_user)),
+    return [(SystemUser, dict(user=s.service_user)), (SystemUser, dict(user=s.download_user)),
             (FileStates, dict(paths=root_directories(s))),
             (FileStates, dict(paths=(s.api_key_file,))),
             (FileStates, dict(paths=tuple(upload_paths(s.install_dir)))),

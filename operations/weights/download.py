@@ -185,7 +185,8 @@ WEIGHTS_MODE = "750"  # a repo's directory: its owner writes, the service group 
 
 def owned_as_wanted(state: dict | None, weights: Weights) -> bool:
     """Whether a FileStates entry is a repo directory as ``owned`` makes it."""
-    return matches(state, "directory", WEIGHTS_MODE) and (state["user"], state["group"]) == (weights.owner, weights.reader)
+    return matches(state, "directory", WEIGHTS_MODE) and \
+        (state["user"], state["group"]) == (weights.owner, weights.reader)
 
 
 @operation()

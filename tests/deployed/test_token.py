@@ -82,7 +82,8 @@ def test_token_file_is_owned_by_the_download_user_mode_0600(target):
 def test_the_service_user_cannot_read_the_token(target):
     d, path = target.deployment.server, token_path(target)
     read = target.run(f"runuser -u {shlex.quote(d.service_user)} -- cat {shlex.quote(path)} > /dev/null")
-    assert read.rc != 0, f"{target.name}: expected {d.service_user} (the model's code) unable to read {path}, it read it"
+    assert read.rc != 0, \
+        f"{target.name}: expected {d.service_user} (the model's code) unable to read {path}, it read it"
     earlier = target.run(f"test -e {shlex.quote(d.earlier_token_file)}")
     assert earlier.rc != 0, f"{target.name}: expected no token left at {d.earlier_token_file}, found a file there"
 

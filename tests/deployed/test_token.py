@@ -92,9 +92,9 @@ def test_the_service_user_reads_the_weights_and_writes_none_of_them(target):
     d = target.deployment.server
     for directory in (d.model_dir, d.draft_model_dir):
         config = shlex.quote(f"{directory}/config.json")
-        found = target.run(f"runuser -u {shlex.quote(d.service_user)} -- sh -c "
-                           f"{shlex.quote(f'test -r {config} && echo readable; test -w {config} && echo writable; '
-                                          f'test -w {shlex.quote(directory)} && echo writable-dir')}").stdout.split()
+        probe = (f"test -r {config} && echo readable; test -w {config} && echo writable; "
+                 f"test -w {shlex.quote(directory)} && echo writable-dir")
+        found = target.run(f"runuser -u {shlex.quote(d.service_user)} -- sh -c {shlex.quote(probe)}").stdout.split()
         assert found == ["readable"], (f"{target.name}: expected {d.service_user} to read {directory}/config.json "
                                        f"and write nothing there, found {found or ['unreadable']}")
 

@@ -428,7 +428,9 @@ def client_unit_command(d: Server, plan: Plan, remote: str, concurrency: int, ur
     aiperf imports the model's tokenizer code, so it runs as the server does, in a transient unit with
     the replica unit's user and confinement (``sandbox.service_settings``), writing only its level's
     directory; keyless unless through a gateway (whose clients' key it sends), every process stopped
-    with it, ended after the level's bound. Its exit status is written without a `$`, which systemd
+    with it, ended after the level's bound. Of the unit's environment it takes the server's HF_HOME
+    alone (where the model's code is cached, written by confined processes only): with HF_HUB_OFFLINE,
+    aiperf 0.13.0 looks a local tokenizer directory up as a repo id in the hub's cache, and fails. Its exit status is written without a `$`, which systemd
     would expand in the command line."""
     client = " ".join(shlex.quote(a) for a in client_command(d, plan, remote, concurrency, urls, through_gateway))
     script = f"if {client} > client.log 2>&1; then echo 0 > client.rc; else echo 1 > client.rc; fi"
@@ -438,7 +440,7 @@ def client_unit_command(d: Server, plan: Plan, remote: str, concurrency: int, ur
     return ["systemd-run", f"--unit={CLIENT_UNIT}", "--collect", "--quiet", "--service-type=exec",
             f"--description=specfleet serving benchmark client of {d.service_name}",
             *(f"--property={setting}" for setting in settings),
-            *(f"--setenv={k}={v}" for k, v in unit_environment(d).items()), "/bin/sh", "-c", script]
+            f"--setenv=HF_HOME={d.server_hf_home}", "/bin/sh", "-c", script]
 
 
 def _level(host, d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str],

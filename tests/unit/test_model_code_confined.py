@@ -112,6 +112,7 @@ def test_the_bench_client_runs_in_a_transient_unit_confined_as_the_replica_keyle
                            "--service-type=exec"]
     assert command[-3:-1] == ["/bin/sh", "-c"] and "$" not in command[-1]  # systemd expands $ in a command line
     assert "setsid" not in " ".join(command) and "runuser" not in " ".join(command)
+    assert [a for a in command if a.startswith("--setenv=")] == [f"--setenv=HF_HOME={S.server_hf_home}"]
     found = properties(command)
     for setting in ("User=sglang", "ProtectSystem=strict", "ProtectProc=invisible",
                     f"InaccessiblePaths=-{S.download_home}", f"InaccessiblePaths=-{S.config_dir}", "KillMode=control-group", f"WorkingDirectory={remote}",

@@ -199,7 +199,8 @@ def spy_installed(site: str) -> str:
 
 # As root: the spy in the client's virtualenv, once the bench has made it (a first bench run makes it).
 CLIENT_SPY = f"""for i in $(seq 1500); do
-  if ls -d /opt/specfleet/bench-venv/lib/python3*/site-packages >/dev/null 2>&1; then {spy_installed(CLIENT_SITE)}; exit 0; fi
+  if ls -d /opt/specfleet/bench-venv/lib/python3*/site-packages >/dev/null 2>&1; then
+    {spy_installed(CLIENT_SITE)}; exit 0; fi
   sleep 0.2; done"""
 TARGET = TARGET_DIR  # the Kimi revision's directory the deployed unit loads
 # As root: once the bench unit runs, its rating and whether its server (its mount namespace, its

@@ -134,7 +134,10 @@ pip_index_url = None  # None: PyPI
 allow_http_index = False
 
 service_name = "sglang"  # each replica's unit is SERVICE_NAME@DEPLOYMENT-gpuGPUS, e.g. sglang@qwen36_ddtree-gpu3
-service_user = "sglang"
+service_user = "sglang"  # runs the servers, the flag check and the bench client: the model's code
+# Owns the HF token and the weights it downloads (the service user reads them through its group, never
+# the token): the model's code, which runs as the service user, cannot read the token.
+download_user = "sglang-download"
 install_dir = "/opt/specfleet"  # virtualenvs, host-side scripts
 weights_dir = "/srv/specfleet/models"  # a directory per repo, in it one per revision (commit)
 config_dir = "/etc/specfleet"  # unit environment file; the API key (0600)

@@ -6,9 +6,11 @@ only, so no API key is needed and none is handed to the client), confined as the
 (its [Service] settings), while the deployed service is stopped, and the deployed service is
 started again at the end, also after a failure or Ctrl+C. If the controller vanishes mid-run, the
 transient unit stops by itself after its time limit and its ExecStopPost, as root, starts the
-deployed service. The client runs as the service user, like the server, in a directory that user
-owns: root only hands it out and takes back one archive of it, which that user wrote to root's
-directory; what the server answers is data on the controller, never part of a command.
+deployed service. The client imports the model's tokenizer code, so it runs as the server does: as
+the service user, in a transient unit confined as the deployed unit (`specfleet-bench-client`, keyless
+but through a gateway), in a directory that user owns: root only hands it out and takes back one
+archive of it, which that user wrote to root's directory; what the server answers is data on the
+controller, never part of a command.
 
 It follows the deployment's layout: each replica's unit is stood in for by a bench unit on the same
 GPUs and port (`specfleet-bench`, or with several replicas one each,
@@ -48,9 +50,9 @@ from operations.gateway import workers
 from operations.gpu.facts import NvidiaGpus
 from operations.gpu.smoke import SmokeTest
 from operations.server import readiness
-from operations.server.flags import ddtree_target_backend, rejection, server_args
+from operations.server.flags import ddtree_target_backend, server_args
 from operations.server.host_scripts.engine_answers import scrubbed
-from operations.server.unit import unit_files
+from operations.server.sandbox import keyless, rejection, service_settings
 from operations.basics.templates import render
 from operations.weights.checks import WeightsDisk
 
@@ -60,9 +62,7 @@ BENCH_UNIT = "specfleet-bench"
 ALL = "all"  # the results of every replica at once (raw/all/...)
 RUNS = f"/var/lib/{BENCH_UNIT}"  # root's: each run's directory in it is the service user's
 ARCHIVE = f"{RUNS}/level.tar.gz"  # a level's results as the service user archived them, root's file
-# The deployed unit's [Service] settings the bench unit sets otherwise: how it starts, restarts and
-# reads its environment (the unit's, less the API key file: unit_environment).
-BENCH_OWN_SETTINGS = ("Type", "ExecStart", "EnvironmentFile", "Restart", "RestartSec")
+CLIENT_UNIT = f"{BENCH_UNIT}-client"  # the client of the level running (one at a time on a host)
 CLIENT_REQUIREMENT = "aiperf==0.13.0"
 STARTED = datetime.now(timezone.utc)  # one run id for every host of this pyinfra run
 DEFAULTS = dict(modes="ar,dflash,ddtree", concurrency="1,4,16,64", output_tokens=256,
@@ -202,22 +202,6 @@ def mode_args(server: Server, mode: str) -> list[str]:
     if mode == "ddtree" and "--page-size" not in args:
         args += ["--page-size", "1"]
     return args
-
-
-def unit_settings(server: Server) -> list[str]:
-    """The deployed unit's [Service] settings (user, limits, confinement, devices, writable paths) as
-    the bench unit takes them, in the unit's order; what it sets itself (BENCH_OWN_SETTINGS) left out.
-    One source: the confinement is the SGLang unit's, whatever that unit says."""
-    unit_text, _ = unit_files(server, inputs="")
-    settings, section = [], None
-    for line in unit_text.splitlines():
-        line = line.strip()
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-        elif section == "Service" and line and not line.startswith(("#", ";")) and "=" in line \
-                and line.split("=", 1)[0] not in BENCH_OWN_SETTINGS:
-            settings.append(line)
-    return settings
 
 
 def bench_unit(server: Server, several: bool) -> str:
@@ -367,14 +351,14 @@ def _server(host, d: Server, path: str, method: str = "GET", key_file: str = "")
 
 def bench_unit_command(d: Server, args: list[str], max_runtime_s: int, unit: str = BENCH_UNIT) -> list[str]:
     """systemd-run's command line for the bench unit `unit` serving `args` in replica `d`'s place: the
-    deployed unit's user and confinement, its environment (its GPUs) less the API key file, a time
-    limit, and on stop (the limit, or the sweep's own stop) the deployed unit started again unless the
+    deployed unit's user and confinement (``sandbox.service_settings``), keyless: its environment (its
+    GPUs) less the API key file, the configuration directory out of its reach; a time limit, and on stop (the limit, or the sweep's own stop) the deployed unit started again unless the
     sweep is switching modes. ExecStopPost runs as root (+): the service user may not start a system unit."""
     restore = f"+/bin/sh -c 'test -e {switching(unit)} || systemctl start --no-block {d.service_name}'"
     setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
     return ["systemd-run", f"--unit={unit}", "--collect",
             f"--description=specfleet serving benchmark of {d.service_name}",
-            *(f"--property={setting}" for setting in unit_settings(d)),
+            *(f"--property={setting}" for setting in (*service_settings(d), *keyless(d))),
             f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}", *setenv,
             f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *args]
 
@@ -412,12 +396,11 @@ def _run_directory(host, user: str, remote_root: str) -> None:
 
 
 def _clean(host, user: str, remote_root: str) -> None:
-    """Stop a client still running in `remote_root` and remove the directory. The raw results are on the
-    controller by now: the host keeps nothing of the run. What is in the run's directory is the service
-    user's, and that user deletes it; root removes the emptied directory."""
-    clients = (f"for pid in {remote_root}/*/*/client.pid {remote_root}/*/*/*/client.pid; do dir=${{pid%/client.pid}}; "
-               f'[ -f "$pid" ] && [ ! -f "$dir/client.rc" ] && kill -- -"$(cat "$pid")"; done 2>/dev/null')
-    _run(host, f"{_as_user(user, clients + f'; find {remote_root} -mindepth 1 -delete')}; "
+    """Stop a client still running (its unit, every process in it) and remove the run's directory. The
+    raw results are on the controller by now: the host keeps nothing of the run. What is in the run's
+    directory is the service user's, and that user deletes it; root removes the emptied directory."""
+    _run(host, f"systemctl stop {CLIENT_UNIT} 2>/dev/null; "
+               f"{_as_user(user, f'find {remote_root} -mindepth 1 -delete')}; "
                f"rmdir {remote_root}; rm -f {ARCHIVE}")
 
 
@@ -439,22 +422,48 @@ def client_command(d: Server, plan: Plan, remote: str, concurrency: int, urls: l
             "--output-artifact-dir", remote, "--no-auto-plot", "--ui-type", "none"]
 
 
+def level_bound_s(plan: Plan, concurrency: int) -> int:
+    """A bound on one level, not an estimate: its requests at 10 tokens/s, one at a time, and a minute."""
+    return 60 + plan.requests_at(concurrency) * plan.output_tokens // 10
+
+
+def client_unit_command(d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str],
+                        through_gateway: bool = False) -> list[str]:
+    """systemd-run's command line for the client at one level (``client_command``): with tokenizer=target,
+    aiperf imports the model's tokenizer code, so it runs as the server does, in a transient unit with
+    the replica unit's user and confinement (``sandbox.service_settings``), writing only its level's
+    directory; keyless unless through a gateway (whose clients' key it sends), every process stopped
+    with it, ended after the level's bound. Of the unit's environment it takes the server's HF_HOME
+    alone (where the model's code is cached, written by confined processes only): with HF_HUB_OFFLINE,
+    aiperf 0.13.0 looks a local tokenizer directory up as a repo id in the hub's cache, and fails. Its exit status is written without a `$`, which systemd
+    would expand in the command line."""
+    client = " ".join(shlex.quote(a) for a in client_command(d, plan, remote, concurrency, urls, through_gateway))
+    script = f"if {client} > client.log 2>&1; then echo 0 > client.rc; else echo 1 > client.rc; fi"
+    settings = (*service_settings(d), *([] if through_gateway else keyless(d)), "KillMode=control-group",
+                f"WorkingDirectory={remote}", f"ReadWritePaths={remote}",
+                f"RuntimeMaxSec={level_bound_s(plan, concurrency)}")
+    return ["systemd-run", f"--unit={CLIENT_UNIT}", "--collect", "--quiet", "--service-type=exec",
+            f"--description=specfleet serving benchmark client of {d.service_name}",
+            *(f"--property={setting}" for setting in settings),
+            f"--setenv=HF_HOME={d.server_hf_home}", "/bin/sh", "-c", script]
+
+
 def _level(host, d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str],
            through_gateway: bool = False) -> tuple[bool, str]:
-    """Run the client at one level in the background (``client_command``) and log progress until it ends."""
+    """Run the client at one level in its unit (``client_unit_command``) and log progress until it ends."""
     requests, warmup = plan.requests_at(concurrency), min(concurrency, 4)
-    client = client_command(d, plan, remote, concurrency, urls, through_gateway)
-    # As the service user, which runs the server too: with tokenizer=target, the model's tokenizer
-    # code (trust_remote_code) runs from a directory that user owns. Its own session, so the
-    # whole client can be stopped; $$ is that session's process group.
-    script = f"echo $$ > client.pid; {' '.join(shlex.quote(a) for a in client)} > client.log 2>&1; echo $? > client.rc"
     user = d.service_user
-    _run(host, f"({_as_user(user, f'mkdir -p {remote} && cd {remote} && exec setsid sh -c {shlex.quote(script)}')}"
-               " > /dev/null 2>&1 &)")
+    command = " ".join(shlex.quote(a) for a in client_unit_command(d, plan, remote, concurrency, urls, through_gateway))
+    ok, said = _run(host, f"{_as_user(user, f'mkdir -p {remote}')} && {{ systemctl reset-failed {CLIENT_UNIT} "
+                          f"2>/dev/null; {command} 2>&1; }}")
+    if not ok:
+        return False, f"the client did not start: {said.strip()}"
     started = last = time.monotonic()
     while True:
         time.sleep(2)
-        ok, out = _run(host, _as_user(user, f"cat {remote}/client.rc 2>/dev/null || echo running; "
+        # The unit first: one that ended has written its status, unless it was stopped or timed out.
+        ok, out = _run(host, _as_user(user, f"systemctl is-active -q {CLIENT_UNIT} && echo running || "
+                                            f"cat {remote}/client.rc 2>/dev/null || echo ended; "
                                             f"cat {remote}/profile_export.jsonl 2>/dev/null | wc -l"))
         status, records = (out.split() + ["?", "0"])[:2]
         done = max(0, int(records) - warmup) if records.isdigit() else 0  # warmup requests are recorded too
@@ -652,10 +661,8 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
     run_id = STARTED.strftime("%Y%m%dT%H%M%SZ")
     out = plan.results_dir / run_id / host.name / results_subdir
     remote_root = f"{RUNS}/{run_id}"
-    # A bound, not an estimate: every level at 10 tokens/s per request, one request at a time, on each
-    # replica and then on all of them.
-    level_budget_s = sum(60 + plan.requests_at(c) * plan.output_tokens // 10 for c in plan.concurrency) \
-        * (len(replicas) + several)
+    # Every level's bound, on each replica and then on all of them.
+    level_budget_s = sum(level_bound_s(plan, c) for c in plan.concurrency) * (len(replicas) + several)
     out.mkdir(parents=True, exist_ok=True)
     failed, per_replica = [], {}
     _run_directory(host, d.service_user, remote_root)

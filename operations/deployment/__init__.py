@@ -142,8 +142,12 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
     gpu = gpu_config.resolve(data, host_class)
     weights_dir = knobs.path("weights_dir", data.weights_dir)
     server = server_config.resolve(data, host_class, profile_name, profile, "", "")
-    weights = weights_config.resolve(data, profile_name, profile, weights_dir, owner=server.service_user,
-                                     hf_home=server.hf_home, config_dir=server.config_dir,
+    if server.download_user == server.service_user:
+        raise BadHostData(f"download_user={server.download_user!r} is the service user: give the downloads a user of "
+                          "their own, so the token is never readable by the user that runs the model's code")
+    weights = weights_config.resolve(data, profile_name, profile, weights_dir, owner=server.download_user,
+                                     reader=server.service_user, hf_home=server.hf_home,
+                                     earlier_token_file=server.earlier_token_file, config_dir=server.config_dir,
                                      install_dir=server.install_dir)
     server = replace(server, after_fabric_manager=gpu.expected.fabric_manager,
                      venv_name=_venv_name(server, name, earlier),

@@ -91,7 +91,7 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
     Hardware matches the class, the driver suits the pinned SGLang, the token may
     download every repo, each replica's model fits its GPUs at its TP size, the disk
     has room for what is still missing, a DDTree profile has a DDTree build, and the
-    service user is absent or a system user of the deploy's own (``ownership.account_problem``).
+    service and download users are absent or system users of the deploy's own (``ownership.account_problem``).
     A gated repo whose terms the token's user has not accepted yet refuses a host
     that serves (or did); a host serving nothing yet passes, to be prepared while
     access is pending (``weights.checks.access_pending`` fails it after its downloads started).
@@ -112,9 +112,10 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
         return
     gathering.gather(wanted_facts(deployments, hubs))  # what every operation reads, in one round trip
     problems = login_problems(gathering.read(LoginUser), shell.sudo_password(host))  # one prompted for then
-    account = ownership.account_problem(s.service_user, s.service_home,
-                                        gathering.read(ownership.SystemUser, user=s.service_user))
-    problems += [f"{host.name}: service_user={s.service_user!r}: {account}"] if account else []
+    for knob, user, home in (("service_user", s.service_user, s.service_home),
+                             ("download_user", s.download_user, s.download_home)):
+        account = ownership.account_problem(user, home, gathering.read(ownership.SystemUser, user=user))
+        problems += [f"{host.name}: {knob}={user!r}: {account}"] if account else []
     problems += list(dict.fromkeys(f"{host.name}: {problem}" for hub in hubs for problem in hub.problems))
     gpu_problems, gpus = gpu_checks.hardware_problems(first.gpu)
     problems += gpu_problems

@@ -10,7 +10,8 @@ from operations.basics.knobs import COMMIT
 from operations.gpu.config import GpuExpectations
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.config import Server, git_refs
-from operations.server.flags import rejection, server_args
+from operations.server.flags import server_args
+from operations.server.sandbox import rejection
 
 GIB = 1 << 30
 # A release pin; DDTree (open PR #29907) is in no SGLang release up to 0.5.23.

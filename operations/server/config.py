@@ -85,6 +85,7 @@ class Server:
     env: dict[str, str]
     service_name: str  # this replica's unit (layout.unit_name); `service_prefix` before the layout is applied
     service_user: str
+    download_user: str  # owns the HF token and the weights (operations/weights/config.py Weights.owner)
     install_dir: str
     config_dir: str
     bind_address: str
@@ -127,9 +128,20 @@ class Server:
         return f"/home/{self.service_user}"
 
     @property
+    def download_home(self) -> str:
+        """The download user's home: no process of the service user reaches it."""
+        return f"/home/{self.download_user}"
+
+    @property
     def hf_home(self) -> str:
-        """The service user's Hugging Face home, where the token lives (the weights' downloads read it)."""
-        return f"{self.service_home}/.cache/huggingface"
+        """The download user's Hugging Face home, where the token lives (the weights' downloads read it)."""
+        return f"{self.download_home}/.cache/huggingface"
+
+    @property
+    def earlier_token_file(self) -> str:
+        """Where deployments without a download user kept the token (the service user's HF_HOME): the
+        deploy removes it."""
+        return f"{self.service_home}/.cache/huggingface/token"
 
     @property
     def server_hf_home(self) -> str:
@@ -255,6 +267,7 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         service_name=prefix,
         service_prefix=prefix,
         service_user=knobs.service_account("service_user", data.service_user),
+        download_user=knobs.service_account("download_user", data.download_user),
         install_dir=knobs.path("install_dir", data.install_dir),
         config_dir=knobs.path("config_dir", data.config_dir),
         bind_address=knobs.address("bind_address", data.bind_address),

@@ -2,10 +2,8 @@
 
 import json
 import shlex
-import weakref
 
 from pyinfra.api import FactBase
-from pyinfra.context import ctx_host
 
 from operations.basics.untrusted import printable
 from operations.server.config import Server
@@ -160,8 +158,9 @@ class SGLangRejects(FactBase):
     """
     Why the SGLang installed in `venv` refuses `args` (argparse's or its resolution's error), or None.
 
-    Resolution runs as `user` (it reads, and with --trust-remote-code imports, the model
-    folder, which that user can write) with `env`, the unit's environment, offline.
+    Resolution reads, and with --trust-remote-code imports, the model folder's code: it runs in a
+    transient unit with `settings` (``sandbox.check_settings``: the replica unit's confinement, as its
+    user), with `env`, the unit's environment, offline; without `settings`, in this shell.
 
     .. code:: python
 
@@ -169,10 +168,16 @@ class SGLangRejects(FactBase):
     """
 
     def command(self, venv: str, args: tuple[str, ...], env: tuple[tuple[str, str], ...] = (),
-                user: str | None = None) -> str:
-        settings = [f"{k}={v}" for k, v in (("HF_HUB_OFFLINE", "1"), *env)]
-        run_as = ["runuser", "-u", user, "--"] if user else []
-        command = [*run_as, "env", *settings, f"{venv}/bin/python", "-c", RESOLVE, json.dumps(list(args))]
+                settings: tuple[str, ...] = ()) -> str:
+        variables = (("HF_HUB_OFFLINE", "1"), *env)
+        python = [f"{venv}/bin/python", "-c", RESOLVE, json.dumps(list(args))]
+        if settings:
+            # --pipe: its output is this command's; --wait: its exit status too.
+            command = ["systemd-run", "--quiet", "--wait", "--pipe", "--collect", "--service-type=exec",
+                       *(f"--property={setting}" for setting in settings),
+                       *(f"--setenv={k}={v}" for k, v in variables), "--", *python]
+        else:
+            command = ["env", *(f"{k}={v}" for k, v in variables), *python]
         return f"cd / && {shlex.join(command)} 2>&1; echo \"exit=$?\""
 
     def process(self, output):
@@ -196,21 +201,3 @@ def rendered_ddtree_violations(server: Server) -> list[str]:
         page_size = None  # they move any page size above one, whatever was asked
     return ddtree_violations(page_size, d.attention_backend, d.speculative.ddtree_budget,
                              d.speculative.num_draft_tokens)
-
-
-# Per host, what its SGLang made of a command line in this run: preflight and the unit's restart
-# decision ask the same question of the same build, and the host answers it once.
-_rejections: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def rejection(host, server: Server, args: list[str]) -> str | None:
-    """Why the host's installed SGLang would refuse to start `args` for this server, or None:
-    resolved as the service user, with the unit's environment and the server's HF_HOME. A DDTree
-    build that accepts them is held to the deploy's DDTree rules as well."""
-    d = server
-    env = (("HF_HOME", d.server_hf_home), *sorted(d.env.items()))
-    asked = (d.venv, d.sglang_requirement, tuple(args), env, d.service_user)
-    answers = _rejections.setdefault(ctx_host.get(), {})
-    if asked not in answers:
-        answers[asked] = host.get_fact(SGLangRejects, venv=d.venv, args=tuple(args), env=env, user=d.service_user)
-    return answers[asked] or next(iter(rendered_ddtree_violations(d)), None)

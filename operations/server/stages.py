@@ -30,9 +30,9 @@ def builds(servers) -> list[Server]:
 
 def server_installed(servers: tuple[Server, ...]) -> list[OperationMeta]:
     """
-    What the servers run as and from: their system user, root's directories, their API key and worker
-    admin key, uv and each SGLang build's virtualenv, and the host programs. Returns the keys' operations
-    (a change of either alone restarts).
+    What the servers run as and from: their system user and the downloads' (which owns the HF token and
+    the weights), root's directories, their API key and worker admin key, uv and each SGLang build's
+    virtualenv, and the host programs. Returns the keys' operations (a change of either alone restarts).
 
     + servers: a server of each of the host's deployments (what their replicas share)
 
@@ -44,6 +44,7 @@ def server_installed(servers: tuple[Server, ...]) -> list[OperationMeta]:
     """
     s = servers[0]
     ownership.service_user(name="Service user", user=s.service_user, home=s.service_home)
+    ownership.service_user(name="Download user", user=s.download_user, home=s.download_home)
     ownership.root_directories(name="Root's directories", paths=root_directories(s))
     keys = [api_key.api_key(name="API key", server=s), api_key.admin_key(name="Worker admin key", server=s)]
     uv = Uv(s.install_dir)
@@ -80,7 +81,7 @@ def server_serving(server: Server, restart: Restart, weight_bytes: int, group: N
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
     s = deployment.server
-    return [(SystemUser, dict(user=s.service_user)),
+    return [(SystemUser, dict(user=s.service_user)), (SystemUser, dict(user=s.download_user)),
             (FileStates, dict(paths=root_directories(s))),
             (FileStates, dict(paths=(s.api_key_file,))),
             (FileStates, dict(paths=(s.admin_key_file,))),

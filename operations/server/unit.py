@@ -17,12 +17,12 @@ from operations.basics import gathering, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import sha1_of
 from operations.basics.host_programs import HOST_SCRIPTS, inline
-from operations.basics.templates import render
 from operations.basics.units import ServiceState
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.checks import refused_flags
 from operations.server.config import Server
-from operations.server.flags import rejection, server_args
+from operations.server.flags import server_args
+from operations.server.sandbox import rejection, unit_files
 
 PREVIOUS = ".specfleet-previous"  # suffix of the last unit/env that served
 
@@ -30,14 +30,6 @@ PREVIOUS = ".specfleet-previous"  # suffix of the last unit/env that served
 FILES_CHANGED = "its unit or environment file changed"
 INPUT_CHANGED = "an input operation changed (the API key)"
 STOPPED = "it is not running"
-
-
-def unit_files(server: Server, inputs: str) -> tuple[str, str]:
-    """The rendered unit and environment file; `inputs` names what else forces a restart."""
-    env_text = render("server/sglang.env.j2", s=server, env={**server.env, **server.gpu_env})
-    unit_text = render("server/sglang.service.j2", s=server, args=[shlex.quote(a) for a in server_args(server)],
-                       inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}")
-    return unit_text, env_text
 
 
 def inputs(server: Server, commits: dict[str, str]) -> str:

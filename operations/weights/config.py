@@ -48,8 +48,10 @@ class Weights:
     repos: tuple[Repo, ...]  # in ROLES order
     hf_endpoint: str | None  # None: the public hub
     hf_token_env: str  # the controller's variable holding the token (else its huggingface_hub token file)
-    owner: str  # the service user: it owns the weights and the token, and runs the downloads
+    owner: str  # the download user: it owns the weights and the token, and runs the downloads
+    reader: str  # the service user: the weights' group, which reads them (never the token, never writes)
     hf_home: str  # the owner's HF_HOME (the token file's directory)
+    earlier_token_file: str  # where deployments without a download user kept the token (removed)
     config_dir: str  # root's directory of the download specs
     install_dir: str  # where the host programs are (the fetcher)
     verify: bool  # hash every file against the hub's hashes
@@ -92,8 +94,8 @@ def repo_dir(weights_dir: str, real_id: str) -> str:
     return posixpath.join(weights_dir, real_id.replace("/", "--"))
 
 
-def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner: str, hf_home: str,
-            config_dir: str, install_dir: str) -> Weights:
+def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner: str, reader: str, hf_home: str,
+            earlier_token_file: str, config_dir: str, install_dir: str) -> Weights:
     """The weights of `profile` for a host, from its data; a bad value raises BadHostData."""
     mirrors = data.mirrors or {}
     pins = getattr(data, "pins", None) or {}
@@ -117,7 +119,9 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner
                                          "and the hashes they are checked against"),
         hf_token_env=knobs.matching("hf_token_env", data.hf_token_env, knobs.ENV_NAME, "a variable name"),
         owner=owner,
+        reader=reader,
         hf_home=hf_home,
+        earlier_token_file=earlier_token_file,
         config_dir=config_dir,
         install_dir=install_dir,
         verify=knobs.boolean("verify_weights", data.verify_weights),

@@ -6,7 +6,7 @@ import shlex
 from io import StringIO
 
 from pyinfra import host
-from pyinfra.api import FactBase, FunctionCommand, operation
+from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
 from operations.basics import gathering, polling, shell
@@ -44,7 +44,7 @@ class WeightsState(FactBase):
 class WeightsCorrupt(FactBase):
     """
     Hub-listed files whose content differs from the hub's hashes (host_scripts/verify_weights.py,
-    run as the service user, who owns the files; reads every byte).
+    run as the download user, who owns the files; reads every byte).
 
     .. code:: python
 
@@ -112,7 +112,7 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
                    if path in listed]  # names from the hub's validated listing only, never the host's
         if corrupt:
             pending.append(repo)
-            # Deleted as the service user, who owns them: the download unit then fetches them again.
+            # Deleted as the download user, who owns them: the download unit then fetches them again.
             yield (f"runuser -u {shlex.quote(d.owner)} -- rm -f -- "
                    + " ".join(shlex.quote(posixpath.join(repo.local_dir, path)) for path in corrupt))
 
@@ -128,13 +128,9 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
         uploads[spec_file] = json.dumps(download_spec(repo, snapshots[repo.role]), indent=1)
         uploads[f"/etc/systemd/system/{repo.unit_name}.service"] = render(
             "weights/weights.service.j2", w=d, repo=repo, commit=snapshots[repo.role].commit, spec_file=spec_file)
-    # One round trip for every path, where files.directory and files.put read two or three facts each.
-    # Root makes the repo's directory (in root's weights directory); the fetcher, as its owner, makes
-    # the revision's inside it.
-    states = gathering.read(FileStates, paths=(*(r.repo_dir for r in pending), *uploads))
-    for repo in pending:
-        if not owned_by(states.get(repo.repo_dir), d.owner):
-            yield from files.directory._inner(path=repo.repo_dir, user=d.owner, group=d.owner)
+    # One round trip for every path, where files.put reads two or three facts each. The repo's directory
+    # is ``owned``'s; the fetcher, as its owner, makes the revision's inside it.
+    states = gathering.read(FileStates, paths=tuple(uploads))
     for dest, content in uploads.items():
         if not matches(states.get(dest), "file", "644", content=content.encode()):
             yield from shell.put(src=StringIO(content), dest=dest, mode="644")
@@ -184,9 +180,43 @@ def earlier_units_removed(weights: Weights):
     yield "systemctl daemon-reload"
 
 
-def owned_by(state: dict | None, user: str) -> bool:
-    """Whether a FileStates entry is a directory USER and USER's group own (files.directory's job)."""
-    return bool(state) and state["kind"] == "directory" and (state["user"], state["group"]) == (user, user)
+WEIGHTS_MODE = "750"  # a repo's directory: its owner writes, the service group reads (g=rX), others nothing
+
+
+def owned_as_wanted(state: dict | None, weights: Weights) -> bool:
+    """Whether a FileStates entry is a repo directory as ``owned`` makes it."""
+    return matches(state, "directory", WEIGHTS_MODE) and \
+        (state["user"], state["group"]) == (weights.owner, weights.reader)
+
+
+@operation()
+def owned(weights: Weights):
+    """
+    Each repo's directory (its revisions inside) owned by the download user, group the service user,
+    which reads the weights (directories 0750, files 0640) and writes none of them. A repo an earlier
+    deployment gave the service user is re-owned, its whole tree: the download user's from then on.
+
+    + weights: the host's weights (their repos, owner and reader)
+
+    **Example:**
+
+    .. code:: python
+
+        download.owned(name="Weights owned by the download user", weights=deployment.weights)
+    """
+    d = weights
+    states = gathering.read(FileStates, paths=tuple(r.repo_dir for r in d.repos))
+    wrong = [r.repo_dir for r in d.repos if not owned_as_wanted(states.get(r.repo_dir), d)]
+    if not wrong:
+        host.noop(f"the weights are {d.owner}'s, read by the group {d.reader}")
+    for path in wrong:
+        if not states.get(path):
+            yield from files.directory._inner(path=path, user=d.owner, group=d.reader, mode=WEIGHTS_MODE)
+            continue
+        # chown first, not following links (-R's default, -P): from then on the service user, which may have
+        # planted one, can change nothing in the tree that chmod then walks (which ignores links inside it).
+        yield StringCommand("chown", "-R", "--no-dereference", f"{d.owner}:{d.reader}", QuoteString(path))
+        yield StringCommand("chmod", "-R", "u=rwX,g=rX,o=", QuoteString(path))
 
 
 def reload_if_changed(units: str) -> str:
@@ -288,7 +318,8 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
     repos = deployment.weights.repos
-    earlier = [(FileStates, dict(paths=earlier_paths(deployment.weights.config_dir)))]
+    earlier = [(FileStates, dict(paths=earlier_paths(deployment.weights.config_dir))),
+               (FileStates, dict(paths=tuple(r.repo_dir for r in repos)))]
     if len(snapshots) != len(repos):  # a repo waiting for access: nothing to compare yet
         return earlier
     return [*earlier, (WeightsState, dict(listings=state_listings(repos, snapshots)))]

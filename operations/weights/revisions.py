@@ -5,7 +5,7 @@ Each revision lives in a directory of its own (operations/weights/config.py), so
 back to its previous unit loads its previous bytes. Once every replica of the host serves the
 wanted revisions, the revisions no unit loads are pruned: the newest of them (the previous) is kept
 while the filesystem still has room for one more revision of the wanted one's size (what the next
-switch downloads at most), the others are deleted, as the service user who owns them.
+switch downloads at most), the others are deleted, as the download user who owns them.
 """
 
 import json
@@ -85,7 +85,7 @@ def plan(repos: list[Repo], found: dict, loaded: set[str]) -> tuple[dict[str, li
 def pruned(weights: tuple[Weights, ...], server: Server):
     """
     Keep each repo's wanted revision and, while the disk allows, the previous one; delete the revisions
-    no SGLang unit of the host loads beyond those, as the service user, saying which and why. Runs once
+    no SGLang unit of the host loads beyond those, as the download user, saying which and why. Runs once
     every replica serves the wanted revisions (a host that failed readiness keeps all of them).
 
     + weights: the weights of each of the host's deployments

@@ -71,7 +71,7 @@ def test_a_token_file_readable_by_all_is_caught(deployed_lab, pcie_host):
         result = run_suite(pcie_host.name)
     finally:
         fleet.ssh(pcie_host, f"chmod 0600 {token}")
-    assert_caught(result, pcie_host.name, {"test_token_file_is_owned_by_the_service_user_mode_0600"},
+    assert_caught(result, pcie_host.name, {"test_token_file_is_owned_by_the_download_user_mode_0600"},
                   rf"{pcie_host.name}: expected {re.escape(token)} mode 0600, found mode 0644")
     assert TOKEN_GRANTED not in result.output
 

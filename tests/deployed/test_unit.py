@@ -332,7 +332,7 @@ def timespan_s(text: str) -> float | None:
 
 def test_a_stop_drains_the_server_through_its_main_process(target):
     """KillMode=mixed (SIGTERM to the main process alone: SGLang's schedulers have no handler) and a stop
-    timeout past the longest generation; the HF token's directory out of the server's reach."""
+    timeout past the longest generation; the download user's home (the HF token's) out of the server's reach."""
     def check(d, _):
         shown = target.run(f"systemctl show {shlex.quote(d.service_name)} -p KillMode,TimeoutStopUSec,"
                            "InaccessiblePaths").stdout
@@ -340,8 +340,8 @@ def test_a_stop_drains_the_server_through_its_main_process(target):
         found, wanted = (props.get("KillMode"), timespan_s(props.get("TimeoutStopUSec", ""))), ("mixed" if d.drains_on_stop else "control-group", d.stop_timeout_s)
         problems = [] if found == wanted else [
             f"{target.name}: expected {d.service_name} KillMode/TimeoutStopUSec {wanted}, found {found}"]
-        if d.hf_home not in props.get("InaccessiblePaths", ""):
-            problems.append(f"{target.name}: expected {d.hf_home} (the HF token's directory) inaccessible to "
+        if d.download_home not in (path.lstrip("-") for path in props.get("InaccessiblePaths", "").split()):
+            problems.append(f"{target.name}: expected {d.download_home} (the HF token's home) inaccessible to "
                             f"{d.service_name}, found InaccessiblePaths={props.get('InaccessiblePaths')}")
         return problems
     each_replica(target, check)

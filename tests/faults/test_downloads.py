@@ -209,8 +209,8 @@ def test_bytes_corrupted_in_transit_are_caught_while_they_stream(deployed_lab, p
            "unit failed; clean re-run completed")
 
 
-def test_verify_acts_on_the_hubs_listing_not_a_manifest_the_service_user_can_edit(deployed_lab, pcie_host):
-    """The service user owns the manifest: one entry renamed to a root-owned file of the same size
+def test_verify_acts_on_the_hubs_listing_not_a_manifest_the_download_user_can_edit(deployed_lab, pcie_host):
+    """The download user owns the manifest: one entry renamed to a root-owned file of the same size
     (with a wrong hash) must not make root hash, let alone delete, that file."""
     host, canary = pcie_host, "/etc/specfleet-canary"
     manifest_file = f"{TARGET_DIR}/.specfleet-manifest.json"
@@ -218,7 +218,7 @@ def test_verify_acts_on_the_hubs_listing_not_a_manifest_the_service_user_can_edi
     size = manifest["files"]["README.md"]["size"]
     manifest["files"]["../../../.." + canary] = {**manifest["files"].pop("README.md"), "sha256": "0" * 64}
     fleet.ssh(host, f"cp -p {manifest_file} /root/specfleet-manifest.bak")
-    fleet.ssh(host, f"head -c {size} /dev/urandom > {canary} && runuser -u sglang -- python3 -c "
+    fleet.ssh(host, f"head -c {size} /dev/urandom > {canary} && runuser -u sglang-download -- python3 -c "
                     f"'import sys; open(sys.argv[1], \"w\").write(sys.argv[2])' {manifest_file} "
                     f"'{json.dumps(manifest)}'")
     try:

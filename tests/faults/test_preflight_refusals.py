@@ -12,7 +12,7 @@ from tests.helpers import main_pid, operations_started
 
 pytestmark = pytest.mark.lab
 
-TOKEN_FILE = "/home/sglang/.cache/huggingface/token"
+TOKEN_FILE = "/home/sglang-download/.cache/huggingface/token"  # the download user's
 
 
 def host_state(host) -> tuple:

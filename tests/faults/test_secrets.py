@@ -15,7 +15,7 @@ from tests.helpers import SGLANG_UNIT, main_pid, run_deploy, write_group_data
 pytestmark = pytest.mark.lab
 
 TOKEN = "hf_lab_granted"
-TOKEN_FILE = "/home/sglang/.cache/huggingface/token"
+TOKEN_FILE = "/home/sglang-download/.cache/huggingface/token"  # the download user's; never the service user's
 KEY_FILE = "/etc/specfleet/api-key"
 CONFIG_DIR = "/etc/specfleet"
 # Two lab keys (a rotation); the second starts with "-", which argparse would read as a flag.
@@ -88,8 +88,11 @@ def test_secrets_only_in_their_files_after_diff_verbose_debug_failing_and_rotati
     assert rotated.returncode == 0, rotated.output[-3000:]
     runs = (failed, first, rotated)
     for host in lab_hosts:
-        assert fleet.ssh(host, f"stat -c '%a %U %G' {TOKEN_FILE}").split() == ["600", "sglang", "sglang"]
+        assert fleet.ssh(host, f"stat -c '%a %U %G' {TOKEN_FILE}").split() == \
+            ["600", "sglang-download", "sglang-download"]
         assert fleet.ssh(host, f"stat -c '%a' {TOKEN_FILE.rsplit('/', 1)[0]}").strip() == "700"
+        # The service user runs the model's code: it cannot read the token.
+        assert fleet.ssh(host, f"runuser -u sglang -- cat {TOKEN_FILE} >/dev/null 2>&1; echo rc=$?").strip() != "rc=0"
         assert fleet.ssh(host, f"stat -c '%a %U %G' {KEY_FILE}").split() == ["640", "root", "sglang"]
         # Not in any unit or environment file, process argv or environment, log file or journal line.
         assert secret_locations(host, TOKEN) == [TOKEN_FILE]

@@ -72,7 +72,8 @@ def test_the_token_never_appears_in_verbose_debug_output(deployed_lab, lab_hosts
     assert "hf_lab_granted" not in verbose.output
     assert "Hugging Face token" in verbose.output  # the operation did run
     for host in lab_hosts:
-        assert fleet.ssh(host, "stat -c '%a %U' /home/sglang/.cache/huggingface/token").split() == ["600", "sglang"]
+        assert fleet.ssh(host, "stat -c '%a %U' /home/sglang-download/.cache/huggingface/token").split() == \
+            ["600", "sglang-download"]
 
 
 def test_ddtree_needs_a_ddtree_build(deployed_lab, lab_hosts, tmp_path):

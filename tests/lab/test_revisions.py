@@ -102,7 +102,7 @@ def test_a_switched_revision_keeps_the_previous_one_and_a_second_run_changes_not
     retrained = write_group_data(tmp_path, "lab", (
         "mirrors = copy.deepcopy(base['mirrors'])\n"
         f"mirrors['repos']['Qwen/Qwen3.6-27B'] = '{QWEN_RETRAINED}@{new_commit}'\n"))
-    fleet.ssh(host, f"runuser -u sglang -- rm -rf {old_dir.rsplit('/', 1)[0]}/{new_commit}")  # an earlier test's
+    fleet.ssh(host, f"runuser -u sglang-download -- rm -rf {old_dir.rsplit('/', 1)[0]}/{new_commit}")  # an earlier test's
     mark = len(read_request_log(HUB_STATE))
     switched = run_deploy("--limit", host.name, *QWEN_DATA, group_data=retrained)
     assert switched.returncode == 0, switched.output[-3000:]
@@ -130,7 +130,7 @@ grep -v '^CUDA_' {env} > /etc/specfleet/sglang.env
 rm -f {unit}.service {env}
 for repo in {target} {drafter}; do
   dir=${{repo%/*}}
-  runuser -u sglang -- sh -c "find $dir -mindepth 1 -maxdepth 1 ! -path $repo -exec rm -rf {{}} + && cp -a $repo/. $dir/ && rm -rf $repo"
+  runuser -u sglang-download -- sh -c "find $dir -mindepth 1 -maxdepth 1 ! -path $repo -exec rm -rf {{}} + && cp -a $repo/. $dir/ && rm -rf $repo"
 done
 for role in target drafter; do
   printf '[Service]\nType=oneshot\nExecStart=/bin/true\n' > specfleet-weights-$role.service

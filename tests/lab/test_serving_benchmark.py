@@ -139,12 +139,13 @@ def test_bench_follows_the_layout_each_replica_alone_then_all_at_once(deployed_l
         assert fleet.ssh(pcie_host, "systemctl list-units --no-legend 'specfleet-bench*'").strip() == ""
     finally:
         assert run_deploy("--limit", pcie_host.name).returncode == 0
-# A spy in the deployed SGLang virtualenv (a .pth line runs it at every start of that Python), put
-# there by this test as root: it logs who runs that Python, and with what environment, to a log
-# the service user may append to; and inside the bench unit it makes the server hostile, as a
+# A spy in the deployed SGLang virtualenv and the bench client's (a .pth line runs it at every start of
+# that Python), put there by this test as root: it logs who runs that Python, in which unit, with what
+# environment, and whether it could read the HF token or the API key file, to a log the service user
+# may append to; and inside the bench unit it makes the server hostile, as a
 # model's remote code running in it could: /server_info answers a line EOF and then a command.
 SPY = r'''
-import json, os
+import json, os, sys
 
 def _record():
     try:
@@ -152,13 +153,26 @@ def _record():
         cgroup = open("/proc/self/cgroup").read()
     except OSError:
         return ""
+    def readable(path):
+        try:
+            open(path, "rb").close()
+            return True
+        except OSError:
+            return False
+
+    units = [part for part in cgroup.strip().split("/") if part.endswith((".service", ".scope"))]
     entry = {"uid": os.getuid(), "argv": [a.decode(errors="replace")[:300] for a in argv[:3]],
+             "prefix": sys.prefix, "unit": units[-1] if units else None,
+             "token": readable("/home/sglang-download/.cache/huggingface/token"),
+             "api_key": readable("/etc/specfleet/api-key"),
              **{k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_HOME", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")}}
-    try:
-        with open("/run/specfleet-spy/python.jsonl", "a") as log:
-            log.write(json.dumps(entry) + "\n")
-    except OSError:
-        pass
+    for path in ("/run/specfleet-spy/python.jsonl", CONFINED_LOG):  # /run is read-only in a confined unit
+        try:
+            with open(path, "a") as log:
+                log.write(json.dumps(entry) + "\n")
+            break
+        except OSError:
+            pass
     return cgroup
 
 if "specfleet-bench.service" in _record():
@@ -170,7 +184,24 @@ if "specfleet-bench.service" in _record():
         return _dumps(obj, *args, **kwargs)
     json.dumps = dumps
 '''
+CONFINED_LOG = "/home/sglang/.cache/specfleet-spy.jsonl"  # writable in the units (their ReadWritePaths)
+SPY = SPY.replace("CONFINED_LOG", repr(CONFINED_LOG))
 SITE = "$(ls -d /opt/specfleet/sglang-venv/lib/python3*/site-packages)"
+CLIENT_SITE = "$(ls -d /opt/specfleet/bench-venv/lib/python3*/site-packages)"
+
+
+def spy_installed(site: str) -> str:
+    """The shell writing the spy into `site` (a site-packages directory)."""
+    spy = base64.b64encode(SPY.encode()).decode()
+    return (f"echo {spy} | base64 -d > {site}/specfleet_test_spy.py && "
+            f"echo 'import specfleet_test_spy' > {site}/specfleet_test_spy.pth")
+
+
+# As root: the spy in the client's virtualenv, once the bench has made it (a first bench run makes it).
+CLIENT_SPY = f"""for i in $(seq 1500); do
+  if ls -d /opt/specfleet/bench-venv/lib/python3*/site-packages >/dev/null 2>&1; then
+    {spy_installed(CLIENT_SITE)}; exit 0; fi
+  sleep 0.2; done"""
 TARGET = TARGET_DIR  # the Kimi revision's directory the deployed unit loads
 # As root: once the bench unit runs, its rating and whether its server (its mount namespace, its
 # user) may write the weights and its cache. It waits for the unit's transient file, not asking
@@ -203,17 +234,17 @@ def background(host, command: str, user: str | None = None) -> None:
 @pytest.fixture(scope="module")
 def hostile_bench(deployed_lab, pcie_host, tmp_path_factory):
     """One bench run (ar, one level) with the spy, the watcher and the planter on the host."""
-    spy = base64.b64encode(SPY.encode()).decode()
     fleet.ssh(pcie_host, f"install -d -m 1777 /run/specfleet-spy && rm -f /var/tmp/specfleet-injected && "
-                         f"echo {spy} | base64 -d > {SITE}/specfleet_test_spy.py && "
-                         f"echo 'import specfleet_test_spy' > {SITE}/specfleet_test_spy.pth")
+                         f"runuser -u sglang -- sh -c 'rm -f {CONFINED_LOG} && touch {CONFINED_LOG}' && "
+                         f"{spy_installed(SITE)}")
     try:
+        background(pcie_host, CLIENT_SPY)
         background(pcie_host, WATCH)
         background(pcie_host, PLANT, user="sglang")
         results = tmp_path_factory.mktemp("hostile-bench")
         bench = run_bench(pcie_host, "modes=ar", "concurrency=1", "requests=8",
                           "output_tokens=32", f"results_dir={results}")
-        spied = fleet.ssh(pcie_host, "cat /run/specfleet-spy/python.jsonl; echo @@; "
+        spied = fleet.ssh(pcie_host, f"cat /run/specfleet-spy/python.jsonl {CONFINED_LOG}; echo @@; "
                                      "cat /run/specfleet-spy/bench-security.txt; echo @@; "
                                      "cat /run/specfleet-spy/sglang-security.txt; echo @@; "
                                      "cat /run/specfleet-spy/weights-write.txt; echo @@; "
@@ -227,8 +258,9 @@ def hostile_bench(deployed_lab, pcie_host, tmp_path_factory):
                               uid=int(fleet.ssh(pcie_host, "id -u sglang")))
     finally:
         fleet.ssh(pcie_host, f"rm -f {SITE}/specfleet_test_spy.py {SITE}/specfleet_test_spy.pth "
+                             "/opt/specfleet/bench-venv/lib/python3*/site-packages/specfleet_test_spy.p* "
                              f"/var/tmp/specfleet-injected {TARGET}/.specfleet-probe /home/sglang/.cache/.specfleet-probe; "
-                             "rm -rf /run/specfleet-spy")
+                             f"rm -rf /run/specfleet-spy; runuser -u sglang -- rm -f {CONFINED_LOG}")
 
 
 def exposure(security: str) -> float:
@@ -245,7 +277,27 @@ def test_the_bench_validates_flags_as_the_service_user_offline_with_the_units_en
     for p in resolutions:
         assert (p["uid"], p["HF_HUB_OFFLINE"], p["HF_HOME"], p["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"]) == (
             b.uid, "1", "/home/sglang/.cache/sglang-huggingface", "1"), p  # the unit's own HF_HOME, not the token's
-    assert [p for p in b.python if p["uid"] == 0] == []
+    assert [p for p in b.python if p["uid"] == 0 and p["prefix"] == "/opt/specfleet/sglang-venv"] == []
+
+
+def test_every_process_of_the_models_code_runs_in_a_confined_unit_reaching_neither_token_nor_key(hostile_bench):
+    """The flag check (a transient unit of its own), the bench's server and its client (aiperf, which imports
+    the model's tokenizer code): each in a unit confined as the deployed one, none in the deploy's SSH
+    session, none able to read the HF token or the API key file."""
+    b = hostile_bench
+    resolutions = [p for p in b.python if p["argv"][1:2] == ["-c"] and "prepare_server_args" in p["argv"][2]]
+    clients = [p for p in b.python if p["prefix"] == "/opt/specfleet/bench-venv" and p["uid"] != 0]
+    assert resolutions and clients, b.python
+    assert {p["unit"].startswith("run-") and p["unit"].endswith(".service") for p in resolutions} == {True}, \
+        resolutions
+    assert {p["unit"] for p in clients} == {"specfleet-bench-client.service"}, clients
+    # The deploy's own facts read the client's version as root (importlib.metadata, no model code).
+    model_code = [p for p in b.python if p["uid"] != 0]
+    assert [p for p in model_code if not p["unit"] or p["unit"].endswith(".scope")] == []  # no SSH session's
+    assert [p for p in model_code if p["token"]] == []
+    # The deployed units read their API key (they check it); nothing else of the model's code does.
+    assert [p for p in model_code if p["api_key"] and not p["unit"].startswith("sglang@")] == []
+    assert [p for p in b.python if p["uid"] == 0 and "importlib.metadata" not in " ".join(p["argv"])] == []
 
 
 def test_the_bench_unit_is_confined_as_the_sglang_unit_with_the_weights_read_only(hostile_bench):

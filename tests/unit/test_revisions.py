@@ -89,13 +89,13 @@ def test_the_previous_revision_is_kept_while_the_disk_has_room_for_another_and_o
     assert deletions == {}
 
 
-def test_the_prune_deletes_as_the_service_user_and_a_host_holding_only_what_it_keeps_is_a_noop():
+def test_the_prune_deletes_as_the_download_user_and_a_host_holding_only_what_it_keeps_is_a_noop():
     d, repos_ = repos()
     target = repos_[0]
     revs = found(target.repo_dir, 0, **{NEW: (54_000, True, 30), OLD: (54_000, True, 20)})
     facts = {revisions.WeightsRevisions: revs, revisions.ServerUnits: {}}
     commands, _ = run(revisions.pruned, facts, weights=(d.weights,), server=d.server)
-    assert len(commands) == 1 and commands[0].startswith("runuser -u sglang -- python3 -c ")
+    assert len(commands) == 1 and commands[0].startswith("runuser -u sglang-download -- python3 -c ")
     assert commands[0].endswith(f"delete {target.repo_dir} {target.repo_dir}/{OLD}")
     facts[revisions.WeightsRevisions] = found(target.repo_dir, 0, **{NEW: (54_000, True, 30)})
     commands, noops = run(revisions.pruned, facts, weights=(d.weights,), server=d.server)

@@ -32,20 +32,31 @@ def yielded(operation, facts, **kwargs) -> list:
 
 def test_token_in_place_is_a_noop(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
-    states = {D.hf_home: dict(kind="directory", mode="700", user="sglang", group="sglang", digest=None),
-              TOKEN_FILE: file("600", "sglang", "sglang", "hf_secret")}
+    states = {D.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", digest=None),
+              TOKEN_FILE: file("600", "sglang-download", "sglang-download", "hf_secret")}
     commands, noops = run(token.hf_token, {UserFileStates: states}, weights=W)
-    assert commands == [] and noops == [f"{TOKEN_FILE} holds the token (0600, sglang)"]
+    assert commands == [] and noops == [f"{TOKEN_FILE} holds the token (0600, sglang-download)"]
 
 
-def test_token_is_written_by_the_service_user_from_stdin(monkeypatch):
+def test_token_is_written_by_the_download_user_from_stdin_out_of_the_service_users_home(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     [command] = yielded(token.hf_token, {UserFileStates: {D.hf_home: None, TOKEN_FILE: None}}, weights=W)
     assert isinstance(command, StringCommand) and command.connector_arguments == {"_stdin": "hf_secret"}
     text = command.get_raw_value()
     assert "hf_secret" not in text
-    assert text.startswith("runuser -u sglang -- sh -c ") and "umask 077" in text and "mktemp" in text
-    assert text.endswith(f"secret {D.hf_home} token 600 sglang")
+    assert text.startswith("runuser -u sglang-download -- sh -c ") and "umask 077" in text and "mktemp" in text
+    assert text.endswith(f"secret {D.hf_home} token 600 sglang-download")
+    assert D.hf_home == "/home/sglang-download/.cache/huggingface" and not D.hf_home.startswith(D.service_home + "/")
+
+
+def test_the_token_a_deployment_without_a_download_user_kept_is_removed_by_the_service_user(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    states = {D.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", sha1=None),
+              TOKEN_FILE: file("600", "sglang-download", "sglang-download", "hf_secret"),
+              "/home/sglang/.cache/huggingface/token": file("600", "sglang", "sglang", "hf_secret")}
+    commands, noops = run(token.hf_token, {UserFileStates: states}, weights=W)
+    assert commands == ["runuser -u sglang -- rm -f -- /home/sglang/.cache/huggingface/token"]
+    assert noops == [f"{TOKEN_FILE} holds the token (0600, sglang-download)"]
 
 
 def test_user_file_states_reads_as_the_user_and_reads_missing_without_one():

@@ -139,8 +139,9 @@ def test_the_units_are_confined_and_the_server_may_reach_the_gpus():
 
 
 def test_the_hf_token_is_out_of_the_servers_reach():
-    """The token's directory is inaccessible to the unit; the server's own HF_HOME lies elsewhere in its cache."""
-    assert f"\nInaccessiblePaths=-{D.hf_home}\n" in UNIT
+    """The download user's home, the token's, is inaccessible to the unit; the server's own HF_HOME lies in
+    the service user's cache."""
+    assert f"\nInaccessiblePaths=-{D.download_home}\n" in UNIT and D.hf_home.startswith(D.download_home + "/")
     assert f"\nHF_HOME={D.server_hf_home}\n" in ENV and D.hf_home not in ENV
     assert D.server_hf_home.startswith("/home/sglang/.cache/") and not D.server_hf_home.startswith(D.hf_home)
 

@@ -1,4 +1,4 @@
-"""Runs ON THE HOST (sent inline, as the service user): files whose content differs from the hub's.
+"""Runs ON THE HOST (sent inline, as the download user, who owns the weights): files whose content differs from the hub's.
 
 Usage: verify_weights.py DIRECTORY LISTING, where LISTING is the controller's validated JSON
 listing (path, size, sha256 or git_sha1; see weights_manifest). Prints the JSON list of paths

@@ -1,10 +1,10 @@
-"""Runs ON THE HOST: the revisions each repo directory holds, and (as the service user, who owns them)
+"""Runs ON THE HOST: the revisions each repo directory holds, and (as the download user, who owns them)
 deleting those the deploy no longer keeps.
 
     weights_revisions.py list REPO_DIR...      (as root: it only reads)
         {"free": {REPO_DIR: bytes free on its filesystem},
          "revisions": {REPO_DIR: {DIR: {"repo_id", "commit", "bytes", "own_bytes", "complete", "time"}}}}
-    weights_revisions.py delete REPO_DIR DIR... (as the service user)
+    weights_revisions.py delete REPO_DIR DIR... (as the download user)
 
 A revision is a directory `REPO_DIR/<40 hex>/`, or REPO_DIR itself when it holds a manifest (the
 single directory of earlier specfleet versions: its files are the manifest's, beside the revision

@@ -1,0 +1,77 @@
+"""The SGLang unit's confinement, for every process that imports a model's code (a hub repo's, with
+--trust-remote-code): the replica's unit itself, and transient units (systemd-run) with its [Service]
+settings for what runs the model's code outside it: the deploy's flag check, the bench's servers and
+its client. None of them can read the HF token (the download user's, ``InaccessiblePaths``), write
+the weights or what root later runs, reach another user's processes, or outlive its job."""
+
+import shlex
+import weakref
+
+from pyinfra.context import ctx_host
+
+from operations.basics.file_states import sha1_of
+from operations.basics.templates import render
+from operations.server.config import Server
+from operations.server.flags import SGLangRejects, rendered_ddtree_violations, server_args
+
+# The unit's [Service] settings a transient unit sets itself: how it starts, restarts and reads its
+# environment (the unit's, less the API key file: the transient units are keyless).
+OWN_SETTINGS = ("Type", "ExecStart", "EnvironmentFile", "Restart", "RestartSec")
+# The flag check parses the command line and reads the model's config (importing its code): no weights
+# load, no GPU memory is taken. Seconds, a bound for a host whose disk or CPU is slow.
+CHECK_MAX_S = 300
+
+
+def unit_files(server: Server, inputs: str) -> tuple[str, str]:
+    """The rendered unit and environment file; `inputs` names what else forces a restart."""
+    env_text = render("server/sglang.env.j2", s=server, env={**server.env, **server.gpu_env})
+    unit_text = render("server/sglang.service.j2", s=server, args=[shlex.quote(a) for a in server_args(server)],
+                       inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}")
+    return unit_text, env_text
+
+
+def service_settings(server: Server) -> list[str]:
+    """The replica unit's [Service] settings (user, limits, confinement, devices, writable paths), in the
+    unit's order; what a transient unit sets itself (OWN_SETTINGS) left out. One source: the
+    confinement is the SGLang unit's, whatever that unit says."""
+    unit_text, _ = unit_files(server, inputs="")
+    settings, section = [], None
+    for line in unit_text.splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+        elif section == "Service" and line and not line.startswith(("#", ";")) and "=" in line \
+                and line.split("=", 1)[0] not in OWN_SETTINGS:
+            settings.append(line)
+    return settings
+
+
+def keyless(server: Server) -> list[str]:
+    """A transient unit's settings beyond the unit's: the configuration directory (the API keys) out
+    of its reach, and a stop that ends every process of it at once (it holds no request to drain)."""
+    return [f"InaccessiblePaths=-{server.config_dir}", "KillMode=control-group"]
+
+
+def check_settings(server: Server) -> tuple[str, ...]:
+    """The flag check's transient unit: the replica's confinement, keyless, ended after CHECK_MAX_S."""
+    return (*service_settings(server), *keyless(server), f"RuntimeMaxSec={CHECK_MAX_S}")
+
+
+# Per host, what its SGLang made of a command line in this run: preflight and the unit's restart
+# decision ask the same question of the same build, and the host answers it once.
+_rejections: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def rejection(host, server: Server, args: list[str]) -> str | None:
+    """Why the host's installed SGLang would refuse to start `args` for this server, or None:
+    resolved in a transient unit confined as the replica's (as the service user, keyless), with the
+    unit's environment and the server's HF_HOME, offline. A DDTree build that accepts them is held
+    to the deploy's DDTree rules as well."""
+    d = server
+    env = (("HF_HOME", d.server_hf_home), *sorted(d.env.items()))
+    asked = (d.venv, d.sglang_requirement, tuple(args), env, check_settings(d))
+    answers = _rejections.setdefault(ctx_host.get(), {})
+    if asked not in answers:
+        answers[asked] = host.get_fact(SGLangRejects, venv=d.venv, args=tuple(args), env=env,
+                                       settings=check_settings(d))
+    return answers[asked] or next(iter(rendered_ddtree_violations(d)), None)

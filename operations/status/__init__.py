@@ -208,7 +208,7 @@ def records(views: list[HostView], seen: dict[str, dict | None], gateways: list[
             found.append({**base, "class": "gateway", "unit": v.gateway.service_name, "state": _state(g),
                           "endpoint": v.endpoints.get(v.gateway.service_name), "gateway": routing,
                           "last_start": g.get("since")})
-        if not units and not v.gateway:
+        if not units and not by_name and not v.gateway:
             found.append({**base, "state": "no unit"})
     return found
 

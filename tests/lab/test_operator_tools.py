@@ -9,8 +9,9 @@ import time
 import pytest
 
 from lab import fleet
-from tests.helpers import (LAB_INVENTORY, PYINFRA, REPO, SGLANG_UNIT, changed_operations, main_pid, run_deploy,
-                           write_group_data)
+from tests.helpers import (LAB_INVENTORY, PYINFRA, REPO, SGLANG_UNIT, behind_gateway, changed_operations, main_pid,
+                           run_deploy, write_group_data)
+from tests.lab.test_gateway import ADMIN_KEY, EXPOSED, KEY
 
 pytestmark = pytest.mark.lab
 
@@ -110,3 +111,28 @@ def test_uninstall_leaves_no_unit_user_or_key_and_the_next_deploy_converges(depl
     assert converged.returncode == 0, converged.output[-3000:]
     assert "serving DFLASH" in converged.output
     assert changed_operations(run_deploy("--limit", b200_host.name).output) == []
+
+
+def test_behind_a_gateway_status_shows_membership_and_an_uninstalled_worker_leaves_the_gateway(lab_hosts):
+    with behind_gateway(*EXPOSED, key=KEY, admin_key=ADMIN_KEY) as (hosts, first, _):
+        assert first.returncode == 0, first.output[-3000:]
+        workers = [h.name for h in hosts if h.host_class != "gateway"]
+        started = time.monotonic()
+        records = json.loads(pyinfra("status.py", "--data", "json=true").stdout)
+        took = time.monotonic() - started
+        assert took < STATUS_BUDGET_S, f"status.py took {took:.1f} s"
+        print(f"status.py over {len(hosts)} hosts behind a gateway: {took:.1f} s")
+        assert {r["host"]: r["gateway"] for r in records if r["host"] in workers} == dict.fromkeys(workers, "ready")
+        gateway = next(r for r in records if r["class"] == "gateway")
+        assert gateway["unit"] == "smg" and gateway["gateway"] == f"{len(workers)}/{len(workers)} workers healthy"
+        removed = pyinfra("-y", "uninstall.py", "--limit", workers[0])
+        assert removed.returncode == 0, removed.output[-3000:]
+        records = json.loads(pyinfra("status.py", "--data", "json=true").stdout)
+        mine = next(r for r in records if r["host"] == workers[0])
+        assert mine["state"] == "not deployed" and mine["gateway"] == "absent"
+        assert next(r for r in records if r["class"] == "gateway")["gateway"] == \
+            f"{len(workers) - 1}/{len(workers) - 1} workers healthy"
+        converged = run_deploy(*EXPOSED)
+        assert converged.returncode == 0, converged.output[-3000:]
+        records = json.loads(pyinfra("status.py", "--data", "json=true").stdout)
+        assert {r["host"]: r["gateway"] for r in records if r["host"] in workers} == dict.fromkeys(workers, "ready")

@@ -1,0 +1,28 @@
+"""logs.py: which units' journal a host shows, and journal lines with their control characters escaped."""
+
+import runpy
+
+import pytest
+
+from operations import logs, status
+from operations.basics.host_programs import HOST_SCRIPTS
+from operations.basics.knobs import BadHostData
+from tests.unit.test_status import fleet
+
+
+def test_a_host_shows_every_unit_its_data_gives_it_or_the_one_named():
+    inventory = fleet()
+    views = {h.name: status.view_of(h, inventory) for h in inventory}
+    unit = views["pcie-1"].replicas[0].service_name
+    assert logs.units(views["pcie-1"], None) == [unit]
+    assert logs.units(views["gw-1"], None) == ["smg"] and logs.units(views["gw-1"], "smg") == ["smg"]
+    with pytest.raises(BadHostData, match=f"replica='smg' is no unit of pcie-1: use one of {unit}"):
+        logs.units(views["pcie-1"], "smg")
+    with pytest.raises(BadHostData, match="replica='x; reboot' is no unit of pcie-1"):
+        logs.units(views["pcie-1"], "x; reboot")
+
+
+def test_journal_lines_reach_the_terminal_with_their_control_characters_escaped():
+    journal = runpy.run_path(str(HOST_SCRIPTS["journal"]))
+    assert journal["escaped"]("\x1b[2Jcleared\ttab\r\x07") == "\\x1b[2Jcleared\ttab\\r\\x07"
+    assert journal["escaped"]("plain: é, 漢字") == "plain: é, 漢字"

@@ -52,6 +52,8 @@ KNOBS = (
     Knob("allow_branch_revisions", "boolean", "a revision that is a branch only warns (the weights follow it)"),
     # Weights.
     Knob("hf_endpoint", "URL or None", "the Hugging Face hub to use; None: the public hub", subject="weights"),
+    Knob("allow_http_hub", "boolean", "accept a plain-HTTP hf_endpoint (the token then travels in clear)",
+         subject="weights"),
     Knob("hf_token_env", "variable name", "the controller's variable holding the HF token", subject="weights"),
     Knob("weights_dir", "path", "a directory per repo, in it one per revision", subject="weights"),
     Knob("verify_weights", "boolean", "hash every weights file against the hub", subject="weights"),
@@ -60,13 +62,19 @@ KNOBS = (
          subject="server"),
     Knob("remove_api_key", "boolean", "remove a key left on the host when none is set", subject="server"),
     Knob("pip_index_url", "URL or None", "the package index; None: PyPI", subject="server"),
+    Knob("allow_http_index", "boolean", "accept a plain-HTTP pip_index_url (its packages then unchecked in transit)",
+         subject="server"),
     Knob("service_name", "unit name", "each replica's unit is SERVICE_NAME@DEPLOYMENT-gpuGPUS", subject="server"),
     Knob("service_user", "user name", "the servers' system user", subject="server"),
+    Knob("download_user", "user name", "owns the HF token and the weights it fetches; the service user only reads "
+         "them", subject="server"),
     Knob("install_dir", "path", "virtualenvs and host-side scripts", subject="server"),
     Knob("config_dir", "path", "the units' environment files and the API key", subject="server"),
     Knob("bind_address", "IP address", "where the servers listen; beyond loopback an API key is required",
          subject="server"),
     Knob("port", "port", "each replica listens on port + the index of its lowest GPU", subject="server"),
+    Knob("nccl_port", "port", "each replica's TCPStore (--nccl-port) is nccl_port + the index of its lowest GPU",
+         subject="server"),
     Knob("enable_metrics", "boolean", "SGLang's /metrics (sglang:spec_accept_length)", subject="server"),
     Knob("ready_timeout_s", "seconds or None", "how long a server may take to generate; None: from the weights' "
          "size", subject="server"),
@@ -131,6 +139,14 @@ KNOBS = (
          group="bench", subject="bench"),
     Knob("max_accept_drop", "number", "the largest accept-length drop from the baseline that passes",
          group="bench", subject="bench"),
+    # status.py, logs.py, uninstall.py (--data).
+    Knob("json", "boolean", "status.py prints its records as one JSON list on stdout", (DATA,), group="",
+         subject="tools"),
+    Knob("lines", "whole number", "logs.py: journal lines per unit (default 100)", (DATA,), group="", subject="tools"),
+    Knob("follow", "boolean", "logs.py keeps printing new lines", (DATA,), group="", subject="tools"),
+    Knob("replica", "unit name", "logs.py: which unit's journal (one of the host's units); default every unit",
+         (DATA,), group="", subject="tools"),
+    Knob("remove_weights", "boolean", "uninstall.py removes the weights too", (DATA,), group="", subject="tools"),
     # Refused by their subject with the sentence saying what replaced them; known, so that sentence is said.
     Knob("input_tokens", "retired", "the prompts' own lengths count (prompts=FILE)", group="", subject="retired"),
     Knob("force", "retired", "a worker behind a gateway is drained before its sweep", group="", subject="retired"),
@@ -140,7 +156,8 @@ KNOBS = (
 BY_NAME = {knob.name: knob for knob in KNOBS}
 SECTIONS = {"deployment": "What is deployed", "weights": "Weights", "server": "The SGLang servers",
             "gpu": "The GPUs", "nodes": "Node groups", "gateway": "The gateway and Prometheus",
-            "bench": "The serving benchmark (bench.py)", "retired": "Retired (refused, saying what replaced them)"}
+            "bench": "The serving benchmark (bench.py)",
+            "tools": "status.py, logs.py, uninstall.py", "retired": "Retired (refused, saying what replaced them)"}
 
 
 @functools.cache

@@ -349,10 +349,10 @@ def test_a_gateway_with_a_clients_key_needs_an_admin_key_of_its_own(monkeypatch)
 def test_an_admin_key_kept_on_the_gateway_equal_to_a_newly_exported_clients_key_is_refused(monkeypatch):
     """Compared by the kept file's digest, read on the host: the clients' key never becomes the control plane's."""
     g = resolve_gateway(host_data("gateway"))
-    _, (commands, _) = admin_key_run(monkeypatch, client=CLIENT, files=[(g.admin_key_file, sha1_of(CLIENT.encode()))])
+    _, (commands, _) = admin_key_run(monkeypatch, client=CLIENT, files=[(g.admin_key_file, digest_of(CLIENT.encode()))])
     assert failure(commands) == ["host-1: $SPECFLEET_GATEWAY_ADMIN_KEY is the clients' key ($SPECFLEET_API_KEY): "
                                  "the control plane needs a key of its own"]
-    _, (commands, _) = admin_key_run(monkeypatch, client=CLIENT, files=[(g.admin_key_file, sha1_of(ADMIN.encode()))])
+    _, (commands, _) = admin_key_run(monkeypatch, client=CLIENT, files=[(g.admin_key_file, digest_of(ADMIN.encode()))])
     assert not any(isinstance(c, str) and "needs a key of its own" in c for c in commands)
 
 

@@ -201,4 +201,8 @@ def test_the_bench_runs_through_a_gateway_in_front_of_the_host_alone_over_all_it
     assert (raw / "profile_export_aiperf.json").is_file()
     everything = [bench.output, *(f.read_text(errors="replace") for f in tmp_path.rglob("*") if f.is_file())]
     assert not any(KEY in text for text in everything)
+    # ...though each replica's /server_info holds it, as SGLang 0.5.23's does (api_key, the launch command).
+    info = json.loads(fleet.ssh(pcie, f"curl -sf -m 10 -H 'Authorization: Bearer {KEY}' localhost:{PORTS[0]}/server_info"))
+    assert info["api_key"] == KEY and f"--api-key={KEY}" in info["launch_command"]
+    assert '"api_key": "***"' in (raw / "server_info.json").read_text()
     assert gateway_workers(gateway) == {f"http://{pcie.address}:{port}": "ready" for port in PORTS}

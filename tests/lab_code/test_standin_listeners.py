@@ -67,3 +67,20 @@ def test_torchs_store_listens_on_every_address_whatever_its_host():
     finally:
         store.kill()
         store.wait()
+
+
+def test_the_random_port_range_is_the_real_engines():
+    """The range SGLang 0.5.23 draws --nccl-port from (srt/utils/network.py get_free_port_below_ephemeral's
+    defaults), read from the real wheel: the stand-in's and the one the layout keeps replicas out of."""
+    import runpy
+
+    from operations.server.layout import SGLANG_RANDOM_PORTS
+    from tests.sglang_real import real_sglang_python
+
+    real = subprocess.run([str(real_sglang_python()), "-c",
+                           "import inspect; from sglang.srt.utils.network import get_free_port_below_ephemeral as f\n"
+                           "p = inspect.signature(f).parameters; print(p['low'].default, p['high'].default)"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    low, high = map(int, real)
+    standin = runpy.run_path(str(STANDIN_SRC / "sglang" / "srt" / "distributed.py"))["RANDOM_PORTS"]
+    assert standin == (low, high) and (SGLANG_RANDOM_PORTS.start, SGLANG_RANDOM_PORTS.stop - 1) == (low, high)

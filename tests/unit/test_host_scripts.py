@@ -78,11 +78,11 @@ def test_the_launcher_reads_the_key_file_or_none(tmp_path):
     assert launcher.read_key(str(tmp_path / "absent")) == ""
 
 
-def tcp_table(path: Path, rows: list[tuple[str, str, int]]) -> str:
-    """A /proc/net/tcp in the kernel's format: (local, remote, uid)."""
+def tcp_table(path: Path, rows: list[tuple]) -> str:
+    """A /proc/net/tcp in the kernel's format: (local, remote, uid[, state: ESTABLISHED unless given])."""
     head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-    body = "".join(f"   {i}: {local} {remote} 01 00000000:00000000 00:00000000 00000000  {uid:>5}        0 {1000 + i} 1\n"
-                   for i, (local, remote, uid) in enumerate(rows))
+    body = "".join(f"   {i}: {local} {remote} {state[0] if state else '01'} 00000000:00000000 00:00000000 00000000  "
+                   f"{uid:>5}        0 {1000 + i} 1\n" for i, (local, remote, uid, *state) in enumerate(rows))
     path.write_text(head + body)
     return str(path)
 
@@ -94,6 +94,15 @@ def test_socket_owners_reads_both_ends_of_a_connection(tmp_path):
                                          ("0100007F:C350", "0100007F:7530", 0)])
     owners = owned.socket_owners((table, str(tmp_path / "no-tcp6")))
     assert owners[(30000, 50000)] == 998 and owners[(50000, 30000)] == 0 and owners[(30000, 0)] == 998
+
+
+def test_a_closed_connection_on_the_same_ports_is_not_the_new_ones_owner(tmp_path):
+    """A busy gateway's host: an earlier client's connection from another address, closed by the server, lingers
+    in TIME_WAIT (06) under uid 0 with the very ports of a new loopback connection, listed after it."""
+    table = tcp_table(tmp_path / "tcp", [("0100007F:7590", "00000000:0000", 999, "0A"),
+                                         ("0100007F:7590", "0100007F:C350", 999),
+                                         ("0A0D0C0A:7590", "010D0C0A:C350", 0, "06")])
+    assert owned.socket_owners((table, str(tmp_path / "no-tcp6")))[(30096, 50000)] == 999
 
 
 def test_the_probe_refuses_a_server_another_uid_owns():

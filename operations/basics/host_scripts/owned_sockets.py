@@ -8,10 +8,14 @@ import http.client
 from pathlib import Path
 
 TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+# The states (include/net/tcp_states.h) of a socket some process holds. A closed connection's TIME_WAIT
+# entry lingers under uid 0 for a minute, and where its ports are those of a new connection (a busy
+# gateway's clients), it would read as the new one's owner.
+HELD = {"01", "0A"}  # ESTABLISHED, LISTEN
 
 
 def socket_owners(tables=TCP_TABLES) -> dict[tuple[int, int], int]:
-    """(local port, remote port) -> uid of every TCP socket of the host (/proc/net/tcp*)."""
+    """(local port, remote port) -> uid of every TCP socket a process of the host holds (/proc/net/tcp*)."""
     owners = {}
     for table in tables:
         try:
@@ -20,6 +24,8 @@ def socket_owners(tables=TCP_TABLES) -> dict[tuple[int, int], int]:
             continue
         for line in lines:
             fields = line.split()
+            if fields[3] not in HELD:
+                continue
             local_port = int(fields[1].rsplit(":", 1)[1], 16)
             remote_port = int(fields[2].rsplit(":", 1)[1], 16)
             owners[(local_port, remote_port)] = int(fields[7])

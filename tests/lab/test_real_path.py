@@ -104,8 +104,8 @@ def test_pin_and_dry_run_tell_what_the_first_deploy_would_refuse(user, box):
     dry = run(user, "pyinfra", "inventory/ct200.py", "deploy.py", "--dry")
     assert dry.returncode == 1, dry.output[-3000:]  # a refused host fails --dry: it gates a change
     said = refusals(dry.output)
-    assert said[0] == ("ct200: the deploy logged in as deployer, not root: add --sudo to the pyinfra command (and "
-                       "--same-sudo-password if sudo asks for a password), or log in as root")
+    assert said[0] == ("ct200: the deploy logged in as deployer, not root: add --sudo to the pyinfra command (with "
+                       "passwordless sudo for that user), or log in as root")
     assert any(line.startswith("ct200: lab/Kimi-K2.6-tiny: revision 'main' is not a commit") and
                "python pin.py INVENTORY" in line for line in said), said
     assert "Service user" not in dry.output.split("--> Detected changes:")[1]  # the run would stop there

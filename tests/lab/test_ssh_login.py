@@ -31,7 +31,7 @@ def sudo_user(pcie_host):
 def test_a_login_without_sudo_is_refused_before_any_change_and_dry_says_so_too(deployed_lab, pcie_host, sudo_user):
     unit = fleet.ssh(pcie_host, f"sha1sum {UNIT_FILE}")
     sentence = (f"[{pcie_host.name}] {pcie_host.name}: the deploy logged in as {sudo_user}, not root: add --sudo to "
-                "the pyinfra command (and --same-sudo-password if sudo asks for a password), or log in as root")
+                "the pyinfra command (with passwordless sudo for that user), or log in as root")
     refused = run_deploy("--limit", pcie_host.name, "--data", f"ssh_user={sudo_user}", timeout=120)
     assert refused.returncode != 0 and sentence in refused.output, refused.output[-3000:]
     assert operations_started(refused.output) == ["Preflight"] and "Traceback" not in refused.output

@@ -45,6 +45,13 @@ def test_every_shipped_group_files_key_is_a_knob():
             assert schema.refused(values, schema.GROUP, str(path)) == [], path
 
 
+def test_each_knob_is_one_entry_in_a_section_of_the_page():
+    assert len(schema.BY_NAME) == len(schema.KNOBS), "a knob named twice"
+    assert {knob.subject for knob in schema.KNOBS} <= set(schema.SECTIONS), "a knob in no section of the page"
+    assert all(set(knob.layers) <= set(schema.LAYERS) and knob.help and "\n" not in knob.help
+               for knob in schema.KNOBS)
+
+
 def test_the_reference_page_is_generated_from_the_schema():
     """Run `python -m operations.schema` after changing a knob."""
     assert schema.PAGE.read_text() == schema.page(), "docs/configuration.md is stale: python -m operations.schema"

@@ -67,6 +67,12 @@ def account_problem(user: str, home: str, existing: dict | None) -> str | None:
             "name a user of the service's own, which the deploy creates")
 
 
+def _own_cache(user: str, home: str) -> StringCommand:
+    """The user's `.cache`, made by the user itself in its own home: the confined units name it writable
+    (ReadWritePaths), and systemd refuses to start a unit whose writable path is missing (226/NAMESPACE)."""
+    return StringCommand("runuser", "-u", user, "--", "mkdir", "-p", "-m", "700", QuoteString(f"{home}/.cache"))
+
+
 @operation()
 def service_user(user: str, home: str):
     """
@@ -92,7 +98,10 @@ def service_user(user: str, home: str):
     elif not existing or not existing["home_exists"]:
         yield from server.user._inner(user=user, system=True, home=home, shell="/usr/sbin/nologin",
                                       ensure_home=True)
-    elif existing["cache_owner"] not in (None, user):
+        yield _own_cache(user, home)
+    elif existing["cache_owner"] is None:
+        yield _own_cache(user, home)
+    elif existing["cache_owner"] != user:
         yield StringCommand("chown", "--no-dereference", f"{user}:{user}", QuoteString(f"{home}/.cache"))
     else:
         host.noop(f"user {user} exists with home {home}")

@@ -126,16 +126,3 @@ def test_the_bench_client_runs_in_a_transient_unit_confined_as_the_replica_keyle
     bench_server = properties(sweep.bench_unit_command(S, sweep.mode_args(S, "ar"), 600))
     assert f"InaccessiblePaths=-{S.config_dir}" in bench_server
 
-
-def test_the_service_users_cache_is_made_by_it_when_missing_as_the_confined_units_write_there():
-    """A fresh host: the token is the download user's, so nothing else makes the service user's .cache,
-    which every confined unit names writable (systemd fails a missing one: 226/NAMESPACE)."""
-    from operations.basics import ownership
-
-    existing = {"home": S.service_home, "home_exists": True, "uid": 998, "shell": "/usr/sbin/nologin"}
-    commands, _ = run(ownership.service_user, {ownership.SystemUser: {**existing, "cache_owner": None}},
-                      user=S.service_user, home=S.service_home)
-    assert commands == [f"runuser -u {S.service_user} -- mkdir -p -m 700 {S.service_home}/.cache"]
-    commands, noops = run(ownership.service_user, {ownership.SystemUser: {**existing, "cache_owner": S.service_user}},
-                          user=S.service_user, home=S.service_home)
-    assert commands == [] and noops

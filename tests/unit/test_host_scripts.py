@@ -154,13 +154,27 @@ def test_the_launcher_ends_as_its_server_did(tmp_path, end, status):
     assert (run.returncode, run.stdout, run.stderr) == (status, "serving\n", "")
 
 
-class Recorder:
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1 in a thread of its own, for a host program to talk to."""
+
+    def serve(self, handler) -> None:
+        import threading
+        from http.server import ThreadingHTTPServer
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Recorder(LoopbackServer):
     """A loopback HTTP server answering every request with `answer(path) -> (status, headers, body)` and
     recording each request's path and Authorization header."""
 
     def __init__(self, answer):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
         seen = self.seen = []
 
         class Handler(BaseHTTPRequestHandler):
@@ -179,13 +193,7 @@ class Recorder:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 gateway_workers = load("gateway_workers")
@@ -284,13 +292,12 @@ def test_the_drain_waits_until_the_server_reads_idle_three_times_and_gives_up_at
     assert gateway_workers.server_in_flight(f"http://127.0.0.1:{server.port}") == 0
 
 
-class FakeSmg:
+class FakeSmg(LoopbackServer):
     """smg's /workers as 1.13.0 answers it (GET lists {"id", "url", "status", "model_id"}, POST adds a worker
     that turns `ready`, DELETE takes it away), with one worker its health checks gave up on: `failed`."""
 
     def __init__(self, failed_url: str, model: str):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
         workers = self.workers = {"w0": {"id": "w0", "url": failed_url, "status": "failed", "model_id": model}}
         seen = self.seen = []
 
@@ -322,13 +329,7 @@ class FakeSmg:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 def test_the_sync_registers_again_a_worker_the_gateway_lists_as_failed():

@@ -56,6 +56,7 @@ def test_a_stopped_service_is_caught(deployed_lab, pcie_host):
         "test_server_info_reports_speculative_decoding_accepting_drafts", "test_metrics_expose_the_accept_length",
         "test_each_replica_holds_the_gpus_its_layout_gives_it_and_no_two_share_one",
         "test_the_host_runs_no_sglang_unit_its_deployments_do_not_want",
+        "test_every_listener_of_a_replica_is_on_loopback_or_its_bind_address",
     },
         rf"{pcie_host.name}: expected {re.escape(d.service_name)} enabled/active/running, found enabled/inactive/dead",
         rf"{pcie_host.name}: expected {re.escape(d.service_name)} listening on {re.escape(d.bind_address)}:{d.port}, found nothing listening",

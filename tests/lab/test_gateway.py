@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 
 from lab import fleet
+from operations.server.host_scripts.engine_answers import NO_THINKING
 from tests.deployed.faults import assert_caught, run_suite
 from tests.faults.faultlab import set_knobs, wait_for
 from tests.helpers import (LAB_INVENTORY, PYINFRA, REPO, SGLANG_UNIT, behind_gateway, changed_operations, main_pid,
@@ -88,7 +89,8 @@ def test_every_worker_is_registered_and_a_request_through_the_gateway_answers(ga
     assert readiness == {"status": "ready", "healthy_workers": len(workers), "total_workers": len(workers)}
     assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in workers}
 
-    ask = {"model": "kimi-k2.6", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+    ask = {"model": "kimi-k2.6", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8,
+           **NO_THINKING}  # Kimi thinks by default: a plain answer is asked for
     status, answer = call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", key=KEY, body=ask)
     assert status == 200 and answer["choices"][0]["message"]["content"], answer
     assert call(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", body=ask)[0] == 401

@@ -12,6 +12,7 @@ inventory/ct200.py`, a roll and a rollback, bench.py with a prompts file. Nothin
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ import pytest
 
 from lab import config, fleet
 from lab.index import standin_requirement
+from operations.server.host_scripts.engine_answers import NO_THINKING
 from tests.conftest import LAB_HOSTS
 from tests.helpers import PYINFRA, REPO, SGLANG_UNIT, UNIT_FILE as UNIT, changed_operations, extra_bare_host, operations_started, results_table
 
@@ -147,9 +149,10 @@ def test_the_deploy_through_sudo_serves_behind_its_gateway_and_ends_with_one_tab
     assert cells[1] == ["ct200", "rtx_pro_6000_pcie", "kimi-k2.6", "http://127.0.0.1:30000 (on the host)",
                         "http://127.0.0.1:30080 (on the host)", "serving DFLASH, gateway routing to 1 worker", "3.45"]
     assert re.search(r"weights: \d+\.\d\d GB complete", deployed.output)
+    ask = {"model": "kimi-k2.6", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8,
+           **NO_THINKING}  # Kimi thinks by default: a plain answer is asked for
     through_gateway = fleet.ssh(box, "curl -sf -m 20 localhost:30080/v1/chat/completions -H 'Content-Type: "
-                                     "application/json' -d '{\"model\": \"kimi-k2.6\", \"messages\": [{\"role\": "
-                                     "\"user\", \"content\": \"hello\"}], \"max_tokens\": 8}'")
+                                     f"application/json' -d {shlex.quote(json.dumps(ask))}")
     assert json.loads(through_gateway)["choices"][0]["message"]["content"]
     again = run(user, "pyinfra", "-y", "inventory/ct200.py", "deploy.py", "--sudo")
     assert again.returncode == 0, again.output[-3000:]

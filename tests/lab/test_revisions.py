@@ -120,7 +120,9 @@ def test_a_switched_revision_keeps_the_previous_one_and_a_second_run_changes_not
 
 # The layout of earlier specfleet versions, laid down from the current deploy's own files: the one unit
 # `sglang.service` (its environment file `sglang.env`, no CUDA_VISIBLE_DEVICES) loading each repo from one
-# directory holding its files and manifest, and the per-role download units and specs.
+# directory holding its files and manifest, and the per-role download units and specs. The files are
+# moved up as root: cp -a by the download user, not in the service user's group, would leave them in its
+# own group, which the service user cannot read.
 EARLIER = r"""
 set -e
 cd /etc/systemd/system
@@ -130,7 +132,7 @@ grep -v '^CUDA_' {env} > /etc/specfleet/sglang.env
 rm -f {unit}.service {env}
 for repo in {target} {drafter}; do
   dir=${{repo%/*}}
-  runuser -u sglang-download -- sh -c "find $dir -mindepth 1 -maxdepth 1 ! -path $repo -exec rm -rf {{}} + && cp -a $repo/. $dir/ && rm -rf $repo"
+  find $dir -mindepth 1 -maxdepth 1 ! -path $repo -exec rm -rf {{}} + && cp -a $repo/. $dir/ && rm -rf $repo
 done
 for role in target drafter; do
   printf '[Service]\nType=oneshot\nExecStart=/bin/true\n' > specfleet-weights-$role.service

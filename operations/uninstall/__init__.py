@@ -27,7 +27,7 @@ class Uninstall:
     """What the host's data says the deploy laid down there."""
 
     directories: tuple[str, ...]  # removed whole: install_dir (venvs, host programs, uv), config_dir (keys, env files)
-    users: tuple[str, ...]  # the service users, with their homes (the HF token is in the SGLang user's)
+    users: tuple[str, ...]  # the service and download users, with their homes (the HF token is in the download user's)
     gateway_unit: str | None  # smg's unit
     weights_dir: str | None  # None: the weights are kept
 
@@ -42,7 +42,7 @@ def plan(servers: tuple[Server, ...], gateway: Gateway | None, weights_dir: str,
         if path.count("/") < 2:
             raise knobs.BadHostData(f"{name}={path!r} is not removed whole: uninstall removes only a directory "
                                     "of its own, at least two levels deep (e.g. /opt/specfleet)")
-    users = sorted({s.service_user for s in servers} | ({gateway.user} if gateway else set()))
+    users = sorted({u for s in servers for u in (s.service_user, s.download_user)} | ({gateway.user} if gateway else set()))
     return Uninstall(tuple(directories), tuple(users), gateway.unit_file if gateway else None,
                      weights_dir if remove_weights else None)
 
@@ -112,7 +112,7 @@ def removed(uninstall: Uninstall):
     """
     Remove what the deploy laid down that is still on the host (``removals``), after the SGLang units'
     retirement: the weights download units and smg's, Prometheus's targets (Debian's package stays,
-    stopped), the service users with their homes and the HF token, the install and config directories
+    stopped), the service and download users with their homes (the HF token is the download user's), the install and config directories
     with the virtualenvs and keys; the weights only with ``remove_weights``.
 
     + uninstall: what the host's data says the deploy laid down (``plan``)

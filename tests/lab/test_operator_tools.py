@@ -99,8 +99,10 @@ def test_uninstall_leaves_no_unit_user_or_key_and_the_next_deploy_converges(depl
     other = main_pid(pcie_host)
     run = pyinfra("-y", "uninstall.py", "--limit", b200_host.name)
     assert run.returncode == 0, run.output[-3000:]
+    # The download user's home holds the HF token: it goes with the user.
     left = fleet.ssh(b200_host, "ls /etc/systemd/system | grep -E '^(sglang|specfleet|smg)' ; getent passwd sglang; "
-                                "ls -d /etc/specfleet /opt/specfleet /home/sglang 2>/dev/null; "
+                                "getent passwd sglang-download; "
+                                "ls -d /etc/specfleet /opt/specfleet /home/sglang /home/sglang-download 2>/dev/null; "
                                 "systemctl list-units --all --plain --no-legend 'sglang*' 'specfleet-weights*'; true")
     assert left.strip() == "", left
     assert fleet.ssh(b200_host, "ls /srv/specfleet/models").split() != []  # the weights are kept

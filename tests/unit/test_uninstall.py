@@ -18,11 +18,12 @@ def planned(name: str, groups: list[str], remove_weights: bool = False, **data) 
 
 def test_a_worker_loses_its_download_units_user_home_and_directories_and_keeps_its_weights():
     u = planned("pcie-1", ["rtx_pro_6000_pcie"])
-    assert u.directories == ("/etc/specfleet", "/opt/specfleet") and u.users == ("sglang",)
+    # The download user goes too, with its home: the HF token is in it.
+    assert u.directories == ("/etc/specfleet", "/opt/specfleet") and u.users == ("sglang", "sglang-download")
     assert u.gateway_unit is None and u.weights_dir is None
     paths, users = uninstall.candidates(u)
-    assert WEIGHTS not in paths and users == ("sglang",)
-    left = {"paths": ["/etc/specfleet", "/opt/specfleet"], "users": ["sglang"],
+    assert WEIGHTS not in paths and users == ("sglang", "sglang-download")
+    left = {"paths": ["/etc/specfleet", "/opt/specfleet"], "users": ["sglang", "sglang-download"],
             "units": ["specfleet-weights-moonshotai--Kimi-K2.6"]}
     assert uninstall.removals(u, left) == [
         "systemctl disable --now specfleet-weights-moonshotai--Kimi-K2.6.service",
@@ -30,6 +31,7 @@ def test_a_worker_loses_its_download_units_user_home_and_directories_and_keeps_i
         "systemctl daemon-reload",
         "systemctl reset-failed specfleet-weights-moonshotai--Kimi-K2.6.service 2>/dev/null || true",
         "userdel --remove sglang 2>/dev/null || userdel sglang",
+        "userdel --remove sglang-download 2>/dev/null || userdel sglang-download",
         "rm -rf -- /etc/specfleet /opt/specfleet"]
     # Nothing left: nothing to run (a second uninstall changes nothing).
     assert uninstall.removals(u, {"paths": [], "users": [], "units": []}) == []

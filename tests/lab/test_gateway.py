@@ -318,13 +318,19 @@ def test_a_worker_removed_from_the_inventory_is_removed_from_the_gateway(gateway
         "for _group, _hosts in list(vars(_lab).items()):\n"
         "    if isinstance(_hosts, list) and not _group.startswith('_'):\n"
         f"        globals()[_group] = [_h for _h in _hosts if (_h[0] if isinstance(_h, tuple) else _h) != {removed.name!r}]\n")
-    run = subprocess.run([str(PYINFRA), "-y", "--group-data", str(REPO / "lab" / "group_data"), str(inventory),
-                          "deploy.py", *EXPOSED], cwd=REPO, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "HF_TOKEN": "hf_lab_granted", "PYTHONPATH": str(REPO)})
-    output = run.stdout + run.stderr
+    try:
+        run = subprocess.run([str(PYINFRA), "-y", "--group-data", str(REPO / "lab" / "group_data"), str(inventory),
+                              "deploy.py", *EXPOSED], cwd=REPO, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "HF_TOKEN": "hf_lab_granted", "PYTHONPATH": str(REPO)})
+        output = run.stdout + run.stderr
+        listed = gateway_workers(gateway)
+    finally:
+        # The module's later tests take workers[0] as a registered worker: the full inventory registers it again.
+        assert run_deploy(*EXPOSED).returncode == 0
     assert run.returncode == 0, output[-3000:]
     assert f"removed ['http://{removed.address}:30000']" in output, output[-3000:]
-    assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in kept}
+    assert listed == {f"http://{w.address}:30000": "ready" for w in kept}
+    assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in workers}
 
 
 
@@ -335,6 +341,7 @@ def test_a_worker_down_longer_than_smgs_failure_window_is_back_by_itself_and_the
     hosts, _, _ = gateway_lab
     gateway, worker = gateway_host(hosts), worker_hosts(hosts)[0]
     url = f"http://{worker.address}:30000"
+    assert gateway_workers(gateway).get(url) == "ready", gateway_workers(gateway)  # else it never reads failed
     fleet.ssh(worker, f"systemctl stop {SGLANG_UNIT}")
     stopped = time.monotonic()
     try:

@@ -66,7 +66,7 @@ def lab_host(tmp_path):
         def start(self, daemon, **extra_env):
             """Start a daemon stand-in as its forking unit would; the CompletedProcess of its start."""
             return subprocess.run([str(DAEMON_STANDIN), daemon], env=dict(env, **extra_env), capture_output=True,
-                                  text=True, timeout=10)
+                                  text=True, timeout=30)
 
         def stop(self, daemon):
             os.kill(int((run_dir / f"{daemon}.pid").read_text()), signal.SIGTERM)

@@ -14,6 +14,7 @@ directory of its own instead, made by the login (mode 0700, a random name) and r
 """
 
 import secrets
+import threading
 
 from pyinfra.api import FunctionCommand
 from pyinfra.api.arguments import pop_global_arguments
@@ -96,12 +97,18 @@ def put(**arguments):
             yield command
 
 
+_connecting: dict[str, threading.Lock] = {}  # a gevent lock under pyinfra's CLI, which monkey-patches threading
+
+
 def run_elsewhere(other, command: str | StringCommand):
     """`command` on `other`, an inventory host other than the operation's (a gateway's host, from a worker's
     operation), with the escalation its own operations take (its data, the run's --sudo): connected first
     where it is outside --limit. (ok, output)."""
-    if not other.connected:
-        other.connect(raise_exceptions=True)
+    # The hosts of a batch run their operations side by side (greenlets): two connecting the same host
+    # at once would share one SSH client, the first using it while the second is still connecting it.
+    with _connecting.setdefault(other.name, threading.Lock()):
+        if not other.connected:
+            other.connect(raise_exceptions=True)
     arguments, _ = pop_global_arguments(other.state, other, {})
     return other.run_shell_command(command, **{key: arguments[key] for key in ESCALATION if key in arguments})
 

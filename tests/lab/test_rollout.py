@@ -12,6 +12,7 @@ import ipaddress
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -64,12 +65,20 @@ def restart_input(tmp_path, value: str, knobs_file: str = SLOW_START):
         f"profiles['kimi_k26_dflash']['env'] = {env!r}"))
 
 
-def rollout(group_data, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+def rollout(group_data, *args: str, timeout_s: float = 600) -> tuple[subprocess.CompletedProcess, float]:
+    """rollout.py's run; one that outlasts `timeout_s` is killed with its pyinfra runs (its own session), so
+    that none goes on changing the lab under the next test, and fails with what it printed."""
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "rollout.py", LAB_INVENTORY, *args, "--group-data", str(group_data),
-                          *EXPOSED], cwd=REPO, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "HF_TOKEN": "hf_lab_granted"})
-    run.output = run.stdout + run.stderr
+    argv = [sys.executable, "rollout.py", LAB_INVENTORY, *args, "--group-data", str(group_data), *EXPOSED]
+    with subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True, env={**os.environ, "HF_TOKEN": "hf_lab_granted"}) as process:
+        try:
+            output, _ = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            pytest.fail(f"rollout.py still running after {timeout_s:.0f} s:\n{process.communicate()[0][-6000:]}")
+    run = subprocess.CompletedProcess(argv, process.returncode, output, "")
+    run.output = output
     return run, time.monotonic() - started
 
 
@@ -215,7 +224,7 @@ def test_a_worker_failing_readiness_is_rolled_back_kept_out_and_stops_the_rollou
     assert healed.returncode == 0, healed.output[-3000:]
     assert f"{SGLANG_UNIT} back in the gateway" in changed_operations(healed.output)
     assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in workers}
-    # The others are as the failing rollout left them; the next test rolls every worker to one value again.
+    # The others are as the failing rollout left them; the victim's unit names the fault's knobs file.
 
 
 def generates(host, timeout_s: float = 60) -> bool:
@@ -233,13 +242,21 @@ def test_the_same_restarts_without_the_drain_fail_requests(fleet_behind_gateway)
     """Last: the failures it provokes leave the gateway's circuit breakers open for a while."""
     gateway, workers = fleet_behind_gateway
     assert gateway_workers(gateway) == {f"http://{w.address}:30000": "ready" for w in workers}  # as the drained run
+    # Every new server loads for SLOW_START_S, the healed victim's too (its unit names the fault's knobs
+    # file): the gateway may send all of a steady load to one worker, which must not be back at once.
+    for worker in workers:
+        fleet.ssh(worker, f"cp {SLOW_START} {FAULT_KNOBS}")
     retries, started = gateway_retries(gateway), time.monotonic()
-    with Load(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions") as load:
-        time.sleep(2)  # steady load before the first restart
-        for worker in workers:  # one at a time, as the rollout's batches: the unit restarted, not drained
-            fleet.ssh(worker, f"systemctl restart {SGLANG_UNIT}")
-            assert generates(worker), f"{worker.name} does not generate after its restart"
-        time.sleep(2)
+    try:
+        with Load(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions") as load:
+            time.sleep(2)  # steady load before the first restart
+            for worker in workers:  # one at a time, as the rollout's batches: the unit restarted, not drained
+                fleet.ssh(worker, f"systemctl restart {SGLANG_UNIT}")
+                assert generates(worker), f"{worker.name} does not generate after its restart"
+            time.sleep(2)
+    finally:
+        for worker in workers:
+            fleet.ssh(worker, f"rm -f {FAULT_KNOBS}")
     figures = {**load.figures(), "retried_by_gateway": gateway_retries(gateway) - retries}
     print(f"restarts without drain: {figures}, {time.monotonic() - started:.0f} s")
     assert figures["failed"] + figures["retried_by_gateway"] > 0, figures

@@ -418,3 +418,31 @@ def test_a_command_on_the_gateways_host_takes_that_hosts_own_escalation(monkeypa
     gw.connected = True
     assert shell.run_elsewhere(gw, "true") == (True, None) and state.inventory is inventory
     assert seen[0].get("_sudo", False) is sudo
+
+
+def test_workers_of_one_batch_reaching_the_gateways_host_at_once_connect_it_once(monkeypatch):
+    """Two workers in one run reach the gateway's host (outside --limit) at the same moment: one connection,
+    used only once it is made."""
+    import threading
+    import time
+    from pyinfra.api import Config, Inventory, State
+    from operations.basics import shell
+    inventory = Inventory(([("gw", {})], {}))
+    State(inventory, Config())
+    gw = inventory.get_host("gw")
+    connects, used_before_connected = [], []
+
+    def connect(**_):
+        connects.append(1)
+        time.sleep(0.2)  # the SSH handshake: the other worker's greenlet runs meanwhile
+        gw.connected = True
+
+    monkeypatch.setattr(gw, "connect", connect)
+    monkeypatch.setattr(gw, "run_shell_command",
+                        lambda command, **_: used_before_connected.append(not gw.connected) or (True, None))
+    workers = [threading.Thread(target=shell.run_elsewhere, args=(gw, "true")) for _ in range(2)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    assert connects == [1] and used_before_connected == [False, False]

@@ -104,7 +104,7 @@ def crash(run: dict, restarts_before: int) -> str | None:
 @operation()
 def ready(server: Server, restarted: OperationMeta, timeout_s: int):
     """
-    Prove the server generates: /health_generate, one chat completion, the speculative accept length.
+    Prove the server generates: /ready (else /health_generate), one chat completion, the speculative accept length.
 
     After a (re)start it waits, printing the load's progress from the journal; if the server
     crash-loops or is not ready within `timeout_s` it restores the previous unit, restarts it,

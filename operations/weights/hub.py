@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 
 from huggingface_hub import HfApi, get_token, hf_hub_download
@@ -72,11 +73,32 @@ def controller_token(env_name: str) -> str | None:
     return os.environ.get(env_name) or get_token()
 
 
+def once_per_run(function):
+    """functools.cache for the hosts' deploy.py, which pyinfra runs side by side (a greenlet each): a call
+    made while the same call is under way waits for its answer instead of asking the hub again, as
+    functools.cache would (a no-op of 3 hosts asked the hub the same 7 requests 3 times). A failure is
+    not kept, as functools.cache keeps none: the next call asks again."""
+    answers: dict = {}
+    locks: dict = {}
+    guard = threading.Lock()
+
+    @functools.wraps(function)
+    def cached(*args):
+        with guard:
+            lock = locks.setdefault(args, threading.Lock())
+        with lock:
+            if args not in answers:
+                answers[args] = function(*args)
+            return answers[args]
+
+    return cached
+
+
 def _endpoint_url(endpoint: str | None) -> str:
     return (endpoint or "https://huggingface.co").rstrip("/")
 
 
-@functools.lru_cache(maxsize=None)
+@once_per_run
 def whoami(endpoint: str | None, token: str | None) -> str:
     if not token:
         raise HubProblem(f"no Hugging Face token on the controller: create a read token at "
@@ -90,7 +112,7 @@ def whoami(endpoint: str | None, token: str | None) -> str:
         raise HubProblem(f"cannot check the token at {_endpoint_url(endpoint)}: {printable(error)}") from None
 
 
-@functools.lru_cache(maxsize=None)
+@once_per_run
 def snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: str) -> RepoSnapshot:
     """The repo's commit, files and config at `revision`, checking that the token may download it."""
     api = HfApi(endpoint=endpoint, token=token)

@@ -199,6 +199,50 @@ class Recorder(LoopbackServer):
 gateway_workers = load("gateway_workers")
 
 
+CHAT = json.dumps({"choices": [{"message": {"content": "Drafts verified."}}], "usage": {"completion_tokens": 3}})
+SERVER_INFO = json.dumps({"speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": 8,
+                          "internal_states": [{"avg_spec_accept_length": 3.5}]})
+
+
+def probed(statuses: dict[str, int]) -> tuple[dict, list[str]]:
+    """A probe of a server answering `statuses` (path -> status; 200 where not given, with a completion and
+    server_info), as this test's own user: the result and the paths it asked."""
+    import getpass
+    import os
+
+    def answer(path):
+        body = {"/v1/chat/completions": CHAT, "/server_info": SERVER_INFO}.get(path, "")
+        return statuses.get(path, 200), {}, body.encode()
+
+    server = Recorder(answer)
+    try:
+        result = probe.probe(str(server.port), "m", os.devnull + "-absent", getpass.getuser())
+    finally:
+        server.close()
+    return result, [path for _, path, _ in server.seen]
+
+
+def test_the_probe_of_a_ready_server_waits_for_no_health_generation():
+    """/ready answers at once; /health_generate (0.5.23: an asyncio.sleep(1) before its first check) would
+    hold every no-op's host program for a second: a ready server is not asked it."""
+    result, asked = probed({})
+    assert asked == ["/ready", "/v1/chat/completions", "/server_info"]
+    assert result == {"ready": True, "generated": True, "completion": "Drafts verified.", "algorithm": "DFLASH",
+                      "num_draft_tokens": 8, "accept_length": 3.5}
+
+
+def test_a_server_ready_refuses_is_asked_the_health_check_that_can_mark_it_up_again():
+    """SGLang marks a server unhealthy after a failed health check, and /ready refuses it until a health check
+    generates; a server without /ready (before 0.5.20) answers 404."""
+    for refused in (503, 404):
+        result, asked = probed({"/ready": refused})
+        assert asked == ["/ready", "/health_generate", "/v1/chat/completions", "/server_info"]
+        assert result["ready"] and result["generated"]
+    result, asked = probed({"/ready": 503, "/health_generate": 503})
+    assert asked == ["/ready", "/health_generate"]
+    assert result == {"ready": False, "error": "HTTP Error 503: Service Unavailable (/health_generate)"}
+
+
 def test_the_gateway_client_never_follows_a_redirect_with_the_admin_key():
     elsewhere = Recorder(lambda path: (200, {}, b'{"workers": []}'))
     redirecting = Recorder(lambda path: (307, {"Location": f"http://127.0.0.1:{elsewhere.port}{path}"}, b""))

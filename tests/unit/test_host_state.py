@@ -157,3 +157,39 @@ def test_a_probe_of_a_closed_port_answers_as_the_probe_script(tmp_path):
     for name in ("probe_server", "owned_sockets", "engine_answers"):  # as uploaded: side by side in bin/
         (tmp_path / "bin" / f"{name}.py").write_bytes(HOST_SCRIPTS[name].read_bytes())
     assert_same([(ServerProbe, probe)], env)
+
+
+def counting(directory: Path, program: str, env: dict) -> Path:
+    """PROGRAM as the host program finds it on PATH, logging each run (one line of its arguments) before it
+    runs the one found before (none: exit 1); the log's path."""
+    import shutil
+    real = shutil.which(program, path=env["PATH"])
+    log = directory / f"{program}.log"
+    (directory / "counted").mkdir(exist_ok=True)
+    wrapper = directory / "counted" / program
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\n' + (f'exec {real} "$@"\n' if real else "exit 1\n"))
+    wrapper.chmod(0o755)
+    env["PATH"] = f"{wrapper.parent}:{env['PATH']}"
+    return log
+
+
+def test_one_host_program_run_asks_nvidia_smi_once_per_kind_and_systemd_once_for_every_replica(tmp_path):
+    """The GPU facts of every deployment (each asks them, with the same arguments) read one run of each
+    nvidia-smi output; the ServiceState of every replica one `systemctl show`: on a real H200 host a no-op's
+    program takes 0.24 s, and each nvidia-smi or systemctl start on a lab host tens of milliseconds more."""
+    env = {**os.environ, **gpu_standin_env(tmp_path, "b200_nvlink")}
+    smi_log, systemctl_log = counting(tmp_path, "nvidia-smi", env), counting(tmp_path, "systemctl", env)
+    gpu = [(NvidiaGpus, {}), (NvidiaTopology, {}), (NvidiaDriver, {}), (RebootPending, {}), (NvidiaFabric, {})]
+    replicas = [(ServiceState, dict(unit_file=str(tmp_path / f"sglang@q-gpu{i}.service"),
+                                    env_file=str(tmp_path / f"q-gpu{i}.env"), service=f"sglang@q-gpu{i}"))
+                for i in range(3)]
+    requests = json.dumps([*gathering.encoded(gpu * 2 + replicas)], sort_keys=True)
+    command = gathering.HostState().command(requests).removesuffix(" || true")
+    subprocess.run(["sh", "-c", command.replace("python3 -c", f"{sys.executable} -c", 1)], capture_output=True,
+                   text=True, env=env, check=True, input=DIGEST_KEY)
+    runs = sorted(smi_log.read_text().splitlines())
+    assert runs == sorted(["--query-gpu=index,name,memory.total,compute_cap,driver_version,persistence_mode,"
+                           "mig.mode.current --format=csv,noheader,nounits", "topo -m", "-q"])
+    shown = systemctl_log.read_text().splitlines()
+    assert len([line for line in shown if "sglang@" in line]) == 1, shown
+    assert all(f"sglang@q-gpu{i}.service" in next(line for line in shown if "sglang@" in line) for i in range(3))

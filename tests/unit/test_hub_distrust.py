@@ -53,6 +53,23 @@ def test_snapshot_of_an_honest_hub_passes(hub):
     assert snap.commit == hub.shas[KIMI] and len(snap.files) == 12 and snap.config["model_type"] == "kimi_k25"
 
 
+def test_hosts_asking_the_same_snapshot_at_once_cost_the_hub_one_ask(hub):
+    """pyinfra runs each host's deploy.py side by side: the hosts that ask for a repo's snapshot while the
+    first one's requests are under way wait for its answer, so a no-op asks the hub once per run, not per host."""
+    import threading
+    mark = len(new_log_entries(hub, 0))
+    answers = []
+    hosts = [threading.Thread(target=lambda: answers.append(snapshot(hub.url, None, KIMI, hub.shas[KIMI])))
+             for _ in range(3)]
+    for thread in hosts:
+        thread.start()
+    for thread in hosts:
+        thread.join()
+    assert len(answers) == 3 and answers[0] is answers[1] is answers[2]
+    asked = [r["path"] for r in new_log_entries(hub, mark)]
+    assert asked.count(f"/api/models/{KIMI}/revision/{hub.shas[KIMI]}") == 1, asked
+
+
 def fetch_spec(hub, tmp_path, repo_id=KIMI, extra=(), token=None) -> dict:
     snap = snapshot.__wrapped__(hub.url, token, repo_id, hub.shas[repo_id])
     return {"repo_id": repo_id, "commit": snap.commit, "local_dir": str(tmp_path / "weights"),

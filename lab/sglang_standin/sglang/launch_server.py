@@ -19,8 +19,9 @@ SIGINT stops waiting.
 
 Faults come from a JSON knobs file (SPECFLEET_SGLANG_KNOBS, else /etc/specfleet-lab/sglang-standin.json):
 startup_delay_s (the weights' load), exit_after_s (the rank-0 scheduler fails), batch_stall_s
-(every batch takes at least that long: a stalled GPU), health_fail (re-read on every health
-request: 503, as a failed probe), metrics_fail (re-read on every /metrics request: 503, a scrape
+(every batch takes at least that long: a stalled GPU), health_fail (re-read on every health and
+/ready request: 503, as a failed health check, which leaves the server UnHealthy for /ready until a
+health check generates again, as in the real server), metrics_fail (re-read on every /metrics request: 503, a scrape
 target down).
 
 With --nnodes > 1 it holds the multi-node rendezvous first (rendezvous.py). Node ranks >= 1 run
@@ -356,14 +357,21 @@ class Handler(BaseHTTPRequestHandler):
                 if not self.app.active[key]:
                     del self.app.active[key]
 
-    def health(self, _body):
+    def health_failing(self) -> bool:
+        """The health_fail knob: the engine fails its health checks, leaving what a failed one leaves."""
         tm = self.app.tm
         if not (tm.gracefully_exit or tm.server_status == tm.STARTING) and read_knobs().get("health_fail"):
-            tm.server_status = tm.UNHEALTHY  # what a failed probe leaves behind
+            tm.server_status = tm.UNHEALTHY
+            return True
+        return False
+
+    def health(self, _body):
+        if self.health_failing():
             return self.send_body(503, b"", "text/plain")
-        self.send_body(tm.health_generate(self.path.split("?", 1)[0]), b"", "text/plain")
+        self.send_body(self.app.tm.health_generate(self.path.split("?", 1)[0]), b"", "text/plain")
 
     def ready(self, _body):
+        self.health_failing()
         self.send_body(200 if self.app.tm.is_ready() else 503, b"", "text/plain")
 
     def model_info(self, _body):

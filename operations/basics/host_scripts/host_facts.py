@@ -17,6 +17,11 @@ import subprocess
 import sys
 
 
+# Each answer function's requests in this run (host_state.py fills it before it answers any), so that
+# an answer reads at once what its siblings ask: one `systemctl show` for every replica's unit.
+ASKED: dict[str, list[dict]] = {}
+
+
 def run(argv: list[str], merge_stderr: bool = True) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else
                             subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True, errors="replace")
@@ -166,8 +171,10 @@ def units(names: tuple[str, ...]) -> dict[str, dict]:
 
 
 def service_state(args: dict) -> list[str] | None:
-    """ServiceState: the unit's and environment file's sha1, active and enabled state."""
-    state = units((args["service"],)).get(args["service"])
+    """ServiceState: the unit's and environment file's sha1, active and enabled state. The states of every
+    unit this run asks about come from one `systemctl show`, whatever the number of replicas."""
+    names = {asked["service"] for asked in ASKED.get("host_facts.service_state", [])} | {args["service"]}
+    state = units(tuple(sorted(names))).get(args["service"])
     if state is None:
         return None
     return [*(sha1(f) if os.path.isfile(f) else "-" for f in (args["unit_file"], args["env_file"])),

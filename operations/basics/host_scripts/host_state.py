@@ -17,6 +17,8 @@ import json
 import sys
 import threading
 
+import host_facts
+
 
 def answer(function: str, args: dict):
     module, _, name = function.rpartition(".")
@@ -27,6 +29,8 @@ def answer(function: str, args: dict):
 
 
 def main(requests: list) -> list:
+    for _, args, function, _ in requests:
+        host_facts.ASKED.setdefault(function, []).append(args)
     answers: list = [None] * len(requests)
     for stage in ("fork", "background", "inline"):
         threads = []

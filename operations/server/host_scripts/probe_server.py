@@ -1,8 +1,9 @@
 """Runs ON THE HOST (system python3, stdlib only): one readiness probe of the local SGLang server.
 
-Prints one JSON line: whether /health_generate answered 200, whether a chat completion
-generated (engine_answers.generated: tokens counted, text in its content or, from a thinking
-model, its reasoning) and its text, and the speculative decoding state from /server_info. Reads the API key
+Prints one JSON line: whether the server is ready (/ready, else /health_generate: see `ready`),
+whether a chat completion generated (engine_answers.generated: tokens counted, text in its content
+or, from a thinking model, its reasoning) and its text, and the speculative decoding state from
+/server_info. Reads the API key
 from its file, so the key is never in a command line; and sends it only over a
 connection whose server end the service user owns: while the server is down,
 any local user may bind its port, and must not receive the key.
@@ -26,6 +27,10 @@ class Connection(OwnedConnection):
         super().__init__("127.0.0.1", port, uid, timeout, whose="the service")
 
 
+class Refused(OSError):
+    """The server answered with an HTTP error status."""
+
+
 def call(port: int, uid: int, path: str, headers: dict, body: dict | None = None, timeout: float = 30):
     connection = Connection(port, uid, timeout)
     try:
@@ -37,8 +42,23 @@ def call(port: int, uid: int, path: str, headers: dict, body: dict | None = None
     finally:
         connection.close()
     if response.status >= 400:
-        raise OSError(f"HTTP Error {response.status}: {response.reason} ({path})")
+        raise Refused(f"HTTP Error {response.status}: {response.reason} ({path})")
     return response.status, json.loads(data or b"null")
+
+
+def ready(port: int, uid: int, headers: dict) -> bool:
+    """Whether the server takes requests. /ready answers at once from SGLang's own state (0.5.23
+    http_server.py: up, neither paused nor shutting down); /health_generate holds every answer for at
+    least a second (its first check of the generation follows an asyncio.sleep(1)), which every no-op
+    would wait for. A server /ready refuses is asked /health_generate all the same: SGLang marks a
+    server unhealthy after a failed health check, and only a health check that generates marks it up
+    again (and a server before 0.5.20 has no /ready). The completion after it is the proof that the
+    engine generates."""
+    try:
+        status, _ = call(port, uid, "/ready", headers, timeout=30)
+    except Refused:
+        status, _ = call(port, uid, "/health_generate", headers, timeout=30)
+    return status == 200
 
 
 def probe(port: str, model: str, key_file: str, service_user: str) -> dict:
@@ -48,8 +68,7 @@ def probe(port: str, model: str, key_file: str, service_user: str) -> dict:
     result = {"ready": False}
     try:
         uid = pwd.getpwnam(service_user).pw_uid
-        status, _ = call(int(port), uid, "/health_generate", headers, timeout=30)
-        result["ready"] = status == 200
+        result["ready"] = ready(int(port), uid, headers)
         _, chat = call(int(port), uid, "/v1/chat/completions", headers, {
             "model": model, "max_tokens": 32,
             "messages": [{"role": "user", "content": "In one sentence, what is speculative decoding?"}],

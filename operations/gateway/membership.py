@@ -75,6 +75,8 @@ class GatewayHost:
 
 @dataclass(frozen=True)
 class Fleet:
+    """The inventory as its gateways see it, each host resolved once (``resolve``; per run, ``of``)."""
+
     workers: tuple[WorkerHost, ...]  # in inventory order
     gateways: tuple[GatewayHost, ...]
 

@@ -20,7 +20,7 @@ from pyinfra import host, inventory
 from operations import deployment, schema
 from operations.basics.knobs import BadHostData
 from operations.deployment import preflight
-from operations.gateway import workers
+from operations.gateway import drain, membership
 from operations.nodes import group as nodes
 from operations.python import venv
 from serving_benchmark import sweep
@@ -43,11 +43,12 @@ if deployments:
     sweep.prompts(name="Benchmark prompts", server=server, plan=plan)
     for d in host.loop(deployments):  # each model of the host on its own, its replicas together
         # A replica behind a gateway leaves it before its server stops, and comes back once its deployed
-        # unit generates again (gateway/workers.py drain and join_again, as a deploy's restart does).
-        routes, drained = [], []
+        # unit generates again (gateway/drain.py, then serving_benchmark/behind_gateway.py join_again, as a
+        # deploy's restart does).
+        routes, drained, fleet = [], [], membership.of(inventory)
         for replica in host.loop(d.replicas):
-            routes.append(workers.routes(inventory, host, replica))
-            drained.append(workers.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
-                                         routes=routes[-1], restart=None) if routes[-1] else None)
+            routes.append(membership.routes(fleet, host, replica))
+            drained.append(drain.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
+                                       routes=routes[-1], restart=None) if routes[-1] else None)
         sweep.sweep(name=f"Benchmark sweep {d.name}", replicas=d.replicas, plan=plan, smoke=d.smoke, routes=routes,
                     drained=drained, results_subdir=d.name if len(deployments) > 1 else "")

@@ -17,8 +17,8 @@ from pyinfra import host, inventory
 from operations import deployment, schema
 from operations.basics import failing
 from operations.basics.knobs import BadHostData
-from operations.deployment import preflight, summary
-from operations.gateway import config as gateway_config, workers
+from operations.deployment import preflight, roles, summary
+from operations.gateway import config as gateway_config, drain, membership, registry
 from operations.gateway.stages import gateway_deployed
 from operations.gpu import smoke
 from operations.gpu.stages import gpu_runtime
@@ -37,14 +37,16 @@ try:
     # Every knob of every subject, parsed and checked before any host changes: the host's deployments
     # (one model, or several on disjoint GPUs), a host of a node group with its group's members. A host
     # in no class group is refused (by host_class_of) unless it is a gateway without GPUs.
-    if workers.serves_model(host.groups) or workers.GROUP not in host.groups:
+    if roles.serves_model(host.groups) or not roles.is_gateway(host.groups):
         deployments = deployment.resolve_host(host.data, deployment.host_class_of(host.groups),
                                               nodes.members(inventory, host))
-    if workers.GROUP in host.groups:
+    if roles.is_gateway(host.groups):
         g, m = gateway_config.resolve(host.data), prometheus.resolve(host.data)
 except BadHostData as problem:
     deployments, g, m = (), None, None
     preflight.refuse(problem=f"{host.name}: {problem}")
+# The inventory as the gateways see it (every host's replicas and gateway), resolved once in the run.
+fleet = membership.of(inventory)
 
 if deployments:
     # 1. Preflight: hardware, driver, token and repo access, each replica's GPUs and memory, disk, DDTree
@@ -69,7 +71,7 @@ if deployments and not refused and not any(hub.problems for hub in hubs):
     #    build's virtualenv and the host programs; the HF token (written by the service user).
     keys = server_installed(tuple(d.server for d in deployments))
     # A gateway's admin key stays on its host: the gateways' hosts drain and register these replicas.
-    workers.no_admin_key(name="No gateway admin key", server=first.server)
+    drain.no_admin_key(name="No gateway admin key", server=first.server)
     token.hf_token(name="Hugging Face token", weights=first.weights)
     # 4. The GPUs run SGLang's collectives before anything long is loaded.
     smoke.allreduce(name="GPU smoke test", smoke=first.smoke)
@@ -92,31 +94,32 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
                               decided_env=functools.partial(smoke.decided_env, d.smoke))
                  for replica in d.replicas] for d, hub in zip(deployments, hubs)]
     every = [restart for each in restarts for restart in each]
-    routes = {r.server.service_name: workers.routes(inventory, host, r.server) for r in every}  # none: rank >= 1
-    workers.drain_retired(name="Retired units leave the gateways", server=first.server,
-                          gateways=workers.gateways(inventory, host), restarts=every)
+    routes = {r.server.service_name: membership.routes(fleet, host, r.server) for r in every}  # none: rank >= 1
+    drain.drain_retired(name="Retired units leave the gateways", server=first.server,
+                        gateways=membership.gateways(fleet, host), restarts=every)
     unit.retired(name="Units no deployment wants", server=first.server, restarts=every)
     for d, hub, decisions in host.loop(list(zip(deployments, hubs, restarts))):
         for replica, restart in host.loop(list(zip(d.replicas, decisions))):
             if routes[replica.service_name]:
-                workers.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
-                              routes=routes[replica.service_name], restart=restart)
+                drain.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
+                            routes=routes[replica.service_name], restart=restart)
             server_serving(replica, restart, weight_bytes=hub.total_bytes, group=d.node_group)
             if routes[replica.service_name]:
-                workers.rejoin(name=f"{replica.service_name} back in the gateway", server=replica,
-                               routes=routes[replica.service_name])
+                drain.rejoin(name=f"{replica.service_name} back in the gateway", server=replica,
+                             routes=routes[replica.service_name])
     # Every replica serves the wanted revisions: the previous one of each repo is kept while the disk
     # allows, older ones are deleted, each said.
     revisions.pruned(name="Weights revisions", weights=tuple(d.weights for d in deployments), server=first.server)
 
 # 7. The gateway, after every worker's readiness (every host passes `workers_done`, which orders the
 #    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers.
-if any(workers.GROUP in other.groups for other in inventory):
-    workers.workers_done(name="Workers done")
+if any(roles.is_gateway(other.groups) for other in inventory):
+    registry.workers_done(name="Workers done")
 if g and not refused:
-    gateway_deployed(g, inventory, host, uv_installed=bool(deployments))
+    wanted = membership.workers(fleet, host, g.model)
+    gateway_deployed(g, wanted, uv_installed=bool(deployments))
     # 8. Prometheus (Debian's package) scraping smg and the gateway's workers, every target checked up.
-    monitoring_deployed(m, host.name, g, workers.workers(inventory, host, g.model))
+    monitoring_deployed(m, host.name, g, wanted)
 
 # The run's table: every host, its class, models, endpoints, gateway, state and accept length, printed
 # once every host reached this last operation.

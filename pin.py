@@ -39,13 +39,13 @@ def moving(hosts, profiles: list[str] | None) -> tuple[dict, dict, list[str]]:
     {(url, ref)}, problems), revisions and refs that are not commits only."""
     from operations import deployment
     from operations.basics.knobs import COMMIT, BadHostData
-    from operations.gateway.workers import GROUP, serves_model
+    from operations.deployment.roles import is_gateway, serves_model
     from operations.nodes.group import members
     from operations.server.config import git_refs
 
     repos, refs, problems = {}, {}, []
     for host in hosts:
-        if not serves_model(host.groups) and GROUP in host.groups:
+        if not serves_model(host.groups) and is_gateway(host.groups):
             continue  # a gateway without GPUs; a host in no group at all is refused by host_class_of
         for profile in profiles or [host.data.profile]:
             try:

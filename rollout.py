@@ -50,7 +50,7 @@ def survey(inventory_path: str, size: int, limit=(), exclude=(), data=(), group_
 
     from operations import schema
     from operations.basics import knobs
-    from operations.gateway.workers import serves_model
+    from operations.deployment.roles import serves_model
 
     with ctx_state.use(State()):  # pyinfra reads an inventory file inside a state, as its CLI does
         inventory = make_inventory(inventory_path, cwd=os.getcwd(), group_data_directories=group_data,
@@ -95,7 +95,7 @@ def plan(hosts, size: int) -> list[list[str]]:
     A unit is one worker, or every host of a node group: its ranks serve one server together
     (rank 0 cannot serve while another rank restarts), so they are deployed in the same run.
     """
-    from operations.gateway.workers import GROUP, serves_model
+    from operations.deployment.roles import is_gateway, serves_model
 
     units: dict[tuple[str, str], list[str]] = {}
     for h in hosts:
@@ -103,7 +103,7 @@ def plan(hosts, size: int) -> list[list[str]]:
             group = getattr(h.data, "node_group", None)
             units.setdefault(("node group", group) if group else ("host", h.name), []).append(h.name)
     ordered = list(units.values())
-    gateways = [h.name for h in hosts if GROUP in h.groups and not serves_model(h.groups)]
+    gateways = [h.name for h in hosts if is_gateway(h.groups) and not serves_model(h.groups)]
     return [[name for unit in ordered[i:i + size] for name in unit] for i in range(0, len(ordered), size)] + \
         ([gateways] if gateways else [])
 

@@ -16,7 +16,7 @@ from pyinfra import host, inventory
 from operations import status, uninstall
 from operations.basics import knobs
 from operations.deployment import preflight
-from operations.gateway import workers
+from operations.gateway import drain, membership
 from operations.server import unit
 
 try:
@@ -31,7 +31,7 @@ else:
     if view.replicas:
         # No replica wanted: every SGLang unit of the host is retired, as the deploy retires one.
         first = view.replicas[0]
-        workers.drain_retired(name="SGLang units leave the gateways", server=first,
-                              gateways=workers.gateways(inventory, host), restarts=[])
+        drain.drain_retired(name="SGLang units leave the gateways", server=first,
+                            gateways=membership.gateways(membership.of(inventory), host), restarts=[])
         unit.retired(name="SGLang units", server=first, restarts=[])
     uninstall.removed(name="What the deploy laid down", uninstall=plan)

@@ -3,7 +3,7 @@
 A gateway host needs no GPU (it skips every GPU stage); a GPU host may also be in this
 group and carry the gateway beside its server. The gateway serves the model of the
 host's `profile` (group_data/all.py) and routes to every inventory host in a class
-group serving that model, registered through its own API (operations/gateway.py).
+group serving that model, registered through its own API (operations/gateway/registry.py).
 """
 
 from operations.deployment import site as _site

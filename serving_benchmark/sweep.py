@@ -40,13 +40,13 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
-from serving_benchmark import report
+from serving_benchmark import behind_gateway, report
 from operations.server.config import Server, Speculative
 from operations.basics import knobs, shell
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
 from operations.gpu import smoke as gpu_smoke
-from operations.gateway import workers
+from operations.gateway.membership import Route
 from operations.gpu.facts import NvidiaGpus
 from operations.gpu.smoke import SmokeTest
 from operations.server import readiness
@@ -293,7 +293,7 @@ def sweep(replicas: tuple[Server, ...], plan: Plan, smoke: SmokeTest | None = No
     + replicas: the deployment's replicas (their class is recorded in the summary)
     + plan: modes, concurrency levels, workload, results directory, baseline
     + smoke: the host's GPU smoke test, whose P2P decision the units' environment holds (``smoke.decided_env``)
-    + routes, drained: per replica, the gateways it was drained from before the sweep (``workers.drain``):
+    + routes, drained: per replica, the gateways it was drained from before the sweep (``drain.drain``):
       once its deployed unit generates again, it registers with them again
     + results_subdir: under the host's results, for a host serving several deployments (their names)
 
@@ -584,7 +584,7 @@ def generated_tokens(metrics: str) -> float:
                if line.startswith("sglang:generation_tokens_total"))
 
 
-def gateway_problem(listing: dict, route: workers.Route, replicas: tuple[Server, ...]) -> str | None:
+def gateway_problem(listing: dict, route: Route, replicas: tuple[Server, ...]) -> str | None:
     """Why the figures through `route`'s gateway would not be these replicas' (their host's) alone: the
     gateway did not answer, or its workers of their model are not exactly them (it also routes to
     another host, or lacks one of them), or its inventory name would not make one plain directory of the
@@ -620,7 +620,7 @@ def _through_gateways(host, replicas: tuple[Server, ...], plan: Plan, remote_roo
     passes = {}
     for route in routes:
         name = route.gateway
-        problem = route.problem or gateway_problem(workers.listing_now(host, route, d.served_model_name), route,
+        problem = route.problem or gateway_problem(behind_gateway.listing_now(host, route, d.served_model_name), route,
                                                    replicas)
         if problem:
             passes[name] = {"skipped": f"through {name} skipped: {problem}"}
@@ -722,7 +722,7 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
             host.log_styled(f"the deployed {replica.service_name} does not generate again ({probe.get('error')}): "
                             f"run the deploy to repair it", fg="red")
             failed.append("restore")
-        elif not workers.join_again(host, replica, routes, drained):  # generating again: back in its gateways
+        elif not behind_gateway.join_again(host, replica, routes, drained):  # generating again: back in its gateways
             failed.append("gateway")
     gateways = {}
     if rejoin[0][0] and not {"restore", "gateway", "interrupted"} & set(failed):

@@ -1,5 +1,5 @@
 """What an address means for who reaches a server: the one definition of loopback, the wildcard, a
-host address, and where a process on the same host reaches a server bound to an address."""
+host address, where a process on the same host reaches a server bound to an address, and a server's URL."""
 
 import ipaddress
 import re
@@ -28,3 +28,9 @@ def inventory_address(inventory_host) -> str:
     """A host's address on the serving network: `gateway_worker_address`, else `ssh_hostname`, else its name."""
     data = inventory_host.data
     return str(data.get("gateway_worker_address") or data.get("ssh_hostname") or inventory_host.name)
+
+
+def url(address: str, port: int | str) -> str:
+    """A server's URL at `address` and `port`: every server a deploy starts (SGLang, smg, Prometheus) serves
+    plain HTTP."""
+    return f"http://{address}:{port}"

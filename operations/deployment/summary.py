@@ -8,18 +8,27 @@ it prints the table for all of them, failed ones included, from what the subject
 
 import weakref
 from dataclasses import dataclass
+from typing import Protocol
 
 from pyinfra import host, logger
 from pyinfra.api import operation
 
 from operations.basics import network, outcomes
 from operations.deployment import Deployment, HOST_CLASSES
-from operations.gateway.config import Gateway
 
 REFUSAL_WIDTH = 80  # a refusal's first characters in the table; its whole sentence is printed above it
 COLUMNS = ("host", "class", "model", "endpoint", "gateway", "state", "accept length")
 _rows: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per run: host name -> its Row
 _printed: "weakref.WeakSet" = weakref.WeakSet()  # the runs whose table is printed
+
+
+class Gateway(Protocol):
+    """What the table reads of a host's gateway (operations/gateway/config.py's Gateway, which the deploy
+    passes): the gateway stands above the deployment, which imports none of it."""
+
+    model: str
+    bind_address: str
+    port: int
 
 
 @dataclass(frozen=True)
@@ -36,9 +45,9 @@ class Row:
 def _where(inventory_host, bind_address: str, port: int | str) -> str:
     """The URL a client reaches a server bound to `bind_address` at: loopback is the host's own."""
     if network.is_loopback(bind_address):
-        return f"http://127.0.0.1:{port} (on the host)"
+        return f"{network.url(network.LOOPBACK, port)} (on the host)"
     address = network.inventory_address(inventory_host) if bind_address in network.WILDCARDS else bind_address
-    return f"http://{address}:{port}"
+    return network.url(address, port)
 
 
 def _endpoints(inventory_host, d: Deployment) -> str:

@@ -11,7 +11,7 @@ from pyinfra.api import operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import systemd
 
-from operations.basics import gathering, shell
+from operations.basics import gathering, network, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates, digest_of, sha1_of
 from operations.basics.secrets import controller_key_file
@@ -41,7 +41,7 @@ def api_key(gateway: Gateway):
     state = gathering.read(FileStates, paths=(g.key_file,)).get(g.key_file)
     if g.exposed and not key and (not state or g.remove_api_key):
         yield fail_host([f"{host.name}: the gateway would listen on {g.bind_address} without a key: "
-                         f"set ${g.api_key_env} on the controller or keep gateway_bind_address=127.0.0.1"],
+                         f"set ${g.api_key_env} on the controller or keep gateway_bind_address={network.LOOPBACK}"],
                         static=True)  # its data, the controller's variable and a file only this writes
         return
     if key and not state:

@@ -1,29 +1,30 @@
 """The gateway stages deploy.py calls."""
 
 from operations.basics import host_programs, ownership
-from operations.gateway import service, workers
+from operations.gateway import registry, service
 from operations.gateway.config import Gateway
+from operations.gateway.membership import Worker
 from operations.python import venv
 
 
-def gateway_deployed(g: Gateway, inventory, gateway_host, uv_installed: bool) -> None:
+def gateway_deployed(g: Gateway, wanted: list[Worker], uv_installed: bool) -> None:
     """
     The gateway host's smg: its user, key, virtualenv, scripts and unit, and the inventory's workers of
-    its model registered (after every worker's readiness: ``workers.workers_done`` orders it).
+    its model registered (after every worker's readiness: ``registry.workers_done`` orders it).
 
     + g: the host's gateway
-    + inventory, gateway_host: pyinfra's inventory and this host (the workers are read from them)
+    + wanted: the inventory's workers of its model (``membership.workers``)
     + uv_installed: uv is already installed by this host's worker stages
 
     **Example:**
 
     .. code:: python
 
-        gateway_deployed(g, inventory, host, uv_installed=deployment is not None)
+        gateway_deployed(g, membership.workers(fleet, host, g.model), uv_installed=bool(deployments))
     """
     # Whom the gateway routes to before this run (read now, before any operation runs): a worker kept
     # out stays out, also through a restart of smg, which forgets its workers.
-    before = workers.listed(g)
+    before = registry.listed(g)
     ownership.service_user(name="Gateway user", user=g.user, home=g.home)
     key = service.api_key(name="Gateway API key", gateway=g)
     admin_key = service.admin_key(name="Gateway admin key", gateway=g)
@@ -36,5 +37,5 @@ def gateway_deployed(g: Gateway, inventory, gateway_host, uv_installed: bool) ->
                                                programs=host_programs.of_subject("gateway"))
     unit = service.configure(name="Gateway service", gateway=g, inputs=g.requirement,
                              restart_when=[key, admin_key, smg, scripts])
-    workers.register_workers(name="Gateway workers", gateway=g, wanted=workers.workers(inventory, gateway_host, g.model),
-                             listing_before=before, restarted=unit)
+    registry.register_workers(name="Gateway workers", gateway=g, wanted=wanted, listing_before=before,
+                              restarted=unit)

@@ -1,6 +1,6 @@
 """Prometheus on the `gateway` group's hosts: Debian's own package, scraping the gateway's workers and smg.
 
-Its targets come from the inventory, as the gateway's workers do (`gateway.workers()`): every
+Its targets come from the inventory, as the gateway's workers do (``membership.workers``): every
 worker of the gateway's model at the address the gateway reaches it (`/metrics`, which SGLang
 serves without its API key, so Prometheus holds none), and smg's own Prometheus port. The deploy
 then asks Prometheus (`/api/v1/targets`) whether every target is up, and fails the host naming
@@ -30,7 +30,7 @@ from pyinfra.operations import files, systemd
 from operations.basics.file_states import FileStates
 from operations.basics import apt_packages, gathering, knobs, network, shell
 from operations.gateway.config import Gateway
-from operations.gateway.workers import Worker
+from operations.gateway.membership import Worker
 from operations.basics.host_programs import inline
 from operations.basics.templates import render
 from operations.basics.untrusted import printable

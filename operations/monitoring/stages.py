@@ -1,7 +1,7 @@
 """The monitoring stages deploy.py calls."""
 
 from operations.gateway.config import Gateway
-from operations.gateway.workers import Worker
+from operations.gateway.membership import Worker
 from operations.monitoring import prometheus
 from operations.monitoring.prometheus import Monitoring
 
@@ -15,7 +15,7 @@ def monitoring_deployed(m: Monitoring, gateway_host_name: str, g: Gateway, worke
 
     .. code:: python
 
-        monitoring_deployed(m, host.name, g, workers.workers(inventory, host, g.model))
+        monitoring_deployed(m, host.name, g, membership.workers(fleet, host, g.model))
     """
     targets = prometheus.scrape_targets(gateway_host_name, g, workers)
     arguments = prometheus.arguments(name="Prometheus arguments", monitoring=m)

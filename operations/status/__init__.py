@@ -17,8 +17,9 @@ from operations import deployment
 from operations.basics import gathering, read_only
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
+from operations.deployment import roles
 from operations.deployment.summary import _where as where
-from operations.gateway import config as gateway_config, workers
+from operations.gateway import config as gateway_config, membership as gateway_membership
 from operations.gateway.config import Gateway
 from operations.nodes import group as nodes
 from operations.server.config import Server
@@ -95,10 +96,10 @@ class HostView:
 
 @dataclass(frozen=True)
 class Membership:
-    """One gateway's side: the workers the inventory gives it (workers.workers) and what it lists."""
+    """One gateway's side: the workers the inventory gives it (``gateway_membership.workers``) and what it lists."""
 
     gateway: str
-    expected: tuple[workers.Worker, ...]
+    expected: tuple[gateway_membership.Worker, ...]
     listing: dict | None  # its GatewayState; None: its host was not read
 
 
@@ -106,11 +107,11 @@ def view_of(inventory_host, inventory) -> HostView:
     """The host as its data resolves (a host whose data is refused says why)."""
     h = inventory_host
     host_class = ", ".join(group for group in h.groups if group in deployment.HOST_CLASSES) or \
-        ("gateway" if workers.GROUP in h.groups else "-")
+        ("gateway" if roles.is_gateway(h.groups) else "-")
     try:
         served = deployment.resolve_host(h.data, deployment.host_class_of(h.groups), nodes.members(inventory, h)) \
-            if workers.serves_model(h.groups) else ()
-        g = gateway_config.resolve(h.data) if workers.GROUP in h.groups else None
+            if roles.serves_model(h.groups) else ()
+        g = gateway_config.resolve(h.data) if roles.is_gateway(h.groups) else None
     except BadHostData as problem:
         return HostView(h.name, host_class, problem=str(problem))
     endpoints = {}
@@ -126,7 +127,8 @@ def view_of(inventory_host, inventory) -> HostView:
 
 def memberships(inventory, views: dict[str, HostView], seen: dict[str, dict | None]) -> list[Membership]:
     """Every gateway of the inventory with the workers it should route to and what it lists."""
-    return [Membership(h.name, tuple(workers.workers(inventory, h, views[h.name].gateway.model)),
+    fleet = gateway_membership.resolve(inventory)
+    return [Membership(h.name, tuple(gateway_membership.workers(fleet, h, views[h.name].gateway.model)),
                        (seen.get(h.name) or {}).get("gateway"))
             for h in inventory if h.name in views and views[h.name].gateway]
 

@@ -22,8 +22,7 @@ import pytest
 import testinfra
 
 from lab import fleet
-from operations.gateway.workers import GROUP as GATEWAY
-from operations.gateway.workers import serves_model
+from operations.deployment.roles import GATEWAY, serves_model
 from operations.gpu.classify import host_class_for, load_class_expectations
 from operations.gpu.facts import NvidiaGpus, NvidiaTopology
 from operations.gpu.products import interconnect_by_product

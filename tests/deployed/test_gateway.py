@@ -11,7 +11,7 @@ import shlex
 
 from operations.basics import network
 from operations.gateway.config import resolve as resolve_gateway
-from operations.gateway.workers import workers
+from operations.gateway.membership import resolve as fleet, workers
 from operations.monitoring.prometheus import PrometheusTargets, down_targets, scrape_targets
 from operations.monitoring.prometheus import resolve as resolve_monitoring
 from operations.server.host_scripts.engine_answers import generated
@@ -37,7 +37,7 @@ def gateway_of(gateway_target):
 def inventory_workers(gateway_target, deployed_inventory):
     inventory, _ = deployed_inventory
     host = inventory[gateway_target.name]
-    return workers(inventory.values(), host, gateway_of(gateway_target).model)
+    return workers(fleet(inventory.values()), host, gateway_of(gateway_target).model)
 
 
 def registered(gateway_target) -> dict:

@@ -14,8 +14,9 @@ from operations.basics.units import ServiceState
 from operations.deployment import resolve, resolve_host
 from operations.gateway import service
 from operations.gateway.config import resolve as resolve_gateway
-from operations.gateway.workers import (LEGACY_ADMIN_KEY, GatewayWorkers, Route, drain, drain_retired, no_admin_key,
-                                        rejoin, routes, workers)
+from operations.gateway.drain import LEGACY_ADMIN_KEY, drain, drain_retired, no_admin_key, rejoin
+from operations.gateway.membership import Route, resolve as fleet, routes, workers
+from operations.gateway.registry import GatewayWorkers
 from operations.server import unit
 from operations.basics.knobs import BadHostData
 from operations.python.venv import VenvRequirement, fingerprint
@@ -25,7 +26,7 @@ from tests.unit.group_data import host_data
 
 
 class InventoryHost(SimpleNamespace):
-    """What workers() reads of a pyinfra host: name, groups, data (attributes and .get)."""
+    """What the fleet reads of a pyinfra host: name, groups, data (attributes and .get)."""
 
 
 class Data(SimpleNamespace):
@@ -72,7 +73,7 @@ def test_workers_are_the_inventory_hosts_serving_the_gateways_model_at_their_net
                        bind_address="0.0.0.0"),
         inventory_host("other-model", ["rtx_pro_6000_pcie"], profile="qwen36_ddtree", bind_address="0.0.0.0"),
     ]
-    found = workers(inventory, gateway, resolve_gateway(gateway.data).model)
+    found = workers(fleet(inventory), gateway, resolve_gateway(gateway.data).model)
     assert [(w.name, w.url, w.problem, w.replica) for w in found] == [
         ("a", "http://10.0.0.5:30000", None, "sglang@kimi_k26_dflash-gpu0-7"),
         ("b", "http://b.internal:30000", None, "sglang@kimi_k26_dflash-gpu0-7")]
@@ -87,22 +88,60 @@ def test_each_replica_is_a_worker_at_its_own_port_and_a_host_serves_two_models_t
                           deployments=[dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
                                        dict(profile="qwen36_ddtree", gpus=[6, 7])])
     inventory = [kimi, qwen, replicas, both]
-    assert [(w.name, w.url, w.replica) for w in workers(inventory, qwen, "qwen3.6-27b")] == [
+    assert [(w.name, w.url, w.replica) for w in workers(fleet(inventory), qwen, "qwen3.6-27b")] == [
         *(("a", f"http://10.0.0.5:{30000 + i}", f"sglang@qwen36_ddtree-gpu{i}") for i in range(8)),
         ("b", "http://10.0.0.6:30006", "sglang@qwen36_ddtree-gpu6"), ("b", "http://10.0.0.6:30007", "sglang@qwen36_ddtree-gpu7")]
-    assert [(w.name, w.url, w.replica) for w in workers(inventory, kimi, "kimi-k2.6")] == [
+    assert [(w.name, w.url, w.replica) for w in workers(fleet(inventory), kimi, "kimi-k2.6")] == [
         ("b", "http://10.0.0.6:30000", "sglang@kimi_k26_dflash-gpu0-3")]
     kimi_replica, qwen_replica = (d.replicas[-1] for d in resolve_host(both.data, "rtx_pro_6000_pcie"))
-    assert [(r.gateway, r.worker_url(kimi_replica.port)) for r in routes(inventory, both, kimi_replica)] == [
+    assert [(r.gateway, r.worker_url(kimi_replica.port)) for r in routes(fleet(inventory), both, kimi_replica)] == [
         ("gw", "http://10.0.0.6:30000")]
-    assert [(r.gateway, r.worker_url(qwen_replica.port)) for r in routes(inventory, both, qwen_replica)] == [
+    assert [(r.gateway, r.worker_url(qwen_replica.port)) for r in routes(fleet(inventory), both, qwen_replica)] == [
         ("gw2", "http://10.0.0.6:30007")]
+
+
+class Run:
+    """A pyinfra run as the fleet's cache keys it (weakly, as pyinfra's State)."""
+
+
+class Inventory(list):
+    """pyinfra's inventory as the deploy iterates it, with its run's state."""
+
+    state = Run()
+
+
+def test_the_inventory_is_resolved_once_per_run_whatever_each_host_asks_of_its_gateways(monkeypatch):
+    """Every host's deploy file asks the gateways of each of its replicas (drain, rejoin), of its retired units,
+    and a gateway its workers: one resolution per worker host in the run, not one per question."""
+    from operations import deployment
+    from operations.gateway import membership
+    hosts = 4
+    inventory = Inventory([inventory_host("gw", ["gateway"], profile="qwen36_ddtree"), *(
+        inventory_host(f"w{i}", ["rtx_pro_6000_pcie"], ssh_hostname=f"10.0.0.{i + 1}", bind_address="0.0.0.0",
+                       profile="qwen36_ddtree") for i in range(hosts))])
+    resolved = []
+    resolve_host = deployment.resolve_host
+    monkeypatch.setattr(deployment, "resolve_host", lambda *args: resolved.append(args) or resolve_host(*args))
+    answers = []
+    for host in inventory:  # deploy.py, as pyinfra runs it for each host
+        fleet = membership.of(inventory)
+        if host.name == "gw":
+            answers.append(len(membership.workers(fleet, host, "qwen3.6-27b")))
+            continue
+        for replica in resolve_host(host.data, "rtx_pro_6000_pcie")[0].replicas:
+            answers.append(len(membership.routes(fleet, host, replica)))
+        answers.append(len(membership.gateways(fleet, host)))
+    assert answers == [hosts * 8, *([1] * (8 + 1)) * hosts]  # its workers; a route per replica, a gateway per host
+    # A resolution of the inventory per question would make 8·N² + N of them, 132 here.
+    assert len(resolved) == hosts
+    assert membership.of(Inventory(inventory)) is fleet  # one run, one fleet
+    assert membership.of(type("Later", (Inventory,), {"state": Run()})(inventory)) is not fleet
 
 
 def test_a_loopback_worker_on_another_host_is_a_problem_and_on_the_gateways_own_host_is_not():
     both = inventory_host("both", ["rtx_pro_6000_pcie", "gateway"], bind_address="127.0.0.1")
     apart = inventory_host("apart", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.7", bind_address="127.0.0.1")
-    found = {w.name: w for w in workers([both, apart], both, resolve_gateway(both.data).model)}
+    found = {w.name: w for w in workers(fleet([both, apart]), both, resolve_gateway(both.data).model)}
     assert found["both"].url == "http://127.0.0.1:30000" and found["both"].problem is None
     assert "serves on 127.0.0.1 only" in found["apart"].problem
 
@@ -114,7 +153,7 @@ def test_a_workers_gateways_are_driven_on_their_own_hosts_and_reached_as_clients
     other = inventory_host("gw4", ["gateway"], profile="qwen36_ddtree", gateway_bind_address="0.0.0.0")
     worker = inventory_host("w", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.5", bind_address="0.0.0.0")
     replica = resolve(worker.data, "rtx_pro_6000_pcie").server
-    found = routes([exposed, pinned, closed, other, worker], worker, replica)
+    found = routes(fleet([exposed, pinned, closed, other, worker]), worker, replica)
     assert [(r.gateway, r.address, r.port, r.worker_url(replica.port), r.problem) for r in found] == [
         ("gw", "10.0.0.2", 30080, "http://10.0.0.5:30000", None),
         ("gw2", "10.1.0.3", 30080, "http://10.0.0.5:30000", None),
@@ -122,7 +161,7 @@ def test_a_workers_gateways_are_driven_on_their_own_hosts_and_reached_as_clients
         ("gw3", "", 30080, "http://10.0.0.5:30000", None)]  # gw4 serves another model
     both = inventory_host("both", ["rtx_pro_6000_pcie", "gateway"])  # loopback worker under its own gateway
     own = resolve(both.data, "rtx_pro_6000_pcie").server
-    assert [(r.address, r.worker_url(own.port), r.problem) for r in routes([both], both, own)] == [
+    assert [(r.address, r.worker_url(own.port), r.problem) for r in routes(fleet([both]), both, own)] == [
         ("127.0.0.1", "http://127.0.0.1:30000", None)]
 
 
@@ -309,7 +348,8 @@ class RunState(SimpleNamespace):
     ({"reachable": False, "workers": []}, {"gw"}, {"a"}, ["b"]),
 ])
 def test_the_gateway_keeps_out_a_rolled_back_worker_until_a_run_deploys_it(before, limit, failed, kept):
-    from operations.gateway.workers import Worker, kept_in
+    from operations.gateway.membership import Worker
+    from operations.gateway.registry import kept_in
     hosts = [Named(n) for n in ("gw", "a", "b")]
     state = RunState(failed_hosts={h for h in hosts if h.name in failed}, inventory=hosts, limit=limit)
     wanted = [Worker("a", "http://a:30000"), Worker("b", "http://b:30000")]
@@ -446,3 +486,22 @@ def test_workers_of_one_batch_reaching_the_gateways_host_at_once_connect_it_once
     for thread in workers:
         thread.join()
     assert connects == [1] and used_before_connected == [False, False]
+
+
+def test_the_gateways_modules_ask_same_host_loopback_and_urls_of_their_one_definitions():
+    """Read from the source of the controller's gateway modules: a host name compared outside
+    ``membership.same_host``, loopback typed, or a URL built by hand would be a second answer."""
+    import ast
+    from operations.gateway import membership
+    here = Path(membership.__file__).parent
+    for path in sorted(here.glob("*.py")):
+        text = path.read_text()
+        assert "127.0.0.1" not in text and "http://{" not in text, path.name  # network.LOOPBACK, network.url
+        for function in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)):
+            if function.name == "same_host":
+                continue
+            for compare in (n for n in ast.walk(function) if isinstance(n, ast.Compare)):
+                names = [side for side in (compare.left, *compare.comparators)
+                         if isinstance(side, ast.Attribute) and side.attr == "name"]
+                assert not (names and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in compare.ops)), \
+                    f"{path.name}:{compare.lineno} compares host names: ask membership.same_host"

@@ -18,7 +18,7 @@ from operations.gateway import service
 from operations.monitoring import prometheus
 from operations.basics.file_states import FileStates
 from operations.gateway.config import resolve as resolve_gateway
-from operations.gateway.workers import Worker
+from operations.gateway.membership import Worker
 from operations.basics.knobs import BadHostData
 from operations.monitoring.prometheus import (KEY_FILE, PrometheusTargets, ScrapeTarget, config_text, down_targets,
                                    scrape_targets)

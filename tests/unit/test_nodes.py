@@ -14,7 +14,7 @@ import pytest
 from operations.basics.knobs import BadHostData
 from operations.deployment import resolve
 from operations.gateway.config import resolve as resolve_gateway
-from operations.gateway.workers import workers
+from operations.gateway.membership import resolve as fleet, workers
 from operations.basics.host_programs import program
 from operations.nodes import rendezvous
 from operations.nodes.rendezvous import DistInitLinks, RankState, joined_rank0, peers_of_rank0
@@ -94,7 +94,7 @@ def test_the_node_address_knob_names_the_node_network_apart_from_ssh():
 def test_the_gateway_registers_rank0_only():
     gateway = inventory_host("gw", ["gateway"])
     inventory = [gateway, *two_nodes(a={"bind_address": "0.0.0.0"}, b={"bind_address": "0.0.0.0"})]
-    found = workers(inventory, gateway, resolve_gateway(gateway.data).model)
+    found = workers(fleet(inventory), gateway, resolve_gateway(gateway.data).model)
     assert [(w.name, w.url) for w in found] == [("b200-a", "http://10.0.0.1:30000")]
 
 

@@ -226,7 +226,7 @@ def test_through_the_gateway_the_client_sends_to_the_gateway_with_the_key_file_n
 
 
 def test_a_gateway_is_benchmarked_only_when_its_workers_of_the_model_are_exactly_this_hosts_replicas():
-    from operations.gateway.workers import Route
+    from operations.gateway.membership import Route
     replicas = qwen_replicas()
     route = Route("ct200", resolve_gateway(host_data("gateway", profile="qwen36_ddtree")), "127.0.0.1", "127.0.0.1")
     ours = [{"url": f"http://127.0.0.1:{r.port}", "status": "ready"} for r in replicas]

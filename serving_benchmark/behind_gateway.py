@@ -1,0 +1,34 @@
+"""The bench's side of a replica's gateways, at execution time: what a gateway lists now, and a replica
+registered again once its deployed unit generates after the sweep (as a deploy's ``drain.rejoin`` does)."""
+
+from pyinfra.api.operation import OperationMeta
+
+from operations.basics import shell
+from operations.gateway import drain, registry
+from operations.gateway.membership import Route
+from operations.server.config import Server
+
+
+def listing_now(host, route: Route, model: str) -> dict:
+    """The route's gateway's workers of `model`, read now on the gateway's host as ``registry.listing``
+    reads them before the run (the ``GatewayWorkers`` fact's program)."""
+    fact = registry.GatewayWorkers()
+    _, output = shell.run_elsewhere(registry.gateway_host(route),
+                                    fact.command(**registry.listing_args(route.control, model)))
+    return fact.process(output.stdout_lines)
+
+
+def join_again(host, server: Server, routes: list[Route], drained: OperationMeta | None) -> bool:
+    """Once a server stopped after `drained` generates again: register the replica again with its
+    gateways, as ``drain.rejoin`` does. False, saying why, when a join failed."""
+    if drained is None or not drained.changed:
+        return True
+    for route, command in drain.joins(server, routes):
+        ok, output = shell.run_elsewhere(registry.gateway_host(route), command)
+        if not ok:
+            host.log_styled(f"{host.name}: registering {server.service_name} again with its gateway failed: "
+                            f"{' '.join((output.stderr or output.stdout).split())[-300:]}", fg="red")
+            return False
+    host.log_styled(f"{host.name}: {server.service_name} back in its gateways ({', '.join(r.gateway for r in routes)})",
+                    fg="green")
+    return True

@@ -11,6 +11,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from operations.basics.network import LOOPBACK
+
 
 class BadHostData(ValueError):
     """Host data that cannot be deployed; the message is one line naming the knob, its value and what is accepted."""
@@ -140,7 +142,7 @@ def address(name: str, value: Any) -> str:
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
-        raise BadHostData(f"{name}={value!r} is not an IP address: use e.g. 127.0.0.1 (loopback), "
+        raise BadHostData(f"{name}={value!r} is not an IP address: use e.g. {LOOPBACK} (loopback), "
                           "or the host's address on the serving network") from None
 
 

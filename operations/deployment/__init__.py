@@ -24,8 +24,6 @@ from operations.server.config import Server
 from operations.weights import config as weights_config
 from operations.weights.config import Weights
 
-COMMIT = re.compile(r"[0-9a-f]{40}")  # a pinned revision; anything else is a branch or tag
-
 # The host classes. Each is an inventory group, and group_data/<class>.py says what its
 # GPUs must be (`expected_gpus`) and how SGLang is tuned for them (`sglang_tuning`).
 # The value is the class's short name (lab host names such as lab-pcie-1, `lab up --hosts`).

@@ -36,7 +36,7 @@ class Row:
 def _where(inventory_host, bind_address: str, port: int | str) -> str:
     """The URL a client reaches a server bound to `bind_address` at: loopback is the host's own."""
     if network.is_loopback(bind_address):
-        return f"http://127.0.0.1:{port} (on the host)"
+        return f"http://{network.LOOPBACK}:{port} (on the host)"
     address = network.inventory_address(inventory_host) if bind_address in network.WILDCARDS else bind_address
     return f"http://{address}:{port}"
 

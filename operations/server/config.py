@@ -174,7 +174,7 @@ class Server:
     @property
     def url(self) -> str:
         """Where the server answers on its own host."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{network.LOOPBACK}:{self.port}"
 
 
 def served_model_name(data: Any, profile_name: str | None = None) -> str:

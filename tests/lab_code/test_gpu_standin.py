@@ -31,6 +31,8 @@ ALL_PROFILES = sorted(path.name for path in PROFILES.iterdir())
 DAEMON_STANDIN = REPO / "lab" / "host_files" / "usr" / "lib" / "specfleet-lab" / "driver-daemon-standin"
 TORCH_STANDIN = REPO / "lab" / "torch_standin"  # on a lab host: in the SGLang venv (the SGLang stand-in's wheel)
 GPU_SMOKE = HOST_SCRIPTS["gpu_smoke"]
+# The host programs it imports, which the deploy uploads beside it (INSTALL_DIR/bin).
+HOST_PROGRAM_DIRS = sorted({str(path.parent) for path in HOST_SCRIPTS.values()})
 H200_CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 
 
@@ -86,7 +88,7 @@ def lab_host(tmp_path):
                 if p2p_floor_gbps else []
             done = subprocess.run([sys.executable, str(GPU_SMOKE), "--floor-gbps", str(floor_gbps), "--timeout",
                                    str(timeout), "--key", "k", *p2p, *(["--previous", str(previous)] if previous else [])],
-                                  env=dict(env, PYTHONPATH=str(TORCH_STANDIN), **nccl_env), capture_output=True,
+                                  env=dict(env, PYTHONPATH=os.pathsep.join([str(TORCH_STANDIN), *HOST_PROGRAM_DIRS]), **nccl_env), capture_output=True,
                                   text=True, timeout=2 * timeout + 60)
             return json.loads(done.stdout.splitlines()[-1])
 

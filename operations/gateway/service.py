@@ -16,7 +16,7 @@ from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates, digest_of, sha1_of
 from operations.basics.secrets import controller_key_file
 from operations.basics.templates import render
-from operations.basics.units import ServiceState
+from operations.basics.units import ServiceState, any_change
 from operations.gateway.config import Gateway
 
 
@@ -112,7 +112,7 @@ def configure(gateway: Gateway, inputs: str, restart_when: list[OperationMeta]):
     text = unit_text(g, inputs)
     current = host.get_fact(ServiceState, unit_file=g.unit_file, env_file="/dev/null", service=g.service_name)
     if current["unit_sha1"] == sha1_of(text.encode()):
-        if any(op.changed for op in restart_when):
+        if any_change(restart_when):
             yield from systemd.service._inner(service=g.service_name, running=True, restarted=True, enabled=True)
         elif current["active"] != "active" or current["enabled"] != "enabled":
             yield from systemd.service._inner(service=g.service_name, running=True, enabled=True)

@@ -9,6 +9,7 @@ from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from operations.basics import gathering, outcomes, polling, shell
+from operations.basics.units import any_change
 from operations.basics.untrusted import printable
 from operations.server.config import Server
 from operations.server.host_scripts.engine_answers import scrubbed
@@ -121,7 +122,7 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
         readiness.ready(name="Wait until SGLang generates", server=server, restarted=unit, timeout_s=1800)
     """
     d = server
-    if not restarted.changed:
+    if not any_change([restarted]):
         probe = gathering.read(ServerProbe, install_dir=d.install_dir, port=d.port, model=d.served_model_name,
                                key_file=d.api_key_file, service_user=d.service_user) or {}
         if generates(probe):

@@ -17,7 +17,7 @@ from operations.basics import gathering, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import sha1_of
 from operations.basics.host_programs import HOST_SCRIPTS, inline
-from operations.basics.units import ServiceState
+from operations.basics.units import ServiceState, any_change
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.checks import refused_flags
 from operations.server.config import Server
@@ -96,7 +96,7 @@ class Restart:
             built = installed and installed["fingerprint"] == fingerprint(s.sglang_requirement, s.pip_index_url)
             return Decision(FILES_CHANGED, rejection(host, s, server_args(s)) if built else None, unit_text,
                             env_text, enabled)
-        if any(op.changed for op in self.restart_when):
+        if any_change(self.restart_when):
             return Decision(INPUT_CHANGED, None, unit_text, env_text, enabled)
         return Decision(STOPPED if current["active"] != "active" else None, None, unit_text, env_text, enabled)
 

@@ -26,8 +26,7 @@ from operations.weights.config import Weights
 
 # The host classes. Each is an inventory group, and group_data/<class>.py says what its
 # GPUs must be (`expected_gpus`) and how SGLang is tuned for them (`sglang_tuning`).
-# The value is the class's short name (lab host names such as lab-pcie-1, `lab up --hosts`).
-HOST_CLASSES = {"rtx_pro_6000_pcie": "pcie", "b200_nvlink": "b200", "b300_nvlink": "b300"}
+HOST_CLASSES = ("rtx_pro_6000_pcie", "b200_nvlink", "b300_nvlink")
 
 
 @dataclass(frozen=True)

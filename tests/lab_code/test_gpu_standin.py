@@ -17,9 +17,10 @@ import pytest
 
 from operations.basics.host_programs import HOST_SCRIPTS
 from operations.gpu.checks import check_fabric, check_gpu_class
-from operations.gpu.classify import classify_dir
+from tools.gpu.classify import classify_dir
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaHost, NvidiaTopology, RebootPending
-from operations.gpu.parse import parse_smi_xml, parse_topology
+from operations.gpu.parse import parse_topology
+from tools.gpu.smi_captures import parse_smi_xml
 from tests.unit.group_data import class_expectations
 
 REPO = Path(__file__).resolve().parents[2]

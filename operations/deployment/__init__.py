@@ -194,11 +194,11 @@ def _venv_name(server: Server, name: str, earlier: list[Server]) -> str:
     return "sglang-venv" if not earlier else f"sglang-venv-{name}"
 
 
-def pinned(deployment: Deployment, commits: dict[str, str]) -> Deployment:
+def at_commits(deployment: Deployment, commits: dict[str, str]) -> Deployment:
     """The deployment at the commits the hub resolved its revisions to (per role): its weights in those
     revisions' directories, its servers loading from them. A role the hub did not answer stays as it was."""
     d = deployment
-    weights = d.weights.pinned(commits)
+    weights = d.weights.at_commits(commits)
     dirs = {role: weights.repo(role).local_dir for role in weights_config.ROLES}
     return replace(d, weights=weights, replicas=tuple(
         replace(s, model_dir=dirs["target"], draft_model_dir=dirs["drafter"]) for s in d.replicas))

@@ -184,7 +184,7 @@ def git_refs(requirement: str) -> list[tuple[str, str]]:
     return GIT_REF.findall(requirement)
 
 
-def pinned(requirement: str, pins: dict) -> str:
+def pinned_requirement(requirement: str, pins: dict) -> str:
     """`requirement` with each git ref that `pins` (group data `pins`: {"git": {"URL@REF": COMMIT}}) resolves
     replaced by its commit."""
     git = (pins or {}).get("git", {})
@@ -241,7 +241,7 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         model_dir=model_dir,
         draft_model_dir=draft_model_dir,
         sglang_requirement=knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
-                                             pinned(requirements.get(wanted, wanted), getattr(data, "pins", None)),
+                                             pinned_requirement(requirements.get(wanted, wanted), getattr(data, "pins", None)),
                                              "a pip requirement on one line (name==version, 'name @ URL' or a "
                                              "wheel path)"),
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,

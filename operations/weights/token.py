@@ -28,15 +28,14 @@ def hf_token(weights: Weights):
 
         token.hf_token(name="Hugging Face token", weights=deployment.weights)
     """
-    d = weights
-    token = controller_token(d.hf_token_env) or ""
-    token_file = f"{d.hf_home}/token"
-    states = gathering.read(UserFileStates, user=d.owner, paths=(d.hf_home, token_file))
-    if matches(states.get(d.hf_home), "directory", "700", d.owner) and \
-            matches(states.get(token_file), "file", "600", d.owner, token.encode()):
-        host.noop(f"{token_file} holds the token (0600, {d.owner})")
+    token = controller_token(weights.hf_token_env) or ""
+    token_file = f"{weights.hf_home}/token"
+    states = gathering.read(UserFileStates, user=weights.owner, paths=(weights.hf_home, token_file))
+    if matches(states.get(weights.hf_home), "directory", "700", weights.owner) and \
+            matches(states.get(token_file), "file", "600", weights.owner, token.encode()):
+        host.noop(f"{token_file} holds the token (0600, {weights.owner})")
         return
-    yield write_secret(token, d.hf_home, "token", "600", d.owner, as_user=d.owner)
+    yield write_secret(token, weights.hf_home, "token", "600", weights.owner, as_user=weights.owner)
 
 
 @gathering.wants

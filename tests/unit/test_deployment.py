@@ -38,7 +38,7 @@ def test_each_class_gets_its_backends_and_environment():
     assert pcie.smoke.expected.p2p_floor_gbps == 30
     # Each revision in a directory of its own; before the hub resolves the branch, named after it.
     assert pcie.weights.target.local_dir == pcie.server.model_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6/main"
-    pinned_at = deployment.pinned(pcie, {"target": "c" * 40, "drafter": "d" * 40})
+    pinned_at = deployment.at_commits(pcie, {"target": "c" * 40, "drafter": "d" * 40})
     assert pinned_at.server.model_dir == pinned_at.weights.target.local_dir == \
         f"/srv/specfleet/models/moonshotai--Kimi-K2.6/{'c' * 40}"
     assert pinned_at.server.draft_model_dir == f"/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash/{'d' * 40}"

@@ -4,7 +4,7 @@ and the disk check's credit for files another revision holds (facts in, decision
 import hashlib
 import os
 
-from operations.deployment import pinned, resolve
+from operations.deployment import at_commits, resolve
 from operations.weights import revisions
 from operations.weights.checks import disk_problems
 from operations.weights.hub import RepoFile, RepoSnapshot
@@ -64,8 +64,8 @@ def test_the_host_program_lists_the_directory_the_controller_lays_each_revision_
 
 
 def repos(**data):
-    d = pinned(resolve(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree", **data), "rtx_pro_6000_pcie"),
-               {"target": NEW, "drafter": NEW})
+    d = at_commits(resolve(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree", **data), "rtx_pro_6000_pcie"),
+                   {"target": NEW, "drafter": NEW})
     return d, revisions.repos_of((d.weights,))
 
 

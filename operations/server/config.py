@@ -7,7 +7,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from operations.basics import knobs, network
-from operations.basics.knobs import BadHostData
 from operations.server.layout import Layout, unit_name
 
 # What SGLang 0.5.23 takes to end once nothing is in flight after SIGTERM: up to 5 s to notice it
@@ -202,8 +201,8 @@ def _speculative(profile_name: str, values: Any) -> Speculative:
     fields = Speculative.__dataclass_fields__
     if not isinstance(values, dict) or set(values) - set(fields) or "algorithm" not in values \
             or "num_draft_tokens" not in values:
-        raise BadHostData(f"profiles[{profile_name!r}]['speculative']={values!r} is not accepted: use a dict "
-                          f"with algorithm and num_draft_tokens, optionally draft_window_size, ddtree_budget")
+        raise knobs.refused(f"profiles[{profile_name!r}]['speculative']", values, "use a dict with algorithm and "
+                            "num_draft_tokens, optionally draft_window_size, ddtree_budget")
     where = f"profiles[{profile_name!r}]['speculative']"
     optional = {key: knobs.integer(f"{where}[{key!r}]", values[key], minimum=1)
                 for key in ("draft_window_size", "ddtree_budget") if values.get(key) is not None}
@@ -224,15 +223,15 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
     attention = profile["attention"]
     backends = tuning["attention_backends"]
     if attention not in backends:
-        raise BadHostData(f"profiles[{profile_name!r}]['attention']={attention!r} is not one of "
-                          f"{', '.join(sorted(backends))} (sglang_tuning attention_backends of {host_class})")
+        raise knobs.refused(f"profiles[{profile_name!r}]['attention']", attention,
+                            f"use one of {', '.join(sorted(backends))} (sglang_tuning attention_backends of "
+                            f"{host_class})")
     target_backend, draft_backend = backends[attention]
     # A profile whose algorithm allows one backend only (DDTree: triton) names it; it wins on every class.
     target_backend = profile.get("attention_backend", target_backend)
     if "tp_size" in tuning:
-        raise BadHostData(f"sglang_tuning['tp_size']={tuning['tp_size']!r} is not accepted: the TP size belongs to "
-                          f"the class and the profile: set layouts[{profile_name!r}]['tp_size'] in "
-                          f"group_data/{host_class}.py")
+        raise knobs.refused("sglang_tuning['tp_size']", tuning["tp_size"], "the TP size belongs to the class and the "
+                            f"profile: set layouts[{profile_name!r}]['tp_size'] in group_data/{host_class}.py")
     prefix = knobs.matching("service_name", data.service_name, knobs.UNIT_NAME, "a unit name (letters, digits, _.-)")
     return Server(
         profile_name=profile_name,

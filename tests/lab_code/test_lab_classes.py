@@ -32,3 +32,12 @@ def test_a_host_class_added_to_the_product_shifts_no_lab_address(monkeypatch):
     finally:
         monkeypatch.undo()
         importlib.reload(fleet)
+
+
+
+def test_the_lab_inventory_holds_no_list_or_tuple_but_its_groups_of_hosts():
+    """pyinfra takes every list or tuple an inventory file holds for a group of (host, data)."""
+    from lab import inventory
+    held = {name for name, value in vars(inventory).items() if isinstance(value, (list, tuple))
+            and not name.startswith("_")}
+    assert held == {"lab", "gateway", *deployment.HOST_CLASSES}

@@ -32,7 +32,7 @@ from operations.weights.stages import weights_fetched
 
 # A key no knob has, in any layer (--data, inventory, group data), stops the run before any host changes.
 schema.check_inventory(inventory)
-deployments, g, m = (), None, None
+deployments, gateway, monitoring = (), None, None
 try:
     # Every knob of every subject, parsed and checked before any host changes: the host's deployments
     # (one model, or several on disjoint GPUs), a host of a node group with its group's members. A host
@@ -41,9 +41,9 @@ try:
         deployments = deployment.resolve_host(host.data, deployment.host_class_of(host.groups),
                                               nodes.members(inventory, host))
     if roles.is_gateway(host.groups):
-        g, m = gateway_config.resolve(host.data), prometheus.resolve(host.data)
+        gateway, monitoring = gateway_config.resolve(host.data), prometheus.resolve(host.data)
 except BadHostData as problem:
-    deployments, g, m = (), None, None
+    deployments, gateway, monitoring = (), None, None
     preflight.refuse(problem=f"{host.name}: {problem}")
 # The inventory as the gateways see it (every host's replicas and gateway), resolved once in the run.
 fleet = membership.of(inventory)
@@ -52,7 +52,7 @@ if deployments:
     # 1. Preflight: hardware, driver, token and repo access, each replica's GPUs and memory, disk, DDTree
     #    build, exposure. Each deployment at the commits the hub resolved its revisions to.
     hubs = [weights_checks.hub_state(d.weights) for d in deployments]
-    deployments = tuple(deployment.pinned(d, hub.commits) for d, hub in zip(deployments, hubs))
+    deployments = tuple(deployment.at_commits(d, hub.commits) for d, hub in zip(deployments, hubs))
     preflight.check(name="Preflight", deployments=deployments, hubs=hubs)
     first = deployments[0]
     if first.node_group:
@@ -115,12 +115,12 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
 #    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers.
 if any(roles.is_gateway(other.groups) for other in inventory):
     registry.workers_done(name="Workers done")
-if g and not refused:
-    wanted = membership.workers(fleet, host, g.model)
-    gateway_deployed(g, wanted, uv_installed=bool(deployments))
+if gateway and not refused:
+    wanted = membership.workers(fleet, host, gateway.model)
+    gateway_deployed(gateway, wanted, uv_installed=bool(deployments))
     # 8. Prometheus (Debian's package) scraping smg and the gateway's workers, every target checked up.
-    monitoring_deployed(m, host.name, g, wanted)
+    monitoring_deployed(monitoring, host.name, gateway, wanted)
 
 # The run's table: every host, its class, models, endpoints, gateway, state and accept length, printed
 # once every host reached this last operation.
-summary.summarize(host, deployments, g)
+summary.summarize(host, deployments, gateway)

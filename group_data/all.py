@@ -140,7 +140,7 @@ service_user = "sglang"  # runs the servers, the flag check and the bench client
 download_user = "sglang-download"
 install_dir = "/opt/specfleet"  # virtualenvs, host-side scripts
 weights_dir = "/srv/specfleet/models"  # a directory per repo, in it one per revision (commit)
-config_dir = "/etc/specfleet"  # unit environment file; the API key (0600)
+config_dir = "/etc/specfleet"  # unit environment file; the API key (0640, root:<service group>)
 # Loopback: only the host itself (or a gateway on it) reaches the server. Any other address
 # needs an API key: preflight refuses a server reachable beyond loopback without one.
 bind_address = "127.0.0.1"

@@ -21,15 +21,18 @@ from pathlib import Path
 from lab import apt_repo, rootfs
 from lab.config import BRIDGE, CONTROLLER_IP, HOST_LAB_ETC, LAB_DIR, LAB_ID, PREFIX_LEN, SUBNET
 from lab.services import APT_DIR
-from operations.deployment import HOST_CLASSES
 
-# Host classes the lab stands in for (operations.deployment.HOST_CLASSES): short name used in
-# host names and --hosts -> the inventory group, the GPU profile (named after it), the third address octet.
-CLASSES = {short: (host_class, host_class, octet)
-           for octet, (host_class, short) in enumerate(HOST_CLASSES.items(), start=1)}
+# Host classes the lab stands in for (of operations.deployment.HOST_CLASSES): short name used in host
+# names and --hosts -> the inventory group, the GPU profile (named after it), the third address octet.
+# Each octet is the lab's own, fixed here: a class added to the product shifts no lab address.
 # A GPU-less gateway host (`gateway=1` -> lab-gateway-1, in the inventory's `gateway` group):
 # its GPU profile names none, so /proc/driver stays empty.
-CLASSES["gateway"] = ("gateway", "none", 9)
+CLASSES = {
+    "pcie": ("rtx_pro_6000_pcie", "rtx_pro_6000_pcie", 1),
+    "b200": ("b200_nvlink", "b200_nvlink", 2),
+    "b300": ("b300_nvlink", "b300_nvlink", 3),
+    "gateway": ("gateway", "none", 9),
+}
 DEFAULT_SPEC = "pcie=1,b200=1"
 
 HOSTS_DIR = LAB_DIR / "hosts"

@@ -1,7 +1,8 @@
 """Parsers and validators of knob values: what a value from group data, the inventory or --data may look like.
 
 Each takes the knob's name (for the message) and its value, and returns the value parsed or raises
-BadHostData, one line naming the knob, its value and what is accepted. `deployment.resolve()`
+BadHostData, one line naming the knob, its value and what is accepted (`refused` words it; deploy.py
+puts the host in front). `deployment.resolve()`
 applies them before any host is touched, so nothing unchecked reaches a shell, a unit file or a path.
 """
 
@@ -11,9 +12,18 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from operations.basics.network import LOOPBACK
+
 
 class BadHostData(ValueError):
     """Host data that cannot be deployed; the message is one line naming the knob, its value and what is accepted."""
+
+
+def refused(name: str, value: Any, fix: str, wrong: str = "is not accepted") -> BadHostData:
+    """A knob's refusal, one line: `NAME=VALUE WRONG: FIX` (what is wrong with the value, how to fix it).
+
+    `value` is shown as repr: pass it masked where it may hold a secret (``without_userinfo``)."""
+    return BadHostData(f"{name}={value!r} {wrong}: {fix}")
 
 
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a pinned revision or git commit; anything else is a branch or tag
@@ -38,7 +48,7 @@ def boolean(name: str, value: Any) -> bool:
         return value
     words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
     if str(value).strip().lower() not in words:
-        raise BadHostData(f"{name}={value!r} is not a boolean: use true/false, yes/no or 1/0")
+        raise refused(name, value, "use true/false, yes/no or 1/0", wrong="is not a boolean")
     return words[str(value).strip().lower()]
 
 
@@ -56,7 +66,7 @@ def fraction(name: str, value: Any) -> float:
     except (TypeError, ValueError):
         number = -1.0
     if isinstance(value, bool) or not 0 < number <= 1:
-        raise BadHostData(f"{name}={value!r} is not a fraction: use a number above 0 and at most 1")
+        raise refused(name, value, "use a number above 0 and at most 1", wrong="is not a fraction")
     return number
 
 
@@ -72,14 +82,14 @@ def number(name: str, value: Any, minimum: float = 0.0) -> float:
 
 def matching(name: str, value: Any, pattern: re.Pattern, accepted: str) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value) or ".." in value.split("/"):
-        raise BadHostData(f"{name}={value!r} is not accepted: use {accepted}")
+        raise refused(name, value, f"use {accepted}")
     return value
 
 
 def path(name: str, value: Any) -> str:
     if isinstance(value, str) and posixpath.normpath(value) != value:
-        raise BadHostData(f"{name}={value!r} is not a normalized absolute path: use e.g. "
-                          f"{posixpath.normpath(posixpath.join('/', value))!r}")
+        raise refused(name, value, f"use e.g. {posixpath.normpath(posixpath.join('/', value))!r}",
+                      wrong="is not a normalized absolute path")
     return matching(name, value, SAFE_PATH, "an absolute path of letters, digits and ._- (e.g. /srv/specfleet)")
 
 
@@ -96,8 +106,8 @@ def without_userinfo(text: str) -> str:
 def _credentials_refused(name: str, value: str, where: str) -> None:
     """A URL's user:password@ would reach root's command lines, -v output and unit files."""
     if _USERINFO.search(value):
-        raise BadHostData(f"{name}={without_userinfo(value)!r} is not accepted: use {where} without user:password@ "
-                          "(credentials go in root's ~/.netrc on the host, which pip, uv and git read)")
+        raise refused(name, without_userinfo(value), f"use {where} without user:password@ (credentials go in "
+                      "root's ~/.netrc on the host, which pip, uv and git read)")
 
 
 def url(name: str, value: Any) -> str | None:
@@ -107,8 +117,7 @@ def url(name: str, value: Any) -> str | None:
     if not parts or parts.scheme not in ("http", "https") or not parts.hostname \
             or not re.fullmatch(r"[A-Za-z0-9._~:/?#\[\]@%=+,-]+", value):
         shown = without_userinfo(value) if isinstance(value, str) else value
-        raise BadHostData(f"{name}={shown!r} is not accepted: use an http(s) URL such as https://host/path, "
-                          "or None")
+        raise refused(name, shown, "use an http(s) URL such as https://host/path, or None")
     _credentials_refused(name, value, "the URL")
     return value
 
@@ -118,8 +127,8 @@ def url_over_https(name: str, value: Any, allow_name: str, allow: Any, what: str
     travels unprotected then)."""
     checked = url(name, value)
     if checked is not None and checked.startswith("http://") and not boolean(allow_name, allow):
-        raise BadHostData(f"{name}={without_userinfo(checked)!r} is not accepted: use an https:// URL, or set "
-                          f"{allow_name}=true to trust plain HTTP ({what})")
+        raise refused(name, without_userinfo(checked),
+                      f"use an https:// URL, or set {allow_name}=true to trust plain HTTP ({what})")
     return checked
 
 
@@ -140,13 +149,13 @@ def address(name: str, value: Any) -> str:
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
-        raise BadHostData(f"{name}={value!r} is not an IP address: use e.g. 127.0.0.1 (loopback), "
-                          "or the host's address on the serving network") from None
+        raise refused(name, value, f"use e.g. {LOOPBACK} (loopback), or the host's address on the serving network",
+                      wrong="is not an IP address") from None
 
 
 def names(name: str, values: Any, pattern: re.Pattern, accepted: str) -> tuple[str, ...]:
     if not isinstance(values, (list, tuple)):
-        raise BadHostData(f"{name}={values!r} is not a list: use a list of {accepted}")
+        raise refused(name, values, f"use a list of {accepted}", wrong="is not a list")
     return tuple(matching(name, value, pattern, accepted) for value in values)
 
 
@@ -164,8 +173,8 @@ def arguments(name: str, values: Any, owned: dict[str, str]) -> tuple[str, ...]:
             continue
         taken = sorted(flag for flag in owned if flag.startswith(option))
         if taken:
-            raise BadHostData(f"{name}={list(values)!r} is not accepted: use {owned[taken[0]]} for {taken[0]}, "
-                              f"which the deploy sets itself ({word} would override it)")
+            raise refused(name, list(values), f"use {owned[taken[0]]} for {taken[0]}, which the deploy sets "
+                          f"itself ({word} would override it)")
     return words
 
 
@@ -174,14 +183,14 @@ def service_account(name: str, value: Any) -> str:
     by giving it no shell, and run the service with every privilege)."""
     user = matching(name, value, USER_NAME, "a user name ([a-z_][a-z0-9_-], at most 32)")
     if user == "root":
-        raise BadHostData(f"{name}={value!r} is not accepted: use a user of the service's own, not root (the deploy "
-                          "creates it as a system user without a login shell)")
+        raise refused(name, value, "use a user of the service's own, not root (the deploy creates it as a system "
+                      "user without a login shell)")
     return user
 
 
 def environment(name: str, values: Any) -> dict[str, str]:
     if not isinstance(values, dict):
-        raise BadHostData(f"{name}={values!r} is not a dict: use dict(NAME='value')")
+        raise refused(name, values, "use dict(NAME='value')", wrong="is not a dict")
     return {matching(f"{name} key", key, ENV_NAME, "a variable name ([A-Za-z_][A-Za-z0-9_]*)"):
             matching(f"{name}[{key!r}]", str(value), ENV_VALUE, "letters, digits, spaces and ._:/=,+@%-")
             for key, value in values.items()}

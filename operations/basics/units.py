@@ -1,8 +1,16 @@
 """A systemd unit's files and state, as the operations that write units compare against them."""
 
 import shlex
+from collections.abc import Iterable
 
 from pyinfra.api import FactBase
+from pyinfra.api.operation import OperationMeta
+
+
+def any_change(operations: Iterable[OperationMeta]) -> bool:
+    """Whether any of `operations` changes the host: what it did once it ran (`did_change`), what it will
+    do before then (`will_change`: while pyinfra prepares the run, and all through --dry)."""
+    return any(op.did_change() if op.is_complete() else op.will_change for op in operations)
 
 
 class ServiceState(FactBase):

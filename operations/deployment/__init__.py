@@ -24,12 +24,9 @@ from operations.server.config import Server
 from operations.weights import config as weights_config
 from operations.weights.config import Weights
 
-COMMIT = re.compile(r"[0-9a-f]{40}")  # a pinned revision; anything else is a branch or tag
-
 # The host classes. Each is an inventory group, and group_data/<class>.py says what its
 # GPUs must be (`expected_gpus`) and how SGLang is tuned for them (`sglang_tuning`).
-# The value is the class's short name (lab host names such as lab-pcie-1, `lab up --hosts`).
-HOST_CLASSES = {"rtx_pro_6000_pcie": "pcie", "b200_nvlink": "b200", "b300_nvlink": "b300"}
+HOST_CLASSES = ("rtx_pro_6000_pcie", "b200_nvlink", "b300_nvlink")
 
 
 @dataclass(frozen=True)
@@ -72,8 +69,8 @@ def entries(data: Any) -> list[dict]:
     if listed is None:
         return [{"profile": data.profile}]
     if not isinstance(listed, (list, tuple)) or not listed or not all(isinstance(e, dict) for e in listed):
-        raise BadHostData(f"deployments={listed!r} is not accepted: use a list of dict(profile=..., gpus=[...]) "
-                          "(or None: the host's `profile` on all of its GPUs)")
+        raise knobs.refused("deployments", listed, "use a list of dict(profile=..., gpus=[...]) (or None: the "
+                            "host's `profile` on all of its GPUs)")
     for entry in listed:
         if "profile" not in entry or set(entry) - set(layout.DEPLOYMENT_KEYS):
             raise BadHostData(f"deployments entry {entry!r} is not accepted: use dict(profile=...) with optionally "
@@ -94,8 +91,8 @@ def resolve_host(data: Any, host_class: str, node_members: dict | None = None) -
     for entry in listed:
         profile = entry["profile"]
         if not isinstance(profile, str) or profile not in profiles:
-            raise BadHostData(f"profile={profile!r} is not one of {', '.join(sorted(profiles))} "
-                              "(group_data/all.py profiles)")
+            raise knobs.refused("profile", profile, f"use one of {', '.join(sorted(profiles))} "
+                                "(group_data/all.py profiles)")
         knobs.matching("profile", profile, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
                        "(a key of group_data/all.py profiles)")
         try:
@@ -143,12 +140,12 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
     weights_dir = knobs.path("weights_dir", data.weights_dir)
     server = server_config.resolve(data, host_class, profile_name, profile, "", "")
     if server.download_user == server.service_user:
-        raise BadHostData(f"download_user={server.download_user!r} is the service user: give the downloads a user of "
-                          "their own, so the token is never readable by the user that runs the model's code")
+        raise knobs.refused("download_user", server.download_user, "give the downloads a user of their own, so the "
+                            "token is never readable by the user that runs the model's code",
+                            wrong="is the service user")
     weights = weights_config.resolve(data, profile_name, profile, weights_dir, owner=server.download_user,
                                      reader=server.service_user, hf_home=server.hf_home,
-                                     earlier_token_file=server.earlier_token_file, config_dir=server.config_dir,
-                                     install_dir=server.install_dir)
+                                     config_dir=server.config_dir, install_dir=server.install_dir)
     server = replace(server, after_fabric_manager=gpu.expected.fabric_manager,
                      venv_name=_venv_name(server, name, earlier),
                      model_dir=weights.target.local_dir, draft_model_dir=weights.drafter.local_dir)
@@ -164,9 +161,10 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
         plan = layout.Layout(tp_size=group.tp_size, groups=groups, ports=(server.port,),
                              nccl_ports=layout.nccl_ports(groups, server.nccl_port))
         if plan.nccl_ports[0] in range(group.dist_init_port, group.dist_init_port + 7):
-            raise BadHostData(f"node_groups[{group.name!r}]['dist_init_port']={group.dist_init_port} collides with "
-                              f"the server's --nccl-port {plan.nccl_ports[0]} (SGLang uses the dist-init port and "
-                              "the 6 after it): pick another, or another nccl_port")
+            raise knobs.refused(f"node_groups[{group.name!r}]['dist_init_port']", group.dist_init_port,
+                                "pick another, or another nccl_port",
+                                wrong=f"collides with the server's --nccl-port {plan.nccl_ports[0]} (SGLang uses the "
+                                      "dist-init port and the 6 after it)")
         server = replace(server, env={**server.env, **group.env()}, node_args=tuple(group.server_args()),
                          drains_on_stop=group.serves_http)
     else:
@@ -178,8 +176,8 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
         if not server.exposed:  # a site's own setting wins
             server = replace(server, env={**server_config.LOOPBACK_SOCKETS, **server.env})
     if getattr(data, "gpu_smoke_engine", None) is not None:
-        raise BadHostData("gpu_smoke_engine is not accepted: the GPU smoke test always runs torch.distributed "
-                          "with NCCL from the SGLang venv; remove it")
+        raise knobs.refused("gpu_smoke_engine", data.gpu_smoke_engine, "the GPU smoke test always runs "
+                            "torch.distributed with NCCL from the SGLang venv; remove it")
     smoke = SmokeTest(expected=gpu.expected, venv=server.venv, install_dir=server.install_dir, env=server.env,
                       build=server.sglang_requirement, user=server.service_user,
                       timeout_s=knobs.integer("gpu_smoke_timeout_s", data.gpu_smoke_timeout_s, minimum=10))
@@ -198,11 +196,11 @@ def _venv_name(server: Server, name: str, earlier: list[Server]) -> str:
     return "sglang-venv" if not earlier else f"sglang-venv-{name}"
 
 
-def pinned(deployment: Deployment, commits: dict[str, str]) -> Deployment:
+def at_commits(deployment: Deployment, commits: dict[str, str]) -> Deployment:
     """The deployment at the commits the hub resolved its revisions to (per role): its weights in those
     revisions' directories, its servers loading from them. A role the hub did not answer stays as it was."""
     d = deployment
-    weights = d.weights.pinned(commits)
+    weights = d.weights.at_commits(commits)
     dirs = {role: weights.repo(role).local_dir for role in weights_config.ROLES}
     return replace(d, weights=weights, replicas=tuple(
         replace(s, model_dir=dirs["target"], draft_model_dir=dirs["drafter"]) for s in d.replicas))

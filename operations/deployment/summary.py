@@ -62,13 +62,12 @@ def _endpoints(inventory_host, d: Deployment) -> str:
 
 def row(inventory_host, deployments: tuple[Deployment, ...], gateway: Gateway | None) -> Row:
     """The host's row as far as its resolved data tells (a host refused for its data has neither)."""
-    g = gateway
     classes = list(dict.fromkeys(group for group in inventory_host.groups if group in HOST_CLASSES))
     endpoint = "; ".join(_endpoints(inventory_host, d) for d in deployments) or "-"
-    model = ", ".join(d.server.served_model_name for d in deployments) or (g.model if g else "-")
+    model = ", ".join(d.server.served_model_name for d in deployments) or (gateway.model if gateway else "-")
     return Row(inventory_host.name, deployments[0].host_class if deployments else
-               (", ".join(classes) or ("gateway" if g else "-")),
-               model, endpoint, _where(inventory_host, g.bind_address, g.port) if g else "-")
+               (", ".join(classes) or ("gateway" if gateway else "-")),
+               model, endpoint, _where(inventory_host, gateway.bind_address, gateway.port) if gateway else "-")
 
 
 def state_of(failed: bool, notes: dict) -> str:

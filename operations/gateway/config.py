@@ -5,7 +5,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from operations.basics import knobs, network
-from operations.basics.knobs import BadHostData
 from operations.server.config import served_model_name
 
 POLICY = re.compile(r"[a-z_]+")
@@ -92,7 +91,7 @@ def resolve(data: Any) -> Gateway:
     shell line); a bad value raises BadHostData naming the knob, the value and what is accepted."""
     health = data.gateway_health
     if not isinstance(health, dict) or set(health) != set(HEALTH_KEYS):
-        raise BadHostData(f"gateway_health={health!r} is not accepted: use dict({', '.join(HEALTH_KEYS)})")
+        raise knobs.refused("gateway_health", health, f"use dict({', '.join(HEALTH_KEYS)})")
 
     def port(name: str) -> int:
         return knobs.integer(name, getattr(data, name), minimum=1, maximum=65535)

@@ -26,6 +26,7 @@ from pyinfra.api.operation import OperationMeta
 from operations.basics import network, outcomes, shell
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
+from operations.basics.units import any_change
 from operations.basics.untrusted import printable
 from operations.gateway.config import Gateway
 from operations.gateway.membership import Route, Worker
@@ -154,7 +155,7 @@ def register_workers(gateway: Gateway, wanted: list[Worker], listing_before: dic
     if problems:
         yield fail_host(problems, static=True)  # the inventory's data: known before the run
         return
-    if not restarted.changed:
+    if not any_change([restarted]):
         current = listed(g)
         registered = {w["url"]: w["status"] for w in current["workers"]}
         inventory = {w.url for w in wanted}

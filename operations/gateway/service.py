@@ -16,7 +16,7 @@ from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates, digest_of, sha1_of
 from operations.basics.secrets import controller_key_file
 from operations.basics.templates import render
-from operations.basics.units import ServiceState
+from operations.basics.units import ServiceState, any_change
 from operations.gateway.config import Gateway
 
 
@@ -36,18 +36,17 @@ def api_key(gateway: Gateway):
 
         service.api_key(name="Gateway API key", gateway=g)
     """
-    g = gateway
-    key = os.environ.get(g.api_key_env, "")
-    state = gathering.read(FileStates, paths=(g.key_file,)).get(g.key_file)
-    if g.exposed and not key and (not state or g.remove_api_key):
-        yield fail_host([f"{host.name}: the gateway would listen on {g.bind_address} without a key: "
-                         f"set ${g.api_key_env} on the controller or keep gateway_bind_address={network.LOOPBACK}"],
+    key = os.environ.get(gateway.api_key_env, "")
+    state = gathering.read(FileStates, paths=(gateway.key_file,)).get(gateway.key_file)
+    if gateway.exposed and not key and (not state or gateway.remove_api_key):
+        yield fail_host([f"{host.name}: the gateway would listen on {gateway.bind_address} without a key: "
+                         f"set ${gateway.api_key_env} on the controller or keep gateway_bind_address={network.LOOPBACK}"],
                         static=True)  # its data, the controller's variable and a file only this writes
         return
     if key and not state:
-        yield f"install -d -m 755 -o root -g root {shlex.quote(posixpath.dirname(g.key_file))}"
+        yield f"install -d -m 755 -o root -g root {shlex.quote(posixpath.dirname(gateway.key_file))}"
     # On stdin, never through files.put, whose contents --diff prints; root's file the launcher can read.
-    yield from controller_key_file(g.api_key_env, g.key_file, g.user, remove=g.remove_api_key)
+    yield from controller_key_file(gateway.api_key_env, gateway.key_file, gateway.user, remove=gateway.remove_api_key)
 
 
 @operation()
@@ -67,26 +66,27 @@ def admin_key(gateway: Gateway):
 
         service.admin_key(name="Gateway admin key", gateway=g)
     """
-    g = gateway
-    admin, client = os.environ.get(g.admin_key_env, ""), os.environ.get(g.api_key_env, "")
-    states = gathering.read(FileStates, paths=(g.admin_key_file, g.key_file))
-    admin_kept, client_kept = states.get(g.admin_key_file), states.get(g.key_file)
-    with_client = bool(client or client_kept) and not g.remove_api_key
+    admin, client = os.environ.get(gateway.admin_key_env, ""), os.environ.get(gateway.api_key_env, "")
+    states = gathering.read(FileStates, paths=(gateway.admin_key_file, gateway.key_file))
+    admin_kept, client_kept = states.get(gateway.admin_key_file), states.get(gateway.key_file)
+    with_client = bool(client or client_kept) and not gateway.remove_api_key
     if with_client and not (admin or admin_kept):
         yield fail_host([f"{host.name}: the gateway would let its clients register workers: set "
-                         f"${g.admin_key_env} on the controller (16 to 512 characters, not ${g.api_key_env})"])
+                         f"${gateway.admin_key_env} on the controller (16 to 512 characters, "
+                         f"not ${gateway.api_key_env})"])
         return
     # Each key as it will be on the host: the controller's, else the kept file's digest (read on the host).
     admin_digest = digest_of(admin.encode()) if admin else (admin_kept or {}).get("digest")
     client_digest = digest_of(client.encode()) if client else (client_kept or {}).get("digest")
     if with_client and admin_digest == client_digest:
-        yield fail_host([f"{host.name}: ${g.admin_key_env} is the clients' key (${g.api_key_env}): "
+        yield fail_host([f"{host.name}: ${gateway.admin_key_env} is the clients' key (${gateway.api_key_env}): "
                          "the control plane needs a key of its own"])
         return
     if admin and not admin_kept:
-        yield f"install -d -m 755 -o root -g root {shlex.quote(posixpath.dirname(g.admin_key_file))}"
+        yield f"install -d -m 755 -o root -g root {shlex.quote(posixpath.dirname(gateway.admin_key_file))}"
     # On stdin, never through files.put, whose contents --diff prints; root's file the launcher can read.
-    yield from controller_key_file(g.admin_key_env, g.admin_key_file, g.user, remove=g.remove_api_key)
+    yield from controller_key_file(gateway.admin_key_env, gateway.admin_key_file, gateway.user,
+                                   remove=gateway.remove_api_key)
 
 
 def unit_text(gateway: Gateway, inputs: str) -> str:
@@ -108,17 +108,17 @@ def configure(gateway: Gateway, inputs: str, restart_when: list[OperationMeta]):
 
         service.configure(name="Gateway service", gateway=g, inputs="smg==1.13.0", restart_when=[key])
     """
-    g = gateway
-    text = unit_text(g, inputs)
-    current = host.get_fact(ServiceState, unit_file=g.unit_file, env_file="/dev/null", service=g.service_name)
+    text = unit_text(gateway, inputs)
+    current = host.get_fact(ServiceState, unit_file=gateway.unit_file, env_file="/dev/null",
+                            service=gateway.service_name)
     if current["unit_sha1"] == sha1_of(text.encode()):
-        if any(op.changed for op in restart_when):
-            yield from systemd.service._inner(service=g.service_name, running=True, restarted=True, enabled=True)
+        if any_change(restart_when):
+            yield from systemd.service._inner(service=gateway.service_name, running=True, restarted=True, enabled=True)
         elif current["active"] != "active" or current["enabled"] != "enabled":
-            yield from systemd.service._inner(service=g.service_name, running=True, enabled=True)
+            yield from systemd.service._inner(service=gateway.service_name, running=True, enabled=True)
         else:
-            host.noop(f"{g.service_name} is running its current unit ({inputs})")
+            host.noop(f"{gateway.service_name} is running its current unit ({inputs})")
         return
-    yield from shell.put(src=StringIO(text), dest=g.unit_file, user="root", group="root", mode="644")
-    yield from systemd.service._inner(service=g.service_name, running=True, restarted=True, enabled=True,
+    yield from shell.put(src=StringIO(text), dest=gateway.unit_file, user="root", group="root", mode="644")
+    yield from systemd.service._inner(service=gateway.service_name, running=True, restarted=True, enabled=True,
                                       daemon_reload=True)

@@ -7,12 +7,12 @@ from operations.gateway.membership import Worker
 from operations.python import venv
 
 
-def gateway_deployed(g: Gateway, wanted: list[Worker], uv_installed: bool) -> None:
+def gateway_deployed(gateway: Gateway, wanted: list[Worker], uv_installed: bool) -> None:
     """
     The gateway host's smg: its user, key, virtualenv, scripts and unit, and the inventory's workers of
     its model registered (after every worker's readiness: ``registry.workers_done`` orders it).
 
-    + g: the host's gateway
+    + gateway: the host's gateway
     + wanted: the inventory's workers of its model (``membership.workers``)
     + uv_installed: uv is already installed by this host's worker stages
 
@@ -20,22 +20,22 @@ def gateway_deployed(g: Gateway, wanted: list[Worker], uv_installed: bool) -> No
 
     .. code:: python
 
-        gateway_deployed(g, membership.workers(fleet, host, g.model), uv_installed=bool(deployments))
+        gateway_deployed(gateway, membership.workers(fleet, host, gateway.model), uv_installed=bool(deployments))
     """
     # Whom the gateway routes to before this run (read now, before any operation runs): a worker kept
     # out stays out, also through a restart of smg, which forgets its workers.
-    before = registry.listed(g)
-    ownership.service_user(name="Gateway user", user=g.user, home=g.home)
-    key = service.api_key(name="Gateway API key", gateway=g)
-    admin_key = service.admin_key(name="Gateway admin key", gateway=g)
-    uv = venv.Uv(g.install_dir)
+    before = registry.listed(gateway)
+    ownership.service_user(name="Gateway user", user=gateway.user, home=gateway.home)
+    key = service.api_key(name="Gateway API key", gateway=gateway)
+    admin_key = service.admin_key(name="Gateway admin key", gateway=gateway)
+    uv = venv.Uv(gateway.install_dir)
     if not uv_installed:
-        venv.uv(name="uv", uv=uv, index_url=g.pip_index_url)
-    smg = venv.requirement(name="smg", path=g.venv, distribution="smg", requirement=g.requirement,
-                           index_url=g.pip_index_url, uv=uv)
-    scripts = ownership.host_programs_uploaded(name="Gateway scripts", install_dir=g.install_dir,
+        venv.uv(name="uv", uv=uv, index_url=gateway.pip_index_url)
+    smg = venv.requirement(name="smg", path=gateway.venv, distribution="smg", requirement=gateway.requirement,
+                           index_url=gateway.pip_index_url, uv=uv)
+    scripts = ownership.host_programs_uploaded(name="Gateway scripts", install_dir=gateway.install_dir,
                                                programs=host_programs.of_subject("gateway"))
-    unit = service.configure(name="Gateway service", gateway=g, inputs=g.requirement,
+    unit = service.configure(name="Gateway service", gateway=gateway, inputs=gateway.requirement,
                              restart_when=[key, admin_key, smg, scripts])
-    registry.register_workers(name="Gateway workers", gateway=g, wanted=wanted, listing_before=before,
+    registry.register_workers(name="Gateway workers", gateway=gateway, wanted=wanted, listing_before=before,
                               restarted=unit)

@@ -50,7 +50,7 @@ class GpuRuntime:
 def expected_gpus(values: dict) -> GpuExpectations:
     """A class's `expected_gpus` dict (group_data/<class>.py) as the typed expectations."""
     if not isinstance(values, dict):
-        raise BadHostData(f"expected_gpus={values!r} is not a dict: define it in group_data/<class>.py")
+        raise knobs.refused("expected_gpus", values, "define it in group_data/<class>.py", wrong="is not a dict")
     unknown = sorted(set(values) - set(GpuExpectations.__dataclass_fields__))
     missing = sorted(set(GpuExpectations.__dataclass_fields__) - set(values))
     if unknown or missing:
@@ -81,8 +81,8 @@ def repo_url(value: Any, allow_http: Any) -> str:
     url = knobs.url_over_https("nvidia_repo_url", value, "allow_http_nvidia_repo", allow_http,
                                "its keyring, and so every package, can be swapped on the way")
     if url is None:
-        raise BadHostData("nvidia_repo_url=None is not accepted: use NVIDIA's "
-                          "https://developer.download.nvidia.com/compute/cuda/repos or a mirror's https URL")
+        raise knobs.refused("nvidia_repo_url", None, "use NVIDIA's https://developer.download.nvidia.com/compute/"
+                            "cuda/repos or a mirror's https URL")
     return url
 
 

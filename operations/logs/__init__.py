@@ -17,7 +17,8 @@ def units(view: HostView, replica: str | None) -> list[str]:
         return mine
     # Only a name equal to one of the host's units (each built from validated data) reaches the shell.
     if replica not in mine:
-        raise knobs.BadHostData(f"replica={replica!r} is no unit of {view.name}: use one of {', '.join(mine) or 'none'}")
+        raise knobs.refused("replica", replica, f"use one of {', '.join(mine) or 'none'}",
+                            wrong=f"is no unit of {view.name}")
     return [replica]
 
 

@@ -33,6 +33,7 @@ from operations.gateway.config import Gateway
 from operations.gateway.membership import Worker
 from operations.basics.host_programs import inline
 from operations.basics.templates import render
+from operations.basics.units import any_change
 from operations.basics.untrusted import printable
 
 PACKAGE = "prometheus"  # Debian's (bookworm: 2.42), its unit runs `/usr/bin/prometheus $ARGS` as `prometheus`
@@ -204,9 +205,9 @@ def service(restart_when: list[OperationMeta], reload_when: list[OperationMeta])
 
         monitoring.service(name="Prometheus service", restart_when=[args, pkg], reload_when=[config])
     """
-    restart = any(op.changed for op in restart_when)
+    restart = any_change(restart_when)
     yield from systemd.service._inner(service=SERVICE, running=True, enabled=True, restarted=restart,
-                                      reloaded=not restart and any(op.changed for op in reload_when),
+                                      reloaded=not restart and any_change(reload_when),
                                       daemon_reload=restart)
 
 
@@ -267,7 +268,7 @@ def targets_up(monitoring: Monitoring, targets: list[ScrapeTarget], changed: lis
 
         monitoring.targets_up(name="Prometheus targets up", monitoring=m, targets=t, changed=[config, svc])
     """
-    if not any(op.changed for op in changed):
+    if not any_change(changed):
         # Run again at execution, after the workers' stages: then only scrapes made from now on count,
         # never one from before a worker restarted in this run.
         executing = state.current_stage == StateStage.Execute

@@ -80,9 +80,9 @@ def _address(name: str, data: Any) -> str:
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
-        raise BadHostData(f"node_address of {name} is {value!r}, not an IP address: set node_address to "
-                          "its IP on the network the nodes share (--dist-init-addr and the NCCL/Gloo "
-                          "traffic go there)") from None
+        raise knobs.refused(f"{name}'s node_address", value, "set node_address to its IP on the network the "
+                            "nodes share (--dist-init-addr and the NCCL/Gloo traffic go there)",
+                            wrong="is not an IP address") from None
 
 
 def group(data: Any, host_class: str, profile: str, gpus_per_node: int, port: int,
@@ -96,8 +96,8 @@ def group(data: Any, host_class: str, profile: str, gpus_per_node: int, port: in
     settings = (getattr(data, "node_groups", None) or {}).get(name)
     if not isinstance(settings, dict):
         defined = ", ".join(sorted(getattr(data, "node_groups", None) or {})) or "none defined"
-        raise BadHostData(f"node_group={name!r} is not a key of node_groups ({defined}): define it in "
-                          "group_data (node_groups, see group_data/all.py)")
+        raise knobs.refused("node_group", name, "define it in group_data (node_groups, see group_data/all.py)",
+                            wrong=f"is not a key of node_groups ({defined})")
     if group_members is None:
         raise ValueError("nodes.group needs the group's members (nodes.members(inventory, host))")
     where = f"node_groups[{name!r}]"
@@ -125,14 +125,15 @@ def group(data: Any, host_class: str, profile: str, gpus_per_node: int, port: in
     tp_size = knobs.integer(f"{where}['tp_size']", settings.get("tp_size"), minimum=1)
     # SGLang's own rule (0.5.23 arg_groups/validation_hook.py check_server_args), and each node has its GPUs.
     if tp_size % nnodes or tp_size // nnodes > gpus_per_node:
-        raise BadHostData(f"{where}['tp_size']={tp_size} does not fit {nnodes} nodes of {gpus_per_node} GPUs "
-                          f"({host_class}): use a multiple of {nnodes} of at most {nnodes * gpus_per_node} "
-                          "(SGLang: tp_size must be divisible by number of nodes)")
+        raise knobs.refused(f"{where}['tp_size']", tp_size, f"use a multiple of {nnodes} of at most "
+                            f"{nnodes * gpus_per_node} (SGLang: tp_size must be divisible by number of nodes)",
+                            wrong=f"does not fit {nnodes} nodes of {gpus_per_node} GPUs ({host_class})")
     dist_init_port = knobs.integer(f"{where}['dist_init_port']", settings.get("dist_init_port"), minimum=1024,
                                    maximum=65535 - 7)  # with attention DP SGLang also takes the next 6 ports
     if port in range(dist_init_port, dist_init_port + 7):
-        raise BadHostData(f"{where}['dist_init_port']={dist_init_port} collides with the server's port {port} "
-                          "(SGLang uses the dist-init port and the 6 after it): pick another")
+        raise knobs.refused(f"{where}['dist_init_port']", dist_init_port, "pick another",
+                            wrong=f"collides with the server's port {port} (SGLang uses the dist-init port and the "
+                                  "6 after it)")
     interfaces = settings.get("socket_ifname")
     if interfaces is not None:
         interfaces = knobs.matching(f"{where}['socket_ifname']", interfaces, INTERFACES,

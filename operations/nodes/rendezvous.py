@@ -74,18 +74,17 @@ def reachable(group: NodeGroup):
 
         rendezvous.reachable(name="Nodes reach rank 0", group=deployment.node_group)
     """
-    g = group
-    links = host.get_fact(DistInitLinks, port=g.dist_init_port)
-    if g.rank == 0:
-        missing = set(g.addresses[1:]) - peers_of_rank0(g, links)
+    links = host.get_fact(DistInitLinks, port=group.dist_init_port)
+    if group.rank == 0:
+        missing = set(group.addresses[1:]) - peers_of_rank0(group, links)
         if not missing:
-            host.noop(f"every rank of {g.name} is connected to {g.dist_init_addr}")
+            host.noop(f"every rank of {group.name} is connected to {group.dist_init_addr}")
             return
-        yield FunctionCommand(_hold, (g,), {})
-    elif joined_rank0(g, links):
-        host.noop(f"rank {g.rank} of {g.name} is connected to rank 0 at {g.dist_init_addr}")
+        yield FunctionCommand(_hold, (group,), {})
+    elif joined_rank0(group, links):
+        host.noop(f"rank {group.rank} of {group.name} is connected to rank 0 at {group.dist_init_addr}")
     else:
-        yield FunctionCommand(_reach, (g,), {})
+        yield FunctionCommand(_reach, (group,), {})
 
 
 def _hold(state, host, group: NodeGroup) -> bool:
@@ -160,32 +159,31 @@ def joined(group: NodeGroup, service: str, timeout_s: int):
 
         rendezvous.joined(name="Rank joined rank 0", group=deployment.node_group, service="sglang", timeout_s=600)
     """
-    g = group
-    now = host.get_fact(RankState, service=service, port=g.dist_init_port)
-    if now["active"] == "active" and joined_rank0(g, now["links"]):
-        outcomes.note(host, joined=g.members[0])
-        host.noop(f"rank {g.rank} of {g.name} is up and joined rank 0 at {g.dist_init_addr}")
+    now = host.get_fact(RankState, service=service, port=group.dist_init_port)
+    if now["active"] == "active" and joined_rank0(group, now["links"]):
+        outcomes.note(host, joined=group.members[0])
+        host.noop(f"rank {group.rank} of {group.name} is up and joined rank 0 at {group.dist_init_addr}")
         return
-    yield FunctionCommand(_wait_joined, (g, service, timeout_s), {})
+    yield FunctionCommand(_wait_joined, (group, service, timeout_s), {})
 
 
 def _wait_joined(state, host, group: NodeGroup, service: str, timeout_s: int) -> bool:
-    g = group
-    command = RankState().command(service, g.dist_init_port)
+    command = RankState().command(service, group.dist_init_port)
 
     def check(elapsed: float):
         _, output = shell.run(host, command)
         now = RankState().process(output.stdout_lines)
-        if now["active"] == "active" and joined_rank0(g, now["links"]):
+        if now["active"] == "active" and joined_rank0(group, now["links"]):
             return True, ""
-        return None, (f"rank {g.rank} of {g.name}: {elapsed:.0f}s of {timeout_s}s, {service} {now['active']}, "
-                      f"not yet joined to rank 0 at {g.dist_init_addr}")
+        return None, (f"rank {group.rank} of {group.name}: {elapsed:.0f}s of {timeout_s}s, {service} {now['active']}, "
+                      f"not yet joined to rank 0 at {group.dist_init_addr}")
 
     if polling.wait(host, check, interval_s=2, log_every_s=30, timeout_s=timeout_s, first_log_s=10):
-        outcomes.note(host, joined=g.members[0])
-        host.log_styled(f"rank {g.rank} of {g.name} is up and joined rank 0 ({g.members[0]})", fg="green")
+        outcomes.note(host, joined=group.members[0])
+        host.log_styled(f"rank {group.rank} of {group.name} is up and joined rank 0 ({group.members[0]})", fg="green")
         return True
     _, journal = shell.run(host, f"journalctl -u {shlex.quote(service)} -n 20 --no-pager -o cat")
-    host.log_styled(f"{host.name}: rank {g.rank} of node group {g.name} did not join rank 0 ({g.members[0]}) at "
-                    f"{g.dist_init_addr} within {timeout_s}s; last lines of its journal:\n{journal.stdout}", fg="red")
+    host.log_styled(f"{host.name}: rank {group.rank} of node group {group.name} did not join rank 0 "
+                    f"({group.members[0]}) at {group.dist_init_addr} within {timeout_s}s; last lines of its "
+                    f"journal:\n{journal.stdout}", fg="red")
     return False

@@ -23,8 +23,8 @@ def api_key(server: Server):
 
         api_key.api_key(name="API key", server=deployment.server)
     """
-    d = server
-    yield from controller_key_file(d.api_key_env, d.api_key_file, d.service_user, remove=d.remove_api_key)
+    yield from controller_key_file(server.api_key_env, server.api_key_file, server.service_user,
+                                   remove=server.remove_api_key)
 
 
 @operation()

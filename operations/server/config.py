@@ -7,7 +7,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from operations.basics import knobs, network
-from operations.basics.knobs import BadHostData
 from operations.server.layout import Layout, unit_name
 
 # What SGLang 0.5.23 takes to end once nothing is in flight after SIGTERM: up to 5 s to notice it
@@ -138,12 +137,6 @@ class Server:
         return f"{self.download_home}/.cache/huggingface"
 
     @property
-    def earlier_token_file(self) -> str:
-        """Where deployments without a download user kept the token (the service user's HF_HOME): the
-        deploy removes it."""
-        return f"{self.service_home}/.cache/huggingface/token"
-
-    @property
     def server_hf_home(self) -> str:
         """The server's own HF_HOME (transformers' cache of a model's remote code), apart from the
         token's (`hf_home`), which the unit makes inaccessible to the server."""
@@ -174,7 +167,7 @@ class Server:
     @property
     def url(self) -> str:
         """Where the server answers on its own host."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{network.LOOPBACK}:{self.port}"
 
 
 def served_model_name(data: Any, profile_name: str | None = None) -> str:
@@ -190,7 +183,7 @@ def git_refs(requirement: str) -> list[tuple[str, str]]:
     return GIT_REF.findall(requirement)
 
 
-def pinned(requirement: str, pins: dict) -> str:
+def pinned_requirement(requirement: str, pins: dict) -> str:
     """`requirement` with each git ref that `pins` (group data `pins`: {"git": {"URL@REF": COMMIT}}) resolves
     replaced by its commit."""
     git = (pins or {}).get("git", {})
@@ -208,8 +201,8 @@ def _speculative(profile_name: str, values: Any) -> Speculative:
     fields = Speculative.__dataclass_fields__
     if not isinstance(values, dict) or set(values) - set(fields) or "algorithm" not in values \
             or "num_draft_tokens" not in values:
-        raise BadHostData(f"profiles[{profile_name!r}]['speculative']={values!r} is not accepted: use a dict "
-                          f"with algorithm and num_draft_tokens, optionally draft_window_size, ddtree_budget")
+        raise knobs.refused(f"profiles[{profile_name!r}]['speculative']", values, "use a dict with algorithm and "
+                            "num_draft_tokens, optionally draft_window_size, ddtree_budget")
     where = f"profiles[{profile_name!r}]['speculative']"
     optional = {key: knobs.integer(f"{where}[{key!r}]", values[key], minimum=1)
                 for key in ("draft_window_size", "ddtree_budget") if values.get(key) is not None}
@@ -230,15 +223,15 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
     attention = profile["attention"]
     backends = tuning["attention_backends"]
     if attention not in backends:
-        raise BadHostData(f"profiles[{profile_name!r}]['attention']={attention!r} is not one of "
-                          f"{', '.join(sorted(backends))} (sglang_tuning attention_backends of {host_class})")
+        raise knobs.refused(f"profiles[{profile_name!r}]['attention']", attention,
+                            f"use one of {', '.join(sorted(backends))} (sglang_tuning attention_backends of "
+                            f"{host_class})")
     target_backend, draft_backend = backends[attention]
     # A profile whose algorithm allows one backend only (DDTree: triton) names it; it wins on every class.
     target_backend = profile.get("attention_backend", target_backend)
     if "tp_size" in tuning:
-        raise BadHostData(f"sglang_tuning['tp_size']={tuning['tp_size']!r} is not accepted: the TP size belongs to "
-                          f"the class and the profile: set layouts[{profile_name!r}]['tp_size'] in "
-                          f"group_data/{host_class}.py")
+        raise knobs.refused("sglang_tuning['tp_size']", tuning["tp_size"], "the TP size belongs to the class and the "
+                            f"profile: set layouts[{profile_name!r}]['tp_size'] in group_data/{host_class}.py")
     prefix = knobs.matching("service_name", data.service_name, knobs.UNIT_NAME, "a unit name (letters, digits, _.-)")
     return Server(
         profile_name=profile_name,
@@ -247,7 +240,7 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
         model_dir=model_dir,
         draft_model_dir=draft_model_dir,
         sglang_requirement=knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
-                                             pinned(requirements.get(wanted, wanted), getattr(data, "pins", None)),
+                                             pinned_requirement(requirements.get(wanted, wanted), getattr(data, "pins", None)),
                                              "a pip requirement on one line (name==version, 'name @ URL' or a "
                                              "wheel path)"),
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,

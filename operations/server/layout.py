@@ -59,10 +59,10 @@ def unit_name(prefix: str, deployment: str, gpus: tuple[int, ...]) -> str:
 
 def _gpu_list(name: str, value: Any, count: int) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not value:
-        raise BadHostData(f"{name}={value!r} is not accepted: use a list of GPU indices, e.g. [0, 1, 2, 3]")
+        raise knobs.refused(name, value, "use a list of GPU indices, e.g. [0, 1, 2, 3]")
     gpus = tuple(knobs.integer(name, gpu, minimum=0, maximum=count - 1) for gpu in value)
     if len(set(gpus)) != len(gpus):
-        raise BadHostData(f"{name}={value!r} is not accepted: name each GPU once")
+        raise knobs.refused(name, value, "name each GPU once")
     return gpus
 
 
@@ -74,10 +74,10 @@ def nccl_ports(groups: tuple[tuple[int, ...], ...], nccl_port: int) -> tuple[int
     clash = next((p for p in ports if p in SGLANG_RANDOM_PORTS or p >= EPHEMERAL_START), None)
     if clash is not None:
         low, high = SGLANG_RANDOM_PORTS.stop, EPHEMERAL_START - 1 - max(map(min, groups))
-        raise BadHostData(f"nccl_port={nccl_port} gives a replica --nccl-port {clash}, inside SGLang's random "
-                          f"ports {SGLANG_RANDOM_PORTS.start}-{SGLANG_RANDOM_PORTS.stop - 1} (another server may "
-                          f"draw it) or the kernel's ephemeral ones ({EPHEMERAL_START} and up): use a nccl_port "
-                          f"from {low} to {high}")
+        raise knobs.refused("nccl_port", nccl_port, f"use a nccl_port from {low} to {high}",
+                            wrong=f"gives a replica --nccl-port {clash}, inside SGLang's random ports "
+                                  f"{SGLANG_RANDOM_PORTS.start}-{SGLANG_RANDOM_PORTS.stop - 1} (another server may "
+                                  f"draw it) or the kernel's ephemeral ones ({EPHEMERAL_START} and up)")
     return ports
 
 
@@ -89,8 +89,8 @@ def resolve(where: str, values: Any, gpu_count: int, host_port: int, nccl_port: 
     `nccl_port` + that index (nccl_ports). A bad value raises BadHostData naming the knob (`where`), the
     value and what is accepted."""
     if not isinstance(values, dict) or set(values) - set(KEYS) or "tp_size" not in values:
-        raise BadHostData(f"{where}={values!r} is not accepted: use dict(tp_size=N) with optionally replicas=N "
-                          "and gpus=[...] (the GPUs its replicas take, tp_size at a time)")
+        raise knobs.refused(where, values, "use dict(tp_size=N) with optionally replicas=N and gpus=[...] (the GPUs "
+                            "its replicas take, tp_size at a time)")
     tp_size = knobs.integer(f"{where}['tp_size']", values["tp_size"], minimum=1, maximum=gpu_count)
     pool = _gpu_list(f"{where}['gpus']", values["gpus"], gpu_count) if values.get("gpus") is not None \
         else tuple(range(gpu_count))
@@ -106,8 +106,8 @@ def resolve(where: str, values: Any, gpu_count: int, host_port: int, nccl_port: 
     else:
         replicas = knobs.integer(f"{where}['replicas']", values["replicas"], minimum=1)
         if replicas > fits:
-            raise BadHostData(f"{where}['replicas']={replicas} does not fit {len(pool)} GPUs at tp_size {tp_size}: "
-                              f"use at most {fits}, or give it more GPUs")
+            raise knobs.refused(f"{where}['replicas']", replicas, f"use at most {fits}, or give it more GPUs",
+                                wrong=f"does not fit {len(pool)} GPUs at tp_size {tp_size}")
     groups = tuple(pool[i * tp_size:(i + 1) * tp_size] for i in range(replicas))
     lowest = min(pool)
     first = host_port + lowest if port is None else port
@@ -124,6 +124,6 @@ def class_default(data: Any, host_class: str, profile: str, gpu_count: int) -> d
     if layouts is None:
         layouts = {}
     if not isinstance(layouts, dict):
-        raise BadHostData(f"layouts={layouts!r} is not accepted: use a dict of profile -> dict(tp_size=N, ...) in "
-                          f"group_data/{host_class}.py")
+        raise knobs.refused("layouts", layouts, f"use a dict of profile -> dict(tp_size=N, ...) in "
+                            f"group_data/{host_class}.py")
     return dict(layouts.get(profile) or {"tp_size": gpu_count})

@@ -9,6 +9,7 @@ from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from operations.basics import gathering, outcomes, polling, shell
+from operations.basics.units import any_change
 from operations.basics.untrusted import printable
 from operations.server.config import Server
 from operations.server.host_scripts.engine_answers import scrubbed
@@ -120,15 +121,15 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
 
         readiness.ready(name="Wait until SGLang generates", server=server, restarted=unit, timeout_s=1800)
     """
-    d = server
-    if not restarted.changed:
-        probe = gathering.read(ServerProbe, install_dir=d.install_dir, port=d.port, model=d.served_model_name,
-                               key_file=d.api_key_file, service_user=d.service_user) or {}
+    if not any_change([restarted]):
+        probe = gathering.read(ServerProbe, install_dir=server.install_dir, port=server.port,
+                               model=server.served_model_name, key_file=server.api_key_file,
+                               service_user=server.service_user) or {}
         if generates(probe):
             log_serving(host, probe)
             host.noop(f"serving {probe.get('algorithm', 'unread')}: accept length {probe.get('accept_length')}")
             return
-    yield FunctionCommand(wait_ready, (d, timeout_s), {})
+    yield FunctionCommand(wait_ready, (server, timeout_s), {})
 
 
 def log_serving(host, probe: dict) -> None:
@@ -151,9 +152,9 @@ def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,
           service: str | None = None) -> tuple[dict, str | None]:
     """Probe the server until it generates, its unit (`service`, else the server's) crash-loops or
     `timeout_s` passes: (last probe, crash or None)."""
-    d = server
-    probe_command = ServerProbe().command(d.install_dir, d.port, d.served_model_name, d.api_key_file, d.service_user)
-    run_command = ServiceRun().command(service or d.service_name)
+    probe_command = ServerProbe().command(server.install_dir, server.port, server.served_model_name,
+                                          server.api_key_file, server.service_user)
+    run_command = ServiceRun().command(service or server.service_name)
     last = {"probe": {"ready": False}, "crash": None}
 
     def check(elapsed: float):
@@ -178,25 +179,25 @@ def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,
 
 def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 2.0) -> bool:
     """Wait for the (re)started server to generate; else restore the previous unit and prove it serves."""
-    d = server
-    probe, crashed = watch(host, d, timeout_s, f"waiting for {d.service_name} to generate", interval_s)
+    probe, crashed = watch(host, server, timeout_s, f"waiting for {server.service_name} to generate", interval_s)
     if generates(probe):
         log_serving(host, probe)
         return True
 
-    _, journal = shell.run(host, f"journalctl -u {d.service_name} -n 25 --no-pager -o cat")
-    restored, _ = shell.run(host, restore_command(d))
+    _, journal = shell.run(host, f"journalctl -u {server.service_name} -n 25 --no-pager -o cat")
+    restored, _ = shell.run(host, restore_command(server))
     if restored:
         # The previous unit served before this deploy: it should be back within a normal start.
-        again, _ = watch(host, d, min(timeout_s, 120), f"waiting for the restored {d.service_name} to generate",
-                          interval_s)
+        again, _ = watch(host, server, min(timeout_s, 120),
+                         f"waiting for the restored {server.service_name} to generate", interval_s)
         outcome = ("restored the previous unit, which generates again" if generates(again) else
                    f"restored the previous unit, but it does not generate either ({printable(again.get('error', 'not ready'))})")
     else:
         outcome = "no previous unit to restore"
-    cause = (f"{d.service_name} crash-loops: {crashed}" if crashed else
-             f"{d.service_name} did not generate within {timeout_s}s ({printable(probe.get('error', 'not ready'))})")
-    host.log_styled(f"{cause}; {outcome}. Last lines of its journal (journalctl -u {d.service_name}):\n"
+    cause = (f"{server.service_name} crash-loops: {crashed}" if crashed else
+             f"{server.service_name} did not generate within {timeout_s}s "
+             f"({printable(probe.get('error', 'not ready'))})")
+    host.log_styled(f"{cause}; {outcome}. Last lines of its journal (journalctl -u {server.service_name}):\n"
                     f"{journal.stdout}", fg="red")
     return False
 

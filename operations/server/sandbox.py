@@ -67,11 +67,10 @@ def rejection(host, server: Server, args: list[str]) -> str | None:
     resolved in a transient unit confined as the replica's (as the service user, keyless), with the
     unit's environment and the server's HF_HOME, offline. A DDTree build that accepts them is held
     to the deploy's DDTree rules as well."""
-    d = server
-    env = (("HF_HOME", d.server_hf_home), *sorted(d.env.items()))
-    asked = (d.venv, d.sglang_requirement, tuple(args), env, check_settings(d))
+    env = (("HF_HOME", server.server_hf_home), *sorted(server.env.items()))
+    asked = (server.venv, server.sglang_requirement, tuple(args), env, check_settings(server))
     answers = _rejections.setdefault(ctx_host.get(), {})
     if asked not in answers:
-        answers[asked] = host.get_fact(SGLangRejects, venv=d.venv, args=tuple(args), env=env,
-                                       settings=check_settings(d))
-    return answers[asked] or next(iter(rendered_ddtree_violations(d)), None)
+        answers[asked] = host.get_fact(SGLangRejects, venv=server.venv, args=tuple(args), env=env,
+                                       settings=check_settings(server))
+    return answers[asked] or next(iter(rendered_ddtree_violations(server)), None)

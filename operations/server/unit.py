@@ -17,7 +17,7 @@ from operations.basics import gathering, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import sha1_of
 from operations.basics.host_programs import HOST_SCRIPTS, inline
-from operations.basics.units import ServiceState
+from operations.basics.units import ServiceState, any_change
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.checks import refused_flags
 from operations.server.config import Server
@@ -96,7 +96,7 @@ class Restart:
             built = installed and installed["fingerprint"] == fingerprint(s.sglang_requirement, s.pip_index_url)
             return Decision(FILES_CHANGED, rejection(host, s, server_args(s)) if built else None, unit_text,
                             env_text, enabled)
-        if any(op.changed for op in self.restart_when):
+        if any_change(self.restart_when):
             return Decision(INPUT_CHANGED, None, unit_text, env_text, enabled)
         return Decision(STOPPED if current["active"] != "active" else None, None, unit_text, env_text, enabled)
 
@@ -149,14 +149,14 @@ def configure(server: Server, restart: Restart):
 def restore_command(server: Server) -> str:
     """The one command putting back the unit and environment that served before ``configure`` wrote new
     ones, and restarting it; it fails when there is none to put back."""
-    s = server
     # mv: root renames its own backups in root's directories (ownership.root_directories).
     return " && ".join([
-        f"test -f {s.unit_file}{PREVIOUS}",
-        *(f"if [ -f {path}{PREVIOUS} ]; then mv -f {path}{PREVIOUS} {path}; fi" for path in (s.unit_file, s.env_file)),
+        f"test -f {server.unit_file}{PREVIOUS}",
+        *(f"if [ -f {path}{PREVIOUS} ]; then mv -f {path}{PREVIOUS} {path}; fi"
+          for path in (server.unit_file, server.env_file)),
         # One command, so the restore cannot stop half-way: daemon-reload and restart, as
         # pyinfra's systemd.service would yield them.
-        "systemctl daemon-reload", f"systemctl restart {s.service_name}",
+        "systemctl daemon-reload", f"systemctl restart {server.service_name}",
     ])
 
 
@@ -219,13 +219,12 @@ def retired(server: Server, restarts: list[Restart]):
 
         unit.retired(name="Units no deployment wants", server=replica, restarts=[Restart(replica, inputs, [key])])
     """
-    s = server
     refused = refusals(restarts)
     if refused:
         yield fail_host(refused)
         return
     wanted = {r.server.service_name for r in restarts}
-    stale = sorted(set(gathering.read(ServerUnits, prefix=s.service_prefix) or {}) - wanted)
+    stale = sorted(set(gathering.read(ServerUnits, prefix=server.service_prefix) or {}) - wanted)
     if not stale:
         host.noop(f"every SGLang unit on the host is wanted ({len(wanted)})")
         return
@@ -233,7 +232,7 @@ def retired(server: Server, restarts: list[Restart]):
         host.log_styled(f"{host.name}: retiring {name} (no deployment wants it any more)", fg="yellow")
         yield from systemd.service._inner(service=name, running=False, enabled=False)
     # Root's own files in root's directories (ownership.root_directories).
-    yield "rm -f -- " + " ".join(shlex.quote(path) for name in stale for path in unit_paths(s.config_dir, name))
+    yield "rm -f -- " + " ".join(shlex.quote(path) for name in stale for path in unit_paths(server.config_dir, name))
     yield from systemd.daemon_reload._inner()
     # A unit that ended failed (its stop killed it) stays listed so until reset: it is gone.
     yield f"systemctl reset-failed {' '.join(shlex.quote(f'{name}.service') for name in stale)} 2>/dev/null || true"

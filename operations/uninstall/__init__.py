@@ -40,8 +40,8 @@ def plan(servers: tuple[Server, ...], gateway: Gateway | None, weights_dir: str,
     for name, path in [*(("install_dir or config_dir", d) for d in directories),
                        *([("weights_dir", weights_dir)] if remove_weights else [])]:
         if path.count("/") < 2:
-            raise knobs.BadHostData(f"{name}={path!r} is not removed whole: uninstall removes only a directory "
-                                    "of its own, at least two levels deep (e.g. /opt/specfleet)")
+            raise knobs.refused(name, path, "uninstall removes only a directory of its own, at least two levels "
+                                "deep (e.g. /opt/specfleet)", wrong="is not removed whole")
     users = sorted({u for s in servers for u in (s.service_user, s.download_user)} | ({gateway.user} if gateway else set()))
     return Uninstall(tuple(directories), tuple(users), gateway.unit_file if gateway else None,
                      weights_dir if remove_weights else None)

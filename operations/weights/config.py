@@ -24,7 +24,7 @@ class Repo:
     repo_id: str
     revision: str  # a commit, or a branch that preflight resolves
     repo_dir: str  # where its revisions land, each in a directory of its own
-    commit: str | None = None  # what the hub resolved `revision` to (`Weights.pinned`)
+    commit: str | None = None  # what the hub resolved `revision` to (`Weights.at_commits`)
 
     @property
     def local_dir(self) -> str:
@@ -51,7 +51,6 @@ class Weights:
     owner: str  # the download user: it owns the weights and the token, and runs the downloads
     reader: str  # the service user: the weights' group, which reads them (never the token, never writes)
     hf_home: str  # the owner's HF_HOME (the token file's directory)
-    earlier_token_file: str  # where deployments without a download user kept the token (removed)
     config_dir: str  # root's directory of the download specs
     install_dir: str  # where the host programs are (the fetcher)
     verify: bool  # hash every file against the hub's hashes
@@ -67,7 +66,7 @@ class Weights:
     def drafter(self) -> Repo:
         return self.repo("drafter")
 
-    def pinned(self, commits: dict[str, str]) -> "Weights":
+    def at_commits(self, commits: dict[str, str]) -> "Weights":
         """These weights at the commits the hub resolved (per role); a role without one stays as it was."""
         return replace(self, repos=tuple(replace(r, commit=commits.get(r.role, r.commit)) for r in self.repos))
 
@@ -80,7 +79,7 @@ def _mirrored(mirrors: dict, repo_id: str, revision: str) -> tuple[str, str]:
     return mirror_id, mirror_revision or revision
 
 
-def pinned(pins: dict, repo_id: str, revision: str) -> str:
+def pinned_revision(pins: dict, repo_id: str, revision: str) -> str:
     """The commit `pins` (group data `pins`: {"repos": {"REPO@REVISION": COMMIT}}) holds for a moving revision,
     else the revision."""
     found = pins.get("repos", {}).get(f"{repo_id}@{revision}")
@@ -95,7 +94,7 @@ def repo_dir(weights_dir: str, real_id: str) -> str:
 
 
 def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner: str, reader: str, hf_home: str,
-            earlier_token_file: str, config_dir: str, install_dir: str) -> Weights:
+            config_dir: str, install_dir: str) -> Weights:
     """The weights of `profile` for a host, from its data; a bad value raises BadHostData."""
     mirrors = data.mirrors or {}
     pins = getattr(data, "pins", None) or {}
@@ -104,7 +103,7 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner
         real_id = knobs.matching(f"profiles[{profile_name!r}][{role!r}]['repo']", profile[role]["repo"],
                                  knobs.REPO_ID, "a hub repo id, owner/name")
         repo_id, revision = _mirrored(mirrors, real_id, profile[role]["revision"])
-        revision = pinned(pins, repo_id, revision)
+        revision = pinned_revision(pins, repo_id, revision)
         return Repo(role,
                     knobs.matching(f"{role} repo (mirrors)", repo_id, knobs.REPO_ID, "a hub repo id, owner/name"),
                     knobs.matching(f"{role} revision", revision, knobs.REVISION,
@@ -121,7 +120,6 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner
         owner=owner,
         reader=reader,
         hf_home=hf_home,
-        earlier_token_file=earlier_token_file,
         config_dir=config_dir,
         install_dir=install_dir,
         verify=knobs.boolean("verify_weights", data.verify_weights),

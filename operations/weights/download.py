@@ -95,8 +95,7 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
 
         download.download(name="Weights", weights=deployment.weights, snapshots=hub.snapshots)
     """
-    d = weights
-    repos = [r for r in d.repos if r.role in snapshots]  # a gated repo waiting for access has none yet
+    repos = [r for r in weights.repos if r.role in snapshots]  # a gated repo waiting for access has none yet
     states = gathering.read(WeightsState, listings=state_listings(repos, snapshots))
     pending: list[Repo] = []
     for repo in repos:
@@ -104,16 +103,16 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
         if not state or state["commit"] != snap.commit or state["bad"]:
             pending.append(repo)
             continue
-        if not d.verify:
+        if not weights.verify:
             continue
         listed = {f.path for f in snap.files}
-        corrupt = [path for path in host.get_fact(WeightsCorrupt, local_dir=repo.local_dir, user=d.owner,
+        corrupt = [path for path in host.get_fact(WeightsCorrupt, local_dir=repo.local_dir, user=weights.owner,
                                                   listing=json.dumps(snap.listing(), sort_keys=True))
                    if path in listed]  # names from the hub's validated listing only, never the host's
         if corrupt:
             pending.append(repo)
             # Deleted as the download user, who owns them: the download unit then fetches them again.
-            yield (f"runuser -u {shlex.quote(d.owner)} -- rm -f -- "
+            yield (f"runuser -u {shlex.quote(weights.owner)} -- rm -f -- "
                    + " ".join(shlex.quote(posixpath.join(repo.local_dir, path)) for path in corrupt))
 
     if not pending:
@@ -124,10 +123,10 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
 
     uploads = {}  # each repo's spec and unit file, by path
     for repo in pending:
-        spec_file = f"{d.config_dir}/{repo.spec_file_name}"
+        spec_file = f"{weights.config_dir}/{repo.spec_file_name}"
         uploads[spec_file] = json.dumps(download_spec(repo, snapshots[repo.role]), indent=1)
         uploads[f"/etc/systemd/system/{repo.unit_name}.service"] = render(
-            "weights/weights.service.j2", w=d, repo=repo, commit=snapshots[repo.role].commit, spec_file=spec_file)
+            "weights/weights.service.j2", w=weights, repo=repo, commit=snapshots[repo.role].commit, spec_file=spec_file)
     # One round trip for every path, where files.put reads two or three facts each. The repo's directory
     # is ``owned``'s; the fetcher, as its owner, makes the revision's inside it.
     states = gathering.read(FileStates, paths=tuple(uploads))
@@ -141,43 +140,6 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
            f"systemctl start --no-block {units}")
     if wait:
         yield FunctionCommand(wait_for_downloads, (pending, snapshots, poll_interval), {})
-
-
-# The download units of earlier specfleet versions, one per role (a unit per repo took their place).
-EARLIER_ROLES = ("target", "drafter")
-
-
-def earlier_paths(config_dir: str) -> tuple[str, ...]:
-    return (*(f"/etc/systemd/system/specfleet-weights-{role}.service" for role in EARLIER_ROLES),
-            *(f"{config_dir}/weights-{role}.json" for role in EARLIER_ROLES))
-
-
-@operation()
-def earlier_units_removed(weights: Weights):
-    """
-    Remove the download units of earlier specfleet versions (one per role, `specfleet-weights-target`)
-    and their specs: a unit per repo took their place, and theirs would download into the single
-    directory those versions used.
-
-    + weights: the host's weights (its configuration directory)
-
-    **Example:**
-
-    .. code:: python
-
-        download.earlier_units_removed(name="Earlier download units", weights=deployment.weights)
-    """
-    paths = earlier_paths(weights.config_dir)
-    present = [p for p, state in (gathering.read(FileStates, paths=paths) or {}).items() if state]
-    if not present:
-        host.noop("no download unit of an earlier specfleet version")
-        return
-    units = [p.rsplit("/", 1)[1] for p in present if p.endswith(".service")]
-    if units:
-        yield f"systemctl stop {' '.join(units)} 2>/dev/null || true"
-    # Root's own files in root's directories.
-    yield "rm -f -- " + " ".join(shlex.quote(p) for p in present)
-    yield "systemctl daemon-reload"
 
 
 WEIGHTS_MODE = "750"  # a repo's directory: its owner writes, the service group reads (g=rX), others nothing
@@ -204,18 +166,17 @@ def owned(weights: Weights):
 
         download.owned(name="Weights owned by the download user", weights=deployment.weights)
     """
-    d = weights
-    states = gathering.read(FileStates, paths=tuple(r.repo_dir for r in d.repos))
-    wrong = [r.repo_dir for r in d.repos if not owned_as_wanted(states.get(r.repo_dir), d)]
+    states = gathering.read(FileStates, paths=tuple(r.repo_dir for r in weights.repos))
+    wrong = [r.repo_dir for r in weights.repos if not owned_as_wanted(states.get(r.repo_dir), weights)]
     if not wrong:
-        host.noop(f"the weights are {d.owner}'s, read by the group {d.reader}")
+        host.noop(f"the weights are {weights.owner}'s, read by the group {weights.reader}")
     for path in wrong:
         if not states.get(path):
-            yield from files.directory._inner(path=path, user=d.owner, group=d.reader, mode=WEIGHTS_MODE)
+            yield from files.directory._inner(path=path, user=weights.owner, group=weights.reader, mode=WEIGHTS_MODE)
             continue
         # chown first, not following links (-R's default, -P): from then on the service user, which may have
         # planted one, can change nothing in the tree that chmod then walks (which ignores links inside it).
-        yield StringCommand("chown", "-R", "--no-dereference", f"{d.owner}:{d.reader}", QuoteString(path))
+        yield StringCommand("chown", "-R", "--no-dereference", f"{weights.owner}:{weights.reader}", QuoteString(path))
         yield StringCommand("chmod", "-R", "u=rwX,g=rX,o=", QuoteString(path))
 
 
@@ -318,8 +279,7 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
     repos = deployment.weights.repos
-    earlier = [(FileStates, dict(paths=earlier_paths(deployment.weights.config_dir))),
-               (FileStates, dict(paths=tuple(r.repo_dir for r in repos)))]
+    owned_dirs = [(FileStates, dict(paths=tuple(r.repo_dir for r in repos)))]
     if len(snapshots) != len(repos):  # a repo waiting for access: nothing to compare yet
-        return earlier
-    return [*earlier, (WeightsState, dict(listings=state_listings(repos, snapshots)))]
+        return owned_dirs
+    return [*owned_dirs, (WeightsState, dict(listings=state_listings(repos, snapshots)))]

@@ -19,8 +19,9 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from operations.basics.knobs import COMMIT
 from operations.basics.untrusted import printable
-from operations.weights.host_scripts.weights_manifest import COMMIT, entry_problem
+from operations.weights.host_scripts.weights_manifest import entry_problem
 
 TOKENS_PAGE = "https://huggingface.co/settings/tokens"
 

@@ -9,7 +9,7 @@
 Every test taking `target` runs once per host (ids are host names); a target carries the host's class and
 resolved deployment (group data, SPECFLEET_SITE included), which the checks compare the host against.
 With --inventory a host's data is the inventory's, as `pyinfra INVENTORY deploy.py` gives it; with --hosts
-each host's class is read from its GPUs (as `python -m operations.gpu classify` reads it) and its data is
+each host's class is read from its GPUs (as `python -m tools.gpu classify` reads it) and its data is
 that class's group data. With neither, and without --lab, the suite refuses in one line: it never boots a
 lab on a machine that asked to verify real hosts. With --lab the fault tests (test_catches_faults.py) run
 too; otherwise they are deselected: they break hosts on purpose.
@@ -23,7 +23,7 @@ import testinfra
 
 from lab import fleet
 from operations.deployment.roles import GATEWAY, serves_model
-from operations.gpu.classify import host_class_for, load_class_expectations
+from tools.gpu.classify import host_class_for, load_class_expectations
 from operations.gpu.facts import NvidiaGpus, NvidiaTopology
 from operations.gpu.products import interconnect_by_product
 from operations.nodes.group import members

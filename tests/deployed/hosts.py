@@ -29,7 +29,7 @@ from pyinfra.connectors.ssh import connector_data_meta
 from pyinfra.connectors.sshuserclient.client import SSHClient
 
 from operations.basics.knobs import COMMIT
-from operations.deployment import Deployment, host_class_of, pinned, resolve_host
+from operations.deployment import Deployment, at_commits, host_class_of, resolve_host
 from operations.server.config import Server
 from operations.weights.checks import HUB_OUTAGES, outage
 from operations.weights.hub import RepoSnapshot, controller_token, snapshot
@@ -202,7 +202,7 @@ class Target:
             except Exception as problem:  # HubProblem: the hub answered, not as the deploy needs
                 pytest.fail(f"{self.name}: expected to resolve {repo.repo_id}@{repo.revision} on the hub to find "
                             f"its revision's directory, found {type(problem).__name__}: {problem}")
-        return tuple(pinned(d, {r.role: commit(d, r) for r in d.weights.repos}) for d in self.resolved)
+        return tuple(at_commits(d, {r.role: commit(d, r) for r in d.weights.repos}) for d in self.resolved)
 
     @property
     def deployment(self) -> Deployment:

@@ -54,7 +54,7 @@ def test_dry_with_a_refused_host_says_why_and_exits_non_zero(deployed_lab, pcie_
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
-    refusal = (f"[{b200_host.name}] {b200_host.name}: profiles['kimi_k26_dflash']['attention']='mla' is not one of "
-               "mha (sglang_tuning attention_backends of b200_nvlink)")
+    refusal = (f"[{b200_host.name}] {b200_host.name}: profiles['kimi_k26_dflash']['attention']='mla' is not accepted: "
+               "use one of mha (sglang_tuning attention_backends of b200_nvlink)")
     assert output.count(refusal) == 1, output[-3000:]
     assert f"[{pcie_host.name}]" in output and "Beginning operation run" not in output

@@ -17,9 +17,10 @@ import pytest
 
 from operations.basics.host_programs import HOST_SCRIPTS
 from operations.gpu.checks import check_fabric, check_gpu_class
-from operations.gpu.classify import classify_dir
+from tools.gpu.classify import classify_dir
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaHost, NvidiaTopology, RebootPending
-from operations.gpu.parse import parse_smi_xml, parse_topology
+from operations.gpu.parse import parse_topology
+from tools.gpu.smi_captures import parse_smi_xml
 from tests.unit.group_data import class_expectations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,6 +32,8 @@ ALL_PROFILES = sorted(path.name for path in PROFILES.iterdir())
 DAEMON_STANDIN = REPO / "lab" / "host_files" / "usr" / "lib" / "specfleet-lab" / "driver-daemon-standin"
 TORCH_STANDIN = REPO / "lab" / "torch_standin"  # on a lab host: in the SGLang venv (the SGLang stand-in's wheel)
 GPU_SMOKE = HOST_SCRIPTS["gpu_smoke"]
+# The host programs it imports, which the deploy uploads beside it (INSTALL_DIR/bin).
+HOST_PROGRAM_DIRS = sorted({str(path.parent) for path in HOST_SCRIPTS.values()})
 H200_CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 
 
@@ -86,7 +89,7 @@ def lab_host(tmp_path):
                 if p2p_floor_gbps else []
             done = subprocess.run([sys.executable, str(GPU_SMOKE), "--floor-gbps", str(floor_gbps), "--timeout",
                                    str(timeout), "--key", "k", *p2p, *(["--previous", str(previous)] if previous else [])],
-                                  env=dict(env, PYTHONPATH=str(TORCH_STANDIN), **nccl_env), capture_output=True,
+                                  env=dict(env, PYTHONPATH=os.pathsep.join([str(TORCH_STANDIN), *HOST_PROGRAM_DIRS]), **nccl_env), capture_output=True,
                                   text=True, timeout=2 * timeout + 60)
             return json.loads(done.stdout.splitlines()[-1])
 

@@ -7,6 +7,8 @@ operations used through `_inner` run for real on the same facts.
 from types import SimpleNamespace
 
 from pyinfra.api import Config, FunctionCommand, Host, StringCommand
+from pyinfra.connectors.util import CommandOutput
+from pyinfra.api.operation import OperationMeta
 from pyinfra.context import ctx_host, ctx_state
 
 
@@ -63,3 +65,10 @@ def failure(commands: list) -> list[str]:
     """The problems of the one fail_host command an operation yielded."""
     assert len(commands) == 1 and isinstance(commands[0], FunctionCommand), commands
     return commands[0].args[0]
+
+
+def ran(changed: bool) -> OperationMeta:
+    """pyinfra's record of an operation that ran (successfully), with commands when it `changed`."""
+    meta = OperationMeta("earlier-operation", is_change=None)
+    meta.set_complete(True, ["a command"] if changed else [], CommandOutput([]))
+    return meta

@@ -1,6 +1,7 @@
 """Resolving a host's deployment and rendering SGLang's command line, checked by the real parser."""
 
 import json
+import re
 
 import pytest
 
@@ -8,6 +9,7 @@ from lab.repos import build_lab_repos
 from operations import deployment
 from operations.deployment import HOST_CLASSES, host_class_of, resolve, resolve_host
 from operations.weights.hub import RepoSnapshot
+from operations.basics import knobs
 from operations.basics.knobs import BadHostData
 from operations.basics.templates import render
 from operations.gateway import config as gateway_config
@@ -38,7 +40,7 @@ def test_each_class_gets_its_backends_and_environment():
     assert pcie.smoke.expected.p2p_floor_gbps == 30
     # Each revision in a directory of its own; before the hub resolves the branch, named after it.
     assert pcie.weights.target.local_dir == pcie.server.model_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6/main"
-    pinned_at = deployment.pinned(pcie, {"target": "c" * 40, "drafter": "d" * 40})
+    pinned_at = deployment.at_commits(pcie, {"target": "c" * 40, "drafter": "d" * 40})
     assert pinned_at.server.model_dir == pinned_at.weights.target.local_dir == \
         f"/srv/specfleet/models/moonshotai--Kimi-K2.6/{'c' * 40}"
     assert pinned_at.server.draft_model_dir == f"/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash/{'d' * 40}"
@@ -129,12 +131,25 @@ def test_numbers_are_numbers_whichever_way_they_arrive():
     ("pip_index_url", "http://x/simple' --trusted-host evil", "pip_index_url=\"http://x/simple' --trusted-host evil\""),
     ("bind_address", "everywhere", "bind_address='everywhere' is not an IP address"),
     ("hf_token_env", "HF TOKEN", "hf_token_env='HF TOKEN' is not accepted: use a variable name"),
-    ("profile", "kimi_k26_dlfash", "profile='kimi_k26_dlfash' is not one of kimi_k26_ddtree, kimi_k26_dflash, qwen36_ddtree"),
+    ("profile", "kimi_k26_dlfash",
+     "profile='kimi_k26_dlfash' is not accepted: use one of kimi_k26_ddtree, kimi_k26_dflash, qwen36_ddtree"),
 ])
 def test_a_bad_knob_is_one_line_naming_the_knob_the_value_and_what_is_accepted(knob, value, message):
     with pytest.raises(BadHostData) as refused:
         resolve(host_data("b200_nvlink", **{knob: value}), "b200_nvlink")
     assert message in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+
+
+def test_a_knob_refusal_is_worded_by_knobs_alone():
+    """`knobs.refused` words every NAME=VALUE refusal (what is wrong, how to fix it); the product writes
+    none by hand outside operations/basics/knobs.py."""
+    assert str(knobs.refused("port", "x", "use a port")) == "port='x' is not accepted: use a port"
+    assert str(knobs.refused("expected_gpus", [], "define it", wrong="is not a dict")) == \
+        "expected_gpus=[] is not a dict: define it"
+    by_hand = re.compile(r"BadHostData\(f?\"[^\"]*=\{")  # a message that starts NAME={value}
+    # The benchmark's own knobs are worded by the change that splits serving_benchmark/sweep.py.
+    product = [p for p in [*(REPO / "operations").rglob("*.py"), *REPO.glob("*.py")] if p.name != "knobs.py"]
+    assert [str(p.relative_to(REPO)) for p in product if by_hand.search(p.read_text())] == []
 
 
 @pytest.mark.parametrize("knob, allow, url", [
@@ -159,7 +174,7 @@ def test_a_plain_http_hub_or_index_is_refused_unless_its_knob_trusts_it(knob, al
 def test_profile_values_are_checked_too():
     data = host_data("b200_nvlink")
     data.profiles["kimi_k26_dflash"]["attention"] = "gqa"
-    with pytest.raises(BadHostData, match=r"\['attention'\]='gqa' is not one of mha, mla \(sglang_tuning "
+    with pytest.raises(BadHostData, match=r"\['attention'\]='gqa' is not accepted: use one of mha, mla \(sglang_tuning "
                                           r"attention_backends of b200_nvlink\)"):
         resolve(data, "b200_nvlink")
     data = host_data("b200_nvlink")

@@ -21,7 +21,7 @@ from operations.server import unit
 from operations.basics.knobs import BadHostData
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.flags import SGLangRejects
-from tests.unit.fakehost import failure, run, run_host
+from tests.unit.fakehost import failure, ran, run, run_host
 from tests.unit.group_data import host_data
 
 
@@ -316,9 +316,8 @@ def test_the_gateway_unit_is_started_through_systemd_service_and_restarted_only_
     commands, noops = run(service.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
                           restart_when=[])
     assert commands == [] and noops == ["smg is running its current unit (smg==1.13.0)"]
-    key_changed = SimpleNamespace(changed=True)
     assert run(service.configure, gateway_unit_facts(written), gateway=g, inputs="smg==1.13.0",
-               restart_when=[key_changed])[0] == ["systemctl restart smg.service"]
+               restart_when=[ran(changed=True)])[0] == ["systemctl restart smg.service"]
 
 
 class Named(str):

@@ -1,4 +1,4 @@
-"""Replay of every folder `python -m operations.gpu capture` made (a fixture folder with judged.json):
+"""Replay of every folder `python -m tools.gpu capture` made (a fixture folder with judged.json):
 the controller must judge its files as the host did, and an H200 host (2x today, 8x HGX when
 #17 runs) must read as NVLink, registered with the fabric, passing the smoke test on all GPUs
 with NVLink multicast off, and fail the b200_nvlink class on the GPU model alone."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from operations.gpu.capture import NO_MULTICAST, RAW_CAPTURES, facts_printed, judge, zero_identifiers
+from tools.gpu.capture import NO_MULTICAST, RAW_CAPTURES, facts_printed, judge, zero_identifiers
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
@@ -47,7 +47,7 @@ def test_the_judge_only_command_writes_the_same_judgement(capture, tmp_path):
     copy = tmp_path / folder.name
     shutil.copytree(folder, copy)  # links followed: the copy holds the files
     (copy / "judged.json").unlink()
-    subprocess.run([sys.executable, "-m", "operations.gpu", "capture", "--judge-only", str(copy)],
+    subprocess.run([sys.executable, "-m", "tools.gpu", "capture", "--judge-only", str(copy)],
                    cwd=REPO, check=True, capture_output=True)
     assert as_judged_there(json.loads((copy / "judged.json").read_text()), judged) == judged
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.facts import NvidiaGpus
-from operations.gpu.parse import parse_query_csv, parse_smi_table, parse_topology
+from operations.gpu.parse import parse_topology
+from tools.gpu.smi_captures import parse_query_csv, parse_smi_table
 from tests.unit.group_data import class_expectations as expectations
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""`python -m operations.gpu classify DIR` in a subprocess, on every real capture."""
+"""`python -m tools.gpu classify DIR` in a subprocess, on every real capture."""
 
 import json
 import subprocess
@@ -30,7 +30,7 @@ SHAPES = ["h200-x2-query-noheader", "mixed-rtx5090-rtx3090ti", "a100-80gb-x2-mig
 
 def classify(capture_dir):
     return subprocess.run(
-        [sys.executable, "-m", "operations.gpu", "classify", str(capture_dir)],
+        [sys.executable, "-m", "tools.gpu", "classify", str(capture_dir)],
         cwd=REPO, capture_output=True, text=True,
     )
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from operations.gpu.capture import facts_printed
+from tools.gpu.capture import facts_printed
 from operations.gpu.checks import check_gpu_class
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaTopology
-from operations.gpu.parse import parse_query_csv
+from tools.gpu.smi_captures import parse_query_csv
 from tests.unit.group_data import class_expectations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +66,7 @@ def facts_on_the_host(folder):
 
 def test_classify_on_the_controller_equals_the_host_and_case_json(capture):
     case, folder, want = capture
-    result = subprocess.run([sys.executable, "-m", "operations.gpu", "classify", str(folder)],
+    result = subprocess.run([sys.executable, "-m", "tools.gpu", "classify", str(folder)],
                             cwd=REPO, capture_output=True, text=True, check=True)
     found = json.loads(result.stdout)
     there = json.loads((folder / "classify.json").read_text())

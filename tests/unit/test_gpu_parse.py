@@ -1,18 +1,13 @@
-"""operations.gpu.parse on the real captures in tests/fixtures/nvidia-smi, plus edge cases."""
+"""operations.gpu.parse (and tools.gpu.smi_captures, what only captures hold) on the real captures in tests/fixtures/nvidia-smi, plus edge cases."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from operations.gpu.parse import (
-    parse_proc_driver_version,
-    parse_query_csv,
-    parse_smi_q,
-    parse_smi_table,
-    parse_smi_xml,
-    parse_topology,
-)
+from operations.gpu.parse import parse_proc_driver_version, parse_query_csv, parse_smi_q, parse_topology
+from tools.gpu import smi_captures
+from tools.gpu.smi_captures import parse_smi_table, parse_smi_xml
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
@@ -86,7 +81,7 @@ def test_no_topology_output():
 
 
 def test_query_csv_with_header_in_any_order():
-    gpus = parse_query_csv(lines("h200-x2-nvlink", "query.csv"))
+    gpus = smi_captures.parse_query_csv(lines("h200-x2-nvlink", "query.csv"))
     assert len(gpus) == 2
     assert gpus[1] == dict(
         index=1, name="NVIDIA H200", uuid="GPU-00000001-0000-0000-0000-000000000001",
@@ -163,13 +158,13 @@ def test_query_csv_without_header_tells_fields_by_their_values():
     # memory.total, memory.used, mig.mode.current, mig.mode.pending, compute_cap, persistence_mode).
     line = ("0, NVIDIA H200, GPU-62da0000-0000-0000-0000-000000003038, 00000000:00:06.0, 580.159.04, 143771 MiB, "
             "0 MiB, Disabled, Disabled, 9.0, Enabled")
-    [gpu] = parse_query_csv([line])
+    [gpu] = smi_captures.parse_query_csv([line])
     assert {key: gpu[key] for key in ("index", "name", "pci_bus_id", "driver_version", "memory_total_mib",
                                       "compute_capability")} == dict(
         index=0, name="NVIDIA H200", pci_bus_id="00000000:00:06.0", driver_version="580.159.04",
         memory_total_mib=143771, compute_capability="9.0")
     assert "mig_mode" not in gpu and "persistence_mode" not in gpu  # Enabled/Disabled columns cannot be told apart
-    nounits = parse_query_csv(["0, NVIDIA H200, 143771, 0, 9.0", "1, NVIDIA H200, 143771, 0, 9.0"])
+    nounits = smi_captures.parse_query_csv(["0, NVIDIA H200, 143771, 0, 9.0", "1, NVIDIA H200, 143771, 0, 9.0"])
     assert [(gpu["index"], gpu["memory_total_mib"]) for gpu in nounits] == [(0, 143771), (1, 143771)]
 
 

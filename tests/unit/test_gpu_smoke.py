@@ -113,8 +113,9 @@ def test_tested_again_when_anything_it_depends_on_changed(change):
 
 
 def test_the_lab_engine_knob_is_gone_and_refused_by_name():
-    with pytest.raises(BadHostData, match="gpu_smoke_engine is not accepted: the GPU smoke test always runs "
-                                          "torch.distributed with NCCL from the SGLang venv; remove it"):
+    with pytest.raises(BadHostData, match="gpu_smoke_engine='/usr/lib/specfleet-lab/gpu-allreduce-standin' is not "
+                                          "accepted: the GPU smoke test always runs torch.distributed with NCCL "
+                                          "from the SGLang venv; remove it"):
         resolve(host_data("b200_nvlink", gpu_smoke_engine="/usr/lib/specfleet-lab/gpu-allreduce-standin"),
                 "b200_nvlink")
     assert "gpu_smoke_engine" not in (REPO / "group_data" / "all.py").read_text()

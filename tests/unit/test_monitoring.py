@@ -23,7 +23,7 @@ from operations.basics.knobs import BadHostData
 from operations.monitoring.prometheus import (KEY_FILE, PrometheusTargets, ScrapeTarget, config_text, down_targets,
                                    scrape_targets)
 from operations.monitoring.prometheus import resolve as resolve_monitoring
-from tests.unit.fakehost import FakeHost, failure, run
+from tests.unit.fakehost import FakeHost, failure, ran, run
 from tests.unit.group_data import host_data
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "prometheus"
@@ -151,7 +151,7 @@ def targets_up(facts: dict, stage: StateStage, changed: bool) -> tuple[list, Rec
     with ctx_host.use(fake), ctx_state.use(SimpleNamespace(current_stage=stage)):
         commands = list(prometheus.targets_up._inner(
             monitoring=resolve_monitoring(host_data("gateway")), targets=[ScrapeTarget("smg", "gw", "127.0.0.1:29000")],
-            changed=[SimpleNamespace(changed=changed)]))
+            changed=[ran(changed)]))
     return commands, fake
 
 

@@ -76,7 +76,7 @@ def test_a_host_without_a_group_serves_alone():
     (two_nodes(a={"node_groups": {"tp16": {**GROUP["tp16"], "dist_init_port": 29995}}}), "collides with the server"),
     (two_nodes(a={"node_groups": {"tp16": {**GROUP["tp16"], "socket_ifname": "eth0; reboot"}}}), "socket_ifname"),
     (two_nodes(a={"node_group": "tp32"}), "node_group='tp32' is not a key of node_groups (tp16)"),
-    (two_nodes(a={"ssh_hostname": "b200-a.example"}), "node_address of b200-a is 'b200-a.example', not an IP"),
+    (two_nodes(a={"ssh_hostname": "b200-a.example"}), "b200-a's node_address='b200-a.example' is not an IP address: set node_address"),
     (two_nodes()[:1], "has one member (b200-a)"),
 ])
 def test_a_group_that_cannot_serve_is_refused_naming_the_knob_and_the_fix(inventory, refusal):

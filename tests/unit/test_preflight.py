@@ -15,7 +15,7 @@ from operations.basics import shell
 from operations.deployment import preflight
 from operations.deployment.preflight import LoginUser, login_problems, moving_revisions
 from operations.server.checks import exposure_problems, unpinned_build
-from operations.server.config import git_refs, pinned
+from operations.server.config import git_refs, pinned_requirement
 from operations.weights.checks import HubState, described, hub_state, unpinned
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
 from tests.unit.fakehost import FakeHost, failure
@@ -121,7 +121,7 @@ def test_pins_turn_moving_revisions_and_refs_into_their_commits_and_nothing_else
 def test_a_git_requirements_ref_is_what_follows_the_last_at_past_its_host(requirement, refs):
     assert git_refs(requirement) == refs
     pins = {"git": {f"{url}@{ref}": "2" * 40 for url, ref in refs}}
-    assert git_refs(pinned(requirement, pins)) == [(url, "2" * 40) for url, _ in refs]
+    assert git_refs(pinned_requirement(requirement, pins)) == [(url, "2" * 40) for url, _ in refs]
 
 
 def test_a_hubs_config_strings_print_with_their_control_characters_escaped():

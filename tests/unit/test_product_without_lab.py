@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import PYINFRA, REPO
 
-PRODUCT = ["deploy.py", "group_data", "inventory", "operations", "templates", "requirements.txt",
+PRODUCT = ["deploy.py", "group_data", "inventory", "operations", "templates", "requirements.txt", "tools",
            "tests/fixtures/nvidia-smi/rtxpro6000se-8x-pcie"]
 
 
@@ -52,7 +52,7 @@ def test_dry_deploy_loads_group_data_and_runs_preflight_without_lab(product):
 
 def test_classify_runs_without_lab(product):
     capture = product / "tests/fixtures/nvidia-smi/rtxpro6000se-8x-pcie"
-    result = run([sys.executable, "-m", "operations.gpu", "classify", str(capture)], product)
+    result = run([sys.executable, "-m", "tools.gpu", "classify", str(capture)], product)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["host_class"] == "rtx_pro_6000_pcie"
 

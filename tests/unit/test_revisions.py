@@ -4,7 +4,7 @@ and the disk check's credit for files another revision holds (facts in, decision
 import hashlib
 import os
 
-from operations.deployment import pinned, resolve
+from operations.deployment import at_commits, resolve
 from operations.weights import revisions
 from operations.weights.checks import disk_problems
 from operations.weights.hub import RepoFile, RepoSnapshot
@@ -55,9 +55,17 @@ def test_the_host_program_lists_revisions_with_the_bytes_each_frees_and_deletes_
     assert (repo / NEW / "config.json").read_bytes() == b"{}"  # its link survives
 
 
+def test_the_host_program_lists_the_directory_the_controller_lays_each_revision_in(tmp_path):
+    """The host's rule (a revision directory is named by its commit) is the controller's Repo.local_dir."""
+    d, laid = repos(weights_dir=str(tmp_path))
+    for repo in laid:
+        revision(tmp_path / repo.local_dir.removeprefix(f"{tmp_path}/"), {"config.json": b"{}"}, repo.commit)
+        assert weights_revisions.revision_dirs(repo.repo_dir) == [repo.local_dir]
+
+
 def repos(**data):
-    d = pinned(resolve(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree", **data), "rtx_pro_6000_pcie"),
-               {"target": NEW, "drafter": NEW})
+    d = at_commits(resolve(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree", **data), "rtx_pro_6000_pcie"),
+                   {"target": NEW, "drafter": NEW})
     return d, revisions.repos_of((d.weights,))
 
 

@@ -1,11 +1,13 @@
 """operations.server.unit.configure and operations.basics.ownership: facts in, commands out (pyinfra's systemd.service
 and files.directory run for real on the same facts)."""
 
+import re
 from dataclasses import replace
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
 
+from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.files import Directory
 from pyinfra.context import ctx_host
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
@@ -14,11 +16,11 @@ from operations.basics import ownership
 from operations.server import unit
 from operations.deployment import resolve, resolve_host
 from operations.basics.file_states import FileStates
-from operations.basics.units import ServiceState
+from operations.basics.units import ServiceState, any_change
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.flags import SGLangRejects
 
-from tests.unit.fakehost import FakeHost, failure, run
+from tests.unit.fakehost import FakeHost, failure, ran, run
 from tests.unit.group_data import host_data
 
 D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
@@ -51,8 +53,7 @@ def test_unchanged_and_running_is_a_noop():
 
 
 def test_a_changed_api_key_alone_restarts_through_systemd_service():
-    changed = SimpleNamespace(changed=True)
-    commands, _ = configure(current(), restart_when=[changed])
+    commands, _ = configure(current(), restart_when=[ran(changed=True)])
     assert commands == [f"systemctl restart {NAME}.service"]
 
 
@@ -246,3 +247,12 @@ def test_the_smoke_tests_p2p_decision_is_in_the_unit_and_a_restart_input():
     decided = restart_after_smoke(hung)
     assert "NCCL_P2P_DISABLE=1\n" in decided.decision().env_text and "NCCL_P2P_DISABLE" not in ENV
     assert decided.decision().reason == unit.FILES_CHANGED and decided.decision().restarts
+
+
+def test_a_change_is_what_an_operation_did_once_it_ran_and_what_it_will_do_before():
+    """`any_change` asks pyinfra 3's did_change/will_change; OperationMeta.changed is deprecated (gone in 4)."""
+    assert any_change([OperationMeta("pending", is_change=True)]) and any_change([ran(changed=True)])
+    assert not any_change([OperationMeta("pending", is_change=False), ran(changed=False)])
+    repo = Path(__file__).resolve().parents[2]
+    product = [*(repo / "operations").rglob("*.py"), *repo.glob("*.py")]
+    assert [str(p.relative_to(repo)) for p in product if re.search(r"\.changed\b", p.read_text())] == []

@@ -45,6 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from owned_sockets import LOOPBACK
+
 SIZES = [1 << 20, 16 << 20, 128 << 20, 512 << 20]  # bytes of float32 per all-reduce
 WARMUP, ITERATIONS = 5, 20
 
@@ -60,7 +62,7 @@ def worker(rank: int, gpus: int, port: int, sizes: list[int]) -> None:
     import torch.distributed as dist
 
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=gpus,
+    dist.init_process_group("nccl", init_method=f"tcp://{LOOPBACK}:{port}", rank=rank, world_size=gpus,
                             device_id=torch.device("cuda", rank))
     results = []
     for size in sizes:
@@ -92,7 +94,7 @@ def worker(rank: int, gpus: int, port: int, sizes: list[int]) -> None:
 
 def free_port() -> int:
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((LOOPBACK, 0))
         return probe.getsockname()[1]
 
 

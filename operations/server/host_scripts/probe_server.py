@@ -17,14 +17,14 @@ import sys
 from pathlib import Path
 
 from engine_answers import answer_text, generated
-from owned_sockets import OwnedConnection
+from owned_sockets import LOOPBACK, OwnedConnection
 
 
 class Connection(OwnedConnection):
     """A loopback connection to the server that goes on only when the service user serves its port."""
 
     def __init__(self, port: int, uid: int, timeout: float):
-        super().__init__("127.0.0.1", port, uid, timeout, whose="the service")
+        super().__init__(LOOPBACK, port, uid, timeout, whose="the service")
 
 
 class Refused(OSError):

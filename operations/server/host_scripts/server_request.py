@@ -13,12 +13,12 @@ import pwd
 import sys
 from pathlib import Path
 
-from owned_sockets import OwnedConnection
+from owned_sockets import LOOPBACK, OwnedConnection
 
 
 def request(port: int, path: str, method: str, service_user: str, key_file: str = "") -> str:
     key = Path(key_file).read_text().strip() if key_file and Path(key_file).is_file() else ""
-    connection = OwnedConnection("127.0.0.1", port, pwd.getpwnam(service_user).pw_uid, 60, whose=service_user)
+    connection = OwnedConnection(LOOPBACK, port, pwd.getpwnam(service_user).pw_uid, 60, whose=service_user)
     try:
         connection.request(method, path, body=b"" if method == "POST" else None,
                            headers={"Authorization": f"Bearer {key}"} if key else {})

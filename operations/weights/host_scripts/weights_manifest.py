@@ -21,7 +21,7 @@ import unicodedata
 
 MANIFEST = ".specfleet-manifest.json"
 RESERVED = (".cache", MANIFEST)  # first path segments the fetcher and the manifest own
-COMMIT = re.compile(r"[0-9a-f]{40}")
+COMMIT = re.compile(r"[0-9a-f]{40}")  # knobs.COMMIT on the hosts, which lack the product (a test keeps them equal)
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 

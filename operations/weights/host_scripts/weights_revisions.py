@@ -15,13 +15,10 @@ revision removes only the files its manifest lists, the manifest and the fetcher
 
 import json
 import os
-import re
 import shutil
 import sys
 
 import weights_manifest
-
-COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def revision_dirs(repo_dir: str) -> list[str]:
@@ -29,8 +26,9 @@ def revision_dirs(repo_dir: str) -> list[str]:
         names = sorted(os.listdir(repo_dir))
     except OSError:
         return []
-    found = [os.path.join(repo_dir, n) for n in names if COMMIT.fullmatch(n) and os.path.isdir(os.path.join(repo_dir, n))
-             and not os.path.islink(os.path.join(repo_dir, n))]
+    # A revision directory is named by its commit, as the controller lays it (weights.config.Repo.local_dir).
+    found = [os.path.join(repo_dir, n) for n in names if weights_manifest.COMMIT.fullmatch(n)
+             and os.path.isdir(os.path.join(repo_dir, n)) and not os.path.islink(os.path.join(repo_dir, n))]
     return ([repo_dir] if weights_manifest.read(repo_dir) else []) + found
 
 

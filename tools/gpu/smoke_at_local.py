@@ -1,8 +1,8 @@
-"""The deploy's GPU smoke test on the GPU host itself, for `python -m operations.gpu capture`.
+"""The deploy's GPU smoke test on the GPU host itself, for `python -m tools.gpu capture`.
 
-    SPECFLEET_SMOKE_INSTALL_DIR=DIR SPECFLEET_SMOKE_CLASS=b200_nvlink pyinfra -y @local operations/gpu/smoke_at_local.py
+    SPECFLEET_SMOKE_INSTALL_DIR=DIR SPECFLEET_SMOKE_CLASS=b200_nvlink pyinfra -y @local tools/gpu/smoke_at_local.py
 
-DIR/bin holds host_scripts/gpu_smoke.py and DIR/sglang-venv is the python that holds torch (the
+DIR/bin holds operations/gpu/host_scripts/gpu_smoke.py and DIR/sglang-venv is the python that holds torch (the
 capture sets both up: such a host has no SGLang venv). The class gives the floor; the NCCL
 environment is the class's with NVLink multicast off (NO_MULTICAST: some shared hosts forbid it).
 """
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 from operations import deployment
 from operations.gpu import smoke
-from operations.gpu.capture import NO_MULTICAST
+from tools.gpu.capture import NO_MULTICAST
 
 class_name = os.environ["SPECFLEET_SMOKE_CLASS"]
 # The host is @local, in no inventory group: merge its group data as pyinfra would (all, then the class).

@@ -1,5 +1,5 @@
-"""`python -m operations.gpu classify DIR`: print one JSON object describing the captured host.
-`python -m operations.gpu capture OUTDIR [--class CLASS] [--judge-only]`: see operations/gpu/capture.py."""
+"""`python -m tools.gpu classify DIR`: print one JSON object describing the captured host.
+`python -m tools.gpu capture OUTDIR [--class CLASS] [--judge-only]`: see tools/gpu/capture.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .classify import classify_dir
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m operations.gpu")
+    parser = argparse.ArgumentParser(prog="python -m tools.gpu")
     commands = parser.add_subparsers(dest="command", required=True)
     classify = commands.add_parser(
         "classify",

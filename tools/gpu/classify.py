@@ -1,6 +1,6 @@
 """Tell a host's class from captured nvidia-smi outputs in a folder (no pyinfra needed).
 
-Used by `python -m operations.gpu classify DIR` and by the tests that replay real captures.
+Used by `python -m tools.gpu classify DIR` and by the tests that replay real captures.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from .parse import parse_query_csv, parse_smi_q, parse_smi_table, parse_smi_xml, parse_topology, smi_failure
-from .products import interconnect_by_product, named
+from operations.gpu.parse import parse_smi_q, parse_topology, smi_failure
+from operations.gpu.products import interconnect_by_product, named
+
+from .smi_captures import parse_query_csv, parse_smi_table, parse_smi_xml
 
 GROUP_DATA_DIR = Path(__file__).resolve().parents[2] / "group_data"
 

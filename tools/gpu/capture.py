@@ -1,4 +1,4 @@
-"""`python -m operations.gpu capture OUTDIR [--class b200_nvlink]`: on a GPU host, take one fixture.
+"""`python -m tools.gpu capture OUTDIR [--class b200_nvlink]`: on a GPU host, take one fixture.
 
 Run from the repository root ON the GPU host (the device machine). It writes into OUTDIR:
 
@@ -6,7 +6,7 @@ Run from the repository root ON the GPU host (the device machine). It writes int
   numbered in order of appearance so the GPUs stay apart);
 - ``facts.txt``: what ``pyinfra @local fact`` printed for every GPU fact the deploy reads (FACTS);
 - ``pyinfra-smoke.txt`` and ``record.json``: the deploy's GPU smoke test (operations.gpu.smoke),
-  run by ``pyinfra -y @local operations/gpu/smoke_at_local.py`` on all GPUs, with the host's
+  run by ``pyinfra -y @local tools/gpu/smoke_at_local.py`` on all GPUs, with the host's
   python standing in for the SGLang venv and NO_MULTICAST forced into the NCCL environment;
 - ``judged.json``: ``judge()`` over the folder (the processing part, also ``--judge-only DIR``):
   classify, the class check, NVSwitch, fabric manager unit state and registration, the smoke
@@ -29,13 +29,13 @@ import sys
 import time
 from pathlib import Path
 
-from operations.basics.host_programs import HOST_SCRIPTS
+from operations.basics import host_programs
+from operations.gpu.checks import check_fabric, check_gpu_class
 from operations.gpu.config import expected_gpus
+from operations.gpu.parse import parse_smi_q
+from operations.gpu.smoke import summary
 
-from .checks import check_fabric, check_gpu_class
 from .classify import classify_dir, load_class_expectations
-from .parse import parse_smi_q
-from .smoke import summary
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = "@local"
@@ -126,12 +126,13 @@ def take(outdir: Path, class_name: str) -> dict:
 
     install_dir = Path("/tmp/specfleet-capture")  # the smoke test's INSTALL_DIR: its bin/ and its "venv"
     (install_dir / "bin").mkdir(parents=True, exist_ok=True)
-    shutil.copy(HOST_SCRIPTS["gpu_smoke"], install_dir / "bin")
+    for program in host_programs.of_subject("gpu").values():  # gpu_smoke.py and the programs it imports
+        shutil.copy(program, install_dir / "bin")
     venv = install_dir / "sglang-venv"
     if not venv.is_symlink():
         venv.symlink_to(sys.prefix)
     started = time.monotonic()
-    smoke = _shell(f"{sys.executable} -m pyinfra -y @local operations/gpu/smoke_at_local.py",
+    smoke = _shell(f"{sys.executable} -m pyinfra -y @local tools/gpu/smoke_at_local.py",
                    env={**NO_MULTICAST, "SPECFLEET_SMOKE_INSTALL_DIR": str(install_dir),
                         "SPECFLEET_SMOKE_CLASS": class_name}, timeout=400)  # the device allows 600 s a call
     (outdir / "pyinfra-smoke.txt").write_text(smoke)
@@ -143,7 +144,7 @@ def take(outdir: Path, class_name: str) -> dict:
     versions = _shell(f"{sys.executable} -c 'import torch; print(torch.__version__, torch.cuda.nccl.version())'")
     driver = parse_smi_q((outdir / "q.txt").read_text().splitlines())
     case = dict(
-        case=outdir.name, made_by=f"python -m operations.gpu capture OUTDIR --class {class_name}",
+        case=outdir.name, made_by=f"python -m tools.gpu capture OUTDIR --class {class_name}",
         date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), kernel=os.uname().release,
         driver_version=driver["driver_version"], cuda_version=driver["cuda_version"],
         gpu_name=judged["classify"]["gpu_name"], gpu_count=judged["classify"]["gpu_count"],

@@ -1,0 +1,1 @@
+"""Tools beside the product, run from the checkout: they make and read the test fixtures and never run in a deploy."""

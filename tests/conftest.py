@@ -23,9 +23,37 @@ from lab.hub import clear_faults  # noqa: E402
 from tests.helpers import LAB_HOSTS, run_deploy  # noqa: E402
 
 
+# Seconds the longest modules took in make test (three workers on the 2-core machine, other labs running
+# beside it), without the lab's boot and first deploy that a worker's first lab module pays.
+LONGEST_FIRST = {
+    "tests/lab/test_replicas.py": 1050,
+    "tests/lab/test_serving_benchmark.py": 1000,
+    "tests/lab/test_gateway.py": 870,
+    "tests/lab/test_first_deploy.py": 700,
+    "tests/lab/test_rollout.py": 600,
+    "tests/lab/test_real_path.py": 400,
+    "tests/lab/test_revisions.py": 350,
+    "tests/lab/test_rollout_long_requests.py": 300,
+    "tests/lab/test_multinode.py": 250,
+    "tests/lab/test_operator_tools.py": 250,
+    "tests/lab/test_fresh_host.py": 220,
+    "tests/lab/test_access_pending.py": 200,
+    "tests/lab/test_trixie.py": 200,
+    "tests/lab_code/test_sglang_standin.py": 210,
+    "tests/faults/test_downloads.py": 175,
+    "tests/lab/test_deploy.py": 135,
+    "tests/lab_code/test_gpu_standin.py": 120,
+    "tests/unit/test_host_scripts.py": 120,
+    "tests/deployed/test_catches_faults.py": 110,
+}
+
+
 def pytest_collection_modifyitems(items):
-    # Lifecycle tests tear the lab down: everything that shares the lab goes first.
-    items.sort(key=lambda item: item.get_closest_marker("lab_lifecycle") is not None)
+    # Lifecycle tests tear the lab down: everything that shares the lab goes first. Then the longest
+    # modules (LONGEST_FIRST), so that make test's workers, which take files in this order
+    # (--no-loadscope-reorder), start them at once and fill the rest of the run with the short ones.
+    items.sort(key=lambda item: (item.get_closest_marker("lab_lifecycle") is not None,
+                                 -LONGEST_FIRST.get(item.nodeid.split("::")[0], 0)))
 
 
 @pytest.fixture(scope="session")

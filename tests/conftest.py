@@ -23,24 +23,27 @@ from lab.hub import clear_faults  # noqa: E402
 from tests.helpers import LAB_HOSTS, run_deploy  # noqa: E402
 
 
-# Seconds the longest modules took in make test or run alone (the 2-core machine, other labs running beside
-# them), without the lab's boot and first deploy that a worker's first lab module pays (about 180 s).
+# Seconds the longest modules took in make test (the 2-core machine, other labs running beside it), without
+# the lab's boot and first deploy that a worker's first lab module pays (about 180 s). test_real_path.py is
+# docs/lab.md's figure; the rollout, revisions, multinode, operator-tools and extra-host modules are not
+# measured so yet: they stand where what their fixtures boot and deploy (the gateway host, an extra
+# host) puts them.
 LONGEST_FIRST = {
     "tests/lab/test_replicas.py": 1050,
     "tests/lab/test_gateway.py": 870,
-    "tests/lab/test_first_deploy.py": 700,
     "tests/lab/test_serving_benchmark.py": 650,
     "tests/lab/test_rollout.py": 600,
+    "tests/lab/test_first_deploy.py": 500,
     "tests/lab/test_bench_replicas.py": 500,
-    "tests/lab/test_real_path.py": 400,
+    "tests/lab/test_real_path.py": 380,
     "tests/lab/test_revisions.py": 350,
+    "tests/faults/test_service_faults.py": 320,
     "tests/lab/test_rollout_long_requests.py": 300,
     "tests/lab/test_deploy.py": 300,
     "tests/lab/test_multinode.py": 250,
     "tests/lab/test_operator_tools.py": 250,
     "tests/lab/test_fresh_host.py": 220,
     "tests/lab_code/test_sglang_standin.py": 210,
-    "tests/faults/test_service_faults.py": 210,
     "tests/lab/test_access_pending.py": 200,
     "tests/lab/test_trixie.py": 200,
     "tests/faults/test_downloads.py": 175,

@@ -56,12 +56,14 @@ demo-check: venv
 
 # The whole suite, its files spread over WORKERS processes (pytest-xdist), each on a lab of its own
 # (lab ids SPECFLEET_LAB_ID and the next ones; --lab lets tests/deployed boot and verify it): the lab's
-# tests mostly wait on servers, so they overlap well on two cores. Then the lab's lifecycle tests,
+# tests mostly wait on servers, so they overlap well on two cores. The files go out in the order
+# tests/conftest.py gives them, the longest first (xdist's own reorder would put the files with the
+# most tests first: the unit tests, leaving the long lab modules for the end). Then the lab's lifecycle tests,
 # which tear a lab down; every lab is torn down whatever the outcome. No site directory: the suite
 # tests the shipped data.
 WORKERS ?= 3
 test: deps venv
-	SPECFLEET_SITE= $(PY) -m pytest tests --lab -n $(WORKERS) --dist loadfile -m "not lab_lifecycle"; rc=$$?; \
+	SPECFLEET_SITE= $(PY) -m pytest tests --lab -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not lab_lifecycle"; rc=$$?; \
 	SPECFLEET_SITE= $(PY) -m pytest tests/lab_code -m lab_lifecycle || rc=1; \
 	for worker in $$(seq 0 $$(($(WORKERS) - 1))); do \
 	  SPECFLEET_LAB_ID=$$(($${SPECFLEET_LAB_ID:-0} + worker)) $(LAB) down >/dev/null; done; exit $$rc

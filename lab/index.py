@@ -15,11 +15,13 @@ so pip would pick the higher `0.5.23+lab.ddtree29907` over `0.5.23+lab`.
 
 import argparse
 import base64
+import fcntl
 import functools
 import hashlib
 import html
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -30,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from lab.config import INDEX_PORT
+from lab.config import CACHE_DIR, INDEX_PORT
 from operations.python.venv import UV_VERSION
 
 STANDIN_SRC = Path(__file__).resolve().parent / "sglang_standin" / "sglang"
@@ -70,22 +72,37 @@ def build(out: Path) -> None:
         print(build_standin_wheel(version, wheels))
 
 
+def host_wheels_wanted() -> list:
+    """What the hosts' wheels are downloaded from: the locks by their content, not by their path in a
+    checkout, so that every lab and every clone on the machine shares one download."""
+    return [HUB_LOCK.read_text(), UV_LOCK.read_text(), BENCH_REQUIREMENTS, GATEWAY_REQUIREMENTS, HOST_TARGET]
+
+
 def download_host_wheels(wheels: Path) -> None:
-    """pip download for the hosts' platform, skipped when already done: a stamp
-    records what was asked for and the files it gave."""
-    stamp = wheels / ".host-wheels.json"
-    want = [HUB_REQUIREMENTS, HUB_LOCK.read_text(), UV_REQUIREMENTS, UV_LOCK.read_text(), BENCH_REQUIREMENTS,
-            GATEWAY_REQUIREMENTS, HOST_TARGET]
-    if stamp.is_file():
-        done = json.loads(stamp.read_text())
-        if done["want"] == want and all((wheels / f).is_file() for f in done["files"]):
-            return
-    for target, requirements in ((HOST_TARGET, HUB_REQUIREMENTS), (HOST_TARGET, UV_REQUIREMENTS),
-                                 (HOST_TARGET, BENCH_REQUIREMENTS), (HOST_TARGET, GATEWAY_REQUIREMENTS)):
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels),
-                        *target, *requirements], check=True)
-    files = sorted(p.name for p in wheels.glob("*.whl") if not p.name.startswith("sglang-"))
-    stamp.write_text(json.dumps({"want": want, "files": files}))
+    """pip download for the hosts' platform, once per machine and set of requirements, into CACHE_DIR
+    (as the base roots are: make test's labs, started together, wait for one download), then linked
+    into `wheels`."""
+    want = host_wheels_wanted()
+    cache = CACHE_DIR / f"host-wheels-{hashlib.sha256(json.dumps(want).encode()).hexdigest()[:16]}"
+    stamp = cache / ".complete"  # the files the download gave
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / "host-wheels.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.is_file():
+            shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir()
+            for requirements in (HUB_REQUIREMENTS, UV_REQUIREMENTS, BENCH_REQUIREMENTS, GATEWAY_REQUIREMENTS):
+                subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(cache),
+                                *HOST_TARGET, *requirements], check=True)
+            stamp.write_text(json.dumps(sorted(p.name for p in cache.glob("*.whl"))))
+    for name in json.loads(stamp.read_text()):
+        if not (wheels / name).is_file():
+            partial = wheels / f".{name}.partial"
+            try:
+                os.link(cache / name, partial)
+            except OSError:  # another filesystem
+                shutil.copyfile(cache / name, partial)
+            partial.replace(wheels / name)
 
 
 def standin_requirement(version: str) -> str:

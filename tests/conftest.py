@@ -23,9 +23,62 @@ from lab.hub import clear_faults  # noqa: E402
 from tests.helpers import LAB_HOSTS, run_deploy  # noqa: E402
 
 
+# Seconds the longest modules took in make test (the 2-core machine, other labs running beside it), without
+# the lab's boot and first deploy that a worker's first lab module pays (about 180 s). test_real_path.py is
+# docs/lab.md's figure; the rollout, revisions, multinode, operator-tools and extra-host modules are not
+# measured so yet: they stand where what their fixtures boot and deploy (the gateway host, an extra
+# host) puts them.
+LONGEST_FIRST = {
+    "tests/lab/test_replicas.py": 1050,
+    "tests/lab/test_gateway.py": 870,
+    "tests/lab/test_serving_benchmark.py": 650,
+    "tests/lab/test_rollout.py": 600,
+    "tests/lab/test_first_deploy.py": 500,
+    "tests/lab/test_bench_replicas.py": 500,
+    "tests/lab/test_real_path.py": 380,
+    "tests/lab/test_revisions.py": 350,
+    "tests/faults/test_service_faults.py": 320,
+    "tests/lab/test_rollout_long_requests.py": 300,
+    "tests/lab/test_deploy.py": 300,
+    "tests/lab/test_multinode.py": 250,
+    "tests/lab/test_operator_tools.py": 250,
+    "tests/lab/test_fresh_host.py": 220,
+    "tests/lab_code/test_sglang_standin.py": 210,
+    "tests/lab/test_access_pending.py": 200,
+    "tests/lab/test_trixie.py": 200,
+    "tests/faults/test_downloads.py": 175,
+    "tests/lab_code/test_gpu_standin.py": 120,
+    "tests/unit/test_host_scripts.py": 120,
+    "tests/deployed/test_catches_faults.py": 110,
+}
+
+
 def pytest_collection_modifyitems(items):
-    # Lifecycle tests tear the lab down: everything that shares the lab goes first.
-    items.sort(key=lambda item: item.get_closest_marker("lab_lifecycle") is not None)
+    # Lifecycle tests tear the lab down: everything that shares the lab goes first. Then the longest
+    # modules (LONGEST_FIRST), so that make test's workers, which take files in this order
+    # (--no-loadscope-reorder), start them at once and fill the rest of the run with the short ones.
+    items.sort(key=lambda item: (item.get_closest_marker("lab_lifecycle") is not None,
+                                 -LONGEST_FIRST.get(item.nodeid.split("::")[0], 0)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile (make test) with a worker taking its next module when it reaches the last test of
+    its current one: xdist's own takes it with two tests left, and the module it took then waits behind
+    both (in make test, test_rollout.py went to the worker of test_replicas.py with two tests left there, at
+    764 s, and started at 1951 s)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleAtATime(LoadFileScheduling):
+        def _reschedule(self, node):
+            # One test left: the worker waits for the next one before it runs it (the next test is known
+            # to every test's teardown), so the next module goes out now.
+            if not node.shutting_down and self.workqueue and self._pending_of(self.assigned_work[node]) > 1:
+                return
+            super()._reschedule(node)
+
+    return ModuleAtATime(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -77,18 +77,11 @@ def test_the_token_never_appears_in_verbose_debug_output(deployed_lab, lab_hosts
 
 
 def test_ddtree_needs_a_ddtree_build(deployed_lab, lab_hosts, tmp_path):
-    """A release pin stops in preflight; the 0.5.23 stand-in itself rejects the DDTree flags before any
-    restart; the stand-in built with PR #29907's flags deploys."""
+    """The 0.5.23 stand-in itself rejects the DDTree flags before any restart; the stand-in built with PR
+    #29907's flags deploys. (A release pin, refused by preflight before any fact is read, is a pure test:
+    tests/unit/test_preflight_absent_facts.py.)"""
     host = lab_hosts[0]
     pid = main_pid(host)
-    release = write_group_data(tmp_path / "release", "lab", (
-        "mirrors = copy.deepcopy(base['mirrors'])\n"
-        "mirrors['requirements'] = {r: 'sglang==0.5.23' for r in mirrors['requirements']}"))
-    refused = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree", group_data=release)
-    assert refused.returncode != 0
-    assert "no SGLang release up to 0.5.23 has DDTree (it is in open pull request #29907)" in refused.output
-    assert operations_started(refused.output) == ["Preflight"]
-
     plain_wheel = write_group_data(tmp_path / "plain", "lab", (
         "mirrors = copy.deepcopy(base['mirrors'])\n"
         f"mirrors['requirements'] = {{r: 'sglang @ {WHEELS_URL}sglang-0.5.23+lab-py3-none-any.whl' "

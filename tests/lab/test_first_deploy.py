@@ -2,9 +2,11 @@
 
 A lab of its own (lab id + 20, booted in parallel from the cached roots, torn down after) holds
 a fleet serving two models at once, as a real inventory's host data would make it: Kimi K2.6 with
-DFlash (the default profile) on a PCIe and a B200 host behind the gateway, as `make demo` shows
-it; Qwen3.6 with DDTree on another PCIe and B200 host; and one more PCIe host whose DDTree profile
-points at an SGLang without DDTree, which must be refused in one line. None of them was ever
+DFlash (the default profile) on a PCIe host behind the gateway, as `make demo` shows it; Qwen3.6
+with DDTree on another PCIe host and a B200 host; and one more PCIe host whose DDTree profile
+points at an SGLang without DDTree, which must be refused in one line. The default profile's first
+deploy on a fresh B200 host is every worker's shared lab (conftest.py's deployed_lab, asserted by
+tests/lab/test_deploy.py), so the matrix does not boot one more for it. None of them was ever
 deployed before: no virtualenv, no unit, no weights, no key. Each cell converges or is refused
 in one line, never with a traceback, and a second run changes nothing.
 """
@@ -28,13 +30,12 @@ KEY = "lab-first-deploy-matrix-key"  # the gateway's workers listen on the lab n
 ADMIN_KEY = "lab-first-deploy-matrix-admin-key"  # and the gateway's control plane one of its own
 CONVERGE = {  # host -> (profile, class), every one converging on its first deploy
     "lab-pcie-1": ("kimi_k26_dflash", "rtx_pro_6000_pcie"),
-    "lab-b200-1": ("kimi_k26_dflash", "b200_nvlink"),
     "lab-pcie-2": ("qwen36_ddtree", "rtx_pro_6000_pcie"),
-    "lab-b200-2": ("qwen36_ddtree", "b200_nvlink"),
+    "lab-b200-1": ("qwen36_ddtree", "b200_nvlink"),
     "lab-gateway-1": ("kimi_k26_dflash", "gateway"),
 }
 REFUSED = "lab-pcie-3"  # qwen36_ddtree, with an SGLang that has no DDTree
-PROFILES = "lab-pcie-2=qwen36_ddtree,lab-b200-2=qwen36_ddtree,lab-pcie-3=qwen36_ddtree"
+PROFILES = "lab-pcie-2=qwen36_ddtree,lab-b200-1=qwen36_ddtree,lab-pcie-3=qwen36_ddtree"
 ENV = {**os.environ, "SPECFLEET_LAB_ID": str(MATRIX_LAB), "SPECFLEET_LAB_PROFILES": PROFILES,
        "HF_TOKEN": "hf_lab_granted", "SPECFLEET_API_KEY": KEY, "SPECFLEET_GATEWAY_ADMIN_KEY": ADMIN_KEY}
 
@@ -70,7 +71,7 @@ def matrix(tmp_path_factory):
         "mirrors['requirements'] = {r: f'sglang @ {WHEELS_URL}sglang-0.5.23+lab-py3-none-any.whl' "
         "for r in mirrors['requirements']}"))
     lab("down")
-    lab("up", "--hosts", "pcie=3,b200=2,gateway=1")
+    lab("up", "--hosts", "pcie=3,b200=1,gateway=1")
     try:
         rounds = []
         for _ in range(2):

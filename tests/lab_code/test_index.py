@@ -123,3 +123,32 @@ def test_a_wheel_that_differs_from_the_lock_is_refused(index, tmp_path):
     finally:
         server.stop()
     assert refused.returncode != 0 and "DO NOT MATCH THE HASHES" in refused.stderr, refused.stderr
+
+
+def test_the_hosts_wheels_are_downloaded_once_for_every_lab_and_every_clone(tmp_path, monkeypatch):
+    """A second lab's index, and one built from another checkout of the same locks, link the first
+    download: no pip runs again (keyed by the checkout's path, each clone downloaded them anew)."""
+    from lab import index as lab_index
+
+    downloads = []
+
+    def pip_download(command, check):
+        dest = Path(command[command.index("--dest") + 1])
+        downloads.append(command)
+        (dest / f"w{len(downloads)}-1.0-py3-none-any.whl").write_bytes(b"wheel")
+
+    monkeypatch.setattr(lab_index, "CACHE_DIR", tmp_path / "cache", raising=False)
+    monkeypatch.setattr(lab_index.subprocess, "run", pip_download)
+    labs = [tmp_path / name for name in ("lab1", "lab2", "clone")]
+    for wheels in labs:
+        if wheels.name == "clone":
+            lock = tmp_path / "clone-checkout" / HUB_LOCK.name
+            lock.parent.mkdir()
+            lock.write_text(HUB_LOCK.read_text())
+            monkeypatch.setattr(lab_index, "HUB_LOCK", lock)
+            monkeypatch.setattr(lab_index, "HUB_REQUIREMENTS", ["--require-hashes", "-r", str(lock)])
+        wheels.mkdir()
+        lab_index.download_host_wheels(wheels)
+    assert len(downloads) == 4  # hub, uv, the bench client, the gateway: once
+    for wheels in labs:
+        assert sorted(p.name for p in wheels.iterdir()) == [f"w{i}-1.0-py3-none-any.whl" for i in range(1, 5)]

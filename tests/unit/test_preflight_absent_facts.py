@@ -57,3 +57,19 @@ def test_the_gpu_checks_after_the_driver_answer_in_sentences_with_every_fact_abs
     d = resolve(host_data("b200_nvlink", lab=True), "b200_nvlink")
     problems, _ = outcome(check, gpu=d.gpu)
     assert problems and all(p.startswith(f"{FakeHost.name}: ") for p in problems), problems
+
+
+def test_a_ddtree_profile_on_a_release_pin_is_refused_in_preflight_naming_the_pull_request(monkeypatch):
+    """No fact needed: the pin alone says that no release has DDTree (the lab's deploy of the same stops in
+    Preflight, as every preflight refusal does: tests/lab/test_refusals.py)."""
+    monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
+    data = host_data("rtx_pro_6000_pcie", lab=True, profile="qwen36_ddtree")
+    data.mirrors = {**data.mirrors, "requirements": {r: "sglang==0.5.23" for r in data.mirrors["requirements"]}}
+    d = resolve(data, "rtx_pro_6000_pcie")
+    problems, _ = outcome(preflight.check, deployments=(d,), hubs=[HubState(snapshots(d), [], [])])
+    assert [p for p in problems if "DDTree" in p] == [
+        f"{FakeHost.name}: profile qwen36_ddtree uses DDTree, but sglang==0.5.23 is a release and no SGLang release "
+        "up to 0.5.23 has DDTree (it is in open pull request #29907): set "
+        "profiles['qwen36_ddtree']['sglang']['requirement'] to a build that has it, e.g. "
+        "'sglang @ git+https://github.com/sgl-project/sglang@COMMIT#subdirectory=python' with the pull request's "
+        "commit, or a wheel path/URL"]

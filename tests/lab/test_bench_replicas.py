@@ -1,0 +1,49 @@
+"""bench.py over Qwen3.6-27B's eight TP 1 replicas on one lab host, each alone and then all at once.
+
+Its own module, beside test_serving_benchmark.py, so that another worker of make test runs it (its
+deploy, nine client runs and the deploy back are the longest part of the bench's tests).
+"""
+
+import json
+
+import pytest
+
+from lab import fleet
+from tests.helpers import main_pid, run_deploy, server_info
+from tests.lab.test_serving_benchmark import run_bench
+
+pytestmark = pytest.mark.lab
+
+
+def test_bench_follows_the_layout_each_replica_alone_then_all_at_once(deployed_lab, pcie_host, tmp_path):
+    """Qwen3.6-27B's eight TP 1 replicas on lab-pcie-1: each mode stands in for every replica on its GPU
+    and port, the client runs against each replica alone and then all at once (round robin); the
+    deployed replicas serve again afterwards."""
+    qwen = ("--data", "profile=qwen36_ddtree")
+    try:
+        assert run_deploy("--limit", pcie_host.name, *qwen).returncode == 0
+        pids = {i: main_pid(pcie_host, f"sglang@qwen36_ddtree-gpu{i}") for i in range(8)}
+        bench = run_bench(pcie_host, "profile=qwen36_ddtree", "modes=dflash", "concurrency=2", "requests=2",
+                          "output_tokens=8", f"results_dir={tmp_path}")
+        assert bench.returncode == 0, bench.output[-3000:]
+        (run,) = tmp_path.iterdir()
+        out = run / pcie_host.name
+        summary = json.loads((out / "summary.json").read_text())
+        replicas = [f"sglang@qwen36_ddtree-gpu{i}" for i in range(8)]
+        assert summary["layout"] == {"deployment": "qwen36_ddtree", "tp_size": 1,
+                                     "replicas": {name: [i] for i, name in enumerate(replicas)}}
+        assert sorted(summary["replicas"]) == replicas
+        for name in replicas:
+            level = summary["replicas"][name]["dflash"]["levels"]["2"]
+            assert level["requests_completed"] == 2 and level["output_tok_s"] > 0
+            assert (out / "raw" / name / "dflash" / "c2" / "profile_export_aiperf.json").is_file()
+        everything = summary["modes"]["dflash"]["levels"]["2"]
+        assert everything["requests_completed"] == 2 and (out / "raw" / "all" / "dflash" / "c2").is_dir()
+        assert "| sglang@qwen36_ddtree-gpu7 | dflash | 2 |" in (out / "summary.md").read_text()
+        # Every deployed replica serves again (restarted: the bench stood in for each).
+        for i in range(8):
+            assert main_pid(pcie_host, f"sglang@qwen36_ddtree-gpu{i}") != pids[i]
+            assert server_info(pcie_host, 30000 + i)["speculative_algorithm"] == "DDTREE"
+        assert fleet.ssh(pcie_host, "systemctl list-units --no-legend 'specfleet-bench*'").strip() == ""
+    finally:
+        assert run_deploy("--limit", pcie_host.name).returncode == 0

@@ -11,7 +11,7 @@ all of them at once) with the prompts (serving_benchmark/prompts.jsonl, else --d
 its results land in bench-results/RUN/HOST/ on the controller (HOST/DEPLOYMENT/ for a host serving
 several models). A replica behind a gateway is drained from it first and registered again once its
 deployed unit generates; then each level runs through that gateway too, when its only workers of the
-model are this host's replicas. Knobs: serving_benchmark/sweep.py (DEFAULTS, plan()). (The toolkit's own speed series
+model are this host's replicas. Knobs: serving_benchmark/plan.py (DEFAULTS, plan()). (The toolkit's own speed series
 is another thing: speed/, `make speed`.)
 """
 
@@ -23,14 +23,15 @@ from operations.deployment import preflight
 from operations.gateway import drain, membership
 from operations.nodes import group as nodes
 from operations.python import venv
-from serving_benchmark import sweep
+from serving_benchmark import client, sweep
+from serving_benchmark.plan import plan as bench_plan
 
 schema.check_inventory(inventory)  # a key no knob has (a misspelt `modes`) stops the run before any host changes
 deployments = ()
 try:
     deployments = deployment.resolve_host(host.data, deployment.host_class_of(host.groups),
                                           nodes.members(inventory, host))
-    plan = sweep.plan(host.data)
+    plan = bench_plan(host.data)
 except BadHostData as problem:
     deployments = ()
     preflight.refuse(problem=f"{host.name}: {problem}")
@@ -38,9 +39,9 @@ except BadHostData as problem:
 if deployments:
     server = deployments[0].server
     venv.requirement(name="Benchmark client (aiperf)", path=f"{server.install_dir}/bench-venv",
-                     distribution="aiperf", requirement=sweep.CLIENT_REQUIREMENT, index_url=server.pip_index_url)
-    sweep.tokenizer(name="Benchmark tokenizer", server=server, source=plan.tokenizer)
-    sweep.prompts(name="Benchmark prompts", server=server, plan=plan)
+                     distribution="aiperf", requirement=client.CLIENT_REQUIREMENT, index_url=server.pip_index_url)
+    client.tokenizer(name="Benchmark tokenizer", server=server, source=plan.tokenizer)
+    client.prompts(name="Benchmark prompts", server=server, plan=plan)
     for d in host.loop(deployments):  # each model of the host on its own, its replicas together
         # A replica behind a gateway leaves it before its server stops, and comes back once its deployed
         # unit generates again (gateway/drain.py, then serving_benchmark/behind_gateway.py join_again, as a

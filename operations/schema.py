@@ -32,7 +32,7 @@ class Knob:
     type: str  # as the reference page says it; the subject's resolve parses it (operations/basics/knobs.py)
     help: str  # one line
     layers: tuple[str, ...] = LAYERS
-    group: str = "all"  # the group file whose value is the default (group_data/<group>.py); "bench": sweep.DEFAULTS
+    group: str = "all"  # the group file whose value is the default (group_data/<group>.py); "bench": plan.DEFAULTS
     subject: str = "deployment"  # the section of the reference page
 
 
@@ -121,7 +121,7 @@ KNOBS = (
          subject="gateway"),
     Knob("prometheus_targets_timeout_s", "seconds", "how long the deploy waits for every target's first scrape",
          group="gateway", subject="gateway"),
-    # The serving benchmark (bench.py; serving_benchmark/sweep.py parses them).
+    # The serving benchmark (bench.py; serving_benchmark/plan.py parses them).
     Knob("modes", "list", "comma-separated modes to sweep", group="bench", subject="bench"),
     Knob("concurrency", "list", "comma-separated concurrency levels", group="bench", subject="bench"),
     Knob("requests", "whole number or None", "requests per level; None: max(16, 4 x concurrency)", group="",
@@ -236,7 +236,7 @@ def _defaults() -> dict[str, dict]:
     from pyinfra.context import ctx_inventory
 
     from operations.deployment import HOST_CLASSES
-    from serving_benchmark.sweep import DEFAULTS
+    from serving_benchmark.plan import DEFAULTS
 
     repo = Path(__file__).resolve().parents[1]
     found = {"bench": DEFAULTS}

@@ -4,6 +4,7 @@ registered again once its deployed unit generates after the sweep (as a deploy's
 from pyinfra.api.operation import OperationMeta
 
 from operations.basics import shell
+from operations.basics.units import any_change
 from operations.gateway import drain, registry
 from operations.gateway.membership import Route
 from operations.server.config import Server
@@ -21,7 +22,7 @@ def listing_now(host, route: Route, model: str) -> dict:
 def join_again(host, server: Server, routes: list[Route], drained: OperationMeta | None) -> bool:
     """Once a server stopped after `drained` generates again: register the replica again with its
     gateways, as ``drain.rejoin`` does. False, saying why, when a join failed."""
-    if drained is None or not drained.changed:
+    if drained is None or not any_change([drained]):
         return True
     for route, command in drain.joins(server, routes):
         ok, output = shell.run_elsewhere(registry.gateway_host(route), command)

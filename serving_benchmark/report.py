@@ -8,7 +8,6 @@ from pathlib import Path
 
 STAND_IN_LABEL = "LAB STAND-IN: timings come from the stand-in's speed model, not a measurement"
 PERCENTILES = ("avg", "p50", "p90", "p99")
-MODES = ("ar", "dflash", "ddtree")
 
 
 def _stats(metric: dict | None) -> dict:

@@ -131,7 +131,7 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
         problems += weights_checks.disk_problems([(d.weights, hub.snapshots) for d, hub in read], disk)
     problems += venv.python_problems(host.name, gathering.read(venv.HostPython, uv=venv.Uv(s.install_dir).binary))
     for d in deployments:
-        problems += server_checks.ddtree_problems(d.server)
+        problems += server_checks.unreleased_problems(d.server)
     key_file = gathering.read(FileStates, paths=(s.api_key_file,)).get(s.api_key_file)
     problems += server_checks.exposure_problems(s, bool(os.environ.get(s.api_key_env)), key_file is not None)
     warnings = []

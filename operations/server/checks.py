@@ -1,11 +1,12 @@
 """What must hold before the server is changed: the model fits the GPUs, the SGLang build has what the
-profile asks (DDTree), its git ref is a commit, an exposed server has a key; each failure one sentence."""
+profile asks (an algorithm in no release, such as DDTree), its git ref is a commit, an exposed server has
+a key; each failure one sentence."""
 
 import re
 
 from pyinfra import host
 
-from operations.basics import gathering
+from operations.basics import gathering, network
 from operations.basics.knobs import COMMIT
 from operations.gpu.config import GpuExpectations
 from operations.python.venv import VenvRequirement, fingerprint
@@ -14,9 +15,8 @@ from operations.server.flags import server_args
 from operations.server.sandbox import rejection
 
 GIB = 1 << 30
-# A release pin; DDTree (open PR #29907) is in no SGLang release up to 0.5.23.
+# A release pin, which an algorithm of a pull request (speculative.Algorithm.pull_request) is not in.
 RELEASE_PIN = re.compile(r"sglang\s*(==|~=|>=|<=|<|>|===)")
-DDTREE_BUILD = "sglang @ git+https://github.com/sgl-project/sglang@COMMIT#subdirectory=python"
 
 
 def memory_problems(server: Server, expected: GpuExpectations, model: str, weight_bytes: int,
@@ -44,22 +44,25 @@ def refused_flags(server: Server, refused: str, units: list[str] | None = None) 
     """The one sentence for flags the host's SGLang refuses (before a restart, or in preflight), naming
     the units left as they were (`units`: replicas refused alike; by default the server's own)."""
     s, units = server, units or [server.service_name]
-    fix = (f"point profiles['{s.profile_name}']['sglang']['requirement'] at a DDTree build (PR #29907)"
-           if s.speculative.algorithm == "DDTREE" else "fix the flag in group_data or the SGLang pin")
+    a = s.speculative.entry
+    fix = (f"point profiles['{s.profile_name}']['sglang']['requirement'] at a {a.label} build "
+           f"(PR #{a.pull_request})" if a.pull_request else "fix the flag in group_data or the SGLang pin")
     left = f"{units[0]} was left as it was" if len(units) == 1 else f"{', '.join(units)} were left as they were"
     return f"{host.name}: the SGLang in {s.venv} rejects the rendered flags ({refused}); {fix}; {left}"
 
 
-def ddtree_problems(server: Server) -> list[str]:
-    """DDTree needs an SGLang build that has it; an installed one of the wanted build must accept its flags."""
+def unreleased_problems(server: Server) -> list[str]:
+    """An algorithm in no release (DDTree) needs an SGLang build that has it; an installed one of the
+    wanted build must accept its flags."""
     s = server
-    if s.speculative.algorithm != "DDTREE":
+    a = s.speculative.entry
+    if a.pull_request is None:
         return []
     if RELEASE_PIN.match(s.sglang_requirement):
-        return [f"{host.name}: profile {s.profile_name} uses DDTree, but {s.sglang_requirement} is a release and "
-                "no SGLang release up to 0.5.23 has DDTree (it is in open pull request #29907): set "
+        return [f"{host.name}: profile {s.profile_name} uses {a.label}, but {s.sglang_requirement} is a release and "
+                f"no SGLang release up to 0.5.23 has {a.label} (it is in open pull request #{a.pull_request}): set "
                 f"profiles['{s.profile_name}']['sglang']['requirement'] to a build that has it, e.g. "
-                f"'{DDTREE_BUILD}' with the pull request's commit, or a wheel path/URL"]
+                f"'{a.build}' with the pull request's commit, or a wheel path/URL"]
     installed = gathering.read(VenvRequirement, path=s.venv, distribution="sglang")
     if not installed or installed["fingerprint"] != fingerprint(s.sglang_requirement, s.pip_index_url):
         return []  # not installed yet (no venv on a fresh host): the unit's validation checks it before any restart
@@ -86,4 +89,4 @@ def exposure_problems(server: Server, key_on_controller: bool, key_on_host: bool
         f"${s.api_key_env} is not set on the controller and the host has no key"
     return [f"{host.name}: the server would listen on {s.bind_address}:{s.port}, beyond loopback, without an "
             f"API key ({why}): export {s.api_key_env} on the controller (the server then requires it), or "
-            "set bind_address=127.0.0.1 and reach it through a gateway on the host"]
+            f"set bind_address={network.LOOPBACK} and reach it through a gateway on the host"]

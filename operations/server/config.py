@@ -8,6 +8,7 @@ from typing import Any
 
 from operations.basics import knobs, network
 from operations.server.layout import Layout, unit_name
+from operations.server.speculative import Speculative, drafting, settings
 
 # What SGLang 0.5.23 takes to end once nothing is in flight after SIGTERM: up to 5 s to notice it
 # (its drain loop polls every 5 s), one more 5 s poll, up to 15 s for the schedulers to leave after
@@ -41,25 +42,14 @@ DEPLOY_FLAGS = {
     "--speculative-draft-model-path": "the profile's drafter", "--speculative-draft-model": "the profile's drafter",
     "--speculative-num-draft-tokens": "the profile's speculative num_draft_tokens",
     "--speculative-draft-attention-backend": "the profile's attention (sglang_tuning attention_backends)",
-    "--speculative-draft-window-size": "the profile's speculative draft_window_size",
+    **{s.flag: f"the profile's speculative {key}" for key, s in settings().items()},
     "--speculative-dflash-draft-window-size": "the profile's speculative draft_window_size",
-    "--speculative-ddtree-budget": "the profile's speculative ddtree_budget",
     "--enable-metrics": "enable_metrics",
     "--nnodes": "node_groups", "--node-rank": "node_rank", "--dist-init-addr": "node_groups dist_init_port",
     "--nccl-init-addr": "node_groups dist_init_port",
     "--api-key": "api_key_env (the key travels in a file, never in argv)",
     "--admin-api-key": "the worker admin key (generated on the host, never in argv)",
 }
-
-
-@dataclass(frozen=True)
-class Speculative:
-    """The profile's speculative decoding settings (group_data/all.py `profiles[...]['speculative']`)."""
-
-    algorithm: str  # "DFLASH" or "DDTREE"
-    num_draft_tokens: int
-    draft_window_size: int | None = None
-    ddtree_budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -198,19 +188,20 @@ def pinned_requirement(requirement: str, pins: dict) -> str:
 
 
 def _speculative(profile_name: str, values: Any) -> Speculative:
-    fields = Speculative.__dataclass_fields__
-    if not isinstance(values, dict) or set(values) - set(fields) or "algorithm" not in values \
-            or "num_draft_tokens" not in values:
+    optional = settings()
+    if not isinstance(values, dict) or set(values) - {"algorithm", "num_draft_tokens", *optional} \
+            or "algorithm" not in values or "num_draft_tokens" not in values:
         raise knobs.refused(f"profiles[{profile_name!r}]['speculative']", values, "use a dict with algorithm and "
-                            "num_draft_tokens, optionally draft_window_size, ddtree_budget")
+                            f"num_draft_tokens, optionally {', '.join(optional)}")
     where = f"profiles[{profile_name!r}]['speculative']"
-    optional = {key: knobs.integer(f"{where}[{key!r}]", values[key], minimum=1)
-                for key in ("draft_window_size", "ddtree_budget") if values.get(key) is not None}
+    names = drafting()
     return Speculative(
-        algorithm=knobs.matching(f"{where}['algorithm']", values["algorithm"], re.compile(r"[A-Z0-9_]+"),
-                                 "an SGLang algorithm name such as DFLASH or DDTREE"),
+        algorithm=knobs.matching(f"{where}['algorithm']", values["algorithm"],
+                                 re.compile("|".join(map(re.escape, names))),
+                                 f"an SGLang algorithm name the deploy knows: {' or '.join(names)}"),
         num_draft_tokens=knobs.integer(f"{where}['num_draft_tokens']", values["num_draft_tokens"], minimum=1),
-        **optional,
+        values={key: knobs.integer(f"{where}[{key!r}]", values[key], minimum=1)
+                for key in optional if values.get(key) is not None},
     )
 
 

@@ -12,7 +12,7 @@ from pyinfra.context import ctx_host
 from operations.basics.file_states import sha1_of
 from operations.basics.templates import render
 from operations.server.config import Server
-from operations.server.flags import SGLangRejects, rendered_ddtree_violations, server_args
+from operations.server.flags import SGLangRejects, rendered_violations, server_args
 
 # The unit's [Service] settings a transient unit sets itself: how it starts, restarts and reads its
 # environment (the unit's, less the API key file: the transient units are keyless).
@@ -22,9 +22,20 @@ OWN_SETTINGS = ("Type", "ExecStart", "EnvironmentFile", "Restart", "RestartSec")
 CHECK_MAX_S = 300
 
 
+def unit_environment(server: Server, keyed: bool = True) -> list[tuple[str, str]]:
+    """The replica unit's environment file, line by line (systemd takes a name's last line): the server's
+    HF_HOME, offline (the weights are local), where the launcher finds the keys (host_scripts/launch_sglang.py;
+    not with `keyed=False`, for the keyless transient units), then the configured environment and the
+    replica's GPUs, by name."""
+    keys = [("SPECFLEET_API_KEY_FILE", server.api_key_file),
+            ("SPECFLEET_ADMIN_API_KEY_FILE", server.admin_key_file)] if keyed else []
+    return [("HF_HOME", server.server_hf_home), ("HF_HUB_OFFLINE", "1"), *keys,
+            *sorted({**server.env, **server.gpu_env}.items())]
+
+
 def unit_files(server: Server, inputs: str) -> tuple[str, str]:
     """The rendered unit and environment file; `inputs` names what else forces a restart."""
-    env_text = render("server/sglang.env.j2", s=server, env={**server.env, **server.gpu_env})
+    env_text = render("server/sglang.env.j2", environment=unit_environment(server))
     unit_text = render("server/sglang.service.j2", s=server, args=[shlex.quote(a) for a in server_args(server)],
                        inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}")
     return unit_text, env_text
@@ -73,4 +84,4 @@ def rejection(host, server: Server, args: list[str]) -> str | None:
     if asked not in answers:
         answers[asked] = host.get_fact(SGLangRejects, venv=server.venv, args=tuple(args), env=env,
                                        settings=check_settings(server))
-    return answers[asked] or next(iter(rendered_ddtree_violations(server)), None)
+    return answers[asked] or next(iter(rendered_violations(server)), None)

@@ -22,7 +22,7 @@ import pytest
 
 from lab import fleet
 from lab.config import TOKEN_GRANTED
-from serving_benchmark import sweep
+from serving_benchmark import gateways
 from tests.helpers import REPO, behind_gateway, changed_operations, main_pid, operations_started, run_deploy
 from tests.lab.test_rollout import Load, gateway_retries
 from tests.lab.test_serving_benchmark import run_bench
@@ -68,7 +68,7 @@ def generated_tokens(host) -> dict[int, float]:
     """Per replica port of `host`, the tokens its server generated so far (its own /metrics)."""
     found = {}
     for port in PORTS:
-        found[port] = sweep.generated_tokens(fleet.ssh(host, f"curl -s -m 5 localhost:{port}/metrics", check=False))
+        found[port] = gateways.generated_tokens(fleet.ssh(host, f"curl -s -m 5 localhost:{port}/metrics", check=False))
     return found
 
 

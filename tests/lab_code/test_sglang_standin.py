@@ -18,6 +18,7 @@ import pytest
 
 from lab.index import build_standin_wheel
 from lab.sglang_standin.sglang import speed_model
+from operations.server import speculative
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import parse_many_with_real_sglang
 
@@ -218,6 +219,7 @@ def test_endpoints(start, models):
     assert info["api_key"] == "lab-key" and "--api-key lab-key" in info["launch_command"]
     assert info["max_total_num_tokens"] > 0
     assert info["page_size"] == 64  # trtllm_mla's pages, as 0.5.23 resolves them
+    assert set(speculative.DFLASH.server_info) <= set(info)  # the fields the table says report its settings
     accept = info["internal_states"][0]["avg_spec_accept_length"]
     assert accept == pytest.approx(1 + 0.35 * 7)
 
@@ -265,6 +267,7 @@ def test_ddtree_on_the_ddtree_build(start, models, ddtree_src):
     info = json.loads(s.get("/server_info")[1])
     assert info["version"] == "0.5.23+lab.ddtree29907"
     assert info["speculative_ddtree_budget"] == 7  # block_size - 1
+    assert set(speculative.DDTREE.server_info) <= set(info)
     assert info["page_size"] == 1 and info["disable_overlap_schedule"] is True
     assert info["internal_states"][0]["avg_spec_accept_length"] > 1 + 0.35 * 7
 

@@ -12,6 +12,7 @@ from lab.repos import build_lab_repos, repo_dir
 from operations.deployment import resolve
 from operations.server.config import Server
 from operations.server.flags import server_args
+from operations.server.speculative import ALGORITHMS
 from tests.unit.group_data import host_data
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,16 +43,22 @@ def deployment(host_class: str, profile: str, repos: dict[str, str], **changes) 
 
 
 def as_released(argv: list[str]) -> list[str]:
-    """A DDTree command line as the release it builds on (PR #29907 branches from 0.5.23) sees it:
-    DFLASH drafting and no budget flag. The deploy checks DDTree's own rules on the result."""
+    """A command line of an algorithm in no release (DDTree) as the release it builds on (PR #29907
+    branches from 0.5.23) sees it: the base algorithm's drafting (DFLASH) and none of its own flags.
+    The deploy checks the algorithm's own rules on the result."""
+    algorithm = ALGORITHMS.get(argv[argv.index("--speculative-algorithm") + 1]) \
+        if "--speculative-algorithm" in argv else None
+    if algorithm is None or algorithm.base is None:
+        return list(argv)
+    own = {setting.flag for setting in algorithm.settings.values()}
     out, skip = [], False
     for i, arg in enumerate(argv):
         if skip:
             skip = False
-        elif arg == "--speculative-ddtree-budget":
+        elif arg in own:
             skip = True
-        elif arg == "DDTREE" and argv[i - 1] == "--speculative-algorithm":
-            out.append("DFLASH")
+        elif arg == algorithm.name and argv[i - 1] == "--speculative-algorithm":
+            out.append(algorithm.base)
         else:
             out.append(arg)
     return out

@@ -157,3 +157,12 @@ def test_the_layer_check_sees_an_arrow_upwards():
     assert against_the_layers({"operations.deployment.summary": {"operations.gateway.config", "operations.basics"},
                                "operations.gateway.membership": {"operations.deployment"}}) == {
         ("operations.deployment.summary", "operations.gateway.config")}
+
+
+def test_no_product_module_is_longer_than_450_lines():
+    """Past 450 lines a module here has held several jobs each time (the gateway's workers, the bench's sweep)."""
+    programs = [path for top in PRODUCT for path in (REPO / top).rglob("*.py")]
+    entry_points = [REPO / name for name in (*ENTRY_POINTS, "pin.py", "status.py", "logs.py", "uninstall.py")]
+    longer = {str(path.relative_to(REPO)): n for path in [*programs, *entry_points]
+              if (n := len(path.read_text().splitlines())) > 450}
+    assert longer == {}

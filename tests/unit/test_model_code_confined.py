@@ -16,7 +16,8 @@ from operations.deployment import resolve
 from operations.server import sandbox
 from operations.server.flags import SGLangRejects
 from operations.weights import download, token  # noqa: F401 (token registers the facts it reads)
-from serving_benchmark import sweep
+from serving_benchmark import client, modes, units
+from serving_benchmark.plan import plan
 from tests.unit.fakehost import run
 from tests.unit.group_data import host_data
 
@@ -105,9 +106,9 @@ def test_the_deploy_asks_the_flag_check_with_the_replicas_confinement():
 
 
 def test_the_bench_client_runs_in_a_transient_unit_confined_as_the_replica_keyless_but_through_a_gateway():
-    bench_plan = sweep.plan({})
+    bench_plan = plan({})
     remote = "/var/lib/specfleet-bench/r/ar/c4"
-    command = sweep.client_unit_command(S, bench_plan, remote, 4, [S.url])
+    command = client.client_unit_command(S, bench_plan, remote, 4, [S.url])
     assert command[:5] == ["systemd-run", "--unit=specfleet-bench-client", "--collect", "--quiet",
                            "--service-type=exec"]
     assert command[-3:-1] == ["/bin/sh", "-c"] and "$" not in command[-1]  # systemd expands $ in a command line
@@ -116,14 +117,14 @@ def test_the_bench_client_runs_in_a_transient_unit_confined_as_the_replica_keyle
     found = properties(command)
     for setting in ("User=sglang", "ProtectSystem=strict", "ProtectProc=invisible",
                     f"InaccessiblePaths=-{S.download_home}", f"InaccessiblePaths=-{S.config_dir}", "KillMode=control-group", f"WorkingDirectory={remote}",
-                    f"ReadWritePaths={remote}", f"RuntimeMaxSec={sweep.level_bound_s(bench_plan, 4)}"):
+                    f"ReadWritePaths={remote}", f"RuntimeMaxSec={client.level_bound_s(bench_plan, 4)}"):
         assert setting in found, setting
     # Through a gateway it reads the clients' key file (the key the gateway asks of every client).
-    through = properties(sweep.client_unit_command(S, bench_plan, remote, 4, ["http://127.0.0.1:30080"],
+    through = properties(client.client_unit_command(S, bench_plan, remote, 4, ["http://127.0.0.1:30080"],
                                                    through_gateway=True))
     assert f"InaccessiblePaths=-{S.config_dir}" not in through and f"InaccessiblePaths=-{S.download_home}" in through
     # The bench's servers are keyless too.
-    bench_server = properties(sweep.bench_unit_command(S, sweep.mode_args(S, "ar"), 600))
+    bench_server = properties(units.bench_unit_command(S, modes.mode_args(S, "ar"), 600))
     assert f"InaccessiblePaths=-{S.config_dir}" in bench_server
 
 

@@ -6,9 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from serving_benchmark import report, sweep
+from serving_benchmark import client, gateways, remote, report, units
 from operations.basics.knobs import BadHostData
-from serving_benchmark.sweep import PROMPTS, bench_unit, mode_args, plan, unit_environment
+from serving_benchmark.modes import mode_args
+from serving_benchmark.plan import PROMPTS, plan
+from serving_benchmark.units import bench_unit, unit_environment
 from operations.deployment import resolve, resolve_host
 from operations.gateway.config import resolve as resolve_gateway
 from operations.server.unit import unit_files
@@ -175,7 +177,7 @@ def test_a_level_archive_unpacks_files_only_whatever_the_service_user_left_in_it
     import io
     import os
     import tarfile
-    from serving_benchmark.sweep import _files_only
+    from serving_benchmark.remote import files_only as _files_only
     source = tmp_path / "level"
     (source / "sub").mkdir(parents=True)
     (source / "client.log").write_text("log")
@@ -196,7 +198,7 @@ def test_a_level_archive_unpacks_files_only_whatever_the_service_user_left_in_it
 
 def test_the_bench_unit_runs_confined_as_the_deployed_unit_and_roots_stop_restores_it():
     replica = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").replicas[0]
-    command = sweep.bench_unit_command(replica, mode_args(replica, "ar"), 600)
+    command = units.bench_unit_command(replica, mode_args(replica, "ar"), 600)
     properties = [arg.removeprefix("--property=") for arg in command if arg.startswith("--property=")]
     unit_text, _ = unit_files(replica, inputs="")
     for setting in ("User=sglang", "NoNewPrivileges=yes", "ProtectSystem=strict", "CapabilityBoundingSet=",
@@ -212,17 +214,17 @@ def test_the_bench_unit_runs_confined_as_the_deployed_unit_and_roots_stop_restor
 def test_through_the_gateway_the_client_sends_to_the_gateway_with_the_key_file_never_the_key():
     replicas = qwen_replicas()
     d, bench_plan = replicas[0], plan({})
-    alone = sweep.client_command(d, bench_plan, "/var/lib/specfleet-bench/r/all/ar/c4", 4,
+    alone = client.client_command(d, bench_plan, "/var/lib/specfleet-bench/r/all/ar/c4", 4,
                                  [f"http://127.0.0.1:{r.port}" for r in replicas])
     assert alone[3] == "" and alone.count("--url") == 8 and "--api-key" not in alone
     assert "--no-server-metrics" not in alone  # aiperf scrapes each SGLang server's /metrics
-    through = sweep.client_command(d, bench_plan, "/var/lib/specfleet-bench/r/gateway-g/ddtree/c4", 4,
+    through = client.client_command(d, bench_plan, "/var/lib/specfleet-bench/r/gateway-g/ddtree/c4", 4,
                                    ["http://127.0.0.1:30080"], through_gateway=True)
-    assert through[:4] == ["/opt/specfleet/bench-venv/bin/python", "-c", sweep._CLIENT, "/etc/specfleet/api-key"]
+    assert through[:4] == ["/opt/specfleet/bench-venv/bin/python", "-c", client.CLIENT, "/etc/specfleet/api-key"]
     assert through[through.index("--url") + 1] == "http://127.0.0.1:30080" and through.count("--url") == 1
     assert "--no-server-metrics" in through  # smg's metrics are on a port of their own
     # The key is read inside the client's own process and added to aiperf's arguments there.
-    assert "--api-key" not in through and "'--api-key', key" in sweep._CLIENT
+    assert "--api-key" not in through and "'--api-key', key" in client.CLIENT
 
 
 def test_a_gateway_is_benchmarked_only_when_its_workers_of_the_model_are_exactly_this_hosts_replicas():
@@ -230,21 +232,21 @@ def test_a_gateway_is_benchmarked_only_when_its_workers_of_the_model_are_exactly
     replicas = qwen_replicas()
     route = Route("ct200", resolve_gateway(host_data("gateway", profile="qwen36_ddtree")), "127.0.0.1", "127.0.0.1")
     ours = [{"url": f"http://127.0.0.1:{r.port}", "status": "ready"} for r in replicas]
-    assert sweep.gateway_problem({"reachable": True, "workers": ours}, route, replicas) is None
+    assert gateways.gateway_problem({"reachable": True, "workers": ours}, route, replicas) is None
     shared = {"reachable": True, "workers": [*ours, *({"url": f"http://10.0.0.{i}:30000"} for i in range(2, 6))]}
-    assert sweep.gateway_problem(shared, route, replicas) == (
+    assert gateways.gateway_problem(shared, route, replicas) == (
         "ct200 also routes qwen3.6-27b to 4 other worker(s) (http://10.0.0.2:30000, http://10.0.0.3:30000, "
         "http://10.0.0.4:30000, ...): its figures would not be this host's alone")
-    assert sweep.gateway_problem({"reachable": True, "workers": ours[1:]}, route, replicas) == \
+    assert gateways.gateway_problem({"reachable": True, "workers": ours[1:]}, route, replicas) == \
         "ct200 does not route to http://127.0.0.1:30000"
-    assert sweep.gateway_problem({"reachable": False, "workers": [], "error": "refused"}, route, replicas) == \
+    assert gateways.gateway_problem({"reachable": False, "workers": [], "error": "refused"}, route, replicas) == \
         "ct200 did not answer (refused)"
     # A gateway on another host's loopback: this host's client cannot reach it (its drain runs on its own host).
-    assert sweep.gateway_problem({"reachable": True, "workers": ours}, replace(route, address=""), replicas) == \
+    assert gateways.gateway_problem({"reachable": True, "workers": ours}, replace(route, address=""), replicas) == \
         "its API listens on 127.0.0.1 only, which this host's client cannot reach"
     # The gateway's inventory name becomes a directory on the host and the controller: nothing a shell or a path reads.
     for name in ("../../etc", "gw; rm -rf /", ".hidden"):
-        problem = sweep.gateway_problem({"reachable": True, "workers": ours}, replace(route, gateway=name), replicas)
+        problem = gateways.gateway_problem({"reachable": True, "workers": ours}, replace(route, gateway=name), replicas)
         assert problem == (f"its inventory name {name!r} is not a plain name (letters, digits, _.-), which its "
                            "results' directory takes")
 
@@ -254,7 +256,7 @@ def test_generated_tokens_are_sglangs_counter_summed_over_its_label_sets():
                'sglang:generation_tokens_total{model_name="qwen3.6-27b",tp_rank="0"} 1200.0\n'
                'sglang:generation_tokens_total{model_name="qwen3.6-27b",tp_rank="1"} 34.0\n'
                'sglang:prompt_tokens_total{model_name="qwen3.6-27b"} 999.0\n')
-    assert sweep.generated_tokens(metrics) == 1234.0 and sweep.generated_tokens("") == 0
+    assert gateways.generated_tokens(metrics) == 1234.0 and gateways.generated_tokens("") == 0
 
 
 def test_the_gateway_pass_has_its_table_and_its_own_place_in_the_gate():
@@ -280,9 +282,9 @@ def test_the_prompts_file_is_the_operators_readable_by_the_service_group_alone()
     from pyinfra.facts.files import Directory, File
     from tests.unit.fakehost import run
     d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie").server
-    commands, _ = run(sweep.prompts, {File: None, Directory: None}, server=d, plan=plan({}))
-    assert f"chown root:{d.service_user} {sweep.prompts_path(d)}" in commands
-    assert f"chmod 640 {sweep.prompts_path(d)}" in commands
+    commands, _ = run(client.prompts, {File: None, Directory: None}, server=d, plan=plan({}))
+    assert f"chown root:{d.service_user} {client.prompts_path(d)}" in commands
+    assert f"chmod 640 {client.prompts_path(d)}" in commands
 
 
 def test_server_info_is_kept_with_the_keys_it_holds_masked():
@@ -291,7 +293,7 @@ def test_server_info_is_kept_with_the_keys_it_holds_masked():
     key, admin = "sk-bench-0123456789abcdef", "adm-bench-fedcba9876543210"
     answer = json.dumps({"api_key": key, "admin_api_key": admin, "version": "0.5.23", "speculative_algorithm": "DFLASH",
                          "launch_command": f"--model-path /srv/m --admin-api-key {admin} --api-key={key}"})
-    info = sweep._server_info(answer)
+    info = remote.server_info(answer)
     assert key not in json.dumps(info) and admin not in json.dumps(info)
     assert info["api_key"] == info["admin_api_key"] == "***" and info["speculative_algorithm"] == "DFLASH"
     assert info["launch_command"] == "--model-path /srv/m --admin-api-key *** --api-key=***"

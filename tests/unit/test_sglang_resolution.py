@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from operations.deployment import HOST_CLASSES, resolve
-from operations.server.flags import (DDTREE_BUDGET_RANGE, DDTREE_TREE_BACKENDS, RESOLVE, ddtree_builds_tree,
-                                     ddtree_target_backend, ddtree_violations, rendered_ddtree_violations)
+from operations.server.flags import RESOLVE, rendered_violations as rendered_ddtree_violations
+from operations.server.speculative import ALGORITHMS, DDTREE
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import resolve_many_with_real_sglang
 from tests.unit.group_data import host_data
@@ -25,6 +25,8 @@ from tests.unit.resolution_cases import GPU_PROFILES, PROFILES, case, deployment
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN_SRC = REPO / "lab" / "sglang_standin"
+ddtree_violations, ddtree_builds_tree, ddtree_target_backend = DDTREE.violations, DDTREE.builds_tree, \
+    DDTREE.target_backend
 COMBOS = [(c, p) for c in HOST_CLASSES for p in PROFILES]
 # What the deploy relies on in the resolved settings (and what the stand-in must get right).
 KEYS = ("page_size", "attention_backend", "speculative_algorithm", "speculative_num_draft_tokens",
@@ -91,7 +93,7 @@ def test_real_sglang_resolves_each_class_and_profile_as_the_deploy_expects(combo
     assert graphs is None or graphs >= r["max_running_requests"], (
         f"CUDA graphs up to batch {graphs}, but up to {r['max_running_requests']} requests run at once")
     if d.speculative.algorithm == "DDTREE":
-        assert ddtree_violations(r["page_size"], r["attention_backend"], d.speculative.ddtree_budget,
+        assert ddtree_violations(r["page_size"], r["attention_backend"], d.speculative.tree_size,
                                  d.speculative.num_draft_tokens) == []
 
 
@@ -128,8 +130,8 @@ def test_triton_only_where_ddtree_builds_a_tree():
         tree = resolve(host_data(host_class, profile="kimi_k26_ddtree"), host_class).server
         assert spine.attention_backend == host_data(host_class).sglang_tuning["attention_backends"]["mha"][0]
         assert spine.attention_backend != "triton" and tree.attention_backend == "triton"
-        assert ddtree_builds_tree(tree.speculative.num_draft_tokens, tree.speculative.ddtree_budget)
-        assert not ddtree_builds_tree(spine.speculative.num_draft_tokens, spine.speculative.ddtree_budget)
+        assert ddtree_builds_tree(tree.speculative.num_draft_tokens, tree.speculative.tree_size)
+        assert not ddtree_builds_tree(spine.speculative.num_draft_tokens, spine.speculative.tree_size)
 
 
 def test_the_deploy_holds_ddtree_profiles_to_the_rules(repos):
@@ -145,8 +147,12 @@ def test_the_deploy_holds_ddtree_profiles_to_the_rules(repos):
 def test_standin_ddtree_rules_are_the_deploys():
     """The DDTree build runs on hosts without operations/: its copy of the constants must match."""
     namespace = runpy.run_path(str(STANDIN_SRC / "sglang" / "srt" / "resolution.py"))
-    assert namespace["DDTREE_TREE_BACKENDS"] == DDTREE_TREE_BACKENDS
-    assert namespace["DDTREE_BUDGET_RANGE"] == DDTREE_BUDGET_RANGE
+    budget = DDTREE.settings[DDTREE.tree]
+    assert namespace["DDTREE_TREE_BACKENDS"] == DDTREE.tree_backends
+    assert namespace["DDTREE_BUDGET_RANGE"] == (budget.low, budget.high)
+    # Its names: each released algorithm of the table is one the release knows; DDTree is the build's own.
+    released = {name for name, a in ALGORITHMS.items() if a.drafts and a.pull_request is None}
+    assert released <= namespace["KNOWN_ALGORITHMS"] and DDTREE.name not in namespace["KNOWN_ALGORITHMS"]
 
 
 def test_pcie_nccl_settings_follow_nccl_and_leave_p2p_to_each_hosts_smoke_test():
@@ -209,7 +215,7 @@ def test_ddtree_standin_refuses_what_the_release_plus_ddtree_rules_refuse(repos,
 
     good, old = deployment("b200_nvlink", "qwen36_ddtree", repos), old_ddtree_deployment(repos)
     real_good, real_old = real[("b200_nvlink", "qwen36_ddtree")], real[OLD_DDTREE]
-    budget = good.speculative.ddtree_budget
+    budget = good.speculative.tree_size
     blocks = good.speculative.num_draft_tokens
     assert ddtree_violations(real_good["resolved"]["page_size"], real_good["resolved"]["attention_backend"], budget,
                              blocks) == []
@@ -235,7 +241,7 @@ def test_ddtree_standin_wants_triton_only_for_a_tree(repos, real, ddtree_src, tm
         for d, refused in ((spine, False), (tree, False), (off_triton, True)):
             if d is not off_triton:
                 r = real[(host_class, d.profile_name)]["resolved"]
-                assert ddtree_violations(r["page_size"], r["attention_backend"], d.speculative.ddtree_budget,
+                assert ddtree_violations(r["page_size"], r["attention_backend"], d.speculative.tree_size,
                                          d.speculative.num_draft_tokens) == []
             answer = standin_resolve({**case(d), "argv": server_args(d)}, tmp_path, src=ddtree_src)
             assert ("error" in answer) == refused, (host_class, d.profile_name, answer.get("error"))

@@ -10,7 +10,8 @@ from pyinfra.facts.files import Directory, File
 
 from operations.basics import shell
 from operations.deployment import resolve
-from serving_benchmark import sweep
+from serving_benchmark import client
+from serving_benchmark.plan import plan
 from tests.unit.fakehost import run
 from tests.unit.group_data import host_data
 
@@ -19,7 +20,7 @@ PRIVATE = re.compile(r"/tmp/specfleet-transfer-[0-9a-f]{32}")
 
 def uploads(arguments: dict) -> list:
     d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie").server
-    commands, _ = run(sweep.prompts, {File: None, Directory: None}, arguments, server=d, plan=sweep.plan({}))
+    commands, _ = run(client.prompts, {File: None, Directory: None}, arguments, server=d, plan=plan({}))
     return commands
 
 

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from owned_sockets import OwnedConnection
+from owned_sockets import LOOPBACK, OwnedConnection
 
 # SGLang 0.5.23's gauges of the requests its schedulers hold (metrics_collector.py:364-381) and of the
 # HTTP requests its handlers have not answered yet (http_request_metrics.py:28-45, a stream until its
@@ -197,7 +197,7 @@ def read_key(path: Path | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--address", default="127.0.0.1", help="the gateway's address (default: this host)")
+    parser.add_argument("--address", default=LOOPBACK, help="the gateway's address (default: this host)")
     parser.add_argument("--owner", help="the gateway runs on this host as this user")
     parser.add_argument("--worker-key-file", type=Path, help="the key the gateway sends its workers")
     parser.add_argument("port", type=int)

@@ -1,0 +1,60 @@
+"""The bench's modes, one a speculative algorithm of operations/server/speculative.py (ar: none): each
+mode's command line from the deployed server's, and whether the host's SGLang accepts it."""
+
+import dataclasses
+
+from pyinfra import host
+
+from operations.basics import network
+from operations.server import speculative
+from operations.server.config import Server
+from operations.server.flags import server_args
+from operations.server.sandbox import rejection
+
+
+def mode_args(server: Server, mode: str) -> list[str]:
+    """The deployed server's arguments for `mode`, served on loopback only.
+
+    A mode that does not draft (ar) drops every speculative flag; the others keep the deployed drafter
+    and block size, with the mode's own settings (speculative.Speculative.as_mode: ddtree's budget
+    defaults to block - 1, spine mode), the target backend and the page size its rules ask (ddtree:
+    one-token pages, and triton where it builds a tree).
+    """
+    d = dataclasses.replace(server, bind_address=network.LOOPBACK)
+    entry = speculative.of_mode(mode)
+    if not entry.drafts:
+        args, drop = [], False
+        for arg in server_args(d):
+            if drop:
+                drop = False
+            elif arg.startswith("--speculative-"):
+                drop = True  # every speculative flag takes a value
+            else:
+                args.append(arg)
+        return args
+    spec = server.speculative.as_mode(mode)
+    args = server_args(dataclasses.replace(
+        d, speculative=spec,
+        attention_backend=entry.target_backend(d.attention_backend, spec.num_draft_tokens, spec.tree_size)))
+    if entry.page_size is not None and "--page-size" not in args:
+        args += ["--page-size", str(entry.page_size)]
+    return args
+
+
+def accepted(server: Server, modes: tuple[str, ...]) -> dict[str, dict]:
+    """Per mode, its command line ({"server_args": [...]}) or why it is skipped ({"skipped": "..."}): the
+    host's installed SGLang asked as the deploy asks it (the service user, offline, with the unit's
+    environment; the replicas' command lines differ in their port only)."""
+    found = {}
+    for mode in modes:
+        args = mode_args(server, mode)
+        rejected = rejection(host, server, args)
+        entry = speculative.of_mode(mode)
+        if rejected and entry.pull_request:
+            found[mode] = {"skipped": f"{mode} skipped: no {entry.label} build is deployed (the SGLang in "
+                                      f"{server.venv} rejects its flags: {rejected})"}
+        elif rejected:
+            found[mode] = {"skipped": f"{mode} skipped: the SGLang in {server.venv} rejects its flags: {rejected}"}
+        else:
+            found[mode] = {"server_args": args}
+    return found

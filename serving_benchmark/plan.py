@@ -1,0 +1,108 @@
+"""The serving benchmark's knobs (bench.py `--data key=value`, or group data), checked before any host is
+touched: modes, concurrency levels, the workload, the results and the regression gate's limits."""
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from operations.basics import knobs
+from operations.basics.knobs import BadHostData
+from operations.server import speculative
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = re.compile(r"[A-Za-z0-9._/-]+")
+DEFAULTS = dict(modes=",".join(speculative.modes()), concurrency="1,4,16,64", output_tokens=256,
+                max_throughput_drop=0.10, max_accept_drop=0.2, results_dir="bench-results")
+# The default workload: 20 prompts written for this benchmark (6 chat, 6 code, 5 reasoning and 3 long-context
+# ones of 1,500-2,400 words: a module to review, a design to summarize, a server to explain), because the
+# drafter's accept length depends on what is asked: random tokens tell nothing about it.
+PROMPTS = REPO / "serving_benchmark" / "prompts.jsonl"
+# Knobs bench.py no longer takes, with the sentence that says what replaced them.
+RETIRED = {"input_tokens": "the prompts' own lengths count: give a prompts file (prompts=FILE, JSON lines with "
+                           "a \"text\" each)",
+           "force": "a worker behind a gateway is drained from it before its sweep and registered again after"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What bench.py was asked for (`--data key=value`), validated."""
+
+    modes: tuple[str, ...]
+    concurrency: tuple[int, ...]
+    requests: int | None  # per level; None: max(16, 4 x concurrency)
+    prompts: Path  # JSON lines on the controller, each {"text": ...} (aiperf's single_turn dataset)
+    prompt_count: int
+    output_tokens: int
+    tokenizer: str  # "target" (the model's own, from its weights directory) or a controller directory
+    results_dir: Path
+    baseline: Path | None
+    max_throughput_drop: float
+    max_accept_drop: float
+
+    def requests_at(self, concurrency: int) -> int:
+        return self.requests or max(16, 4 * concurrency)
+
+
+def _integers(name: str, value) -> tuple[int, ...]:
+    """A comma-separated list of positive whole numbers, sorted, each once."""
+    items = str(value).replace(" ", "").split(",")
+    return tuple(sorted({knobs.integer(f"{name} (in {value!r})", item, minimum=1, maximum=99999) for item in items}))
+
+
+def plan(data) -> Plan:
+    """The benchmark knobs of `host.data` (strings from --data, or group data), parsed and checked through
+    knobs: a bad value raises BadHostData naming the knob, the value and what is accepted."""
+    def get(key):
+        value = data.get(key)
+        return DEFAULTS.get(key) if value is None else value
+
+    for key, instead in RETIRED.items():
+        if data.get(key) is not None:
+            raise BadHostData(f"{key}={data.get(key)!r} is not accepted: {instead}")
+    modes = tuple(dict.fromkeys(str(get("modes")).replace(" ", "").split(",")))
+    if not modes or any(mode not in speculative.modes() for mode in modes):
+        raise BadHostData(f"modes={get('modes')!r} is not accepted: use a comma-separated list of "
+                          f"{', '.join(speculative.modes())}")
+    baseline = data.get("baseline")
+    if baseline is not None and not Path(str(baseline)).is_file():
+        raise BadHostData(f"baseline={baseline!r} is not accepted: use an earlier run's summary.json on the "
+                          "controller")
+    tokenizer = str(data.get("bench_tokenizer") or "target")
+    if tokenizer != "target" and not (REPO / tokenizer / "tokenizer.json").is_file():
+        raise BadHostData(f"bench_tokenizer={tokenizer!r} is not accepted: use 'target' or a controller directory "
+                          "holding tokenizer.json")
+    requests = data.get("requests")
+    prompts = Path(str(data.get("prompts") or PROMPTS)).expanduser().absolute()
+    return Plan(
+        modes=modes, concurrency=_integers("concurrency", get("concurrency")),
+        requests=knobs.integer("requests", requests, minimum=1) if requests is not None else None,
+        prompts=prompts, prompt_count=prompt_count(prompts),
+        output_tokens=knobs.integer("output_tokens", get("output_tokens"), minimum=1),
+        tokenizer=tokenizer, results_dir=Path(knobs.matching("results_dir", str(get("results_dir")), RESULTS_DIR,
+                                                             "a relative or absolute directory name")),
+        baseline=Path(str(baseline)) if baseline is not None else None,
+        max_throughput_drop=knobs.fraction("max_throughput_drop", get("max_throughput_drop")),
+        max_accept_drop=knobs.number("max_accept_drop", get("max_accept_drop")),
+    )
+
+
+def prompt_count(path: Path) -> int:
+    """How many prompts a prompts file holds: JSON lines, each an object with a non-empty "text" (aiperf's
+    single_turn dataset; other keys of that format pass through), checked before any host is touched."""
+    accepted = 'a file of JSON lines, each {"text": "..."}'
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as error:
+        raise BadHostData(f"prompts={str(path)!r} is not accepted: use {accepted} ({type(error).__name__})") from None
+    for number, line in enumerate(lines, 1):
+        try:
+            prompt = json.loads(line)
+        except ValueError:
+            prompt = None
+        if not isinstance(prompt, dict) or not isinstance(prompt.get("text"), str) or not prompt["text"].strip():
+            raise BadHostData(f"prompts={str(path)!r} is not accepted: line {number} is not a JSON object with a "
+                              f"non-empty \"text\": use {accepted}")
+    if not lines:
+        raise BadHostData(f"prompts={str(path)!r} is not accepted: it holds no prompt; use {accepted}")
+    return len(lines)

@@ -1,0 +1,66 @@
+"""The bench's servers: a transient unit in each replica's place (its GPUs, port, user and confinement,
+keyless on loopback), started per mode, and the deployed replicas started again after."""
+
+import shlex
+
+from operations.server import readiness, sandbox
+from operations.server.config import Server
+from serving_benchmark import modes, remote
+from serving_benchmark.remote import BENCH_UNIT
+
+
+def bench_unit(server: Server, several: bool) -> str:
+    """The transient unit standing in for a replica's unit: `specfleet-bench`, or with several replicas
+    one for each, named after the replica (sglang@qwen36_ddtree-gpu3: specfleet-bench-qwen36_ddtree-gpu3)."""
+    return f"{BENCH_UNIT}-{server.service_name.partition('@')[2]}" if several else BENCH_UNIT
+
+
+def switching(unit: str) -> str:
+    """Present while the sweep itself stops the bench unit (its ExecStopPost then leaves the deployed one)."""
+    return f"/run/{unit}.switching"
+
+
+def unit_environment(server: Server) -> dict[str, str]:
+    """The deployed unit's environment (its GPUs included), less the key files: the bench server listens
+    on loopback only, keyless (its /flush_cache too)."""
+    return dict(sandbox.unit_environment(server, keyed=False))  # a name's last line wins, as in systemd
+
+
+def bench_unit_command(d: Server, args: list[str], max_runtime_s: int, unit: str = BENCH_UNIT) -> list[str]:
+    """systemd-run's command line for the bench unit `unit` serving `args` in replica `d`'s place: the
+    deployed unit's user and confinement (``sandbox.service_settings``), keyless: its environment (its
+    GPUs) less the API key file, the configuration directory out of its reach; a time limit, and on stop (the limit, or the sweep's own stop) the deployed unit started again unless the
+    sweep is switching modes. ExecStopPost runs as root (+): the service user may not start a system unit."""
+    restore = f"+/bin/sh -c 'test -e {switching(unit)} || systemctl start --no-block {d.service_name}'"
+    setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
+    return ["systemd-run", f"--unit={unit}", "--collect",
+            f"--description=specfleet serving benchmark of {d.service_name}",
+            *(f"--property={setting}" for setting in (*sandbox.service_settings(d), *sandbox.keyless(d))),
+            f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}", *setenv,
+            f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *args]
+
+
+def start_mode(host, replicas: tuple[Server, ...], mode: str, max_runtime_s: int) -> tuple[bool, str]:
+    """Stop whatever serves (the deployed replicas or the previous mode) and start a bench unit with the
+    mode's arguments in each replica's place."""
+    several = len(replicas) > 1
+    units = [bench_unit(d, several) for d in replicas]
+    runs = [" ".join(shlex.quote(a) for a in bench_unit_command(d, modes.mode_args(d, mode), max_runtime_s, unit)) + " 2>&1"
+            for d, unit in zip(replicas, units)]
+    return remote.run(host, "; ".join([
+        *(f"touch {switching(u)}" for u in units),
+        f"systemctl stop {' '.join(d.service_name for d in replicas)} {' '.join(units)} 2>/dev/null",
+        f"systemctl reset-failed {' '.join(units)} 2>/dev/null", f"rm -f {' '.join(switching(u) for u in units)}",
+        " && ".join(runs)]))
+
+
+def restore(host, replicas: tuple[Server, ...], remote_root: str, timeout_s: int) -> list[tuple[Server, dict]]:
+    """Stop a client still running, the bench units, and start the deployed replicas; wait until each
+    generates. Per replica, its last probe."""
+    several = len(replicas) > 1
+    units = " ".join(bench_unit(r, several) for r in replicas)
+    remote.clean(host, replicas[0].service_user, remote_root)
+    remote.run(host, f"rm -f {' '.join(switching(bench_unit(r, several)) for r in replicas)}; "
+               f"systemctl stop {units} 2>/dev/null; systemctl start {' '.join(r.service_name for r in replicas)}")
+    return [(r, readiness.watch(host, r, timeout_s, f"waiting for the deployed {r.service_name} to generate", 2.0)[0])
+            for r in replicas]

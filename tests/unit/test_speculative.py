@@ -1,0 +1,142 @@
+"""The table of speculative algorithms (operations/server/speculative.py): a new algorithm is one entry,
+which the configuration, the flags, the checks and the bench pick up; the names live there alone."""
+
+import ast
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from pyinfra.context import ctx_host
+
+from operations.basics.knobs import BadHostData
+from operations.deployment import resolve
+from operations.server import speculative
+from operations.server.checks import refused_flags, unreleased_problems
+from operations.server.flags import rendered_violations, server_args
+from operations.server.speculative import Algorithm, Setting
+from serving_benchmark.modes import mode_args
+from serving_benchmark.plan import plan
+from tests.unit.fakehost import FakeHost
+from tests.unit.group_data import host_data
+
+REPO = Path(__file__).resolve().parents[2]
+# What the product is made of (operations' host programs included: they run on hosts, with the
+# engine's names where they read its answers).
+PRODUCT = ("operations", "serving_benchmark", "deploy.py", "bench.py", "rollout.py", "pin.py", "status.py",
+           "logs.py", "uninstall.py")
+# A tree-verifying algorithm of a pull request, as EAGLE-3's or DFlash2's entry would be written.
+FAKE = Algorithm("FAKETREE", settings={"fake_width": Setting("--speculative-fake-width", 1, 64)}, page_size=1,
+                 tree="fake_width", tree_backends=("triton",), pull_request=12345, base="DFLASH", label="FakeTree",
+                 build="sglang @ git+https://github.com/sgl-project/sglang@COMMIT#subdirectory=python")
+
+
+def server_of(speculative_settings: dict, requirement: str | None = None, host_class: str = "b200_nvlink"):
+    """The qwen36_ddtree profile's server (one-token pages asked, the class's mha backend) with these
+    speculative settings (and SGLang requirement)."""
+    data = host_data(host_class, profile="qwen36_ddtree")
+    profile = data.profiles["qwen36_ddtree"]
+    profile["speculative"] = speculative_settings
+    if requirement is not None:
+        profile["sglang"] = {**profile["sglang"], "requirement": requirement}
+    return resolve(data, host_class).server
+
+
+def value_after(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def test_a_new_algorithm_is_one_entry(monkeypatch):
+    monkeypatch.setitem(speculative.ALGORITHMS, FAKE.name, FAKE)
+    server = server_of({"algorithm": "FAKETREE", "num_draft_tokens": 16, "fake_width": 20})
+    # The configuration takes its setting, the flags render it.
+    args = server_args(server)
+    assert value_after(args, "--speculative-algorithm") == "FAKETREE"
+    assert value_after(args, "--speculative-fake-width") == "20"
+    # Its rules: a tree (20 > 16 - 1) off its tree backend is refused in its words.
+    assert server.attention_backend != "triton"
+    assert rendered_violations(server) == [
+        f"FAKETREE tree mode (budget 20 > draft tokens - 1 = 15) needs the target attention backend triton, not "
+        f"{server.attention_backend}"]
+    assert rendered_violations(replace(server, attention_backend="triton")) == []
+    # The bench serves it as a mode of its own, with its rules' backend and pages.
+    assert plan({"modes": "ar,faketree"}).modes == ("ar", "faketree")
+    bench = mode_args(server, "faketree")
+    assert value_after(bench, "--speculative-fake-width") == "20"
+    assert value_after(bench, "--attention-backend") == "triton"
+    assert "--speculative-fake-width" not in mode_args(server, "dflash")
+    # The checks: in no release, so a release pin is refused naming it and its pull request.
+    released = server_of({"algorithm": "FAKETREE", "num_draft_tokens": 16}, requirement="sglang==0.5.23")
+    with ctx_host.use(FakeHost({})):
+        [problem] = unreleased_problems(released)
+        assert "uses FakeTree, but sglang==0.5.23 is a release" in problem
+        assert "(it is in open pull request #12345)" in problem
+        assert "at a FakeTree build (PR #12345)" in refused_flags(released, "why")
+    # Unset, its tree setting is the spine default in the bench's mode, a chain on the class's backend.
+    spine = mode_args(released, "faketree")
+    assert value_after(spine, "--speculative-fake-width") == "15"
+    assert value_after(spine, "--attention-backend") == released.attention_backend
+
+
+def test_ddtree_in_a_release_is_refused_before_any_host_changes():
+    """The deploy's sentence for a DDTree profile pinned to a release (the lab's test_deploy sees it
+    on a host)."""
+    server = server_of({"algorithm": "DDTREE", "num_draft_tokens": 16, "ddtree_budget": 15},
+                       requirement="sglang==0.5.23")
+    with ctx_host.use(FakeHost({})):
+        [problem] = unreleased_problems(server)
+        assert "(why); point profiles['qwen36_ddtree']['sglang']['requirement'] at a DDTree build (PR #29907); " \
+            in refused_flags(server, "why")
+        assert unreleased_problems(replace(server, speculative=server.speculative.as_mode("dflash"))) == []
+    assert "no SGLang release up to 0.5.23 has DDTree (it is in open pull request #29907)" in problem
+    assert "'sglang @ git+https://github.com/sgl-project/sglang@COMMIT#subdirectory=python'" in problem
+
+
+@pytest.mark.parametrize("name", ["EAGLE3", "AR", "dflash", "DFLASH; rm -rf /"])
+def test_a_profile_names_a_drafting_algorithm_of_the_table(name):
+    with pytest.raises(BadHostData) as refused:
+        server_of({"algorithm": name, "num_draft_tokens": 16})
+    assert str(refused.value) == (f"profiles['qwen36_ddtree']['speculative']['algorithm']={name!r} is not accepted: "
+                                  "use an SGLang algorithm name the deploy knows: DFLASH or DDTREE")
+
+
+def test_a_profile_takes_the_settings_of_the_table_alone():
+    with pytest.raises(BadHostData, match=r"optionally draft_window_size, ddtree_budget$"):
+        server_of({"algorithm": "DFLASH", "num_draft_tokens": 16, "topk": 4})
+
+
+def test_the_server_info_fields_of_each_algorithm():
+    assert speculative.AR.server_info == ()
+    assert speculative.DDTREE.server_info == ("speculative_algorithm", "speculative_num_draft_tokens",
+                                              "speculative_ddtree_budget")
+
+
+def product_sources():
+    for root in PRODUCT:
+        path = REPO / root
+        yield from [path] if path.is_file() else sorted(path.rglob("*.py"))
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes (prose and examples, not values the code uses)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            found.add(id(node.body[0].value))
+    return found
+
+
+def test_the_algorithm_names_are_written_in_one_product_module():
+    """No string the product's code uses names an algorithm, but in the table's module: the others ask it."""
+    names = re.compile(r"\b(" + "|".join(speculative.ALGORITHMS) + r")\b")
+    written = []
+    for source in product_sources():
+        if source == REPO / "operations" / "server" / "speculative.py":
+            continue
+        tree = ast.parse(source.read_text())
+        prose = docstrings(tree)
+        written += [f"{source.relative_to(REPO)}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+                    and names.search(node.value)]
+    assert written == []

@@ -145,7 +145,8 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
                             wrong="is the service user")
     weights = weights_config.resolve(data, profile_name, profile, weights_dir, owner=server.download_user,
                                      reader=server.service_user, hf_home=server.hf_home,
-                                     config_dir=server.config_dir, install_dir=server.install_dir)
+                                     earlier_token_file=server.earlier_token_file, config_dir=server.config_dir,
+                                     install_dir=server.install_dir)
     server = replace(server, after_fabric_manager=gpu.expected.fabric_manager,
                      venv_name=_venv_name(server, name, earlier),
                      model_dir=weights.target.local_dir, draft_model_dir=weights.drafter.local_dir)

@@ -127,6 +127,12 @@ class Server:
         return f"{self.download_home}/.cache/huggingface"
 
     @property
+    def earlier_token_file(self) -> str:
+        """Where deployments without a download user kept the token (the service user's HF_HOME): the
+        deploy removes it."""
+        return f"{self.service_home}/.cache/huggingface/token"
+
+    @property
     def server_hf_home(self) -> str:
         """The server's own HF_HOME (transformers' cache of a model's remote code), apart from the
         token's (`hf_home`), which the unit makes inaccessible to the server."""

@@ -51,6 +51,7 @@ class Weights:
     owner: str  # the download user: it owns the weights and the token, and runs the downloads
     reader: str  # the service user: the weights' group, which reads them (never the token, never writes)
     hf_home: str  # the owner's HF_HOME (the token file's directory)
+    earlier_token_file: str  # where deployments without a download user kept the token (removed)
     config_dir: str  # root's directory of the download specs
     install_dir: str  # where the host programs are (the fetcher)
     verify: bool  # hash every file against the hub's hashes
@@ -94,7 +95,7 @@ def repo_dir(weights_dir: str, real_id: str) -> str:
 
 
 def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner: str, reader: str, hf_home: str,
-            config_dir: str, install_dir: str) -> Weights:
+            earlier_token_file: str, config_dir: str, install_dir: str) -> Weights:
     """The weights of `profile` for a host, from its data; a bad value raises BadHostData."""
     mirrors = data.mirrors or {}
     pins = getattr(data, "pins", None) or {}
@@ -120,6 +121,7 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner
         owner=owner,
         reader=reader,
         hf_home=hf_home,
+        earlier_token_file=earlier_token_file,
         config_dir=config_dir,
         install_dir=install_dir,
         verify=knobs.boolean("verify_weights", data.verify_weights),

@@ -142,6 +142,43 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
         yield FunctionCommand(wait_for_downloads, (pending, snapshots, poll_interval), {})
 
 
+# The download units of earlier specfleet versions, one per role (a unit per repo took their place).
+EARLIER_ROLES = ("target", "drafter")
+
+
+def earlier_paths(config_dir: str) -> tuple[str, ...]:
+    return (*(f"/etc/systemd/system/specfleet-weights-{role}.service" for role in EARLIER_ROLES),
+            *(f"{config_dir}/weights-{role}.json" for role in EARLIER_ROLES))
+
+
+@operation()
+def earlier_units_removed(weights: Weights):
+    """
+    Remove the download units of earlier specfleet versions (one per role, `specfleet-weights-target`)
+    and their specs: a unit per repo took their place, and theirs would download into the single
+    directory those versions used.
+
+    + weights: the host's weights (its configuration directory)
+
+    **Example:**
+
+    .. code:: python
+
+        download.earlier_units_removed(name="Earlier download units", weights=deployment.weights)
+    """
+    paths = earlier_paths(weights.config_dir)
+    present = [p for p, state in (gathering.read(FileStates, paths=paths) or {}).items() if state]
+    if not present:
+        host.noop("no download unit of an earlier specfleet version")
+        return
+    units = [p.rsplit("/", 1)[1] for p in present if p.endswith(".service")]
+    if units:
+        yield f"systemctl stop {' '.join(units)} 2>/dev/null || true"
+    # Root's own files in root's directories.
+    yield "rm -f -- " + " ".join(shlex.quote(p) for p in present)
+    yield "systemctl daemon-reload"
+
+
 WEIGHTS_MODE = "750"  # a repo's directory: its owner writes, the service group reads (g=rX), others nothing
 
 
@@ -279,7 +316,8 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
     repos = deployment.weights.repos
-    owned_dirs = [(FileStates, dict(paths=tuple(r.repo_dir for r in repos)))]
+    earlier = [(FileStates, dict(paths=earlier_paths(deployment.weights.config_dir))),
+               (FileStates, dict(paths=tuple(r.repo_dir for r in repos)))]
     if len(snapshots) != len(repos):  # a repo waiting for access: nothing to compare yet
-        return owned_dirs
-    return [*owned_dirs, (WeightsState, dict(listings=state_listings(repos, snapshots)))]
+        return earlier
+    return [*earlier, (WeightsState, dict(listings=state_listings(repos, snapshots)))]

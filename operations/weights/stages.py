@@ -16,6 +16,7 @@ def weights_fetched(weights: Weights, hub: HubState) -> None:
 
         weights_fetched(deployment.weights, hub)
     """
+    download.earlier_units_removed(name="Earlier download units", weights=weights)
     download.owned(name="Weights owned by the download user", weights=weights)
     download.download(name="Weights", weights=weights, snapshots=hub.snapshots, wait=not hub.pending)
     if hub.pending:

@@ -8,8 +8,7 @@ import pytest
 from pyinfra.context import ctx_host
 from pyinfra.facts.files import Directory
 
-from operations.basics import gathering
-from operations.basics.file_states import FileStates, UserFileStates
+from operations.basics.file_states import FileStates
 from operations.basics.knobs import BadHostData
 from operations.basics.templates import render
 from operations.deployment import resolve
@@ -32,6 +31,7 @@ def directory(user: str, group: str, mode: str) -> dict:
 def test_the_weights_and_token_belong_to_the_download_user_read_by_the_service_group():
     assert (W.owner, W.reader) == ("sglang-download", "sglang") == (S.download_user, S.service_user)
     assert W.hf_home == S.hf_home == "/home/sglang-download/.cache/huggingface"
+    assert W.earlier_token_file == "/home/sglang/.cache/huggingface/token"
 
 
 def test_the_download_user_cannot_be_the_service_user():
@@ -127,12 +127,3 @@ def test_the_bench_client_runs_in_a_transient_unit_confined_as_the_replica_keyle
     bench_server = properties(units.bench_unit_command(S, modes.mode_args(S, "ar"), 600))
     assert f"InaccessiblePaths=-{S.config_dir}" in bench_server
 
-
-
-def test_a_deploy_reads_nothing_of_the_layouts_that_came_before_the_first_release():
-    """No unit per role (a unit per repo), no token in the service user's home (the download user's):
-    the one round trip a deploy gathers asks for neither, so a no-op runs no runuser for them."""
-    wanted = gathering.requests(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie"), {})
-    asked = [path for _fact, arguments in wanted for path in arguments.get("paths", ())]
-    assert not [path for path in asked if path.startswith(f"{S.service_home}/") or "weights-target" in path]
-    assert [arguments["user"] for fact, arguments in wanted if fact is UserFileStates] == [W.owner]

@@ -49,6 +49,16 @@ def test_token_is_written_by_the_download_user_from_stdin_out_of_the_service_use
     assert D.hf_home == "/home/sglang-download/.cache/huggingface" and not D.hf_home.startswith(D.service_home + "/")
 
 
+def test_the_token_a_deployment_without_a_download_user_kept_is_removed_by_the_service_user(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    states = {D.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", sha1=None),
+              TOKEN_FILE: file("600", "sglang-download", "sglang-download", "hf_secret"),
+              "/home/sglang/.cache/huggingface/token": file("600", "sglang", "sglang", "hf_secret")}
+    commands, noops = run(token.hf_token, {UserFileStates: states}, weights=W)
+    assert commands == ["runuser -u sglang -- rm -f -- /home/sglang/.cache/huggingface/token"]
+    assert noops == [f"{TOKEN_FILE} holds the token (0600, sglang-download)"]
+
+
 def test_user_file_states_reads_as_the_user_and_reads_missing_without_one():
     command = UserFileStates().command(user="sglang", paths=("/home/sglang/.cache/huggingface/token",))
     assert command.startswith("if id -u sglang >/dev/null 2>&1; then runuser -u sglang -- sh -c ")

@@ -163,7 +163,7 @@ class Server:
     @property
     def url(self) -> str:
         """Where the server answers on its own host."""
-        return f"http://{network.LOOPBACK}:{self.port}"
+        return network.url(network.LOOPBACK, self.port)
 
 
 def served_model_name(data: Any, profile_name: str | None = None) -> str:

@@ -100,15 +100,22 @@ def put(**arguments):
 _connecting: dict[str, threading.Lock] = {}  # a gevent lock under pyinfra's CLI, which monkey-patches threading
 
 
-def run_elsewhere(other, command: str | StringCommand):
-    """`command` on `other`, an inventory host other than the operation's (a gateway's host, from a worker's
-    operation), with the escalation its own operations take (its data, the run's --sudo): connected first
-    where it is outside --limit. (ok, output)."""
+def connected(other):
+    """`other`, an inventory host other than the operation's (a gateway's host, from a worker's operation),
+    connected where it is outside --limit. Every command or fact a worker's operation takes there asks this
+    first: pyinfra would connect it on a fact read too, unlocked."""
     # The hosts of a batch run their operations side by side (greenlets): two connecting the same host
     # at once would share one SSH client, the first using it while the second is still connecting it.
     with _connecting.setdefault(other.name, threading.Lock()):
         if not other.connected:
             other.connect(raise_exceptions=True)
+    return other
+
+
+def run_elsewhere(other, command: str | StringCommand):
+    """`command` on `other`, an inventory host other than the operation's (`connected`), with the escalation
+    its own operations take (its data, the run's --sudo). (ok, output)."""
+    connected(other)
     arguments, _ = pop_global_arguments(other.state, other, {})
     return other.run_shell_command(command, **{key: arguments[key] for key in ESCALATION if key in arguments})
 

@@ -57,9 +57,9 @@ class GatewayWorkers(FactBase):
 
 
 def gateway_host(route: Route):
-    """The inventory host of `route`'s gateway, where its control plane is driven (pyinfra connects a host
-    outside --limit, such as a rollout's gateway, when its first fact is read)."""
-    return state.inventory.get_host(route.gateway)
+    """The inventory host of `route`'s gateway, where its control plane is driven, connected (a rollout's
+    gateway is outside --limit)."""
+    return shell.connected(state.inventory.get_host(route.gateway))
 
 
 def listing_args(g: Gateway, model: str) -> dict:

@@ -20,6 +20,7 @@ class FakeHost:
 
     name = "host-1"
     groups = ()
+    connected = True  # answering facts already (shell.connected connects only a host that is not)
 
     def __init__(self, facts: dict, arguments: dict | None = None, name: str = name, read: list | None = None):
         self.facts, self.name = facts, name

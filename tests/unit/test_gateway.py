@@ -459,15 +459,19 @@ def test_a_command_on_the_gateways_host_takes_that_hosts_own_escalation(monkeypa
     assert seen[0].get("_sudo", False) is sudo
 
 
-def test_workers_of_one_batch_reaching_the_gateways_host_at_once_connect_it_once(monkeypatch):
-    """Two workers in one run reach the gateway's host (outside --limit) at the same moment: one connection,
+@pytest.mark.parametrize("reach", ["command", "listing"])
+def test_workers_of_one_batch_reaching_the_gateways_host_at_once_connect_it_once(monkeypatch, reach):
+    """Two workers in one run reach the gateway's host (outside --limit) at the same moment, by a command
+    (the drain) or by reading its listing (a fact, which pyinfra would connect for unlocked): one connection,
     used only once it is made."""
     import threading
     import time
     from pyinfra.api import Config, Inventory, State
     from operations.basics import shell
+    from operations.gateway import registry
     inventory = Inventory(([("gw", {})], {}))
     State(inventory, Config())
+    monkeypatch.setattr(registry, "state", type("S", (), {"inventory": inventory}))
     gw = inventory.get_host("gw")
     connects, used_before_connected = [], []
 
@@ -476,10 +480,16 @@ def test_workers_of_one_batch_reaching_the_gateways_host_at_once_connect_it_once
         time.sleep(0.2)  # the SSH handshake: the other worker's greenlet runs meanwhile
         gw.connected = True
 
+    def used(*_, **__):
+        used_before_connected.append(not gw.connected)
+        return (True, None)
+
     monkeypatch.setattr(gw, "connect", connect)
-    monkeypatch.setattr(gw, "run_shell_command",
-                        lambda command, **_: used_before_connected.append(not gw.connected) or (True, None))
-    workers = [threading.Thread(target=shell.run_elsewhere, args=(gw, "true")) for _ in range(2)]
+    monkeypatch.setattr(gw, "run_shell_command", used)
+    monkeypatch.setattr(gw, "get_fact", used)
+    reaches = {"command": lambda: shell.run_elsewhere(gw, "true"),
+               "listing": lambda: registry.listing(ROUTE, GATEWAY.model)}
+    workers = [threading.Thread(target=reaches[reach]) for _ in range(2)]
     for thread in workers:
         thread.start()
     for thread in workers:

@@ -100,7 +100,7 @@ def _worker_host(inventory, worker) -> WorkerHost:
                                          members(inventory, worker))
     except BadHostData as problem:  # refused on its own host too
         return WorkerHost(worker.name, address, problem=f"{worker.name}: {problem}")
-    # A rank >= 1 of a node group serves no HTTP: the group is reached at its rank 0.
+    # A rank >= 1 of a node group serves only a dummy health server: the group is reached at its rank 0.
     return WorkerHost(worker.name, address, tuple(replica for d in served
                                                   if not (d.node_group and not d.node_group.serves_http)
                                                   for replica in d.replicas))
@@ -188,7 +188,7 @@ def routes(fleet: Fleet, worker_host, server: Server) -> list[Route]:
     replica's own problem (a server the gateway cannot reach) too."""
     if not any(same_host(w, worker_host) and server.service_name in {s.service_name for s in w.servers}
                for w in fleet.workers):
-        return []  # a rank >= 1 of a node group serves no HTTP
+        return []  # a rank >= 1 of a node group serves no model
     found = []
     for route in gateways(fleet, worker_host):
         if route.problem and not route.model:

@@ -127,7 +127,7 @@ def _result(output) -> dict:
 
 class RankState(FactBase):
     """
-    The service's state and its links on the dist-init port (a rank >= 1: no HTTP server to ask).
+    The service's state and its links on the dist-init port (a rank >= 1: its dummy health server says 200 whatever its schedulers do).
 
     .. code:: python
 
@@ -146,8 +146,9 @@ def joined(group: NodeGroup, service: str, timeout_s: int):
     """
     Prove a rank >= 1 serves its part: its service is active and joined to rank 0's dist-init port.
 
-    It runs no HTTP server (rank 0 serves for the group and is probed by readiness), so this waits,
-    up to `timeout_s`, for its link to rank 0; then fails with the journal's last lines.
+    It serves no model, only a dummy health server that says 200 whatever its schedulers do (rank 0
+    serves for the group and is probed by readiness), so this waits, up to `timeout_s`, for its link to
+    rank 0; then fails with the journal's last lines.
 
     + group: this host's part of its node group (a rank >= 1)
     + service: the SGLang unit's name

@@ -88,7 +88,7 @@ class Server:
     after_fabric_manager: bool = False  # NVSwitch boards: CUDA needs fabric manager first
     node_args: tuple[str, ...] = field(default=())  # a node group's part (operations/nodes)
     # Whether the main process holds requests to finish on a stop: a server alone, or a node group's
-    # rank 0 (NodeGroup.serves_http); a rank >= 1 serves no HTTP.
+    # rank 0 (NodeGroup.serves_http); a rank >= 1 serves only SGLang's dummy health server.
     drains_on_stop: bool = True
     service_prefix: str = "sglang"  # the `service_name` knob: every replica's unit is named PREFIX@...
     deployment: str = ""  # the deployment this replica belongs to (its name on the host)

@@ -216,7 +216,7 @@ class Target:
 
     @property
     def serves_http(self) -> bool:
-        """Rank >= 1 of a node group runs no HTTP server (rank 0 serves for the group)."""
+        """Rank >= 1 of a node group serves no model (rank 0 serves for the group)."""
         group = self.deployment.node_group
         return group is None or group.serves_http
 

@@ -1,5 +1,5 @@
 """Servers spanning several nodes (node groups), as deployed: rank 0 serves for its group with every rank
-joined to its dist-init port; every other rank's server is up and joined (it runs no HTTP server).
+joined to its dist-init port; every other rank's server is up and joined (it serves no model, only a dummy health server).
 
 Hosts that serve alone skip these; the rest of tests/deployed checks every node's unit, software and
 weights, and rank 0's serving (tests/deployed/test_serving.py).

@@ -40,7 +40,7 @@ print(json.dumps(result))
 @pytest.fixture(autouse=True)
 def http_server(target):
     if not target.serves_http:
-        pytest.skip("rank >= 1 of a node group runs no HTTP server: its group serves at rank 0 "
+        pytest.skip("rank >= 1 of a node group serves no model: its group serves at rank 0 "
                     "(tests/deployed/test_multinode.py)")
 
 

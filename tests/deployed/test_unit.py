@@ -162,7 +162,7 @@ def test_unit_has_a_restart_policy(target):
 
 def test_unit_listens_on_the_configured_address_and_port(target):
     if not target.serves_http:
-        pytest.skip("rank >= 1 of a node group runs no HTTP server (tests/deployed/test_multinode.py)")
+        pytest.skip("rank >= 1 of a node group serves no model (tests/deployed/test_multinode.py)")
 
     def check(d, unit):
         wanted = ipaddress.ip_address(d.bind_address)

@@ -67,7 +67,10 @@ def test_the_group_comes_up_in_order_in_one_deploy(group_lab):
     journal = fleet.ssh(hosts["lab-b200-1"], f"journalctl -u {SGLANG_UNIT} -o cat --no-pager _SYSTEMD_INVOCATION_ID="
                                             f"$(systemctl show -p InvocationID --value {SGLANG_UNIT})")
     assert journal.index("node rank 1 joined") < journal.index("fired up and ready"), journal[-2000:]
-    assert health(hosts["lab-b200-2"]) == "000"  # rank 1 runs no HTTP server
+    # rank 1 serves only SGLang's dummy health server, no model
+    assert health(hosts["lab-b200-2"]) == "200"
+    assert fleet.ssh(hosts["lab-b200-2"], "curl -s -o /dev/null -w '%{http_code}' -m 5 localhost:30000/v1/models",
+                     check=False) == "404"
 
     checks = group_checks()
     assert checks.returncode == 0 and "2 passed" in checks.stdout, checks.stdout[-3000:]

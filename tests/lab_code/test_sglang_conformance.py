@@ -218,3 +218,23 @@ def test_health_and_health_generate_are_one_handler_as_in_the_real_server(answer
     routes = (STANDIN_SRC / "sglang" / "launch_server.py").read_text()
     assert '("GET", "/health"): Handler.health,' in routes and '("GET", "/health_generate"): Handler.health,' in routes
     assert answers["health"] == (200, 200)
+
+
+def test_a_rank_above_0_serves_the_real_dummy_health_servers_routes():
+    """0.5.23 utils/common.py launch_dummy_health_check_server, read from the wheel: the GET routes a
+    node of rank >= 1 answers, each 200 with no body, are the stand-in's."""
+    import ast
+    real_source = next((ENV_DIR / "lib").glob("python3*/site-packages/sglang/srt/utils/common.py"))
+    (function,) = [node for node in ast.walk(ast.parse(real_source.read_text()))
+                   if isinstance(node, ast.FunctionDef) and node.name == "launch_dummy_health_check_server"]
+    real_routes = [decorator.args[0].value for node in ast.walk(function) if isinstance(node, ast.AsyncFunctionDef)
+                   for decorator in node.decorator_list
+                   if isinstance(decorator, ast.Call) and decorator.func.attr == "get"]
+    assert all("Response(status_code=200)" in ast.unparse(node) for node in ast.walk(function)
+               if isinstance(node, ast.AsyncFunctionDef))
+    standin = ast.parse((STANDIN_SRC / "sglang" / "launch_server.py").read_text())
+    (handler,) = [node for node in ast.walk(standin) if isinstance(node, ast.ClassDef)
+                  and node.name == "DummyHealthHandler"]
+    (routes,) = [ast.literal_eval(node.value) for node in handler.body if isinstance(node, ast.Assign)
+                 and [ast.unparse(t) for t in node.targets] == ["ROUTES"]]
+    assert tuple(real_routes) == routes

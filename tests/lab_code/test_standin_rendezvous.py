@@ -1,6 +1,7 @@
 """The SGLang stand-in's multi-node start (lab/sglang_standin/sglang/rendezvous.py), on loopback:
 rank 0 serves only once every rank joined, a missing rank keeps it not serving, a rank that dies
-takes it down, a port probe is no rank, and the other ranks stop on rank 0's graceful stop."""
+takes it down, a port probe is no rank, the other ranks serve only the dummy health server and stop on
+rank 0's graceful stop."""
 
 import json
 import os
@@ -69,6 +70,14 @@ def answers(port: int) -> int | None:
         return None
 
 
+def served(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
 def listening(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -98,7 +107,9 @@ def test_rank0_serves_only_after_every_rank_joined(node):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2) as response:
         info = json.loads(response.read())
     assert (info["nnodes"], info["node_rank"], info["tp_size"]) == (2, 0, 16)
-    assert answers(rank1_port) is None and rank1.poll() is None  # rank >= 1 runs no HTTP server
+    # rank >= 1 serves the dummy health server alone (0.5.23 launch_dummy_health_check_server)
+    assert wait_for(lambda: answers(rank1_port) == 200) and rank1.poll() is None
+    assert served(rank1_port, "/v1/models") == 404 and served(rank1_port, "/health_generate") == 200
 
 
 def test_a_rank_that_dies_takes_rank0_down(node):
@@ -128,8 +139,8 @@ def test_other_ranks_ignore_sigterm_and_stop_on_rank0s_shutdown(node):
     """0.5.23 engine.py:1262-1273: a node of rank >= 1 only logs a SIGTERM and waits for rank 0's
     ShutdownReq broadcast, which rank 0 sends when its own graceful stop ends."""
     rank0, port = node(0)
-    rank1, _ = node(1)
-    assert wait_for(lambda: answers(port) == 200)
+    rank1, rank1_port = node(1)
+    assert wait_for(lambda: answers(port) == 200 and answers(rank1_port) == 200)
     rank1.send_signal(signal.SIGTERM)
     time.sleep(1.5)
     assert rank1.poll() is None and answers(port) == 200
@@ -143,8 +154,10 @@ def test_a_sigterm_to_all_of_a_node_ends_it_and_the_group(node):
     """systemd's KillMode=control-group on a rank-1 node: its schedulers die of the SIGTERM, so its
     main process stops waiting and exits, and rank 0 loses the node."""
     rank0, port = node(0)
-    rank1, _ = node(1, new_session=True)
-    assert wait_for(lambda: answers(port) == 200)
+    rank1, rank1_port = node(1, new_session=True)
+    # Its health server answers once its SIGTERM handler is in (engine.py:1262-1285); before, a SIGTERM
+    # kills the main process too.
+    assert wait_for(lambda: answers(port) == 200 and answers(rank1_port) == 200)
     os.killpg(rank1.pid, signal.SIGTERM)
     assert rank1.wait(timeout=5) == 0
     assert rank0.wait(timeout=5) == 1

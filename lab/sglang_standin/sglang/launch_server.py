@@ -25,8 +25,10 @@ health check generates again, as in the real server), metrics_fail (re-read on e
 target down).
 
 With --nnodes > 1 it holds the multi-node rendezvous first (rendezvous.py). Node ranks >= 1 run
-their schedulers and no HTTP server, log and ignore SIGTERM (engine.py:1262-1273), and exit once
-their schedulers exit: on rank 0's ShutdownReq broadcast, or killed.
+their schedulers, log and ignore SIGTERM (engine.py:1262-1273), then serve only the dummy health
+server on --host:--port (utils/common.py launch_dummy_health_check_server: /ping, /health and
+/health_generate answer 200 unasked of the schedulers; /metrics with --enable-metrics), and exit
+once their schedulers exit: on rank 0's ShutdownReq broadcast, or killed.
 
 GPUs: those CUDA_VISIBLE_DEVICES shows the server (srt/resolution.py visible_gpus); TP rank i of
 this node runs on visible GPU base_gpu_id + i * gpu_id_step (engine.py:931-961), a rank whose GPU
@@ -622,6 +624,41 @@ def local_gpus(args) -> list[int | None]:
     return [visible[i] if i < len(visible) else None for i in ids]
 
 
+class DummyHealthHandler(BaseHTTPRequestHandler):
+    """launch_dummy_health_check_server's FastAPI app (0.5.23 utils/common.py:3624-3680): a node of rank
+    >= 1 answers 200 to its health routes whatever its schedulers do, and FastAPI's 404 to the rest."""
+
+    server_version = "uvicorn"
+    ROUTES = ("/ping", "/health", "/health_generate")  # GET, each answering an empty 200
+    metrics = False
+
+    def log_message(self, fmt, *args):  # uvicorn at log_level="warning": no access log
+        pass
+
+    def routed(self) -> bool:
+        path = urllib.parse.urlsplit(self.path).path
+        return path in self.ROUTES or (self.metrics and path == "/metrics")
+
+    def answer(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.routed():
+            self.answer(200, b"", "text/plain")
+        else:
+            self.answer(404, b'{"detail":"Not Found"}')
+
+    def do_POST(self):
+        if self.routed():
+            self.answer(405, b'{"detail":"Method Not Allowed"}')
+        else:
+            self.answer(404, b'{"detail":"Not Found"}')
+
+
 def serve_other_node(args, config: dict, links: dict) -> None:
     """Node rank >= 1: schedulers only, until they exit (engine.py:1015-1029, 1262-1273)."""
     procs = engine.launch(args.tp_size, args.nnodes, args.node_rank, config, local_gpus(args))
@@ -637,6 +674,9 @@ def serve_other_node(args, config: dict, links: dict) -> None:
     SignalLoop().add(signal.SIGTERM, lambda _signum: log(
         f"SIGTERM received on node_rank {args.node_rank}; waiting for the rank-0 ShutdownReq broadcast "
         "to stop the schedulers."))
+    health = ThreadingHTTPServer((args.host, args.port), DummyHealthHandler)
+    health.daemon_threads, DummyHealthHandler.metrics = True, bool(args.enable_metrics)
+    threading.Thread(target=health.serve_forever, daemon=True).start()
     for process in procs.schedulers:
         process.join()
         log(f"Scheduler or DataParallelController {process.pid} terminated with {process.exitcode}")

@@ -3,7 +3,7 @@
 What the real 0.5.23 does, as far as a deploy can see it: every node's schedulers join
 torch.distributed's TCP store on node 0's dist-init port and stay connected while they run;
 node 0 serves HTTP only once every rank has joined (its schedulers' init blocks until then),
-nodes of rank >= 1 run no HTTP server (entrypoints/http_server.py), a node waits for the
+nodes of rank >= 1 serve no model, only a dummy health server (launch_server.py), a node waits for the
 others until the distributed timeout, and a node that dies takes the group down (the next
 collective fails with "Connection closed by peer" and the scheduler exits the server). NCCL
 refuses an NCCL_SOCKET_IFNAME that names no interface of the node.

@@ -88,6 +88,7 @@ def resolve_host(data: Any, host_class: str, node_members: dict | None = None) -
         raise BadHostData("deployments and node_group are not accepted together: a host of a node group serves "
                           "its group's one server on all of its GPUs (remove one of them)")
     found: list[Deployment] = []
+    service, gpu = None, None
     for entry in listed:
         profile = entry["profile"]
         if not isinstance(profile, str) or profile not in profiles:
@@ -96,7 +97,10 @@ def resolve_host(data: Any, host_class: str, node_members: dict | None = None) -
         knobs.matching("profile", profile, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
                        "(a key of group_data/all.py profiles)")
         try:
-            found.append(_resolve(data, host_class, entry, profiles[profile], node_members,
+            # What is true of the host, once: the first entry's lookup reports what is missing in its name.
+            service = service or server_config.service_host(data)
+            gpu = gpu or gpu_config.resolve(data, host_class)
+            found.append(_resolve(data, host_class, entry, profiles[profile], node_members, service, gpu,
                                   [d.server for d in found]))
         except (KeyError, TypeError, AttributeError, IndexError) as error:
             raise BadHostData(f"group data for profile {profile!r} on class {host_class} is incomplete or "
@@ -132,69 +136,51 @@ def _together(found: list[Deployment]) -> None:
 
 
 def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_members: dict | None,
-             earlier: list[Server]) -> Deployment:
+             service: server_config.ServiceHost, gpu: GpuRuntime, earlier: list[Server]) -> Deployment:
     profile_name = entry["profile"]
     name = knobs.matching("deployment name", entry.get("name", profile_name), DEPLOYMENT_NAME,
                           "letters, digits and _ (at most 32)")
-    gpu = gpu_config.resolve(data, host_class)
     weights_dir = knobs.path("weights_dir", data.weights_dir)
-    server = server_config.resolve(data, host_class, profile_name, profile, "", "")
-    if server.download_user == server.service_user:
-        raise knobs.refused("download_user", server.download_user, "give the downloads a user of their own, so the "
-                            "token is never readable by the user that runs the model's code",
-                            wrong="is the service user")
-    weights = weights_config.resolve(data, profile_name, profile, weights_dir, owner=server.download_user,
-                                     reader=server.service_user, hf_home=server.hf_home,
-                                     earlier_token_file=server.earlier_token_file, config_dir=server.config_dir,
-                                     install_dir=server.install_dir)
-    server = replace(server, after_fabric_manager=gpu.expected.fabric_manager,
-                     venv_name=_venv_name(server, name, earlier),
-                     model_dir=weights.target.local_dir, draft_model_dir=weights.drafter.local_dir)
-    group = nodes.group(data, host_class, profile_name, gpu.expected.count, server.port, node_members)
+    weights = weights_config.resolve(data, profile_name, profile, weights_dir, owner=service.download_user,
+                                     reader=service.service_user, hf_home=service.hf_home,
+                                     earlier_token_file=service.earlier_token_file, config_dir=service.config_dir,
+                                     install_dir=service.install_dir)
+    port, nccl_port = server_config.ports(data)
     count = gpu.expected.count
-    where = f"deployments[{name!r}]" if getattr(data, "deployments", None) is not None \
-        else f"group_data/{host_class}.py layouts[{profile_name!r}]"
+    group = nodes.group(data, host_class, profile_name, count, port, node_members)
     if group is not None:
         # One server over the group's nodes: TP over all their GPUs, this node's share of them, the
         # network between them named.
         per_node = group.tp_size // group.nnodes
         groups = (tuple(range(per_node)),)
-        plan = layout.Layout(tp_size=group.tp_size, groups=groups, ports=(server.port,),
-                             nccl_ports=layout.nccl_ports(groups, server.nccl_port))
+        plan = layout.Layout(tp_size=group.tp_size, groups=groups, ports=(port,),
+                             nccl_ports=layout.nccl_ports(groups, nccl_port))
         if plan.nccl_ports[0] in range(group.dist_init_port, group.dist_init_port + 7):
             raise knobs.refused(f"node_groups[{group.name!r}]['dist_init_port']", group.dist_init_port,
                                 "pick another, or another nccl_port",
                                 wrong=f"collides with the server's --nccl-port {plan.nccl_ports[0]} (SGLang uses the "
                                       "dist-init port and the 6 after it)")
-        server = replace(server, env={**server.env, **group.env()}, node_args=tuple(group.server_args()),
-                         drains_on_stop=group.serves_http)
     else:
+        where = f"deployments[{name!r}]" if getattr(data, "deployments", None) is not None \
+            else f"group_data/{host_class}.py layouts[{profile_name!r}]"
         values = {**layout.class_default(data, host_class, profile_name, count),
                   **{k: v for k, v in entry.items() if k in layout.KEYS}}
-        port = knobs.integer(f"deployments[{name!r}]['port']", entry["port"], minimum=1, maximum=65535) \
+        own_port = knobs.integer(f"deployments[{name!r}]['port']", entry["port"], minimum=1, maximum=65535) \
             if entry.get("port") is not None else None
-        plan = layout.resolve(where, values, count, server.port, server.nccl_port, port)
-        if not server.exposed:  # a site's own setting wins
-            server = replace(server, env={**server_config.LOOPBACK_SOCKETS, **server.env})
+        plan = layout.resolve(where, values, count, port, nccl_port, own_port)
+    replicas = server_config.replicas(data, service, host_class, profile_name, profile, name,
+                                      (weights.target.local_dir, weights.drafter.local_dir), plan, group, earlier,
+                                      after_fabric_manager=gpu.expected.fabric_manager)
     if getattr(data, "gpu_smoke_engine", None) is not None:
         raise knobs.refused("gpu_smoke_engine", data.gpu_smoke_engine, "the GPU smoke test always runs "
                             "torch.distributed with NCCL from the SGLang venv; remove it")
-    smoke = SmokeTest(expected=gpu.expected, venv=server.venv, install_dir=server.install_dir, env=server.env,
-                      build=server.sglang_requirement, user=server.service_user,
+    shared = replicas[0]  # the replicas of a deployment differ only in their unit, GPUs and ports
+    smoke = SmokeTest(expected=gpu.expected, venv=shared.venv, install_dir=service.install_dir, env=shared.env,
+                      build=shared.sglang_requirement, user=service.service_user,
                       timeout_s=knobs.integer("gpu_smoke_timeout_s", data.gpu_smoke_timeout_s, minimum=10))
     return Deployment(host_class=host_class, name=name, gpu=gpu, smoke=smoke, weights=weights,
-                      replicas=server_config.replicas(server, name, plan), node_group=group,
+                      replicas=replicas, node_group=group,
                       allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions))
-
-
-def _venv_name(server: Server, name: str, earlier: list[Server]) -> str:
-    """One SGLang virtualenv per build on a host: the first deployment's is `sglang-venv`, a later one
-    with another build gets its own, named after it."""
-    same = next((s for s in earlier if s.sglang_requirement == server.sglang_requirement
-                 and s.pip_index_url == server.pip_index_url), None)
-    if same is not None:
-        return same.venv_name
-    return "sglang-venv" if not earlier else f"sglang-venv-{name}"
 
 
 def at_commits(deployment: Deployment, commits: dict[str, str]) -> Deployment:

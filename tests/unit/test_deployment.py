@@ -1,5 +1,6 @@
 """Resolving a host's deployment and rendering SGLang's command line, checked by the real parser."""
 
+import dataclasses
 import json
 import re
 
@@ -14,6 +15,7 @@ from operations.basics.knobs import BadHostData
 from operations.basics.templates import render
 from operations.gateway import config as gateway_config
 from operations.weights.checks import unpinned
+from operations.server import config as server_config
 from operations.server.flags import server_args, spell
 from operations.server.unit import unit_files
 from tests.sglang_real import parse_many_with_real_sglang
@@ -218,6 +220,28 @@ def test_the_class_and_profile_lay_out_the_servers_kimi_over_all_eight_qwen_one_
     data = host_data("b200_nvlink", profile="qwen36_ddtree")
     data.layouts = {}
     assert layout_of(resolve(data, "b200_nvlink")) == [("sglang@qwen36_ddtree-gpu0-7", tuple(range(8)), 30000, 8)]
+
+
+def test_each_replica_is_built_once_complete_and_frozen(monkeypatch):
+    """A replica's Server is made once, from its deployment's settings and its slot of the layout: no field
+    has a default to fill in later, and no pass replaces one (two deployments, one of them on 4 replicas)."""
+    assert [f.name for f in dataclasses.fields(server_config.Server)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING] == []
+    built = []
+
+    @dataclasses.dataclass(frozen=True)
+    class Counted(server_config.Server):
+        def __post_init__(self):
+            built.append((self.service_name, self.gpus, self.tp_size, self.model_dir))
+
+    monkeypatch.setattr(server_config, "Server", Counted)
+    found = resolve_host(host_data("rtx_pro_6000_pcie", deployments=[
+        dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
+        dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")]), "rtx_pro_6000_pcie")
+    assert built == [(r.service_name, r.gpus, r.tp_size, r.model_dir) for d in found for r in d.replicas]
+    assert len(built) == 5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found[0].server.tp_size = 8
 
 
 def test_a_host_serves_two_models_on_disjoint_gpus_each_with_its_own_units_ports_and_build():

@@ -58,12 +58,15 @@ DEPLOY_FLAGS = {
 class ServiceHost:
     """Who runs and owns what on a host, and where, for every deployment of it: the service user runs
     the servers, the download user owns the HF token and the weights (operations/weights/config.py
-    Weights.owner), root's directories hold the programs and the keys."""
+    Weights.owner), root's directories hold the programs and the keys; every replica's unit is named
+    PREFIX@... and waits as long for a request in flight."""
 
     service_user: str
     download_user: str
     install_dir: str
     config_dir: str
+    service_prefix: str  # the `service_name` knob
+    longest_generation_s: int  # the longest a request may run: how long a stop or a drain waits for those in flight
 
     @property
     def service_home(self) -> str:
@@ -103,7 +106,7 @@ class ServiceHost:
 
 def _of_host(name: str) -> property:
     """A replica's view of its host's `name` (ServiceHost): one value for every replica of the host."""
-    return property(lambda server: getattr(server.host, name), doc=f"The host's {name} (ServiceHost).")
+    return property(lambda server: getattr(server.service, name), doc=f"The host's {name} (ServiceHost).")
 
 
 @dataclass(frozen=True)
@@ -129,8 +132,7 @@ class Server:
     mem_fraction_static: float
     extra_args: tuple[str, ...]
     env: dict[str, str]
-    host: ServiceHost
-    service_prefix: str  # the `service_name` knob: every replica's unit is named PREFIX@...
+    service: ServiceHost  # what every server of the host shares: users, paths, unit prefix
     service_name: str  # this replica's unit (layout.unit_name)
     gpus: tuple[int, ...]  # this replica's GPUs (nvidia-smi indices)
     bind_address: str
@@ -140,7 +142,6 @@ class Server:
     api_key_env: str
     remove_api_key: bool  # only this removes a key from a host; the server must then bind to loopback
     ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
-    longest_generation_s: int  # the longest a request may run: how long a stop waits for those in flight
     after_fabric_manager: bool  # NVSwitch boards: CUDA needs fabric manager first
     node_args: tuple[str, ...]  # a node group's part (operations/nodes)
     # Whether the main process holds requests to finish on a stop: a server alone, or a node group's
@@ -151,6 +152,8 @@ class Server:
     download_user = _of_host("download_user")
     install_dir = _of_host("install_dir")
     config_dir = _of_host("config_dir")
+    service_prefix = _of_host("service_prefix")
+    longest_generation_s = _of_host("longest_generation_s")
     service_home = _of_host("service_home")
     download_home = _of_host("download_home")
     hf_home = _of_host("hf_home")
@@ -240,15 +243,19 @@ def _speculative(profile_name: str, values: Any) -> Speculative:
 
 def service_host(data: Any) -> ServiceHost:
     """Who runs and owns what on the host, and where, from its data; a bad value raises BadHostData."""
-    host = ServiceHost(service_user=knobs.service_account("service_user", data.service_user),
-                       download_user=knobs.service_account("download_user", data.download_user),
-                       install_dir=knobs.path("install_dir", data.install_dir),
-                       config_dir=knobs.path("config_dir", data.config_dir))
-    if host.download_user == host.service_user:
-        raise knobs.refused("download_user", host.download_user, "give the downloads a user of their own, so the "
-                            "token is never readable by the user that runs the model's code",
+    service = ServiceHost(
+        service_user=knobs.service_account("service_user", data.service_user),
+        download_user=knobs.service_account("download_user", data.download_user),
+        install_dir=knobs.path("install_dir", data.install_dir),
+        config_dir=knobs.path("config_dir", data.config_dir),
+        service_prefix=knobs.matching("service_name", data.service_name, knobs.UNIT_NAME,
+                                      "a unit name (letters, digits, _.-)"),
+        longest_generation_s=knobs.integer("longest_generation_s", data.longest_generation_s, minimum=1))
+    if service.download_user == service.service_user:
+        raise knobs.refused("download_user", service.download_user, "give the downloads a user of their own, so "
+                            "the token is never readable by the user that runs the model's code",
                             wrong="is the service user")
-    return host
+    return service
 
 
 def ports(data: Any) -> tuple[int, int]:
@@ -257,7 +264,7 @@ def ports(data: Any) -> tuple[int, int]:
             knobs.integer("nccl_port", data.nccl_port, minimum=1024, maximum=65535))
 
 
-def replicas(data: Any, host: ServiceHost, host_class: str, profile_name: str, profile: dict, deployment: str,
+def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str, profile: dict, deployment: str,
              weights: tuple[str, str], plan: Layout, group: NodeGroup | None, earlier: list["Server"],
              after_fabric_manager: bool) -> tuple[Server, ...]:
     """The servers of `profile` on a host of `host_class`, one a replica of `plan` (its GPUs, ports and TP
@@ -279,7 +286,6 @@ def replicas(data: Any, host: ServiceHost, host_class: str, profile_name: str, p
     if "tp_size" in tuning:
         raise knobs.refused("sglang_tuning['tp_size']", tuning["tp_size"], "the TP size belongs to the class and the "
                             f"profile: set layouts[{profile_name!r}]['tp_size'] in group_data/{host_class}.py")
-    prefix = knobs.matching("service_name", data.service_name, knobs.UNIT_NAME, "a unit name (letters, digits, _.-)")
     requirement = knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
                                     pinned_requirement(requirements.get(wanted, wanted), getattr(data, "pins", None)),
                                     "a pip requirement on one line (name==version, 'name @ URL' or a wheel path)")
@@ -313,20 +319,18 @@ def replicas(data: Any, host: ServiceHost, host_class: str, profile_name: str, p
                     *knobs.arguments(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
                                      DEPLOY_FLAGS)),
         env=env,
-        host=host,
-        service_prefix=prefix,
+        service=service,
         bind_address=bind_address,
         enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
         api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
         remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
         ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
                                                                                 data.ready_timeout_s, minimum=1),
-        longest_generation_s=knobs.integer("longest_generation_s", data.longest_generation_s, minimum=1),
         after_fabric_manager=after_fabric_manager,
         node_args=() if group is None else tuple(group.server_args()),
         drains_on_stop=True if group is None else group.serves_http,
     )
-    return tuple(Server(**shared, service_name=unit_name(prefix, deployment, gpus), gpus=gpus, port=port,
+    return tuple(Server(**shared, service_name=unit_name(service.service_prefix, deployment, gpus), gpus=gpus, port=port,
                         nccl_port=nccl_port)
                  for gpus, port, nccl_port in zip(plan.groups, plan.ports, plan.nccl_ports))
 

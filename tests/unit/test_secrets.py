@@ -14,7 +14,7 @@ from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
 
 D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
-W = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").weights
+H = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").host
 REMOVING = resolve(host_data("rtx_pro_6000_pcie", remove_api_key="true"), "rtx_pro_6000_pcie").server
 TOKEN_FILE = f"{D.hf_home}/token"
 KEY = "0123456789abcdef0123456789abcdef"
@@ -34,13 +34,13 @@ def test_token_in_place_is_a_noop(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     states = {D.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", digest=None),
               TOKEN_FILE: file("600", "sglang-download", "sglang-download", "hf_secret")}
-    commands, noops = run(token.hf_token, {UserFileStates: states}, weights=W)
+    commands, noops = run(token.hf_token, {UserFileStates: states}, token_env=H.hf_token_env, service=H.service)
     assert commands == [] and noops == [f"{TOKEN_FILE} holds the token (0600, sglang-download)"]
 
 
 def test_token_is_written_by_the_download_user_from_stdin_out_of_the_service_users_home(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
-    [command] = yielded(token.hf_token, {UserFileStates: {D.hf_home: None, TOKEN_FILE: None}}, weights=W)
+    [command] = yielded(token.hf_token, {UserFileStates: {D.hf_home: None, TOKEN_FILE: None}}, token_env=H.hf_token_env, service=H.service)
     assert isinstance(command, StringCommand) and command.connector_arguments == {"_stdin": "hf_secret"}
     text = command.get_raw_value()
     assert "hf_secret" not in text
@@ -54,7 +54,7 @@ def test_the_token_a_deployment_without_a_download_user_kept_is_removed_by_the_s
     states = {D.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", sha1=None),
               TOKEN_FILE: file("600", "sglang-download", "sglang-download", "hf_secret"),
               "/home/sglang/.cache/huggingface/token": file("600", "sglang", "sglang", "hf_secret")}
-    commands, noops = run(token.hf_token, {UserFileStates: states}, weights=W)
+    commands, noops = run(token.hf_token, {UserFileStates: states}, token_env=H.hf_token_env, service=H.service)
     assert commands == ["runuser -u sglang -- rm -f -- /home/sglang/.cache/huggingface/token"]
     assert noops == [f"{TOKEN_FILE} holds the token (0600, sglang-download)"]
 

@@ -90,9 +90,9 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     #    replica's new files are validated by the host's SGLang before any unit changes. rollout.py does
     #    the fleet N hosts at a time. Each unit's environment holds the GPU smoke test's P2P decision for
     #    this host (stage 4).
-    restarts = [[unit.Restart(replica, unit.inputs(replica, hub.commits), restart_when=keys,
+    restarts = [[unit.Restart(replica, unit.inputs(replica, d.weights.commits), restart_when=keys,
                               decided_env=functools.partial(smoke.decided_env, worker.smoke))
-                 for replica in d.replicas] for d, hub in zip(deployments, hubs)]
+                 for replica in d.replicas] for d in deployments]
     every = [restart for each in restarts for restart in each]
     routes = {r.server.service_name: membership.routes(fleet, host, r.server) for r in every}  # none: rank >= 1
     drain.drain_retired(name="Retired units leave the gateways", service=worker.service,

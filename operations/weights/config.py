@@ -67,6 +67,11 @@ class Weights:
     def drafter(self) -> Repo:
         return self.repo("drafter")
 
+    @property
+    def commits(self) -> dict[str, str]:
+        """The commit of each role the hub resolved (`at_commits`)."""
+        return {r.role: r.commit for r in self.repos if r.commit is not None}
+
     def at_commits(self, commits: dict[str, str]) -> "Weights":
         """These weights at the commits the hub resolved (per role); a role without one stays as it was."""
         return replace(self, repos=tuple(replace(r, commit=commits.get(r.role, r.commit)) for r in self.repos))

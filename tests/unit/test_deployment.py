@@ -17,7 +17,7 @@ from operations.gateway import config as gateway_config
 from operations.weights.checks import unpinned
 from operations.server import config as server_config
 from operations.server.flags import server_args, spell
-from operations.server.unit import unit_files
+from operations.server.unit import inputs as unit_inputs, unit_files
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import REPO, host_data
 
@@ -46,6 +46,9 @@ def test_each_class_gets_its_backends_and_environment():
     assert pinned_at.server.model_dir == pinned_at.weights.target.local_dir == \
         f"/srv/specfleet/models/moonshotai--Kimi-K2.6/{'c' * 40}"
     assert pinned_at.server.draft_model_dir == f"/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash/{'d' * 40}"
+    # The commits travel one way, in the deployment's weights: what a replica loads and what restarts it.
+    assert pcie.weights.commits == {} and pinned_at.weights.commits == {"target": "c" * 40, "drafter": "d" * 40}
+    assert f"target={'c' * 12} drafter={'d' * 12} " in unit_inputs(pinned_at.server, pinned_at.weights.commits)
 
 
 def test_lab_mirrors_swap_repos_and_ddtree_build_but_keep_paths():

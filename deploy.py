@@ -69,7 +69,7 @@ if deployments and not refused and not any(hub.problems for hub in hubs):
     gpu_runtime(worker.gpu)
     # 3. What the servers run as and from: their user, root's directories, their API key, each SGLang
     #    build's virtualenv and the host programs; the HF token (written by the service user).
-    keys = server_installed(tuple(d.server for d in deployments))
+    keys = server_installed(worker.service, tuple(d.server for d in deployments))
     # A gateway's admin key stays on its host: the gateways' hosts drain and register these replicas.
     drain.no_admin_key(name="No gateway admin key", service=worker.service)
     token.hf_token(name="Hugging Face token", token_env=worker.hf_token_env, service=worker.service)

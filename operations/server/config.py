@@ -67,6 +67,9 @@ class ServiceHost:
     config_dir: str
     service_prefix: str  # the `service_name` knob
     longest_generation_s: int  # the longest a request may run: how long a stop or a drain waits for those in flight
+    api_key_env: str  # the controller's variable holding the clients' API key
+    remove_api_key: bool  # only this removes a key from a host; the servers must then bind to loopback
+    pip_index_url: str | None  # the host's package index (uv, every SGLang build)
 
     @property
     def service_home(self) -> str:
@@ -123,7 +126,6 @@ class Server:
     draft_model_dir: str  # the drafter's
     sglang_requirement: str
     sglang_version: str
-    pip_index_url: str | None
     venv_name: str  # its SGLang virtualenv, under install_dir (one per SGLang build on a host)
     speculative: Speculative
     attention_backend: str
@@ -139,8 +141,6 @@ class Server:
     port: int
     nccl_port: int  # its TCPStore's (--nccl-port; layout.nccl_ports)
     enable_metrics: bool
-    api_key_env: str
-    remove_api_key: bool  # only this removes a key from a host; the server must then bind to loopback
     ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
     after_fabric_manager: bool  # NVSwitch boards: CUDA needs fabric manager first
     node_args: tuple[str, ...]  # a node group's part (operations/nodes)
@@ -154,6 +154,9 @@ class Server:
     config_dir = _of_host("config_dir")
     service_prefix = _of_host("service_prefix")
     longest_generation_s = _of_host("longest_generation_s")
+    api_key_env = _of_host("api_key_env")
+    remove_api_key = _of_host("remove_api_key")
+    pip_index_url = _of_host("pip_index_url")
     service_home = _of_host("service_home")
     download_home = _of_host("download_home")
     hf_home = _of_host("hf_home")
@@ -250,7 +253,10 @@ def service_host(data: Any) -> ServiceHost:
         config_dir=knobs.path("config_dir", data.config_dir),
         service_prefix=knobs.matching("service_name", data.service_name, knobs.UNIT_NAME,
                                       "a unit name (letters, digits, _.-)"),
-        longest_generation_s=knobs.integer("longest_generation_s", data.longest_generation_s, minimum=1))
+        longest_generation_s=knobs.integer("longest_generation_s", data.longest_generation_s, minimum=1),
+        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
+        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
+        pip_index_url=knobs.index_url(data))
     if service.download_user == service.service_user:
         raise knobs.refused("download_user", service.download_user, "give the downloads a user of their own, so "
                             "the token is never readable by the user that runs the model's code",
@@ -289,7 +295,6 @@ def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str
     requirement = knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
                                     pinned_requirement(requirements.get(wanted, wanted), getattr(data, "pins", None)),
                                     "a pip requirement on one line (name==version, 'name @ URL' or a wheel path)")
-    index_url = knobs.index_url(data)
     bind_address = knobs.address("bind_address", data.bind_address)
     env = {**knobs.environment("sglang_tuning env", tuning.get("env", {})),
            **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))}
@@ -307,8 +312,7 @@ def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str
         sglang_requirement=requirement,
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
                                       "a version like 0.5.23"),
-        pip_index_url=index_url,
-        venv_name=_venv_name(requirement, index_url, deployment, earlier),
+        venv_name=_venv_name(requirement, deployment, earlier),
         speculative=_speculative(profile_name, profile["speculative"]),
         attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
         draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,
@@ -322,8 +326,6 @@ def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str
         service=service,
         bind_address=bind_address,
         enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
-        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
-        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
         ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
                                                                                 data.ready_timeout_s, minimum=1),
         after_fabric_manager=after_fabric_manager,
@@ -335,10 +337,10 @@ def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str
                  for gpus, port, nccl_port in zip(plan.groups, plan.ports, plan.nccl_ports))
 
 
-def _venv_name(requirement: str, index_url: str | None, deployment: str, earlier: list[Server]) -> str:
-    """One SGLang virtualenv per build on a host: the first deployment's is `sglang-venv`, a later one
-    with another build gets its own, named after it."""
-    same = next((s for s in earlier if s.sglang_requirement == requirement and s.pip_index_url == index_url), None)
+def _venv_name(requirement: str, deployment: str, earlier: list[Server]) -> str:
+    """One SGLang virtualenv per build on a host (its requirement, from the host's one index): the first
+    deployment's is `sglang-venv`, a later one with another build gets its own, named after it."""
+    same = next((s for s in earlier if s.sglang_requirement == requirement), None)
     if same is not None:
         return same.venv_name
     return "sglang-venv" if not earlier else f"sglang-venv-{deployment}"

@@ -1,7 +1,7 @@
 """The SGLang servers one host runs: each replica of each deployment is a `Server`, with its profile's
 model and speculative settings, its class's tuning, its layout's GPUs and port (operations/server/layout.py),
-the service's names and network, and its host's users and paths (`ServiceHost`); typed, checked, each
-built once."""
+its unit's name, and what every server of its host shares (`ServiceHost`: users, paths, network, keys);
+typed, checked, each built once."""
 
 import re
 from dataclasses import dataclass
@@ -56,10 +56,11 @@ DEPLOY_FLAGS = {
 
 @dataclass(frozen=True)
 class ServiceHost:
-    """Who runs and owns what on a host, and where, for every deployment of it: the service user runs
-    the servers, the download user owns the HF token and the weights (operations/weights/config.py
-    Weights.owner), root's directories hold the programs and the keys; every replica's unit is named
-    PREFIX@... and waits as long for a request in flight."""
+    """What every SGLang server of a host shares, whichever its deployment: who runs and owns what, and
+    where (the service user runs the servers, the download user owns the HF token and the weights,
+    operations/weights/config.py Weights.owner; root's directories hold the programs and the keys), how
+    the servers are reached and keyed, their package index, their units' prefix and how long a request
+    in flight may take."""
 
     service_user: str
     download_user: str
@@ -70,6 +71,14 @@ class ServiceHost:
     api_key_env: str  # the controller's variable holding the clients' API key
     remove_api_key: bool  # only this removes a key from a host; the servers must then bind to loopback
     pip_index_url: str | None  # the host's package index (uv, every SGLang build)
+    bind_address: str  # where every server of the host listens
+    enable_metrics: bool
+    ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
+
+    @property
+    def exposed(self) -> bool:
+        """The servers are reachable beyond the host itself."""
+        return not network.is_loopback(self.bind_address)
 
     @property
     def service_home(self) -> str:
@@ -134,14 +143,11 @@ class Server:
     mem_fraction_static: float
     extra_args: tuple[str, ...]
     env: dict[str, str]
-    service: ServiceHost  # what every server of the host shares: users, paths, unit prefix
+    service: ServiceHost  # what every server of the host shares
     service_name: str  # this replica's unit (layout.unit_name)
     gpus: tuple[int, ...]  # this replica's GPUs (nvidia-smi indices)
-    bind_address: str
     port: int
     nccl_port: int  # its TCPStore's (--nccl-port; layout.nccl_ports)
-    enable_metrics: bool
-    ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
     after_fabric_manager: bool  # NVSwitch boards: CUDA needs fabric manager first
     node_args: tuple[str, ...]  # a node group's part (operations/nodes)
     # Whether the main process holds requests to finish on a stop: a server alone, or a node group's
@@ -157,6 +163,10 @@ class Server:
     api_key_env = _of_host("api_key_env")
     remove_api_key = _of_host("remove_api_key")
     pip_index_url = _of_host("pip_index_url")
+    bind_address = _of_host("bind_address")
+    enable_metrics = _of_host("enable_metrics")
+    ready_timeout_s = _of_host("ready_timeout_s")
+    exposed = _of_host("exposed")
     service_home = _of_host("service_home")
     download_home = _of_host("download_home")
     hf_home = _of_host("hf_home")
@@ -164,11 +174,6 @@ class Server:
     server_hf_home = _of_host("server_hf_home")
     api_key_file = _of_host("api_key_file")
     admin_key_file = _of_host("admin_key_file")
-
-    @property
-    def exposed(self) -> bool:
-        """The server is reachable beyond the host itself."""
-        return not network.is_loopback(self.bind_address)
 
     @property
     def venv(self) -> str:
@@ -245,7 +250,7 @@ def _speculative(profile_name: str, values: Any) -> Speculative:
 
 
 def service_host(data: Any) -> ServiceHost:
-    """Who runs and owns what on the host, and where, from its data; a bad value raises BadHostData."""
+    """What every server of the host shares, from its data; a bad value raises BadHostData."""
     service = ServiceHost(
         service_user=knobs.service_account("service_user", data.service_user),
         download_user=knobs.service_account("download_user", data.download_user),
@@ -256,7 +261,11 @@ def service_host(data: Any) -> ServiceHost:
         longest_generation_s=knobs.integer("longest_generation_s", data.longest_generation_s, minimum=1),
         api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
         remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
-        pip_index_url=knobs.index_url(data))
+        pip_index_url=knobs.index_url(data),
+        bind_address=knobs.address("bind_address", data.bind_address),
+        enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
+        ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
+                                                                                data.ready_timeout_s, minimum=1))
     if service.download_user == service.service_user:
         raise knobs.refused("download_user", service.download_user, "give the downloads a user of their own, so "
                             "the token is never readable by the user that runs the model's code",
@@ -295,12 +304,11 @@ def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str
     requirement = knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
                                     pinned_requirement(requirements.get(wanted, wanted), getattr(data, "pins", None)),
                                     "a pip requirement on one line (name==version, 'name @ URL' or a wheel path)")
-    bind_address = knobs.address("bind_address", data.bind_address)
     env = {**knobs.environment("sglang_tuning env", tuning.get("env", {})),
            **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))}
     if group is not None:
         env = {**env, **group.env()}
-    elif network.is_loopback(bind_address):  # a site's own setting wins
+    elif not service.exposed:  # a site's own setting wins
         env = {**LOOPBACK_SOCKETS, **env}
     shared = dict(
         profile_name=profile_name,
@@ -324,10 +332,6 @@ def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str
                                      DEPLOY_FLAGS)),
         env=env,
         service=service,
-        bind_address=bind_address,
-        enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
-        ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
-                                                                                data.ready_timeout_s, minimum=1),
         after_fabric_manager=after_fabric_manager,
         node_args=() if group is None else tuple(group.server_args()),
         drains_on_stop=True if group is None else group.serves_http,

@@ -51,5 +51,5 @@ if deployments:
             routes.append(membership.routes(fleet, host, replica))
             drained.append(drain.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
                                        routes=routes[-1], restart=None) if routes[-1] else None)
-        sweep.sweep(name=f"Benchmark sweep {d.name}", replicas=d.replicas, plan=plan, smoke=d.smoke, routes=routes,
+        sweep.sweep(name=f"Benchmark sweep {d.name}", replicas=d.replicas, plan=plan, smoke=d.host.smoke, routes=routes,
                     drained=drained, results_subdir=d.name if len(deployments) > 1 else "")

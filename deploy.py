@@ -32,18 +32,18 @@ from operations.weights.stages import weights_fetched
 
 # A key no knob has, in any layer (--data, inventory, group data), stops the run before any host changes.
 schema.check_inventory(inventory)
-deployments, gateway, monitoring = (), None, None
+worker, deployments, gateway, monitoring = None, (), None, None
 try:
     # Every knob of every subject, parsed and checked before any host changes: the host's deployments
     # (one model, or several on disjoint GPUs), a host of a node group with its group's members. A host
     # in no class group is refused (by host_class_of) unless it is a gateway without GPUs.
     if roles.serves_model(host.groups) or not roles.is_gateway(host.groups):
-        deployments = deployment.resolve_host(host.data, deployment.host_class_of(host.groups),
-                                              nodes.members(inventory, host))
+        worker, deployments = deployment.resolve_worker(host.data, deployment.host_class_of(host.groups),
+                                                        nodes.members(inventory, host))
     if roles.is_gateway(host.groups):
         gateway, monitoring = gateway_config.resolve(host.data), prometheus.resolve(host.data)
 except BadHostData as problem:
-    deployments, gateway, monitoring = (), None, None
+    worker, deployments, gateway, monitoring = None, (), None, None
     preflight.refuse(problem=f"{host.name}: {problem}")
 # The inventory as the gateways see it (every host's replicas and gateway), resolved once in the run.
 fleet = membership.of(inventory)
@@ -53,11 +53,11 @@ if deployments:
     #    build, exposure. Each deployment at the commits the hub resolved its revisions to.
     hubs = [weights_checks.hub_state(d.weights) for d in deployments]
     deployments = tuple(deployment.at_commits(d, hub.commits) for d, hub in zip(deployments, hubs))
-    preflight.check(name="Preflight", deployments=deployments, hubs=hubs)
-    first = deployments[0]
-    if first.node_group:
-        # One server over several nodes: every node reaches rank 0's dist-init port.
-        rendezvous.reachable(name="Nodes reach rank 0", group=first.node_group)
+    preflight.check(name="Preflight", worker=worker, deployments=deployments, hubs=hubs)
+    for d in deployments:
+        if d.node_group:
+            # One server over several nodes (a host's only deployment): every node reaches rank 0's dist-init port.
+            rendezvous.reachable(name="Nodes reach rank 0", group=d.node_group)
 
 # Nothing below is prepared for a host whose hub checks failed, or that preflight refused while pyinfra
 # evaluated it before the run (--dry): preflight has reported them. A gated repo still waiting for access
@@ -66,15 +66,15 @@ if deployments:
 refused = failing.refused(host)
 if deployments and not refused and not any(hub.problems for hub in hubs):
     # 2. The GPU runtime the class needs: the driver (install_driver), persistence, fabric manager.
-    gpu_runtime(first.gpu)
+    gpu_runtime(worker.gpu)
     # 3. What the servers run as and from: their user, root's directories, their API key, each SGLang
     #    build's virtualenv and the host programs; the HF token (written by the service user).
-    keys = server_installed(tuple(d.server for d in deployments))
+    keys = server_installed(worker.service, tuple(d.server for d in deployments))
     # A gateway's admin key stays on its host: the gateways' hosts drain and register these replicas.
-    drain.no_admin_key(name="No gateway admin key", server=first.server)
-    token.hf_token(name="Hugging Face token", weights=first.weights)
+    drain.no_admin_key(name="No gateway admin key", service=worker.service)
+    token.hf_token(name="Hugging Face token", token_env=worker.hf_token_env, service=worker.service)
     # 4. The GPUs run SGLang's collectives before anything long is loaded.
-    smoke.allreduce(name="GPU smoke test", smoke=first.smoke)
+    smoke.allreduce(name="GPU smoke test", smoke=worker.smoke)
     # 5. Weights, pinned and verified, each revision beside the others, fetched by units that survive a
     #    dropped connection.
     for d, hub in host.loop(list(zip(deployments, hubs))):
@@ -90,14 +90,14 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     #    replica's new files are validated by the host's SGLang before any unit changes. rollout.py does
     #    the fleet N hosts at a time. Each unit's environment holds the GPU smoke test's P2P decision for
     #    this host (stage 4).
-    restarts = [[unit.Restart(replica, unit.inputs(replica, hub.commits), restart_when=keys,
-                              decided_env=functools.partial(smoke.decided_env, d.smoke))
-                 for replica in d.replicas] for d, hub in zip(deployments, hubs)]
+    restarts = [[unit.Restart(replica, unit.inputs(replica, d.weights.commits), restart_when=keys,
+                              decided_env=functools.partial(smoke.decided_env, worker.smoke))
+                 for replica in d.replicas] for d in deployments]
     every = [restart for each in restarts for restart in each]
     routes = {r.server.service_name: membership.routes(fleet, host, r.server) for r in every}  # none: rank >= 1
-    drain.drain_retired(name="Retired units leave the gateways", server=first.server,
+    drain.drain_retired(name="Retired units leave the gateways", service=worker.service,
                         gateways=membership.gateways(fleet, host), restarts=every)
-    unit.retired(name="Units no deployment wants", server=first.server, restarts=every)
+    unit.retired(name="Units no deployment wants", service=worker.service, restarts=every)
     for d, hub, decisions in host.loop(list(zip(deployments, hubs, restarts))):
         for replica, restart in host.loop(list(zip(d.replicas, decisions))):
             if routes[replica.service_name]:
@@ -109,7 +109,7 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
                              routes=routes[replica.service_name])
     # Every replica serves the wanted revisions: the previous one of each repo is kept while the disk
     # allows, older ones are deleted, each said.
-    revisions.pruned(name="Weights revisions", weights=tuple(d.weights for d in deployments), server=first.server)
+    revisions.pruned(name="Weights revisions", weights=tuple(d.weights for d in deployments), service=worker.service)
 
 # 7. The gateway, after every worker's readiness (every host passes `workers_done`, which orders the
 #    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers.

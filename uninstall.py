@@ -30,8 +30,8 @@ except knobs.BadHostData as problem:
 else:
     if view.replicas:
         # No replica wanted: every SGLang unit of the host is retired, as the deploy retires one.
-        first = view.replicas[0]
-        drain.drain_retired(name="SGLang units leave the gateways", server=first,
+        service = view.replicas[0].service  # the host's, which every replica holds
+        drain.drain_retired(name="SGLang units leave the gateways", service=service,
                             gateways=membership.gateways(membership.of(inventory), host), restarts=[])
-        unit.retired(name="SGLang units", server=first, restarts=[])
+        unit.retired(name="SGLang units", service=service, restarts=[])
     uninstall.removed(name="What the deploy laid down", uninstall=plan)

@@ -20,7 +20,7 @@ def mode_args(server: Server, mode: str) -> list[str]:
     defaults to block - 1, spine mode), the target backend and the page size its rules ask (ddtree:
     one-token pages, and triton where it builds a tree).
     """
-    d = dataclasses.replace(server, bind_address=network.LOOPBACK)
+    d = dataclasses.replace(server, service=dataclasses.replace(server.service, bind_address=network.LOOPBACK))
     entry = speculative.of_mode(mode)
     if not entry.drafts:
         args, drop = [], False

@@ -71,7 +71,7 @@ def sweep(replicas: tuple[Server, ...], plan: Plan, smoke: SmokeTest | None = No
 
     .. code:: python
 
-        sweep.sweep(name="Benchmark sweep", replicas=d.replicas, plan=bench_plan(host.data), smoke=d.smoke,
+        sweep.sweep(name="Benchmark sweep", replicas=d.replicas, plan=bench_plan(host.data), smoke=d.host.smoke,
                     routes=routes, drained=drained)
     """
     if smoke is not None:  # the environment the deployed units have, P2P decision included

@@ -1,11 +1,13 @@
 """The deployments one host gets: every subject's configuration, resolved from the host's data at once.
 
-`resolve_host()` is the only reader of a worker's host data: every knob of every subject is parsed
+`resolve_worker()` is the only reader of a worker's host data: every knob of every subject is parsed
 and checked here (through each subject's own `resolve`, with operations/basics/knobs.py), before any
-host is touched, and each operation then receives the slice it needs (`Deployment.gpu`, `.weights`,
-`.replicas`, ...). A host serves one deployment (its `profile` on all of its GPUs) or several on
-disjoint GPUs (`deployments`); each is laid out in replicas (operations/server/layout.py). A value
-that cannot be deployed raises BadHostData: one line naming the knob, the value and what is accepted.
+host is touched, each object built once at its level: what is true of the host (`Host`: users and
+paths, GPU runtime, smoke test, token), of each deployment (`Deployment`: weights, node group) and of
+each replica (`Server`). Each operation then receives the level it acts on. A host serves one
+deployment (its `profile` on all of its GPUs) or several on disjoint GPUs (`deployments`); each is
+laid out in replicas (operations/server/layout.py). A value that cannot be deployed raises
+BadHostData: one line naming the knob, the value and what is accepted.
 """
 
 import re
@@ -20,7 +22,7 @@ from operations.gpu.smoke import SmokeTest
 from operations.nodes import group as nodes
 from operations.nodes.group import NodeGroup
 from operations.server import config as server_config, layout
-from operations.server.config import Server
+from operations.server.config import Server, ServiceHost
 from operations.weights import config as weights_config
 from operations.weights.config import Weights
 
@@ -30,14 +32,30 @@ HOST_CLASSES = ("rtx_pro_6000_pcie", "b200_nvlink", "b300_nvlink")
 
 
 @dataclass(frozen=True)
+class Host:
+    """What is true of a worker host whatever it serves, built once (`resolve_worker`): its servers' users,
+    paths and unit settings, its GPU runtime (driver, fabric manager, what its GPUs must be), its GPU
+    smoke test and where the controller holds the HF token. Every deployment of the host holds this one."""
+
+    service: ServiceHost  # users, install and config directories, the token's HF home, the unit prefix
+    gpu: GpuRuntime  # driver, fabric, GPU checks
+    # The GPU smoke test before SGLang starts: once per host, with the first deployment's build (the
+    # host's `sglang-venv`) and the environment every deployment of the host runs with.
+    smoke: SmokeTest
+    hf_token_env: str  # the controller's variable holding the token (else its huggingface_hub token file)
+
+    @property
+    def host_class(self) -> str:
+        return self.gpu.host_class
+
+
+@dataclass(frozen=True)
 class Deployment:
     """One model a worker host serves (a profile on GPUs of its own), as each subject's slice. A host
     serves one deployment, or several on disjoint GPUs (`deployments` in its data)."""
 
-    host_class: str
+    host: Host  # what is true of the host, the same for each of its deployments
     name: str  # the deployment's name on its host (units, ports and venvs are told apart by it)
-    gpu: GpuRuntime  # driver, fabric, GPU checks
-    smoke: SmokeTest  # the GPU smoke test before SGLang starts
     weights: Weights  # the target's and drafter's weights
     replicas: tuple[Server, ...]  # its SGLang units, one a replica (operations/server/layout.py)
     node_group: NodeGroup | None  # a server spanning several hosts: this host's part
@@ -79,15 +97,22 @@ def entries(data: Any) -> list[dict]:
 
 
 def resolve_host(data: Any, host_class: str, node_members: dict | None = None) -> tuple[Deployment, ...]:
-    """Resolve `host.data` (or any object with the same attributes) for a host of `host_class`: its
-    deployments, checked each and together (names, GPUs, ports, one revision per repo);
-    `node_members`: its node group's hosts (`nodes.members(inventory, host)`), if it is in one."""
+    """The deployments of a host of `host_class` (`resolve_worker`'s)."""
+    return resolve_worker(data, host_class, node_members)[1]
+
+
+def resolve_worker(data: Any, host_class: str, node_members: dict | None = None) -> tuple[Host, tuple[Deployment, ...]]:
+    """Resolve `host.data` (or any object with the same attributes) for a host of `host_class`: what is
+    true of the host, once, and its deployments, checked each and together (names, GPUs, ports, one
+    revision per repo, one environment); `node_members`: its node group's hosts (`nodes.members(inventory,
+    host)`), if it is in one."""
     profiles = data.profiles if isinstance(data.profiles, dict) else {}
     listed = entries(data)
     if getattr(data, "node_group", None) is not None and getattr(data, "deployments", None) is not None:
         raise BadHostData("deployments and node_group are not accepted together: a host of a node group serves "
                           "its group's one server on all of its GPUs (remove one of them)")
-    found: list[Deployment] = []
+    found: list[dict] = []  # each deployment's fields but its host's
+    service, gpu, token_env, smoke = None, None, None, None
     for entry in listed:
         profile = entry["profile"]
         if not isinstance(profile, str) or profile not in profiles:
@@ -96,17 +121,46 @@ def resolve_host(data: Any, host_class: str, node_members: dict | None = None) -
         knobs.matching("profile", profile, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
                        "(a key of group_data/all.py profiles)")
         try:
-            found.append(_resolve(data, host_class, entry, profiles[profile], node_members,
-                                  [d.server for d in found]))
+            # What is true of the host, once: the first entry's lookup reports what is missing in its name.
+            service = service or server_config.service_host(data)
+            gpu = gpu or gpu_config.resolve(data, host_class)
+            token_env = token_env or weights_config.token_env(data)
+            found.append(_resolve(data, host_class, entry, profiles[profile], node_members, service, gpu,
+                                  token_env, [d["replicas"][0] for d in found]))
+            smoke = smoke or _smoke(data, gpu, service, found[0]["replicas"][0])
+            _same_environment(found[0], found[-1])
         except (KeyError, TypeError, AttributeError, IndexError) as error:
             raise BadHostData(f"group data for profile {profile!r} on class {host_class} is incomplete or "
                               f"malformed ({type(error).__name__}: {error}): compare it with group_data/all.py "
                               f"and group_data/{host_class}.py") from None
-    _together(found)
-    return tuple(found)
+    worker = Host(service=service, gpu=gpu, smoke=smoke, hf_token_env=token_env)
+    deployments = tuple(Deployment(host=worker, **fields) for fields in found)
+    _together(deployments)
+    return worker, deployments
 
 
-def _together(found: list[Deployment]) -> None:
+def _smoke(data: Any, gpu: GpuRuntime, service: ServiceHost, server: Server) -> SmokeTest:
+    """The host's GPU smoke test, with `server`'s build and environment."""
+    if getattr(data, "gpu_smoke_engine", None) is not None:
+        raise knobs.refused("gpu_smoke_engine", data.gpu_smoke_engine, "the GPU smoke test always runs "
+                            "torch.distributed with NCCL from the SGLang venv; remove it")
+    return SmokeTest(expected=gpu.expected, venv=server.venv, install_dir=service.install_dir, env=server.env,
+                     build=server.sglang_requirement, user=service.service_user,
+                     timeout_s=knobs.integer("gpu_smoke_timeout_s", data.gpu_smoke_timeout_s, minimum=10))
+
+
+def _same_environment(first: dict, other: dict) -> None:
+    """Deployments of one host run with one environment: the GPU smoke test, once per host, proves NCCL
+    with it, and its P2P decision goes into every unit's (smoke.decided_env)."""
+    mine, theirs = first["replicas"][0].env, other["replicas"][0].env
+    if mine != theirs:
+        differ = sorted(key for key in {*mine, *theirs} if mine.get(key) != theirs.get(key))
+        raise BadHostData(f"deployments {first['name']} and {other['name']} run with different environments "
+                          f"({', '.join(differ)}): the host's GPU smoke test runs once, with one; give their "
+                          "profiles the same env")
+
+
+def _together(found: tuple[Deployment, ...]) -> None:
     """Deployments of one host: names, GPUs and ports (HTTP and --nccl-port) each once; one revision of a repo."""
     seen_names, seen_gpus, seen_ports, revisions = set(), {}, {}, {}
     for d in found:
@@ -132,69 +186,44 @@ def _together(found: list[Deployment]) -> None:
 
 
 def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_members: dict | None,
-             earlier: list[Server]) -> Deployment:
+             service: ServiceHost, gpu: GpuRuntime, token_env: str, earlier: list[Server]) -> dict:
+    """A deployment's fields but its host's."""
     profile_name = entry["profile"]
     name = knobs.matching("deployment name", entry.get("name", profile_name), DEPLOYMENT_NAME,
                           "letters, digits and _ (at most 32)")
-    gpu = gpu_config.resolve(data, host_class)
     weights_dir = knobs.path("weights_dir", data.weights_dir)
-    server = server_config.resolve(data, host_class, profile_name, profile, "", "")
-    if server.download_user == server.service_user:
-        raise knobs.refused("download_user", server.download_user, "give the downloads a user of their own, so the "
-                            "token is never readable by the user that runs the model's code",
-                            wrong="is the service user")
-    weights = weights_config.resolve(data, profile_name, profile, weights_dir, owner=server.download_user,
-                                     reader=server.service_user, hf_home=server.hf_home,
-                                     earlier_token_file=server.earlier_token_file, config_dir=server.config_dir,
-                                     install_dir=server.install_dir)
-    server = replace(server, after_fabric_manager=gpu.expected.fabric_manager,
-                     venv_name=_venv_name(server, name, earlier),
-                     model_dir=weights.target.local_dir, draft_model_dir=weights.drafter.local_dir)
-    group = nodes.group(data, host_class, profile_name, gpu.expected.count, server.port, node_members)
+    weights = weights_config.resolve(data, profile_name, profile, weights_dir, token_env, owner=service.download_user,
+                                     reader=service.service_user, hf_home=service.hf_home,
+                                     earlier_token_file=service.earlier_token_file, config_dir=service.config_dir,
+                                     install_dir=service.install_dir)
+    port, nccl_port = server_config.ports(data)
     count = gpu.expected.count
-    where = f"deployments[{name!r}]" if getattr(data, "deployments", None) is not None \
-        else f"group_data/{host_class}.py layouts[{profile_name!r}]"
+    group = nodes.group(data, host_class, profile_name, count, port, node_members)
     if group is not None:
         # One server over the group's nodes: TP over all their GPUs, this node's share of them, the
         # network between them named.
         per_node = group.tp_size // group.nnodes
         groups = (tuple(range(per_node)),)
-        plan = layout.Layout(tp_size=group.tp_size, groups=groups, ports=(server.port,),
-                             nccl_ports=layout.nccl_ports(groups, server.nccl_port))
+        plan = layout.Layout(tp_size=group.tp_size, groups=groups, ports=(port,),
+                             nccl_ports=layout.nccl_ports(groups, nccl_port))
         if plan.nccl_ports[0] in range(group.dist_init_port, group.dist_init_port + 7):
             raise knobs.refused(f"node_groups[{group.name!r}]['dist_init_port']", group.dist_init_port,
                                 "pick another, or another nccl_port",
                                 wrong=f"collides with the server's --nccl-port {plan.nccl_ports[0]} (SGLang uses the "
                                       "dist-init port and the 6 after it)")
-        server = replace(server, env={**server.env, **group.env()}, node_args=tuple(group.server_args()),
-                         drains_on_stop=group.serves_http)
     else:
+        where = f"deployments[{name!r}]" if getattr(data, "deployments", None) is not None \
+            else f"group_data/{host_class}.py layouts[{profile_name!r}]"
         values = {**layout.class_default(data, host_class, profile_name, count),
                   **{k: v for k, v in entry.items() if k in layout.KEYS}}
-        port = knobs.integer(f"deployments[{name!r}]['port']", entry["port"], minimum=1, maximum=65535) \
+        own_port = knobs.integer(f"deployments[{name!r}]['port']", entry["port"], minimum=1, maximum=65535) \
             if entry.get("port") is not None else None
-        plan = layout.resolve(where, values, count, server.port, server.nccl_port, port)
-        if not server.exposed:  # a site's own setting wins
-            server = replace(server, env={**server_config.LOOPBACK_SOCKETS, **server.env})
-    if getattr(data, "gpu_smoke_engine", None) is not None:
-        raise knobs.refused("gpu_smoke_engine", data.gpu_smoke_engine, "the GPU smoke test always runs "
-                            "torch.distributed with NCCL from the SGLang venv; remove it")
-    smoke = SmokeTest(expected=gpu.expected, venv=server.venv, install_dir=server.install_dir, env=server.env,
-                      build=server.sglang_requirement, user=server.service_user,
-                      timeout_s=knobs.integer("gpu_smoke_timeout_s", data.gpu_smoke_timeout_s, minimum=10))
-    return Deployment(host_class=host_class, name=name, gpu=gpu, smoke=smoke, weights=weights,
-                      replicas=server_config.replicas(server, name, plan), node_group=group,
-                      allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions))
-
-
-def _venv_name(server: Server, name: str, earlier: list[Server]) -> str:
-    """One SGLang virtualenv per build on a host: the first deployment's is `sglang-venv`, a later one
-    with another build gets its own, named after it."""
-    same = next((s for s in earlier if s.sglang_requirement == server.sglang_requirement
-                 and s.pip_index_url == server.pip_index_url), None)
-    if same is not None:
-        return same.venv_name
-    return "sglang-venv" if not earlier else f"sglang-venv-{name}"
+        plan = layout.resolve(where, values, count, port, nccl_port, own_port)
+    replicas = server_config.replicas(data, service, host_class, profile_name, profile, name,
+                                      (weights.target.local_dir, weights.drafter.local_dir), plan, group, earlier,
+                                      after_fabric_manager=gpu.expected.fabric_manager)
+    return dict(name=name, weights=weights, replicas=replicas, node_group=group,
+                allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions))
 
 
 def at_commits(deployment: Deployment, commits: dict[str, str]) -> Deployment:

@@ -12,7 +12,7 @@ from pyinfra.api import FactBase, operation
 from operations.basics import failing, gathering, ownership, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates
-from operations.deployment import Deployment
+from operations.deployment import Deployment, Host
 from operations.gpu import checks as gpu_checks
 from operations.python import venv
 from operations.server import checks as server_checks
@@ -84,7 +84,7 @@ def wanted_facts(deployments: tuple[Deployment, ...], hubs: list[HubState]) -> g
 
 
 @operation()
-def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
+def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState]):
     """
     Refuse the host, changing nothing, unless it can serve these deployments.
 
@@ -96,7 +96,8 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
     that serves (or did); a host serving nothing yet passes, to be prepared while
     access is pending (``weights.checks.access_pending`` fails it after its downloads started).
 
-    + deployments: the host's resolved deployments, at the hub's commits (``deployment.pinned``)
+    + worker: what is true of the host (``deployment.resolve_worker``)
+    + deployments: the host's resolved deployments, at the hub's commits (``deployment.at_commits``)
     + hubs: what the hub said of each one's repos, on the controller (``weights.checks.hub_state``)
 
     **Example:**
@@ -104,9 +105,9 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
     .. code:: python
 
         hubs = [weights_checks.hub_state(d.weights) for d in deployments]
-        preflight.check(name="Preflight", deployments=deployments, hubs=hubs)
+        preflight.check(name="Preflight", worker=worker, deployments=deployments, hubs=hubs)
     """
-    first, s = deployments[0], deployments[0].server
+    s = worker.service
     if shell.sudo_password(host):  # refused before the gathering, the first command that would carry it
         yield fail_host([sudo_password_problem(host.data.get("ssh_user") or "the deploy user")], static=True)
         return
@@ -117,12 +118,12 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
         account = ownership.account_problem(user, home, gathering.read(ownership.SystemUser, user=user))
         problems += [f"{host.name}: {knob}={user!r}: {account}"] if account else []
     problems += list(dict.fromkeys(f"{host.name}: {problem}" for hub in hubs for problem in hub.problems))
-    gpu_problems, gpus = gpu_checks.hardware_problems(first.gpu)
+    gpu_problems, gpus = gpu_checks.hardware_problems(worker.gpu)
     problems += gpu_problems
     read = [(d, hub) for d, hub in zip(deployments, hubs) if hub.snapshots]
     for d, hub in read:  # the repos the token may read; one waiting for access is checked on the run after
         for replica in d.replicas:
-            problems += server_checks.memory_problems(replica, d.gpu.expected, d.weights.target.repo_id,
+            problems += server_checks.memory_problems(replica, worker.gpu.expected, d.weights.target.repo_id,
                                                       hub.weight_bytes, gpus)
     if read:
         disk = {}
@@ -133,7 +134,9 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
     for d in deployments:
         problems += server_checks.unreleased_problems(d.server)
     key_file = gathering.read(FileStates, paths=(s.api_key_file,)).get(s.api_key_file)
-    problems += server_checks.exposure_problems(s, bool(os.environ.get(s.api_key_env)), key_file is not None)
+    # The servers' exposure, said of the host's first replica (its address and port): every replica binds alike.
+    first = deployments[0].server
+    problems += server_checks.exposure_problems(first, bool(os.environ.get(first.api_key_env)), key_file is not None)
     warnings = []
     for d, hub in zip(deployments, hubs):
         moving, warned = moving_revisions(d, hub)
@@ -157,7 +160,7 @@ def check(deployments: tuple[Deployment, ...], hubs: list[HubState]):
     found = f"{len(gpus)}x {gpus[0]['name']}" if gpus else "no driver yet"
     served = "; ".join(f"{d.name}: {len(d.replicas)} x TP {d.server.tp_size} "
                        f"({weights_checks.described(d.weights, hub.snapshots)})" for d, hub in zip(deployments, hubs))
-    host.noop(f"preflight passed: {found} as {first.host_class}; {served}")
+    host.noop(f"preflight passed: {found} as {worker.host_class}; {served}")
 
 
 def refuse(problem: str) -> None:

@@ -65,7 +65,7 @@ def row(inventory_host, deployments: tuple[Deployment, ...], gateway: Gateway | 
     classes = list(dict.fromkeys(group for group in inventory_host.groups if group in HOST_CLASSES))
     endpoint = "; ".join(_endpoints(inventory_host, d) for d in deployments) or "-"
     model = ", ".join(d.server.served_model_name for d in deployments) or (gateway.model if gateway else "-")
-    return Row(inventory_host.name, deployments[0].host_class if deployments else
+    return Row(inventory_host.name, deployments[0].host.host_class if deployments else
                (", ".join(classes) or ("gateway" if gateway else "-")),
                model, endpoint, _where(inventory_host, gateway.bind_address, gateway.port) if gateway else "-")
 

@@ -20,37 +20,37 @@ from operations.basics.file_states import FileStates
 from operations.deployment import roles
 from operations.gateway import config, registry
 from operations.gateway.membership import Route
-from operations.server.config import Server
+from operations.server.config import Server, ServiceHost
 from operations.server.unit import Restart, ServerUnits, refusals
 
 # Where workers held their gateways' admin key while they drained themselves (root's, in config_dir).
 LEGACY_ADMIN_KEY = "gateway-admin-key"
 
 
-def _legacy_admin_key(server: Server) -> str:
-    return f"{server.config_dir}/{LEGACY_ADMIN_KEY}"
+def _legacy_admin_key(service: ServiceHost) -> str:
+    return f"{service.config_dir}/{LEGACY_ADMIN_KEY}"
 
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    return [(FileStates, dict(paths=(_legacy_admin_key(deployment.server),)))]
+    return [(FileStates, dict(paths=(_legacy_admin_key(deployment.server.service),)))]
 
 
 @operation()
-def no_admin_key(server: Server):
+def no_admin_key(service: ServiceHost):
     """
     No gateway's admin key on a worker's host: its gateways' hosts drive its drain and registration
     (``drain``, ``rejoin``), so a key a worker held for them (`config_dir`/gateway-admin-key) is removed.
 
-    + server: any replica of the host (its configuration directory)
+    + service: the host's servers' users and paths (its configuration directory)
 
     **Example:**
 
     .. code:: python
 
-        drain.no_admin_key(name="No gateway admin key on the worker", server=replica)
+        drain.no_admin_key(name="No gateway admin key on the worker", service=replica.service)
     """
-    path = _legacy_admin_key(server)
+    path = _legacy_admin_key(service)
     own = config.resolve(host.data).admin_key_file if roles.is_gateway(host.groups) else None
     if path != own and gathering.read(FileStates, paths=(path,)).get(path):
         yield StringCommand("rm", "-f", QuoteString(path))
@@ -163,7 +163,7 @@ def joins(server: Server, routes: list[Route]) -> list[tuple[Route, str]]:
 
 
 @operation()
-def drain_retired(server: Server, gateways: list[Route], restarts: list[Restart]):
+def drain_retired(service: ServiceHost, gateways: list[Route], restarts: list[Restart]):
     """
     Take the SGLang units no deployment of this host wants any more (the single unit of an earlier
     layout, replicas of another layout or profile) out of every gateway that lists them, before
@@ -171,7 +171,7 @@ def drain_retired(server: Server, gateways: list[Route], restarts: list[Restart]
     leaves a gateway while the host's SGLang refuses a wanted replica's new files (``unit.retired``
     then fails the host, changing nothing).
 
-    + server: any replica of the host (its unit prefix, its longest generation)
+    + service: the host's servers' settings (their unit prefix, their longest generation)
     + gateways: every gateway of the inventory (``membership.gateways``)
     + restarts: every wanted replica's restart decision (``server.unit.Restart``)
 
@@ -179,10 +179,10 @@ def drain_retired(server: Server, gateways: list[Route], restarts: list[Restart]
 
     .. code:: python
 
-        drain.drain_retired(name="Drain retired units", server=replica, gateways=membership.gateways(fleet, host),
+        drain.drain_retired(name="Drain retired units", service=replica.service, gateways=membership.gateways(fleet, host),
                             restarts=[Restart(replica, inputs, [key])])
     """
-    d = server
+    d = service
     if refusals(restarts):
         host.noop("the host's SGLang refuses a new unit: nothing is retired")
         return

@@ -213,7 +213,7 @@ def checked(gpu: GpuRuntime):
 
     .. code:: python
 
-        checks.checked(name="GPUs as the class says", gpu=d.gpu)
+        checks.checked(name="GPUs as the class says", gpu=worker.gpu)
     """
     gpu_host = host.get_fact(NvidiaHost)
     problems = check_gpu_class(host.name, gpu.host_class, gpu.expected, gpu_host["NvidiaGpus"],
@@ -237,7 +237,7 @@ def fabric_checked(gpu: GpuRuntime):
 
     .. code:: python
 
-        checks.fabric_checked(name="GPU fabric", gpu=d.gpu)
+        checks.fabric_checked(name="GPU fabric", gpu=worker.gpu)
     """
     problems = check_fabric(host.name, gpu.host_class, gpu.expected, gathering.read(NvidiaFabric))
     if problems:

@@ -302,6 +302,6 @@ def hold_driver():
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
     wanted = [*((part, {}) for part in NvidiaHost.PARTS), (NvidiaFabric, {})]
-    if deployment.gpu.nvidia_packages:
+    if deployment.host.gpu.nvidia_packages:
         wanted += [(NvidiaPackages, {}), (LinuxDistribution, {}), (Arch, {})]
     return wanted

@@ -179,7 +179,7 @@ def allreduce(smoke: SmokeTest):
     .. code:: python
 
         from operations.gpu import smoke
-        smoke.allreduce(name="GPU smoke test", smoke=deployment.smoke)
+        smoke.allreduce(name="GPU smoke test", smoke=worker.smoke)
     """
     found = gathering.read(GpuSmokeRecord, path=smoke.record_path)
     record = found["record"] or {}
@@ -195,4 +195,4 @@ def allreduce(smoke: SmokeTest):
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    return [(GpuSmokeRecord, dict(path=deployment.smoke.record_path))]
+    return [(GpuSmokeRecord, dict(path=deployment.host.smoke.record_path))]

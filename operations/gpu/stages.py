@@ -14,7 +14,7 @@ def gpu_runtime(gpu: GpuRuntime) -> None:
 
     .. code:: python
 
-        gpu_runtime(deployment.gpu)
+        gpu_runtime(worker.gpu)
     """
     if gpu.nvidia_packages:
         nvidia.repository(name="NVIDIA apt repository", base_url=gpu.nvidia_repo_url)

@@ -25,10 +25,10 @@ def memory_problems(server: Server, expected: GpuExpectations, model: str, weigh
     its TP size fit what each of its GPUs offers."""
     s = server
     found = {g.get("index"): g for g in gpus or []}
-    if gpus and s.gpus and not set(s.gpus) <= set(found):
+    if gpus and not set(s.gpus) <= set(found):
         return [f"{host.name}: {s.service_name} takes GPUs {', '.join(map(str, s.gpus))}, but the host has GPUs "
                 f"{', '.join(str(i) for i in sorted(found))}: give it GPUs the host has (layouts or deployments)"]
-    mine = [found[i] for i in s.gpus] if gpus and s.gpus else gpus or []
+    mine = [found[i] for i in s.gpus] if gpus else []
     per_card_mib = min((g.get("memory_total_mib") or 0 for g in mine), default=expected.min_memory_mib)
     usable = per_card_mib * (1 << 20) * s.mem_fraction_static
     per_gpu = weight_bytes / s.tp_size

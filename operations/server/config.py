@@ -1,12 +1,14 @@
 """The SGLang servers one host runs: each replica of each deployment is a `Server`, with its profile's
 model and speculative settings, its class's tuning, its layout's GPUs and port (operations/server/layout.py),
-the service's names, paths and network; typed, checked."""
+its unit's name, and what every server of its host shares (`ServiceHost`: users, paths, network, keys);
+typed, checked, each built once."""
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 from operations.basics import knobs, network
+from operations.nodes.group import NodeGroup
 from operations.server.layout import Layout, unit_name
 from operations.server.speculative import Speculative, drafting, settings
 
@@ -53,64 +55,30 @@ DEPLOY_FLAGS = {
 
 
 @dataclass(frozen=True)
-class Server:
-    """What one SGLang unit (one replica of a deployment) serves and how. The replicas of a deployment share
-    everything but their unit, GPUs and port."""
+class ServiceHost:
+    """What every SGLang server of a host shares, whichever its deployment: who runs and owns what, and
+    where (the service user runs the servers, the download user owns the HF token and the weights,
+    operations/weights/config.py Weights.owner; root's directories hold the programs and the keys), how
+    the servers are reached and keyed, their package index, their units' prefix and how long a request
+    in flight may take."""
 
-    profile_name: str
-    host_class: str
-    served_model_name: str
-    model_dir: str  # the target's weights directory
-    draft_model_dir: str  # the drafter's
-    sglang_requirement: str
-    sglang_version: str
-    pip_index_url: str | None
-    speculative: Speculative
-    attention_backend: str
-    draft_attention_backend: str
-    tp_size: int
-    mem_fraction_static: float
-    extra_args: tuple[str, ...]
-    env: dict[str, str]
-    service_name: str  # this replica's unit (layout.unit_name); `service_prefix` before the layout is applied
     service_user: str
-    download_user: str  # owns the HF token and the weights (operations/weights/config.py Weights.owner)
+    download_user: str
     install_dir: str
     config_dir: str
-    bind_address: str
-    port: int
-    nccl_port: int  # its TCPStore's (--nccl-port; layout.nccl_ports): the knob's before the layout is applied
+    service_prefix: str  # the `service_name` knob
+    longest_generation_s: int  # the longest a request may run: how long a stop or a drain waits for those in flight
+    api_key_env: str  # the controller's variable holding the clients' API key
+    remove_api_key: bool  # only this removes a key from a host; the servers must then bind to loopback
+    pip_index_url: str | None  # the host's package index (uv, every SGLang build)
+    bind_address: str  # where every server of the host listens
     enable_metrics: bool
-    api_key_env: str
-    remove_api_key: bool  # only this removes a key from a host; the server must then bind to loopback
     ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
-    longest_generation_s: int  # the longest a request may run: how long a stop waits for those in flight
-    after_fabric_manager: bool = False  # NVSwitch boards: CUDA needs fabric manager first
-    node_args: tuple[str, ...] = field(default=())  # a node group's part (operations/nodes)
-    # Whether the main process holds requests to finish on a stop: a server alone, or a node group's
-    # rank 0 (NodeGroup.serves_http); a rank >= 1 serves only SGLang's dummy health server.
-    drains_on_stop: bool = True
-    service_prefix: str = "sglang"  # the `service_name` knob: every replica's unit is named PREFIX@...
-    deployment: str = ""  # the deployment this replica belongs to (its name on the host)
-    gpus: tuple[int, ...] = ()  # this replica's GPUs (nvidia-smi indices); () before the layout is applied
-    venv_name: str = "sglang-venv"  # its SGLang virtualenv, under install_dir (one per SGLang build on a host)
 
     @property
     def exposed(self) -> bool:
-        """The server is reachable beyond the host itself."""
+        """The servers are reachable beyond the host itself."""
         return not network.is_loopback(self.bind_address)
-
-    @property
-    def venv(self) -> str:
-        return f"{self.install_dir}/{self.venv_name}"
-
-    @property
-    def gpu_env(self) -> dict[str, str]:
-        """The replica's GPUs as CUDA numbers them: by PCI bus, as nvidia-smi's indices (CUDA's own default
-        order is fastest first: CUDA C Programming Guide, "CUDA Environment Variables")."""
-        if not self.gpus:
-            return {}
-        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.gpus))}
 
     @property
     def service_home(self) -> str:
@@ -134,13 +102,9 @@ class Server:
 
     @property
     def server_hf_home(self) -> str:
-        """The server's own HF_HOME (transformers' cache of a model's remote code), apart from the
-        token's (`hf_home`), which the unit makes inaccessible to the server."""
+        """The servers' own HF_HOME (transformers' cache of a model's remote code), apart from the
+        token's (`hf_home`), which the units make inaccessible to the servers."""
         return f"{self.service_home}/.cache/sglang-huggingface"
-
-    @property
-    def env_file(self) -> str:
-        return f"{self.config_dir}/{self.service_name}.env"
 
     @property
     def api_key_file(self) -> str:
@@ -150,6 +114,80 @@ class Server:
     def admin_key_file(self) -> str:
         """The host's worker admin key (SGLang --admin-api-key): generated on the host, never the clients'."""
         return f"{self.config_dir}/admin-api-key"
+
+
+def _of_host(name: str) -> property:
+    """A replica's view of its host's `name` (ServiceHost): one value for every replica of the host."""
+    return property(lambda server: getattr(server.service, name), doc=f"The host's {name} (ServiceHost).")
+
+
+@dataclass(frozen=True)
+class Server:
+    """What one SGLang unit (one replica of a deployment) serves and how, built once from its deployment's
+    settings and its slot of the layout (`replicas`). The replicas of a deployment share everything but
+    their unit, GPUs and ports."""
+
+    profile_name: str
+    host_class: str
+    deployment: str  # the deployment this replica belongs to (its name on the host)
+    served_model_name: str
+    model_dir: str  # the target's weights directory
+    draft_model_dir: str  # the drafter's
+    sglang_requirement: str
+    sglang_version: str
+    venv_name: str  # its SGLang virtualenv, under install_dir (one per SGLang build on a host)
+    speculative: Speculative
+    attention_backend: str
+    draft_attention_backend: str
+    tp_size: int  # the layout's (a node group's is over all its nodes)
+    mem_fraction_static: float
+    extra_args: tuple[str, ...]
+    env: dict[str, str]
+    service: ServiceHost  # what every server of the host shares
+    service_name: str  # this replica's unit (layout.unit_name)
+    gpus: tuple[int, ...]  # this replica's GPUs (nvidia-smi indices)
+    port: int
+    nccl_port: int  # its TCPStore's (--nccl-port; layout.nccl_ports)
+    after_fabric_manager: bool  # NVSwitch boards: CUDA needs fabric manager first
+    node_args: tuple[str, ...]  # a node group's part (operations/nodes)
+    # Whether the main process holds requests to finish on a stop: a server alone, or a node group's
+    # rank 0 (NodeGroup.serves_http); a rank >= 1 serves only SGLang's dummy health server.
+    drains_on_stop: bool
+
+    service_user = _of_host("service_user")
+    download_user = _of_host("download_user")
+    install_dir = _of_host("install_dir")
+    config_dir = _of_host("config_dir")
+    service_prefix = _of_host("service_prefix")
+    longest_generation_s = _of_host("longest_generation_s")
+    api_key_env = _of_host("api_key_env")
+    remove_api_key = _of_host("remove_api_key")
+    pip_index_url = _of_host("pip_index_url")
+    bind_address = _of_host("bind_address")
+    enable_metrics = _of_host("enable_metrics")
+    ready_timeout_s = _of_host("ready_timeout_s")
+    exposed = _of_host("exposed")
+    service_home = _of_host("service_home")
+    download_home = _of_host("download_home")
+    hf_home = _of_host("hf_home")
+    earlier_token_file = _of_host("earlier_token_file")
+    server_hf_home = _of_host("server_hf_home")
+    api_key_file = _of_host("api_key_file")
+    admin_key_file = _of_host("admin_key_file")
+
+    @property
+    def venv(self) -> str:
+        return f"{self.install_dir}/{self.venv_name}"
+
+    @property
+    def gpu_env(self) -> dict[str, str]:
+        """The replica's GPUs as CUDA numbers them: by PCI bus, as nvidia-smi's indices (CUDA's own default
+        order is fastest first: CUDA C Programming Guide, "CUDA Environment Variables")."""
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.gpus))}
+
+    @property
+    def env_file(self) -> str:
+        return f"{self.config_dir}/{self.service_name}.env"
 
     @property
     def unit_file(self) -> str:
@@ -211,9 +249,43 @@ def _speculative(profile_name: str, values: Any) -> Speculative:
     )
 
 
-def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_dir: str,
-            draft_model_dir: str) -> Server:
-    """The server of `profile` on a host of `host_class`, from its data; a bad value raises BadHostData."""
+def service_host(data: Any) -> ServiceHost:
+    """What every server of the host shares, from its data; a bad value raises BadHostData."""
+    service = ServiceHost(
+        service_user=knobs.service_account("service_user", data.service_user),
+        download_user=knobs.service_account("download_user", data.download_user),
+        install_dir=knobs.path("install_dir", data.install_dir),
+        config_dir=knobs.path("config_dir", data.config_dir),
+        service_prefix=knobs.matching("service_name", data.service_name, knobs.UNIT_NAME,
+                                      "a unit name (letters, digits, _.-)"),
+        longest_generation_s=knobs.integer("longest_generation_s", data.longest_generation_s, minimum=1),
+        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
+        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
+        pip_index_url=knobs.index_url(data),
+        bind_address=knobs.address("bind_address", data.bind_address),
+        enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
+        ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
+                                                                                data.ready_timeout_s, minimum=1))
+    if service.download_user == service.service_user:
+        raise knobs.refused("download_user", service.download_user, "give the downloads a user of their own, so "
+                            "the token is never readable by the user that runs the model's code",
+                            wrong="is the service user")
+    return service
+
+
+def ports(data: Any) -> tuple[int, int]:
+    """The host's first HTTP port and --nccl-port (`port`, `nccl_port`), which the layout moves per replica."""
+    return (knobs.integer("port", data.port, minimum=1, maximum=65535),
+            knobs.integer("nccl_port", data.nccl_port, minimum=1024, maximum=65535))
+
+
+def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str, profile: dict, deployment: str,
+             weights: tuple[str, str], plan: Layout, group: NodeGroup | None, earlier: list["Server"],
+             after_fabric_manager: bool) -> tuple[Server, ...]:
+    """The servers of `profile` on a host of `host_class`, one a replica of `plan` (its GPUs, ports and TP
+    size), loading `weights` (the target's and the drafter's directories); `group`: the node group this
+    host is part of; `earlier`: the host's servers of the deployments before this one (a build's
+    virtualenv is shared). A bad value raises BadHostData."""
     tuning = data.sglang_tuning
     requirements = (data.mirrors or {}).get("requirements", {})
     wanted = profile["sglang"]["requirement"]
@@ -229,51 +301,50 @@ def resolve(data: Any, host_class: str, profile_name: str, profile: dict, model_
     if "tp_size" in tuning:
         raise knobs.refused("sglang_tuning['tp_size']", tuning["tp_size"], "the TP size belongs to the class and the "
                             f"profile: set layouts[{profile_name!r}]['tp_size'] in group_data/{host_class}.py")
-    prefix = knobs.matching("service_name", data.service_name, knobs.UNIT_NAME, "a unit name (letters, digits, _.-)")
-    return Server(
+    requirement = knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
+                                    pinned_requirement(requirements.get(wanted, wanted), getattr(data, "pins", None)),
+                                    "a pip requirement on one line (name==version, 'name @ URL' or a wheel path)")
+    env = {**knobs.environment("sglang_tuning env", tuning.get("env", {})),
+           **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))}
+    if group is not None:
+        env = {**env, **group.env()}
+    elif not service.exposed:  # a site's own setting wins
+        env = {**LOOPBACK_SOCKETS, **env}
+    shared = dict(
         profile_name=profile_name,
         host_class=host_class,
+        deployment=deployment,
         served_model_name=served_model_name(data, profile_name),
-        model_dir=model_dir,
-        draft_model_dir=draft_model_dir,
-        sglang_requirement=knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
-                                             pinned_requirement(requirements.get(wanted, wanted), getattr(data, "pins", None)),
-                                             "a pip requirement on one line (name==version, 'name @ URL' or a "
-                                             "wheel path)"),
+        model_dir=weights[0],
+        draft_model_dir=weights[1],
+        sglang_requirement=requirement,
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
                                       "a version like 0.5.23"),
-        pip_index_url=knobs.index_url(data),
+        venv_name=_venv_name(requirement, deployment, earlier),
         speculative=_speculative(profile_name, profile["speculative"]),
         attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
         draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,
                                                "an SGLang backend name"),
-        tp_size=0,  # the layout's (replicas())
+        tp_size=plan.tp_size,
         mem_fraction_static=knobs.fraction("sglang_tuning mem_fraction_static", tuning["mem_fraction_static"]),
         extra_args=(*knobs.arguments("sglang_tuning extra_args", tuning.get("extra_args", []), DEPLOY_FLAGS),
                     *knobs.arguments(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
                                      DEPLOY_FLAGS)),
-        env={**knobs.environment("sglang_tuning env", tuning.get("env", {})),
-             **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))},
-        service_name=prefix,
-        service_prefix=prefix,
-        service_user=knobs.service_account("service_user", data.service_user),
-        download_user=knobs.service_account("download_user", data.download_user),
-        install_dir=knobs.path("install_dir", data.install_dir),
-        config_dir=knobs.path("config_dir", data.config_dir),
-        bind_address=knobs.address("bind_address", data.bind_address),
-        port=knobs.integer("port", data.port, minimum=1, maximum=65535),
-        nccl_port=knobs.integer("nccl_port", data.nccl_port, minimum=1024, maximum=65535),
-        enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
-        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
-        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
-        ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
-                                                                                data.ready_timeout_s, minimum=1),
-        longest_generation_s=knobs.integer("longest_generation_s", data.longest_generation_s, minimum=1),
+        env=env,
+        service=service,
+        after_fabric_manager=after_fabric_manager,
+        node_args=() if group is None else tuple(group.server_args()),
+        drains_on_stop=True if group is None else group.serves_http,
     )
+    return tuple(Server(**shared, service_name=unit_name(service.service_prefix, deployment, gpus), gpus=gpus, port=port,
+                        nccl_port=nccl_port)
+                 for gpus, port, nccl_port in zip(plan.groups, plan.ports, plan.nccl_ports))
 
 
-def replicas(server: Server, deployment: str, layout: Layout) -> tuple[Server, ...]:
-    """The deployment's servers, one a replica of the layout: its unit, GPUs, ports and TP size."""
-    return tuple(replace(server, deployment=deployment, tp_size=layout.tp_size, gpus=gpus, port=port,
-                         nccl_port=nccl_port, service_name=unit_name(server.service_prefix, deployment, gpus))
-                 for gpus, port, nccl_port in zip(layout.groups, layout.ports, layout.nccl_ports))
+def _venv_name(requirement: str, deployment: str, earlier: list[Server]) -> str:
+    """One SGLang virtualenv per build on a host (its requirement, from the host's one index): the first
+    deployment's is `sglang-venv`, a later one with another build gets its own, named after it."""
+    same = next((s for s in earlier if s.sglang_requirement == requirement), None)
+    if same is not None:
+        return same.venv_name
+    return "sglang-venv" if not earlier else f"sglang-venv-{deployment}"

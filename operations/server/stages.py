@@ -11,13 +11,13 @@ from operations.nodes.group import NodeGroup
 from operations.python import venv
 from operations.python.venv import HostPython, Uv, VenvRequirement
 from operations.server import api_key, readiness, unit
-from operations.server.config import Server
+from operations.server.config import Server, ServiceHost
 from operations.server.unit import Restart
 
 
-def root_directories(server: Server) -> tuple[str, ...]:
+def root_directories(service: ServiceHost) -> tuple[str, ...]:
     """The directories root writes in or executes from: install, its bin/, configuration."""
-    return (server.install_dir, f"{server.install_dir}/bin", server.config_dir)
+    return (service.install_dir, f"{service.install_dir}/bin", service.config_dir)
 
 
 def builds(servers) -> list[Server]:
@@ -28,25 +28,26 @@ def builds(servers) -> list[Server]:
     return list(found.values())
 
 
-def server_installed(servers: tuple[Server, ...]) -> list[OperationMeta]:
+def server_installed(service: ServiceHost, servers: tuple[Server, ...]) -> list[OperationMeta]:
     """
     What the servers run as and from: their system user and the downloads' (which owns the HF token and
     the weights), root's directories, their API key and worker admin key, uv and each SGLang build's
     virtualenv, and the host programs. Returns the keys' operations (a change of either alone restarts).
 
-    + servers: a server of each of the host's deployments (what their replicas share)
+    + service: what the host's servers share (users, directories, keys)
+    + servers: a server of each of the host's deployments (what their replicas share: the SGLang build)
 
     **Example:**
 
     .. code:: python
 
-        keys = server_installed(tuple(d.server for d in deployments))
+        keys = server_installed(worker.service, tuple(d.server for d in deployments))
     """
-    s = servers[0]
+    s = service
     ownership.service_user(name="Service user", user=s.service_user, home=s.service_home)
     ownership.service_user(name="Download user", user=s.download_user, home=s.download_home)
     ownership.root_directories(name="Root's directories", paths=root_directories(s))
-    keys = [api_key.api_key(name="API key", server=s), api_key.admin_key(name="Worker admin key", server=s)]
+    keys = [api_key.api_key(name="API key", service=s), api_key.admin_key(name="Worker admin key", service=s)]
     uv = Uv(s.install_dir)
     venv.uv(name="uv", uv=uv, index_url=s.pip_index_url)
     for build in host.loop(builds(servers)):
@@ -82,7 +83,7 @@ def server_serving(server: Server, restart: Restart, weight_bytes: int, group: N
 def _read(deployment, snapshots) -> gathering.Wanted:
     s = deployment.server
     return [(SystemUser, dict(user=s.service_user)), (SystemUser, dict(user=s.download_user)),
-            (FileStates, dict(paths=root_directories(s))),
+            (FileStates, dict(paths=root_directories(s.service))),
             (FileStates, dict(paths=(s.api_key_file,))),
             (FileStates, dict(paths=(s.admin_key_file,))),
             (FileStates, dict(paths=tuple(upload_paths(s.install_dir)))),

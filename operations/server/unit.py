@@ -20,7 +20,7 @@ from operations.basics.host_programs import HOST_SCRIPTS, inline
 from operations.basics.units import ServiceState, any_change
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.checks import refused_flags
-from operations.server.config import Server
+from operations.server.config import Server, ServiceHost
 from operations.server.flags import server_args
 from operations.server.sandbox import rejection, unit_files
 
@@ -201,7 +201,7 @@ def refusals(restarts: list["Restart"]) -> list[str]:
 
 
 @operation()
-def retired(server: Server, restarts: list[Restart]):
+def retired(service: ServiceHost, restarts: list[Restart]):
     """
     Stop, disable and remove the SGLang units no deployment of the host wants: the single unit of an
     earlier layout (``PREFIX.service``) and replicas of another layout or profile, with their environment
@@ -210,21 +210,21 @@ def retired(server: Server, restarts: list[Restart]):
     always hold the same GPUs, layout.unit_name), and a host serves from its wanted units only. If the
     host's SGLang refuses any wanted replica's new files, nothing is retired and the host fails here.
 
-    + server: any replica of the host (the unit prefix, the configuration directory)
+    + service: the host's servers' settings (the unit prefix, the configuration directory)
     + restarts: every wanted replica's restart decision (``Restart``), which validates its new files
 
     **Example:**
 
     .. code:: python
 
-        unit.retired(name="Units no deployment wants", server=replica, restarts=[Restart(replica, inputs, [key])])
+        unit.retired(name="Units no deployment wants", service=replica.service, restarts=[Restart(replica, inputs, [key])])
     """
     refused = refusals(restarts)
     if refused:
         yield fail_host(refused)
         return
     wanted = {r.server.service_name for r in restarts}
-    stale = sorted(set(gathering.read(ServerUnits, prefix=server.service_prefix) or {}) - wanted)
+    stale = sorted(set(gathering.read(ServerUnits, prefix=service.service_prefix) or {}) - wanted)
     if not stale:
         host.noop(f"every SGLang unit on the host is wanted ({len(wanted)})")
         return
@@ -232,7 +232,7 @@ def retired(server: Server, restarts: list[Restart]):
         host.log_styled(f"{host.name}: retiring {name} (no deployment wants it any more)", fg="yellow")
         yield from systemd.service._inner(service=name, running=False, enabled=False)
     # Root's own files in root's directories (ownership.root_directories).
-    yield "rm -f -- " + " ".join(shlex.quote(path) for name in stale for path in unit_paths(server.config_dir, name))
+    yield "rm -f -- " + " ".join(shlex.quote(path) for name in stale for path in unit_paths(service.config_dir, name))
     yield from systemd.daemon_reload._inner()
     # A unit that ended failed (its stop killed it) stays listed so until reset: it is gone.
     yield f"systemctl reset-failed {' '.join(shlex.quote(f'{name}.service') for name in stale)} 2>/dev/null || true"

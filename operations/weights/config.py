@@ -67,6 +67,11 @@ class Weights:
     def drafter(self) -> Repo:
         return self.repo("drafter")
 
+    @property
+    def commits(self) -> dict[str, str]:
+        """The commit of each role the hub resolved (`at_commits`)."""
+        return {r.role: r.commit for r in self.repos if r.commit is not None}
+
     def at_commits(self, commits: dict[str, str]) -> "Weights":
         """These weights at the commits the hub resolved (per role); a role without one stays as it was."""
         return replace(self, repos=tuple(replace(r, commit=commits.get(r.role, r.commit)) for r in self.repos))
@@ -94,8 +99,13 @@ def repo_dir(weights_dir: str, real_id: str) -> str:
     return posixpath.join(weights_dir, real_id.replace("/", "--"))
 
 
-def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner: str, reader: str, hf_home: str,
-            earlier_token_file: str, config_dir: str, install_dir: str) -> Weights:
+def token_env(data: Any) -> str:
+    """The controller's variable holding the HF token (`hf_token_env`), checked."""
+    return knobs.matching("hf_token_env", data.hf_token_env, knobs.ENV_NAME, "a variable name")
+
+
+def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_token_env: str, owner: str, reader: str,
+            hf_home: str, earlier_token_file: str, config_dir: str, install_dir: str) -> Weights:
     """The weights of `profile` for a host, from its data; a bad value raises BadHostData."""
     mirrors = data.mirrors or {}
     pins = getattr(data, "pins", None) or {}
@@ -117,7 +127,7 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, owner
         hf_endpoint=knobs.url_over_https("hf_endpoint", data.hf_endpoint, "allow_http_hub", data.allow_http_hub,
                                          "the token travels in clear; whoever is on the path serves the weights "
                                          "and the hashes they are checked against"),
-        hf_token_env=knobs.matching("hf_token_env", data.hf_token_env, knobs.ENV_NAME, "a variable name"),
+        hf_token_env=hf_token_env,
         owner=owner,
         reader=reader,
         hf_home=hf_home,

@@ -16,7 +16,7 @@ from pyinfra.api import FactBase, operation
 
 from operations.basics import gathering
 from operations.basics.host_programs import inline
-from operations.server.config import Server
+from operations.server.config import ServiceHost
 from operations.server.unit import ServerUnits
 from operations.weights.checks import gb
 from operations.weights.config import Repo, Weights
@@ -82,20 +82,21 @@ def plan(repos: list[Repo], found: dict, loaded: set[str]) -> tuple[dict[str, li
 
 
 @operation()
-def pruned(weights: tuple[Weights, ...], server: Server):
+def pruned(weights: tuple[Weights, ...], service: ServiceHost):
     """
     Keep each repo's wanted revision and, while the disk allows, the previous one; delete the revisions
     no SGLang unit of the host loads beyond those, as the download user, saying which and why. Runs once
     every replica serves the wanted revisions (a host that failed readiness keeps all of them).
 
     + weights: the weights of each of the host's deployments
-    + server: any replica of the host (its unit prefix, for the units' weights directories)
+    + service: the host's servers' settings (their unit prefix, for the units' weights directories)
 
     **Example:**
 
     .. code:: python
 
-        revisions.pruned(name="Weights revisions", weights=tuple(d.weights for d in deployments), server=replica)
+        revisions.pruned(name="Weights revisions", weights=tuple(d.weights for d in deployments),
+                          service=replica.service)
     """
     repos = repos_of(weights)
     found: dict = {"free": {}, "revisions": {}}
@@ -103,7 +104,7 @@ def pruned(weights: tuple[Weights, ...], server: Server):
         answer = gathering.read(WeightsRevisions, repo_dirs=tuple(r.repo_dir for r in w.repos)) or {}
         for key in found:
             found[key].update(answer.get(key) or {})
-    units = gathering.read(ServerUnits, prefix=server.service_prefix) or {}
+    units = gathering.read(ServerUnits, prefix=service.service_prefix) or {}
     loaded = {directory for unit in units.values() for directory in unit["loads"]}
     deletions, said = plan(repos, found, loaded)
     for sentence in said:

@@ -130,7 +130,7 @@ def test_degraded_nvlink_is_caught(deployed_lab, b200_host):
 
 def test_gpu_runtime_flipped_back_is_caught(deployed_lab, b200_host):
     """The daemons the deploy started are stopped, and the smoke test's record is from another boot."""
-    record, backup = target_of(b200_host).deployment.smoke.record_path, "/root/specfleet-fault-gpu-smoke.json"
+    record, backup = target_of(b200_host).deployment.host.smoke.record_path, "/root/specfleet-fault-gpu-smoke.json"
     fleet.ssh(b200_host, f"cp -p {record} {backup} && "
                          f"sed -i 's/\"boot_id\": \"[^\"]*\"/\"boot_id\": \"another-boot\"/' {record} && "
                          "systemctl stop nvidia-persistenced nvidia-fabricmanager")

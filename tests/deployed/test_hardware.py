@@ -12,12 +12,12 @@ from operations.gpu.smoke import GpuSmokeRecord, summary
 def gpu_facts(target) -> dict:
     return target.memo("gpu", lambda: target.facts(
         gpus=NvidiaGpus(), topology=NvidiaTopology(), driver=NvidiaDriver(), reboot=RebootPending(),
-        fabric=NvidiaFabric(), smoke=(GpuSmokeRecord(), dict(path=target.deployment.smoke.record_path))))
+        fabric=NvidiaFabric(), smoke=(GpuSmokeRecord(), dict(path=target.deployment.host.smoke.record_path))))
 
 
 def test_gpus_and_interconnect_match_the_class(target):
     facts = gpu_facts(target)
-    problems = check_gpu_class(target.name, target.host_class, target.deployment.gpu.expected, facts["gpus"],
+    problems = check_gpu_class(target.name, target.host_class, target.deployment.host.gpu.expected, facts["gpus"],
                                facts["topology"], facts["driver"], facts["reboot"])
     assert not problems, "\n".join(problems)
 
@@ -36,7 +36,7 @@ def test_persistence_mode_is_on_for_every_gpu(target):
 
 def test_fabric_manager_as_the_class_needs(target):
     """NVSwitch classes: fabric manager active, every GPU's fabric Completed. PCIe: no fabric manager."""
-    problems = check_fabric(target.name, target.host_class, target.deployment.gpu.expected, gpu_facts(target)["fabric"])
+    problems = check_fabric(target.name, target.host_class, target.deployment.host.gpu.expected, gpu_facts(target)["fabric"])
     assert not problems, "\n".join(problems)
 
 
@@ -44,8 +44,8 @@ def test_gpu_smoke_test_passed_in_this_boot(target):
     """The deploy's NCCL all-reduce across all GPUs (operations/gpu/smoke.py) passed since the host
     last booted, on every GPU, at or above the class's bus bandwidth floor."""
     found = gpu_facts(target)["smoke"]
-    record, floor = found["record"], target.deployment.gpu.expected.allreduce_floor_gbps
-    assert record, (f"{target.name}: expected the GPU smoke test's record {target.deployment.smoke.record_path}, "
+    record, floor = found["record"], target.deployment.host.gpu.expected.allreduce_floor_gbps
+    assert record, (f"{target.name}: expected the GPU smoke test's record {target.deployment.host.smoke.record_path}, "
                     "found none: run the deploy")
     problems = []
     if record.get("verdict") != "passed":
@@ -53,8 +53,8 @@ def test_gpu_smoke_test_passed_in_this_boot(target):
     if record.get("boot_id") != found["boot_id"]:
         problems.append(f"tested in boot {record.get('boot_id')}, this is boot {found['boot_id']}: the host rebooted "
                         "since; run the deploy to test again")
-    if record.get("gpus") != target.deployment.gpu.expected.count:
-        problems.append(f"tested {record.get('gpus')} GPUs, the class has {target.deployment.gpu.expected.count}")
+    if record.get("gpus") != target.deployment.host.gpu.expected.count:
+        problems.append(f"tested {record.get('gpus')} GPUs, the class has {target.deployment.host.gpu.expected.count}")
     if record.get("floor_gbps") != floor or (record.get("busbw_gbps") or 0) < floor:
         problems.append(f"bus bandwidth {record.get('busbw_gbps')} GB/s against floor {record.get('floor_gbps')}, "
                         f"the class's floor is {floor}")

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.lab
 
 
 def record_path(lab_host) -> str:
-    return resolve(host_data(lab_host.host_class, lab=True), lab_host.host_class).smoke.record_path
+    return resolve(host_data(lab_host.host_class, lab=True), lab_host.host_class).host.smoke.record_path
 
 
 def test_nvlink_at_pcie_speed_fails_the_smoke_test_before_weights_and_unit(deployed_lab, b200_host):

@@ -1,5 +1,6 @@
 """Resolving a host's deployment and rendering SGLang's command line, checked by the real parser."""
 
+import dataclasses
 import json
 import re
 
@@ -14,8 +15,9 @@ from operations.basics.knobs import BadHostData
 from operations.basics.templates import render
 from operations.gateway import config as gateway_config
 from operations.weights.checks import unpinned
+from operations.server import config as server_config
 from operations.server.flags import server_args, spell
-from operations.server.unit import unit_files
+from operations.server.unit import inputs as unit_inputs, unit_files
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import REPO, host_data
 
@@ -37,13 +39,16 @@ def test_each_class_gets_its_backends_and_environment():
     assert (b200.attention_backend, b200.draft_attention_backend) == ("trtllm_mla", "fa4")
     # P2P is each host's, decided by its GPU smoke test against the PCIe class's P2P floor (smoke.decided_env).
     assert "NCCL_P2P_DISABLE" not in pcie.server.env and "NCCL_P2P_DISABLE" not in b200.env
-    assert pcie.smoke.expected.p2p_floor_gbps == 30
+    assert pcie.host.smoke.expected.p2p_floor_gbps == 30
     # Each revision in a directory of its own; before the hub resolves the branch, named after it.
     assert pcie.weights.target.local_dir == pcie.server.model_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6/main"
     pinned_at = deployment.at_commits(pcie, {"target": "c" * 40, "drafter": "d" * 40})
     assert pinned_at.server.model_dir == pinned_at.weights.target.local_dir == \
         f"/srv/specfleet/models/moonshotai--Kimi-K2.6/{'c' * 40}"
     assert pinned_at.server.draft_model_dir == f"/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash/{'d' * 40}"
+    # The commits travel one way, in the deployment's weights: what a replica loads and what restarts it.
+    assert pcie.weights.commits == {} and pinned_at.weights.commits == {"target": "c" * 40, "drafter": "d" * 40}
+    assert f"target={'c' * 12} drafter={'d' * 12} " in unit_inputs(pinned_at.server, pinned_at.weights.commits)
 
 
 def test_lab_mirrors_swap_repos_and_ddtree_build_but_keep_paths():
@@ -96,7 +101,7 @@ def test_branch_revisions_are_reported_unpinned_and_lab_commits_are_not():
 def test_boolean_knobs_read_words_as_a_user_means_them(value, wanted):
     d = resolve(host_data("b200_nvlink", install_driver=value, verify_weights=value, remove_api_key=value,
                           allow_branch_revisions=value, enable_metrics=value), "b200_nvlink")
-    assert (d.gpu.install_driver, d.weights.verify, d.server.remove_api_key, d.allow_branch_revisions,
+    assert (d.host.gpu.install_driver, d.weights.verify, d.server.remove_api_key, d.allow_branch_revisions,
             d.server.enable_metrics) == (wanted,) * 5
 
 
@@ -104,9 +109,9 @@ def test_numbers_are_numbers_whichever_way_they_arrive():
     """`--data driver_branch=580` arrives as an int, group_data's "580" as a string: both are one branch."""
     as_int = resolve(host_data("b200_nvlink", driver_branch=580, ready_timeout_s="90", port="31500"), "b200_nvlink")
     as_str = resolve(host_data("b200_nvlink", driver_branch="580"), "b200_nvlink")
-    assert as_int.gpu.driver_branch == as_str.gpu.driver_branch == "580"
+    assert as_int.host.gpu.driver_branch == as_str.host.gpu.driver_branch == "580"
     assert (as_int.server.ready_timeout_s, as_int.server.port) == (90, 31500)
-    assert resolve(host_data("b200_nvlink"), "b200_nvlink").gpu.expected.driver_min == 580
+    assert resolve(host_data("b200_nvlink"), "b200_nvlink").host.gpu.expected.driver_min == 580
 
 
 @pytest.mark.parametrize("knob, value, message", [
@@ -218,6 +223,56 @@ def test_the_class_and_profile_lay_out_the_servers_kimi_over_all_eight_qwen_one_
     data = host_data("b200_nvlink", profile="qwen36_ddtree")
     data.layouts = {}
     assert layout_of(resolve(data, "b200_nvlink")) == [("sglang@qwen36_ddtree-gpu0-7", tuple(range(8)), 30000, 8)]
+
+
+def test_each_replica_is_built_once_complete_and_frozen(monkeypatch):
+    """A replica's Server is made once, from its deployment's settings and its slot of the layout: no field
+    has a default to fill in later, and no pass replaces one (two deployments, one of them on 4 replicas)."""
+    assert [f.name for f in dataclasses.fields(server_config.Server)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING] == []
+    built = []
+
+    @dataclasses.dataclass(frozen=True)
+    class Counted(server_config.Server):
+        def __post_init__(self):
+            built.append((self.service_name, self.gpus, self.tp_size, self.model_dir))
+
+    monkeypatch.setattr(server_config, "Server", Counted)
+    found = resolve_host(host_data("rtx_pro_6000_pcie", deployments=[
+        dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
+        dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")]), "rtx_pro_6000_pcie")
+    assert built == [(r.service_name, r.gpus, r.tp_size, r.model_dir) for d in found for r in d.replicas]
+    assert len(built) == 5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found[0].server.tp_size = 8
+
+
+def test_what_is_true_of_the_host_is_one_object_its_deployments_share():
+    """Users, paths, GPU runtime, smoke test and token variable are resolved once per host: each deployment
+    holds the same Host, and every replica the same ServiceHost (the smoke test runs the first build)."""
+    worker, (kimi, qwen) = deployment.resolve_worker(host_data("rtx_pro_6000_pcie", lab=True, deployments=[
+        dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
+        dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")]), "rtx_pro_6000_pcie")
+    assert kimi.host is worker and qwen.host is worker and worker.host_class == "rtx_pro_6000_pcie"
+    assert all(r.service is worker.service for d in (kimi, qwen) for r in d.replicas)
+    assert (worker.smoke.venv, worker.smoke.build) == (kimi.server.venv, kimi.server.sglang_requirement)
+    assert (worker.service.hf_home, worker.hf_token_env) == ("/home/sglang-download/.cache/huggingface", "HF_TOKEN")
+
+
+def test_deployments_of_one_host_that_differ_in_their_environment_are_refused_in_one_line():
+    """The GPU smoke test runs once per host with one environment, and its P2P decision goes into every
+    unit's: a second deployment with another one is refused, not tested with the first's."""
+    data = host_data("rtx_pro_6000_pcie", deployments=[
+        dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
+        dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")])
+    qwen = {**data.profiles["qwen36_ddtree"], "env": {"NCCL_P2P_LEVEL": "SYS"}}
+    data.profiles = {**data.profiles, "qwen36_ddtree": qwen}
+    with pytest.raises(BadHostData) as refused:
+        resolve_host(data, "rtx_pro_6000_pcie")
+    assert str(refused.value) == (
+        "deployments kimi_k26_dflash and qwen run with different environments (NCCL_P2P_LEVEL, "
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN): the host's GPU smoke test runs once, with one; give their "
+        "profiles the same env")
 
 
 def test_a_host_serves_two_models_on_disjoint_gpus_each_with_its_own_units_ports_and_build():

@@ -320,12 +320,12 @@ def test_plain_http_repositories_only_with_the_knob():
         resolve(host_data("b200_nvlink", nvidia_repo_url="http://mirror/repos", allow_http_nvidia_repo="perhaps"),
                 "b200_nvlink")
     allowed = host_data("b200_nvlink", nvidia_repo_url="http://mirror/repos", allow_http_nvidia_repo="yes")
-    assert resolve(allowed, "b200_nvlink").gpu.nvidia_repo_url == "http://mirror/repos"
-    assert resolve(host_data("b200_nvlink"), "b200_nvlink").gpu.nvidia_repo_url.startswith("https://")
+    assert resolve(allowed, "b200_nvlink").host.gpu.nvidia_repo_url == "http://mirror/repos"
+    assert resolve(host_data("b200_nvlink"), "b200_nvlink").host.gpu.nvidia_repo_url.startswith("https://")
 
 
-PCIE = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").gpu.expected
-B200 = resolve(host_data("b200_nvlink"), "b200_nvlink").gpu.expected
+PCIE = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").host.gpu.expected
+B200 = resolve(host_data("b200_nvlink"), "b200_nvlink").host.gpu.expected
 
 
 def lspci(*devices: str) -> list[str]:

@@ -288,16 +288,16 @@ def test_units_no_deployment_wants_leave_every_gateway_listing_them_before_they_
     restart, state = restarting(unit.FILES_CHANGED)  # sglang@kimi_k26_dflash-gpu0-7, wanted
     facts = {**state, unit.ServerUnits: {**units, "sglang@kimi_k26_dflash-gpu0-7": units["sglang"]},
              GatewayWorkers: listing(URL, "http://10.0.0.6:30000")}
-    commands, _ = run(drain_retired, facts, server=worker(), gateways=[ROUTE], restarts=[restart])
+    commands, _ = run(drain_retired, facts, service=worker().service, gateways=[ROUTE], restarts=[restart])
     # Its requests in flight finish first, as a drained replica's do.
     assert [c.args[0].rsplit("' ", 1)[1].split()[-6:] for c in commands] == [
         ["drain", "120", URL, "--idle", URL, "900"]]
     commands, noops = run(drain_retired, {**facts, unit.ServerUnits: {"sglang@kimi_k26_dflash-gpu0-7": {
-        "port": 30000, "model": "kimi-k2.6", "loads": []}}}, server=worker(), gateways=[ROUTE], restarts=[restart])
+        "port": 30000, "model": "kimi-k2.6", "loads": []}}}, service=worker().service, gateways=[ROUTE], restarts=[restart])
     assert commands == [] and noops == ["no gateway lists a unit to retire (none)"]
     # The host's SGLang refuses the new unit: nothing leaves the gateway (unit.retired fails the host).
     refused, state = restarting(unit.FILES_CHANGED, refused="--bad-flag")
-    commands, noops = run(drain_retired, {**facts, **state}, server=worker(), gateways=[ROUTE], restarts=[refused])
+    commands, noops = run(drain_retired, {**facts, **state}, service=worker().service, gateways=[ROUTE], restarts=[refused])
     assert commands == [] and noops == ["the host's SGLang refuses a new unit: nothing is retired"]
 
 
@@ -437,9 +437,9 @@ def test_no_worker_keeps_a_gateways_admin_key():
     d = worker()
     held = f"{d.config_dir}/{LEGACY_ADMIN_KEY}"
     kept = {"kind": "file", "mode": "640", "user": "root", "group": "root", "sha1": "x"}
-    commands, _ = run(no_admin_key, {FileStates: {held: kept}}, server=d)
+    commands, _ = run(no_admin_key, {FileStates: {held: kept}}, service=d.service)
     assert commands == [f"rm -f {held}"]
-    commands, noops = run(no_admin_key, {FileStates: {held: None}}, server=d)
+    commands, noops = run(no_admin_key, {FileStates: {held: None}}, service=d.service)
     assert commands == [] and noops == ["no gateway's admin key on this worker"]
 
 

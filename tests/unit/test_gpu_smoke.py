@@ -41,7 +41,7 @@ class FakeHost:
 
 
 def smoke_test(host_class="b200_nvlink", **changes):
-    return dataclasses.replace(resolve(host_data(host_class), host_class).smoke, **changes)
+    return dataclasses.replace(resolve(host_data(host_class), host_class).host.smoke, **changes)
 
 
 def run(record, test=None):
@@ -82,7 +82,7 @@ def test_the_units_environment_reaches_no_process_of_roots():
 
 
 def test_a_pcie_class_tries_p2p_within_a_third_of_the_time_against_its_p2p_floor():
-    d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie").smoke
+    d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie").host.smoke
     [command], _ = run(None, d)
     argv = shlex.split(command.args[0].removeprefix("cd / && "))
     # P2P is the host's decision, not the class's; NCCL's bootstrap stays on loopback as the server's does.

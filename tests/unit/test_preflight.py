@@ -164,7 +164,7 @@ def test_a_sudo_password_is_refused_before_any_command_would_carry_it():
     host = FakeHost({}, {"_sudo": True, "_sudo_password": "pw"})
     host.data = {"ssh_user": "deployer"}
     with ctx_host.use(host):
-        [command] = list(preflight.check._inner(deployments=(d,), hubs=[HubState({}, [], [])]))
+        [command] = list(preflight.check._inner(worker=d.host, deployments=(d,), hubs=[HubState({}, [], [])]))
     assert failure([command]) == [refusal.replace("gpu-host", "host-1")]  # no fact was read: nothing ran
 
 
@@ -264,4 +264,4 @@ def test_driver_branch_given_as_a_number_keeps_the_loaded_580_driver():
     d = deployment(install_driver="yes", driver_branch=580)
     loaded = dict(version="580.95.05", kernel_module_version="580.95.05", open_kernel_module=True, cuda_version="13.0")
     with ctx_host.use(DriverHost(loaded)):
-        assert list(nvidia.open_driver._inner(branch=d.gpu.driver_branch, install=d.gpu.install_driver)) == []
+        assert list(nvidia.open_driver._inner(branch=d.host.gpu.driver_branch, install=d.host.gpu.install_driver)) == []

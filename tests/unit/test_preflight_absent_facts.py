@@ -46,7 +46,7 @@ def test_preflight_with_every_fact_absent_answers_in_sentences(host_class, profi
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
     d = resolve(host_data(host_class, lab=True, profile=profile, install_driver=install_driver), host_class)
     readable = {role: snapshot for role, snapshot in snapshots(d).items() if not pending or role == "target"}
-    problems, noops = outcome(preflight.check, deployments=(d,), hubs=[HubState(readable, [], pending)])
+    problems, noops = outcome(preflight.check, worker=d.host, deployments=(d,), hubs=[HubState(readable, [], pending)])
     assert problems, noops  # nothing is known of the host: it cannot pass
     for problem in problems:
         assert problem.startswith(f"{FakeHost.name}: ") and "\n" not in problem, problem
@@ -55,7 +55,7 @@ def test_preflight_with_every_fact_absent_answers_in_sentences(host_class, profi
 @pytest.mark.parametrize("check", [checks.checked, checks.fabric_checked])
 def test_the_gpu_checks_after_the_driver_answer_in_sentences_with_every_fact_absent(check):
     d = resolve(host_data("b200_nvlink", lab=True), "b200_nvlink")
-    problems, _ = outcome(check, gpu=d.gpu)
+    problems, _ = outcome(check, gpu=d.host.gpu)
     assert problems and all(p.startswith(f"{FakeHost.name}: ") for p in problems), problems
 
 
@@ -66,7 +66,7 @@ def test_a_ddtree_profile_on_a_release_pin_is_refused_in_preflight_naming_the_pu
     data = host_data("rtx_pro_6000_pcie", lab=True, profile="qwen36_ddtree")
     data.mirrors = {**data.mirrors, "requirements": {r: "sglang==0.5.23" for r in data.mirrors["requirements"]}}
     d = resolve(data, "rtx_pro_6000_pcie")
-    problems, _ = outcome(preflight.check, deployments=(d,), hubs=[HubState(snapshots(d), [], [])])
+    problems, _ = outcome(preflight.check, worker=d.host, deployments=(d,), hubs=[HubState(snapshots(d), [], [])])
     assert [p for p in problems if "DDTree" in p] == [
         f"{FakeHost.name}: profile qwen36_ddtree uses DDTree, but sglang==0.5.23 is a release and no SGLang release "
         "up to 0.5.23 has DDTree (it is in open pull request #29907): set "

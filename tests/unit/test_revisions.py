@@ -102,11 +102,11 @@ def test_the_prune_deletes_as_the_download_user_and_a_host_holding_only_what_it_
     target = repos_[0]
     revs = found(target.repo_dir, 0, **{NEW: (54_000, True, 30), OLD: (54_000, True, 20)})
     facts = {revisions.WeightsRevisions: revs, revisions.ServerUnits: {}}
-    commands, _ = run(revisions.pruned, facts, weights=(d.weights,), server=d.server)
+    commands, _ = run(revisions.pruned, facts, weights=(d.weights,), service=d.host.service)
     assert len(commands) == 1 and commands[0].startswith("runuser -u sglang-download -- python3 -c ")
     assert commands[0].endswith(f"delete {target.repo_dir} {target.repo_dir}/{OLD}")
     facts[revisions.WeightsRevisions] = found(target.repo_dir, 0, **{NEW: (54_000, True, 30)})
-    commands, noops = run(revisions.pruned, facts, weights=(d.weights,), server=d.server)
+    commands, noops = run(revisions.pruned, facts, weights=(d.weights,), service=d.host.service)
     assert commands == [] and noops == ["no weights revision to delete (2 repos)"]
 
 

@@ -14,7 +14,7 @@ from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
 
 D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
-W = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").weights
+H = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").host
 REMOVING = resolve(host_data("rtx_pro_6000_pcie", remove_api_key="true"), "rtx_pro_6000_pcie").server
 TOKEN_FILE = f"{D.hf_home}/token"
 KEY = "0123456789abcdef0123456789abcdef"
@@ -34,13 +34,13 @@ def test_token_in_place_is_a_noop(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     states = {D.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", digest=None),
               TOKEN_FILE: file("600", "sglang-download", "sglang-download", "hf_secret")}
-    commands, noops = run(token.hf_token, {UserFileStates: states}, weights=W)
+    commands, noops = run(token.hf_token, {UserFileStates: states}, token_env=H.hf_token_env, service=H.service)
     assert commands == [] and noops == [f"{TOKEN_FILE} holds the token (0600, sglang-download)"]
 
 
 def test_token_is_written_by_the_download_user_from_stdin_out_of_the_service_users_home(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
-    [command] = yielded(token.hf_token, {UserFileStates: {D.hf_home: None, TOKEN_FILE: None}}, weights=W)
+    [command] = yielded(token.hf_token, {UserFileStates: {D.hf_home: None, TOKEN_FILE: None}}, token_env=H.hf_token_env, service=H.service)
     assert isinstance(command, StringCommand) and command.connector_arguments == {"_stdin": "hf_secret"}
     text = command.get_raw_value()
     assert "hf_secret" not in text
@@ -54,7 +54,7 @@ def test_the_token_a_deployment_without_a_download_user_kept_is_removed_by_the_s
     states = {D.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", sha1=None),
               TOKEN_FILE: file("600", "sglang-download", "sglang-download", "hf_secret"),
               "/home/sglang/.cache/huggingface/token": file("600", "sglang", "sglang", "hf_secret")}
-    commands, noops = run(token.hf_token, {UserFileStates: states}, weights=W)
+    commands, noops = run(token.hf_token, {UserFileStates: states}, token_env=H.hf_token_env, service=H.service)
     assert commands == ["runuser -u sglang -- rm -f -- /home/sglang/.cache/huggingface/token"]
     assert noops == [f"{TOKEN_FILE} holds the token (0600, sglang-download)"]
 
@@ -68,7 +68,7 @@ def test_user_file_states_reads_as_the_user_and_reads_missing_without_one():
 def test_no_key_on_the_controller_keeps_the_hosts_key(monkeypatch):
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
     facts = {FileStates: {D.api_key_file: file("640", "root", "sglang", KEY)}}
-    commands, noops = run(api_key.api_key, facts, server=D)
+    commands, noops = run(api_key.api_key, facts, service=D.service)
     assert commands == []
     assert noops == [f"no $SPECFLEET_API_KEY on the controller: {D.api_key_file} kept (remove_api_key=true removes it)"]
 
@@ -76,9 +76,9 @@ def test_no_key_on_the_controller_keeps_the_hosts_key(monkeypatch):
 def test_the_key_is_removed_only_when_asked(monkeypatch):
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
     facts = {FileStates: {D.api_key_file: file("640", "root", "sglang", KEY)}}
-    commands, _ = run(api_key.api_key, facts, server=REMOVING)
+    commands, _ = run(api_key.api_key, facts, service=REMOVING.service)
     assert commands == [f"rm -f {D.api_key_file}"]
-    commands, noops = run(api_key.api_key, {FileStates: {D.api_key_file: None}}, server=REMOVING)
+    commands, noops = run(api_key.api_key, {FileStates: {D.api_key_file: None}}, service=REMOVING.service)
     assert commands == [] and "absent, the server has no key" in noops[0]
 
 
@@ -86,12 +86,12 @@ def test_a_new_key_is_written_by_root_root_owned_0640_from_stdin(monkeypatch):
     monkeypatch.setenv("SPECFLEET_API_KEY", KEY)
     # The host's file holds another key, or the right one with the service user as owner (an old deploy's).
     for state in (file("640", "root", "sglang", "another-key-0123456789"), file("600", "sglang", "sglang", KEY)):
-        [command] = yielded(api_key.api_key, {FileStates: {D.api_key_file: state}}, server=D)
+        [command] = yielded(api_key.api_key, {FileStates: {D.api_key_file: state}}, service=D.service)
         assert command.connector_arguments == {"_stdin": KEY}
         text = command.get_raw_value()
         assert KEY not in text and text.startswith("sh -c ") and text.endswith("secret /etc/specfleet api-key 640 sglang")
     commands, noops = run(api_key.api_key, {FileStates: {D.api_key_file: file("640", "root", "sglang", KEY)}},
-                          server=D)
+                          service=D.service)
     assert commands == [] and noops == [f"{D.api_key_file} holds the key (0640, root:sglang)"]
 
 
@@ -99,7 +99,7 @@ def test_a_new_key_is_written_by_root_root_owned_0640_from_stdin(monkeypatch):
                                  "x" * 513, "ünïcode-0123456789abc"])
 def test_a_key_outside_the_alphabet_fails_the_host_without_showing_it(monkeypatch, key):
     monkeypatch.setenv("SPECFLEET_API_KEY", key)
-    commands, _ = run(api_key.api_key, {FileStates: {D.api_key_file: None}}, server=D)
+    commands, _ = run(api_key.api_key, {FileStates: {D.api_key_file: None}}, service=D.service)
     [problem] = failure(commands)
     assert problem.startswith("host-1: $SPECFLEET_API_KEY must be 16 to 512 characters") and key not in problem
 
@@ -107,7 +107,7 @@ def test_a_key_outside_the_alphabet_fails_the_host_without_showing_it(monkeypatc
 @pytest.mark.parametrize("key", ["-starts-with-a-dash-0123", "aGVsbG8gd29ybGQhIQ==+/_.~"])
 def test_keys_with_a_leading_dash_or_base64_characters_are_accepted(monkeypatch, key):
     monkeypatch.setenv("SPECFLEET_API_KEY", key)
-    [command] = yielded(api_key.api_key, {FileStates: {D.api_key_file: None}}, server=D)
+    [command] = yielded(api_key.api_key, {FileStates: {D.api_key_file: None}}, service=D.service)
     assert command.connector_arguments == {"_stdin": key}
 
 
@@ -137,7 +137,7 @@ def test_the_worker_admin_key_is_generated_on_the_host_and_kept(tmp_path):
     import os
     import subprocess
 
-    [command] = yielded(api_key.admin_key, {FileStates: {D.admin_key_file: None}}, server=D)
+    [command] = yielded(api_key.admin_key, {FileStates: {D.admin_key_file: None}}, service=D.service)
     assert isinstance(command, StringCommand) and "_stdin" not in command.connector_arguments
     text = command.get_raw_value()
     assert text.endswith(f"secret /etc/specfleet admin-api-key 640 sglang") and "secrets.token_hex(32)" in text
@@ -149,8 +149,8 @@ def test_the_worker_admin_key_is_generated_on_the_host_and_kept(tmp_path):
     assert len(written.read_text()) == 64 and int(written.read_text(), 16) >= 0
     assert oct(written.stat().st_mode & 0o777) == "0o640" and sorted(p.name for p in tmp_path.iterdir()) == [written.name]
     commands, noops = run(api_key.admin_key, {FileStates: {D.admin_key_file: file("640", "root", "sglang", "k")}},
-                          server=D)
+                          service=D.service)
     assert commands == [] and noops == ["/etc/specfleet/admin-api-key holds the host's key (0640, root:sglang)"]
     commands, _ = run(api_key.admin_key, {FileStates: {D.admin_key_file: file("644", "sglang", "sglang", "k")}},
-                      server=D)
+                      service=D.service)
     assert commands == ["chown root:sglang /etc/specfleet/admin-api-key && chmod 640 /etc/specfleet/admin-api-key"]

@@ -93,12 +93,12 @@ def test_units_no_deployment_wants_are_stopped_disabled_and_removed_with_their_f
              NAME: {"port": 30000, "model": "kimi-k2.6", "loads": []}}
     facts = {**current(unit="the new unit is not written yet"), SGLangRejects: None, unit.ServerUnits: units,
              SystemdStatus: {"sglang.service": True}, SystemdEnabled: {"sglang.service": True}}
-    commands, _ = run(unit.retired, facts, server=D, restarts=[unit.Restart(D, INPUTS, [])])
+    commands, _ = run(unit.retired, facts, service=D.service, restarts=[unit.Restart(D, INPUTS, [])])
     assert commands == ["systemctl stop sglang.service", "systemctl disable sglang.service",
                         "rm -f -- /etc/systemd/system/sglang.service /etc/specfleet/sglang.env "
                         "/etc/systemd/system/sglang.service.specfleet-previous /etc/specfleet/sglang.env.specfleet-previous",
                         "systemctl daemon-reload", "systemctl reset-failed sglang.service 2>/dev/null || true"]
-    commands, noops = run(unit.retired, {**current(), unit.ServerUnits: {NAME: units[NAME]}}, server=D,
+    commands, noops = run(unit.retired, {**current(), unit.ServerUnits: {NAME: units[NAME]}}, service=D.service,
                           restarts=[unit.Restart(D, INPUTS, [])])
     assert commands == [] and noops == ["every SGLang unit on the host is wanted (1)"]
 
@@ -107,12 +107,12 @@ def test_nothing_is_retired_while_the_hosts_sglang_refuses_a_new_unit():
     units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "loads": []}}
     facts = {**current(unit="an older unit"), SGLangRejects: "--attention-backend: invalid choice: 'x'",
              unit.ServerUnits: units}
-    commands, _ = run(unit.retired, facts, server=D, restarts=[unit.Restart(D, INPUTS, [])])
+    commands, _ = run(unit.retired, facts, service=D.service, restarts=[unit.Restart(D, INPUTS, [])])
     [problem] = failure(commands)
     assert "rejects the rendered flags" in problem and problem.endswith(f"{NAME} was left as it was")
     # Replicas refused alike (they differ in GPUs and port alone): one line naming each.
     other = replace(D, service_name=f"{NAME}-2", port=D.port + 1)
-    commands, _ = run(unit.retired, facts, server=D, restarts=[unit.Restart(D, INPUTS, []),
+    commands, _ = run(unit.retired, facts, service=D.service, restarts=[unit.Restart(D, INPUTS, []),
                                                                unit.Restart(other, INPUTS, [])])
     [problem] = failure(commands)
     assert problem.endswith(f"{NAME}, {NAME}-2 were left as they were"), problem
@@ -229,7 +229,7 @@ def test_the_smoke_tests_p2p_decision_is_in_the_unit_and_a_restart_input():
     from operations.gpu import smoke
     from operations.gpu.smoke import GpuSmokeRecord
 
-    test = resolve_deployment(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").smoke
+    test = resolve_deployment(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").host.smoke
     hung = dict(verdict="passed", p2p=dict(enabled=False, decided_by="measurement", reason="hung"))
     kept = dict(verdict="passed", p2p=dict(enabled=True, decided_by="measurement"))
 

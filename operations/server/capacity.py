@@ -46,8 +46,9 @@ KV_DTYPE_BYTES = {"fp8_e4m3": 1, "fp8_e5m2": 1, "bf16": 2, "bfloat16": 2, "float
 MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
-class UnknownArchitecture(ValueError):
-    """A model whose architecture the planner has no rule for: it says so rather than guess."""
+class NoRule(ValueError):
+    """An architecture, a KV dtype or a TP split the planner has no rule for: it says so in one line rather
+    than guess."""
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,17 @@ def text_config(config: dict) -> dict:
     return config.get("text_config") or config
 
 
+def _model_dtype_bytes(text: dict) -> int:
+    # transformers 5 writes `dtype`, older configs `torch_dtype`; bfloat16 where neither is named.
+    return MODEL_DTYPE_BYTES[text.get("dtype") or text.get("torch_dtype") or "bfloat16"]
+
+
 def _dtype_bytes(kv_cache_dtype: str, text: dict) -> int:
     if kv_cache_dtype == "auto":
-        model_dtype = text.get("torch_dtype") or text.get("dtype") or "bfloat16"
-        return MODEL_DTYPE_BYTES[model_dtype]
+        return _model_dtype_bytes(text)
     if kv_cache_dtype not in KV_DTYPE_BYTES:
-        raise UnknownArchitecture(f"--kv-cache-dtype {kv_cache_dtype}: the planner knows {', '.join(sorted(KV_DTYPE_BYTES))} and auto")
+        known = ", ".join(sorted(KV_DTYPE_BYTES))
+        raise NoRule(f"--kv-cache-dtype {kv_cache_dtype}: the KV-cache planner knows auto, {known}")
     return KV_DTYPE_BYTES[kv_cache_dtype]
 
 
@@ -131,9 +137,10 @@ def _hybrid_gdn(text: dict, tp_size: int, dtype_bytes: int) -> KVGeometry:
     linear = text["num_hidden_layers"] - full
     k_heads, v_heads = text["linear_num_key_heads"], text["linear_num_value_heads"]
     if k_heads % tp_size or v_heads % tp_size:
-        raise UnknownArchitecture(f"linear-attention heads ({k_heads} key, {v_heads} value) that TP {tp_size} does not divide")
+        raise NoRule(f"TP {tp_size} does not divide the linear-attention heads ({k_heads} key, {v_heads} value): "
+                     f"the KV-cache planner has no rule for the uneven split")
     conv_channels = (v_heads * text["linear_value_head_dim"] + 2 * k_heads * text["linear_key_head_dim"]) // tp_size
-    conv = conv_channels * (text["linear_conv_kernel_dim"] - 1) * MODEL_DTYPE_BYTES[text.get("dtype") or text.get("torch_dtype") or "bfloat16"]
+    conv = conv_channels * (text["linear_conv_kernel_dim"] - 1) * _model_dtype_bytes(text)
     ssm = v_heads // tp_size * text["linear_value_head_dim"] * text["linear_key_head_dim"]
     ssm_bytes = ssm * MODEL_DTYPE_BYTES[text.get("mamba_ssm_dtype", "float32")]
     return KVGeometry("hybrid-gdn", _gqa_cell(text, tp_size, dtype_bytes, full), (conv + ssm_bytes) * linear)
@@ -160,11 +167,11 @@ RULES: dict[str, Callable[[dict, int, int], KVGeometry]] = {
 
 def kv_geometry(config: dict, tp_size: int, kv_cache_dtype: str) -> KVGeometry:
     """What a token and a request take on one of `tp_size` ranks, from a model's config.json (a dict);
-    UnknownArchitecture (one line) for an architecture without a rule."""
+    NoRule (one line) for an architecture without a rule."""
     architectures = config.get("architectures") or text_config(config).get("architectures") or ["(none named)"]
     rule = RULES.get(architectures[0])
     if rule is None:
-        raise UnknownArchitecture(
+        raise NoRule(
             f"architecture {architectures[0]}: the KV-cache planner has no rule for it "
             f"(it knows {', '.join(sorted(RULES))}), so it plans no tokens rather than guess")
     text = text_config(config)
@@ -177,14 +184,15 @@ def plan_replica(replica: str, *, card_bytes: int, mem_fraction_static: float, t
                  reserve_bytes: int = RESERVE_BYTES) -> CapacityPlan:
     """One replica's plan: its KV pool per GPU, the tokens it holds and the concurrent requests of
     `typical_request_tokens` (prompt + output) those serve. Weights split evenly across the TP ranks."""
-    budget = card_bytes * mem_fraction_static - (target_weight_bytes + drafter_weight_bytes) / tp_size - reserve_bytes
-    budget = max(int(budget), 0)
-    state = int(budget * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)) if target.state_bytes_per_request else 0
+    weights = (target_weight_bytes + drafter_weight_bytes) / tp_size
+    budget = max(int(card_bytes * mem_fraction_static - weights - reserve_bytes), 0)
+    hybrid = target.state_bytes_per_request > 0
+    state = int(budget * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)) if hybrid else 0
     pool = budget - state
     per_token = target.bytes_per_token + (drafter.bytes_per_token if drafter else 0)
     tokens = pool // per_token
     requests = tokens // typical_request_tokens
-    if target.state_bytes_per_request:
+    if hybrid:
         requests = min(requests, state // target.state_bytes_per_request // MAMBA_SLOTS_PER_REQUEST)
     return CapacityPlan(replica, pool, per_token, tokens, state, requests)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from operations.server import capacity
-from operations.server.capacity import GIB, UnknownArchitecture, kv_geometry, plan_replica, refusal
+from operations.server.capacity import GIB, NoRule, kv_geometry, plan_replica, refusal
 from tests.sglang_real import run_with_real_sglang
 
 CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "model_configs"
@@ -78,7 +78,7 @@ def test_the_figures_of_the_shipped_models():
 
 def test_an_architecture_without_a_rule_is_said_so_in_one_line():
     cfg = {"architectures": ["GptOssForCausalLM"], "num_hidden_layers": 24}
-    with pytest.raises(UnknownArchitecture) as raised:
+    with pytest.raises(NoRule) as raised:
         kv_geometry(cfg, tp_size=1, kv_cache_dtype="auto")
     line = str(raised.value)
     assert "\n" not in line
@@ -87,8 +87,14 @@ def test_an_architecture_without_a_rule_is_said_so_in_one_line():
 
 
 def test_an_unknown_kv_cache_dtype_is_refused_not_guessed():
-    with pytest.raises(UnknownArchitecture, match="--kv-cache-dtype fp4_e2m1"):
+    with pytest.raises(NoRule, match="--kv-cache-dtype fp4_e2m1"):
         kv_geometry(config("Qwen3-4B"), tp_size=1, kv_cache_dtype="fp4_e2m1")
+
+
+def test_a_tp_size_that_splits_the_linear_attention_heads_unevenly_is_refused_not_guessed():
+    # SGLang pads the key-head groups then (srt/configs/mamba_utils.py, extra_groups_for_head_shards).
+    with pytest.raises(NoRule, match="^TP 32 does not divide the linear-attention heads"):
+        kv_geometry(config("Qwen3.6-27B"), tp_size=32, kv_cache_dtype="auto")
 
 
 def kimi_plan(card_bytes: int, **kw):

@@ -37,7 +37,8 @@ RESERVE_BYTES = 1 * GIB
 # mamba_full_memory_ratio fallback; kv_cache_configurator.py _handle_max_mamba_cache, mamba_budget).
 MAMBA_FULL_MEMORY_RATIO = 0.9
 # State slots per running request with the radix cache (kv_cache_configurator.py,
-# MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO).
+# MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO); --mamba-radix-cache-strategy extra_buffer_lazy adds one
+# (_calculate_mamba_ratio, mem_cache/allocation_sizing.py get_mamba_tracking_slots).
 MAMBA_SLOTS_PER_REQUEST = 3
 
 # --kv-cache-dtype: bytes per element (0.5.23 srt/mem_cache/kv_cache_dtype.py, configure_kv_cache_dtype;
@@ -180,10 +181,12 @@ def kv_geometry(config: dict, tp_size: int, kv_cache_dtype: str) -> KVGeometry:
 
 def plan_replica(replica: str, *, card_bytes: int, mem_fraction_static: float, tp_size: int,
                  target_weight_bytes: int, drafter_weight_bytes: int, target: KVGeometry,
-                 drafter: KVGeometry | None = None, typical_request_tokens: int,
+                 drafter: KVGeometry | None = None, typical_request_tokens: int, draft_tokens: int = 0,
+                 mamba_slots_per_request: int = MAMBA_SLOTS_PER_REQUEST,
                  reserve_bytes: int = RESERVE_BYTES) -> CapacityPlan:
     """One replica's plan: its KV pool per GPU, the tokens it holds and the concurrent requests of
-    `typical_request_tokens` (prompt + output) those serve. Weights split evenly across the TP ranks."""
+    `typical_request_tokens` (prompt + output) those serve; on a hybrid model no more than its state slots
+    hold, with `draft_tokens` per verify step under speculation. Weights split evenly across the TP ranks."""
     weights = (target_weight_bytes + drafter_weight_bytes) / tp_size
     budget = max(int(card_bytes * mem_fraction_static - weights - reserve_bytes), 0)
     hybrid = target.state_bytes_per_request > 0
@@ -193,8 +196,20 @@ def plan_replica(replica: str, *, card_bytes: int, mem_fraction_static: float, t
     tokens = pool // per_token
     requests = tokens // typical_request_tokens
     if hybrid:
-        requests = min(requests, state // target.state_bytes_per_request // MAMBA_SLOTS_PER_REQUEST)
+        slots = _state_slots(state, target.state_bytes_per_request, draft_tokens, mamba_slots_per_request)
+        requests = min(requests, slots // mamba_slots_per_request)
     return CapacityPlan(replica, pool, per_token, tokens, state, requests)
+
+
+def _state_slots(state_bytes: int, per_slot: int, draft_tokens: int, slots_per_request: int) -> int:
+    # The recurrent-state slots SGLang fits in its share (kv_cache_configurator.py, _handle_max_mamba_cache):
+    # one slot is padding; under speculation every running request also keeps an intermediate state per
+    # draft token, solved jointly with the slots.
+    if draft_tokens:
+        slots = (state_bytes - per_slot * (1 + draft_tokens)) // (per_slot * (1 + draft_tokens / slots_per_request))
+    else:
+        slots = (state_bytes - per_slot) // per_slot
+    return max(int(slots), 0)
 
 
 def refusal(plan: CapacityPlan, min_tokens: int) -> str | None:

@@ -138,8 +138,22 @@ def test_a_hybrid_models_recurrent_state_takes_its_share_first_and_limits_the_re
     budget = plan.pool_bytes + plan.state_bytes
     assert plan.state_bytes == int(budget * 0.9 / 1.9)  # SGLang's mamba_full_memory_ratio default
     assert plan.tokens == plan.pool_bytes // 65536
-    state_requests = plan.state_bytes // qwen.state_bytes_per_request // 3
-    assert plan.concurrent_requests == min(plan.tokens // 4096, state_requests)
+    state_requests = (plan.state_bytes - qwen.state_bytes_per_request) // qwen.state_bytes_per_request // 3
+    assert plan.concurrent_requests == min(plan.tokens // 4096, state_requests) == state_requests
+
+
+def test_speculation_keeps_an_intermediate_state_per_draft_token_and_serves_fewer_requests():
+    # DDTree's 16-token drafter with the lazy extra buffer (4 slots a request): SGLang's joint solve,
+    # slots = (share - state x 17) // (state x (1 + 16 / 4)).
+    qwen = kv_geometry(config("Qwen3.6-27B"), 1, "auto")
+    kw = dict(card_bytes=96 * GIB, mem_fraction_static=0.9, tp_size=1, target_weight_bytes=54 * GIB,
+              drafter_weight_bytes=0, target=qwen, typical_request_tokens=4096)
+    plain = plan_replica("r", **kw)
+    spec = plan_replica("r", draft_tokens=16, mamba_slots_per_request=4, **kw)
+    per = qwen.state_bytes_per_request
+    assert (spec.pool_bytes, spec.tokens) == (plain.pool_bytes, plain.tokens)
+    assert spec.concurrent_requests == int((spec.state_bytes - per * 17) // (per * 5)) // 4
+    assert spec.concurrent_requests < plain.concurrent_requests
 
 
 def test_an_fp8_kv_cache_holds_twice_the_tokens():

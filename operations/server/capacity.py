@@ -26,6 +26,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 GIB = 1 << 30
+# The prompt and output of a typical request, for the concurrent requests a plan states: a long chat turn
+# or a coding agent's step (no profile names its own).
+TYPICAL_REQUEST_TOKENS = 8192
 # Resident on each GPU when SGLang measures its free memory after loading (CUDA context, cuBLAS and NCCL
 # workspaces), which mem_fraction_static does not cover: SGLang's budget is the free memory then, less
 # (1 - mem_fraction_static) of the memory free before the load (0.5.23 mem_cache/kv_cache_configurator.py,
@@ -70,7 +73,8 @@ class CapacityPlan:
     bytes_per_token: int  # target's and drafter's KV together
     tokens: int  # what the replica holds (every rank holds the same tokens)
     state_bytes: int  # the recurrent state's share, per GPU (hybrid models; else 0)
-    concurrent_requests: int  # of typical_request_tokens, limited by the state slots on a hybrid model
+    concurrent_requests: int  # of request_tokens each, limited by the state slots on a hybrid model
+    request_tokens: int  # a typical request's prompt and output
 
 
 def text_config(config: dict) -> dict:
@@ -161,6 +165,7 @@ RULES: dict[str, Callable[[dict, int, int], KVGeometry]] = {
     # srt/speculative/dflash_utils.py, dflash_draft_cell_size_per_token).
     "DFlashDraftModel": _gqa,
     "Qwen3_5ForConditionalGeneration": _hybrid_gdn,  # Qwen3.5/3.6 dense
+    "Qwen3_5ForCausalLM": _hybrid_gdn,  # its language model alone (a text-only checkpoint)
     "Qwen3_5MoeForConditionalGeneration": _hybrid_gdn,
     "Qwen3NextForCausalLM": _hybrid_gdn,
 }
@@ -176,12 +181,17 @@ def kv_geometry(config: dict, tp_size: int, kv_cache_dtype: str) -> KVGeometry:
             f"architecture {architectures[0]}: the KV-cache planner has no rule for it "
             f"(it knows {', '.join(sorted(RULES))}), so it plans no tokens rather than guess")
     text = text_config(config)
-    return rule(text, tp_size, _dtype_bytes(kv_cache_dtype, text))
+    try:
+        return rule(text, tp_size, _dtype_bytes(kv_cache_dtype, text))
+    except (KeyError, TypeError, ZeroDivisionError) as error:  # a config of that architecture, malformed
+        raise NoRule(f"architecture {architectures[0]}: its config.json lacks or mistypes {error}, which its "
+                     "rule reads") from None
 
 
 def plan_replica(replica: str, *, card_bytes: int, mem_fraction_static: float, tp_size: int,
                  target_weight_bytes: int, drafter_weight_bytes: int, target: KVGeometry,
-                 drafter: KVGeometry | None = None, typical_request_tokens: int, draft_tokens: int = 0,
+                 drafter: KVGeometry | None = None, typical_request_tokens: int = TYPICAL_REQUEST_TOKENS,
+                 draft_tokens: int = 0,
                  mamba_slots_per_request: int = MAMBA_SLOTS_PER_REQUEST,
                  reserve_bytes: int = RESERVE_BYTES) -> CapacityPlan:
     """One replica's plan: its KV pool per GPU, the tokens it holds and the concurrent requests of
@@ -198,7 +208,7 @@ def plan_replica(replica: str, *, card_bytes: int, mem_fraction_static: float, t
     if hybrid:
         slots = _state_slots(state, target.state_bytes_per_request, draft_tokens, mamba_slots_per_request)
         requests = min(requests, slots // mamba_slots_per_request)
-    return CapacityPlan(replica, pool, per_token, tokens, state, requests)
+    return CapacityPlan(replica, pool, per_token, tokens, state, requests, typical_request_tokens)
 
 
 def _state_slots(state_bytes: int, per_slot: int, draft_tokens: int, slots_per_request: int) -> int:
@@ -212,10 +222,19 @@ def _state_slots(state_bytes: int, per_slot: int, draft_tokens: int, slots_per_r
     return max(int(slots), 0)
 
 
-def refusal(plan: CapacityPlan, min_tokens: int) -> str | None:
-    """The one line a caller prints when `plan` holds fewer than `min_tokens`, else None."""
+def refusal(plan: CapacityPlan, min_tokens: int, full_context: bool = False) -> str | None:
+    """The one line a caller prints when `plan` holds fewer than `min_tokens` (the min_kv_tokens knob, or
+    with `full_context` its default: one full context of the model), else None."""
     if plan.tokens >= min_tokens:
         return None
+    wanted = (f"one full context ({min_tokens} tokens, the min_kv_tokens default)" if full_context
+              else f"min_kv_tokens {min_tokens}")
     return (f"{plan.replica}: its KV cache holds {plan.tokens} tokens ({plan.pool_bytes / GIB:.1f} GiB a GPU at "
-            f"{plan.bytes_per_token} bytes a token), fewer than min_kv_tokens {min_tokens}: run fewer replicas, "
+            f"{plan.bytes_per_token} bytes a token), fewer than {wanted}: run fewer replicas, "
             f"a larger tp_size, an fp8 KV cache (--kv-cache-dtype fp8_e4m3) or a shorter --context-length")
+
+
+def described(plan: CapacityPlan) -> str:
+    """What a plan says in preflight's line: the tokens a replica holds and the requests they serve."""
+    return (f"KV cache {plan.tokens:,} tokens, {plan.concurrent_requests} requests of "
+            f"{plan.request_tokens:,} tokens")

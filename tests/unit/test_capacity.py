@@ -163,3 +163,55 @@ def test_an_fp8_kv_cache_holds_twice_the_tokens():
 
 def test_the_docstring_example_holds():
     assert doctest.testmod(capacity).failed == 0
+
+
+def snapshots(target_gb: float, drafter_gb: float = 0) -> dict:
+    """What the hub says of Kimi K2.6 and its drafter: their config.json and weights of these sizes."""
+    from operations.weights.hub import RepoFile, RepoSnapshot
+    weights = lambda gb: (RepoFile("model.safetensors", int(gb * 1e9), "0" * 64, None),)  # noqa: E731
+    found = {"target": RepoSnapshot("moonshotai/Kimi-K2.6", "a" * 40, weights(target_gb), config("Kimi-K2.6"))}
+    if drafter_gb:
+        found["drafter"] = RepoSnapshot("z-lab/Kimi-K2.6-DFlash", "b" * 40, weights(drafter_gb), drafter_config())
+    return found
+
+
+def kv_check(host_class: str, snapshots: dict, gpu_mib: int, **data) -> tuple[list[str], str]:
+    """Preflight's KV check of the class's first Kimi replica on GPUs of `gpu_mib` each."""
+    from pyinfra.context import ctx_host
+    from operations.deployment import resolve_worker
+    from operations.server.checks import kv_capacity
+    from tests.unit.fakehost import FakeHost
+    from tests.unit.group_data import host_data
+    worker, (d, *_) = resolve_worker(host_data(host_class, **data), host_class)
+    gpus = [{"index": i, "memory_total_mib": gpu_mib} for i in range(8)]
+    with ctx_host.use(FakeHost({})):
+        return kv_capacity(d.replicas[0], worker.gpu.expected, snapshots, gpus, worker.min_kv_tokens)
+
+
+def test_preflight_says_how_many_tokens_a_replica_holds_and_refuses_one_below_a_full_context():
+    """Kimi K2.6 at TP 8 with its drafter: on B200 cards it holds a full context (262,144 tokens, its
+    max_position_embeddings), and preflight's line says how many; on 96 GB cards its weights fit but its KV
+    cache does not, refused in one line naming the default (that class ships half a context as its floor)."""
+    problems, said = kv_check("b200_nvlink", snapshots(595, 6), 183359)
+    assert problems == [] and said.startswith("KV cache ") and " requests of 8,192 tokens" in said
+    assert kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887)[0] == []
+    problems, _ = kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887, min_kv_tokens=None)
+    (line,) = problems
+    assert line.startswith("host-1: sglang@kimi_k26_dflash-gpu0-7: its KV cache holds ")
+    assert "fewer than one full context (262144 tokens, the min_kv_tokens default)" in line
+
+
+def test_min_kv_tokens_sets_the_floor_and_is_named_in_the_refusal():
+    problems, _ = kv_check("b200_nvlink", snapshots(595, 6), 183359, min_kv_tokens=100000000)
+    (line,) = problems
+    assert "fewer than min_kv_tokens 100000000: run fewer replicas, a larger tp_size" in line
+    problems, _ = kv_check("b200_nvlink", snapshots(595, 6), 183359, min_kv_tokens=65536)
+    assert problems == []
+
+
+def test_a_model_the_planner_cannot_size_is_said_so_and_not_refused():
+    unknown = snapshots(595)
+    unknown["target"] = type(unknown["target"])("x/y", "a" * 40, unknown["target"].files,
+                                                {"architectures": ["MysteryForCausalLM"]})
+    problems, said = kv_check("b200_nvlink", unknown, 183359)
+    assert problems == [] and said.startswith("KV cache not planned (architecture MysteryForCausalLM:")

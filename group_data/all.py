@@ -152,6 +152,10 @@ port = 30000  # each replica listens on port + the index of its lowest GPU
 nccl_port = 31000
 enable_metrics = True  # /metrics with sglang:spec_accept_length
 
+# Preflight refuses a replica whose KV cache, as SGLang will size it from the model's config.json and the
+# card's memory (operations/server/capacity.py), holds fewer tokens than this. None: one full context of
+# its model (its --context-length, else the target's max_position_embeddings).
+min_kv_tokens = None
 ready_timeout_s = None  # None: from the weights' size (readiness.ready_timeout: 300 s + 400 MB/s, ~30 min for 595 GB)
 # The longest generation a request may take. A stop waits for the requests in flight: the drain
 # behind a gateway waits this long for the server to go idle before stopping it, and SGLang, which

@@ -41,6 +41,13 @@ layouts = dict(
     qwen36_ddtree=dict(tp_size=1),
 )
 
+# The KV cache preflight plans (operations/server/capacity.py, SGLang 0.5.23's sizing): Kimi K2.6 at TP 8
+# with its drafter holds about 222,000 tokens here (70,272 bytes a token of MLA), less than one full
+# 262,144-token context, which the default floor asks for; SGLang then refuses a request longer than its
+# pool (max_req_input_len). Half a context is this class's floor: an fp8 KV cache would double the pool,
+# but whether FlashInfer's MLA kernels serve it on sm_120 is unmeasured.
+min_kv_tokens = 131072
+
 sglang_tuning = dict(
     # sm_120: trtllm_mla fails at runtime (sglang#24633) and FA3/FA4 need sm_90/sm_100 instructions,
     # so flashinfer for target and drafter (community Kimi recipe: 73-90 tok/s). Keyed by the

@@ -76,6 +76,8 @@ KNOBS = (
     Knob("nccl_port", "port", "each replica's TCPStore (--nccl-port) is nccl_port + the index of its lowest GPU",
          subject="server"),
     Knob("enable_metrics", "boolean", "SGLang's /metrics (sglang:spec_accept_length)", subject="server"),
+    Knob("min_kv_tokens", "whole number or None", "the fewest tokens each replica's KV cache must hold; None: "
+         "one full context of its model", subject="server"),
     Knob("ready_timeout_s", "seconds or None", "how long a server may take to generate; None: from the weights' "
          "size", subject="server"),
     Knob("longest_generation_s", "seconds", "the longest generation a request may take (drain and stop wait "

@@ -43,6 +43,7 @@ class Host:
     # host's `sglang-venv`) and the environment every deployment of the host runs with.
     smoke: SmokeTest
     hf_token_env: str  # the controller's variable holding the token (else its huggingface_hub token file)
+    min_kv_tokens: int | None  # the fewest tokens a replica's KV cache must hold; None: one full context
 
     @property
     def host_class(self) -> str:
@@ -133,7 +134,9 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None)
             raise BadHostData(f"group data for profile {profile!r} on class {host_class} is incomplete or "
                               f"malformed ({type(error).__name__}: {error}): compare it with group_data/all.py "
                               f"and group_data/{host_class}.py") from None
-    worker = Host(service=service, gpu=gpu, smoke=smoke, hf_token_env=token_env)
+    min_kv_tokens = None if getattr(data, "min_kv_tokens", None) is None \
+        else knobs.integer("min_kv_tokens", data.min_kv_tokens, minimum=1)
+    worker = Host(service=service, gpu=gpu, smoke=smoke, hf_token_env=token_env, min_kv_tokens=min_kv_tokens)
     deployments = tuple(Deployment(host=worker, **fields) for fields in found)
     _together(deployments)
     return worker, deployments

@@ -121,10 +121,15 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
     gpu_problems, gpus = gpu_checks.hardware_problems(worker.gpu)
     problems += gpu_problems
     read = [(d, hub) for d, hub in zip(deployments, hubs) if hub.snapshots]
+    planned = {}  # per deployment, what its replicas' KV plan says
     for d, hub in read:  # the repos the token may read; one waiting for access is checked on the run after
         for replica in d.replicas:
-            problems += server_checks.memory_problems(replica, worker.gpu.expected, d.weights.target.repo_id,
-                                                      hub.weight_bytes, gpus)
+            weights = server_checks.memory_problems(replica, worker.gpu.expected, d.weights.target.repo_id,
+                                                    hub.weight_bytes, gpus)
+            if not weights and "target" in hub.snapshots:
+                weights, planned[d.name] = server_checks.kv_capacity(replica, worker.gpu.expected, hub.snapshots,
+                                                                     gpus, worker.min_kv_tokens)
+            problems += weights
     if read:
         disk = {}
         for d, _ in read:
@@ -159,7 +164,9 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
                         "are started", fg="yellow")
     found = f"{len(gpus)}x {gpus[0]['name']}" if gpus else "no driver yet"
     served = "; ".join(f"{d.name}: {len(d.replicas)} x TP {d.server.tp_size} "
-                       f"({weights_checks.described(d.weights, hub.snapshots)})" for d, hub in zip(deployments, hubs))
+                       f"({weights_checks.described(d.weights, hub.snapshots)}"
+                       + (f"; {planned[d.name]} a replica" if d.name in planned else "") + ")"
+                       for d, hub in zip(deployments, hubs))
     host.noop(f"preflight passed: {found} as {worker.host_class}; {served}")
 
 

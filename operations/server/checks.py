@@ -10,6 +10,7 @@ from operations.basics import gathering, network
 from operations.basics.knobs import COMMIT
 from operations.gpu.config import GpuExpectations
 from operations.python.venv import VenvRequirement, fingerprint
+from operations.server import capacity
 from operations.server.config import Server, git_refs
 from operations.server.flags import server_args
 from operations.server.sandbox import rejection
@@ -17,6 +18,13 @@ from operations.server.sandbox import rejection
 GIB = 1 << 30
 # A release pin, which an algorithm of a pull request (speculative.Algorithm.pull_request) is not in.
 RELEASE_PIN = re.compile(r"sglang\s*(==|~=|>=|<=|<|>|===)")
+
+
+def _card_mib(server: Server, expected: GpuExpectations, gpus: list | None) -> int:
+    """The smallest memory among the replica's GPUs as the host reports them, else the class's minimum."""
+    found = {g.get("index"): g for g in gpus or []}
+    mine = [found[i] for i in server.gpus if i in found]
+    return min((g.get("memory_total_mib") or 0 for g in mine), default=expected.min_memory_mib)
 
 
 def memory_problems(server: Server, expected: GpuExpectations, model: str, weight_bytes: int,
@@ -28,8 +36,7 @@ def memory_problems(server: Server, expected: GpuExpectations, model: str, weigh
     if gpus and not set(s.gpus) <= set(found):
         return [f"{host.name}: {s.service_name} takes GPUs {', '.join(map(str, s.gpus))}, but the host has GPUs "
                 f"{', '.join(str(i) for i in sorted(found))}: give it GPUs the host has (layouts or deployments)"]
-    mine = [found[i] for i in s.gpus] if gpus else []
-    per_card_mib = min((g.get("memory_total_mib") or 0 for g in mine), default=expected.min_memory_mib)
+    per_card_mib = _card_mib(s, expected, gpus)
     usable = per_card_mib * (1 << 20) * s.mem_fraction_static
     per_gpu = weight_bytes / s.tp_size
     if per_gpu <= usable:
@@ -38,6 +45,38 @@ def memory_problems(server: Server, expected: GpuExpectations, model: str, weigh
             f"at TP {s.tp_size} ({s.service_name}), but each GPU offers {usable / GIB:.1f} GiB (mem_fraction_static "
             f"{s.mem_fraction_static} of {per_card_mib} MiB): use a larger tp_size in its layout, a class with more "
             "GPU memory or a quantized checkpoint"]
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    """The value of the last `flag` on an SGLang command line (argparse keeps the last)."""
+    values = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == flag]
+    return values[-1] if values else None
+
+
+def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus: list | None,
+                min_kv_tokens: int | None) -> tuple[list[str], str]:
+    """One replica's KV cache as SGLang will size it (operations/server/capacity.py), from the hub's
+    config.json and weight sizes of its target and drafter (`snapshots`, per role): (the refusal when it
+    holds fewer than `min_kv_tokens` tokens, None meaning one full context of the model; what the plan
+    says, for preflight's line). An architecture the planner has no rule for is said so, not refused."""
+    s = server
+    args = server_args(s)
+    target, drafter = snapshots["target"], snapshots.get("drafter")
+    kv_dtype = _flag(args, "--kv-cache-dtype") or "auto"
+    try:
+        plan = capacity.plan_replica(
+            s.service_name, card_bytes=_card_mib(s, expected, gpus) << 20, mem_fraction_static=s.mem_fraction_static,
+            tp_size=s.tp_size, target_weight_bytes=target.weight_bytes,
+            drafter_weight_bytes=drafter.weight_bytes if drafter else 0,
+            target=capacity.kv_geometry(target.config, s.tp_size, kv_dtype),
+            drafter=capacity.kv_geometry(drafter.config, s.tp_size, kv_dtype) if drafter else None,
+            draft_tokens=s.speculative.num_draft_tokens if s.speculative.entry.drafts else 0)
+    except capacity.NoRule as unknown:
+        return [], f"KV cache not planned ({unknown})"
+    context = _flag(args, "--context-length") or target.text_config().get("max_position_embeddings")
+    wanted = min_kv_tokens if min_kv_tokens is not None else int(context or 0)
+    refused = capacity.refusal(plan, wanted, full_context=min_kv_tokens is None)
+    return ([f"{host.name}: {refused}"] if refused else []), capacity.described(plan)
 
 
 def refused_flags(server: Server, refused: str, units: list[str] | None = None) -> str:

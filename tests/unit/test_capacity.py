@@ -1,0 +1,217 @@
+"""The KV-cache planner (operations/server/capacity.py): the bytes a token takes, from the models' real
+config.json (tests/fixtures/model_configs), equal to what SGLang 0.5.23's own memory-pool code computes for the
+same config (tests/sglang_kv_cell.py in the real-SGLang env: ModelConfig, then
+srt/model_executor/pool_configurator.py DefaultPoolConfigurator._compute_cell_size for the target,
+srt/speculative/dflash_utils.py dflash_draft_cell_size_per_token for a DFlash drafter, and
+srt/configs/mamba_utils.py mamba_cache_per_req for a hybrid model's recurrent state); and what it refuses."""
+
+import doctest
+import json
+from pathlib import Path
+
+import pytest
+
+from operations.server import capacity
+from operations.server.capacity import GIB, NoRule, kv_geometry, plan_replica, refusal
+from tests.sglang_real import run_with_real_sglang
+
+CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "model_configs"
+REAL_SCRIPT = Path(__file__).resolve().parents[1] / "sglang_kv_cell.py"
+
+
+def config(name: str) -> dict:
+    return json.loads((CONFIGS / f"{name}.json").read_text())
+
+
+def drafter_config() -> dict:
+    """A DFlash drafter's shape: Qwen3-4B's decoder layers as z-lab's DFlashDraftModel names them, 5 of them."""
+    return {**config("Qwen3-4B"), "architectures": ["DFlashDraftModel"], "num_hidden_layers": 5}
+
+
+# (name, config, TP size, --kv-cache-dtype, drafter?)
+CASES = [
+    ("Kimi-K2.6", config("Kimi-K2.6"), 8, "auto", False),  # MLA: the same latent on every rank
+    ("Kimi-K2.6", config("Kimi-K2.6"), 8, "fp8_e4m3", False),
+    ("Kimi-K2.6", config("Kimi-K2.6"), 16, "auto", False),
+    ("Qwen3.6-27B", config("Qwen3.6-27B"), 1, "auto", False),  # hybrid: 16 of 64 layers hold KV
+    ("Qwen3.6-27B", config("Qwen3.6-27B"), 2, "auto", False),
+    ("Qwen3.6-27B", config("Qwen3.6-27B"), 4, "fp8_e5m2", False),
+    ("Qwen3-4B", config("Qwen3-4B"), 1, "auto", False),  # GQA: 8 KV heads
+    ("Qwen3-4B", config("Qwen3-4B"), 2, "auto", False),
+    ("Qwen3-4B", config("Qwen3-4B"), 16, "fp8_e4m3", False),  # TP above the KV heads: one head a rank
+    ("drafter", drafter_config(), 1, "auto", True),
+    ("drafter", drafter_config(), 8, "auto", True),
+]
+IDS = [f"{name}-tp{tp}-{dtype}" for name, _, tp, dtype, _ in CASES]
+
+
+@pytest.fixture(scope="module")
+def sglang_figures(tmp_path_factory):
+    """SGLang's own figures for every case, in one run of the real env (~30 s: torch's import)."""
+    payload = []
+    for i, (_, cfg, tp, dtype, draft) in enumerate(CASES):
+        path = tmp_path_factory.mktemp(f"model{i}")
+        (path / "config.json").write_text(json.dumps(cfg))
+        payload.append({"path": str(path), "tp": tp, "kv_cache_dtype": dtype, "draft": draft})
+    return run_with_real_sglang(REAL_SCRIPT, {"cases": payload})["cases"]
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=IDS)
+def test_bytes_per_token_are_what_sglangs_memory_pool_computes(sglang_figures, index):
+    _, cfg, tp, dtype, _ = CASES[index]
+    real = sglang_figures[index]
+    assert "error" not in real, real
+    geometry = kv_geometry(cfg, tp_size=tp, kv_cache_dtype=dtype)
+    assert geometry.bytes_per_token == real["cell_size"]
+    assert geometry.state_bytes_per_request == real["state_bytes"]
+
+
+def test_the_figures_of_the_shipped_models():
+    # What the comparison above holds SGLang to, written out: Kimi K2.6 (512 + 64) x 61 layers x 2 bytes
+    # on every rank; Qwen3.6-27B 4 KV heads x 2 x 256 x 16 full-attention layers x 2 bytes, and a 147 MiB
+    # Gated DeltaNet state per request over its 48 linear-attention layers; Qwen3-4B 8 x 2 x 128 x 36 x 2.
+    assert kv_geometry(config("Kimi-K2.6"), 8, "auto").bytes_per_token == 70272
+    qwen = kv_geometry(config("Qwen3.6-27B"), 1, "auto")
+    assert (qwen.bytes_per_token, qwen.state_bytes_per_request) == (65536, 153944064)
+    assert kv_geometry(config("Qwen3-4B"), 1, "auto").bytes_per_token == 147456
+
+
+def test_an_architecture_without_a_rule_is_said_so_in_one_line():
+    cfg = {"architectures": ["GptOssForCausalLM"], "num_hidden_layers": 24}
+    with pytest.raises(NoRule) as raised:
+        kv_geometry(cfg, tp_size=1, kv_cache_dtype="auto")
+    line = str(raised.value)
+    assert "\n" not in line
+    assert line.startswith("architecture GptOssForCausalLM: the KV-cache planner has no rule for it")
+    assert "rather than guess" in line
+
+
+def test_an_unknown_kv_cache_dtype_is_refused_not_guessed():
+    with pytest.raises(NoRule, match="--kv-cache-dtype fp4_e2m1"):
+        kv_geometry(config("Qwen3-4B"), tp_size=1, kv_cache_dtype="fp4_e2m1")
+
+
+def test_a_tp_size_that_splits_the_linear_attention_heads_unevenly_is_refused_not_guessed():
+    # SGLang pads the key-head groups then (srt/configs/mamba_utils.py, extra_groups_for_head_shards).
+    with pytest.raises(NoRule, match="^TP 32 does not divide the linear-attention heads"):
+        kv_geometry(config("Qwen3.6-27B"), tp_size=32, kv_cache_dtype="auto")
+
+
+def kimi_plan(card_bytes: int, **kw):
+    return plan_replica("sglang@kimi_k26_dflash-gpu0-7", card_bytes=card_bytes, mem_fraction_static=0.9, tp_size=8,
+                        target_weight_bytes=595 * 10**9, drafter_weight_bytes=0,
+                        target=kv_geometry(config("Kimi-K2.6"), 8, "auto"), typical_request_tokens=8192, **kw)
+
+
+def test_weights_that_fit_with_no_room_for_the_kv_cache_are_refused_in_one_line():
+    card = 80 * GIB  # 72 GiB usable at 0.9: the 74.4 GB a GPU of Kimi's weights fit, its KV cache does not
+    assert 595 * 10**9 / 8 < card * 0.9  # what the weights-only memory check passes
+    plan = kimi_plan(card)
+    assert 0 < plan.tokens < 262144
+    line = refusal(plan, min_tokens=262144)
+    assert line == (
+        f"sglang@kimi_k26_dflash-gpu0-7: its KV cache holds {plan.tokens} tokens ({plan.pool_bytes / GIB:.1f} GiB a "
+        f"GPU at 70272 bytes a token), fewer than min_kv_tokens 262144: run fewer replicas, a larger tp_size, an fp8 "
+        f"KV cache (--kv-cache-dtype fp8_e4m3) or a shorter --context-length")
+    assert refusal(kimi_plan(180 * GIB), min_tokens=262144) is None
+
+
+def test_weights_above_the_budget_leave_no_tokens():
+    assert kimi_plan(64 * GIB).tokens == 0
+
+
+def test_the_pool_is_the_card_share_less_both_weights_and_the_reserve():
+    plan = plan_replica("r", card_bytes=100 * GIB, mem_fraction_static=0.5, tp_size=2, target_weight_bytes=20 * GIB,
+                        drafter_weight_bytes=4 * GIB, target=capacity.KVGeometry("gqa", 1000),
+                        drafter=capacity.KVGeometry("gqa", 24), typical_request_tokens=1000, reserve_bytes=GIB)
+    assert plan.pool_bytes == (50 - 10 - 2 - 1) * GIB
+    assert plan.bytes_per_token == 1024
+    assert plan.tokens == 37 * GIB // 1024
+    assert plan.concurrent_requests == plan.tokens // 1000
+    assert plan.state_bytes == 0
+
+
+def test_a_hybrid_models_recurrent_state_takes_its_share_first_and_limits_the_requests():
+    qwen = kv_geometry(config("Qwen3.6-27B"), 1, "auto")
+    plan = plan_replica("sglang@qwen36_ddtree-gpu0", card_bytes=96 * GIB, mem_fraction_static=0.9, tp_size=1,
+                        target_weight_bytes=54 * GIB, drafter_weight_bytes=0, target=qwen, typical_request_tokens=4096)
+    budget = plan.pool_bytes + plan.state_bytes
+    assert plan.state_bytes == int(budget * 0.9 / 1.9)  # SGLang's mamba_full_memory_ratio default
+    assert plan.tokens == plan.pool_bytes // 65536
+    state_requests = (plan.state_bytes - qwen.state_bytes_per_request) // qwen.state_bytes_per_request // 3
+    assert plan.concurrent_requests == min(plan.tokens // 4096, state_requests) == state_requests
+
+
+def test_speculation_keeps_an_intermediate_state_per_draft_token_and_serves_fewer_requests():
+    # DDTree's 16-token drafter with the lazy extra buffer (4 slots a request): SGLang's joint solve,
+    # slots = (share - state x 17) // (state x (1 + 16 / 4)).
+    qwen = kv_geometry(config("Qwen3.6-27B"), 1, "auto")
+    kw = dict(card_bytes=96 * GIB, mem_fraction_static=0.9, tp_size=1, target_weight_bytes=54 * GIB,
+              drafter_weight_bytes=0, target=qwen, typical_request_tokens=4096)
+    plain = plan_replica("r", **kw)
+    spec = plan_replica("r", draft_tokens=16, mamba_slots_per_request=4, **kw)
+    per = qwen.state_bytes_per_request
+    assert (spec.pool_bytes, spec.tokens) == (plain.pool_bytes, plain.tokens)
+    assert spec.concurrent_requests == int((spec.state_bytes - per * 17) // (per * 5)) // 4
+    assert spec.concurrent_requests < plain.concurrent_requests
+
+
+def test_an_fp8_kv_cache_holds_twice_the_tokens():
+    bf16 = kv_geometry(config("Kimi-K2.6"), 8, "auto").bytes_per_token
+    assert kv_geometry(config("Kimi-K2.6"), 8, "fp8_e4m3").bytes_per_token * 2 == bf16
+
+
+def test_the_docstring_example_holds():
+    assert doctest.testmod(capacity).failed == 0
+
+
+def snapshots(target_gb: float, drafter_gb: float = 0) -> dict:
+    """What the hub says of Kimi K2.6 and its drafter: their config.json and weights of these sizes."""
+    from operations.weights.hub import RepoFile, RepoSnapshot
+    weights = lambda gb: (RepoFile("model.safetensors", int(gb * 1e9), "0" * 64, None),)  # noqa: E731
+    found = {"target": RepoSnapshot("moonshotai/Kimi-K2.6", "a" * 40, weights(target_gb), config("Kimi-K2.6"))}
+    if drafter_gb:
+        found["drafter"] = RepoSnapshot("z-lab/Kimi-K2.6-DFlash", "b" * 40, weights(drafter_gb), drafter_config())
+    return found
+
+
+def kv_check(host_class: str, snapshots: dict, gpu_mib: int, **data) -> tuple[list[str], str]:
+    """Preflight's KV check of the class's first Kimi replica on GPUs of `gpu_mib` each."""
+    from pyinfra.context import ctx_host
+    from operations.deployment import resolve_worker
+    from operations.server.checks import kv_capacity
+    from tests.unit.fakehost import FakeHost
+    from tests.unit.group_data import host_data
+    worker, (d, *_) = resolve_worker(host_data(host_class, **data), host_class)
+    gpus = [{"index": i, "memory_total_mib": gpu_mib} for i in range(8)]
+    with ctx_host.use(FakeHost({})):
+        return kv_capacity(d.replicas[0], worker.gpu.expected, snapshots, gpus, worker.min_kv_tokens)
+
+
+def test_preflight_says_how_many_tokens_a_replica_holds_and_refuses_one_below_a_full_context():
+    """Kimi K2.6 at TP 8 with its drafter: on B200 cards it holds a full context (262,144 tokens, its
+    max_position_embeddings), and preflight's line says how many; on 96 GB cards its weights fit but its KV
+    cache does not, refused in one line naming the default (that class ships half a context as its floor)."""
+    problems, said = kv_check("b200_nvlink", snapshots(595, 6), 183359)
+    assert problems == [] and said.startswith("KV cache ") and " requests of 8,192 tokens" in said
+    assert kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887)[0] == []
+    problems, _ = kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887, min_kv_tokens=None)
+    (line,) = problems
+    assert line.startswith("host-1: sglang@kimi_k26_dflash-gpu0-7: its KV cache holds ")
+    assert "fewer than one full context (262144 tokens, the min_kv_tokens default)" in line
+
+
+def test_min_kv_tokens_sets_the_floor_and_is_named_in_the_refusal():
+    problems, _ = kv_check("b200_nvlink", snapshots(595, 6), 183359, min_kv_tokens=100000000)
+    (line,) = problems
+    assert "fewer than min_kv_tokens 100000000: run fewer replicas, a larger tp_size" in line
+    problems, _ = kv_check("b200_nvlink", snapshots(595, 6), 183359, min_kv_tokens=65536)
+    assert problems == []
+
+
+def test_a_model_the_planner_cannot_size_is_said_so_and_not_refused():
+    unknown = snapshots(595)
+    unknown["target"] = type(unknown["target"])("x/y", "a" * 40, unknown["target"].files,
+                                                {"architectures": ["MysteryForCausalLM"]})
+    problems, said = kv_check("b200_nvlink", unknown, 183359)
+    assert problems == [] and said.startswith("KV cache not planned (architecture MysteryForCausalLM:")

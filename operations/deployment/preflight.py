@@ -6,7 +6,7 @@ host's state in one round trip and asks each of them.
 
 import os
 
-from pyinfra import host
+from pyinfra import host, state
 from pyinfra.api import FactBase, operation
 
 from operations.basics import failing, gathering, ownership, shell
@@ -167,7 +167,10 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
                        f"({weights_checks.described(d.weights, hub.snapshots)}"
                        + (f"; {planned[d.name]} a replica" if d.name in planned else "") + ")"
                        for d, hub in zip(deployments, hubs))
-    host.noop(f"preflight passed: {found} as {worker.host_class}; {served}")
+    passed = f"preflight passed: {found} as {worker.host_class}; {served}"
+    if not state.is_executing:  # detecting changes (--dry), where pyinfra prints no noop: the plan is said here
+        host.log_styled(f"{host.name}: {passed}")
+    host.noop(passed)
 
 
 def refuse(problem: str) -> None:

@@ -30,6 +30,10 @@ def test_second_run_changes_nothing_and_dry_run_shows_nothing(deployed_lab, lab_
     for line in detected.splitlines()[2:]:
         if line.strip():
             assert re.split(r"\s{2,}", line.strip())[1:] == ["-", "-"], f"--dry would change: {line}"
+    # --dry says what each replica's KV cache holds (preflight's plan, operations/server/capacity.py)
+    for host in lab_hosts:
+        (said,) = [line for line in dry.output.splitlines() if f"[{host.name}] {host.name}: preflight passed" in line]
+        assert re.search(r"; KV cache [\d,]+ tokens, \d+ requests of 8,192 tokens a replica\)", said), said
 
 
 def test_changing_draft_tokens_rewrites_the_unit_and_restarts_only_sglang(deployed_lab, lab_hosts, tmp_path):

@@ -1,6 +1,7 @@
 """A misspelt knob, at any layer, is refused in one line naming it and the knob meant, before any host changes
 (operations/schema.py); --dry gates a change: a refused host makes it exit non-zero, with -y too."""
 
+import re
 import subprocess
 
 import pytest
@@ -58,3 +59,14 @@ def test_dry_with_a_refused_host_says_why_and_exits_non_zero(deployed_lab, pcie_
                "use one of mha (sglang_tuning attention_backends of b200_nvlink)")
     assert output.count(refusal) == 1, output[-3000:]
     assert f"[{pcie_host.name}]" in output and "Beginning operation run" not in output
+
+
+def test_a_kv_cache_below_min_kv_tokens_is_refused_in_dry_in_one_line(deployed_lab, pcie_host):
+    """Preflight's KV plan (operations/server/capacity.py) against the floor: refused before anything changes,
+    naming the replica, its tokens and min_kv_tokens."""
+    result = run_deploy("--limit", pcie_host.name, "--dry", "--data", "min_kv_tokens=100000000", timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]
+    (line,) = [said for said in result.output.splitlines() if "min_kv_tokens" in said]
+    assert re.search(rf"\[{pcie_host.name}\] {pcie_host.name}: sglang@kimi_k26_dflash-gpu0-7: its KV cache holds "
+                     r"\d+ tokens \([\d.]+ GiB a GPU at \d+ bytes a token\), fewer than min_kv_tokens 100000000: "
+                     r"run fewer replicas", line), line

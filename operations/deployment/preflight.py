@@ -169,7 +169,7 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
                        for d, hub in zip(deployments, hubs))
     passed = f"preflight passed: {found} as {worker.host_class}; {served}"
     if not state.is_executing:  # detecting changes (--dry), where pyinfra prints no noop: the plan is said here
-        host.log_styled(f"{host.name}: {passed}")
+        host.log_styled(passed)  # not "HOST: ...", the form of a refusal
     host.noop(passed)
 
 

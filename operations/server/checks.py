@@ -12,7 +12,7 @@ from operations.gpu.config import GpuExpectations
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server import capacity
 from operations.server.config import Server, git_refs
-from operations.server.flags import server_args
+from operations.server.flags import server_args, value
 from operations.server.sandbox import rejection
 
 GIB = 1 << 30
@@ -47,12 +47,6 @@ def memory_problems(server: Server, expected: GpuExpectations, model: str, weigh
             "GPU memory or a quantized checkpoint"]
 
 
-def _flag(args: list[str], flag: str) -> str | None:
-    """The value of the last `flag` on an SGLang command line (argparse keeps the last)."""
-    values = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == flag]
-    return values[-1] if values else None
-
-
 def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus: list | None,
                 min_kv_tokens: int | None) -> tuple[list[str], str]:
     """One replica's KV cache as SGLang will size it (operations/server/capacity.py), from the hub's
@@ -62,7 +56,7 @@ def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus
     s = server
     args = server_args(s)
     target, drafter = snapshots["target"], snapshots.get("drafter")
-    kv_dtype = _flag(args, "--kv-cache-dtype") or "auto"
+    kv_dtype = value(args, "--kv-cache-dtype") or "auto"
     try:
         plan = capacity.plan_replica(
             s.service_name, card_bytes=_card_mib(s, expected, gpus) << 20, mem_fraction_static=s.mem_fraction_static,
@@ -73,7 +67,7 @@ def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus
             draft_tokens=s.speculative.num_draft_tokens if s.speculative.entry.drafts else 0)
     except capacity.NoRule as unknown:
         return [], f"KV cache not planned ({unknown})"
-    context = _flag(args, "--context-length") or target.text_config().get("max_position_embeddings")
+    context = value(args, "--context-length") or target.text_config().get("max_position_embeddings")
     wanted = min_kv_tokens if min_kv_tokens is not None else int(context or 0)
     refused = capacity.refusal(plan, wanted, full_context=min_kv_tokens is None)
     return ([f"{host.name}: {refused}"] if refused else []), capacity.described(plan)

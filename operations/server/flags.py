@@ -31,6 +31,18 @@ def spell(flag: str, version: str) -> str:
     return flag
 
 
+def value(args: list[str], flag: str) -> str | None:
+    """The value `flag` takes on an SGLang command line as argparse reads it: the last of `FLAG VALUE` and
+    `FLAG=VALUE`; None where it is not given."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(f"{flag}="):
+            found = arg[len(flag) + 1:]
+    return found
+
+
 def server_args(server: Server) -> list[str]:
     """The SGLang command line for this server, spelled for its SGLang version.
 
@@ -134,8 +146,8 @@ def rendered_violations(server: Server) -> list[str]:
     """The deploy's rules of the server's algorithm (operations/server/speculative.py) over what it renders
     (page size as asked; SGLang's resolution may still raise it, which the host's own check sees)."""
     d = server
-    args = list(d.extra_args)
-    page_size = int(args[args.index("--page-size") + 1]) if "--page-size" in args else None
+    asked = value(list(d.extra_args), "--page-size")
+    page_size = int(asked) if asked is not None else None
     if d.attention_backend in PAGED_BACKENDS:
         page_size = None  # they move any page size above one, whatever was asked
     return d.speculative.entry.violations(page_size, d.attention_backend, d.speculative.tree_size,

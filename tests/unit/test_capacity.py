@@ -215,3 +215,15 @@ def test_a_model_the_planner_cannot_size_is_said_so_and_not_refused():
                                                 {"architectures": ["MysteryForCausalLM"]})
     problems, said = kv_check("b200_nvlink", unknown, 183359)
     assert problems == [] and said.startswith("KV cache not planned (architecture MysteryForCausalLM:")
+
+
+@pytest.mark.parametrize("spelled", [["--context-length", "131072"], ["--context-length=131072"]])
+def test_a_shorter_context_in_the_profiles_flags_lowers_the_default_floor_however_it_is_spelled(spelled):
+    """The default floor is one full context as SGLang reads it from the flags (argparse takes FLAG VALUE and
+    FLAG=VALUE alike: flags.value): Kimi on 96 GB cards holds 131,072 tokens, not 262,144."""
+    import copy
+    from tests.unit.group_data import host_data
+    profiles = copy.deepcopy(host_data("rtx_pro_6000_pcie").profiles)
+    profiles["kimi_k26_dflash"]["server_args"] += spelled
+    problems, _ = kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887, min_kv_tokens=None, profiles=profiles)
+    assert problems == []

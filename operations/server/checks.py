@@ -8,6 +8,7 @@ from pyinfra import host
 
 from operations.basics import gathering, network
 from operations.basics.knobs import COMMIT
+from operations.basics.untrusted import printable
 from operations.gpu.config import GpuExpectations
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server import capacity
@@ -66,7 +67,7 @@ def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus
             drafter=capacity.kv_geometry(drafter.config, s.tp_size, kv_dtype) if drafter else None,
             draft_tokens=s.speculative.num_draft_tokens if s.speculative.entry.drafts else 0)
     except capacity.NoRule as unknown:
-        return [], f"KV cache not planned ({unknown})"
+        return [], f"KV cache not planned ({printable(unknown)})"  # it names the hub's architecture
     context = value(args, "--context-length") or target.text_config().get("max_position_embeddings")
     wanted = min_kv_tokens if min_kv_tokens is not None else int(context or 0)
     refused = capacity.refusal(plan, wanted, full_context=min_kv_tokens is None)

@@ -227,3 +227,13 @@ def test_a_shorter_context_in_the_profiles_flags_lowers_the_default_floor_howeve
     profiles["kimi_k26_dflash"]["server_args"] += spelled
     problems, _ = kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887, min_kv_tokens=None, profiles=profiles)
     assert problems == []
+
+
+def test_a_hostile_architecture_name_prints_escaped():
+    """The hub's config.json names the architecture the planner says it cannot size: printed escaped, as every
+    string from a hub is (basics/untrusted.py)."""
+    hostile = snapshots(595)
+    hostile["target"] = type(hostile["target"])("x/y", "a" * 40, hostile["target"].files,
+                                                {"architectures": ["Evil\x1b[2JForCausalLM"]})
+    _, said = kv_check("b200_nvlink", hostile, 183359)
+    assert "\x1b" not in said and "Evil\\x1b[2JForCausalLM" in said

@@ -37,11 +37,17 @@ layouts = dict(
     # all-reduce on every token (through the CPU where the host's smoke test turns peer-to-peer off);
     # eight TP 1 replicas pay none. The CT200 measurements that started this project: DDTree (budget
     # 15) 6.5x autoregressive decoding on one GPU, its lead narrowing at higher concurrency under PCIe
-    # all-reduce.
+    # all-reduce. The KV plan (below) of a TP 1 replica: about 197,000 tokens, less than its 262,144-token
+    # context, and 4 concurrent requests of 8,192 tokens, bound by its recurrent state's slots (each
+    # request keeps one per draft token under DDTree); TP 2 would hold about 756,000 and 19 a replica.
+    # Per-request speed is what TP 1 was measured for; the host's throughput at high concurrency may
+    # favour TP 2, which no measurement here has compared.
     qwen36_ddtree=dict(tp_size=1),
 )
 
-# The KV cache preflight plans (operations/server/capacity.py, SGLang 0.5.23's sizing): Kimi K2.6 at TP 8
+# The KV cache preflight plans (operations/server/capacity.py, SGLang 0.5.23's sizing; the figures here
+# take 97,887 MiB cards, a 6 GB Kimi drafter and a 3.5 GB Qwen drafter of five Qwen3-4B-shaped layers, where
+# a deploy reads the hub's real sizes and configs): Kimi K2.6 at TP 8
 # with its drafter holds about 222,000 tokens here (70,272 bytes a token of MLA), less than one full
 # 262,144-token context, which the default floor asks for; SGLang then refuses a request longer than its
 # pool (max_req_input_len). Half a context is this class's floor: an fp8 KV cache would double the pool,

@@ -60,10 +60,11 @@ demo-check: venv
 # tests/conftest.py gives them, the longest first (xdist's own reorder would put the files with the
 # most tests first: the unit tests, leaving the long lab modules for the end). Then the lab's lifecycle tests,
 # which tear a lab down; every lab is torn down whatever the outcome. No site directory: the suite
-# tests the shipped data.
+# tests the shipped data. The 40 slowest steps (a module's lab boot shows as its first test's setup) are what
+# LONGEST_FIRST in tests/conftest.py is measured from.
 WORKERS ?= 3
 test: deps venv
-	SPECFLEET_SITE= $(PY) -m pytest tests --lab -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not lab_lifecycle"; rc=$$?; \
+	SPECFLEET_SITE= $(PY) -m pytest tests --lab -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not lab_lifecycle" --durations=40; rc=$$?; \
 	SPECFLEET_SITE= $(PY) -m pytest tests/lab_code -m lab_lifecycle || rc=1; \
 	for worker in $$(seq 0 $$(($(WORKERS) - 1))); do \
 	  SPECFLEET_LAB_ID=$$(($${SPECFLEET_LAB_ID:-0} + worker)) $(LAB) down >/dev/null; done; exit $$rc

@@ -2,6 +2,7 @@
 
 import hashlib
 import platform
+import shlex
 import subprocess
 import sys
 import zipfile
@@ -12,6 +13,7 @@ from lab.index import start_index
 from operations.python import venv
 from operations.basics.host_programs import program
 from operations.python.venv import HostPython, VenvRequirement
+from tests.unit import fakehost
 from tests.unit.test_gpu_operations import FakeHost, run
 
 VENV = "/opt/specfleet/tools-venv"
@@ -185,3 +187,51 @@ def test_a_url_path_git_or_range_requirement_installs_unchecked_and_says_so(monk
         WarnedHost.warnings = []
         assert "--require-hashes" in install(f"{requirement} --hash=sha256:" + "b" * 64)[2]
         assert WarnedHost.warnings == []
+
+
+GIT_BUILD = "sglang @ git+https://github.com/sgl-project/sglang@" + "a" * 40 + "#subdirectory=python"
+BUILD_AS_USER = ("runuser -u specfleet-build -- env -i HOME=/home/specfleet-build PATH=/usr/local/bin:/usr/bin:/bin "
+                 "TMPDIR=/home/specfleet-build/build/tmp GIT_TERMINAL_PROMPT=0 sh -c ")
+
+
+@pytest.mark.parametrize("python", [DEBIAN12, {**PPC64LE, "python": "3.12.3"}], ids=["uv", "pip"])
+def test_a_git_requirement_is_built_by_the_build_user_and_root_installs_only_its_wheel(python):
+    commands, _ = fakehost.run(venv.requirement, {VenvRequirement: {"version": None, "fingerprint": None},
+                                                  HostPython: python},
+                               path=VENV, requirement=GIT_BUILD, distribution="sglang",
+                               index_url="http://index/simple/", uv=UV)
+    create, build, handed, installed, marker = commands
+    assert create.startswith(f"rm -rf {VENV}")
+    # The clone, the checkout and the build backend's code run as the build user alone, in its own directory.
+    assert build.startswith(BUILD_AS_USER) and build.count("runuser") == 1
+    script = shlex.split(build)[-1]
+    assert script.startswith("rm -rf /home/specfleet-build/build && mkdir -m 700 /home/specfleet-build/build ")
+    assert "git clone --quiet --filter=blob:none --no-checkout -- https://github.com/sgl-project/sglang " \
+           "/home/specfleet-build/build/src" in script
+    assert f"git checkout --quiet {'a' * 40}" in script
+    builder = ("/opt/specfleet/bin/uv build --quiet --no-config --wheel --no-python-downloads " if python is DEBIAN12
+               else f"{VENV}/bin/pip wheel --quiet --disable-pip-version-check --no-cache-dir --no-deps ")
+    assert builder in script and script.endswith(
+        "/home/specfleet-build/build/src/python && rm -rf /home/specfleet-build/build/src")
+    # Root reads the build's directory only through the build user, and writes the wheel into its own venv.
+    assert handed.startswith("name=$(runuser -u specfleet-build -- ls -A /home/specfleet-build/build/wheels) && ")
+    assert handed.endswith(f"timeout 600 runuser -u specfleet-build -- cat -- /home/specfleet-build/build/wheels/"
+                           f'"$name" > {VENV}/.specfleet-wheel/"$name"')
+    # Root's installer is given that wheel, never the git URL (which it would build itself).
+    assert installed.startswith(f"set -- {VENV}/.specfleet-wheel/*.whl && ")
+    assert installed.endswith("--index-url http://index/simple/ 'sglang @ file://'\"$1\"")
+    assert "git+" not in installed and "runuser" not in installed
+    assert marker == f"echo {venv.fingerprint(GIT_BUILD, 'http://index/simple/')} > {VENV}/.specfleet-requirement"
+
+
+def test_the_wheels_name_is_taken_only_when_it_is_one_plain_wheel(tmp_path):
+    """The name check of the handed-over wheel, run by sh on names a hostile build could leave."""
+    [_, handed, _] = venv.git_build(GIT_BUILD, str(tmp_path), "", None, "true ")
+    check = handed.split("; mkdir")[0].replace("runuser -u specfleet-build -- ls -A /home/specfleet-build/build/wheels",
+                                              'printf %s "$NAMES"')
+    for names, taken in [("sglang-0.5.23-py3-none-any.whl", True), ("a.whl\nb.whl", False), ("", False),
+                         ("../../etc/x.whl", False), (".hidden.whl", False), ("x.whl;reboot", False),
+                         ("sglang.tar.gz", False), ("x\x1b[2J.whl", False)]:
+        ran = subprocess.run(["sh", "-c", check], env={"NAMES": names}, capture_output=True, text=True)
+        assert (ran.returncode == 0) is taken, names
+        assert names not in ran.stderr or not names  # a refused name is never printed

@@ -244,8 +244,9 @@ def git_build(requirement: str, path: str, index: str, uv: "Uv | None", install:
     built = f"{build} {q(f'{source}/{subdirectory}' if subdirectory else source)} && rm -rf {source}"
     # Root reads what the build left only as the build user (cat through runuser): a link there reaches
     # nothing root alone may read, a FIFO is given up after WHEEL_COPY_S; the name root writes is checked
-    # to be a plain wheel's (one file, no path, no character a shell or a terminal acts on) and never printed.
-    handed = (f"name=$(runuser -u {BUILD_USER} -- ls -A {wheels}) && case \"$name\" in "
+    # to be a plain wheel's (one file, no path, no character a shell or a terminal acts on) and never printed;
+    # `ls` leaves out the .gitignore uv build writes there.
+    handed = (f"name=$(runuser -u {BUILD_USER} -- ls {wheels}) && case \"$name\" in "
               f"(*[!A-Za-z0-9._+-]*|.*|'') false;; (*.whl) true;; (*) false;; esac || "
               f"{{ echo 'the git build left no single wheel in {wheels}' >&2; exit 1; }}; "
               f"mkdir -m 700 {venv}/{WHEEL_DIR} && timeout {WHEEL_COPY_S} runuser -u {BUILD_USER} -- "

@@ -108,18 +108,18 @@ def level_bound_s(plan: Plan, concurrency: int) -> int:
 
 
 def client_unit_command(d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str],
-                        through_gateway: bool = False) -> list[str]:
+                        minors: tuple[int | None, ...], through_gateway: bool = False) -> list[str]:
     """systemd-run's command line for the client at one level (``client_command``): with tokenizer=target,
     aiperf imports the model's tokenizer code, so it runs as the server does, in a transient unit with
     the replica unit's user and confinement (``sandbox.service_settings``), writing only its level's
     directory; keyless unless through a gateway (whose clients' key it sends), every process stopped
-    with it, ended after the level's bound. Of the unit's environment it takes the server's HF_HOME
+    with it, ended after the level's bound (`minors`: ``sandbox.gpu_minor_numbers``). Of the unit's environment it takes the server's HF_HOME
     alone (where the model's code is cached, written by confined processes only): with HF_HUB_OFFLINE,
     aiperf 0.13.0 looks a local tokenizer directory up as a repo id in the hub's cache, and fails. Its exit status is written without a `$`, which systemd
     would expand in the command line."""
     client = " ".join(shlex.quote(a) for a in client_command(d, plan, remote, concurrency, urls, through_gateway))
     script = f"if {client} > client.log 2>&1; then echo 0 > client.rc; else echo 1 > client.rc; fi"
-    settings = (*sandbox.service_settings(d), *([] if through_gateway else sandbox.keyless(d)), "KillMode=control-group",
+    settings = (*sandbox.service_settings(d, minors), *([] if through_gateway else sandbox.keyless(d)), "KillMode=control-group",
                 f"WorkingDirectory={remote}", f"ReadWritePaths={remote}",
                 f"RuntimeMaxSec={level_bound_s(plan, concurrency)}")
     return ["systemd-run", f"--unit={CLIENT_UNIT}", "--collect", "--quiet", "--service-type=exec",
@@ -133,7 +133,8 @@ def run_level(host, d: Server, plan: Plan, remote: str, concurrency: int, urls: 
     """Run the client at one level in its unit (``client_unit_command``) and log progress until it ends."""
     requests, warmup = plan.requests_at(concurrency), min(concurrency, 4)
     user = d.service_user
-    command = " ".join(shlex.quote(a) for a in client_unit_command(d, plan, remote, concurrency, urls, through_gateway))
+    command = " ".join(shlex.quote(a) for a in client_unit_command(d, plan, remote, concurrency, urls,
+                                                                   sandbox.gpu_minor_numbers(), through_gateway))
     ok, said = run(host, f"{as_user(user, f'mkdir -p {remote}')} && {{ systemctl reset-failed {CLIENT_UNIT} "
                          f"2>/dev/null; {command} 2>&1; }}")
     if not ok:

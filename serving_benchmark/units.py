@@ -26,16 +26,17 @@ def unit_environment(server: Server) -> dict[str, str]:
     return dict(sandbox.unit_environment(server, keyed=False))  # a name's last line wins, as in systemd
 
 
-def bench_unit_command(d: Server, args: list[str], max_runtime_s: int, unit: str = BENCH_UNIT) -> list[str]:
+def bench_unit_command(d: Server, args: list[str], max_runtime_s: int, minors: tuple[int | None, ...],
+                       unit: str = BENCH_UNIT) -> list[str]:
     """systemd-run's command line for the bench unit `unit` serving `args` in replica `d`'s place: the
-    deployed unit's user and confinement (``sandbox.service_settings``), keyless: its environment (its
+    deployed unit's user and confinement (``sandbox.service_settings``, with the host's GPUs' `minors`), keyless: its environment (its
     GPUs) less the API key file, the configuration directory out of its reach; a time limit, and on stop (the limit, or the sweep's own stop) the deployed unit started again unless the
     sweep is switching modes. ExecStopPost runs as root (+): the service user may not start a system unit."""
     restore = f"+/bin/sh -c 'test -e {switching(unit)} || systemctl start --no-block {d.service_name}'"
     setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
     return ["systemd-run", f"--unit={unit}", "--collect",
             f"--description=specfleet serving benchmark of {d.service_name}",
-            *(f"--property={setting}" for setting in (*sandbox.service_settings(d), *sandbox.keyless(d))),
+            *(f"--property={setting}" for setting in (*sandbox.service_settings(d, minors), *sandbox.keyless(d))),
             f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}", *setenv,
             f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *args]
 
@@ -45,7 +46,9 @@ def start_mode(host, replicas: tuple[Server, ...], mode: str, max_runtime_s: int
     mode's arguments in each replica's place."""
     several = len(replicas) > 1
     units = [bench_unit(d, several) for d in replicas]
-    runs = [" ".join(shlex.quote(a) for a in bench_unit_command(d, modes.mode_args(d, mode), max_runtime_s, unit)) + " 2>&1"
+    minors = sandbox.gpu_minor_numbers()
+    runs = [" ".join(shlex.quote(a) for a in bench_unit_command(d, modes.mode_args(d, mode), max_runtime_s, minors,
+                                                                unit)) + " 2>&1"
             for d, unit in zip(replicas, units)]
     return remote.run(host, "; ".join([
         *(f"touch {switching(u)}" for u in units),

@@ -117,8 +117,9 @@ class NvidiaTopology(FactBase):
 class NvidiaDriver(FactBase):
     """
     Returns the loaded NVIDIA driver: version, whether the kernel module is the open one
-    (/proc/driver/nvidia/version), and the CUDA version it supports (``nvidia-smi -q``).
-    None when no driver is loaded.
+    (/proc/driver/nvidia/version), the CUDA version it supports and the device minor number of each GPU,
+    in nvidia-smi's index order (``nvidia-smi -q``, which lists the GPUs in that order; the GPU at index 0
+    is /dev/nvidia<its minor>, which need not be /dev/nvidia0). None when no driver is loaded.
 
     .. code:: python
 
@@ -127,6 +128,7 @@ class NvidiaDriver(FactBase):
             "kernel_module_version": "580.159.04",
             "open_kernel_module": True,
             "cuda_version": "13.0",
+            "gpu_minor_numbers": [2, 3, 0, 1, 6, 7, 4, 5],
         }
     """
 
@@ -134,8 +136,8 @@ class NvidiaDriver(FactBase):
 
     @override
     def command(self) -> str:
-        # -d COMPUTE keeps -q to its header (driver, CUDA) plus one line per GPU: fast.
-        return "cat /proc/driver/nvidia/version 2>/dev/null; " + _if_nvidia_smi("nvidia-smi -q -d COMPUTE 2>&1")
+        # The whole -q, as the host program runs it (gpu_state.py): -d keeps no GPU's Minor Number.
+        return "cat /proc/driver/nvidia/version 2>/dev/null; " + _if_nvidia_smi("nvidia-smi -q 2>&1")
 
     @override
     def process(self, output: list[str]) -> dict | None:
@@ -149,6 +151,7 @@ class NvidiaDriver(FactBase):
             kernel_module_version=module.get("version"),
             open_kernel_module=module.get("open_kernel_module"),
             cuda_version=smi["cuda_version"],
+            gpu_minor_numbers=[gpu.get("minor_number") for gpu in smi["gpus"]],
         )
 
 

@@ -128,6 +128,7 @@ def _key_value(line: str) -> tuple[int, str, str | None]:
 # `nvidia-smi -q` paths (section, key) -> key in our GPU dicts.
 SMI_Q_GPU_KEYS = {
     ("Product Name",): "name",
+    ("Minor Number",): "minor_number",  # the N of /dev/nvidiaN, not the index (NVML's nvmlDeviceGetMinorNumber)
     ("FB Memory Usage", "Total"): "memory_total_mib",
     ("Persistence Mode",): "persistence_mode",
     ("MIG Mode", "Current"): "mig_mode",
@@ -140,7 +141,7 @@ def parse_smi_q(lines: list[str]) -> dict:
     """Parse `nvidia-smi -q` text (whole, or filtered to some sections).
 
     Returns ``{"driver_version": "580.159.04", "cuda_version": "13.0", "gpus": [{"pci_bus_id":
-    "00000000:00:06.0", "name": "NVIDIA H200", "memory_total_mib": 143771, "persistence_mode":
+    "00000000:00:06.0", "name": "NVIDIA H200", "minor_number": 0, "memory_total_mib": 143771, "persistence_mode":
     "Enabled", "mig_mode": "Disabled", "fabric_state": "Completed", "fabric_status":
     "Success"}]}``; a value nvidia-smi prints as N/A is None.
     """
@@ -170,7 +171,7 @@ def parse_smi_q(lines: list[str]) -> dict:
             continue
         target = SMI_Q_GPU_KEYS.get(tuple(name for _, name in path) + (key,))
         if gpu is not None and target:
-            gpu[target] = field_value(value, int if target == "memory_total_mib" else str)
+            gpu[target] = field_value(value, int if target in ("memory_total_mib", "minor_number") else str)
     return result
 
 

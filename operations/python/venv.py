@@ -6,6 +6,12 @@ venv and installs file by file. It also provides Python 3.11 where the system's 
 (Ubuntu 22.04's 3.10), from python-build-standalone, each build checked against the sha256 uv
 carries. pip stays the fallback on a host whose machine has no uv wheel in the lock (anything but
 x86_64 and aarch64): there `python3 -m venv` and pip build the venv.
+
+A git requirement (``name @ git+URL@REF``) runs its build backend's code, which root must not run: the
+build user (BUILD_USER, a system user without a login shell, the token, the keys or the weights) fetches
+the commit and builds it into a wheel in its own home, which root never acts inside; root takes the
+wheel from it on a pipe, into the virtualenv's own directory, and installs it (installing a wheel runs
+none of its code).
 """
 
 import hashlib
@@ -19,6 +25,7 @@ from pyinfra.api import FactBase, operation
 
 from operations.basics import gathering
 from operations.basics.host_programs import inline
+from operations.server.config import git_refs
 
 MARKER = ".specfleet-requirement"
 LOCK = ".specfleet-requirements.lock"  # in the virtualenv: the hash lock it was installed from
@@ -33,6 +40,12 @@ MANAGED_PYTHON = "3.11"  # what uv installs where the system python3 is older
 # Where uv downloads Python builds from (its default); preflight checks the host reaches it.
 PYTHON_SOURCE = "https://github.com/astral-sh/python-build-standalone/releases/download"
 PYPI = "https://pypi.org/simple/"
+BUILD_USER = "specfleet-build"  # builds git requirements (``git_build``)
+BUILD_HOME = f"/home/{BUILD_USER}"
+BUILD_DIR = f"{BUILD_HOME}/build"  # the build user's own: its source, caches and the wheel
+WHEEL_DIR = ".specfleet-wheel"  # in the virtualenv: the wheel root installed, taken from the build user
+# The longest a wheel's copy from the build user may take: a FIFO it leaves there must not hang the deploy.
+WHEEL_COPY_S = 600
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,61 @@ def python_problems(host_name: str, facts: dict) -> list[str]:
     return []
 
 
+def git_source(requirement: str) -> tuple[str, str, str] | None:
+    """(repository URL, ref, subdirectory or "") of a git requirement (``name @ git+URL@REF#subdirectory=DIR``),
+    else None."""
+    refs = git_refs(requirement)
+    if not refs:
+        return None
+    url, ref = refs[0]
+    subdirectory = re.search(r"#(?:\S*&)?subdirectory=([^&\s]+)", requirement)
+    return url, ref, subdirectory.group(1) if subdirectory else ""
+
+
+def _as_build_user(script: str) -> str:
+    """`script` run by the build user in an environment of its own: nothing of root's (no proxy, index or
+    token variable), git never prompting."""
+    return (f"runuser -u {BUILD_USER} -- env -i HOME={BUILD_HOME} PATH=/usr/local/bin:/usr/bin:/bin "
+            f"TMPDIR={BUILD_DIR}/tmp GIT_TERMINAL_PROMPT=0 sh -c {shlex.quote(script)}")
+
+
+def git_build(requirement: str, path: str, index: str, uv: "Uv | None", install: str) -> list[str]:
+    """
+    The commands that build a git requirement into a wheel as the build user, in its build directory
+    (emptied first: a build starts from nothing), copy the wheel into root's virtualenv at `path`
+    (WHEEL_DIR/NAME.whl), and install that file, as the requirement's name and extras, with `install`
+    (root's installer command, up to its requirement). The build user fetches the commit as pip does (a
+    clone, then the ref itself where the clone lacks it: a pull request's head is on no branch) and builds
+    with uv (``uv build``) or, without uv, the virtualenv's pip (``pip wheel``), on the virtualenv's Python.
+    """
+    url, ref, subdirectory = git_source(requirement)
+    q = shlex.quote
+    venv, source, wheels = q(path), f"{BUILD_DIR}/src", f"{BUILD_DIR}/wheels"
+    if uv:
+        build = (f"UV_CACHE_DIR={BUILD_DIR}/uv-cache {q(uv.binary)} build --quiet --no-config --wheel "
+                 f"--no-python-downloads --python {venv}/bin/python {index}--out-dir {wheels}")
+    else:
+        build = f"{venv}/bin/pip wheel --quiet --disable-pip-version-check --no-cache-dir --no-deps {index}-w {wheels}"
+    fetch = (f"rm -rf {BUILD_DIR} && mkdir -m 700 {BUILD_DIR} {BUILD_DIR}/tmp && "
+             f"git clone --quiet --filter=blob:none --no-checkout -- {q(url)} {source} && cd {source} && "
+             f"if git rev-parse --quiet --verify {q(ref + '^{commit}')} >/dev/null; then git checkout --quiet {q(ref)}; "
+             f"else git fetch --quiet origin {q(ref)} && git checkout --quiet FETCH_HEAD; fi && "
+             "git submodule --quiet update --init --recursive")
+    built = f"{build} {q(f'{source}/{subdirectory}' if subdirectory else source)} && rm -rf {source}"
+    # Root reads what the build left only as the build user (cat through runuser): a link there reaches
+    # nothing root alone may read, a FIFO is given up after WHEEL_COPY_S; the name root writes is checked
+    # to be a plain wheel's (one file, no path, no character a shell or a terminal acts on) and never printed;
+    # `ls` leaves out the .gitignore uv build writes there.
+    handed = (f"name=$(runuser -u {BUILD_USER} -- ls {wheels}) && case \"$name\" in "
+              f"(*[!A-Za-z0-9._+-]*|.*|'') false;; (*.whl) true;; (*) false;; esac || "
+              f"{{ echo 'the git build left no single wheel in {wheels}' >&2; exit 1; }}; "
+              f"mkdir -m 700 {venv}/{WHEEL_DIR} && timeout {WHEEL_COPY_S} runuser -u {BUILD_USER} -- "
+              f"cat -- {wheels}/\"$name\" > {venv}/{WHEEL_DIR}/\"$name\"")
+    named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?)\s*@", requirement)
+    wheel = f"{q(named.group(1) + ' @ file://')}\"$1\"" if named else '"$1"'
+    return [_as_build_user(f"{fetch} && {built}"), handed, f"set -- {venv}/{WHEEL_DIR}/*.whl && {install}{wheel}"]
+
+
 @operation()
 def uv(uv: Uv, index_url: str | None = None):
     """
@@ -227,6 +295,8 @@ def requirement(path: str, requirement: str, distribution: str, index_url: str |
     + index_url: a PyPI mirror or private index (None: PyPI)
     + uv: the host's uv (``venv.uv`` installs it), which builds the venv, on Python 3.11 of its own where
       the system's python3 is older; None, or a machine without a uv wheel: python3 -m venv and pip
+    A git requirement is built into a wheel by BUILD_USER (``git_build``), which must exist
+    (``ownership.service_user`` with BUILD_HOME), and root installs the wheel.
 
     **Example:**
 
@@ -253,7 +323,9 @@ def requirement(path: str, requirement: str, distribution: str, index_url: str |
     # Rebuilt whole: an installer cannot reliably move a git build back to a release, and a
     # half-updated environment must never serve.
     python = gathering.read(HostPython, uv=uv.binary) if uv else None
-    if python and python["machine"] in UV_MACHINES:
+    if not python or python["machine"] not in UV_MACHINES:
+        uv = None  # python3 -m venv and pip
+    if uv:
         # The system's python3 where it is new enough, else a Python of uv's own (only-managed: never an
         # older system one); the cache is root's, on the venvs' disk, so files are hard-linked, not copied.
         interpreter = ("python3 --no-python-downloads" if python_ok(python["python"])
@@ -274,6 +346,8 @@ def requirement(path: str, requirement: str, distribution: str, index_url: str |
         # Every file the installer fetches must hash to a value in the lock; anything else is refused.
         yield f"printf %s {shlex.quote(lock)} > {venv}/{LOCK}"
         yield f"{install}--require-hashes -r {venv}/{LOCK}"
+    elif git_source(requirement):
+        yield from git_build(requirement, path, index, uv, install)
     else:
         yield f"{install}{shlex.quote(requirement)}"
     yield f"echo {wanted} > {venv}/{MARKER}"

@@ -9,8 +9,10 @@ import weakref
 
 from pyinfra.context import ctx_host
 
+from operations.basics import gathering
 from operations.basics.file_states import sha1_of
 from operations.basics.templates import render
+from operations.gpu.facts import NvidiaDriver
 from operations.server.config import Server
 from operations.server.flags import SGLangRejects, rendered_violations, server_args
 
@@ -20,6 +22,28 @@ OWN_SETTINGS = ("Type", "ExecStart", "EnvironmentFile", "Restart", "RestartSec")
 # The flag check parses the command line and reads the model's config (importing its code): no weights
 # load, no GPU memory is taken. Seconds, a bound for a host whose disk or CPU is slow.
 CHECK_MAX_S = 300
+
+
+# The nodes CUDA opens besides its GPUs' own: the control device and unified memory's two (what NVIDIA's
+# container toolkit gives every container with GPUs). /dev/nvidia-caps/* serve MIG instances, which
+# preflight refuses (operations/gpu/checks.py); /dev/nvidia-modeset serves displays.
+GPU_CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+def gpu_minor_numbers() -> tuple[int | None, ...]:
+    """The host's GPUs' device minor numbers, in nvidia-smi's index order (NvidiaDriver, from ``nvidia-smi -q``),
+    read in the running operation; () where no driver is loaded."""
+    driver = gathering.read(NvidiaDriver)
+    return tuple(driver.get("gpu_minor_numbers") or ()) if driver else ()
+
+
+def gpu_nodes(server: Server, minors: tuple[int | None, ...]) -> list[str]:
+    """The device nodes the replica's processes may open (DeviceAllow=): each of its GPUs' /dev/nvidia<minor>
+    (`minors`: ``gpu_minor_numbers``; a GPU's minor number is not its index: the first GPU in PCI order of
+    an 8x RTX PRO 6000 host is /dev/nvidia2), then CUDA's control nodes. A GPU whose minor number nvidia-smi
+    did not give (no driver loaded) has no node to allow."""
+    own = [f"/dev/nvidia{minors[gpu]}" for gpu in server.gpus if gpu < len(minors) and minors[gpu] is not None]
+    return [*own, *GPU_CONTROL_NODES]
 
 
 def unit_environment(server: Server, keyed: bool = True) -> list[tuple[str, str]]:
@@ -33,19 +57,20 @@ def unit_environment(server: Server, keyed: bool = True) -> list[tuple[str, str]
             *sorted({**server.env, **server.gpu_env}.items())]
 
 
-def unit_files(server: Server, inputs: str) -> tuple[str, str]:
-    """The rendered unit and environment file; `inputs` names what else forces a restart."""
+def unit_files(server: Server, inputs: str, minors: tuple[int | None, ...]) -> tuple[str, str]:
+    """The rendered unit and environment file; `inputs` names what else forces a restart; `minors`: the
+    host's GPUs' minor numbers (``gpu_minor_numbers``), whose nodes of the replica's GPUs the unit allows."""
     env_text = render("server/sglang.env.j2", environment=unit_environment(server))
     unit_text = render("server/sglang.service.j2", s=server, args=[shlex.quote(a) for a in server_args(server)],
-                       inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}")
+                       inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}", devices=gpu_nodes(server, minors))
     return unit_text, env_text
 
 
-def service_settings(server: Server) -> list[str]:
-    """The replica unit's [Service] settings (user, limits, confinement, devices, writable paths), in the
-    unit's order; what a transient unit sets itself (OWN_SETTINGS) left out. One source: the
+def service_settings(server: Server, minors: tuple[int | None, ...]) -> list[str]:
+    """The replica unit's [Service] settings (user, limits, confinement, its GPUs' devices, writable paths),
+    in the unit's order; what a transient unit sets itself (OWN_SETTINGS) left out. One source: the
     confinement is the SGLang unit's, whatever that unit says."""
-    unit_text, _ = unit_files(server, inputs="")
+    unit_text, _ = unit_files(server, "", minors)
     settings, section = [], None
     for line in unit_text.splitlines():
         line = line.strip()
@@ -63,9 +88,9 @@ def keyless(server: Server) -> list[str]:
     return [f"InaccessiblePaths=-{server.config_dir}", "KillMode=control-group"]
 
 
-def check_settings(server: Server) -> tuple[str, ...]:
+def check_settings(server: Server, minors: tuple[int | None, ...]) -> tuple[str, ...]:
     """The flag check's transient unit: the replica's confinement, keyless, ended after CHECK_MAX_S."""
-    return (*service_settings(server), *keyless(server), f"RuntimeMaxSec={CHECK_MAX_S}")
+    return (*service_settings(server, minors), *keyless(server), f"RuntimeMaxSec={CHECK_MAX_S}")
 
 
 # Per host, what its SGLang made of a command line in this run: preflight and the unit's restart
@@ -79,9 +104,10 @@ def rejection(host, server: Server, args: list[str]) -> str | None:
     unit's environment and the server's HF_HOME, offline. A DDTree build that accepts them is held
     to the deploy's DDTree rules as well."""
     env = (("HF_HOME", server.server_hf_home), *sorted(server.env.items()))
-    asked = (server.venv, server.sglang_requirement, tuple(args), env, check_settings(server))
+    settings = check_settings(server, gpu_minor_numbers())
+    asked = (server.venv, server.sglang_requirement, tuple(args), env, settings)
     answers = _rejections.setdefault(ctx_host.get(), {})
     if asked not in answers:
         answers[asked] = host.get_fact(SGLangRejects, venv=server.venv, args=tuple(args), env=env,
-                                       settings=check_settings(server))
+                                       settings=settings)
     return answers[asked] or next(iter(rendered_violations(server)), None)

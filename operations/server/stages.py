@@ -31,7 +31,7 @@ def builds(servers) -> list[Server]:
 def server_installed(service: ServiceHost, servers: tuple[Server, ...]) -> list[OperationMeta]:
     """
     What the servers run as and from: their system user and the downloads' (which owns the HF token and
-    the weights), root's directories, their API key and worker admin key, uv and each SGLang build's
+    the weights), the build user where a build is a git requirement, root's directories, their API key and worker admin key, uv and each SGLang build's
     virtualenv, and the host programs. Returns the keys' operations (a change of either alone restarts).
 
     + service: what the host's servers share (users, directories, keys)
@@ -50,6 +50,8 @@ def server_installed(service: ServiceHost, servers: tuple[Server, ...]) -> list[
     keys = [api_key.api_key(name="API key", service=s), api_key.admin_key(name="Worker admin key", service=s)]
     uv = Uv(s.install_dir)
     venv.uv(name="uv", uv=uv, index_url=s.pip_index_url)
+    if any(venv.git_source(build.sglang_requirement) for build in builds(servers)):
+        ownership.service_user(name="Build user", user=venv.BUILD_USER, home=venv.BUILD_HOME)
     for build in host.loop(builds(servers)):
         venv.requirement(name=f"SGLang ({build.venv_name})", path=build.venv, distribution="sglang",
                          requirement=build.sglang_requirement, index_url=build.pip_index_url, uv=uv)
@@ -83,6 +85,7 @@ def server_serving(server: Server, restart: Restart, weight_bytes: int, group: N
 def _read(deployment, snapshots) -> gathering.Wanted:
     s = deployment.server
     return [(SystemUser, dict(user=s.service_user)), (SystemUser, dict(user=s.download_user)),
+            *([(SystemUser, dict(user=venv.BUILD_USER))] if venv.git_source(s.sglang_requirement) else []),
             (FileStates, dict(paths=root_directories(s.service))),
             (FileStates, dict(paths=(s.api_key_file,))),
             (FileStates, dict(paths=(s.admin_key_file,))),

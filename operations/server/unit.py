@@ -22,7 +22,7 @@ from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.checks import refused_flags
 from operations.server.config import Server, ServiceHost
 from operations.server.flags import server_args
-from operations.server.sandbox import rejection, unit_files
+from operations.server.sandbox import gpu_minor_numbers, rejection, unit_files
 
 PREVIOUS = ".specfleet-previous"  # suffix of the last unit/env that served
 
@@ -86,7 +86,7 @@ class Restart:
         s = self.server
         if self.decided_env is not None:
             s = replace(s, env={**s.env, **self.decided_env()})
-        unit_text, env_text = unit_files(s, self.inputs)
+        unit_text, env_text = unit_files(s, self.inputs, gpu_minor_numbers())
         current = gathering.read(ServiceState, unit_file=s.unit_file, env_file=s.env_file, service=s.service_name)
         enabled = current["enabled"] == "enabled"
         if (current["unit_sha1"], current["env_sha1"]) != (sha1_of(unit_text.encode()), sha1_of(env_text.encode())):

@@ -17,6 +17,7 @@ from pyinfra.api import FactBase, operation
 from operations.basics import knobs
 from operations.gateway.config import Gateway
 from operations.monitoring import prometheus
+from operations.python import venv
 from operations.server.config import Server
 
 WEIGHTS_UNITS = "/etc/systemd/system/specfleet-weights-*.service"  # weights.config Repo.unit_name
@@ -27,7 +28,7 @@ class Uninstall:
     """What the host's data says the deploy laid down there."""
 
     directories: tuple[str, ...]  # removed whole: install_dir (venvs, host programs, uv), config_dir (keys, env files)
-    users: tuple[str, ...]  # the service and download users, with their homes (the HF token is in the download user's)
+    users: tuple[str, ...]  # the service, download and build users, with their homes (the HF token is in the download user's)
     gateway_unit: str | None  # smg's unit
     weights_dir: str | None  # None: the weights are kept
 
@@ -42,7 +43,9 @@ def plan(servers: tuple[Server, ...], gateway: Gateway | None, weights_dir: str,
         if path.count("/") < 2:
             raise knobs.refused(name, path, "uninstall removes only a directory of its own, at least two levels "
                                 "deep (e.g. /opt/specfleet)", wrong="is not removed whole")
-    users = sorted({u for s in servers for u in (s.service_user, s.download_user)} | ({gateway.user} if gateway else set()))
+    # The build user whatever the requirements say now: an earlier requirement may have been a git build.
+    users = sorted({u for s in servers for u in (s.service_user, s.download_user)} | ({gateway.user} if gateway else set())
+                   | {venv.BUILD_USER})
     return Uninstall(tuple(directories), tuple(users), gateway.unit_file if gateway else None,
                      weights_dir if remove_weights else None)
 

@@ -36,6 +36,6 @@ def test_a_percent_in_a_value_reaches_the_unit_as_written(lab_hosts, pcie_host):
     assert f"HF_ENDPOINT={ENDPOINT}" in shown.split(), shown
 
     server = dataclasses.replace(d.server, extra_args=(*d.server.extra_args, "--chat-template", TEMPLATE_ARG))
-    unit_text, _ = unit.unit_files(server, "inputs")
+    unit_text, _ = unit.unit_files(server, "inputs", ())
     shown = installed(pcie_host, "specfleet-test-sglang", unit_text, "ExecStart")
     assert f"--chat-template {TEMPLATE_ARG} " in shown, shown

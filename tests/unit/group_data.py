@@ -25,6 +25,17 @@ def host_data(host_class: str, lab: bool = False, **overrides) -> SimpleNamespac
     return SimpleNamespace(**data)
 
 
+def captured_driver(capture: str = "rtxpro6000se-8x-pcie/smi_q.txt") -> dict:
+    """NvidiaDriver read from a real `nvidia-smi -q` in tests/fixtures/nvidia-smi (the 8x RTX PRO 6000's by default,
+    whose GPU at index 0 is /dev/nvidia2)."""
+    from operations.gpu.facts import NvidiaDriver
+    return NvidiaDriver().process((REPO / "tests" / "fixtures" / "nvidia-smi" / capture).read_text().splitlines())
+
+
+# The 8x RTX PRO 6000's minor numbers, index by index: [2, 3, 0, 1, 6, 7, 4, 5].
+RTX_MINORS = tuple(captured_driver()["gpu_minor_numbers"])
+
+
 def class_expectations(host_class: str) -> GpuExpectations:
     """What group_data/<host_class>.py expects of the GPUs."""
     return expected_gpus(_values(GROUP_DATA / f"{host_class}.py")["expected_gpus"])

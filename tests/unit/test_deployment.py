@@ -474,4 +474,4 @@ def test_a_server_on_loopback_keeps_nccl_and_gloo_listening_on_loopback():
     assert (loopback.env["NCCL_SOCKET_IFNAME"], loopback.env["GLOO_SOCKET_IFNAME"]) == ("lo", "lo")
     assert "NCCL_SOCKET_IFNAME" not in exposed.env and "GLOO_SOCKET_IFNAME" not in exposed.env
     assert site.server.env["NCCL_SOCKET_IFNAME"] == "eth0"
-    assert "NCCL_SOCKET_IFNAME=lo\n" in unit_files(loopback, inputs="")[1]
+    assert "NCCL_SOCKET_IFNAME=lo\n" in unit_files(loopback, "", ())[1]

@@ -12,6 +12,7 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from operations.basics.file_states import FileStates, digest_of, sha1_of
 from operations.basics.units import ServiceState
 from operations.deployment import resolve, resolve_host
+from operations.gpu.facts import NvidiaDriver
 from operations.gateway import service
 from operations.gateway.config import resolve as resolve_gateway
 from operations.gateway.drain import LEGACY_ADMIN_KEY, drain, drain_retired, no_admin_key, rejoin
@@ -199,12 +200,13 @@ def worker(**data):
 def restarting(reason: str | None, refused: str | None = None) -> tuple[unit.Restart, dict]:
     """This run's restart decision of `worker()`, and the facts of a host on which it comes out as `reason`."""
     s = worker()
-    unit_text, env_text = unit.unit_files(s, "sglang=3f2a")
+    unit_text, env_text = unit.unit_files(s, "sglang=3f2a", ())
     written = ("an older unit", "an older env") if reason == unit.FILES_CHANGED else (unit_text, env_text)
     state = dict(unit_sha1=sha1_of(written[0].encode()), env_sha1=sha1_of(written[1].encode()),
                  active="inactive" if reason == unit.STOPPED else "active", enabled="enabled")
     built = {"version": "0.5.23", "fingerprint": fingerprint(s.sglang_requirement, s.pip_index_url)}
-    return unit.Restart(s, "sglang=3f2a", []), {ServiceState: state, SGLangRejects: refused, VenvRequirement: built}
+    return unit.Restart(s, "sglang=3f2a", []), {ServiceState: state, SGLangRejects: refused, VenvRequirement: built,
+                                                   NvidiaDriver: None}  # no driver: the control nodes alone
 
 
 def test_a_restarting_worker_is_drained_on_its_gateways_host_then_waits_for_its_requests_in_flight():

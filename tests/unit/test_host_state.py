@@ -77,8 +77,9 @@ def test_a_driver_library_mismatch_reads_as_a_pending_reboot(tmp_path):
 
 @pytest.mark.parametrize("capture", ["h200-x1", "h200-x2-capture"])
 def test_driver_and_fabric_from_one_full_q_read_as_on_the_real_host(capture):
-    """One `nvidia-smi -q` stands for NvidiaDriver's `-q -d COMPUTE` and NvidiaFabric's filtered -q: the
-    facts a real H200 host gave through their own commands (facts.txt) come out of its full -q."""
+    """One `nvidia-smi -q` stands for NvidiaDriver's and NvidiaFabric's filtered -q: the facts a real H200
+    host gave through their own commands (facts.txt, then NvidiaDriver's `-q -d COMPUTE`) come out of its full -q,
+    with each GPU's minor number, which NvidiaDriver's facts.txt predates."""
     host_programs_importable()
     import gpu_state
     folder = CAPTURES / capture
@@ -86,7 +87,9 @@ def test_driver_and_fabric_from_one_full_q_read_as_on_the_real_host(capture):
     real = {name: json.loads(text)["@local"] for name, text in facts.items()}
     q = (folder / "q.txt").read_text().splitlines()
     proc = (folder / "proc_driver_nvidia_version.txt").read_text().splitlines()
-    assert NvidiaDriver().process(proc + q) == real["NvidiaDriver"]
+    driver = NvidiaDriver().process(proc + q)
+    assert driver.pop("gpu_minor_numbers") == list(range(len(real["NvidiaFabric"]["gpus"])))
+    assert driver == real["NvidiaDriver"]
     fabric = NvidiaFabric().process(gpu_state.nvidia_fabric("/nonexistent", {}, [], q))
     assert fabric["gpus"] == real["NvidiaFabric"]["gpus"]
 

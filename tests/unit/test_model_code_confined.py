@@ -18,7 +18,8 @@ from operations.weights import download, token  # noqa: F401 (token registers th
 from serving_benchmark import client, modes, units
 from serving_benchmark.plan import plan
 from tests.unit.fakehost import run
-from tests.unit.group_data import host_data
+from operations.gpu.facts import NvidiaDriver
+from tests.unit.group_data import RTX_MINORS, captured_driver, host_data
 
 DEPLOYMENT = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
 W, S = DEPLOYMENT.weights, DEPLOYMENT.server
@@ -75,11 +76,11 @@ def properties(words: list[str]) -> list[str]:
 def test_the_flag_check_runs_in_a_transient_unit_confined_as_the_replicas_keyless_and_bounded():
     """It imports the model's code (--trust-remote-code): never in the deploy's own shell, as runuser ran it."""
     command = SGLangRejects().command(venv=S.venv, args=("--model-path", S.model_dir),
-                                      env=(("HF_HOME", S.server_hf_home),), settings=sandbox.check_settings(S))
+                                      env=(("HF_HOME", S.server_hf_home),), settings=sandbox.check_settings(S, RTX_MINORS))
     assert command.startswith("cd / && systemd-run --quiet --wait --pipe --collect --service-type=exec ")
     assert "runuser" not in command and f" -- {S.venv}/bin/python -c " in command
     found = properties(shlex.split(command))
-    unit_text, _ = sandbox.unit_files(S, inputs="")
+    unit_text, _ = sandbox.unit_files(S, "", RTX_MINORS)
     for setting in ("User=sglang", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only",
                     "PrivateTmp=yes", "ProtectProc=invisible", f"InaccessiblePaths=-{S.download_home}",
                     "RestrictNamespaces=yes", "SystemCallFilter=@system-service"):
@@ -96,19 +97,19 @@ def test_the_deploy_asks_the_flag_check_with_the_replicas_confinement():
     class Host:
         def get_fact(self, fact, **kwargs):
             asked.append((fact, kwargs))
-            return None
+            return captured_driver() if fact is NvidiaDriver else None
 
     host = Host()
     with ctx_host.use(host):
         assert sandbox.rejection(host, S, ["--model-path", S.model_dir]) is None
-    [(fact, kwargs)] = asked
-    assert fact is SGLangRejects and kwargs["settings"] == sandbox.check_settings(S)
+    [(driver, _), (fact, kwargs)] = asked  # the replica's GPUs' nodes from the host's driver, then the check
+    assert driver is NvidiaDriver and fact is SGLangRejects and kwargs["settings"] == sandbox.check_settings(S, RTX_MINORS)
 
 
 def test_the_bench_client_runs_in_a_transient_unit_confined_as_the_replica_keyless_but_through_a_gateway():
     bench_plan = plan({})
     remote = "/var/lib/specfleet-bench/r/ar/c4"
-    command = client.client_unit_command(S, bench_plan, remote, 4, [S.url])
+    command = client.client_unit_command(S, bench_plan, remote, 4, [S.url], RTX_MINORS)
     assert command[:5] == ["systemd-run", "--unit=specfleet-bench-client", "--collect", "--quiet",
                            "--service-type=exec"]
     assert command[-3:-1] == ["/bin/sh", "-c"] and "$" not in command[-1]  # systemd expands $ in a command line
@@ -121,9 +122,9 @@ def test_the_bench_client_runs_in_a_transient_unit_confined_as_the_replica_keyle
         assert setting in found, setting
     # Through a gateway it reads the clients' key file (the key the gateway asks of every client).
     through = properties(client.client_unit_command(S, bench_plan, remote, 4, ["http://127.0.0.1:30080"],
-                                                   through_gateway=True))
+                                                   RTX_MINORS, through_gateway=True))
     assert f"InaccessiblePaths=-{S.config_dir}" not in through and f"InaccessiblePaths=-{S.download_home}" in through
     # The bench's servers are keyless too.
-    bench_server = properties(units.bench_unit_command(S, modes.mode_args(S, "ar"), 600))
+    bench_server = properties(units.bench_unit_command(S, modes.mode_args(S, "ar"), 600, RTX_MINORS))
     assert f"InaccessiblePaths=-{S.config_dir}" in bench_server
 

@@ -21,11 +21,12 @@ from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.flags import SGLangRejects
 
 from tests.unit.fakehost import FakeHost, failure, ran, run
-from tests.unit.group_data import host_data
+from operations.gpu.facts import NvidiaDriver
+from tests.unit.group_data import RTX_MINORS, captured_driver, host_data
 
 D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
 INPUTS = "sglang=3f2a target=ab12"
-UNIT, ENV = unit.unit_files(D, INPUTS)
+UNIT, ENV = unit.unit_files(D, INPUTS, RTX_MINORS)
 ROOT_DIRECTORIES = (D.install_dir, f"{D.install_dir}/bin", D.config_dir)
 
 
@@ -40,7 +41,8 @@ def current(unit=UNIT, env=ENV, active="active", enabled="enabled") -> dict:
                                        active=active, enabled=enabled),
             SystemdStatus: {f"{NAME}.service": active == "active"},
             SystemdEnabled: {f"{NAME}.service": enabled == "enabled"},
-            VenvRequirement: {"version": "0.5.23", "fingerprint": fingerprint(D.sglang_requirement, D.pip_index_url)}}
+            VenvRequirement: {"version": "0.5.23", "fingerprint": fingerprint(D.sglang_requirement, D.pip_index_url)},
+            NvidiaDriver: captured_driver()}
 
 
 NAME = "sglang@kimi_k26_dflash-gpu0-7"  # Kimi K2.6 on this class: one replica over all eight cards
@@ -71,7 +73,7 @@ def test_rejected_flags_fail_before_anything_is_written():
 
 def test_each_replica_renders_its_own_gpus_and_port_and_restarts_alone():
     replicas = resolve_host(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree"), "rtx_pro_6000_pcie")[0].replicas
-    rendered = [unit.unit_files(r, INPUTS) for r in replicas]
+    rendered = [unit.unit_files(r, INPUTS, RTX_MINORS) for r in replicas]
     assert [r.service_name for r in replicas] == [f"sglang@qwen36_ddtree-gpu{i}" for i in range(8)]
     for i, (unit_text, env_text) in enumerate(rendered):
         assert f"\nCUDA_VISIBLE_DEVICES={i}\n" in env_text and "\nCUDA_DEVICE_ORDER=PCI_BUS_ID\n" in env_text
@@ -80,10 +82,10 @@ def test_each_replica_renders_its_own_gpus_and_port_and_restarts_alone():
     # Replica 3's files changed, the others' did not: only replica 3 restarts.
     built = {"version": "0.5.23", "fingerprint": fingerprint(replicas[3].sglang_requirement, replicas[3].pip_index_url)}
     state = {ServiceState: dict(unit_sha1="an older unit", env_sha1="an older env", active="active", enabled="enabled"),
-             SGLangRejects: None, VenvRequirement: built}
+             SGLangRejects: None, VenvRequirement: built, NvidiaDriver: captured_driver()}
     with ctx_host.use(FakeHost(state)):
         assert unit.Restart(replicas[3], INPUTS, []).decision().restarts
-    same = {ServiceState: current(*rendered[4])[ServiceState], VenvRequirement: built}
+    same = {ServiceState: current(*rendered[4])[ServiceState], VenvRequirement: built, NvidiaDriver: captured_driver()}
     with ctx_host.use(FakeHost(same)):
         assert not unit.Restart(replicas[4], INPUTS, []).decision().restarts
 
@@ -130,13 +132,45 @@ def test_before_the_wanted_sglang_is_installed_nothing_asks_it_about_the_flags()
 
 def test_the_units_are_confined_and_the_server_may_reach_the_gpus():
     for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only", "PrivateTmp=yes",
-                 "UMask=0077", "CapabilityBoundingSet=", "DevicePolicy=closed", "DeviceAllow=char-nvidia-uvm rw",
+                 "UMask=0077", "CapabilityBoundingSet=", "DevicePolicy=closed", "DeviceAllow=/dev/nvidia-uvm rw",
                  "ReadWritePaths=/home/sglang/.cache", "ProtectKernelTunables=yes", "ProtectProc=invisible",
                  "ProtectControlGroups=yes"):
         assert f"\n{line}\n" in UNIT, line
     # What a real GPU host needs off (PrivateDevices hides /dev/nvidia*; ProcSubset=pid hides
     # /proc/meminfo from SGLang's psutil): neither is set at all.
     assert "\nPrivateDevices=" not in UNIT and "\nProcSubset=" not in UNIT
+
+
+def device_rules(unit_text: str) -> list[str]:
+    return [line.removeprefix("DeviceAllow=") for line in unit_text.splitlines() if line.startswith("DeviceAllow=")]
+
+
+CONTROL = ["/dev/nvidiactl rw", "/dev/nvidia-uvm rw", "/dev/nvidia-uvm-tools rw"]
+
+
+def test_each_replica_may_open_its_own_gpus_nodes_by_minor_number_and_no_other_gpus():
+    """The 8x RTX PRO 6000 capture: the GPU first in PCI order (index 0, CUDA_VISIBLE_DEVICES=0) is /dev/nvidia2."""
+    assert RTX_MINORS == (2, 3, 0, 1, 6, 7, 4, 5)
+    replicas = resolve_host(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree"), "rtx_pro_6000_pcie")[0].replicas
+    rules = [device_rules(unit.unit_files(r, INPUTS, RTX_MINORS)[0]) for r in replicas]
+    assert rules[0] == ["/dev/nvidia2 rw", *CONTROL] and rules[2] == ["/dev/nvidia0 rw", *CONTROL]
+    assert [rule[0] for rule in rules] == [f"/dev/nvidia{m} rw" for m in RTX_MINORS]
+    # One replica over the eight: every GPU's node, in its CUDA_VISIBLE_DEVICES order; no major-wide rule.
+    assert device_rules(UNIT) == [*(f"/dev/nvidia{m} rw" for m in RTX_MINORS), *CONTROL]
+    assert "char-" not in UNIT
+    # The H200 capture's minors (<minor_number> in -q -x, Minor Number in -q): 0 and 1.
+    assert captured_driver("h200-x2-nvlink/q.txt")["gpu_minor_numbers"] == [0, 1]
+    # No driver loaded (nvidia-smi gave no minor number): no GPU's node, the control nodes alone.
+    assert device_rules(unit.unit_files(replicas[0], INPUTS, ())[0]) == CONTROL
+
+
+def test_the_unit_reads_the_minor_numbers_from_the_hosts_driver_fact():
+    replica = resolve_host(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree"), "rtx_pro_6000_pcie")[0].replicas[0]
+    facts = {ServiceState: dict(unit_sha1="an older unit", env_sha1="an older env", active="active", enabled="enabled"),
+             SGLangRejects: None, VenvRequirement: None, NvidiaDriver: captured_driver()}
+    with ctx_host.use(FakeHost(facts)):
+        decision = unit.Restart(replica, INPUTS, []).decision()
+    assert device_rules(decision.unit_text)[0] == "/dev/nvidia2 rw"
 
 
 def test_the_hf_token_is_out_of_the_servers_reach():
@@ -157,7 +191,7 @@ def test_a_node_groups_rank_1_stops_every_process_at_once():
     """A rank >= 1 holds no request of its own (rank 0 serves HTTP); its main process waits on its schedulers,
     so SIGTERM to it alone would leave the stop waiting for its whole timeout."""
     rank = {n: unit.unit_files(replace(D, node_args=("--nnodes", "2", "--node-rank", str(n)), drains_on_stop=n == 0),
-                               INPUTS)[0] for n in (0, 1)}
+                               INPUTS, RTX_MINORS)[0] for n in (0, 1)}
     assert "\nKillMode=mixed\n" in rank[0] and "\nKillMode=control-group\n" in rank[1]
 
 

@@ -15,7 +15,7 @@ from operations.deployment import resolve, resolve_host
 from operations.gateway.config import resolve as resolve_gateway
 from operations.server.unit import unit_files
 from tests.sglang_real import parse_many_with_real_sglang
-from tests.unit.group_data import host_data
+from tests.unit.group_data import RTX_MINORS, host_data
 
 
 def test_plan_defaults_and_refusals(tmp_path):
@@ -198,9 +198,9 @@ def test_a_level_archive_unpacks_files_only_whatever_the_service_user_left_in_it
 
 def test_the_bench_unit_runs_confined_as_the_deployed_unit_and_roots_stop_restores_it():
     replica = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").replicas[0]
-    command = units.bench_unit_command(replica, mode_args(replica, "ar"), 600)
+    command = units.bench_unit_command(replica, mode_args(replica, "ar"), 600, RTX_MINORS)
     properties = [arg.removeprefix("--property=") for arg in command if arg.startswith("--property=")]
-    unit_text, _ = unit_files(replica, inputs="")
+    unit_text, _ = unit_files(replica, "", RTX_MINORS)
     for setting in ("User=sglang", "NoNewPrivileges=yes", "ProtectSystem=strict", "CapabilityBoundingSet=",
                     "DevicePolicy=closed", "KillMode=mixed"):
         assert setting in unit_text and setting in properties, setting  # the deployed unit's, one source

@@ -19,10 +19,10 @@ def planned(name: str, groups: list[str], remove_weights: bool = False, **data) 
 def test_a_worker_loses_its_download_units_user_home_and_directories_and_keeps_its_weights():
     u = planned("pcie-1", ["rtx_pro_6000_pcie"])
     # The download user goes too, with its home: the HF token is in it.
-    assert u.directories == ("/etc/specfleet", "/opt/specfleet") and u.users == ("sglang", "sglang-download")
+    assert u.directories == ("/etc/specfleet", "/opt/specfleet") and u.users == ("sglang", "sglang-download", "specfleet-build")
     assert u.gateway_unit is None and u.weights_dir is None
     paths, users = uninstall.candidates(u)
-    assert WEIGHTS not in paths and users == ("sglang", "sglang-download")
+    assert WEIGHTS not in paths and users == ("sglang", "sglang-download", "specfleet-build")
     left = {"paths": ["/etc/specfleet", "/opt/specfleet"], "users": ["sglang", "sglang-download"],
             "units": ["specfleet-weights-moonshotai--Kimi-K2.6"]}
     assert uninstall.removals(u, left) == [
@@ -39,7 +39,7 @@ def test_a_worker_loses_its_download_units_user_home_and_directories_and_keeps_i
 
 def test_a_gateway_loses_smg_and_prometheus_targets_and_the_weights_go_only_when_asked():
     u = planned("gw-1", ["gateway"], remove_weights=True)
-    assert u.users == ("smg",) and u.gateway_unit == "/etc/systemd/system/smg.service" and u.weights_dir == WEIGHTS
+    assert u.users == ("smg", "specfleet-build") and u.gateway_unit == "/etc/systemd/system/smg.service" and u.weights_dir == WEIGHTS
     left = {"paths": [u.gateway_unit, prometheus.CONFINEMENT_FILE, prometheus.CONFIG_FILE, WEIGHTS, "/opt/specfleet"],
             "users": ["smg"], "units": []}
     commands = uninstall.removals(u, left)

@@ -1,10 +1,16 @@
 """operations.venv: a release with a committed lock installs with --require-hashes (facts in, commands out)."""
 
 import hashlib
+import os
 import platform
+import pwd
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +18,7 @@ from lab.index import start_index
 from operations.python import venv
 from operations.basics.host_programs import program
 from operations.python.venv import HostPython, VenvRequirement
+from tests.unit import fakehost
 from tests.unit.test_gpu_operations import FakeHost, run
 
 VENV = "/opt/specfleet/tools-venv"
@@ -185,3 +192,115 @@ def test_a_url_path_git_or_range_requirement_installs_unchecked_and_says_so(monk
         WarnedHost.warnings = []
         assert "--require-hashes" in install(f"{requirement} --hash=sha256:" + "b" * 64)[2]
         assert WarnedHost.warnings == []
+
+
+GIT_BUILD = "sglang @ git+https://github.com/sgl-project/sglang@" + "a" * 40 + "#subdirectory=python"
+BUILD_AS_USER = ("runuser -u specfleet-build -- env -i HOME=/home/specfleet-build PATH=/usr/local/bin:/usr/bin:/bin "
+                 "TMPDIR=/home/specfleet-build/build/tmp GIT_TERMINAL_PROMPT=0 sh -c ")
+
+
+@pytest.mark.parametrize("python", [DEBIAN12, {**PPC64LE, "python": "3.12.3"}], ids=["uv", "pip"])
+def test_a_git_requirement_is_built_by_the_build_user_and_root_installs_only_its_wheel(python):
+    commands, _ = fakehost.run(venv.requirement, {VenvRequirement: {"version": None, "fingerprint": None},
+                                                  HostPython: python},
+                               path=VENV, requirement=GIT_BUILD, distribution="sglang",
+                               index_url="http://index/simple/", uv=UV)
+    create, build, handed, installed, marker = commands
+    assert create.startswith(f"rm -rf {VENV}")
+    # The clone, the checkout and the build backend's code run as the build user alone, in its own directory.
+    assert build.startswith(BUILD_AS_USER) and build.count("runuser") == 1
+    script = shlex.split(build)[-1]
+    assert script.startswith("rm -rf /home/specfleet-build/build && mkdir -m 700 /home/specfleet-build/build ")
+    assert "git clone --quiet --filter=blob:none --no-checkout -- https://github.com/sgl-project/sglang " \
+           "/home/specfleet-build/build/src" in script
+    assert f"git checkout --quiet {'a' * 40}" in script
+    builder = ("/opt/specfleet/bin/uv build --quiet --no-config --wheel --no-python-downloads " if python is DEBIAN12
+               else f"{VENV}/bin/pip wheel --quiet --disable-pip-version-check --no-cache-dir --no-deps ")
+    assert builder in script and script.endswith(
+        "/home/specfleet-build/build/src/python && rm -rf /home/specfleet-build/build/src")
+    # Root reads the build's directory only through the build user, and writes the wheel into its own venv.
+    assert handed.startswith("name=$(runuser -u specfleet-build -- ls /home/specfleet-build/build/wheels) && ")
+    assert handed.endswith(f"timeout 600 runuser -u specfleet-build -- cat -- /home/specfleet-build/build/wheels/"
+                           f'"$name" > {VENV}/.specfleet-wheel/"$name"')
+    # Root's installer is given that wheel, never the git URL (which it would build itself).
+    assert installed.startswith(f"set -- {VENV}/.specfleet-wheel/*.whl && ")
+    assert installed.endswith("--index-url http://index/simple/ 'sglang @ file://'\"$1\"")
+    assert "git+" not in installed and "runuser" not in installed
+    assert marker == f"echo {venv.fingerprint(GIT_BUILD, 'http://index/simple/')} > {VENV}/.specfleet-requirement"
+
+
+def test_the_wheels_name_is_taken_only_when_it_is_one_plain_wheel(tmp_path):
+    """The name check of the handed-over wheel, run by sh on names a hostile build could leave."""
+    [_, handed, _] = venv.git_build(GIT_BUILD, str(tmp_path), "", None, "true ")
+    check = handed.split("; mkdir")[0].replace("runuser -u specfleet-build -- ls /home/specfleet-build/build/wheels",
+                                              'printf %s "$NAMES"')
+    for names, taken in [("sglang-0.5.23-py3-none-any.whl", True), ("a.whl\nb.whl", False), ("", False),
+                         ("../../etc/x.whl", False), (".hidden.whl", False), ("x.whl;reboot", False),
+                         ("sglang.tar.gz", False), ("x\x1b[2J.whl", False)]:
+        ran = subprocess.run(["sh", "-c", check], env={"NAMES": names}, capture_output=True, text=True)
+        assert (ran.returncode == 0) is taken, names
+        assert names not in ran.stderr or not names  # a refused name is never printed
+
+
+BACKEND = '''import os, zipfile
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    """A wheel whose module records who built it."""
+    name, info = "uidprobe-1.0-py3-none-any.whl", "uidprobe-1.0.dist-info"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as wheel:
+        wheel.writestr("uidprobe.py", f"BUILT_BY_UID = {os.getuid()}\\n")
+        wheel.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\\nName: uidprobe\\nVersion: 1.0\\n")
+        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\\nGenerator: t\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n")
+        wheel.writestr(f"{info}/RECORD", "")
+    return name
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/git").exists() or not Path("/usr/bin/python3").exists(),
+                    reason="runs runuser as root, the system's git and python3")
+def test_the_git_build_commands_build_as_another_user_and_root_installs_the_wheel():
+    """The commands `requirement` yields for a git requirement, run for real with `nobody` as the build user
+    (the only change: its name and home): a pull request's commit on no branch is fetched, its build backend
+    runs as that user, and root's venv gets the wheel."""
+    base = Path(tempfile.mkdtemp(prefix="specfleet-git-build-"))
+    try:
+        base.chmod(0o755)
+        source = base / "pkg"
+        source.mkdir()
+        (source / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                               'backend-path = ["."]\n')
+        (source / "backend.py").write_text(BACKEND)
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(source)]
+        subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "base"], check=True)
+        subprocess.run([*git, "checkout", "-q", "--detach"], check=True)
+        subprocess.run([*git, "add", "."], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "the pull request"], check=True)
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+        bare = base / "pkg.git"
+        subprocess.run(["git", "clone", "-q", "--bare", str(source), str(bare)], check=True)
+        subprocess.run(["git", "-C", str(bare), "update-ref", "refs/pull/1/head", commit], check=True)
+        (base / "home").mkdir(mode=0o755)
+        subprocess.run(["chown", "-R", "nobody:", str(bare), str(base / "home")], check=True)
+        (base / "opt" / "bin").mkdir(parents=True)
+        (base / "opt").chmod(0o755)
+        (base / "opt" / "bin").chmod(0o755)
+        (base / "opt" / "bin" / "uv").symlink_to(Path(sys.executable).parent / "uv")
+        path = f"{base}/opt/v"
+        commands, _ = fakehost.run(venv.requirement, {VenvRequirement: None, HostPython: DEBIAN12}, path=path,
+                                   requirement=f"uidprobe @ git+file://{bare}@{commit}", distribution="uidprobe",
+                                   uv=venv.Uv(f"{base}/opt"))
+        for command in commands:
+            command = command.replace("specfleet-build", "nobody").replace("/home/nobody", f"{base}/home")
+            # As on a host: root's umask 022 and the system's python3 (the venv is other users' to read).
+            ran = subprocess.run(["sh", "-c", f"umask 022 && {command}"], capture_output=True, text=True,
+                                 env={**os.environ, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
+            assert ran.returncode == 0, (command, ran.stderr)
+        built_by = subprocess.run([f"{path}/bin/python", "-c", "import uidprobe; print(uidprobe.BUILT_BY_UID)"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+        assert int(built_by) == pwd.getpwnam("nobody").pw_uid != 0
+        [wheel] = (Path(path) / venv.WHEEL_DIR).iterdir()
+        assert wheel.name == "uidprobe-1.0-py3-none-any.whl" and wheel.stat().st_uid == 0
+        assert not (base / "home" / "build" / "src").exists()  # the build user removed its checkout
+    finally:
+        shutil.rmtree(base)

@@ -83,10 +83,12 @@ def parse_smi_xml(text: str) -> dict:
     gpus = []
     for node in root.findall("gpu"):
         memory = text_of(node, "fb_memory_usage/total")
+        minor = text_of(node, "minor_number")
         gpus.append(
             dict(
                 pci_bus_id=node.get("id"),
                 name=text_of(node, "product_name"),
+                minor_number=field_value(minor, int) if minor else None,
                 memory_total_mib=field_value(memory, int) if memory else None,
                 persistence_mode=text_of(node, "persistence_mode"),
                 mig_mode=text_of(node, "mig_mode/current_mig"),

@@ -35,9 +35,9 @@ def bench_unit_command(d: Server, args: list[str], max_runtime_s: int, unit: str
     setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
     return ["systemd-run", f"--unit={unit}", "--collect",
             f"--description=specfleet serving benchmark of {d.service_name}",
-            *(f"--property={setting}" for setting in (*sandbox.service_settings(d), *sandbox.keyless(d))),
+            *(f"--property={setting}" for setting in (*sandbox.service_settings(d), *sandbox.keyless(d.engine.service))),
             f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}", *setenv,
-            f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *args]
+            f"{d.engine.venv}/bin/python", f"{d.engine.service.install_dir}/bin/launch_sglang.py", *args]
 
 
 def start_mode(host, replicas: tuple[Server, ...], mode: str, max_runtime_s: int) -> tuple[bool, str]:

@@ -119,7 +119,7 @@ def view_of(inventory_host, inventory) -> HostView:
         for r in d.replicas:
             endpoints[r.service_name] = (f"rank {d.node_group.rank} of {d.node_group.name}"
                                          if d.node_group and not d.node_group.serves_http
-                                         else where(h, r.bind_address, r.port))
+                                         else where(h, r.engine.service.bind_address, r.port))
     if g:
         endpoints[g.service_name] = where(h, g.bind_address, g.port)
     return HostView(h.name, host_class, tuple(r for d in served for r in d.replicas), endpoints, g)
@@ -137,7 +137,7 @@ def wanted(view: HostView) -> gathering.Wanted:
     """The facts status reads on the host: its SGLang units (with a replica's key and user), its gateway."""
     found: gathering.Wanted = []
     if view.replicas:
-        s = view.replicas[0]
+        s = view.replicas[0].engine.service  # the host's, whichever replica
         found.append((ReplicaStates, dict(prefix=s.service_prefix, key_file=s.api_key_file, service_user=s.service_user)))
     if view.gateway:
         g = view.gateway
@@ -195,7 +195,7 @@ def records(views: list[HostView], seen: dict[str, dict | None], gateways: list[
         units, by_name = seen[v.name]["units"], {r.service_name: r for r in v.replicas}
         for name in [*by_name, *sorted(set(units) - set(by_name))]:
             run, replica = units.get(name), by_name.get(name)
-            found.append({**base, "deployment": replica.deployment if replica else "(none wants it)", "unit": name,
+            found.append({**base, "deployment": replica.engine.name if replica else "(none wants it)", "unit": name,
                           "state": _state(run) if run else "not deployed",
                           "weights": "+".join(posixpath.basename(p)[:8] for p in run["loads"]) if run else None,
                           "sglang": (run or {}).get("version"),

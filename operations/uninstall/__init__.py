@@ -35,14 +35,15 @@ class Uninstall:
 def plan(servers: tuple[Server, ...], gateway: Gateway | None, weights_dir: str, remove_weights: bool) -> Uninstall:
     """The host's Uninstall. A directory of one component (/opt, /srv) is refused, never removed whole:
     the deploy makes its own directories, which a misset knob could point at a system one."""
-    directories = sorted({d for s in servers for d in (s.install_dir, s.config_dir)}
+    hosts = {s.engine.service for s in servers}
+    directories = sorted({d for h in hosts for d in (h.install_dir, h.config_dir)}
                          | ({gateway.install_dir, gateway.config_dir} if gateway else set()))
     for name, path in [*(("install_dir or config_dir", d) for d in directories),
                        *([("weights_dir", weights_dir)] if remove_weights else [])]:
         if path.count("/") < 2:
             raise knobs.refused(name, path, "uninstall removes only a directory of its own, at least two levels "
                                 "deep (e.g. /opt/specfleet)", wrong="is not removed whole")
-    users = sorted({u for s in servers for u in (s.service_user, s.download_user)} | ({gateway.user} if gateway else set()))
+    users = sorted({u for h in hosts for u in (h.service_user, h.download_user)} | ({gateway.user} if gateway else set()))
     return Uninstall(tuple(directories), tuple(users), gateway.unit_file if gateway else None,
                      weights_dir if remove_weights else None)
 

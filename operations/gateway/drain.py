@@ -48,7 +48,7 @@ def no_admin_key(service: ServiceHost):
 
     .. code:: python
 
-        drain.no_admin_key(name="No gateway admin key on the worker", service=replica.service)
+        drain.no_admin_key(name="No gateway admin key on the worker", service=worker.service)
     """
     path = _legacy_admin_key(service)
     own = config.resolve(host.data).admin_key_file if roles.is_gateway(host.groups) else None
@@ -181,7 +181,7 @@ def drain_retired(service: ServiceHost, gateways: list[Route], restarts: list[Re
 
     .. code:: python
 
-        drain.drain_retired(name="Drain retired units", service=replica.service, gateways=membership.gateways(fleet, host),
+        drain.drain_retired(name="Drain retired units", service=worker.service, gateways=membership.gateways(fleet, host),
                             restarts=[Restart(replica, inputs, [key])])
     """
     d = service

@@ -218,7 +218,7 @@ def retired(service: ServiceHost, restarts: list[Restart]):
 
     .. code:: python
 
-        unit.retired(name="Units no deployment wants", service=replica.service, restarts=[Restart(replica, inputs, [key])])
+        unit.retired(name="Units no deployment wants", service=worker.service, restarts=[Restart(replica, inputs, [key])])
     """
     refused = refusals(restarts)
     if refused:

@@ -166,7 +166,7 @@ def test_dflash_profiles_let_the_drafter_take_the_target_context(host_class):
     for profile in PROFILES:
         d = deployment(host_class, profile, repos={r: r for r in _real_repo_ids()})
         assert (d.engine.env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN") == "1"
-                or "--context-length" in d.extra_args), f"{profile} on {host_class}"
+                or "--context-length" in d.engine.extra_args), f"{profile} on {host_class}"
 
 
 def _real_repo_ids() -> list[str]:

@@ -27,21 +27,22 @@ from serving_benchmark import client, sweep
 from serving_benchmark.plan import plan as bench_plan
 
 schema.check_inventory(inventory)  # a key no knob has (a misspelt `modes`) stops the run before any host changes
-deployments = ()
+worker, deployments = None, ()
 try:
-    deployments = deployment.resolve_host(host.data, deployment.host_class_of(host.groups),
-                                          nodes.members(inventory, host))
+    worker, deployments = deployment.resolve_worker(host.data, deployment.host_class_of(host.groups),
+                                                    nodes.members(inventory, host))
     plan = bench_plan(host.data)
 except BadHostData as problem:
-    deployments = ()
+    worker, deployments = None, ()
     preflight.refuse(problem=f"{host.name}: {problem}")
 
 if deployments:
-    server = deployments[0].server
-    venv.requirement(name="Benchmark client (aiperf)", path=f"{server.install_dir}/bench-venv",
-                     distribution="aiperf", requirement=client.CLIENT_REQUIREMENT, index_url=server.pip_index_url)
-    client.tokenizer(name="Benchmark tokenizer", server=server, source=plan.tokenizer)
-    client.prompts(name="Benchmark prompts", server=server, plan=plan)
+    # The client, its prompts and tokenizer are the host's, beside its servers: one for every deployment.
+    venv.requirement(name="Benchmark client (aiperf)", path=f"{worker.service.install_dir}/bench-venv",
+                     distribution="aiperf", requirement=client.CLIENT_REQUIREMENT,
+                     index_url=worker.service.pip_index_url)
+    client.tokenizer(name="Benchmark tokenizer", service=worker.service, source=plan.tokenizer)
+    client.prompts(name="Benchmark prompts", service=worker.service, plan=plan)
     for d in host.loop(deployments):  # each model of the host on its own, its replicas together
         # A replica behind a gateway leaves it before its server stops, and comes back once its deployed
         # unit generates again (gateway/drain.py, then serving_benchmark/behind_gateway.py join_again, as a

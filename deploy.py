@@ -69,7 +69,7 @@ if deployments and not refused and not any(hub.problems for hub in hubs):
     gpu_runtime(worker.gpu)
     # 3. What the servers run as and from: their user, root's directories, their API key, each SGLang
     #    build's virtualenv and the host programs; the HF token (written by the service user).
-    keys = server_installed(worker.service, tuple(d.server for d in deployments))
+    keys = server_installed(worker.service, tuple(d.engine for d in deployments))
     # A gateway's admin key stays on its host: the gateways' hosts drain and register these replicas.
     drain.no_admin_key(name="No gateway admin key", service=worker.service)
     token.hf_token(name="Hugging Face token", token_env=worker.hf_token_env, service=worker.service)
@@ -90,7 +90,7 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     #    replica's new files are validated by the host's SGLang before any unit changes. rollout.py does
     #    the fleet N hosts at a time. Each unit's environment holds the GPU smoke test's P2P decision for
     #    this host (stage 4).
-    restarts = [[unit.Restart(replica, unit.inputs(replica, d.weights.commits), restart_when=keys,
+    restarts = [[unit.Restart(replica, unit.inputs(d.engine, d.weights.commits), restart_when=keys,
                               decided_env=functools.partial(smoke.decided_env, worker.smoke))
                  for replica in d.replicas] for d in deployments]
     every = [restart for each in restarts for restart in each]
@@ -123,4 +123,4 @@ if gateway and not refused:
 
 # The run's table: every host, its class, models, endpoints, gateway, state and accept length, printed
 # once every host reached this last operation.
-summary.summarize(host, deployments, gateway)
+summary.summarize(host, worker, deployments, gateway)

@@ -58,7 +58,7 @@ def moving(hosts, profiles: list[str] | None) -> tuple[dict, dict, list[str]]:
             for repo in w.repos:
                 if not COMMIT.fullmatch(repo.revision):
                     repos.setdefault((w.hf_endpoint, w.hf_token_env, repo.repo_id, repo.revision), []).append(host.name)
-            for url, ref in git_refs(d.server.sglang_requirement):
+            for url, ref in git_refs(d.engine.sglang_requirement):
                 if not COMMIT.fullmatch(ref):
                     refs.setdefault((url, ref), []).append(host.name)
     return repos, refs, problems

@@ -24,13 +24,13 @@ try:
     if view.problem:
         raise knobs.BadHostData(view.problem)
     remove_weights = knobs.boolean("remove_weights", host.data.get("remove_weights", False))
-    plan = uninstall.plan(view.replicas, view.gateway, knobs.path("weights_dir", host.data.weights_dir), remove_weights)
+    plan = uninstall.plan(view.service, view.gateway, knobs.path("weights_dir", host.data.weights_dir), remove_weights)
 except knobs.BadHostData as problem:
     preflight.refuse(name="Uninstall", problem=f"{host.name}: {problem}")
 else:
-    if view.replicas:
+    if view.service:
         # No replica wanted: every SGLang unit of the host is retired, as the deploy retires one.
-        service = view.replicas[0].service  # the host's, which every replica holds
+        service = view.service
         drain.drain_retired(name="SGLang units leave the gateways", service=service,
                             gateways=membership.gateways(membership.of(inventory), host), restarts=[])
         unit.retired(name="SGLang units", service=service, restarts=[])

@@ -12,7 +12,7 @@ from pyinfra.api import operation
 
 from operations.basics import shell
 from operations.server import sandbox
-from operations.server.config import Server
+from operations.server.config import Server, ServiceHost
 from operations.server.host_scripts.engine_answers import scrubbed
 from serving_benchmark import report
 from serving_benchmark.plan import REPO, Plan
@@ -30,72 +30,74 @@ CLIENT = (
 
 
 @operation()
-def tokenizer(server: Server, source: str):
+def tokenizer(service: ServiceHost, source: str):
     """
     Upload the benchmark's tokenizer (a controller directory with tokenizer.json) next to the client.
 
     Only for hosts whose model tokenizer the client cannot load (the lab's tiny models);
     ``source="target"`` (the default) uses the model's own tokenizer and uploads nothing.
 
-    + server: the host's server (install directory)
+    + service: what the host's servers share (its install directory)
     + source: "target" or a directory, relative to the repository, holding tokenizer.json
 
     **Example:**
 
     .. code:: python
 
-        client.tokenizer(name="Benchmark tokenizer", server=s, source="lab/sglang_standin/bench_tokenizer")
+        client.tokenizer(name="Benchmark tokenizer", service=worker.service,
+                         source="lab/sglang_standin/bench_tokenizer")
     """
     if source == "target":
         host.noop("the client reads the model's own tokenizer")
         return
     for path in sorted((REPO / source).glob("*.json")):
-        yield from shell.put(src=str(path), dest=f"{server.install_dir}/bench/tokenizer/{path.name}",
+        yield from shell.put(src=str(path), dest=f"{service.install_dir}/bench/tokenizer/{path.name}",
                              mode="644")
 
 
 @operation()
-def prompts(server: Server, plan: Plan):
+def prompts(service: ServiceHost, plan: Plan):
     """
     Upload the benchmark's prompts file next to the client (root's directory): 0640 root:<service user's
     group>, the operator's prompts readable by the client and no other local user.
 
-    + server: the host's server (install directory)
+    + service: what the host's servers share (its install directory, the service user)
     + plan: the benchmark's plan (its prompts file on the controller)
 
     **Example:**
 
     .. code:: python
 
-        client.prompts(name="Benchmark prompts", server=s, plan=plan.plan(host.data))
+        client.prompts(name="Benchmark prompts", service=worker.service, plan=plan.plan(host.data))
     """
-    yield from shell.put(src=str(plan.prompts), dest=prompts_path(server), user="root",
-                         group=server.service_user, mode="640")
+    yield from shell.put(src=str(plan.prompts), dest=prompts_path(service), user="root",
+                         group=service.service_user, mode="640")
 
 
-def prompts_path(server: Server) -> str:
-    return f"{server.install_dir}/bench/prompts.jsonl"
+def prompts_path(service: ServiceHost) -> str:
+    return f"{service.install_dir}/bench/prompts.jsonl"
 
 
 def client_tokenizer(server: Server, source: str) -> list[str]:
     if source == "target":
-        trust = ["--tokenizer-trust-remote-code"] if "--trust-remote-code" in server.extra_args else []
-        return ["--tokenizer", server.model_dir, *trust]
-    return ["--tokenizer", f"{server.install_dir}/bench/tokenizer"]
+        trust = ["--tokenizer-trust-remote-code"] if "--trust-remote-code" in server.engine.extra_args else []
+        return ["--tokenizer", server.engine.model_dir, *trust]
+    return ["--tokenizer", f"{server.engine.service.install_dir}/bench/tokenizer"]
 
 
 def client_command(d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str],
                    through_gateway: bool = False) -> list[str]:
     """The client's command line at one level: aiperf round robin over `urls` (its --url, once per server),
-    through `CLIENT`; through a gateway, with the deployed units' API key (`d.api_key_file`, read by
+    through `CLIENT`; through a gateway, with the deployed units' API key (`d.engine.service.api_key_file`, read by
     `CLIENT`) and without aiperf's scrape of the URL's /metrics: smg serves its metrics on a port of its
     own, and aiperf 0.13.0 then may wait for a metrics producer that never reports, and exit 1."""
-    return [f"{d.install_dir}/bench-venv/bin/python", "-c", CLIENT, d.api_key_file if through_gateway else "",
-            "profile", "--model", d.served_model_name,
+    h = d.engine.service
+    return [f"{h.install_dir}/bench-venv/bin/python", "-c", CLIENT, h.api_key_file if through_gateway else "",
+            "profile", "--model", d.engine.served_model_name,
             *(arg for url in urls for arg in ("--url", url)), "--endpoint-type", "chat", "--streaming",
             "--concurrency", str(concurrency), "--request-count", str(plan.requests_at(concurrency)),
             "--warmup-request-count", str(min(concurrency, 4)),
-            "--input-file", prompts_path(d), "--custom-dataset-type", "single_turn",
+            "--input-file", prompts_path(h), "--custom-dataset-type", "single_turn",
             "--prompt-output-tokens-mean", str(plan.output_tokens), "--prompt-output-tokens-stddev", "0",
             "--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--random-seed", "0",
             *client_tokenizer(d, plan.tokenizer), *(["--no-server-metrics"] if through_gateway else []),
@@ -119,20 +121,21 @@ def client_unit_command(d: Server, plan: Plan, remote: str, concurrency: int, ur
     would expand in the command line."""
     client = " ".join(shlex.quote(a) for a in client_command(d, plan, remote, concurrency, urls, through_gateway))
     script = f"if {client} > client.log 2>&1; then echo 0 > client.rc; else echo 1 > client.rc; fi"
-    settings = (*sandbox.service_settings(d, minors), *([] if through_gateway else sandbox.keyless(d)), "KillMode=control-group",
+    keyless = [] if through_gateway else sandbox.keyless(d.engine.service)
+    settings = (*sandbox.service_settings(d, minors), *keyless, "KillMode=control-group",
                 f"WorkingDirectory={remote}", f"ReadWritePaths={remote}",
                 f"RuntimeMaxSec={level_bound_s(plan, concurrency)}")
     return ["systemd-run", f"--unit={CLIENT_UNIT}", "--collect", "--quiet", "--service-type=exec",
             f"--description=specfleet serving benchmark client of {d.service_name}",
             *(f"--property={setting}" for setting in settings),
-            f"--setenv=HF_HOME={d.server_hf_home}", "/bin/sh", "-c", script]
+            f"--setenv=HF_HOME={d.engine.service.server_hf_home}", "/bin/sh", "-c", script]
 
 
 def run_level(host, d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str],
               through_gateway: bool = False) -> tuple[bool, str]:
     """Run the client at one level in its unit (``client_unit_command``) and log progress until it ends."""
     requests, warmup = plan.requests_at(concurrency), min(concurrency, 4)
-    user = d.service_user
+    user = d.engine.service.service_user
     command = " ".join(shlex.quote(a) for a in client_unit_command(d, plan, remote, concurrency, urls,
                                                                    sandbox.gpu_minor_numbers(), through_gateway))
     ok, said = run(host, f"{as_user(user, f'mkdir -p {remote}')} && {{ systemctl reset-failed {CLIENT_UNIT} "
@@ -163,11 +166,12 @@ def measure(host, d: Server, plan: Plan, remote: str, local: Path, where: str, c
     deployed = bool(gateway)
     for t in targets:
         # Resets the accept length average; admin-optional in SGLang (http_server.py): the worker admin key.
-        request(host, t, "/flush_cache", "POST", key_file=t.admin_key_file if deployed else "")
+        request(host, t, "/flush_cache", "POST", key_file=t.engine.service.admin_key_file if deployed else "")
     urls = [gateway] if deployed else [t.url for t in targets]
     ok, progress = run_level(host, d, plan, remote, concurrency, urls, through_gateway=deployed)
-    answers = [request(host, t, "/server_info", key_file=t.api_key_file if deployed else "") for t in targets]
-    fetch(host, d.service_user, remote, local)
+    answers = [request(host, t, "/server_info", key_file=t.engine.service.api_key_file if deployed else "")
+               for t in targets]
+    fetch(host, d.engine.service.service_user, remote, local)
     # The first server's answer, its secrets masked: written here, never into a command on the host.
     infos = [server_info(answer) for answer in answers]
     try:

@@ -36,7 +36,7 @@ def gateway_problem(listing: dict, route: Route, replicas: tuple[Server, ...]) -
     wanted = {route.worker_url(r.port) for r in replicas}
     if listed - wanted:
         others = sorted(listed - wanted)
-        return (f"{route.gateway} also routes {d.served_model_name} to {len(others)} other worker(s) "
+        return (f"{route.gateway} also routes {d.engine.served_model_name} to {len(others)} other worker(s) "
                 f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): its figures would not be this "
                 "host's alone")
     if wanted - listed:
@@ -51,11 +51,11 @@ def through_gateways(host, replicas: tuple[Server, ...], plan: Plan, remote_root
     get them (the gateway's policy spreading the requests). Per gateway, its levels and the tokens each
     replica generated meanwhile, or why it was skipped or failed."""
     d = replicas[0]
-    mode = d.speculative.algorithm.lower()
+    mode = d.engine.speculative.algorithm.lower()
     passes = {}
     for route in routes:
         name = route.gateway
-        problem = route.problem or gateway_problem(behind_gateway.listing_now(host, route, d.served_model_name), route,
+        problem = route.problem or gateway_problem(behind_gateway.listing_now(host, route, d.engine.served_model_name), route,
                                                    replicas)
         if problem:
             passes[name] = {"skipped": f"through {name} skipped: {problem}"}
@@ -63,9 +63,9 @@ def through_gateways(host, replicas: tuple[Server, ...], plan: Plan, remote_root
             continue
         url = network.url(route.address, route.port)
         result = passes[name] = {"url": url, "mode": mode, "levels": {}}
-        before = [generated_tokens(request(host, r, "/metrics", key_file=r.api_key_file)) for r in replicas]
+        before = [generated_tokens(request(host, r, "/metrics", key_file=r.engine.service.api_key_file)) for r in replicas]
         remote = f"{remote_root}/gateway-{name}"
-        run_directory(host, d.service_user, remote_root)
+        run_directory(host, d.engine.service.service_user, remote_root)
         try:
             for concurrency in plan.concurrency:
                 where = f"gateway-{name}/{mode}/c{concurrency}/"
@@ -82,8 +82,8 @@ def through_gateways(host, replicas: tuple[Server, ...], plan: Plan, remote_root
                          f"output tok/s, {level['request_s']:.2f} req/s, accept length {level['accept_length']} "
                          f"({progress})")
         finally:
-            clean(host, d.service_user, remote_root)
-        after = [generated_tokens(request(host, r, "/metrics", key_file=r.api_key_file)) for r in replicas]
+            clean(host, d.engine.service.service_user, remote_root)
+        after = [generated_tokens(request(host, r, "/metrics", key_file=r.engine.service.api_key_file)) for r in replicas]
         result["generated_tokens"] = {r.service_name: round(a - b) for r, b, a in zip(replicas, before, after)}
         host.log(f"bench through {name}: tokens each replica generated: "
                  + ", ".join(f"{r.service_name} {n}" for r, n in zip(replicas, result["generated_tokens"].values())))

@@ -20,7 +20,9 @@ def mode_args(server: Server, mode: str) -> list[str]:
     defaults to block - 1, spine mode), the target backend and the page size its rules ask (ddtree:
     one-token pages, and triton where it builds a tree).
     """
-    d = dataclasses.replace(server, service=dataclasses.replace(server.service, bind_address=network.LOOPBACK))
+    e = server.engine
+    d = dataclasses.replace(server, engine=dataclasses.replace(
+        e, service=dataclasses.replace(e.service, bind_address=network.LOOPBACK)))
     entry = speculative.of_mode(mode)
     if not entry.drafts:
         args, drop = [], False
@@ -32,10 +34,10 @@ def mode_args(server: Server, mode: str) -> list[str]:
             else:
                 args.append(arg)
         return args
-    spec = server.speculative.as_mode(mode)
-    args = server_args(dataclasses.replace(
-        d, speculative=spec,
-        attention_backend=entry.target_backend(d.attention_backend, spec.num_draft_tokens, spec.tree_size)))
+    spec = e.speculative.as_mode(mode)
+    args = server_args(dataclasses.replace(d, engine=dataclasses.replace(
+        d.engine, speculative=spec,
+        attention_backend=entry.target_backend(e.attention_backend, spec.num_draft_tokens, spec.tree_size))))
     if entry.page_size is not None and "--page-size" not in args:
         args += ["--page-size", str(entry.page_size)]
     return args
@@ -52,9 +54,9 @@ def accepted(server: Server, modes: tuple[str, ...]) -> dict[str, dict]:
         entry = speculative.of_mode(mode)
         if rejected and entry.pull_request:
             found[mode] = {"skipped": f"{mode} skipped: no {entry.label} build is deployed (the SGLang in "
-                                      f"{server.venv} rejects its flags: {rejected})"}
+                                      f"{server.engine.venv} rejects its flags: {rejected})"}
         elif rejected:
-            found[mode] = {"skipped": f"{mode} skipped: the SGLang in {server.venv} rejects its flags: {rejected}"}
+            found[mode] = {"skipped": f"{mode} skipped: the SGLang in {server.engine.venv} rejects its flags: {rejected}"}
         else:
             found[mode] = {"server_args": args}
     return found

@@ -76,14 +76,16 @@ def sweep(replicas: tuple[Server, ...], plan: Plan, smoke: SmokeTest | None = No
     """
     if smoke is not None:  # the environment the deployed units have, P2P decision included
         decided = gpu_smoke.decided_env(smoke)
-        replicas = tuple(dataclasses.replace(r, env={**r.env, **decided}) for r in replicas)
+        engine = dataclasses.replace(replicas[0].engine, env={**replicas[0].engine.env, **decided})
+        replicas = tuple(dataclasses.replace(r, engine=engine) for r in replicas)
     server = replicas[0]
     modes = bench_modes.accepted(server, plan.modes)
     gpus = host.get_fact(NvidiaGpus)
     # How long a mode (and the deployed service after) may take to start: as the deploy allows it, from
     # ready_timeout_s or the size of the weights on the host.
-    disk = host.get_fact(WeightsDisk, local_dirs=(server.model_dir, server.draft_model_dir))
-    ready_s = readiness.timeout_for(server, sum(sum((d or {}).get("files", {}).values()) for d in disk.values()))
+    disk = host.get_fact(WeightsDisk, local_dirs=(server.engine.model_dir, server.engine.draft_model_dir))
+    weight_bytes = sum(sum((d or {}).get("files", {}).values()) for d in disk.values())
+    ready_s = readiness.timeout_for(server.engine.service, weight_bytes)
     rejoin = list(zip(routes or [[] for _ in replicas], drained or [None for _ in replicas]))
     yield FunctionCommand(run_sweep, (tuple(replicas), plan, modes, gpus, ready_s, rejoin, results_subdir), {})
 
@@ -140,7 +142,7 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
     level_budget_s = sum(client.level_bound_s(plan, c) for c in plan.concurrency) * (len(replicas) + several)
     out.mkdir(parents=True, exist_ok=True)
     failed, per_replica = [], {}
-    remote.run_directory(host, d.service_user, remote_root)
+    remote.run_directory(host, d.engine.service.service_user, remote_root)
     try:
         for mode, result in modes.items():
             if "skipped" in result:
@@ -211,8 +213,8 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
             _SWEEPS.discard(gevent.getcurrent())
         failed += [f"through {name}" for name, result in gateways.items() if "failed" in result]
 
-    meta = {"host": host.name, "host_class": d.host_class, "profile": d.profile_name, "started": run_id,
-            "layout": {"deployment": d.deployment, "tp_size": d.tp_size,
+    meta = {"host": host.name, "host_class": d.engine.host_class, "profile": d.engine.profile_name, "started": run_id,
+            "layout": {"deployment": d.engine.name, "tp_size": d.engine.tp_size,
                        "replicas": {r.service_name: list(r.gpus) for r in replicas}},
             "specfleet_commit": specfleet_commit(), "client": client.CLIENT_REQUIREMENT, "gpus": gpus,
             "workload": {"prompts": plan.prompts.name, "prompt_count": plan.prompt_count,

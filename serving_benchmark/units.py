@@ -36,9 +36,10 @@ def bench_unit_command(d: Server, args: list[str], max_runtime_s: int, minors: t
     setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
     return ["systemd-run", f"--unit={unit}", "--collect",
             f"--description=specfleet serving benchmark of {d.service_name}",
-            *(f"--property={setting}" for setting in (*sandbox.service_settings(d, minors), *sandbox.keyless(d))),
+            *(f"--property={setting}" for setting in (*sandbox.service_settings(d, minors),
+                                                      *sandbox.keyless(d.engine.service))),
             f"--property=RuntimeMaxSec={max_runtime_s}", f"--property=ExecStopPost={restore}", *setenv,
-            f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *args]
+            f"{d.engine.venv}/bin/python", f"{d.engine.service.install_dir}/bin/launch_sglang.py", *args]
 
 
 def start_mode(host, replicas: tuple[Server, ...], mode: str, max_runtime_s: int) -> tuple[bool, str]:
@@ -62,7 +63,7 @@ def restore(host, replicas: tuple[Server, ...], remote_root: str, timeout_s: int
     generates. Per replica, its last probe."""
     several = len(replicas) > 1
     units = " ".join(bench_unit(r, several) for r in replicas)
-    remote.clean(host, replicas[0].service_user, remote_root)
+    remote.clean(host, replicas[0].engine.service.service_user, remote_root)
     remote.run(host, f"rm -f {' '.join(switching(bench_unit(r, several)) for r in replicas)}; "
                f"systemctl stop {units} 2>/dev/null; systemctl start {' '.join(r.service_name for r in replicas)}")
     return [(r, readiness.watch(host, r, timeout_s, f"waiting for the deployed {r.service_name} to generate", 2.0)[0])

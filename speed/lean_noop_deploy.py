@@ -23,21 +23,21 @@ from operations.weights.checks import WeightsDisk, hub_state
 from operations.weights.download import WeightsState, state_listings
 
 deployment = resolve(host.data, host_class_of(host.groups))  # the lab's pins are commits: revision directories
-d, repos = deployment.server, deployment.weights.repos
+d, repos = deployment.engine, deployment.weights.repos
 snapshots = hub_state(deployment.weights).snapshots
 dirs = tuple(r.local_dir for r in repos)
-scripts = " ".join(shlex.quote(f"{d.install_dir}/bin/{p.name}") for p in sorted(HOST_SCRIPTS.values()))
+scripts = " ".join(shlex.quote(f"{d.service.install_dir}/bin/{p.name}") for p in sorted(HOST_SCRIPTS.values()))
 SECTIONS = [
     NvidiaGpus().command(), NvidiaTopology().command(), NvidiaDriver().command(), RebootPending().command(),
     WeightsDisk().command(dirs), NvidiaFabric().command(),
-    f"getent passwd {d.service_user}; id -nG {d.service_user}; stat -c '%a %U %G' {d.service_home}",
-    f"stat -c '%a %U %G' {d.hf_home} {d.hf_home}/token; sha1sum {d.hf_home}/token",
-    f"test -e {d.api_key_file} && echo api-key || echo no-api-key",
+    f"getent passwd {d.service.service_user}; id -nG {d.service.service_user}; stat -c '%a %U %G' {d.service.service_home}",
+    f"stat -c '%a %U %G' {d.service.hf_home} {d.service.hf_home}/token; sha1sum {d.service.hf_home}/token",
+    f"test -e {d.service.api_key_file} && echo api-key || echo no-api-key",
     VenvRequirement().command(d.venv, "sglang"),
     f"stat -c '%a %U %G %n' {scripts}; sha1sum {scripts}",
     WeightsState().command(state_listings(repos, snapshots)),
     *(ServiceState().command(r.unit_file, r.env_file, r.service_name) for r in deployment.replicas),
-    *(ServerProbe().command(r.install_dir, r.port, r.served_model_name, r.api_key_file, r.service_user)
+    *(ServerProbe().command(r.engine.service.install_dir, r.port, r.engine.served_model_name, r.engine.service.api_key_file, r.engine.service.service_user)
       for r in deployment.replicas),
 ]
 

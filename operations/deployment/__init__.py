@@ -3,10 +3,11 @@
 `resolve_worker()` is the only reader of a worker's host data: every knob of every subject is parsed
 and checked here (through each subject's own `resolve`, with operations/basics/knobs.py), before any
 host is touched, each object built once at its level: what is true of the host (`Host`: users and
-paths, GPU runtime, smoke test, token), of each deployment (`Deployment`: weights, node group) and of
-each replica (`Server`). Each operation then receives the level it acts on. A host serves one
-deployment (its `profile` on all of its GPUs) or several on disjoint GPUs (`deployments`); each is
-laid out in replicas (operations/server/layout.py). A value that cannot be deployed raises
+paths, GPU runtime, smoke test, token), of each deployment (`Deployment`: weights, node group, and
+what its servers run, `Engine`) and of each replica (`Server`: its unit, GPUs and ports). Each
+operation then receives the level it acts on. A host serves one deployment (its `profile` on all of
+its GPUs) or several on disjoint GPUs (`deployments`); each is laid out in replicas
+(operations/server/layout.py). A value that cannot be deployed raises
 BadHostData: one line naming the knob, the value and what is accepted.
 """
 
@@ -22,7 +23,7 @@ from operations.gpu.smoke import SmokeTest
 from operations.nodes import group as nodes
 from operations.nodes.group import NodeGroup
 from operations.server import config as server_config, layout
-from operations.server.config import Server, ServiceHost
+from operations.server.config import Engine, Server, ServiceHost
 from operations.weights import config as weights_config
 from operations.weights.config import Weights
 
@@ -58,15 +59,14 @@ class Deployment:
     host: Host  # what is true of the host, the same for each of its deployments
     name: str  # the deployment's name on its host (units, ports and venvs are told apart by it)
     weights: Weights  # the target's and drafter's weights
-    replicas: tuple[Server, ...]  # its SGLang units, one a replica (operations/server/layout.py)
+    engine: Engine  # what its SGLang servers run: model, build, speculative settings, layout
     node_group: NodeGroup | None  # a server spanning several hosts: this host's part
     allow_branch_revisions: bool  # deploy what a branch or git ref points at now, with a warning
 
     @property
-    def server(self) -> Server:
-        """What every replica shares (profile, SGLang build, service user, paths, API key); what is a
-        replica's own (unit, GPUs, port) is read from `replicas`."""
-        return self.replicas[0]
+    def replicas(self) -> tuple[Server, ...]:
+        """Its SGLang units, one a replica (operations/server/layout.py)."""
+        return self.engine.replicas
 
 
 # A deployment's name: a word of a unit name (letters, digits, _), short enough for the unit's.
@@ -127,8 +127,8 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None)
             gpu = gpu or gpu_config.resolve(data, host_class)
             token_env = token_env or weights_config.token_env(data)
             found.append(_resolve(data, host_class, entry, profiles[profile], node_members, service, gpu,
-                                  token_env, [d["replicas"][0] for d in found]))
-            smoke = smoke or _smoke(data, gpu, service, found[0]["replicas"][0])
+                                  token_env, [d["engine"] for d in found]))
+            smoke = smoke or _smoke(data, gpu, service, found[0]["engine"])
             _same_environment(found[0], found[-1])
         except (KeyError, TypeError, AttributeError, IndexError) as error:
             raise BadHostData(f"group data for profile {profile!r} on class {host_class} is incomplete or "
@@ -142,20 +142,20 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None)
     return worker, deployments
 
 
-def _smoke(data: Any, gpu: GpuRuntime, service: ServiceHost, server: Server) -> SmokeTest:
-    """The host's GPU smoke test, with `server`'s build and environment."""
+def _smoke(data: Any, gpu: GpuRuntime, service: ServiceHost, engine: Engine) -> SmokeTest:
+    """The host's GPU smoke test, with `engine`'s build and environment."""
     if getattr(data, "gpu_smoke_engine", None) is not None:
         raise knobs.refused("gpu_smoke_engine", data.gpu_smoke_engine, "the GPU smoke test always runs "
                             "torch.distributed with NCCL from the SGLang venv; remove it")
-    return SmokeTest(expected=gpu.expected, venv=server.venv, install_dir=service.install_dir, env=server.env,
-                     build=server.sglang_requirement, user=service.service_user,
+    return SmokeTest(expected=gpu.expected, venv=engine.venv, install_dir=service.install_dir, env=engine.env,
+                     build=engine.sglang_requirement, user=service.service_user,
                      timeout_s=knobs.integer("gpu_smoke_timeout_s", data.gpu_smoke_timeout_s, minimum=10))
 
 
 def _same_environment(first: dict, other: dict) -> None:
     """Deployments of one host run with one environment: the GPU smoke test, once per host, proves NCCL
     with it, and its P2P decision goes into every unit's (smoke.decided_env)."""
-    mine, theirs = first["replicas"][0].env, other["replicas"][0].env
+    mine, theirs = first["engine"].env, other["engine"].env
     if mine != theirs:
         differ = sorted(key for key in {*mine, *theirs} if mine.get(key) != theirs.get(key))
         raise BadHostData(f"deployments {first['name']} and {other['name']} run with different environments "
@@ -189,7 +189,7 @@ def _together(found: tuple[Deployment, ...]) -> None:
 
 
 def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_members: dict | None,
-             service: ServiceHost, gpu: GpuRuntime, token_env: str, earlier: list[Server]) -> dict:
+             service: ServiceHost, gpu: GpuRuntime, token_env: str, earlier: list[Engine]) -> dict:
     """A deployment's fields but its host's."""
     profile_name = entry["profile"]
     name = knobs.matching("deployment name", entry.get("name", profile_name), DEPLOYMENT_NAME,
@@ -222,21 +222,20 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
         own_port = knobs.integer(f"deployments[{name!r}]['port']", entry["port"], minimum=1, maximum=65535) \
             if entry.get("port") is not None else None
         plan = layout.resolve(where, values, count, port, nccl_port, own_port)
-    replicas = server_config.replicas(data, service, host_class, profile_name, profile, name,
-                                      (weights.target.local_dir, weights.drafter.local_dir), plan, group, earlier,
-                                      after_fabric_manager=gpu.expected.fabric_manager)
-    return dict(name=name, weights=weights, replicas=replicas, node_group=group,
+    engine = server_config.engine(data, service, host_class, profile_name, profile, name,
+                                  (weights.target.local_dir, weights.drafter.local_dir), plan, group, earlier,
+                                  after_fabric_manager=gpu.expected.fabric_manager)
+    return dict(name=name, weights=weights, engine=engine, node_group=group,
                 allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions))
 
 
 def at_commits(deployment: Deployment, commits: dict[str, str]) -> Deployment:
     """The deployment at the commits the hub resolved its revisions to (per role): its weights in those
-    revisions' directories, its servers loading from them. A role the hub did not answer stays as it was."""
-    d = deployment
-    weights = d.weights.at_commits(commits)
-    dirs = {role: weights.repo(role).local_dir for role in weights_config.ROLES}
-    return replace(d, weights=weights, replicas=tuple(
-        replace(s, model_dir=dirs["target"], draft_model_dir=dirs["drafter"]) for s in d.replicas))
+    revisions' directories, its engine (and through it every replica) loading from them. A role the hub
+    did not answer stays as it was."""
+    weights = deployment.weights.at_commits(commits)
+    return replace(deployment, weights=weights, engine=replace(
+        deployment.engine, model_dir=weights.target.local_dir, draft_model_dir=weights.drafter.local_dir))
 
 
 def host_class_of(group_names) -> str:

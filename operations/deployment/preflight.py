@@ -69,8 +69,8 @@ def moving_revisions(deployment: Deployment, hub: HubState) -> tuple[list[str], 
     """(problems, warnings): a branch revision or git ref fails the host, unless allow_branch_revisions
     makes it a warning."""
     d = deployment
-    moving = [*weights_checks.unpinned(d.weights, hub.snapshots, d.server.profile_name),
-              *server_checks.unpinned_build(d.server)]
+    moving = [*weights_checks.unpinned(d.weights, hub.snapshots, d.engine.profile_name),
+              *server_checks.unpinned_build(d.engine)]
     return ([], moving) if d.allow_branch_revisions else (moving, [])
 
 
@@ -137,11 +137,9 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
         problems += weights_checks.disk_problems([(d.weights, hub.snapshots) for d, hub in read], disk)
     problems += venv.python_problems(host.name, gathering.read(venv.HostPython, uv=venv.Uv(s.install_dir).binary))
     for d in deployments:
-        problems += server_checks.unreleased_problems(d.server)
+        problems += server_checks.unreleased_problems(d.replicas[0])
     key_file = gathering.read(FileStates, paths=(s.api_key_file,)).get(s.api_key_file)
-    # The servers' exposure, said of the host's first replica (its address and port): every replica binds alike.
-    first = deployments[0].server
-    problems += server_checks.exposure_problems(first, bool(os.environ.get(first.api_key_env)), key_file is not None)
+    problems += server_checks.exposure_problems(s, bool(os.environ.get(s.api_key_env)), key_file is not None)
     warnings = []
     for d, hub in zip(deployments, hubs):
         moving, warned = moving_revisions(d, hub)
@@ -163,7 +161,7 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
                         "preparing everything else and starting the downloads it may read; it fails once they "
                         "are started", fg="yellow")
     found = f"{len(gpus)}x {gpus[0]['name']}" if gpus else "no driver yet"
-    served = "; ".join(f"{d.name}: {len(d.replicas)} x TP {d.server.tp_size} "
+    served = "; ".join(f"{d.name}: {len(d.replicas)} x TP {d.engine.tp_size} "
                        f"({weights_checks.described(d.weights, hub.snapshots)}"
                        + (f"; {planned[d.name]} a replica" if d.name in planned else "") + ")"
                        for d, hub in zip(deployments, hubs))

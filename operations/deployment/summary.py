@@ -14,7 +14,7 @@ from pyinfra import host, logger
 from pyinfra.api import operation
 
 from operations.basics import network, outcomes
-from operations.deployment import Deployment, HOST_CLASSES
+from operations.deployment import Deployment, HOST_CLASSES, Host
 
 REFUSAL_WIDTH = 80  # a refusal's first characters in the table; its whole sentence is printed above it
 COLUMNS = ("host", "class", "model", "endpoint", "gateway", "state", "accept length")
@@ -56,16 +56,18 @@ def _endpoints(inventory_host, d: Deployment) -> str:
         return f"rank {d.node_group.rank} of {d.node_group.name} (served by {d.node_group.members[0]})"
     ports = [r.port for r in d.replicas]
     if len(ports) == 1:
-        return _where(inventory_host, d.server.bind_address, ports[0])
-    return f"{_where(inventory_host, d.server.bind_address, f'{min(ports)}-{max(ports)}')} ({len(ports)} replicas)"
+        return _where(inventory_host, d.host.service.bind_address, ports[0])
+    where = _where(inventory_host, d.host.service.bind_address, f"{min(ports)}-{max(ports)}")
+    return f"{where} ({len(ports)} replicas)"
 
 
-def row(inventory_host, deployments: tuple[Deployment, ...], gateway: Gateway | None) -> Row:
-    """The host's row as far as its resolved data tells (a host refused for its data has neither)."""
+def row(inventory_host, worker: Host | None, deployments: tuple[Deployment, ...], gateway: Gateway | None) -> Row:
+    """The host's row as far as its resolved data tells (a host refused for its data has no worker level, no
+    deployments and no gateway)."""
     classes = list(dict.fromkeys(group for group in inventory_host.groups if group in HOST_CLASSES))
     endpoint = "; ".join(_endpoints(inventory_host, d) for d in deployments) or "-"
-    model = ", ".join(d.server.served_model_name for d in deployments) or (gateway.model if gateway else "-")
-    return Row(inventory_host.name, deployments[0].host.host_class if deployments else
+    model = ", ".join(d.engine.served_model_name for d in deployments) or (gateway.model if gateway else "-")
+    return Row(inventory_host.name, worker.host_class if worker else
                (", ".join(classes) or ("gateway" if gateway else "-")),
                model, endpoint, _where(inventory_host, gateway.bind_address, gateway.port) if gateway else "-")
 
@@ -100,9 +102,10 @@ def table(rows: list[Row], failed: set[str], notes: dict[str, dict]) -> list[str
     return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]
 
 
-def summarize(inventory_host, deployments: tuple[Deployment, ...], gateway: Gateway | None) -> None:
+def summarize(inventory_host, worker: Host | None, deployments: tuple[Deployment, ...],
+              gateway: Gateway | None) -> None:
     """Describe this host for the run's table and pass the operation that prints it (deploy.py's last line)."""
-    _rows.setdefault(inventory_host.state, {})[inventory_host.name] = row(inventory_host, deployments, gateway)
+    _rows.setdefault(inventory_host.state, {})[inventory_host.name] = row(inventory_host, worker, deployments, gateway)
     summary(name="Summary")
 
 
@@ -116,7 +119,7 @@ def summary():
 
     .. code:: python
 
-        summary.summarize(host, deployments, gateway)  # every host, at the end of deploy.py
+        summary.summarize(host, worker, deployments, gateway)  # every host, at the end of deploy.py
     """
     state = host.state
     if not state.is_executing:  # pyinfra detecting changes (--dry, or a run without -y): nothing ran yet

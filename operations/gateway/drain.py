@@ -33,7 +33,7 @@ def _legacy_admin_key(service: ServiceHost) -> str:
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    return [(FileStates, dict(paths=(_legacy_admin_key(deployment.server.service),)))]
+    return [(FileStates, dict(paths=(_legacy_admin_key(deployment.engine.service),)))]
 
 
 @operation()
@@ -48,7 +48,7 @@ def no_admin_key(service: ServiceHost):
 
     .. code:: python
 
-        drain.no_admin_key(name="No gateway admin key on the worker", service=replica.service)
+        drain.no_admin_key(name="No gateway admin key on the worker", service=worker.service)
     """
     path = _legacy_admin_key(service)
     own = config.resolve(host.data).admin_key_file if roles.is_gateway(host.groups) else None
@@ -83,7 +83,7 @@ def drain(server: Server, routes: list[Route], restart: Restart | None):
     """
     d = server
     problems = [route.problem for route in routes if route.problem]
-    if not d.enable_metrics:
+    if not d.engine.service.enable_metrics:
         problems.append(f"{host.name} serves behind a gateway without /metrics, where its drain reads the "
                         "requests in flight: keep enable_metrics=true")
     if restart is not None and not restart.decision().restarts:
@@ -93,13 +93,14 @@ def drain(server: Server, routes: list[Route], restart: Restart | None):
         yield fail_host(problems, static=True)  # the inventory's addresses and data: known before the run
         return
     listed = [route for route in routes if any(w["url"] == route.worker_url(d.port)
-                                               for w in registry.listing(route, d.served_model_name)["workers"])]
+                                               for w in registry.listing(route, d.engine.served_model_name)["workers"])]
     if not listed:
         host.noop(f"no gateway lists {d.service_name}: nothing to drain")
     for route in listed:
         # The last gateway's drain waits for the server to go idle: every gateway has stopped sending by then.
-        idle = ("--idle", route.worker_url(d.port), str(d.longest_generation_s)) if route is listed[-1] else ()
-        command = registry.worker_command(route, d.served_model_name, "drain", route.worker_url(d.port), *idle)
+        idle = ("--idle", route.worker_url(d.port), str(d.engine.service.longest_generation_s)) \
+            if route is listed[-1] else ()
+        command = registry.worker_command(route, d.engine.served_model_name, "drain", route.worker_url(d.port), *idle)
         yield FunctionCommand(_drain, (command, route.gateway), {})
 
 
@@ -156,9 +157,10 @@ def joins(server: Server, routes: list[Route]) -> list[tuple[Route, str]]:
     which runs on the gateway's host."""
     d, found = server, []
     for route in routes:
-        listing = registry.listing(route, d.served_model_name)
+        listing = registry.listing(route, d.engine.served_model_name)
         if listing["reachable"] and all(w["url"] != route.worker_url(d.port) for w in listing["workers"]):
-            found.append((route, registry.worker_command(route, d.served_model_name, "join", route.worker_url(d.port))))
+            found.append((route, registry.worker_command(route, d.engine.served_model_name, "join",
+                                                         route.worker_url(d.port))))
     return found
 
 
@@ -179,7 +181,7 @@ def drain_retired(service: ServiceHost, gateways: list[Route], restarts: list[Re
 
     .. code:: python
 
-        drain.drain_retired(name="Drain retired units", service=replica.service, gateways=membership.gateways(fleet, host),
+        drain.drain_retired(name="Drain retired units", service=worker.service, gateways=membership.gateways(fleet, host),
                             restarts=[Restart(replica, inputs, [key])])
     """
     d = service

@@ -18,7 +18,7 @@ from operations.deployment import roles
 from operations.gateway import config
 from operations.gateway.config import Gateway
 from operations.nodes.group import members
-from operations.server.config import Server
+from operations.server.config import Server, ServiceHost
 
 
 @dataclass(frozen=True)
@@ -134,14 +134,14 @@ def of(inventory) -> Fleet:
     return _fleets[state]
 
 
-def _worker_problem(worker_name: str, server: Server, address: str, local: bool) -> str | None:
+def _worker_problem(worker_name: str, service: ServiceHost, address: str, local: bool) -> str | None:
     if local:
         return None
     if not network.ADDRESS.fullmatch(address):
         return f"{worker_name}: its address {address!r} is not a host name or IPv4 address"
-    if not server.exposed:
-        return (f"{worker_name} serves on {server.bind_address} only, which the gateway cannot reach: "
-                f"deploy it with bind_address=0.0.0.0 and ${server.api_key_env} set")
+    if not service.exposed:
+        return (f"{worker_name} serves on {service.bind_address} only, which the gateway cannot reach: "
+                f"deploy it with bind_address=0.0.0.0 and ${service.api_key_env} set")
     return None
 
 
@@ -156,9 +156,10 @@ def workers(fleet: Fleet, gateway_host, model: str) -> list[Worker]:
         local = same_host(worker, gateway_host)
         address = worker_address(local, worker.address)
         for replica in worker.servers:
-            if replica.served_model_name == model:
+            if replica.engine.served_model_name == model:
                 found.append(Worker(worker.name, network.url(address, replica.port),
-                                    _worker_problem(worker.name, replica, address, local), replica.service_name))
+                                    _worker_problem(worker.name, replica.engine.service, address, local),
+                                    replica.service_name))
     return found
 
 
@@ -193,7 +194,8 @@ def routes(fleet: Fleet, worker_host, server: Server) -> list[Route]:
     for route in gateways(fleet, worker_host):
         if route.problem and not route.model:
             found.append(route)  # a gateway whose data is refused: every worker of it fails with that
-        elif route.model == server.served_model_name:
-            problem = route.problem or _worker_problem(worker_host.name, server, route.worker_address, route.local)
+        elif route.model == server.engine.served_model_name:
+            problem = route.problem or _worker_problem(worker_host.name, server.engine.service, route.worker_address,
+                                                       route.local)
             found.append(replace(route, problem=problem))
     return found

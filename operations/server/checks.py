@@ -12,7 +12,7 @@ from operations.basics.untrusted import printable
 from operations.gpu.config import GpuExpectations
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server import capacity
-from operations.server.config import Server, git_refs
+from operations.server.config import Engine, Server, ServiceHost, git_refs
 from operations.server.flags import server_args, value
 from operations.server.sandbox import rejection
 
@@ -37,14 +37,15 @@ def memory_problems(server: Server, expected: GpuExpectations, model: str, weigh
     if gpus and not set(s.gpus) <= set(found):
         return [f"{host.name}: {s.service_name} takes GPUs {', '.join(map(str, s.gpus))}, but the host has GPUs "
                 f"{', '.join(str(i) for i in sorted(found))}: give it GPUs the host has (layouts or deployments)"]
+    e = s.engine
     per_card_mib = _card_mib(s, expected, gpus)
-    usable = per_card_mib * (1 << 20) * s.mem_fraction_static
-    per_gpu = weight_bytes / s.tp_size
+    usable = per_card_mib * (1 << 20) * e.mem_fraction_static
+    per_gpu = weight_bytes / e.tp_size
     if per_gpu <= usable:
         return []
     return [f"{host.name}: {model} and its drafter need {per_gpu / GIB:.1f} GiB of weights per GPU "
-            f"at TP {s.tp_size} ({s.service_name}), but each GPU offers {usable / GIB:.1f} GiB (mem_fraction_static "
-            f"{s.mem_fraction_static} of {per_card_mib} MiB): use a larger tp_size in its layout, a class with more "
+            f"at TP {e.tp_size} ({s.service_name}), but each GPU offers {usable / GIB:.1f} GiB (mem_fraction_static "
+            f"{e.mem_fraction_static} of {per_card_mib} MiB): use a larger tp_size in its layout, a class with more "
             "GPU memory or a quantized checkpoint"]
 
 
@@ -54,18 +55,18 @@ def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus
     config.json and weight sizes of its target and drafter (`snapshots`, per role): (the refusal when it
     holds fewer than `min_kv_tokens` tokens, None meaning one full context of the model; what the plan
     says, for preflight's line). An architecture the planner has no rule for is said so, not refused."""
-    s = server
+    s, e = server, server.engine
     args = server_args(s)
     target, drafter = snapshots["target"], snapshots.get("drafter")
     kv_dtype = value(args, "--kv-cache-dtype") or "auto"
     try:
         plan = capacity.plan_replica(
-            s.service_name, card_bytes=_card_mib(s, expected, gpus) << 20, mem_fraction_static=s.mem_fraction_static,
-            tp_size=s.tp_size, target_weight_bytes=target.weight_bytes,
+            s.service_name, card_bytes=_card_mib(s, expected, gpus) << 20, mem_fraction_static=e.mem_fraction_static,
+            tp_size=e.tp_size, target_weight_bytes=target.weight_bytes,
             drafter_weight_bytes=drafter.weight_bytes if drafter else 0,
-            target=capacity.kv_geometry(target.config, s.tp_size, kv_dtype),
-            drafter=capacity.kv_geometry(drafter.config, s.tp_size, kv_dtype) if drafter else None,
-            draft_tokens=s.speculative.num_draft_tokens if s.speculative.entry.drafts else 0)
+            target=capacity.kv_geometry(target.config, e.tp_size, kv_dtype),
+            drafter=capacity.kv_geometry(drafter.config, e.tp_size, kv_dtype) if drafter else None,
+            draft_tokens=e.speculative.num_draft_tokens if e.speculative.entry.drafts else 0)
     except capacity.NoRule as unknown:
         return [], f"KV cache not planned ({printable(unknown)})"  # it names the hub's architecture
     context = value(args, "--context-length") or target.text_config().get("max_position_embeddings")
@@ -77,50 +78,49 @@ def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus
 def refused_flags(server: Server, refused: str, units: list[str] | None = None) -> str:
     """The one sentence for flags the host's SGLang refuses (before a restart, or in preflight), naming
     the units left as they were (`units`: replicas refused alike; by default the server's own)."""
-    s, units = server, units or [server.service_name]
-    a = s.speculative.entry
-    fix = (f"point profiles['{s.profile_name}']['sglang']['requirement'] at a {a.label} build "
+    e, units = server.engine, units or [server.service_name]
+    a = e.speculative.entry
+    fix = (f"point profiles['{e.profile_name}']['sglang']['requirement'] at a {a.label} build "
            f"(PR #{a.pull_request})" if a.pull_request else "fix the flag in group_data or the SGLang pin")
     left = f"{units[0]} was left as it was" if len(units) == 1 else f"{', '.join(units)} were left as they were"
-    return f"{host.name}: the SGLang in {s.venv} rejects the rendered flags ({refused}); {fix}; {left}"
+    return f"{host.name}: the SGLang in {e.venv} rejects the rendered flags ({refused}); {fix}; {left}"
 
 
 def unreleased_problems(server: Server) -> list[str]:
     """An algorithm in no release (DDTree) needs an SGLang build that has it; an installed one of the
     wanted build must accept its flags."""
-    s = server
-    a = s.speculative.entry
+    s, e = server, server.engine
+    a = e.speculative.entry
     if a.pull_request is None:
         return []
-    if RELEASE_PIN.match(s.sglang_requirement):
-        return [f"{host.name}: profile {s.profile_name} uses {a.label}, but {s.sglang_requirement} is a release and "
+    if RELEASE_PIN.match(e.sglang_requirement):
+        return [f"{host.name}: profile {e.profile_name} uses {a.label}, but {e.sglang_requirement} is a release and "
                 f"no SGLang release up to 0.5.23 has {a.label} (it is in open pull request #{a.pull_request}): set "
-                f"profiles['{s.profile_name}']['sglang']['requirement'] to a build that has it, e.g. "
+                f"profiles['{e.profile_name}']['sglang']['requirement'] to a build that has it, e.g. "
                 f"'{a.build}' with the pull request's commit, or a wheel path/URL"]
-    installed = gathering.read(VenvRequirement, path=s.venv, distribution="sglang")
-    if not installed or installed["fingerprint"] != fingerprint(s.sglang_requirement, s.pip_index_url):
+    installed = gathering.read(VenvRequirement, path=e.venv, distribution="sglang")
+    if not installed or installed["fingerprint"] != fingerprint(e.sglang_requirement, e.service.pip_index_url):
         return []  # not installed yet (no venv on a fresh host): the unit's validation checks it before any restart
     refused = rejection(host, s, server_args(s))
     return [refused_flags(s, refused)] if refused else []
 
 
-def unpinned_build(server: Server) -> list[str]:
+def unpinned_build(engine: Engine) -> list[str]:
     """A sentence per git ref of the SGLang requirement that names a branch, tag or pull request, not a commit."""
-    s = server
-    return [f"{s.sglang_requirement}: {ref!r} is not a commit, so what is installed can change under the same "
+    return [f"{engine.sglang_requirement}: {ref!r} is not a commit, so what is installed can change under the same "
             f"name: pin it with `python pin.py INVENTORY` (it runs `git ls-remote {url} {ref}` and writes the "
             "commit to SPECFLEET_SITE/pins.json), or set allow_branch_revisions=true"
-            for url, ref in git_refs(s.sglang_requirement) if not COMMIT.fullmatch(ref)]
+            for url, ref in git_refs(engine.sglang_requirement) if not COMMIT.fullmatch(ref)]
 
 
-def exposure_problems(server: Server, key_on_controller: bool, key_on_host: bool) -> list[str]:
-    """A server reachable beyond loopback never runs without an API key."""
-    s = server
+def exposure_problems(service: ServiceHost, key_on_controller: bool, key_on_host: bool) -> list[str]:
+    """The host's servers, reachable beyond loopback (its one `bind_address`), never run without an API key."""
+    s = service
     keyed = key_on_controller or (key_on_host and not s.remove_api_key)
     if not s.exposed or (keyed and not s.remove_api_key):
         return []
     why = "remove_api_key is set" if s.remove_api_key else \
         f"${s.api_key_env} is not set on the controller and the host has no key"
-    return [f"{host.name}: the server would listen on {s.bind_address}:{s.port}, beyond loopback, without an "
-            f"API key ({why}): export {s.api_key_env} on the controller (the server then requires it), or "
-            f"set bind_address={network.LOOPBACK} and reach it through a gateway on the host"]
+    return [f"{host.name}: the servers would listen on {s.bind_address}, beyond loopback, without an API key "
+            f"({why}): export {s.api_key_env} on the controller (the servers then require it), or "
+            f"set bind_address={network.LOOPBACK} and reach them through a gateway on the host"]

@@ -1,8 +1,9 @@
-"""The SGLang servers one host runs: each replica of each deployment is a `Server`, with its profile's
-model and speculative settings, its class's tuning, its layout's GPUs and port (operations/server/layout.py),
-its unit's name, and what every server of its host shares (`ServiceHost`: users, paths, network, keys);
-typed, checked, each built once."""
+"""The SGLang servers one host runs, one object a level, each built once: what every server of the host
+shares (`ServiceHost`: users, paths, network, keys), what every replica of a deployment runs (`Engine`:
+its profile's model and speculative settings, its class's tuning, its layout, operations/server/layout.py)
+and each replica (`Server`: its unit's name, GPUs and ports, and its deployment's `Engine`); typed, checked."""
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +77,11 @@ class ServiceHost:
     ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
 
     @property
+    def stop_timeout_s(self) -> int:
+        """A unit's TimeoutStopSec: the longest generation, then SGLang's own shutdown."""
+        return self.longest_generation_s + SHUTDOWN_S
+
+    @property
     def exposed(self) -> bool:
         """The servers are reachable beyond the host itself."""
         return not network.is_loopback(self.bind_address)
@@ -116,20 +122,17 @@ class ServiceHost:
         return f"{self.config_dir}/admin-api-key"
 
 
-def _of_host(name: str) -> property:
-    """A replica's view of its host's `name` (ServiceHost): one value for every replica of the host."""
-    return property(lambda server: getattr(server.service, name), doc=f"The host's {name} (ServiceHost).")
-
-
 @dataclass(frozen=True)
-class Server:
-    """What one SGLang unit (one replica of a deployment) serves and how, built once from its deployment's
-    settings and its slot of the layout (`replicas`). The replicas of a deployment share everything but
-    their unit, GPUs and ports."""
+class Engine:
+    """What every SGLang server (replica) of one deployment runs, built once per deployment (`engine`):
+    its profile's model and drafter (their weights directories, at the deployment's revisions), SGLang
+    build, speculative settings, its class's tuning, environment and layout, and its host's `ServiceHost`.
+    Its replicas are one a slot of its layout."""
 
+    service: ServiceHost  # what every server of the host shares
+    name: str  # the deployment's name on its host (units and venvs are told apart by it)
     profile_name: str
     host_class: str
-    deployment: str  # the deployment this replica belongs to (its name on the host)
     served_model_name: str
     model_dir: str  # the target's weights directory
     draft_model_dir: str  # the drafter's
@@ -139,45 +142,44 @@ class Server:
     speculative: Speculative
     attention_backend: str
     draft_attention_backend: str
-    tp_size: int  # the layout's (a node group's is over all its nodes)
     mem_fraction_static: float
     extra_args: tuple[str, ...]
     env: dict[str, str]
-    service: ServiceHost  # what every server of the host shares
-    service_name: str  # this replica's unit (layout.unit_name)
-    gpus: tuple[int, ...]  # this replica's GPUs (nvidia-smi indices)
-    port: int
-    nccl_port: int  # its TCPStore's (--nccl-port; layout.nccl_ports)
+    layout: Layout  # its replicas' GPUs, ports and TP size (a node group's is over all its nodes)
     after_fabric_manager: bool  # NVSwitch boards: CUDA needs fabric manager first
     node_args: tuple[str, ...]  # a node group's part (operations/nodes)
     # Whether the main process holds requests to finish on a stop: a server alone, or a node group's
     # rank 0 (NodeGroup.serves_http); a rank >= 1 serves only SGLang's dummy health server.
     drains_on_stop: bool
 
-    service_user = _of_host("service_user")
-    download_user = _of_host("download_user")
-    install_dir = _of_host("install_dir")
-    config_dir = _of_host("config_dir")
-    service_prefix = _of_host("service_prefix")
-    longest_generation_s = _of_host("longest_generation_s")
-    api_key_env = _of_host("api_key_env")
-    remove_api_key = _of_host("remove_api_key")
-    pip_index_url = _of_host("pip_index_url")
-    bind_address = _of_host("bind_address")
-    enable_metrics = _of_host("enable_metrics")
-    ready_timeout_s = _of_host("ready_timeout_s")
-    exposed = _of_host("exposed")
-    service_home = _of_host("service_home")
-    download_home = _of_host("download_home")
-    hf_home = _of_host("hf_home")
-    earlier_token_file = _of_host("earlier_token_file")
-    server_hf_home = _of_host("server_hf_home")
-    api_key_file = _of_host("api_key_file")
-    admin_key_file = _of_host("admin_key_file")
+    @property
+    def tp_size(self) -> int:
+        return self.layout.tp_size
 
     @property
     def venv(self) -> str:
-        return f"{self.install_dir}/{self.venv_name}"
+        return f"{self.service.install_dir}/{self.venv_name}"
+
+    @functools.cached_property
+    def replicas(self) -> tuple["Server", ...]:
+        """Its SGLang units, one a slot of its layout, built once (a frozen dataclass's cached value is
+        set on the instance, past its __setattr__)."""
+        plan = self.layout
+        return tuple(Server(engine=self, service_name=unit_name(self.service.service_prefix, self.name, gpus),
+                            gpus=gpus, port=port, nccl_port=nccl_port)
+                     for gpus, port, nccl_port in zip(plan.groups, plan.ports, plan.nccl_ports))
+
+
+@dataclass(frozen=True)
+class Server:
+    """One SGLang unit (one replica of a deployment): its own unit name, GPUs and ports, and the deployment
+    it serves (`engine`, through which its host's `ServiceHost`)."""
+
+    engine: Engine  # what every replica of its deployment shares
+    service_name: str  # this replica's unit (layout.unit_name)
+    gpus: tuple[int, ...]  # this replica's GPUs (nvidia-smi indices)
+    port: int
+    nccl_port: int  # its TCPStore's (--nccl-port; layout.nccl_ports)
 
     @property
     def gpu_env(self) -> dict[str, str]:
@@ -187,16 +189,11 @@ class Server:
 
     @property
     def env_file(self) -> str:
-        return f"{self.config_dir}/{self.service_name}.env"
+        return f"{self.engine.service.config_dir}/{self.service_name}.env"
 
     @property
     def unit_file(self) -> str:
         return f"/etc/systemd/system/{self.service_name}.service"
-
-    @property
-    def stop_timeout_s(self) -> int:
-        """The unit's TimeoutStopSec: the longest generation, then SGLang's own shutdown."""
-        return self.longest_generation_s + SHUTDOWN_S
 
     @property
     def url(self) -> str:
@@ -279,13 +276,13 @@ def ports(data: Any) -> tuple[int, int]:
             knobs.integer("nccl_port", data.nccl_port, minimum=1024, maximum=65535))
 
 
-def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str, profile: dict, deployment: str,
-             weights: tuple[str, str], plan: Layout, group: NodeGroup | None, earlier: list["Server"],
-             after_fabric_manager: bool) -> tuple[Server, ...]:
-    """The servers of `profile` on a host of `host_class`, one a replica of `plan` (its GPUs, ports and TP
-    size), loading `weights` (the target's and the drafter's directories); `group`: the node group this
-    host is part of; `earlier`: the host's servers of the deployments before this one (a build's
-    virtualenv is shared). A bad value raises BadHostData."""
+def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, profile: dict, deployment: str,
+           weights: tuple[str, str], plan: Layout, group: NodeGroup | None, earlier: list[Engine],
+           after_fabric_manager: bool) -> Engine:
+    """What the servers of `profile` on a host of `host_class` run, one a replica of `plan` (its GPUs, ports
+    and TP size), loading `weights` (the target's and the drafter's directories); `group`: the node group
+    this host is part of; `earlier`: the host's deployments before this one (a build's virtualenv is
+    shared). A bad value raises BadHostData."""
     tuning = data.sglang_tuning
     requirements = (data.mirrors or {}).get("requirements", {})
     wanted = profile["sglang"]["requirement"]
@@ -310,10 +307,10 @@ def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str
         env = {**env, **group.env()}
     elif not service.exposed:  # a site's own setting wins
         env = {**LOOPBACK_SOCKETS, **env}
-    shared = dict(
+    return Engine(
+        name=deployment,
         profile_name=profile_name,
         host_class=host_class,
-        deployment=deployment,
         served_model_name=served_model_name(data, profile_name),
         model_dir=weights[0],
         draft_model_dir=weights[1],
@@ -325,7 +322,7 @@ def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str
         attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
         draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,
                                                "an SGLang backend name"),
-        tp_size=plan.tp_size,
+        layout=plan,
         mem_fraction_static=knobs.fraction("sglang_tuning mem_fraction_static", tuning["mem_fraction_static"]),
         extra_args=(*knobs.arguments("sglang_tuning extra_args", tuning.get("extra_args", []), DEPLOY_FLAGS),
                     *knobs.arguments(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
@@ -336,15 +333,13 @@ def replicas(data: Any, service: ServiceHost, host_class: str, profile_name: str
         node_args=() if group is None else tuple(group.server_args()),
         drains_on_stop=True if group is None else group.serves_http,
     )
-    return tuple(Server(**shared, service_name=unit_name(service.service_prefix, deployment, gpus), gpus=gpus, port=port,
-                        nccl_port=nccl_port)
-                 for gpus, port, nccl_port in zip(plan.groups, plan.ports, plan.nccl_ports))
 
 
-def _venv_name(requirement: str, deployment: str, earlier: list[Server]) -> str:
+def _venv_name(requirement: str, deployment: str, earlier: list[Engine]) -> str:
     """One SGLang virtualenv per build on a host (its requirement, from the host's one index): the first
     deployment's is `sglang-venv`, a later one with another build gets its own, named after it."""
     same = next((s for s in earlier if s.sglang_requirement == requirement), None)
     if same is not None:
         return same.venv_name
     return "sglang-venv" if not earlier else f"sglang-venv-{deployment}"
+

@@ -51,21 +51,21 @@ def server_args(server: Server) -> list[str]:
     """
     d = server
     args = [
-        "--model-path", d.model_dir,
-        "--served-model-name", d.served_model_name,
-        "--host", d.bind_address,
+        "--model-path", d.engine.model_dir,
+        "--served-model-name", d.engine.served_model_name,
+        "--host", d.engine.service.bind_address,
         "--port", str(d.port),
         "--nccl-port", str(d.nccl_port),
-        "--tp-size", str(d.tp_size),
-        "--mem-fraction-static", str(d.mem_fraction_static),
-        "--attention-backend", d.attention_backend,
-        *d.speculative.flags(d.draft_model_dir, d.draft_attention_backend),
+        "--tp-size", str(d.engine.tp_size),
+        "--mem-fraction-static", str(d.engine.mem_fraction_static),
+        "--attention-backend", d.engine.attention_backend,
+        *d.engine.speculative.flags(d.engine.draft_model_dir, d.engine.draft_attention_backend),
     ]
-    if d.enable_metrics:
+    if d.engine.service.enable_metrics:
         args.append("--enable-metrics")
-    args += d.node_args
-    args += d.extra_args
-    return [spell(arg, d.sglang_version) if arg.startswith("--") else arg for arg in args]
+    args += d.engine.node_args
+    args += d.engine.extra_args
+    return [spell(arg, d.engine.sglang_version) if arg.startswith("--") else arg for arg in args]
 
 
 # What the host runs to validate a command line: SGLang's own construction, as
@@ -146,9 +146,9 @@ def rendered_violations(server: Server) -> list[str]:
     """The deploy's rules of the server's algorithm (operations/server/speculative.py) over what it renders
     (page size as asked; SGLang's resolution may still raise it, which the host's own check sees)."""
     d = server
-    asked = value(list(d.extra_args), "--page-size")
+    asked = value(list(d.engine.extra_args), "--page-size")
     page_size = int(asked) if asked is not None else None
-    if d.attention_backend in PAGED_BACKENDS:
+    if d.engine.attention_backend in PAGED_BACKENDS:
         page_size = None  # they move any page size above one, whatever was asked
-    return d.speculative.entry.violations(page_size, d.attention_backend, d.speculative.tree_size,
-                                          d.speculative.num_draft_tokens)
+    return d.engine.speculative.entry.violations(page_size, d.engine.attention_backend, d.engine.speculative.tree_size,
+                                          d.engine.speculative.num_draft_tokens)

@@ -11,7 +11,7 @@ from pyinfra.api.operation import OperationMeta
 from operations.basics import gathering, outcomes, polling, shell
 from operations.basics.units import any_change
 from operations.basics.untrusted import printable
-from operations.server.config import Server
+from operations.server.config import Server, ServiceHost
 from operations.server.host_scripts.engine_answers import scrubbed
 from operations.server.unit import restore_command
 
@@ -32,10 +32,10 @@ def ready_timeout(total_bytes: int) -> int:
     return int(READY_BASE_S + total_bytes / LOAD_BYTES_PER_S)
 
 
-def timeout_for(server: Server, weight_bytes: int) -> int:
-    """How long a start of `server` may take: its ready_timeout_s, else from the size of the weights it loads
-    (the deploy's readiness and the benchmark's modes alike)."""
-    return server.ready_timeout_s or ready_timeout(weight_bytes)
+def timeout_for(service: ServiceHost, weight_bytes: int) -> int:
+    """How long a start of a server of the host may take: its ready_timeout_s, else from the size of the
+    weights it loads (the deploy's readiness and the benchmark's modes alike)."""
+    return service.ready_timeout_s or ready_timeout(weight_bytes)
 
 
 class ServerProbe(FactBase):
@@ -122,9 +122,10 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
         readiness.ready(name="Wait until SGLang generates", server=server, restarted=unit, timeout_s=1800)
     """
     if not any_change([restarted]):
-        probe = gathering.read(ServerProbe, install_dir=server.install_dir, port=server.port,
-                               model=server.served_model_name, key_file=server.api_key_file,
-                               service_user=server.service_user) or {}
+        h = server.engine.service
+        probe = gathering.read(ServerProbe, install_dir=h.install_dir, port=server.port,
+                               model=server.engine.served_model_name, key_file=h.api_key_file,
+                               service_user=h.service_user) or {}
         if generates(probe):
             log_serving(host, probe)
             host.noop(f"serving {probe.get('algorithm', 'unread')}: accept length {probe.get('accept_length')}")
@@ -152,8 +153,9 @@ def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,
           service: str | None = None) -> tuple[dict, str | None]:
     """Probe the server until it generates, its unit (`service`, else the server's) crash-loops or
     `timeout_s` passes: (last probe, crash or None)."""
-    probe_command = ServerProbe().command(server.install_dir, server.port, server.served_model_name,
-                                          server.api_key_file, server.service_user)
+    h = server.engine.service
+    probe_command = ServerProbe().command(h.install_dir, server.port, server.engine.served_model_name,
+                                          h.api_key_file, h.service_user)
     run_command = ServiceRun().command(service or server.service_name)
     last = {"probe": {"ready": False}, "crash": None}
 
@@ -204,5 +206,6 @@ def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    return [(ServerProbe, dict(install_dir=d.install_dir, port=d.port, model=d.served_model_name,
-                               key_file=d.api_key_file, service_user=d.service_user)) for d in deployment.replicas]
+    h = deployment.host.service
+    return [(ServerProbe, dict(install_dir=h.install_dir, port=r.port, model=deployment.engine.served_model_name,
+                               key_file=h.api_key_file, service_user=h.service_user)) for r in deployment.replicas]

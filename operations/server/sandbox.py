@@ -13,7 +13,7 @@ from operations.basics import gathering
 from operations.basics.file_states import sha1_of
 from operations.basics.templates import render
 from operations.gpu.facts import NvidiaDriver
-from operations.server.config import Server
+from operations.server.config import Server, ServiceHost
 from operations.server.flags import SGLangRejects, rendered_violations, server_args
 
 # The unit's [Service] settings a transient unit sets itself: how it starts, restarts and reads its
@@ -51,17 +51,18 @@ def unit_environment(server: Server, keyed: bool = True) -> list[tuple[str, str]
     HF_HOME, offline (the weights are local), where the launcher finds the keys (host_scripts/launch_sglang.py;
     not with `keyed=False`, for the keyless transient units), then the configured environment and the
     replica's GPUs, by name."""
-    keys = [("SPECFLEET_API_KEY_FILE", server.api_key_file),
-            ("SPECFLEET_ADMIN_API_KEY_FILE", server.admin_key_file)] if keyed else []
-    return [("HF_HOME", server.server_hf_home), ("HF_HUB_OFFLINE", "1"), *keys,
-            *sorted({**server.env, **server.gpu_env}.items())]
+    keys = [("SPECFLEET_API_KEY_FILE", server.engine.service.api_key_file),
+            ("SPECFLEET_ADMIN_API_KEY_FILE", server.engine.service.admin_key_file)] if keyed else []
+    return [("HF_HOME", server.engine.service.server_hf_home), ("HF_HUB_OFFLINE", "1"), *keys,
+            *sorted({**server.engine.env, **server.gpu_env}.items())]
 
 
 def unit_files(server: Server, inputs: str, minors: tuple[int | None, ...]) -> tuple[str, str]:
     """The rendered unit and environment file; `inputs` names what else forces a restart; `minors`: the
     host's GPUs' minor numbers (``gpu_minor_numbers``), whose nodes of the replica's GPUs the unit allows."""
     env_text = render("server/sglang.env.j2", environment=unit_environment(server))
-    unit_text = render("server/sglang.service.j2", s=server, args=[shlex.quote(a) for a in server_args(server)],
+    unit_text = render("server/sglang.service.j2", s=server, e=server.engine, h=server.engine.service,
+                       args=[shlex.quote(a) for a in server_args(server)],
                        inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}", devices=gpu_nodes(server, minors))
     return unit_text, env_text
 
@@ -82,15 +83,15 @@ def service_settings(server: Server, minors: tuple[int | None, ...]) -> list[str
     return settings
 
 
-def keyless(server: Server) -> list[str]:
-    """A transient unit's settings beyond the unit's: the configuration directory (the API keys) out
+def keyless(service: ServiceHost) -> list[str]:
+    """A transient unit's settings beyond the unit's: the host's configuration directory (the API keys) out
     of its reach, and a stop that ends every process of it at once (it holds no request to drain)."""
-    return [f"InaccessiblePaths=-{server.config_dir}", "KillMode=control-group"]
+    return [f"InaccessiblePaths=-{service.config_dir}", "KillMode=control-group"]
 
 
 def check_settings(server: Server, minors: tuple[int | None, ...]) -> tuple[str, ...]:
     """The flag check's transient unit: the replica's confinement, keyless, ended after CHECK_MAX_S."""
-    return (*service_settings(server, minors), *keyless(server), f"RuntimeMaxSec={CHECK_MAX_S}")
+    return (*service_settings(server, minors), *keyless(server.engine.service), f"RuntimeMaxSec={CHECK_MAX_S}")
 
 
 # Per host, what its SGLang made of a command line in this run: preflight and the unit's restart
@@ -103,11 +104,11 @@ def rejection(host, server: Server, args: list[str]) -> str | None:
     resolved in a transient unit confined as the replica's (as the service user, keyless), with the
     unit's environment and the server's HF_HOME, offline. A DDTree build that accepts them is held
     to the deploy's DDTree rules as well."""
-    env = (("HF_HOME", server.server_hf_home), *sorted(server.env.items()))
+    env = (("HF_HOME", server.engine.service.server_hf_home), *sorted(server.engine.env.items()))
     settings = check_settings(server, gpu_minor_numbers())
-    asked = (server.venv, server.sglang_requirement, tuple(args), env, settings)
+    asked = (server.engine.venv, server.engine.sglang_requirement, tuple(args), env, settings)
     answers = _rejections.setdefault(ctx_host.get(), {})
     if asked not in answers:
-        answers[asked] = host.get_fact(SGLangRejects, venv=server.venv, args=tuple(args), env=env,
+        answers[asked] = host.get_fact(SGLangRejects, venv=server.engine.venv, args=tuple(args), env=env,
                                        settings=settings)
     return answers[asked] or next(iter(rendered_violations(server)), None)

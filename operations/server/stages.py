@@ -11,7 +11,7 @@ from operations.nodes.group import NodeGroup
 from operations.python import venv
 from operations.python.venv import HostPython, Uv, VenvRequirement
 from operations.server import api_key, readiness, unit
-from operations.server.config import Server, ServiceHost
+from operations.server.config import Engine, Server, ServiceHost
 from operations.server.unit import Restart
 
 
@@ -20,28 +20,28 @@ def root_directories(service: ServiceHost) -> tuple[str, ...]:
     return (service.install_dir, f"{service.install_dir}/bin", service.config_dir)
 
 
-def builds(servers) -> list[Server]:
-    """One server per SGLang virtualenv among `servers` (deployments of one build share theirs)."""
-    found: dict[str, Server] = {}
-    for s in servers:
-        found.setdefault(s.venv, s)
+def builds(engines: tuple[Engine, ...]) -> list[Engine]:
+    """One deployment per SGLang virtualenv among `engines` (deployments of one build share theirs)."""
+    found: dict[str, Engine] = {}
+    for e in engines:
+        found.setdefault(e.venv, e)
     return list(found.values())
 
 
-def server_installed(service: ServiceHost, servers: tuple[Server, ...]) -> list[OperationMeta]:
+def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[OperationMeta]:
     """
     What the servers run as and from: their system user and the downloads' (which owns the HF token and
     the weights), the build user where a build is a git requirement, root's directories, their API key and worker admin key, uv and each SGLang build's
     virtualenv, and the host programs. Returns the keys' operations (a change of either alone restarts).
 
     + service: what the host's servers share (users, directories, keys)
-    + servers: a server of each of the host's deployments (what their replicas share: the SGLang build)
+    + engines: what each of the host's deployments runs (their replicas share its SGLang build)
 
     **Example:**
 
     .. code:: python
 
-        keys = server_installed(worker.service, tuple(d.server for d in deployments))
+        keys = server_installed(worker.service, tuple(d.engine for d in deployments))
     """
     s = service
     ownership.service_user(name="Service user", user=s.service_user, home=s.service_home)
@@ -50,11 +50,11 @@ def server_installed(service: ServiceHost, servers: tuple[Server, ...]) -> list[
     keys = [api_key.api_key(name="API key", service=s), api_key.admin_key(name="Worker admin key", service=s)]
     uv = Uv(s.install_dir)
     venv.uv(name="uv", uv=uv, index_url=s.pip_index_url)
-    if any(venv.git_source(build.sglang_requirement) for build in builds(servers)):
+    if any(venv.git_source(build.sglang_requirement) for build in builds(engines)):
         ownership.service_user(name="Build user", user=venv.BUILD_USER, home=venv.BUILD_HOME)
-    for build in host.loop(builds(servers)):
+    for build in host.loop(builds(engines)):
         venv.requirement(name=f"SGLang ({build.venv_name})", path=build.venv, distribution="sglang",
-                         requirement=build.sglang_requirement, index_url=build.pip_index_url, uv=uv)
+                         requirement=build.sglang_requirement, index_url=s.pip_index_url, uv=uv)
     ownership.host_programs_uploaded(name="Host scripts", install_dir=s.install_dir)
     return keys
 
@@ -71,7 +71,7 @@ def server_serving(server: Server, restart: Restart, weight_bytes: int, group: N
 
         server_serving(replica, restart, weight_bytes=hub.total_bytes, group=deployment.node_group)
     """
-    timeout_s = readiness.timeout_for(server, weight_bytes)
+    timeout_s = readiness.timeout_for(server.engine.service, weight_bytes)
     configured = unit.configure(name=f"SGLang service {server.service_name}", server=server, restart=restart)
     if group and not group.serves_http:
         rendezvous.joined(name="Rank joined rank 0", group=group, service=server.service_name, timeout_s=timeout_s)
@@ -83,12 +83,13 @@ def server_serving(server: Server, restart: Restart, weight_bytes: int, group: N
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    s = deployment.server
+    e = deployment.engine
+    s = e.service
     return [(SystemUser, dict(user=s.service_user)), (SystemUser, dict(user=s.download_user)),
-            *([(SystemUser, dict(user=venv.BUILD_USER))] if venv.git_source(s.sglang_requirement) else []),
-            (FileStates, dict(paths=root_directories(s.service))),
+            *([(SystemUser, dict(user=venv.BUILD_USER))] if venv.git_source(e.sglang_requirement) else []),
+            (FileStates, dict(paths=root_directories(s))),
             (FileStates, dict(paths=(s.api_key_file,))),
             (FileStates, dict(paths=(s.admin_key_file,))),
             (FileStates, dict(paths=tuple(upload_paths(s.install_dir)))),
             (HostPython, dict(uv=Uv(s.install_dir).binary)),
-            (VenvRequirement, dict(path=s.venv, distribution="sglang"))]  # each deployment's build
+            (VenvRequirement, dict(path=e.venv, distribution="sglang"))]  # each deployment's build

@@ -20,7 +20,7 @@ from operations.basics.host_programs import HOST_SCRIPTS, inline
 from operations.basics.units import ServiceState, any_change
 from operations.python.venv import VenvRequirement, fingerprint
 from operations.server.checks import refused_flags
-from operations.server.config import Server, ServiceHost
+from operations.server.config import Engine, Server, ServiceHost
 from operations.server.flags import server_args
 from operations.server.sandbox import gpu_minor_numbers, rejection, unit_files
 
@@ -32,11 +32,11 @@ INPUT_CHANGED = "an input operation changed (the API key)"
 STOPPED = "it is not running"
 
 
-def inputs(server: Server, commits: dict[str, str]) -> str:
-    """What the server is built from besides its unit (SGLang, the weights' commits by role, its launcher):
-    a change restarts it."""
+def inputs(engine: Engine, commits: dict[str, str]) -> str:
+    """What a deployment's servers are built from besides their units (SGLang, the weights' commits by role,
+    the launcher): a change restarts each."""
     launcher = sha1_of(HOST_SCRIPTS["launch_sglang"].read_bytes())[:12]
-    return (f"sglang={fingerprint(server.sglang_requirement, server.pip_index_url)} "
+    return (f"sglang={fingerprint(engine.sglang_requirement, engine.service.pip_index_url)} "
             f"target={commits['target'][:12]} drafter={commits['drafter'][:12]} launcher={launcher}")
 
 
@@ -85,15 +85,16 @@ class Restart:
     def _decide(self) -> Decision:
         s = self.server
         if self.decided_env is not None:
-            s = replace(s, env={**s.env, **self.decided_env()})
+            s = replace(s, engine=replace(s.engine, env={**s.engine.env, **self.decided_env()}))
         unit_text, env_text = unit_files(s, self.inputs, gpu_minor_numbers())
         current = gathering.read(ServiceState, unit_file=s.unit_file, env_file=s.env_file, service=s.service_name)
         enabled = current["enabled"] == "enabled"
         if (current["unit_sha1"], current["env_sha1"]) != (sha1_of(unit_text.encode()), sha1_of(env_text.encode())):
             # The installed SGLang validates the new files; before the run installs the wanted build
             # (--dry on a fresh host) there is none to ask yet.
-            installed = gathering.read(VenvRequirement, path=s.venv, distribution="sglang")
-            built = installed and installed["fingerprint"] == fingerprint(s.sglang_requirement, s.pip_index_url)
+            installed = gathering.read(VenvRequirement, path=s.engine.venv, distribution="sglang")
+            built = installed and installed["fingerprint"] == fingerprint(s.engine.sglang_requirement,
+                                                                           s.engine.service.pip_index_url)
             return Decision(FILES_CHANGED, rejection(host, s, server_args(s)) if built else None, unit_text,
                             env_text, enabled)
         if any_change(self.restart_when):
@@ -118,7 +119,7 @@ def configure(server: Server, restart: Restart):
 
     .. code:: python
 
-        restart = unit.Restart(server, unit.inputs(server, commits), restart_when=[key])
+        restart = unit.Restart(server, unit.inputs(server.engine, commits), restart_when=[key])
         unit.configure(name="SGLang service", server=server, restart=restart)
     """
     s, decision = server, restart.decision()
@@ -195,7 +196,7 @@ def refusals(restarts: list["Restart"]) -> list[str]:
     refused: dict[tuple[str, str], list[Server]] = {}
     for r in restarts:
         if r.decision().refused:
-            refused.setdefault((r.server.venv, r.decision().refused), []).append(r.server)
+            refused.setdefault((r.server.engine.venv, r.decision().refused), []).append(r.server)
     return [refused_flags(servers[0], why, [s.service_name for s in servers])
             for (_, why), servers in refused.items()]
 
@@ -217,7 +218,7 @@ def retired(service: ServiceHost, restarts: list[Restart]):
 
     .. code:: python
 
-        unit.retired(name="Units no deployment wants", service=replica.service, restarts=[Restart(replica, inputs, [key])])
+        unit.retired(name="Units no deployment wants", service=worker.service, restarts=[Restart(replica, inputs, [key])])
     """
     refused = refusals(restarts)
     if refused:
@@ -240,6 +241,6 @@ def retired(service: ServiceHost, restarts: list[Restart]):
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    return [(ServerUnits, dict(prefix=deployment.server.service_prefix)),
+    return [(ServerUnits, dict(prefix=deployment.engine.service.service_prefix)),
             *((ServiceState, dict(unit_file=s.unit_file, env_file=s.env_file, service=s.service_name))
               for s in deployment.replicas)]

@@ -22,7 +22,7 @@ from operations.deployment.summary import _where as where
 from operations.gateway import config as gateway_config, membership as gateway_membership
 from operations.gateway.config import Gateway
 from operations.nodes import group as nodes
-from operations.server.config import Server
+from operations.server.config import Server, ServiceHost
 
 # Per run: host name -> (its HostView, what was read on it), filled as each host's deploy file runs.
 _read: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -83,6 +83,7 @@ class HostView:
 
     name: str
     host_class: str
+    service: ServiceHost | None = None  # what every server of the host shares (a worker's)
     replicas: tuple[Server, ...] = ()  # every replica of every deployment, each with its deployment's name
     endpoints: dict[str, str] = field(default_factory=dict)  # unit -> where a client reaches it
     gateway: Gateway | None = None
@@ -109,8 +110,9 @@ def view_of(inventory_host, inventory) -> HostView:
     host_class = ", ".join(group for group in h.groups if group in deployment.HOST_CLASSES) or \
         ("gateway" if roles.is_gateway(h.groups) else "-")
     try:
-        served = deployment.resolve_host(h.data, deployment.host_class_of(h.groups), nodes.members(inventory, h)) \
-            if roles.serves_model(h.groups) else ()
+        worker, served = deployment.resolve_worker(h.data, deployment.host_class_of(h.groups),
+                                                   nodes.members(inventory, h)) \
+            if roles.serves_model(h.groups) else (None, ())
         g = gateway_config.resolve(h.data) if roles.is_gateway(h.groups) else None
     except BadHostData as problem:
         return HostView(h.name, host_class, problem=str(problem))
@@ -119,10 +121,11 @@ def view_of(inventory_host, inventory) -> HostView:
         for r in d.replicas:
             endpoints[r.service_name] = (f"rank {d.node_group.rank} of {d.node_group.name}"
                                          if d.node_group and not d.node_group.serves_http
-                                         else where(h, r.bind_address, r.port))
+                                         else where(h, worker.service.bind_address, r.port))
     if g:
         endpoints[g.service_name] = where(h, g.bind_address, g.port)
-    return HostView(h.name, host_class, tuple(r for d in served for r in d.replicas), endpoints, g)
+    return HostView(h.name, host_class, worker.service if worker else None, tuple(r for d in served for r in d.replicas),
+                    endpoints, g)
 
 
 def memberships(inventory, views: dict[str, HostView], seen: dict[str, dict | None]) -> list[Membership]:
@@ -136,8 +139,8 @@ def memberships(inventory, views: dict[str, HostView], seen: dict[str, dict | No
 def wanted(view: HostView) -> gathering.Wanted:
     """The facts status reads on the host: its SGLang units (with a replica's key and user), its gateway."""
     found: gathering.Wanted = []
-    if view.replicas:
-        s = view.replicas[0]
+    if view.service:
+        s = view.service
         found.append((ReplicaStates, dict(prefix=s.service_prefix, key_file=s.api_key_file, service_user=s.service_user)))
     if view.gateway:
         g = view.gateway
@@ -195,7 +198,7 @@ def records(views: list[HostView], seen: dict[str, dict | None], gateways: list[
         units, by_name = seen[v.name]["units"], {r.service_name: r for r in v.replicas}
         for name in [*by_name, *sorted(set(units) - set(by_name))]:
             run, replica = units.get(name), by_name.get(name)
-            found.append({**base, "deployment": replica.deployment if replica else "(none wants it)", "unit": name,
+            found.append({**base, "deployment": replica.engine.name if replica else "(none wants it)", "unit": name,
                           "state": _state(run) if run else "not deployed",
                           "weights": "+".join(posixpath.basename(p)[:8] for p in run["loads"]) if run else None,
                           "sglang": (run or {}).get("version"),

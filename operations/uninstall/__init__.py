@@ -18,7 +18,7 @@ from operations.basics import knobs
 from operations.gateway.config import Gateway
 from operations.monitoring import prometheus
 from operations.python import venv
-from operations.server.config import Server
+from operations.server.config import ServiceHost
 
 WEIGHTS_UNITS = "/etc/systemd/system/specfleet-weights-*.service"  # weights.config Repo.unit_name
 
@@ -33,10 +33,10 @@ class Uninstall:
     weights_dir: str | None  # None: the weights are kept
 
 
-def plan(servers: tuple[Server, ...], gateway: Gateway | None, weights_dir: str, remove_weights: bool) -> Uninstall:
+def plan(service: ServiceHost | None, gateway: Gateway | None, weights_dir: str, remove_weights: bool) -> Uninstall:
     """The host's Uninstall. A directory of one component (/opt, /srv) is refused, never removed whole:
     the deploy makes its own directories, which a misset knob could point at a system one."""
-    directories = sorted({d for s in servers for d in (s.install_dir, s.config_dir)}
+    directories = sorted(({service.install_dir, service.config_dir} if service else set())
                          | ({gateway.install_dir, gateway.config_dir} if gateway else set()))
     for name, path in [*(("install_dir or config_dir", d) for d in directories),
                        *([("weights_dir", weights_dir)] if remove_weights else [])]:
@@ -44,8 +44,8 @@ def plan(servers: tuple[Server, ...], gateway: Gateway | None, weights_dir: str,
             raise knobs.refused(name, path, "uninstall removes only a directory of its own, at least two levels "
                                 "deep (e.g. /opt/specfleet)", wrong="is not removed whole")
     # The build user whatever the requirements say now: an earlier requirement may have been a git build.
-    users = sorted({u for s in servers for u in (s.service_user, s.download_user)} | ({gateway.user} if gateway else set())
-                   | {venv.BUILD_USER})
+    users = sorted(({service.service_user, service.download_user} if service else set())
+                   | ({gateway.user} if gateway else set()) | {venv.BUILD_USER})
     return Uninstall(tuple(directories), tuple(users), gateway.unit_file if gateway else None,
                      weights_dir if remove_weights else None)
 
@@ -124,7 +124,7 @@ def removed(uninstall: Uninstall):
 
     .. code:: python
 
-        uninstall.removed(name="What the deploy laid down", uninstall=uninstall.plan(servers, None, "/srv/m", False))
+        uninstall.removed(name="What the deploy laid down", uninstall=uninstall.plan(service, None, "/srv/m", False))
     """
     paths, users = candidates(uninstall)
     commands = removals(uninstall, host.get_fact(Leftovers, paths=paths, users=users))

@@ -96,7 +96,7 @@ def pruned(weights: tuple[Weights, ...], service: ServiceHost):
     .. code:: python
 
         revisions.pruned(name="Weights revisions", weights=tuple(d.weights for d in deployments),
-                          service=replica.service)
+                          service=worker.service)
     """
     repos = repos_of(weights)
     found: dict = {"free": {}, "revisions": {}}

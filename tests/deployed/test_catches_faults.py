@@ -59,14 +59,14 @@ def test_a_stopped_service_is_caught(deployed_lab, pcie_host):
         "test_every_listener_of_a_replica_is_on_loopback_or_its_bind_address",
     },
         rf"{pcie_host.name}: expected {re.escape(d.service_name)} enabled/active/running, found enabled/inactive/dead",
-        rf"{pcie_host.name}: expected {re.escape(d.service_name)} listening on {re.escape(d.bind_address)}:{d.port}, found nothing listening",
+        rf"{pcie_host.name}: expected {re.escape(d.service_name)} listening on {re.escape(d.engine.service.bind_address)}:{d.port}, found nothing listening",
         rf"{pcie_host.name}: expected 200 from /health_generate on http://127\.0\.0\.1:{d.port} "
         rf"\({re.escape(d.service_name)}\), found None")
 
 
 def test_a_token_file_readable_by_all_is_caught(deployed_lab, pcie_host):
     d = server_of(pcie_host)
-    token = f"{d.hf_home}/token"
+    token = f"{d.engine.service.hf_home}/token"
     fleet.ssh(pcie_host, f"chmod 0644 {token}")
     try:
         result = run_suite(pcie_host.name)
@@ -79,9 +79,9 @@ def test_a_token_file_readable_by_all_is_caught(deployed_lab, pcie_host):
 
 def test_a_truncated_weight_shard_is_caught(deployed_lab, pcie_host):
     d = server_of(pcie_host)
-    manifest = fleet.ssh(pcie_host, f"cat {d.model_dir}/{MANIFEST}")
+    manifest = fleet.ssh(pcie_host, f"cat {d.engine.model_dir}/{MANIFEST}")
     shard = sorted(path for path in json.loads(manifest)["files"] if path.endswith(".safetensors"))[0]
-    full, backup = f"{d.model_dir}/{shard}", f"/root/specfleet-fault-{shard.replace('/', '_')}"
+    full, backup = f"{d.engine.model_dir}/{shard}", f"/root/specfleet-fault-{shard.replace('/', '_')}"
     size = json.loads(manifest)["files"][shard]["size"]
     fleet.ssh(pcie_host, f"cp -p {shlex.quote(full)} {backup} && truncate -s {size // 2} {shlex.quote(full)}")
     try:
@@ -95,7 +95,7 @@ def test_a_truncated_weight_shard_is_caught(deployed_lab, pcie_host):
 
 def test_draft_tokens_edited_by_hand_in_the_unit_are_caught(deployed_lab, pcie_host):
     d = server_of(pcie_host)
-    wanted = d.speculative.num_draft_tokens
+    wanted = d.engine.speculative.num_draft_tokens
     edited = 6 if wanted != 6 else 5
     flag = "--speculative-num-draft-tokens"
     backup = f"/root/specfleet-fault-{d.service_name}.service"
@@ -111,7 +111,7 @@ def test_draft_tokens_edited_by_hand_in_the_unit_are_caught(deployed_lab, pcie_h
         wait_generating(pcie_host, d.port)
     assert_caught(result, pcie_host.name, {"test_unit_arguments_are_what_group_data_asks_for"},
                   rf"{pcie_host.name}: {re.escape(d.service_name)} runs with other arguments than group_data asks for "
-                  rf"\({d.profile_name} on {d.host_class}\):\n{flag}: expected {wanted}, found {edited}",
+                  rf"\({d.engine.profile_name} on {d.engine.host_class}\):\n{flag}: expected {wanted}, found {edited}",
                   rf"{pcie_host.name}: {d.unit_file} has other arguments than group_data asks for:\n"
                   rf"{flag}: expected {wanted}, found {edited}")
 

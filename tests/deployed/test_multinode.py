@@ -22,11 +22,11 @@ def node_group(target, rank0: bool):
 
 def test_rank0_serves_for_its_group_with_every_rank_joined(target):
     g = node_group(target, rank0=True)
-    health = serving(target, target.deployment.server)["health"]
+    health = serving(target, target.deployment.replicas[0])["health"]
     assert health["status"] == 200, (f"{target.name}: expected rank 0 of {g.name} to answer /health_generate with "
                                      f"200, found {health['status']}: {health['body'][:200]} (a rank that is down "
                                      f"keeps the group from serving: check {', '.join(g.members[1:])})")
-    info, problem = body_json(target, "/server_info", serving(target, target.deployment.server)["server_info"])
+    info, problem = body_json(target, "/server_info", serving(target, target.deployment.replicas[0])["server_info"])
     assert problem is None, f"{target.name}: {problem}"
     found = (info.get("nnodes"), info.get("node_rank"), info.get("dist_init_addr"), info.get("tp_size"))
     assert found == (g.nnodes, 0, g.dist_init_addr, g.tp_size), (
@@ -39,7 +39,7 @@ def test_rank0_serves_for_its_group_with_every_rank_joined(target):
 
 
 def test_other_rank_is_up_and_joined_to_rank0(target):
-    g, d = node_group(target, rank0=False), target.deployment.server
+    g, d = node_group(target, rank0=False), target.deployment.replicas[0]
     state = target.facts(rank=(RankState(), {"service": d.service_name, "port": g.dist_init_port}))["rank"]
     assert state["active"] == "active", (f"{target.name}: expected rank {g.rank} of {g.name} running "
                                          f"({d.service_name} active), found {state['active']}: check "

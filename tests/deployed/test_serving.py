@@ -45,7 +45,7 @@ def http_server(target):
 
 
 def base_url(d) -> str:
-    address = ipaddress.ip_address(d.bind_address)
+    address = ipaddress.ip_address(d.engine.service.bind_address)
     if address.is_unspecified:
         address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
     host = f"[{address}]" if address.version == 6 else str(address)
@@ -54,7 +54,7 @@ def base_url(d) -> str:
 
 def serving(target, d) -> dict:
     return target.memo(f"serving {d.service_name}", lambda: target.python(
-        _SERVING_SCRIPT, base_url(d), d.served_model_name, d.api_key_file))
+        _SERVING_SCRIPT, base_url(d), d.engine.served_model_name, d.engine.service.api_key_file))
 
 
 def each_replica(target, check) -> None:
@@ -89,7 +89,7 @@ def test_chat_completion_returns_text(target):
         if problem:
             return [f"{target.name}: {d.service_name}: {problem}"]
         return [] if generated(chat) else [
-            f"{target.name}: expected a chat completion from {d.served_model_name} ({d.service_name}) that "
+            f"{target.name}: expected a chat completion from {d.engine.served_model_name} ({d.service_name}) that "
             f"generated (usage.completion_tokens > 0, text in content or reasoning_content), found "
             f"{json.dumps(scrubbed(chat))[:300]}"]
     each_replica(target, check)
@@ -102,11 +102,11 @@ def test_server_info_reports_speculative_decoding_accepting_drafts(target):
             return [f"{target.name}: {d.service_name}: {problem}"]
         problems = []
         algorithm = info.get("speculative_algorithm")
-        if algorithm != d.speculative.algorithm:
+        if algorithm != d.engine.speculative.algorithm:
             problems.append(f"{target.name}: expected {d.service_name}'s /server_info speculative_algorithm "
-                            f"{d.speculative.algorithm}, found {algorithm}")
-        if info.get("tp_size") != d.tp_size or info.get("port") != d.port:
-            problems.append(f"{target.name}: expected {d.service_name} at TP {d.tp_size} on port {d.port}, found "
+                            f"{d.engine.speculative.algorithm}, found {algorithm}")
+        if info.get("tp_size") != d.engine.tp_size or info.get("port") != d.port:
+            problems.append(f"{target.name}: expected {d.service_name} at TP {d.engine.tp_size} on port {d.port}, found "
                             f"TP {info.get('tp_size')} on port {info.get('port')}")
         accept = (info.get("internal_states") or [{}])[0].get("avg_spec_accept_length")
         if not (isinstance(accept, (int, float)) and accept > 1.0):
@@ -117,7 +117,7 @@ def test_server_info_reports_speculative_decoding_accepting_drafts(target):
 
 
 def test_metrics_expose_the_accept_length(target):
-    if not target.deployment.server.enable_metrics:
+    if not target.deployment.host.service.enable_metrics:
         pytest.skip("enable_metrics is off in group_data")
 
     def check(d, answers):

@@ -40,16 +40,16 @@ print(json.dumps(result))
 
 
 def test_sglang_virtualenv_has_the_pinned_version(target):
-    for d in {dep.server.venv: dep.server for dep in target.deployments}.values():  # one venv per build
+    for d in {dep.engine.venv: dep.replicas[0] for dep in target.deployments}.values():  # one venv per build
         check_venv(target, d)
 
 
 def check_venv(target, d):
-    installed = target.facts(sglang=(VenvRequirement(), dict(path=d.venv, distribution="sglang")))["sglang"]
+    installed = target.facts(sglang=(VenvRequirement(), dict(path=d.engine.venv, distribution="sglang")))["sglang"]
     version = (installed or {}).get("version")
-    assert version, f"{target.name}: expected SGLang {d.sglang_version} in {d.venv}, found no sglang there"
+    assert version, f"{target.name}: expected SGLang {d.engine.sglang_version} in {d.engine.venv}, found no sglang there"
     try:
-        specifier = Requirement(d.sglang_requirement).specifier
+        specifier = Requirement(d.engine.sglang_requirement).specifier
     except InvalidRequirement:
         specifier = None
     try:
@@ -59,24 +59,24 @@ def check_venv(target, d):
     if specifier:  # a release pin: `sglang==0.5.23` accepts 0.5.23+lab (local labels do not count)
         ok, wanted = specifier.contains(version, prereleases=True), f"sglang{specifier}"
     else:  # a build from a URL: the version the profile says it is
-        ok, wanted = public == d.sglang_version, f"{d.sglang_version} ({d.sglang_requirement})"
-    assert ok, f"{target.name}: expected SGLang {wanted} in {d.venv}, found {version}"
-    built_for = fingerprint(d.sglang_requirement, d.pip_index_url)
+        ok, wanted = public == d.engine.sglang_version, f"{d.engine.sglang_version} ({d.engine.sglang_requirement})"
+    assert ok, f"{target.name}: expected SGLang {wanted} in {d.engine.venv}, found {version}"
+    built_for = fingerprint(d.engine.sglang_requirement, d.engine.service.pip_index_url)
     assert installed["fingerprint"] == built_for, (
-        f"{target.name}: expected {d.venv} built for {d.sglang_requirement} (fingerprint {built_for}), "
+        f"{target.name}: expected {d.engine.venv} built for {d.engine.sglang_requirement} (fingerprint {built_for}), "
         f"found one built for another requirement or index (fingerprint {installed['fingerprint']})")
 
 
 def test_virtualenvs_are_built_by_the_pinned_uv(target):
-    d = target.deployment.server
-    uv = venv.Uv(d.install_dir)
+    d = target.deployment.replicas[0]
+    uv = venv.Uv(d.engine.service.install_dir)
     host_python = target.facts(python=(venv.HostPython(), dict(uv=uv.binary)))["python"]
     if host_python["machine"] not in venv.UV_MACHINES:
         pytest.skip(f"{target.name}: no uv wheel for {host_python['machine']}: pip builds its virtualenvs")
     assert host_python["uv"] == venv.UV_VERSION, (
         f"{target.name}: expected uv {venv.UV_VERSION} at {uv.binary}, found {host_python['uv']}")
-    config = target.run(f"cat {d.venv}/pyvenv.cfg").stdout
-    assert f"uv = {venv.UV_VERSION}" in config, f"{target.name}: expected {d.venv} built by uv, found:\n{config}"
+    config = target.run(f"cat {d.engine.venv}/pyvenv.cfg").stdout
+    assert f"uv = {venv.UV_VERSION}" in config, f"{target.name}: expected {d.engine.venv} built by uv, found:\n{config}"
 
 
 def hub_listing(target, d, repo):

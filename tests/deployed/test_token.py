@@ -47,7 +47,7 @@ print(json.dumps({"token_file_matches": matches, "found_in": found}))
 
 
 def token_path(target) -> str:
-    return f"{target.deployment.server.hf_home}/token"
+    return f"{target.deployment.host.service.hf_home}/token"
 
 
 def expected_token(target) -> str:
@@ -59,7 +59,7 @@ def expected_token(target) -> str:
 
 
 def leak_scan(target) -> dict:
-    d = target.deployment.server
+    d = target.deployment.replicas[0]
 
     def scan():
         main_pid = target.run(f"systemctl show -p MainPID --value {shlex.quote(d.service_name)}").stdout.strip()
@@ -70,32 +70,32 @@ def leak_scan(target) -> dict:
 
 
 def test_token_file_is_owned_by_the_download_user_mode_0600(target):
-    d, path = target.deployment.server, token_path(target)
+    d, path = target.deployment.replicas[0], token_path(target)
     stat = target.run(f"stat -c '%F|%U|%a' {shlex.quote(path)}")
     assert stat.rc == 0, f"{target.name}: expected the HF token file {path}, found none ({stat.stderr.strip()})"
     kind, owner, mode = stat.stdout.strip().split("|")
     assert kind == "regular file", f"{target.name}: expected {path} to be a regular file, found a {kind}"
-    assert owner == d.download_user, f"{target.name}: expected {path} owned by {d.download_user}, found {owner}"
+    assert owner == d.engine.service.download_user, f"{target.name}: expected {path} owned by {d.engine.service.download_user}, found {owner}"
     assert int(mode, 8) == 0o600, f"{target.name}: expected {path} mode 0600, found mode {int(mode, 8):04o}"
 
 
 def test_the_service_user_cannot_read_the_token(target):
-    d, path = target.deployment.server, token_path(target)
-    read = target.run(f"runuser -u {shlex.quote(d.service_user)} -- cat {shlex.quote(path)} > /dev/null")
+    d, path = target.deployment.replicas[0], token_path(target)
+    read = target.run(f"runuser -u {shlex.quote(d.engine.service.service_user)} -- cat {shlex.quote(path)} > /dev/null")
     assert read.rc != 0, \
-        f"{target.name}: expected {d.service_user} (the model's code) unable to read {path}, it read it"
-    earlier = target.run(f"test -e {shlex.quote(d.earlier_token_file)}")
-    assert earlier.rc != 0, f"{target.name}: expected no token left at {d.earlier_token_file}, found a file there"
+        f"{target.name}: expected {d.engine.service.service_user} (the model's code) unable to read {path}, it read it"
+    earlier = target.run(f"test -e {shlex.quote(d.engine.service.earlier_token_file)}")
+    assert earlier.rc != 0, f"{target.name}: expected no token left at {d.engine.service.earlier_token_file}, found a file there"
 
 
 def test_the_service_user_reads_the_weights_and_writes_none_of_them(target):
-    d = target.deployment.server
-    for directory in (d.model_dir, d.draft_model_dir):
+    d = target.deployment.replicas[0]
+    for directory in (d.engine.model_dir, d.engine.draft_model_dir):
         config = shlex.quote(f"{directory}/config.json")
         probe = (f"test -r {config} && echo readable; test -w {config} && echo writable; "
                  f"test -w {shlex.quote(directory)} && echo writable-dir")
-        found = target.run(f"runuser -u {shlex.quote(d.service_user)} -- sh -c {shlex.quote(probe)}").stdout.split()
-        assert found == ["readable"], (f"{target.name}: expected {d.service_user} to read {directory}/config.json "
+        found = target.run(f"runuser -u {shlex.quote(d.engine.service.service_user)} -- sh -c {shlex.quote(probe)}").stdout.split()
+        assert found == ["readable"], (f"{target.name}: expected {d.engine.service.service_user} to read {directory}/config.json "
                                        f"and write nothing there, found {found or ['unreadable']}")
 
 

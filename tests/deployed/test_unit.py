@@ -95,7 +95,7 @@ def each_replica(target, check) -> None:
 
 def expected_command(d) -> list[str]:
     """The ExecStart of templates/server/sglang.service.j2: the launcher and server_args(server)."""
-    return [f"{d.venv}/bin/python", f"{d.install_dir}/bin/launch_sglang.py", *server_args(d)]
+    return [f"{d.engine.venv}/bin/python", f"{d.engine.service.install_dir}/bin/launch_sglang.py", *server_args(d)]
 
 
 def flags(args: list[str]) -> dict[str, list[str]]:
@@ -139,12 +139,12 @@ def test_unit_is_enabled_and_active(target):
 def test_unit_runs_as_the_service_user(target):
     def check(d, unit):
         problems = []
-        if unit["props"].get("User") != d.service_user:
-            problems.append(f"{target.name}: expected {d.service_name}'s User={d.service_user}, found "
+        if unit["props"].get("User") != d.engine.service.service_user:
+            problems.append(f"{target.name}: expected {d.service_name}'s User={d.engine.service.service_user}, found "
                             f"User={unit['props'].get('User')}")
-        others = {pid: user for pid, user in unit["processes"].items() if user != d.service_user}
+        others = {pid: user for pid, user in unit["processes"].items() if user != d.engine.service.service_user}
         if not unit["processes"] or others:
-            problems.append(f"{target.name}: expected every process of {d.service_name} run by {d.service_user}, "
+            problems.append(f"{target.name}: expected every process of {d.service_name} run by {d.engine.service.service_user}, "
                             "found " + (", ".join(f"process {pid} run by {user}" for pid, user in others.items())
                                         or "no processes"))
         return problems
@@ -165,12 +165,12 @@ def test_unit_listens_on_the_configured_address_and_port(target):
         pytest.skip("rank >= 1 of a node group serves no model (tests/deployed/test_multinode.py)")
 
     def check(d, unit):
-        wanted = ipaddress.ip_address(d.bind_address)
+        wanted = ipaddress.ip_address(d.engine.service.bind_address)
         listeners = unit["listeners"]
         ours = [l for l in listeners if ipaddress.ip_address(l["address"]) == wanted and l["unit_pids"]]
         found = ", ".join(f"{l['address']}:{l['port']} ({'pids ' + ' '.join(l['unit_pids']) if l['unit_pids'] else 'not ' + d.service_name})"
                           for l in listeners) or "nothing listening on that port"
-        return [] if ours else [f"{target.name}: expected {d.service_name} listening on {d.bind_address}:{d.port}, "
+        return [] if ours else [f"{target.name}: expected {d.service_name} listening on {d.engine.service.bind_address}:{d.port}, "
                                 f"found {found}"]
     each_replica(target, check)
 
@@ -178,7 +178,7 @@ def test_unit_listens_on_the_configured_address_and_port(target):
 def store_port(d) -> int:
     """Where torch.distributed's TCPStore of this replica listens: its --nccl-port alone on a node, a node
     group's dist-init port on its rank 0 (SGLang 0.5.23 srt/distributed/bootstrap.py)."""
-    args = list(d.node_args)
+    args = list(d.engine.node_args)
     return int(args[args.index("--dist-init-addr") + 1].rpartition(":")[2]) if "--dist-init-addr" in args \
         else d.nccl_port
 
@@ -190,7 +190,7 @@ def test_every_listener_of_a_replica_is_on_loopback_or_its_bind_address(target):
     listens on every address whatever --host says, on the replica's own --nccl-port (the layout's: SGLang
     draws none of its own) or a node group's dist-init port; nothing else may."""
     def check(d, unit):
-        bind = ipaddress.ip_address(d.bind_address)
+        bind = ipaddress.ip_address(d.engine.service.bind_address)
         problems = []
         for listener in unit["unit_listeners"]:
             address = ipaddress.ip_address(listener["address"])
@@ -200,7 +200,7 @@ def test_every_listener_of_a_replica_is_on_loopback_or_its_bind_address(target):
                 continue
             problems.append(f"{target.name}: {d.service_name} listens on {listener['address']}:{listener['port']} "
                             f"(pids {' '.join(listener['unit_pids'])}), beyond loopback and its bind address "
-                            f"{d.bind_address}")
+                            f"{d.engine.service.bind_address}")
         on_store = [l for l in unit["unit_listeners"] if l["port"] == store_port(d)]
         if target.serves_http and not on_store:
             problems.append(f"{target.name}: expected {d.service_name}'s TCPStore on port {store_port(d)}, found "
@@ -219,7 +219,7 @@ def test_unit_arguments_are_what_group_data_asks_for(target):
         running = args_differences(expected, unit["argv"])
         if running:
             problems += [f"{target.name}: {d.service_name} runs with other arguments than group_data asks for "
-                         f"({d.profile_name} on {d.host_class}):", *running]
+                         f"({d.engine.profile_name} on {d.engine.host_class}):", *running]
         on_disk = args_differences(expected, shlex.split(unit["exec_start"] or ""))
         if on_disk:
             problems += [f"{target.name}: {d.unit_file} has other arguments than group_data asks for:", *on_disk]
@@ -285,7 +285,7 @@ def test_each_replica_holds_the_gpus_its_layout_gives_it_and_no_two_share_one(ta
 def test_the_host_runs_no_sglang_unit_its_deployments_do_not_want(target):
     """An earlier layout's single unit (PREFIX.service), another profile's or layout's replicas: retired."""
     from operations.server.unit import ServerUnits
-    prefix = target.deployment.server.service_prefix
+    prefix = target.deployment.host.service.service_prefix
     units = target.facts(units=(ServerUnits(), dict(prefix=prefix)))["units"] or {}
     wanted = {r.service_name for r in target.replicas}
     assert set(units) == wanted, (f"{target.name}: expected exactly the SGLang units {sorted(wanted)}, found "
@@ -341,11 +341,11 @@ def test_a_stop_drains_the_server_through_its_main_process(target):
         shown = target.run(f"systemctl show {shlex.quote(d.service_name)} -p KillMode,TimeoutStopUSec,"
                            "InaccessiblePaths").stdout
         props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
-        found, wanted = (props.get("KillMode"), timespan_s(props.get("TimeoutStopUSec", ""))), ("mixed" if d.drains_on_stop else "control-group", d.stop_timeout_s)
+        found, wanted = (props.get("KillMode"), timespan_s(props.get("TimeoutStopUSec", ""))), ("mixed" if d.engine.drains_on_stop else "control-group", d.engine.service.stop_timeout_s)
         problems = [] if found == wanted else [
             f"{target.name}: expected {d.service_name} KillMode/TimeoutStopUSec {wanted}, found {found}"]
-        if d.download_home not in (path.lstrip("-") for path in props.get("InaccessiblePaths", "").split()):
-            problems.append(f"{target.name}: expected {d.download_home} (the HF token's home) inaccessible to "
+        if d.engine.service.download_home not in (path.lstrip("-") for path in props.get("InaccessiblePaths", "").split()):
+            problems.append(f"{target.name}: expected {d.engine.service.download_home} (the HF token's home) inaccessible to "
                             f"{d.service_name}, found InaccessiblePaths={props.get('InaccessiblePaths')}")
         return problems
     each_replica(target, check)
@@ -371,16 +371,16 @@ print(json.dumps(result))
 def test_what_root_writes_or_runs_is_roots_alone(target):
     """Root's directories and files (config, install, host scripts, units, the API key) are root's and
     writable by root only; the service user's cache is the service user's."""
-    d = target.deployment.server
-    scripts = target.run(f"ls {shlex.quote(d.install_dir)}/bin").stdout.split()
-    paths = [d.config_dir, d.api_key_file, d.install_dir, f"{d.install_dir}/bin",
+    d = target.deployment.replicas[0]
+    scripts = target.run(f"ls {shlex.quote(d.engine.service.install_dir)}/bin").stdout.split()
+    paths = [d.engine.service.config_dir, d.engine.service.api_key_file, d.engine.service.install_dir, f"{d.engine.service.install_dir}/bin",
              *(path for r in target.replicas for path in (r.env_file, r.unit_file)),
-             *(f"{d.install_dir}/bin/{name}" for name in scripts),
-             *(f"{d.config_dir}/{repo.spec_file_name}" for dep in target.deployments for repo in dep.weights.repos)]
-    found = target.python(_OWNERS_SCRIPT, *paths, f"/home/{d.service_user}/.cache")
-    cache = found.pop(f"/home/{d.service_user}/.cache", None)
+             *(f"{d.engine.service.install_dir}/bin/{name}" for name in scripts),
+             *(f"{d.engine.service.config_dir}/{repo.spec_file_name}" for dep in target.deployments for repo in dep.weights.repos)]
+    found = target.python(_OWNERS_SCRIPT, *paths, f"/home/{d.engine.service.service_user}/.cache")
+    cache = found.pop(f"/home/{d.engine.service.service_user}/.cache", None)
     wrong = [f"{path} ({'a link, ' if f['link'] else ''}owner {f['owner']}{', writable by others' if f['writable'] else ''})"
              for path, f in found.items() if f["owner"] != "root" or f["writable"] or f["link"]]
     assert not wrong, f"{target.name}: expected root's paths owned and writable by root alone, found " + "; ".join(wrong)
-    assert cache and cache["owner"] == d.service_user and not cache["link"], (
-        f"{target.name}: expected /home/{d.service_user}/.cache to be {d.service_user}'s directory, found {cache}")
+    assert cache and cache["owner"] == d.engine.service.service_user and not cache["link"], (
+        f"{target.name}: expected /home/{d.engine.service.service_user}/.cache to be {d.engine.service.service_user}'s directory, found {cache}")

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.lab
 INSTALL = ("--data", "install_driver=true")
 PCIE = "rtx_pro_6000_pcie"
 LAB = resolve(host_data(PCIE, lab=True), PCIE)  # the lab's paths, repos and unit names
-WEIGHTS, SERVER = LAB.weights, LAB.server
+WEIGHTS, SERVER = LAB.weights, LAB.replicas[0]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_prepared_while_the_drafter_waits_for_access_then_only_the_drafter_is_fe
             "GPU smoke test", "Weights"} <= set(started) and started[-1] == "Access to gated repos", started
     # Prepared: driver loaded, SGLang's venv, the target downloading in its unit; nothing serves yet.
     assert fleet.ssh(fresh, "nvidia-smi -L | wc -l").strip() == "8"
-    fleet.ssh(fresh, f"{SERVER.venv}/bin/python -c 'import sglang'")
+    fleet.ssh(fresh, f"{SERVER.engine.venv}/bin/python -c 'import sglang'")
     assert fleet.ssh(fresh, f"test -e {SERVER.unit_file} || systemctl cat {WEIGHTS.drafter.unit_name} || echo none",
                      check=False).strip() == "none"
     assert manifest_written(fresh, WEIGHTS.target), "the target's download did not complete in its unit"
@@ -94,12 +94,12 @@ def test_prepared_while_the_drafter_waits_for_access_then_only_the_drafter_is_fe
 def test_a_serving_host_with_a_newly_denied_token_is_untouched(fresh):
     if fleet.ssh(fresh, f"systemctl is-active {SERVER.service_name}", check=False).strip() != "active":
         assert deploy(fresh, TOKEN_GRANTED).returncode == 0
-    before = (main_pid(fresh, SERVER.service_name), fleet.ssh(fresh, f"sha1sum {SERVER.hf_home}/token {SERVER.unit_file}"))
+    before = (main_pid(fresh, SERVER.service_name), fleet.ssh(fresh, f"sha1sum {SERVER.engine.service.hf_home}/token {SERVER.unit_file}"))
     denied = deploy(fresh, TOKEN_DENIED)
     assert denied.returncode != 0
     assert f"{fresh.name}: the token has no access to the gated repo {WEIGHTS.drafter.repo_id}" in denied.output
     assert "everything else is prepared" not in denied.output and "serves nothing yet" not in denied.output
     assert operations_started(denied.output) == ["Preflight"]
     assert (main_pid(fresh, SERVER.service_name),
-            fleet.ssh(fresh, f"sha1sum {SERVER.hf_home}/token {SERVER.unit_file}")) == before
+            fleet.ssh(fresh, f"sha1sum {SERVER.engine.service.hf_home}/token {SERVER.unit_file}")) == before
     assert server_info(fresh)["speculative_algorithm"] == "DFLASH"

@@ -31,7 +31,7 @@ def test_one_bad_host_is_refused_and_the_others_converge(deployed_lab, pcie_host
 @pytest.mark.parametrize("knob, sentence", [
     ("install_driver=maybe", "install_driver='maybe' is not a boolean: use true/false, yes/no or 1/0"),
     ("weights_dir=models", "weights_dir='models' is not accepted: use an absolute path"),
-    ("bind_address=0.0.0.0", "the server would listen on 0.0.0.0:30000, beyond loopback, without an API key"),
+    ("bind_address=0.0.0.0", "the servers would listen on 0.0.0.0, beyond loopback, without an API key"),
 ])
 def test_a_bad_knob_refuses_each_host_in_one_line_before_any_change(deployed_lab, lab_hosts, knob, sentence):
     result = run_deploy("--data", knob, timeout=120)

@@ -146,7 +146,7 @@ systemctl enable --now sglang
 def test_a_host_of_the_single_unit_layout_converges_and_its_old_weights_are_linked(deployed_lab, b200_host):
     host = b200_host
     d = resolve(host_data("b200_nvlink", lab=True), "b200_nvlink")
-    fleet.ssh(host, EARLIER.format(unit=SGLANG_UNIT, env=d.server.env_file, target=d.weights.target.local_dir,
+    fleet.ssh(host, EARLIER.format(unit=SGLANG_UNIT, env=d.replicas[0].env_file, target=d.weights.target.local_dir,
                                    drafter=d.weights.drafter.local_dir))
     wait_for(lambda: http_status(host, "/health") == 200, 60, 0.5, "the earlier layout's sglang.service to serve")
     assert fleet.ssh(host, f"ls {TARGET_DIR} 2>/dev/null || echo gone", check=False).strip() == "gone"

@@ -35,7 +35,8 @@ def test_a_percent_in_a_value_reaches_the_unit_as_written(lab_hosts, pcie_host):
     shown = installed(pcie_host, "specfleet-test-weights", weights_unit, "Environment")
     assert f"HF_ENDPOINT={ENDPOINT}" in shown.split(), shown
 
-    server = dataclasses.replace(d.server, extra_args=(*d.server.extra_args, "--chat-template", TEMPLATE_ARG))
+    server = dataclasses.replace(d.replicas[0], engine=dataclasses.replace(
+        d.engine, extra_args=(*d.engine.extra_args, "--chat-template", TEMPLATE_ARG)))
     unit_text, _ = unit.unit_files(server, "inputs", ())
     shown = installed(pcie_host, "specfleet-test-sglang", unit_text, "ExecStart")
     assert f"--chat-template {TEMPLATE_ARG} " in shown, shown

@@ -36,10 +36,10 @@ def lab_repos(store: Path) -> dict[str, str]:
 
 def deployment(host_class: str, profile: str, repos: dict[str, str], **changes) -> Server:
     """The real (non-lab) server of `profile` on `host_class`, with its weights at the lab repos."""
-    d = resolve(host_data(host_class, profile=profile), host_class).server
+    d = resolve(host_data(host_class, profile=profile), host_class)
     profile_repos = host_data(host_class).profiles[profile]
-    return replace(d, model_dir=repos[profile_repos["target"]["repo"]],
-                   draft_model_dir=repos[profile_repos["drafter"]["repo"]], **changes)
+    return replace(d.replicas[0], engine=replace(d.engine, model_dir=repos[profile_repos["target"]["repo"]],
+                                                 draft_model_dir=repos[profile_repos["drafter"]["repo"]], **changes))
 
 
 def as_released(argv: list[str]) -> list[str]:
@@ -65,4 +65,4 @@ def as_released(argv: list[str]) -> list[str]:
 
 
 def case(d: Server) -> dict:
-    return {"argv": as_released(server_args(d)), "env": dict(d.env), "gpu": class_gpu(d.host_class)}
+    return {"argv": as_released(server_args(d)), "env": dict(d.engine.env), "gpu": class_gpu(d.engine.host_class)}

@@ -29,33 +29,33 @@ def test_window_and_mamba_flags_are_spelled_for_the_pinned_version():
     assert spell("--mamba-radix-cache-strategy", "0.5.23+lab") == "--mamba-radix-cache-strategy"
     data = host_data("rtx_pro_6000_pcie")
     data.profiles["kimi_k26_dflash"]["sglang"]["version"] = "0.5.11"
-    assert "--speculative-dflash-draft-window-size" in server_args(resolve(data, "rtx_pro_6000_pcie").server)
+    assert "--speculative-dflash-draft-window-size" in server_args(resolve(data, "rtx_pro_6000_pcie").replicas[0])
 
 
 def test_each_class_gets_its_backends_and_environment():
     pcie = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
-    b200 = resolve(host_data("b200_nvlink"), "b200_nvlink").server
-    assert (pcie.server.attention_backend, pcie.server.draft_attention_backend) == ("flashinfer", "flashinfer")
-    assert (b200.attention_backend, b200.draft_attention_backend) == ("trtllm_mla", "fa4")
+    b200 = resolve(host_data("b200_nvlink"), "b200_nvlink").replicas[0]
+    assert (pcie.engine.attention_backend, pcie.engine.draft_attention_backend) == ("flashinfer", "flashinfer")
+    assert (b200.engine.attention_backend, b200.engine.draft_attention_backend) == ("trtllm_mla", "fa4")
     # P2P is each host's, decided by its GPU smoke test against the PCIe class's P2P floor (smoke.decided_env).
-    assert "NCCL_P2P_DISABLE" not in pcie.server.env and "NCCL_P2P_DISABLE" not in b200.env
+    assert "NCCL_P2P_DISABLE" not in pcie.engine.env and "NCCL_P2P_DISABLE" not in b200.engine.env
     assert pcie.host.smoke.expected.p2p_floor_gbps == 30
     # Each revision in a directory of its own; before the hub resolves the branch, named after it.
-    assert pcie.weights.target.local_dir == pcie.server.model_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6/main"
+    assert pcie.weights.target.local_dir == pcie.engine.model_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6/main"
     pinned_at = deployment.at_commits(pcie, {"target": "c" * 40, "drafter": "d" * 40})
-    assert pinned_at.server.model_dir == pinned_at.weights.target.local_dir == \
+    assert pinned_at.engine.model_dir == pinned_at.weights.target.local_dir == \
         f"/srv/specfleet/models/moonshotai--Kimi-K2.6/{'c' * 40}"
-    assert pinned_at.server.draft_model_dir == f"/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash/{'d' * 40}"
+    assert pinned_at.engine.draft_model_dir == f"/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash/{'d' * 40}"
     # The commits travel one way, in the deployment's weights: what a replica loads and what restarts it.
     assert pcie.weights.commits == {} and pinned_at.weights.commits == {"target": "c" * 40, "drafter": "d" * 40}
-    assert f"target={'c' * 12} drafter={'d' * 12} " in unit_inputs(pinned_at.server, pinned_at.weights.commits)
+    assert f"target={'c' * 12} drafter={'d' * 12} " in unit_inputs(pinned_at.engine, pinned_at.weights.commits)
 
 
 def test_lab_mirrors_swap_repos_and_ddtree_build_but_keep_paths():
     lab = resolve(host_data("b200_nvlink", lab=True, profile="qwen36_ddtree"), "b200_nvlink")
     assert lab.weights.target.repo_id == "lab/Qwen3.6-27B-tiny" and len(lab.weights.target.revision) == 40
     assert lab.weights.target.local_dir.endswith(f"Qwen--Qwen3.6-27B/{lab.weights.target.revision}")
-    assert lab.server.sglang_requirement.endswith("sglang-0.5.23+lab.ddtree29907-py3-none-any.whl")
+    assert lab.engine.sglang_requirement.endswith("sglang-0.5.23+lab.ddtree29907-py3-none-any.whl")
 
 
 def test_lab_pins_are_the_commits_the_lab_hub_builds(tmp_path):
@@ -71,8 +71,8 @@ def test_a_host_needs_exactly_one_class_group():
 
 
 def test_rendered_command_lines_parse_with_the_real_sglang_0_5_23():
-    kimi = [server_args(resolve(host_data(c), c).server) for c in HOST_CLASSES]
-    ddtree = server_args(resolve(host_data("b200_nvlink", profile="qwen36_ddtree"), "b200_nvlink").server)
+    kimi = [server_args(resolve(host_data(c), c).replicas[0]) for c in HOST_CLASSES]
+    ddtree = server_args(resolve(host_data("b200_nvlink", profile="qwen36_ddtree"), "b200_nvlink").replicas[0])
     # The DDTree profile's mamba strategy, alone: one 0.5.23 itself accepts (the DDTree build extends its parser).
     strategy = ["--model-path", "/srv/m", *ddtree[ddtree.index("--mamba-radix-cache-strategy"):][:2]]
     *results, alone = parse_many_with_real_sglang([*kimi, ddtree, strategy])
@@ -101,8 +101,8 @@ def test_branch_revisions_are_reported_unpinned_and_lab_commits_are_not():
 def test_boolean_knobs_read_words_as_a_user_means_them(value, wanted):
     d = resolve(host_data("b200_nvlink", install_driver=value, verify_weights=value, remove_api_key=value,
                           allow_branch_revisions=value, enable_metrics=value), "b200_nvlink")
-    assert (d.host.gpu.install_driver, d.weights.verify, d.server.remove_api_key, d.allow_branch_revisions,
-            d.server.enable_metrics) == (wanted,) * 5
+    assert (d.host.gpu.install_driver, d.weights.verify, d.engine.service.remove_api_key, d.allow_branch_revisions,
+            d.engine.service.enable_metrics) == (wanted,) * 5
 
 
 def test_numbers_are_numbers_whichever_way_they_arrive():
@@ -110,7 +110,7 @@ def test_numbers_are_numbers_whichever_way_they_arrive():
     as_int = resolve(host_data("b200_nvlink", driver_branch=580, ready_timeout_s="90", port="31500"), "b200_nvlink")
     as_str = resolve(host_data("b200_nvlink", driver_branch="580"), "b200_nvlink")
     assert as_int.host.gpu.driver_branch == as_str.host.gpu.driver_branch == "580"
-    assert (as_int.server.ready_timeout_s, as_int.server.port) == (90, 31500)
+    assert (as_int.engine.service.ready_timeout_s, as_int.replicas[0].port) == (90, 31500)
     assert resolve(host_data("b200_nvlink"), "b200_nvlink").host.gpu.expected.driver_min == 580
 
 
@@ -168,7 +168,7 @@ def test_a_plain_http_hub_or_index_is_refused_unless_its_knob_trusts_it(knob, al
     with pytest.raises(BadHostData, match=f"{allow}='perhaps' is not a boolean"):
         resolve(host_data("b200_nvlink", **{knob: url, allow: "perhaps"}), "b200_nvlink")
     allowed = resolve(host_data("b200_nvlink", **{knob: url, allow: True}), "b200_nvlink")
-    assert url in (allowed.weights.hf_endpoint, allowed.server.pip_index_url)
+    assert url in (allowed.weights.hf_endpoint, allowed.engine.service.pip_index_url)
     assert resolve(host_data("b200_nvlink", **{knob: url.replace("http:", "https:")}), "b200_nvlink")
     if knob == "pip_index_url":  # the gateway's uv reads the same index
         with pytest.raises(BadHostData, match=f"set {allow}=true"):
@@ -209,14 +209,14 @@ def test_an_unknown_or_double_class_is_one_sentence():
 
 
 def layout_of(d) -> list[tuple]:
-    return [(r.service_name, r.gpus, r.port, r.tp_size) for r in d.replicas]
+    return [(r.service_name, r.gpus, r.port, r.engine.tp_size) for r in d.replicas]
 
 
 def test_the_class_and_profile_lay_out_the_servers_kimi_over_all_eight_qwen_one_a_gpu():
     for host_class in HOST_CLASSES:
         [kimi] = resolve_host(host_data(host_class), host_class)
         assert layout_of(kimi) == [("sglang@kimi_k26_dflash-gpu0-7", tuple(range(8)), 30000, 8)]
-        assert kimi.server.gpu_env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+        assert kimi.replicas[0].gpu_env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
         [qwen] = resolve_host(host_data(host_class, profile="qwen36_ddtree"), host_class)
         assert layout_of(qwen) == [(f"sglang@qwen36_ddtree-gpu{i}", (i,), 30000 + i, 1) for i in range(8)]
     # A profile a class does not lay out is one server over all of its GPUs.
@@ -235,16 +235,39 @@ def test_each_replica_is_built_once_complete_and_frozen(monkeypatch):
     @dataclasses.dataclass(frozen=True)
     class Counted(server_config.Server):
         def __post_init__(self):
-            built.append((self.service_name, self.gpus, self.tp_size, self.model_dir))
+            built.append((self.service_name, self.gpus, self.engine.tp_size, self.engine.model_dir))
 
     monkeypatch.setattr(server_config, "Server", Counted)
     found = resolve_host(host_data("rtx_pro_6000_pcie", deployments=[
         dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
         dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")]), "rtx_pro_6000_pcie")
-    assert built == [(r.service_name, r.gpus, r.tp_size, r.model_dir) for d in found for r in d.replicas]
+    assert built == [(r.service_name, r.gpus, r.engine.tp_size, r.engine.model_dir) for d in found for r in d.replicas]
     assert len(built) == 5
     with pytest.raises(dataclasses.FrozenInstanceError):
-        found[0].server.tp_size = 8
+        found[0].replicas[0].gpus = ()
+
+
+def test_a_replica_holds_its_unit_gpus_and_ports_and_reads_the_rest_from_its_deployment():
+    """What the replicas of a deployment share is one Engine, which holds its host's ServiceHost: a replica
+    holds only its unit, GPUs and ports, and nothing of a level above is copied into it or forwarded by it.
+    The hub's commits move the deployment's weights directories once, on its Engine; its replicas follow."""
+    assert [f.name for f in dataclasses.fields(server_config.Server)] == [
+        "engine", "service_name", "gpus", "port", "nccl_port"]
+    engine_names = {f.name for f in dataclasses.fields(server_config.Engine)} | {"tp_size", "venv"}
+    host_names = {f.name for f in dataclasses.fields(server_config.ServiceHost)} | {"api_key_file", "hf_home"}
+    assert not any(hasattr(server_config.Server, name) for name in engine_names | host_names)
+    worker, (kimi, qwen) = deployment.resolve_worker(host_data("rtx_pro_6000_pcie", deployments=[
+        dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
+        dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")]), "rtx_pro_6000_pcie")
+    assert all(r.engine is d.engine and d.engine.service is worker.service for d in (kimi, qwen) for r in d.replicas)
+    assert qwen.replicas is qwen.replicas and len(qwen.replicas) == 4  # built once
+    pinned = deployment.at_commits(qwen, {"target": "c" * 40, "drafter": "d" * 40})
+    assert [r.engine for r in pinned.replicas] == [pinned.engine] * 4
+    assert [(r.service_name, r.gpus, r.port) for r in pinned.replicas] == [
+        (r.service_name, r.gpus, r.port) for r in qwen.replicas]
+    assert pinned.engine.model_dir == pinned.weights.target.local_dir and pinned.engine.model_dir.endswith("c" * 40)
+    args = server_args(pinned.replicas[2])
+    assert args[args.index("--model-path") + 1] == pinned.weights.target.local_dir
 
 
 def test_what_is_true_of_the_host_is_one_object_its_deployments_share():
@@ -254,8 +277,8 @@ def test_what_is_true_of_the_host_is_one_object_its_deployments_share():
         dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
         dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")]), "rtx_pro_6000_pcie")
     assert kimi.host is worker and qwen.host is worker and worker.host_class == "rtx_pro_6000_pcie"
-    assert all(r.service is worker.service for d in (kimi, qwen) for r in d.replicas)
-    assert (worker.smoke.venv, worker.smoke.build) == (kimi.server.venv, kimi.server.sglang_requirement)
+    assert all(r.engine.service is worker.service for d in (kimi, qwen) for r in d.replicas)
+    assert (worker.smoke.venv, worker.smoke.build) == (kimi.engine.venv, kimi.engine.sglang_requirement)
     assert (worker.service.hf_home, worker.hf_token_env) == ("/home/sglang-download/.cache/huggingface", "HF_TOKEN")
 
 
@@ -281,13 +304,13 @@ def test_a_host_serves_two_models_on_disjoint_gpus_each_with_its_own_units_ports
         dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")]), "rtx_pro_6000_pcie")
     assert layout_of(kimi) == [("sglang@kimi_k26_dflash-gpu0-3", (0, 1, 2, 3), 30000, 4)]
     assert layout_of(qwen) == [(f"sglang@qwen-gpu{i}", (i,), 30000 + i, 1) for i in (4, 5, 6, 7)]
-    assert (kimi.server.venv, qwen.server.venv) == ("/opt/specfleet/sglang-venv", "/opt/specfleet/sglang-venv-qwen")
+    assert (kimi.engine.venv, qwen.engine.venv) == ("/opt/specfleet/sglang-venv", "/opt/specfleet/sglang-venv-qwen")
     assert kimi.weights.target.repo_dir != qwen.weights.target.repo_dir
     # Two deployments of one build share its virtualenv; a deployment's port moves its replicas together.
     a, b = resolve_host(host_data("rtx_pro_6000_pcie", deployments=[
         dict(profile="qwen36_ddtree", gpus=[0, 1], name="a"), dict(profile="qwen36_ddtree", gpus=[2, 3], name="b",
                                                                   port=30100)]), "rtx_pro_6000_pcie")
-    assert a.server.venv == b.server.venv and [r.port for r in b.replicas] == [30100, 30101]
+    assert a.engine.venv == b.engine.venv and [r.port for r in b.replicas] == [30100, 30101]
 
 
 @pytest.mark.parametrize("data, refusal", [
@@ -363,7 +386,7 @@ def with_profile_args(host_class: str, class_args: list[str] = (), profile_args:
 
 
 def test_extra_arguments_may_not_repeat_a_flag_the_deploy_sets():
-    kimi = server_args(resolve(host_data("b200_nvlink"), "b200_nvlink").server)
+    kimi = server_args(resolve(host_data("b200_nvlink"), "b200_nvlink").replicas[0])
     # What an extra --host does to the rendered line: argparse takes the last, so it wins over
     # bind_address (loopback here, which preflight's exposure check saw), also abbreviated or with =.
     extra = [["--host", "0.0.0.0"], ["--host=0.0.0.0"], ["--ho", "0.0.0.0"]]
@@ -387,11 +410,11 @@ def test_the_deploys_own_flags_cover_what_it_renders_and_refuse_no_other_sglang_
     rendered = set()
     for host_class in HOST_CLASSES:
         for profile in ("kimi_k26_dflash", "qwen36_ddtree"):
-            server = resolve(host_data(host_class, profile=profile, enable_metrics=True), host_class).server
-            rendered |= {arg for arg in server_args(server) if arg.startswith("--")} - set(server.extra_args)
+            server = resolve(host_data(host_class, profile=profile, enable_metrics=True), host_class).replicas[0]
+            rendered |= {arg for arg in server_args(server) if arg.startswith("--")} - set(server.engine.extra_args)
     inventory = two_nodes()  # a node group's part: --nnodes, --node-rank, --dist-init-addr
-    group = resolved(inventory, inventory[1]).server
-    rendered |= {arg for arg in group.node_args if arg.startswith("--")}
+    group = resolved(inventory, inventory[1]).replicas[0]
+    rendered |= {arg for arg in group.engine.node_args if arg.startswith("--")}
     assert rendered - set(DEPLOY_FLAGS) == set()
     # The real 0.5.23 parser's options (lab/sglang_standin/sglang/flags_0_5_23.json, extracted from
     # it): none outside the deploy's is refused as an abbreviation of one of the deploy's.
@@ -444,7 +467,7 @@ def test_credentials_in_a_requirement_url_are_refused_and_never_shown():
     # A user name in an SSH URL is no secret.
     ssh = "sglang @ git+ssh://git@github.com/sgl-project/sglang@" + "a" * 40 + "#subdirectory=python"
     data.profiles["qwen36_ddtree"]["sglang"]["requirement"] = ssh
-    assert resolve(data, "b200_nvlink").server.sglang_requirement == ssh
+    assert resolve(data, "b200_nvlink").engine.sglang_requirement == ssh
 
 
 def test_a_profile_name_is_checked_before_it_reaches_the_unit_file():
@@ -467,11 +490,11 @@ def test_a_percent_reaches_the_weights_unit_as_written_not_as_a_systemd_specifie
 def test_a_server_on_loopback_keeps_nccl_and_gloo_listening_on_loopback():
     """NCCL's bootstrap and Gloo's device listen on an interface of their own choosing: `lo` for a server
     alone on loopback, theirs for an exposed one (which a key guards), a site's own setting kept."""
-    loopback = resolve(host_data("b200_nvlink"), "b200_nvlink").server
-    exposed = resolve(host_data("b200_nvlink", bind_address="0.0.0.0"), "b200_nvlink").server
+    loopback = resolve(host_data("b200_nvlink"), "b200_nvlink").replicas[0]
+    exposed = resolve(host_data("b200_nvlink", bind_address="0.0.0.0"), "b200_nvlink").replicas[0]
     site = resolve(host_data("b200_nvlink", sglang_tuning={**host_data("b200_nvlink").sglang_tuning,
                                                            "env": {"NCCL_SOCKET_IFNAME": "eth0"}}), "b200_nvlink")
-    assert (loopback.env["NCCL_SOCKET_IFNAME"], loopback.env["GLOO_SOCKET_IFNAME"]) == ("lo", "lo")
-    assert "NCCL_SOCKET_IFNAME" not in exposed.env and "GLOO_SOCKET_IFNAME" not in exposed.env
-    assert site.server.env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert (loopback.engine.env["NCCL_SOCKET_IFNAME"], loopback.engine.env["GLOO_SOCKET_IFNAME"]) == ("lo", "lo")
+    assert "NCCL_SOCKET_IFNAME" not in exposed.engine.env and "GLOO_SOCKET_IFNAME" not in exposed.engine.env
+    assert site.engine.env["NCCL_SOCKET_IFNAME"] == "eth0"
     assert "NCCL_SOCKET_IFNAME=lo\n" in unit_files(loopback, "", ())[1]

@@ -153,7 +153,7 @@ def test_a_workers_gateways_are_driven_on_their_own_hosts_and_reached_as_clients
     closed = inventory_host("gw3", ["gateway"], ssh_hostname="10.0.0.4")  # loopback: group_data's default
     other = inventory_host("gw4", ["gateway"], profile="qwen36_ddtree", gateway_bind_address="0.0.0.0")
     worker = inventory_host("w", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.5", bind_address="0.0.0.0")
-    replica = resolve(worker.data, "rtx_pro_6000_pcie").server
+    replica = resolve(worker.data, "rtx_pro_6000_pcie").replicas[0]
     found = routes(fleet([exposed, pinned, closed, other, worker]), worker, replica)
     assert [(r.gateway, r.address, r.port, r.worker_url(replica.port), r.problem) for r in found] == [
         ("gw", "10.0.0.2", 30080, "http://10.0.0.5:30000", None),
@@ -161,7 +161,7 @@ def test_a_workers_gateways_are_driven_on_their_own_hosts_and_reached_as_clients
         # Its control plane runs on its own host: a gateway on loopback drains and registers the worker too.
         ("gw3", "", 30080, "http://10.0.0.5:30000", None)]  # gw4 serves another model
     both = inventory_host("both", ["rtx_pro_6000_pcie", "gateway"])  # loopback worker under its own gateway
-    own = resolve(both.data, "rtx_pro_6000_pcie").server
+    own = resolve(both.data, "rtx_pro_6000_pcie").replicas[0]
     assert [(r.address, r.worker_url(own.port), r.problem) for r in routes(fleet([both]), both, own)] == [
         ("127.0.0.1", "http://127.0.0.1:30000", None)]
 
@@ -194,7 +194,7 @@ def listing(*urls: str, reachable: bool = True) -> dict:
 
 
 def worker(**data):
-    return resolve(host_data("rtx_pro_6000_pcie", bind_address="0.0.0.0", **data), "rtx_pro_6000_pcie").server
+    return resolve(host_data("rtx_pro_6000_pcie", bind_address="0.0.0.0", **data), "rtx_pro_6000_pcie").replicas[0]
 
 
 def restarting(reason: str | None, refused: str | None = None) -> tuple[unit.Restart, dict]:
@@ -204,7 +204,7 @@ def restarting(reason: str | None, refused: str | None = None) -> tuple[unit.Res
     written = ("an older unit", "an older env") if reason == unit.FILES_CHANGED else (unit_text, env_text)
     state = dict(unit_sha1=sha1_of(written[0].encode()), env_sha1=sha1_of(written[1].encode()),
                  active="inactive" if reason == unit.STOPPED else "active", enabled="enabled")
-    built = {"version": "0.5.23", "fingerprint": fingerprint(s.sglang_requirement, s.pip_index_url)}
+    built = {"version": "0.5.23", "fingerprint": fingerprint(s.engine.sglang_requirement, s.engine.service.pip_index_url)}
     return unit.Restart(s, "sglang=3f2a", []), {ServiceState: state, SGLangRejects: refused, VenvRequirement: built,
                                                    NvidiaDriver: None}  # no driver: the control nodes alone
 
@@ -220,9 +220,9 @@ def test_a_restarting_worker_is_drained_on_its_gateways_host_then_waits_for_its_
     assert command.args[1] == "gw" and ("gw", GatewayWorkers) in host.read
     assert ("host-1", GatewayWorkers) not in host.read
     tail = command.args[0].rsplit("' ", 1)[1]  # after the inline program: the arguments
-    assert tail.split() == [*ON_GATEWAY, d.served_model_name, "drain", "120", URL,
+    assert tail.split() == [*ON_GATEWAY, d.engine.served_model_name, "drain", "120", URL,
                             "--idle", URL, "900"]  # group_data's longest_generation_s
-    assert d.api_key_file not in command.args[0]
+    assert d.engine.service.api_key_file not in command.args[0]
 
 
 def test_the_last_of_several_gateways_waits_for_the_server_to_go_idle():
@@ -290,16 +290,16 @@ def test_units_no_deployment_wants_leave_every_gateway_listing_them_before_they_
     restart, state = restarting(unit.FILES_CHANGED)  # sglang@kimi_k26_dflash-gpu0-7, wanted
     facts = {**state, unit.ServerUnits: {**units, "sglang@kimi_k26_dflash-gpu0-7": units["sglang"]},
              GatewayWorkers: listing(URL, "http://10.0.0.6:30000")}
-    commands, _ = run(drain_retired, facts, service=worker().service, gateways=[ROUTE], restarts=[restart])
+    commands, _ = run(drain_retired, facts, service=worker().engine.service, gateways=[ROUTE], restarts=[restart])
     # Its requests in flight finish first, as a drained replica's do.
     assert [c.args[0].rsplit("' ", 1)[1].split()[-6:] for c in commands] == [
         ["drain", "120", URL, "--idle", URL, "900"]]
     commands, noops = run(drain_retired, {**facts, unit.ServerUnits: {"sglang@kimi_k26_dflash-gpu0-7": {
-        "port": 30000, "model": "kimi-k2.6", "loads": []}}}, service=worker().service, gateways=[ROUTE], restarts=[restart])
+        "port": 30000, "model": "kimi-k2.6", "loads": []}}}, service=worker().engine.service, gateways=[ROUTE], restarts=[restart])
     assert commands == [] and noops == ["no gateway lists a unit to retire (none)"]
     # The host's SGLang refuses the new unit: nothing leaves the gateway (unit.retired fails the host).
     refused, state = restarting(unit.FILES_CHANGED, refused="--bad-flag")
-    commands, noops = run(drain_retired, {**facts, **state}, service=worker().service, gateways=[ROUTE], restarts=[refused])
+    commands, noops = run(drain_retired, {**facts, **state}, service=worker().engine.service, gateways=[ROUTE], restarts=[refused])
     assert commands == [] and noops == ["the host's SGLang refuses a new unit: nothing is retired"]
 
 
@@ -437,11 +437,11 @@ def test_the_gateway_unit_is_confined_with_a_system_call_filter():
 def test_no_worker_keeps_a_gateways_admin_key():
     """Its gateways' hosts drain and register it: a key a worker held for them is removed, nothing else is."""
     d = worker()
-    held = f"{d.config_dir}/{LEGACY_ADMIN_KEY}"
+    held = f"{d.engine.service.config_dir}/{LEGACY_ADMIN_KEY}"
     kept = {"kind": "file", "mode": "640", "user": "root", "group": "root", "sha1": "x"}
-    commands, _ = run(no_admin_key, {FileStates: {held: kept}}, service=d.service)
+    commands, _ = run(no_admin_key, {FileStates: {held: kept}}, service=d.engine.service)
     assert commands == [f"rm -f {held}"]
-    commands, noops = run(no_admin_key, {FileStates: {held: None}}, service=d.service)
+    commands, noops = run(no_admin_key, {FileStates: {held: None}}, service=d.engine.service)
     assert commands == [] and noops == ["no gateway's admin key on this worker"]
 
 

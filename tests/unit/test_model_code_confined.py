@@ -22,7 +22,8 @@ from operations.gpu.facts import NvidiaDriver
 from tests.unit.group_data import RTX_MINORS, captured_driver, host_data
 
 DEPLOYMENT = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
-W, S = DEPLOYMENT.weights, DEPLOYMENT.server
+W, S = DEPLOYMENT.weights, DEPLOYMENT.replicas[0]
+SERVICE = S.engine.service  # what every server of the host shares
 
 
 def directory(user: str, group: str, mode: str) -> dict:
@@ -30,8 +31,8 @@ def directory(user: str, group: str, mode: str) -> dict:
 
 
 def test_the_weights_and_token_belong_to_the_download_user_read_by_the_service_group():
-    assert (W.owner, W.reader) == ("sglang-download", "sglang") == (S.download_user, S.service_user)
-    assert W.hf_home == S.hf_home == "/home/sglang-download/.cache/huggingface"
+    assert (W.owner, W.reader) == ("sglang-download", "sglang") == (SERVICE.download_user, SERVICE.service_user)
+    assert W.hf_home == SERVICE.hf_home == "/home/sglang-download/.cache/huggingface"
     assert W.earlier_token_file == "/home/sglang/.cache/huggingface/token"
 
 
@@ -75,20 +76,21 @@ def properties(words: list[str]) -> list[str]:
 
 def test_the_flag_check_runs_in_a_transient_unit_confined_as_the_replicas_keyless_and_bounded():
     """It imports the model's code (--trust-remote-code): never in the deploy's own shell, as runuser ran it."""
-    command = SGLangRejects().command(venv=S.venv, args=("--model-path", S.model_dir),
-                                      env=(("HF_HOME", S.server_hf_home),), settings=sandbox.check_settings(S, RTX_MINORS))
+    command = SGLangRejects().command(venv=S.engine.venv, args=("--model-path", S.engine.model_dir),
+                                      env=(("HF_HOME", SERVICE.server_hf_home),),
+                                      settings=sandbox.check_settings(S, RTX_MINORS))
     assert command.startswith("cd / && systemd-run --quiet --wait --pipe --collect --service-type=exec ")
-    assert "runuser" not in command and f" -- {S.venv}/bin/python -c " in command
+    assert "runuser" not in command and f" -- {S.engine.venv}/bin/python -c " in command
     found = properties(shlex.split(command))
     unit_text, _ = sandbox.unit_files(S, "", RTX_MINORS)
     for setting in ("User=sglang", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only",
-                    "PrivateTmp=yes", "ProtectProc=invisible", f"InaccessiblePaths=-{S.download_home}",
+                    "PrivateTmp=yes", "ProtectProc=invisible", f"InaccessiblePaths=-{SERVICE.download_home}",
                     "RestrictNamespaces=yes", "SystemCallFilter=@system-service"):
         assert setting in unit_text and setting in found, setting  # the replica unit's, one source
-    for setting in (f"InaccessiblePaths=-{S.config_dir}", "KillMode=control-group",
+    for setting in (f"InaccessiblePaths=-{SERVICE.config_dir}", "KillMode=control-group",
                     f"RuntimeMaxSec={sandbox.CHECK_MAX_S}"):
         assert setting in found, setting
-    assert "--setenv=HF_HUB_OFFLINE=1" in command and f"--setenv=HF_HOME={S.server_hf_home}" in command
+    assert "--setenv=HF_HUB_OFFLINE=1" in command and f"--setenv=HF_HOME={SERVICE.server_hf_home}" in command
 
 
 def test_the_deploy_asks_the_flag_check_with_the_replicas_confinement():
@@ -101,7 +103,7 @@ def test_the_deploy_asks_the_flag_check_with_the_replicas_confinement():
 
     host = Host()
     with ctx_host.use(host):
-        assert sandbox.rejection(host, S, ["--model-path", S.model_dir]) is None
+        assert sandbox.rejection(host, S, ["--model-path", S.engine.model_dir]) is None
     [(driver, _), (fact, kwargs)] = asked  # the replica's GPUs' nodes from the host's driver, then the check
     assert driver is NvidiaDriver and fact is SGLangRejects and kwargs["settings"] == sandbox.check_settings(S, RTX_MINORS)
 
@@ -114,17 +116,17 @@ def test_the_bench_client_runs_in_a_transient_unit_confined_as_the_replica_keyle
                            "--service-type=exec"]
     assert command[-3:-1] == ["/bin/sh", "-c"] and "$" not in command[-1]  # systemd expands $ in a command line
     assert "setsid" not in " ".join(command) and "runuser" not in " ".join(command)
-    assert [a for a in command if a.startswith("--setenv=")] == [f"--setenv=HF_HOME={S.server_hf_home}"]
+    assert [a for a in command if a.startswith("--setenv=")] == [f"--setenv=HF_HOME={SERVICE.server_hf_home}"]
     found = properties(command)
     for setting in ("User=sglang", "ProtectSystem=strict", "ProtectProc=invisible",
-                    f"InaccessiblePaths=-{S.download_home}", f"InaccessiblePaths=-{S.config_dir}", "KillMode=control-group", f"WorkingDirectory={remote}",
+                    f"InaccessiblePaths=-{SERVICE.download_home}", f"InaccessiblePaths=-{SERVICE.config_dir}", "KillMode=control-group", f"WorkingDirectory={remote}",
                     f"ReadWritePaths={remote}", f"RuntimeMaxSec={client.level_bound_s(bench_plan, 4)}"):
         assert setting in found, setting
     # Through a gateway it reads the clients' key file (the key the gateway asks of every client).
     through = properties(client.client_unit_command(S, bench_plan, remote, 4, ["http://127.0.0.1:30080"],
                                                    RTX_MINORS, through_gateway=True))
-    assert f"InaccessiblePaths=-{S.config_dir}" not in through and f"InaccessiblePaths=-{S.download_home}" in through
+    assert f"InaccessiblePaths=-{SERVICE.config_dir}" not in through and f"InaccessiblePaths=-{SERVICE.download_home}" in through
     # The bench's servers are keyless too.
     bench_server = properties(units.bench_unit_command(S, modes.mode_args(S, "ar"), 600, RTX_MINORS))
-    assert f"InaccessiblePaths=-{S.config_dir}" in bench_server
+    assert f"InaccessiblePaths=-{SERVICE.config_dir}" in bench_server
 

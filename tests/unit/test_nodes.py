@@ -46,23 +46,23 @@ def resolved(inventory, host):
 def test_each_node_gets_its_rank_the_group_tp_size_and_the_node_network():
     inventory = two_nodes()
     rank0, rank1 = (resolved(inventory, host) for host in inventory)
-    args = server_args(rank1.server)
+    args = server_args(rank1.replicas[0])
     assert args[args.index("--tp-size") + 1] == "16"  # over both nodes, 8 GPUs each
     assert args[args.index("--nnodes") + 1:args.index("--nnodes") + 6] == [
         "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:25000"]
-    assert server_args(rank0.server)[server_args(rank0.server).index("--node-rank") + 1] == "0"
+    assert server_args(rank0.replicas[0])[server_args(rank0.replicas[0]).index("--node-rank") + 1] == "0"
     # Rank 0 serves HTTP and drains on a stop; rank 1 holds no request of its own (its unit's KillMode).
-    assert [r.drains_on_stop for d in (rank0, rank1) for r in d.replicas] == [True, False]
-    assert rank1.server.env["NCCL_SOCKET_IFNAME"] == rank1.server.env["GLOO_SOCKET_IFNAME"] == "ens1f0"
-    assert (rank0.server.env["SGLANG_HOST_IP"], rank1.server.env["SGLANG_HOST_IP"]) == ("10.0.0.1", "10.0.0.2")
+    assert [r.engine.drains_on_stop for d in (rank0, rank1) for r in d.replicas] == [True, False]
+    assert rank1.engine.env["NCCL_SOCKET_IFNAME"] == rank1.engine.env["GLOO_SOCKET_IFNAME"] == "ens1f0"
+    assert (rank0.engine.env["SGLANG_HOST_IP"], rank1.engine.env["SGLANG_HOST_IP"]) == ("10.0.0.1", "10.0.0.2")
     assert rank0.node_group.serves_http and not rank1.node_group.serves_http
-    assert rank0.server.env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == "1"  # the profile's env stays
+    assert rank0.engine.env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == "1"  # the profile's env stays
 
 
 def test_a_host_without_a_group_serves_alone():
     host = inventory_host("solo", ["b200_nvlink"], node_groups=GROUP)
     d = resolved([host], host)
-    assert d.node_group is None and "--nnodes" not in server_args(d.server) and d.server.tp_size == 8
+    assert d.node_group is None and "--nnodes" not in server_args(d.replicas[0]) and d.engine.tp_size == 8
 
 
 @pytest.mark.parametrize("inventory, refusal", [
@@ -87,7 +87,7 @@ def test_a_group_that_cannot_serve_is_refused_naming_the_knob_and_the_fix(invent
 
 def test_the_node_address_knob_names_the_node_network_apart_from_ssh():
     inventory = two_nodes(a={"node_address": "192.168.100.1"})
-    args = server_args(resolved(inventory, inventory[1]).server)
+    args = server_args(resolved(inventory, inventory[1]).replicas[0])
     assert args[args.index("--dist-init-addr") + 1] == "192.168.100.1:25000"
 
 
@@ -105,7 +105,8 @@ def test_the_real_sglang_accepts_each_nodes_command_line_and_refuses_an_uneven_t
     for host in inventory:
         d = resolved(inventory, host)
         real = deployment("b200_nvlink", "kimi_k26_dflash", repos)
-        cases.append(case(replace(real, node_args=d.server.node_args, tp_size=d.server.tp_size, env=d.server.env)))
+        cases.append(case(replace(real, engine=replace(real.engine, node_args=d.engine.node_args, layout=d.engine.layout,
+                                                       env=d.engine.env))))
     uneven = {**cases[1], "argv": [("15" if prev == "--tp-size" else a) for prev, a in
                                    zip([""] + cases[1]["argv"], cases[1]["argv"])]}
     real = resolve_many_with_real_sglang([*cases, uneven])
@@ -184,7 +185,7 @@ def test_a_rank_is_proven_up_and_joined_or_waited_for():
     inventory = two_nodes()
     rank1 = resolved(inventory, inventory[1])
     up = {"active": "active", "links": DistInitLinks().process(SS_RANK1)}
-    group = dict(group=rank1.node_group, service=rank1.server.service_name, timeout_s=60)
+    group = dict(group=rank1.node_group, service=rank1.replicas[0].service_name, timeout_s=60)
     assert run(rendezvous.joined, {RankState: up}, **group)[0] == []
     for down in ({**up, "active": "activating"}, {**up, "links": []}):
         commands, _ = run(rendezvous.joined, {RankState: down}, **group)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from pyinfra.context import ctx_host
 
-from operations.deployment import resolve
+from operations.deployment import resolve, resolve_worker
 from operations.gpu import nvidia
 from operations.gpu.packages import NvidiaPackages
 from operations.weights.hub import RepoSnapshot
@@ -38,19 +38,31 @@ def found(hub: HubState) -> tuple:
 
 def exposure(d, key_on_controller=False, key_on_host=False):
     with ctx_host.use(NamedHost()):
-        return exposure_problems(d.server, key_on_controller, key_on_host)
+        return exposure_problems(d.host.service, key_on_controller, key_on_host)
 
 
 def test_a_server_beyond_loopback_needs_a_key_and_the_refusal_names_both_ways_out():
-    assert deployment().server.bind_address == "127.0.0.1" and exposure(deployment()) == []
+    assert deployment().host.service.bind_address == "127.0.0.1" and exposure(deployment()) == []
     wide = deployment(bind_address="0.0.0.0")
     [problem] = exposure(wide)
-    assert problem == ("gpu-host: the server would listen on 0.0.0.0:30000, beyond loopback, without an API key "
+    assert problem == ("gpu-host: the servers would listen on 0.0.0.0, beyond loopback, without an API key "
                        "($SPECFLEET_API_KEY is not set on the controller and the host has no key): export "
-                       "SPECFLEET_API_KEY on the controller (the server then requires it), or set "
-                       "bind_address=127.0.0.1 and reach it through a gateway on the host")
+                       "SPECFLEET_API_KEY on the controller (the servers then require it), or set "
+                       "bind_address=127.0.0.1 and reach them through a gateway on the host")
     assert exposure(wide, key_on_controller=True) == []
     assert exposure(wide, key_on_host=True) == []  # the host's key stays: only remove_api_key removes it
+
+
+def test_the_exposure_is_the_hosts_whichever_deployment_comes_first():
+    """Every server of a host listens on its one bind_address: the refusal says the host's, no replica's port."""
+    data = host_data("b200_nvlink", bind_address="0.0.0.0", deployments=[
+        dict(profile="qwen36_ddtree", gpus=[0, 1], name="a"), dict(profile="qwen36_ddtree", gpus=[2, 3], name="b",
+                                                                  port=30100)])
+    worker, found = resolve_worker(data, "b200_nvlink")
+    with ctx_host.use(NamedHost()):
+        [problem] = exposure_problems(worker.service, False, False)
+    assert problem.startswith("gpu-host: the servers would listen on 0.0.0.0, beyond loopback, without an API key ")
+    assert not any(str(r.port) in problem for d in found for r in d.replicas)
 
 
 def test_removing_the_key_is_refused_while_the_server_is_reachable_beyond_loopback():
@@ -72,13 +84,13 @@ def test_branch_revisions_name_the_commit_to_pin():
 
 def test_a_git_build_must_name_a_commit_not_a_pull_request_ref():
     ddtree = deployment(profile="qwen36_ddtree")
-    [problem] = unpinned_build(ddtree.server)
+    [problem] = unpinned_build(ddtree.engine)
     assert "'refs/pull/29907/head' is not a commit" in problem and "python pin.py INVENTORY" in problem
     assert "git ls-remote https://github.com/sgl-project/sglang refs/pull/29907/head" in problem
-    pinned = replace(ddtree.server, sglang_requirement=f"sglang @ git+https://github.com/sgl-project/sglang@{COMMIT}"
-                                                       "#subdirectory=python")
+    pinned = replace(ddtree.engine, sglang_requirement=f"sglang @ git+https://github.com/sgl-project/sglang@{COMMIT}"
+                                                  "#subdirectory=python")
     assert unpinned_build(pinned) == []
-    assert unpinned_build(deployment().server) == []  # a release pin has no git ref
+    assert unpinned_build(deployment().engine) == []  # a release pin has no git ref
 
 
 def test_moving_revisions_fail_the_host_unless_allow_branch_revisions_makes_them_warnings():
@@ -98,9 +110,9 @@ def test_pins_turn_moving_revisions_and_refs_into_their_commits_and_nothing_else
     assert [r.revision for r in kimi.weights.repos] == [COMMIT, "main"]  # the drafter has no pin yet
     qwen = deployment(profile="qwen36_ddtree", pins=pins)
     assert qwen.weights.target.revision == "1" * 40
-    assert qwen.server.sglang_requirement == (f"sglang @ git+https://github.com/sgl-project/sglang@{'2' * 40}"
+    assert qwen.engine.sglang_requirement == (f"sglang @ git+https://github.com/sgl-project/sglang@{'2' * 40}"
                                               "#subdirectory=python")
-    assert unpinned_build(qwen.server) == []
+    assert unpinned_build(qwen.engine) == []
     # A pin is keyed by what is fetched: a mirror's repo and revision (the lab pins by commit already).
     assert resolve(host_data("b200_nvlink", lab=True, pins=pins), "b200_nvlink").weights.target.revision == \
         "cab62ee5866130af4b3f1e1a6a83cf419015a31f"

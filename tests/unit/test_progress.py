@@ -31,9 +31,9 @@ def test_each_host_gets_one_row_with_class_model_endpoint_gateway_state_and_acce
     kimi = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
     wide = resolve(host_data("b200_nvlink", bind_address="0.0.0.0"), "b200_nvlink")
     gateway = gateway_config.resolve(host_data("rtx_pro_6000_pcie", **vars(host_data("gateway"))))
-    rows = [row(inventory_host("ct200", ["rtx_pro_6000_pcie", "gateway"]), (kimi,), gateway),
-            row(inventory_host("b200-a", ["b200_nvlink"], ssh_hostname="10.1.0.7"), (wide,), None),
-            row(inventory_host("b200-b", ["b200_nvlink"]), (), None)]
+    rows = [row(inventory_host("ct200", ["rtx_pro_6000_pcie", "gateway"]), kimi.host, (kimi,), gateway),
+            row(inventory_host("b200-a", ["b200_nvlink"], ssh_hostname="10.1.0.7"), wide.host, (wide,), None),
+            row(inventory_host("b200-b", ["b200_nvlink"]), None, (), None)]
     assert rows[0] == Row("ct200", "rtx_pro_6000_pcie", "kimi-k2.6", "http://127.0.0.1:30000 (on the host)",
                           "http://127.0.0.1:30080 (on the host)")
     assert rows[1].endpoint == "http://10.1.0.7:30000" and rows[2].host_class == "b200_nvlink"
@@ -57,6 +57,6 @@ def test_a_host_of_replicas_and_two_models_shows_each_deployments_ports():
     both = resolve_host(host_data("rtx_pro_6000_pcie", bind_address="0.0.0.0", deployments=[
         dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4), dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7])]),
         "rtx_pro_6000_pcie")
-    found = row(inventory_host("ct200", ["rtx_pro_6000_pcie"], ssh_hostname="10.1.0.9"), both, None)
+    found = row(inventory_host("ct200", ["rtx_pro_6000_pcie"], ssh_hostname="10.1.0.9"), both[0].host, both, None)
     assert found.model == "kimi-k2.6, qwen3.6-27b"
     assert found.endpoint == "http://10.1.0.9:30000; http://10.1.0.9:30004-30007 (4 replicas)"

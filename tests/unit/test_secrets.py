@@ -13,10 +13,11 @@ from operations.basics.file_states import FileStates, digest_of
 from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
 
-D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
+D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").replicas[0]
+SERVICE = D.engine.service  # what every server of the host shares
 H = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").host
-REMOVING = resolve(host_data("rtx_pro_6000_pcie", remove_api_key="true"), "rtx_pro_6000_pcie").server
-TOKEN_FILE = f"{D.hf_home}/token"
+REMOVING = resolve(host_data("rtx_pro_6000_pcie", remove_api_key="true"), "rtx_pro_6000_pcie").replicas[0]
+TOKEN_FILE = f"{SERVICE.hf_home}/token"
 KEY = "0123456789abcdef0123456789abcdef"
 
 
@@ -32,7 +33,7 @@ def yielded(operation, facts, **kwargs) -> list:
 
 def test_token_in_place_is_a_noop(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
-    states = {D.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", digest=None),
+    states = {SERVICE.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", digest=None),
               TOKEN_FILE: file("600", "sglang-download", "sglang-download", "hf_secret")}
     commands, noops = run(token.hf_token, {UserFileStates: states}, token_env=H.hf_token_env, service=H.service)
     assert commands == [] and noops == [f"{TOKEN_FILE} holds the token (0600, sglang-download)"]
@@ -40,18 +41,18 @@ def test_token_in_place_is_a_noop(monkeypatch):
 
 def test_token_is_written_by_the_download_user_from_stdin_out_of_the_service_users_home(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
-    [command] = yielded(token.hf_token, {UserFileStates: {D.hf_home: None, TOKEN_FILE: None}}, token_env=H.hf_token_env, service=H.service)
+    [command] = yielded(token.hf_token, {UserFileStates: {SERVICE.hf_home: None, TOKEN_FILE: None}}, token_env=H.hf_token_env, service=H.service)
     assert isinstance(command, StringCommand) and command.connector_arguments == {"_stdin": "hf_secret"}
     text = command.get_raw_value()
     assert "hf_secret" not in text
     assert text.startswith("runuser -u sglang-download -- sh -c ") and "umask 077" in text and "mktemp" in text
-    assert text.endswith(f"secret {D.hf_home} token 600 sglang-download")
-    assert D.hf_home == "/home/sglang-download/.cache/huggingface" and not D.hf_home.startswith(D.service_home + "/")
+    assert text.endswith(f"secret {SERVICE.hf_home} token 600 sglang-download")
+    assert SERVICE.hf_home == "/home/sglang-download/.cache/huggingface" and not SERVICE.hf_home.startswith(SERVICE.service_home + "/")
 
 
 def test_the_token_a_deployment_without_a_download_user_kept_is_removed_by_the_service_user(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
-    states = {D.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", sha1=None),
+    states = {SERVICE.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", sha1=None),
               TOKEN_FILE: file("600", "sglang-download", "sglang-download", "hf_secret"),
               "/home/sglang/.cache/huggingface/token": file("600", "sglang", "sglang", "hf_secret")}
     commands, noops = run(token.hf_token, {UserFileStates: states}, token_env=H.hf_token_env, service=H.service)
@@ -67,18 +68,18 @@ def test_user_file_states_reads_as_the_user_and_reads_missing_without_one():
 
 def test_no_key_on_the_controller_keeps_the_hosts_key(monkeypatch):
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
-    facts = {FileStates: {D.api_key_file: file("640", "root", "sglang", KEY)}}
-    commands, noops = run(api_key.api_key, facts, service=D.service)
+    facts = {FileStates: {SERVICE.api_key_file: file("640", "root", "sglang", KEY)}}
+    commands, noops = run(api_key.api_key, facts, service=SERVICE)
     assert commands == []
-    assert noops == [f"no $SPECFLEET_API_KEY on the controller: {D.api_key_file} kept (remove_api_key=true removes it)"]
+    assert noops == [f"no $SPECFLEET_API_KEY on the controller: {SERVICE.api_key_file} kept (remove_api_key=true removes it)"]
 
 
 def test_the_key_is_removed_only_when_asked(monkeypatch):
     monkeypatch.delenv("SPECFLEET_API_KEY", raising=False)
-    facts = {FileStates: {D.api_key_file: file("640", "root", "sglang", KEY)}}
-    commands, _ = run(api_key.api_key, facts, service=REMOVING.service)
-    assert commands == [f"rm -f {D.api_key_file}"]
-    commands, noops = run(api_key.api_key, {FileStates: {D.api_key_file: None}}, service=REMOVING.service)
+    facts = {FileStates: {SERVICE.api_key_file: file("640", "root", "sglang", KEY)}}
+    commands, _ = run(api_key.api_key, facts, service=REMOVING.engine.service)
+    assert commands == [f"rm -f {SERVICE.api_key_file}"]
+    commands, noops = run(api_key.api_key, {FileStates: {SERVICE.api_key_file: None}}, service=REMOVING.engine.service)
     assert commands == [] and "absent, the server has no key" in noops[0]
 
 
@@ -86,20 +87,20 @@ def test_a_new_key_is_written_by_root_root_owned_0640_from_stdin(monkeypatch):
     monkeypatch.setenv("SPECFLEET_API_KEY", KEY)
     # The host's file holds another key, or the right one with the service user as owner (an old deploy's).
     for state in (file("640", "root", "sglang", "another-key-0123456789"), file("600", "sglang", "sglang", KEY)):
-        [command] = yielded(api_key.api_key, {FileStates: {D.api_key_file: state}}, service=D.service)
+        [command] = yielded(api_key.api_key, {FileStates: {SERVICE.api_key_file: state}}, service=SERVICE)
         assert command.connector_arguments == {"_stdin": KEY}
         text = command.get_raw_value()
         assert KEY not in text and text.startswith("sh -c ") and text.endswith("secret /etc/specfleet api-key 640 sglang")
-    commands, noops = run(api_key.api_key, {FileStates: {D.api_key_file: file("640", "root", "sglang", KEY)}},
-                          service=D.service)
-    assert commands == [] and noops == [f"{D.api_key_file} holds the key (0640, root:sglang)"]
+    commands, noops = run(api_key.api_key, {FileStates: {SERVICE.api_key_file: file("640", "root", "sglang", KEY)}},
+                          service=SERVICE)
+    assert commands == [] and noops == [f"{SERVICE.api_key_file} holds the key (0640, root:sglang)"]
 
 
 @pytest.mark.parametrize("key", ["short-key", "has space 0123456789", "quote'0123456789abc", "new\nline0123456789",
                                  "x" * 513, "ünïcode-0123456789abc"])
 def test_a_key_outside_the_alphabet_fails_the_host_without_showing_it(monkeypatch, key):
     monkeypatch.setenv("SPECFLEET_API_KEY", key)
-    commands, _ = run(api_key.api_key, {FileStates: {D.api_key_file: None}}, service=D.service)
+    commands, _ = run(api_key.api_key, {FileStates: {SERVICE.api_key_file: None}}, service=SERVICE)
     [problem] = failure(commands)
     assert problem.startswith("host-1: $SPECFLEET_API_KEY must be 16 to 512 characters") and key not in problem
 
@@ -107,7 +108,7 @@ def test_a_key_outside_the_alphabet_fails_the_host_without_showing_it(monkeypatc
 @pytest.mark.parametrize("key", ["-starts-with-a-dash-0123", "aGVsbG8gd29ybGQhIQ==+/_.~"])
 def test_keys_with_a_leading_dash_or_base64_characters_are_accepted(monkeypatch, key):
     monkeypatch.setenv("SPECFLEET_API_KEY", key)
-    [command] = yielded(api_key.api_key, {FileStates: {D.api_key_file: None}}, service=D.service)
+    [command] = yielded(api_key.api_key, {FileStates: {SERVICE.api_key_file: None}}, service=SERVICE)
     assert command.connector_arguments == {"_stdin": key}
 
 
@@ -137,7 +138,7 @@ def test_the_worker_admin_key_is_generated_on_the_host_and_kept(tmp_path):
     import os
     import subprocess
 
-    [command] = yielded(api_key.admin_key, {FileStates: {D.admin_key_file: None}}, service=D.service)
+    [command] = yielded(api_key.admin_key, {FileStates: {SERVICE.admin_key_file: None}}, service=SERVICE)
     assert isinstance(command, StringCommand) and "_stdin" not in command.connector_arguments
     text = command.get_raw_value()
     assert text.endswith(f"secret /etc/specfleet admin-api-key 640 sglang") and "secrets.token_hex(32)" in text
@@ -148,9 +149,9 @@ def test_the_worker_admin_key_is_generated_on_the_host_and_kept(tmp_path):
     written = tmp_path / "admin-api-key"
     assert len(written.read_text()) == 64 and int(written.read_text(), 16) >= 0
     assert oct(written.stat().st_mode & 0o777) == "0o640" and sorted(p.name for p in tmp_path.iterdir()) == [written.name]
-    commands, noops = run(api_key.admin_key, {FileStates: {D.admin_key_file: file("640", "root", "sglang", "k")}},
-                          service=D.service)
+    commands, noops = run(api_key.admin_key, {FileStates: {SERVICE.admin_key_file: file("640", "root", "sglang", "k")}},
+                          service=SERVICE)
     assert commands == [] and noops == ["/etc/specfleet/admin-api-key holds the host's key (0640, root:sglang)"]
-    commands, _ = run(api_key.admin_key, {FileStates: {D.admin_key_file: file("644", "sglang", "sglang", "k")}},
-                      service=D.service)
+    commands, _ = run(api_key.admin_key, {FileStates: {SERVICE.admin_key_file: file("644", "sglang", "sglang", "k")}},
+                      service=SERVICE)
     assert commands == ["chown root:sglang /etc/specfleet/admin-api-key && chmod 640 /etc/specfleet/admin-api-key"]

@@ -24,10 +24,11 @@ from tests.unit.fakehost import FakeHost, failure, ran, run
 from operations.gpu.facts import NvidiaDriver
 from tests.unit.group_data import RTX_MINORS, captured_driver, host_data
 
-D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
+D = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").replicas[0]
+SERVICE = D.engine.service  # what every server of the host shares
 INPUTS = "sglang=3f2a target=ab12"
 UNIT, ENV = unit.unit_files(D, INPUTS, RTX_MINORS)
-ROOT_DIRECTORIES = (D.install_dir, f"{D.install_dir}/bin", D.config_dir)
+ROOT_DIRECTORIES = (SERVICE.install_dir, f"{SERVICE.install_dir}/bin", SERVICE.config_dir)
 
 
 def configure(facts: dict, restart_when=()) -> tuple[list, list[str]]:
@@ -41,7 +42,7 @@ def current(unit=UNIT, env=ENV, active="active", enabled="enabled") -> dict:
                                        active=active, enabled=enabled),
             SystemdStatus: {f"{NAME}.service": active == "active"},
             SystemdEnabled: {f"{NAME}.service": enabled == "enabled"},
-            VenvRequirement: {"version": "0.5.23", "fingerprint": fingerprint(D.sglang_requirement, D.pip_index_url)},
+            VenvRequirement: {"version": "0.5.23", "fingerprint": fingerprint(D.engine.sglang_requirement, SERVICE.pip_index_url)},
             NvidiaDriver: captured_driver()}
 
 
@@ -80,7 +81,7 @@ def test_each_replica_renders_its_own_gpus_and_port_and_restarts_alone():
         assert f" --port {30000 + i} " in unit_text and " --tp-size 1 " in unit_text
         assert f"EnvironmentFile=/etc/specfleet/sglang@qwen36_ddtree-gpu{i}.env\n" in unit_text
     # Replica 3's files changed, the others' did not: only replica 3 restarts.
-    built = {"version": "0.5.23", "fingerprint": fingerprint(replicas[3].sglang_requirement, replicas[3].pip_index_url)}
+    built = {"version": "0.5.23", "fingerprint": fingerprint(replicas[3].engine.sglang_requirement, replicas[3].engine.service.pip_index_url)}
     state = {ServiceState: dict(unit_sha1="an older unit", env_sha1="an older env", active="active", enabled="enabled"),
              SGLangRejects: None, VenvRequirement: built, NvidiaDriver: captured_driver()}
     with ctx_host.use(FakeHost(state)):
@@ -95,12 +96,12 @@ def test_units_no_deployment_wants_are_stopped_disabled_and_removed_with_their_f
              NAME: {"port": 30000, "model": "kimi-k2.6", "loads": []}}
     facts = {**current(unit="the new unit is not written yet"), SGLangRejects: None, unit.ServerUnits: units,
              SystemdStatus: {"sglang.service": True}, SystemdEnabled: {"sglang.service": True}}
-    commands, _ = run(unit.retired, facts, service=D.service, restarts=[unit.Restart(D, INPUTS, [])])
+    commands, _ = run(unit.retired, facts, service=SERVICE, restarts=[unit.Restart(D, INPUTS, [])])
     assert commands == ["systemctl stop sglang.service", "systemctl disable sglang.service",
                         "rm -f -- /etc/systemd/system/sglang.service /etc/specfleet/sglang.env "
                         "/etc/systemd/system/sglang.service.specfleet-previous /etc/specfleet/sglang.env.specfleet-previous",
                         "systemctl daemon-reload", "systemctl reset-failed sglang.service 2>/dev/null || true"]
-    commands, noops = run(unit.retired, {**current(), unit.ServerUnits: {NAME: units[NAME]}}, service=D.service,
+    commands, noops = run(unit.retired, {**current(), unit.ServerUnits: {NAME: units[NAME]}}, service=SERVICE,
                           restarts=[unit.Restart(D, INPUTS, [])])
     assert commands == [] and noops == ["every SGLang unit on the host is wanted (1)"]
 
@@ -109,12 +110,12 @@ def test_nothing_is_retired_while_the_hosts_sglang_refuses_a_new_unit():
     units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "loads": []}}
     facts = {**current(unit="an older unit"), SGLangRejects: "--attention-backend: invalid choice: 'x'",
              unit.ServerUnits: units}
-    commands, _ = run(unit.retired, facts, service=D.service, restarts=[unit.Restart(D, INPUTS, [])])
+    commands, _ = run(unit.retired, facts, service=SERVICE, restarts=[unit.Restart(D, INPUTS, [])])
     [problem] = failure(commands)
     assert "rejects the rendered flags" in problem and problem.endswith(f"{NAME} was left as it was")
     # Replicas refused alike (they differ in GPUs and port alone): one line naming each.
     other = replace(D, service_name=f"{NAME}-2", port=D.port + 1)
-    commands, _ = run(unit.retired, facts, service=D.service, restarts=[unit.Restart(D, INPUTS, []),
+    commands, _ = run(unit.retired, facts, service=SERVICE, restarts=[unit.Restart(D, INPUTS, []),
                                                                unit.Restart(other, INPUTS, [])])
     [problem] = failure(commands)
     assert problem.endswith(f"{NAME}, {NAME}-2 were left as they were"), problem
@@ -176,22 +177,22 @@ def test_the_unit_reads_the_minor_numbers_from_the_hosts_driver_fact():
 def test_the_hf_token_is_out_of_the_servers_reach():
     """The download user's home, the token's, is inaccessible to the unit; the server's own HF_HOME lies in
     the service user's cache."""
-    assert f"\nInaccessiblePaths=-{D.download_home}\n" in UNIT and D.hf_home.startswith(D.download_home + "/")
-    assert f"\nHF_HOME={D.server_hf_home}\n" in ENV and D.hf_home not in ENV
-    assert D.server_hf_home.startswith("/home/sglang/.cache/") and not D.server_hf_home.startswith(D.hf_home)
+    assert f"\nInaccessiblePaths=-{SERVICE.download_home}\n" in UNIT and SERVICE.hf_home.startswith(SERVICE.download_home + "/")
+    assert f"\nHF_HOME={SERVICE.server_hf_home}\n" in ENV and SERVICE.hf_home not in ENV
+    assert SERVICE.server_hf_home.startswith("/home/sglang/.cache/") and not SERVICE.server_hf_home.startswith(SERVICE.hf_home)
 
 
 def test_a_stop_signals_the_main_process_alone_and_waits_for_the_longest_generation():
     """KillMode=mixed: SGLang's schedulers have no SIGTERM handler, its main process drains them."""
     assert "\nKillMode=mixed\n" in UNIT
-    assert f"\nTimeoutStopSec={D.longest_generation_s + 30}\n" in UNIT and D.longest_generation_s == 900
+    assert f"\nTimeoutStopSec={SERVICE.longest_generation_s + 30}\n" in UNIT and SERVICE.longest_generation_s == 900
 
 
 def test_a_node_groups_rank_1_stops_every_process_at_once():
     """A rank >= 1 holds no request of its own (rank 0 serves HTTP); its main process waits on its schedulers,
     so SIGTERM to it alone would leave the stop waiting for its whole timeout."""
-    rank = {n: unit.unit_files(replace(D, node_args=("--nnodes", "2", "--node-rank", str(n)), drains_on_stop=n == 0),
-                               INPUTS, RTX_MINORS)[0] for n in (0, 1)}
+    rank = {n: unit.unit_files(replace(D, engine=replace(D.engine, node_args=("--nnodes", "2", "--node-rank", str(n)),
+                                                         drains_on_stop=n == 0)), INPUTS, RTX_MINORS)[0] for n in (0, 1)}
     assert "\nKillMode=mixed\n" in rank[0] and "\nKillMode=control-group\n" in rank[1]
 
 
@@ -200,11 +201,11 @@ def directory(user="root", mode="755"):
 
 
 def test_root_directories_in_place_are_a_noop_and_the_service_users_config_dir_is_taken_back():
-    ok = {p: directory() for p in (D.install_dir, f"{D.install_dir}/bin", D.config_dir)}
+    ok = {p: directory() for p in (SERVICE.install_dir, f"{SERVICE.install_dir}/bin", SERVICE.config_dir)}
     commands, noops = run(ownership.root_directories, {FileStates: ok}, paths=ROOT_DIRECTORIES)
     assert commands == [] and noops == ["/opt/specfleet, /opt/specfleet/bin, /etc/specfleet are root's (0755)"]
     # An earlier deploy's API key upload made /etc/specfleet the service user's.
-    facts = {FileStates: {**ok, D.config_dir: directory("sglang")},
+    facts = {FileStates: {**ok, SERVICE.config_dir: directory("sglang")},
              Directory: dict(mode=755, user="sglang", group="sglang")}
     commands, _ = run(ownership.root_directories, facts, paths=ROOT_DIRECTORIES)
     assert commands == ["chown root:root /etc/specfleet"]

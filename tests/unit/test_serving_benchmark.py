@@ -65,7 +65,7 @@ def test_the_shipped_prompts_are_varied_and_realistic():
 
 
 def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_accepts_them():
-    kimi = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server
+    kimi = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").replicas[0]
     ar, dflash = mode_args(kimi, "ar"), mode_args(kimi, "dflash")
     assert not [a for a in ar if a.startswith("--speculative")] and "--trust-remote-code" in ar
     assert ar[ar.index("--host") + 1] == dflash[dflash.index("--host") + 1] == "127.0.0.1"
@@ -73,7 +73,7 @@ def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_ac
     assert dflash[dflash.index("--speculative-num-draft-tokens") + 1] == "8"
     assert [r["ok"] for r in parse_many_with_real_sglang([ar, dflash])] == [True, True]
 
-    qwen = resolve(host_data("b200_nvlink", profile="qwen36_ddtree"), "b200_nvlink").server
+    qwen = resolve(host_data("b200_nvlink", profile="qwen36_ddtree"), "b200_nvlink").replicas[0]
     ddtree, dflash = mode_args(qwen, "ddtree"), mode_args(qwen, "dflash")
     assert ddtree[ddtree.index("--speculative-ddtree-budget") + 1] == "15" and "--page-size" in ddtree
     assert "--speculative-ddtree-budget" not in dflash and "DFLASH" in dflash
@@ -83,7 +83,7 @@ def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_ac
 
 
 def test_bench_server_environment_is_the_units_without_its_keys():
-    env = unit_environment(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").server)
+    env = unit_environment(resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").replicas[0])
     assert env["HF_HUB_OFFLINE"] == "1" and "NCCL_P2P_DISABLE" not in env  # the host's decision: sweep(smoke=...)
     # Keyless on loopback: its /flush_cache (admin-optional in SGLang) takes no key either.
     assert "SPECFLEET_API_KEY_FILE" not in env and "SPECFLEET_ADMIN_API_KEY_FILE" not in env
@@ -281,10 +281,10 @@ def test_the_gateway_pass_has_its_table_and_its_own_place_in_the_gate():
 def test_the_prompts_file_is_the_operators_readable_by_the_service_group_alone():
     from pyinfra.facts.files import Directory, File
     from tests.unit.fakehost import run
-    d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie").server
-    commands, _ = run(client.prompts, {File: None, Directory: None}, server=d, plan=plan({}))
-    assert f"chown root:{d.service_user} {client.prompts_path(d)}" in commands
-    assert f"chmod 640 {client.prompts_path(d)}" in commands
+    service = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie").host.service
+    commands, _ = run(client.prompts, {File: None, Directory: None}, service=service, plan=plan({}))
+    assert f"chown root:{service.service_user} {client.prompts_path(service)}" in commands
+    assert f"chmod 640 {client.prompts_path(service)}" in commands
 
 
 def test_server_info_is_kept_with_the_keys_it_holds_masked():

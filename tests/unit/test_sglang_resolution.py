@@ -82,19 +82,19 @@ def test_real_sglang_resolves_each_class_and_profile_as_the_deploy_expects(combo
     result = real[combo]
     assert "error" not in result, f"real SGLang 0.5.23 refuses {host_class} x {profile}: {result['error']}"
     r = result["resolved"]
-    assert r["attention_backend"] == d.attention_backend
-    assert r["speculative_draft_attention_backend"] == d.draft_attention_backend
+    assert r["attention_backend"] == d.engine.attention_backend
+    assert r["speculative_draft_attention_backend"] == d.engine.draft_attention_backend
     assert r["speculative_algorithm"] == "DFLASH"  # DDTree drafts with DFlash (PR #29907)
-    assert r["speculative_num_draft_tokens"] == d.speculative.num_draft_tokens
+    assert r["speculative_num_draft_tokens"] == d.engine.speculative.num_draft_tokens
     assert (r["speculative_num_steps"], r["speculative_eagle_topk"]) == (1, 1)
-    assert r["tp_size"] == d.tp_size
+    assert r["tp_size"] == d.engine.tp_size
     # Every batch size the scheduler may run gets a CUDA graph (None: SGLang sizes it to fit).
     graphs = r["cuda_graph_max_bs_decode"]
     assert graphs is None or graphs >= r["max_running_requests"], (
         f"CUDA graphs up to batch {graphs}, but up to {r['max_running_requests']} requests run at once")
-    if d.speculative.algorithm == "DDTREE":
-        assert ddtree_violations(r["page_size"], r["attention_backend"], d.speculative.tree_size,
-                                 d.speculative.num_draft_tokens) == []
+    if d.engine.speculative.algorithm == "DDTREE":
+        assert ddtree_violations(r["page_size"], r["attention_backend"], d.engine.speculative.tree_size,
+                                 d.engine.speculative.num_draft_tokens) == []
 
 
 def test_real_sglang_refuses_the_bad_combinations(real, repos):
@@ -126,12 +126,12 @@ def test_triton_only_where_ddtree_builds_a_tree():
     assert ddtree_target_backend("flashinfer", 8, 16) == "triton"
     assert ddtree_target_backend("trtllm_mla", 8, 7) == "triton"  # it forces pages of 32/64
     for host_class in HOST_CLASSES:
-        spine = resolve(host_data(host_class, profile="qwen36_ddtree"), host_class).server
-        tree = resolve(host_data(host_class, profile="kimi_k26_ddtree"), host_class).server
-        assert spine.attention_backend == host_data(host_class).sglang_tuning["attention_backends"]["mha"][0]
-        assert spine.attention_backend != "triton" and tree.attention_backend == "triton"
-        assert ddtree_builds_tree(tree.speculative.num_draft_tokens, tree.speculative.tree_size)
-        assert not ddtree_builds_tree(spine.speculative.num_draft_tokens, spine.speculative.tree_size)
+        spine = resolve(host_data(host_class, profile="qwen36_ddtree"), host_class).replicas[0]
+        tree = resolve(host_data(host_class, profile="kimi_k26_ddtree"), host_class).replicas[0]
+        assert spine.engine.attention_backend == host_data(host_class).sglang_tuning["attention_backends"]["mha"][0]
+        assert spine.engine.attention_backend != "triton" and tree.engine.attention_backend == "triton"
+        assert ddtree_builds_tree(tree.engine.speculative.num_draft_tokens, tree.engine.speculative.tree_size)
+        assert not ddtree_builds_tree(spine.engine.speculative.num_draft_tokens, spine.engine.speculative.tree_size)
 
 
 def test_the_deploy_holds_ddtree_profiles_to_the_rules(repos):
@@ -165,8 +165,8 @@ def test_pcie_nccl_settings_follow_nccl_and_leave_p2p_to_each_hosts_smoke_test()
 def test_dflash_profiles_let_the_drafter_take_the_target_context(host_class):
     for profile in PROFILES:
         d = deployment(host_class, profile, repos={r: r for r in _real_repo_ids()})
-        assert (d.env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN") == "1"
-                or "--context-length" in d.extra_args), f"{profile} on {host_class}"
+        assert (d.engine.env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN") == "1"
+                or "--context-length" in d.engine.extra_args), f"{profile} on {host_class}"
 
 
 def _real_repo_ids() -> list[str]:
@@ -215,8 +215,8 @@ def test_ddtree_standin_refuses_what_the_release_plus_ddtree_rules_refuse(repos,
 
     good, old = deployment("b200_nvlink", "qwen36_ddtree", repos), old_ddtree_deployment(repos)
     real_good, real_old = real[("b200_nvlink", "qwen36_ddtree")], real[OLD_DDTREE]
-    budget = good.speculative.tree_size
-    blocks = good.speculative.num_draft_tokens
+    budget = good.engine.speculative.tree_size
+    blocks = good.engine.speculative.num_draft_tokens
     assert ddtree_violations(real_good["resolved"]["page_size"], real_good["resolved"]["attention_backend"], budget,
                              blocks) == []
     assert real_old["resolved"]["page_size"] == 64  # trtllm_mha overrode the profile's --page-size 1
@@ -240,9 +240,9 @@ def test_ddtree_standin_wants_triton_only_for_a_tree(repos, real, ddtree_src, tm
         off_triton = deployment(host_class, "kimi_k26_ddtree", repos, attention_backend="flashinfer")
         for d, refused in ((spine, False), (tree, False), (off_triton, True)):
             if d is not off_triton:
-                r = real[(host_class, d.profile_name)]["resolved"]
-                assert ddtree_violations(r["page_size"], r["attention_backend"], d.speculative.tree_size,
-                                         d.speculative.num_draft_tokens) == []
+                r = real[(host_class, d.engine.profile_name)]["resolved"]
+                assert ddtree_violations(r["page_size"], r["attention_backend"], d.engine.speculative.tree_size,
+                                         d.engine.speculative.num_draft_tokens) == []
             answer = standin_resolve({**case(d), "argv": server_args(d)}, tmp_path, src=ddtree_src)
             assert ("error" in answer) == refused, (host_class, d.profile_name, answer.get("error"))
             assert (answer.get("error") or "").removeprefix("ValueError: ") == \

@@ -121,7 +121,7 @@ def test_pin_resolves_every_moving_revision_writes_them_for_the_deploy_and_shows
     from operations.deployment import resolve
     qwen = resolve(hosts["gpu-2"].data, "b200_nvlink")
     assert qwen.weights.target.revision == hub.shas["lab/Qwen3.6-27B-tiny"]
-    assert qwen.server.sglang_requirement == f"sglang @ git+file://{sglang_repo}@{head}#subdirectory=python"
+    assert qwen.engine.sglang_requirement == f"sglang @ git+file://{sglang_repo}@{head}#subdirectory=python"
 
     # The pull request moves: the next pin says so, and says the rest did not.
     (sglang_repo / "README").write_text("two\n")

@@ -39,7 +39,7 @@ def server_of(speculative_settings: dict, requirement: str | None = None, host_c
     profile["speculative"] = speculative_settings
     if requirement is not None:
         profile["sglang"] = {**profile["sglang"], "requirement": requirement}
-    return resolve(data, host_class).server
+    return resolve(data, host_class).replicas[0]
 
 
 def value_after(args: list[str], flag: str) -> str:
@@ -54,11 +54,11 @@ def test_a_new_algorithm_is_one_entry(monkeypatch):
     assert value_after(args, "--speculative-algorithm") == "FAKETREE"
     assert value_after(args, "--speculative-fake-width") == "20"
     # Its rules: a tree (20 > 16 - 1) off its tree backend is refused in its words.
-    assert server.attention_backend != "triton"
+    assert server.engine.attention_backend != "triton"
     assert rendered_violations(server) == [
         f"FAKETREE tree mode (budget 20 > draft tokens - 1 = 15) needs the target attention backend triton, not "
-        f"{server.attention_backend}"]
-    assert rendered_violations(replace(server, attention_backend="triton")) == []
+        f"{server.engine.attention_backend}"]
+    assert rendered_violations(replace(server, engine=replace(server.engine, attention_backend="triton"))) == []
     # The bench serves it as a mode of its own, with its rules' backend and pages.
     assert plan({"modes": "ar,faketree"}).modes == ("ar", "faketree")
     bench = mode_args(server, "faketree")
@@ -75,7 +75,7 @@ def test_a_new_algorithm_is_one_entry(monkeypatch):
     # Unset, its tree setting is the spine default in the bench's mode, a chain on the class's backend.
     spine = mode_args(released, "faketree")
     assert value_after(spine, "--speculative-fake-width") == "15"
-    assert value_after(spine, "--attention-backend") == released.attention_backend
+    assert value_after(spine, "--attention-backend") == released.engine.attention_backend
 
 
 def test_ddtree_in_a_release_is_refused_before_any_host_changes():
@@ -87,7 +87,8 @@ def test_ddtree_in_a_release_is_refused_before_any_host_changes():
         [problem] = unreleased_problems(server)
         assert "(why); point profiles['qwen36_ddtree']['sglang']['requirement'] at a DDTree build (PR #29907); " \
             in refused_flags(server, "why")
-        assert unreleased_problems(replace(server, speculative=server.speculative.as_mode("dflash"))) == []
+        dflash = replace(server.engine, speculative=server.engine.speculative.as_mode("dflash"))
+        assert unreleased_problems(replace(server, engine=dflash)) == []
     assert "no SGLang release up to 0.5.23 has DDTree (it is in open pull request #29907)" in problem
     assert "'sglang @ git+https://github.com/sgl-project/sglang@COMMIT#subdirectory=python'" in problem
 

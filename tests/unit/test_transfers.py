@@ -19,8 +19,8 @@ PRIVATE = re.compile(r"/tmp/specfleet-transfer-[0-9a-f]{32}")
 
 
 def uploads(arguments: dict) -> list:
-    d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie").server
-    commands, _ = run(client.prompts, {File: None, Directory: None}, arguments, server=d, plan=plan({}))
+    d = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie")
+    commands, _ = run(client.prompts, {File: None, Directory: None}, arguments, service=d.host.service, plan=plan({}))
     return commands
 
 

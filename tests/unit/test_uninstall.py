@@ -4,7 +4,9 @@ import pytest
 
 from operations import status, uninstall
 from operations.basics.knobs import BadHostData
+from operations.deployment import resolve_worker
 from operations.monitoring import prometheus
+from tests.unit.group_data import host_data
 from tests.unit.test_gateway import inventory_host
 
 WEIGHTS = "/srv/specfleet/models"
@@ -13,7 +15,7 @@ WEIGHTS = "/srv/specfleet/models"
 def planned(name: str, groups: list[str], remove_weights: bool = False, **data) -> uninstall.Uninstall:
     host = inventory_host(name, groups, **data)
     view = status.view_of(host, [host])
-    return uninstall.plan(view.replicas, view.gateway, WEIGHTS, remove_weights)
+    return uninstall.plan(view.service, view.gateway, WEIGHTS, remove_weights)
 
 
 def test_a_worker_loses_its_download_units_user_home_and_directories_and_keeps_its_weights():
@@ -37,6 +39,17 @@ def test_a_worker_loses_its_download_units_user_home_and_directories_and_keeps_i
     assert uninstall.removals(u, {"paths": [], "users": [], "units": []}) == []
 
 
+def test_the_view_holds_the_hosts_service_level_which_uninstall_and_status_read():
+    """uninstall.py retires the units and status reads them with the host's ServiceHost, the level that owns
+    the unit prefix, keys and users; a gateway without GPUs has none."""
+    worker = inventory_host("pcie-1", ["rtx_pro_6000_pcie"])
+    view = status.view_of(worker, [worker])
+    assert view.service == resolve_worker(worker.data, "rtx_pro_6000_pcie")[0].service
+    assert status.wanted(view)[0][1] == dict(prefix="sglang", key_file="/etc/specfleet/api-key", service_user="sglang")
+    gateway = inventory_host("gw", ["gateway"], **vars(host_data("gateway")))
+    assert status.view_of(gateway, [gateway]).service is None
+
+
 def test_a_gateway_loses_smg_and_prometheus_targets_and_the_weights_go_only_when_asked():
     u = planned("gw-1", ["gateway"], remove_weights=True)
     assert u.users == ("smg", "specfleet-build") and u.gateway_unit == "/etc/systemd/system/smg.service" and u.weights_dir == WEIGHTS
@@ -58,8 +71,8 @@ def test_a_directory_of_one_component_is_never_removed_whole(knob, value):
     host = inventory_host("pcie-1", ["rtx_pro_6000_pcie"])
     view = status.view_of(host, [host])
     with pytest.raises(BadHostData, match="weights_dir='/srv' is not removed whole"):
-        uninstall.plan(view.replicas, None, "/srv", True)
-    assert uninstall.plan(view.replicas, None, "/srv", False).weights_dir is None  # kept: nothing refused
+        uninstall.plan(view.service, None, "/srv", True)
+    assert uninstall.plan(view.service, None, "/srv", False).weights_dir is None  # kept: nothing refused
 
 
 def test_a_host_with_nothing_left_answers_an_empty_leftovers():

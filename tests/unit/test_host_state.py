@@ -173,10 +173,11 @@ def counting(directory: Path, program: str, env: dict) -> Path:
     return log
 
 
-def test_one_host_program_run_asks_nvidia_smi_once_per_kind_and_systemd_once_for_every_replica(tmp_path):
+def test_one_host_program_run_asks_nvidia_smi_once_per_kind_and_systemd_once_for_every_unit(tmp_path):
     """The GPU facts of every deployment (each asks them, with the same arguments) read one run of each
-    nvidia-smi output; the ServiceState of every replica one `systemctl show`: on a real H200 host a no-op's
-    program takes 0.24 s, and each nvidia-smi or systemctl start on a lab host tens of milliseconds more."""
+    nvidia-smi output; the ServiceState of every replica and the fabric's units one `systemctl show`: on a
+    real H200 host a no-op's program takes 0.24 s, and each nvidia-smi or systemctl start on a lab host
+    tens of milliseconds more."""
     env = {**os.environ, **gpu_standin_env(tmp_path, "b200_nvlink")}
     smi_log, systemctl_log = counting(tmp_path, "nvidia-smi", env), counting(tmp_path, "systemctl", env)
     gpu = [(NvidiaGpus, {}), (NvidiaTopology, {}), (NvidiaDriver, {}), (RebootPending, {}), (NvidiaFabric, {})]
@@ -191,5 +192,6 @@ def test_one_host_program_run_asks_nvidia_smi_once_per_kind_and_systemd_once_for
     assert runs == sorted(["--query-gpu=index,name,memory.total,compute_cap,driver_version,persistence_mode,"
                            "mig.mode.current --format=csv,noheader,nounits", "topo -m", "-q"])
     shown = systemctl_log.read_text().splitlines()
-    assert len([line for line in shown if "sglang@" in line]) == 1, shown
-    assert all(f"sglang@q-gpu{i}.service" in next(line for line in shown if "sglang@" in line) for i in range(3))
+    assert len(shown) == 1, shown
+    assert all(f"{unit}.service" in shown[0].split()
+               for unit in ("nvidia-fabricmanager", "nvidia-persistenced", *(f"sglang@q-gpu{i}" for i in range(3))))

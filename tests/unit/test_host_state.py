@@ -195,3 +195,19 @@ def test_one_host_program_run_asks_nvidia_smi_once_per_kind_and_systemd_once_for
     assert len(shown) == 1, shown
     assert all(f"{unit}.service" in shown[0].split()
                for unit in ("nvidia-fabricmanager", "nvidia-persistenced", *(f"sglang@q-gpu{i}" for i in range(3))))
+
+
+def test_a_no_op_host_program_imports_no_module_its_answers_leave_unused(tmp_path):
+    """A probe of a loopback port and a current python3's HostPython import neither the idna codec (a str
+    host to getaddrinfo) nor urllib.request: together 23 ms of a lab host's program, which runs on every
+    no-op, and the probe is its longest part."""
+    from operations.python.venv import HostPython
+    probe = dict(install_dir=str(tmp_path), port=9, model="m", key_file=str(tmp_path / "key"), service_user="root")
+    requests = json.dumps(gathering.encoded([(ServerProbe, probe), (HostPython, dict(uv=str(tmp_path / "uv")))]),
+                          sort_keys=True)
+    command = gathering.HostState().command(requests).removesuffix(" || true")
+    out = subprocess.run(["sh", "-c", command.replace("python3 -c", f"{sys.executable} -X importtime -c", 1)],
+                         capture_output=True, text=True, check=True, input=DIGEST_KEY)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert json.loads(out.stdout)[0] and "http.client" in imported  # the probe ran, over HTTP
+    assert not imported & {"encodings.idna", "urllib.request"}, sorted(imported & {"encodings.idna", "urllib.request"})

@@ -505,3 +505,18 @@ def test_one_round_trip_host_fact_equals_the_four_facts(lab_host, profile):
     combined = lab_host.fact(NvidiaHost)
     for part in NvidiaHost.PARTS:
         assert combined[part.__name__] == lab_host.fact(part), part.__name__
+
+
+def test_only_the_xml_answer_imports_an_xml_module(lab_host):
+    """xml.sax.saxutils imports urllib.request (http.client, email, ssl): 30 ms of CPU on a lab host, which each
+    of a no-op's three nvidia-smi runs (--query-gpu, topo -m, -q) would pay where the real tool pays none."""
+    def imported(*args):
+        run = subprocess.run([sys.executable, "-X", "importtime", str(STANDIN), *args], env=lab_host.env,
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout
+        return {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+
+    lab_host.use("b200_nvlink")
+    for args in (["--query-gpu=index,name", "--format=csv"], ["topo", "-m"], ["-q"]):
+        assert not {module for module in imported(*args) if module.startswith(("xml", "urllib"))}, args
+    assert "xml.sax.saxutils" in imported("-q", "-x")

@@ -175,11 +175,12 @@ class Recorder(LoopbackServer):
 
     def __init__(self, answer):
         from http.server import BaseHTTPRequestHandler
-        seen = self.seen = []
+        seen, bodies = self.seen, self.bodies = [], []
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
                 seen.append((self.command, self.path, self.headers.get("Authorization")))
+                bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
                 status, headers, body = answer(self.path)
                 self.send_response(status)
                 for name, value in headers.items():
@@ -204,9 +205,9 @@ SERVER_INFO = json.dumps({"speculative_algorithm": "DFLASH", "speculative_num_dr
                           "internal_states": [{"avg_spec_accept_length": 3.5}]})
 
 
-def probed(statuses: dict[str, int]) -> tuple[dict, list[str]]:
+def probed(statuses: dict[str, int], bodies: list | None = None) -> tuple[dict, list[str]]:
     """A probe of a server answering `statuses` (path -> status; 200 where not given, with a completion and
-    server_info), as this test's own user: the result and the paths it asked."""
+    server_info), as this test's own user: the result and the paths it asked (their bodies in `bodies`)."""
     import getpass
     import os
 
@@ -219,6 +220,8 @@ def probed(statuses: dict[str, int]) -> tuple[dict, list[str]]:
         result = probe.probe(str(server.port), "m", os.devnull + "-absent", getpass.getuser())
     finally:
         server.close()
+    if bodies is not None:
+        bodies += server.bodies
     return result, [path for _, path, _ in server.seen]
 
 
@@ -229,6 +232,15 @@ def test_the_probe_of_a_ready_server_waits_for_no_health_generation():
     assert asked == ["/ready", "/v1/chat/completions", "/server_info"]
     assert result == {"ready": True, "generated": True, "completion": "Drafts verified.", "algorithm": "DFLASH",
                       "num_draft_tokens": 8, "accept_length": 3.5}
+
+
+def test_the_probe_asks_a_completion_of_eight_tokens():
+    """Eight tokens prove the engine generates; each decode step is on every no-op's path (the lab's engine,
+    at DFlash's accept length: 0.29 s for 32 tokens of a 0.45 s host program)."""
+    bodies: list = []
+    result, asked = probed({}, bodies)
+    chat = json.loads(bodies[asked.index("/v1/chat/completions")])
+    assert chat["max_tokens"] == 8 and result["generated"]
 
 
 def test_a_server_ready_refuses_is_asked_the_health_check_that_can_mark_it_up_again():

@@ -176,10 +176,11 @@ def counting(directory: Path, program: str, env: dict) -> Path:
     return log
 
 
-def test_one_host_program_run_asks_nvidia_smi_once_per_kind_and_systemd_once_for_every_replica(tmp_path):
+def test_one_host_program_run_asks_nvidia_smi_once_per_kind_and_systemd_once_for_every_unit(tmp_path):
     """The GPU facts of every deployment (each asks them, with the same arguments) read one run of each
-    nvidia-smi output; the ServiceState of every replica one `systemctl show`: on a real H200 host a no-op's
-    program takes 0.24 s, and each nvidia-smi or systemctl start on a lab host tens of milliseconds more."""
+    nvidia-smi output; the ServiceState of every replica and the fabric's units one `systemctl show`: on a
+    real H200 host a no-op's program takes 0.24 s, and each nvidia-smi or systemctl start on a lab host
+    tens of milliseconds more."""
     env = {**os.environ, **gpu_standin_env(tmp_path, "b200_nvlink")}
     smi_log, systemctl_log = counting(tmp_path, "nvidia-smi", env), counting(tmp_path, "systemctl", env)
     gpu = [(NvidiaGpus, {}), (NvidiaTopology, {}), (NvidiaDriver, {}), (RebootPending, {}), (NvidiaFabric, {})]
@@ -194,5 +195,22 @@ def test_one_host_program_run_asks_nvidia_smi_once_per_kind_and_systemd_once_for
     assert runs == sorted(["--query-gpu=index,name,memory.total,compute_cap,driver_version,persistence_mode,"
                            "mig.mode.current --format=csv,noheader,nounits", "topo -m", "-q"])
     shown = systemctl_log.read_text().splitlines()
-    assert len([line for line in shown if "sglang@" in line]) == 1, shown
-    assert all(f"sglang@q-gpu{i}.service" in next(line for line in shown if "sglang@" in line) for i in range(3))
+    assert len(shown) == 1, shown
+    assert all(f"{unit}.service" in shown[0].split()
+               for unit in ("nvidia-fabricmanager", "nvidia-persistenced", *(f"sglang@q-gpu{i}" for i in range(3))))
+
+
+def test_a_no_op_host_program_imports_no_module_its_answers_leave_unused(tmp_path):
+    """A probe of a loopback port and a current python3's HostPython import neither the idna codec (a str
+    host to getaddrinfo) nor urllib.request: together 23 ms of a lab host's program, which runs on every
+    no-op, and the probe is its longest part."""
+    from operations.python.venv import HostPython
+    probe = dict(install_dir=str(tmp_path), port=9, model="m", key_file=str(tmp_path / "key"), service_user="root")
+    requests = json.dumps(gathering.encoded([(ServerProbe, probe), (HostPython, dict(uv=str(tmp_path / "uv")))]),
+                          sort_keys=True)
+    command = gathering.HostState().command(requests).removesuffix(" || true")
+    out = subprocess.run(["sh", "-c", command.replace("python3 -c", f"{sys.executable} -X importtime -c", 1)],
+                         capture_output=True, text=True, check=True, input=DIGEST_KEY)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert json.loads(out.stdout)[0] and "http.client" in imported  # the probe ran, over HTTP
+    assert not imported & {"encodings.idna", "urllib.request"}, sorted(imported & {"encodings.idna", "urllib.request"})

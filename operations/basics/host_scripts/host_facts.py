@@ -15,11 +15,15 @@ import pwd
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
 
 
 # Each answer function's requests in this run (host_state.py fills it before it answers any), so that
-# an answer reads at once what its siblings ask: one `systemctl show` for every replica's unit.
+# an answer reads at once what its siblings ask: one `systemctl show` for every unit of the run.
 ASKED: dict[str, list[dict]] = {}
+# The units an answer function ("module.function") reads, from its arguments: each module that reads
+# units registers its functions, and `unit_states` shows all of them at once.
+UNITS_READ: dict[str, Callable[[dict], Iterable[str]]] = {}
 
 
 def run(argv: list[str], merge_stderr: bool = True) -> subprocess.Popen:
@@ -170,15 +174,24 @@ def units(names: tuple[str, ...]) -> dict[str, dict]:
     return {name: shown[unit] for name, unit in zip(names, full) if unit in shown}
 
 
+def unit_states(function: str, args: dict) -> dict[str, dict]:
+    """The units FUNCTION reads with ARGS (UNITS_READ), from one `systemctl show` of every unit this run's
+    answers read, whatever the number of replicas and of subjects asking."""
+    asked = {name for known, requests in ASKED.items() if known in UNITS_READ
+             for each in requests for name in UNITS_READ[known](each)}
+    return units(tuple(sorted(asked | set(UNITS_READ[function](args)))))
+
+
 def service_state(args: dict) -> list[str] | None:
-    """ServiceState: the unit's and environment file's sha1, active and enabled state. The states of every
-    unit this run asks about come from one `systemctl show`, whatever the number of replicas."""
-    names = {asked["service"] for asked in ASKED.get("host_facts.service_state", [])} | {args["service"]}
-    state = units(tuple(sorted(names))).get(args["service"])
+    """ServiceState: the unit's and environment file's sha1, active and enabled state."""
+    state = unit_states("host_facts.service_state", args).get(args["service"])
     if state is None:
         return None
     return [*(sha1(f) if os.path.isfile(f) else "-" for f in (args["unit_file"], args["env_file"])),
             state["ActiveState"], state["UnitFileState"] or "disabled"]
+
+
+UNITS_READ["host_facts.service_state"] = lambda args: (args["service"],)
 
 
 if __name__ == "__main__":  # FileStates' own command: its lines for the paths given

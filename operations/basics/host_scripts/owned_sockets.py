@@ -5,6 +5,7 @@ not receive the key.
 """
 
 import http.client
+import socket
 from pathlib import Path
 
 LOOPBACK = "127.0.0.1"  # network.LOOPBACK on the hosts, which lack the product (a test keeps them equal)
@@ -40,6 +41,15 @@ class OwnedConnection(http.client.HTTPConnection):
     def __init__(self, address: str, port: int, uid: int, timeout: float, whose: str):
         super().__init__(address, port, timeout=timeout)
         self.uid, self.whose = uid, whose
+        self._create_connection = self._connected_socket
+
+    @staticmethod
+    def _connected_socket(address: tuple[str, int], *rest) -> socket.socket:
+        """socket.create_connection, an ASCII host given as bytes: getaddrinfo encodes a str with the idna
+        codec, whose import (stringprep, unicodedata) is 9 ms of a lab host's no-op probe, the longest
+        part of its host program."""
+        host, port = address
+        return socket.create_connection((host.encode() if host.isascii() else host, port), *rest)
 
     def connect(self):
         super().connect()

@@ -2,7 +2,8 @@
 and packages.py), each the lines that fact's own command prints.
 
 One nvidia-smi run per kind of output (--query-gpu, topo -m, -q), shared by every GPU fact and run
-side by side; one dpkg-query for the NVIDIA packages.
+side by side; one dpkg-query for the NVIDIA packages; the fabric units' states from the run's one
+`systemctl show` (host_facts.unit_states).
 """
 
 import fnmatch
@@ -11,7 +12,7 @@ import os
 import re
 import shutil
 
-from host_facts import lines_of, read_lines, run, units
+from host_facts import UNITS_READ, lines_of, read_lines, run, unit_states
 
 GPU_QUERY = ("--query-gpu=index,name,memory.total,compute_cap,driver_version,persistence_mode,mig.mode.current",
              "--format=csv,noheader,nounits")
@@ -90,7 +91,10 @@ def nvidia_fabric(nvswitch_dir: str, unit_states: dict, installed: list[tuple[st
 
 
 def fabric(args: dict) -> list[str]:
-    return nvidia_fabric(NVSWITCH_DIR, units(FABRIC_UNITS), packages(), smi()["q"])
+    return nvidia_fabric(NVSWITCH_DIR, unit_states("gpu_state.fabric", args), packages(), smi()["q"])
+
+
+UNITS_READ["gpu_state.fabric"] = lambda args: FABRIC_UNITS
 
 
 def nvidia_packages(args: dict) -> list[str]:

@@ -201,7 +201,7 @@ gateway_workers = load("gateway_workers")
 
 CHAT = json.dumps({"choices": [{"message": {"content": "Drafts verified."}}], "usage": {"completion_tokens": 3}})
 SERVER_INFO = json.dumps({"speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": 8,
-                          "internal_states": [{"avg_spec_accept_length": 3.5}]})
+                          "internal_states": [{"avg_spec_accept_length": 3.5}], "max_total_num_tokens": 222016})
 
 
 def probed(statuses: dict[str, int]) -> tuple[dict, list[str]]:
@@ -228,7 +228,7 @@ def test_the_probe_of_a_ready_server_waits_for_no_health_generation():
     result, asked = probed({})
     assert asked == ["/ready", "/v1/chat/completions", "/server_info"]
     assert result == {"ready": True, "generated": True, "completion": "Drafts verified.", "algorithm": "DFLASH",
-                      "num_draft_tokens": 8, "accept_length": 3.5}
+                      "num_draft_tokens": 8, "accept_length": 3.5, "max_total_num_tokens": 222016}
 
 
 def test_a_server_ready_refuses_is_asked_the_health_check_that_can_mark_it_up_again():

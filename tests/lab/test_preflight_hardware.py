@@ -68,7 +68,8 @@ def test_gpus_that_hold_the_weights_but_not_the_kv_cache_are_refused_in_one_line
     finally:
         fleet.set_gpu_profile(pcie_host, "rtx_pro_6000_pcie")
     assert result.returncode != 0
-    refusals = [line for line in result.output.splitlines() if line.startswith(f"[{pcie_host.name}] {pcie_host.name}: ")]
+    refusals = [line.strip() for line in result.output.splitlines()
+                if line.strip().startswith(f"[{pcie_host.name}] {pcie_host.name}: ")]
     assert len(refusals) == 1, result.output[-3000:]
     assert re.fullmatch(rf"\[{pcie_host.name}\] {pcie_host.name}: sglang@kimi_k26_dflash-gpu0-7: its KV cache holds "
                         r"\d+ tokens \(0\.\d GiB a GPU at \d+ bytes a token\), fewer than min_kv_tokens 131072: run fewer "

@@ -25,7 +25,7 @@ from operations.gpu.stages import gpu_runtime
 from operations.monitoring import prometheus
 from operations.monitoring.stages import monitoring_deployed
 from operations.nodes import group as nodes, rendezvous
-from operations.server import unit
+from operations.server import capacity_record, unit
 from operations.server.stages import server_installed, server_serving
 from operations.weights import checks as weights_checks, revisions, token
 from operations.weights.stages import weights_fetched
@@ -89,7 +89,8 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     #    out until a run deploys it healthy. A drain waits for the replica's requests in flight. Every
     #    replica's new files are validated by the host's SGLang before any unit changes. rollout.py does
     #    the fleet N hosts at a time. Each unit's environment holds the GPU smoke test's P2P decision for
-    #    this host (stage 4).
+    #    this host (stage 4). Each replica's KV plan is kept beside its unit, what tests/deployed holds its
+    #    engine's own max_total_num_tokens to.
     restarts = [[unit.Restart(replica, unit.inputs(d.engine, d.weights.commits), restart_when=keys,
                               decided_env=functools.partial(smoke.decided_env, worker.smoke))
                  for replica in d.replicas] for d in deployments]
@@ -103,6 +104,9 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
             if routes[replica.service_name]:
                 drain.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
                             routes=routes[replica.service_name], restart=restart)
+            if not d.node_group or d.node_group.serves_http:  # the replica whose engine reports its KV pool
+                capacity_record.kept(name=f"KV plan of {replica.service_name}", server=replica,
+                                     expected=worker.gpu.expected, snapshots=hub.snapshots)
             server_serving(replica, restart, weight_bytes=hub.total_bytes, group=d.node_group)
             if routes[replica.service_name]:
                 drain.rejoin(name=f"{replica.service_name} back in the gateway", server=replica,

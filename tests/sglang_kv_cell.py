@@ -40,23 +40,24 @@ def _install_parallel(tp: int) -> None:
         module.get_parallel = lambda par=par: par
 
 
-def _dflash_draft_cell_size_per_token():
+def dflash_utils_function(name: str):
+    """A function of srt/speculative/dflash_utils.py, its text taken out of the module (whose other imports
+    this env does not install)."""
     import ast
     import importlib.util
     from pathlib import Path
-    from typing import Any
+    from typing import Any, Optional
 
     import torch
 
     source = Path(importlib.util.find_spec("sglang.srt.speculative.dflash_utils").origin).read_text()
-    (node,) = [n for n in ast.parse(source).body
-               if isinstance(n, ast.FunctionDef) and n.name == "dflash_draft_cell_size_per_token"]
-    namespace = {"torch": torch, "Any": Any}
+    (node,) = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == name]
+    namespace = {"torch": torch, "Any": Any, "Optional": Optional}
     exec(compile(ast.Module(body=[node], type_ignores=[]), "dflash_utils.py", "exec"), namespace)
-    return namespace["dflash_draft_cell_size_per_token"]
+    return namespace[name]
 
 
-def _case(case: dict) -> dict:
+def cell_figures(case: dict) -> dict:
     from sglang.srt.configs.hybrid_arch import mambaish_config
     from sglang.srt.configs.model_config import AttentionArch, ModelConfig
     from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
@@ -70,7 +71,7 @@ def _case(case: dict) -> dict:
         speculative_draft_attention_backend=None,
     )
     if case.get("draft"):
-        return {"cell_size": _dflash_draft_cell_size_per_token()(
+        return {"cell_size": dflash_utils_function("dflash_draft_cell_size_per_token")(
             draft_model_config=mc, draft_num_layers=mc.num_hidden_layers, draft_kv_cache_dtype=kv_dtype,
             tp_size=case["tp"]), "state_bytes": 0}
     mamba = mambaish_config(mc)
@@ -87,15 +88,16 @@ def _case(case: dict) -> dict:
     return {"cell_size": int(cell), "state_bytes": int(state)}
 
 
-def main() -> None:
+def answer(figures) -> None:
+    """`figures` of every case on stdin, as the @@RESULT@@ line run_with_real_sglang reads."""
     results = []
     for case in json.load(sys.stdin)["cases"]:
         try:
-            results.append(_case(case))
+            results.append(figures(case))
         except Exception as e:  # noqa: BLE001 - the test reports it
             results.append({"error": f"{type(e).__name__}: {e}"})
     print("@@RESULT@@" + json.dumps({"cases": results}))
 
 
 if __name__ == "__main__":
-    main()
+    answer(cell_figures)

@@ -26,6 +26,9 @@ CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 SMOKE_CAPTURE = CAPTURES / "h200-x2-smoke"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 BUS_ID = re.compile(r"\b[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.\d\b")
+# A card with room for the lab's tiny models' weights but not for a KV cache of 131,072 tokens beside
+# the 1 GiB reserve a KV plan sets aside: 0.9 x 1280 MiB - 1024 MiB leaves ~124 MiB.
+SMALL_MEMORY_MIB = 1280
 # Two NVSwitch chips on an HGX B200/B300 baseboard: entries the fact only counts.
 NVSWITCH_BUS_IDS = ["0000:05:00.0", "0000:06:00.0"]
 
@@ -183,6 +186,13 @@ def profiles() -> dict[str, dict]:
             q_text=rtx_q, allreduce=pcie_hang,
             derived="FAULT: the all-reduce hangs while any hop is P2P, as reported for this card (IOMMU/ACS); "
             "with P2P off it completes at the host-memory path's speed; the rest as rtx_pro_6000_pcie",
+        ),
+        "rtx_pro_6000_pcie_small_memory": profile(
+            **rtx, driver="595.58.03", cuda="13.2", gpus=[dict(gpu, memory_total_mib=SMALL_MEMORY_MIB) for gpu in rtx_gpus],
+            topology=(rtx_capture / "topo.txt").read_text(), allreduce=pcie,
+            derived=f"FAULT: {SMALL_MEMORY_MIB} MiB a card instead of 97887 (no such SKU; -q synthesized from it): "
+            "the lab's tiny Kimi K2.6 fits at TP 8 (~4 MiB a GPU), the KV cache of its class's min_kv_tokens does "
+            "not; the rest as rtx_pro_6000_pcie",
         ),
         "b200_nvlink": profile(
             **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0"),

@@ -15,6 +15,13 @@ def note(host, **values) -> None:
         _notes.setdefault(state, {}).setdefault(host.name, {}).update(values)
 
 
+def note_replica(host, key: str, replica: str, value) -> None:
+    """Record `value` for one of `host`'s replicas, under `key` (by replica), in its run."""
+    state = getattr(host, "state", None)
+    if state is not None:
+        _notes.setdefault(state, {}).setdefault(host.name, {}).setdefault(key, {})[replica] = value
+
+
 def noted(state) -> dict[str, dict]:
     """Every host's notes of the run `state`."""
     return _notes.get(state, {})

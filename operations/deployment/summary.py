@@ -1,4 +1,5 @@
-"""The one table a deploy ends with: each host, its class, model, endpoint, gateway, state, accept length.
+"""The one table a deploy ends with: each host, its class, model, endpoint, gateway, state, accept length
+and its replicas' KV cache, the engine's own tokens beside the plan's.
 
 pyinfra has no end-of-run hook for deploy files. Every host passes one last operation (`summary`); pyinfra
 runs it on a host only after every host finished the operations before it, and the last host to reach
@@ -17,7 +18,7 @@ from operations.basics import network, outcomes
 from operations.deployment import Deployment, HOST_CLASSES, Host
 
 REFUSAL_WIDTH = 80  # a refusal's first characters in the table; its whole sentence is printed above it
-COLUMNS = ("host", "class", "model", "endpoint", "gateway", "state", "accept length")
+COLUMNS = ("host", "class", "model", "endpoint", "gateway", "state", "accept length", "KV tokens (engine of plan)")
 _rows: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per run: host name -> its Row
 _printed: "weakref.WeakSet" = weakref.WeakSet()  # the runs whose table is printed
 
@@ -90,6 +91,15 @@ def state_of(failed: bool, notes: dict) -> str:
     return ", ".join(said) or "done"
 
 
+def kv_tokens(notes: dict) -> str:
+    """Each replica's KV cache: the tokens its engine reported (/server_info max_total_num_tokens) of those
+    planned (operations/server/capacity_record.py), "-" for a figure the run did not learn."""
+    engine, planned = notes.get("kv_engine", {}), notes.get("kv_planned", {})
+    figure = lambda tokens: "-" if tokens is None else f"{tokens:,}"  # noqa: E731
+    return ", ".join(f"{figure(engine.get(r))} of {figure(planned.get(r))}"
+                     for r in sorted(set(engine) | set(planned))) or "-"
+
+
 def table(rows: list[Row], failed: set[str], notes: dict[str, dict]) -> list[str]:
     """The summary's lines: a header, then one line per host in inventory order."""
     cells = [COLUMNS]
@@ -97,7 +107,7 @@ def table(rows: list[Row], failed: set[str], notes: dict[str, dict]) -> list[str
         mine = notes.get(r.host, {})
         accept = mine.get("accept_length")
         cells.append((r.host, r.host_class, r.model, r.endpoint, r.gateway, state_of(r.host in failed, mine),
-                      "-" if accept is None else str(accept)))
+                      "-" if accept is None else str(accept), kv_tokens(mine)))
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]
 
@@ -113,7 +123,7 @@ def summarize(inventory_host, worker: Host | None, deployments: tuple[Deployment
 def summary():
     """
     Print the run's table once every host still in the run reached this operation (the last one's turn):
-    each host, its class, model, endpoint, gateway, state and accept length. Changes nothing.
+    each host, its class, model, endpoint, gateway, state, accept length and KV tokens. Changes nothing.
 
     **Example:**
 

@@ -35,6 +35,11 @@ TYPICAL_REQUEST_TOKENS = 8192
 # KVCacheConfigurator._profile_available_bytes). An estimate, not measured on these cards (the CUDA
 # context alone takes ~0.5 GiB on Hopper/Blackwell): the engine's own max_total_num_tokens is what checks it.
 RESERVE_BYTES = 1 * GIB
+# How far below its plan a running replica's own max_total_num_tokens (its /server_info) may fall before the
+# plan counts as wrong: the reserve above is an estimate. 10% of the smallest shipped pool (Kimi K2.6 at TP 8
+# on the RTX PRO 6000, ~15 GiB a GPU) is ~1.5 GiB: the engine may find up to ~2.5 GiB a GPU resident where
+# the plan set aside 1 GiB, and it rounds to its page size and reserves 100 MB for a multimodal model.
+ENGINE_TOLERANCE = 0.10
 # A hybrid model's recurrent state gets mamba_full_memory_ratio of the KV cache's memory when the radix
 # cache is on (SGLang's default): 0.9, so 0.9/1.9 of the budget (0.5.23 srt/arg_groups/fields/schedule.py,
 # mamba_full_memory_ratio fallback; kv_cache_configurator.py _handle_max_mamba_cache, mamba_budget).
@@ -238,3 +243,15 @@ def described(plan: CapacityPlan) -> str:
     """What a plan says in preflight's line: the tokens a replica holds and the requests they serve."""
     return (f"KV cache {plan.tokens:,} tokens, {plan.concurrent_requests} requests of "
             f"{plan.request_tokens:,} tokens")
+
+
+def engine_shortfall(replica: str, planned_tokens: int, engine_tokens: int) -> str | None:
+    """The sentence when a running replica's engine holds fewer tokens than `planned_tokens` by more than
+    ENGINE_TOLERANCE, else None."""
+    if engine_tokens >= planned_tokens * (1 - ENGINE_TOLERANCE):
+        return None
+    short = 1 - engine_tokens / planned_tokens
+    return (f"{replica}: its engine holds {engine_tokens:,} tokens (max_total_num_tokens in /server_info), "
+            f"{short:.0%} fewer than the {planned_tokens:,} planned, beyond the {ENGINE_TOLERANCE:.0%} tolerance: "
+            f"something else holds GPU memory (nvidia-smi --query-compute-apps=pid,used_memory) or the plan "
+            f"misreads the model (operations/server/capacity.py)")

@@ -49,27 +49,33 @@ def memory_problems(server: Server, expected: GpuExpectations, model: str, weigh
             "GPU memory or a quantized checkpoint"]
 
 
+def kv_plan(server: Server, expected: GpuExpectations, snapshots: dict, gpus: list | None) -> capacity.CapacityPlan:
+    """One replica's KV cache as SGLang will size it (operations/server/capacity.py), from the hub's
+    config.json and weight sizes of its target and drafter (`snapshots`, per role) and its GPUs' memory;
+    capacity.NoRule for an architecture the planner has no rule for."""
+    s, e = server, server.engine
+    target, drafter = snapshots["target"], snapshots.get("drafter")
+    kv_dtype = value(server_args(s), "--kv-cache-dtype") or "auto"
+    return capacity.plan_replica(
+        s.service_name, card_bytes=_card_mib(s, expected, gpus) << 20, mem_fraction_static=e.mem_fraction_static,
+        tp_size=e.tp_size, target_weight_bytes=target.weight_bytes,
+        drafter_weight_bytes=drafter.weight_bytes if drafter else 0,
+        target=capacity.kv_geometry(target.config, e.tp_size, kv_dtype),
+        drafter=capacity.kv_geometry(drafter.config, e.tp_size, kv_dtype) if drafter else None,
+        draft_tokens=e.speculative.num_draft_tokens if e.speculative.entry.drafts else 0)
+
+
 def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus: list | None,
                 min_kv_tokens: int | None) -> tuple[list[str], str]:
-    """One replica's KV cache as SGLang will size it (operations/server/capacity.py), from the hub's
-    config.json and weight sizes of its target and drafter (`snapshots`, per role): (the refusal when it
-    holds fewer than `min_kv_tokens` tokens, None meaning one full context of the model; what the plan
-    says, for preflight's line). An architecture the planner has no rule for is said so, not refused."""
-    s, e = server, server.engine
-    args = server_args(s)
-    target, drafter = snapshots["target"], snapshots.get("drafter")
-    kv_dtype = value(args, "--kv-cache-dtype") or "auto"
+    """One replica's KV plan (kv_plan) against its floor: (the refusal when it holds fewer than
+    `min_kv_tokens` tokens, None meaning one full context of the model; what the plan says, for preflight's
+    line). An architecture the planner has no rule for is said so, not refused."""
     try:
-        plan = capacity.plan_replica(
-            s.service_name, card_bytes=_card_mib(s, expected, gpus) << 20, mem_fraction_static=e.mem_fraction_static,
-            tp_size=e.tp_size, target_weight_bytes=target.weight_bytes,
-            drafter_weight_bytes=drafter.weight_bytes if drafter else 0,
-            target=capacity.kv_geometry(target.config, e.tp_size, kv_dtype),
-            drafter=capacity.kv_geometry(drafter.config, e.tp_size, kv_dtype) if drafter else None,
-            draft_tokens=e.speculative.num_draft_tokens if e.speculative.entry.drafts else 0)
+        plan = kv_plan(server, expected, snapshots, gpus)
     except capacity.NoRule as unknown:
         return [], f"KV cache not planned ({printable(unknown)})"  # it names the hub's architecture
-    context = value(args, "--context-length") or target.text_config().get("max_position_embeddings")
+    target = snapshots["target"]
+    context = value(server_args(server), "--context-length") or target.text_config().get("max_position_embeddings")
     wanted = min_kv_tokens if min_kv_tokens is not None else int(context or 0)
     refused = capacity.refusal(plan, wanted, full_context=min_kv_tokens is None)
     return ([f"{host.name}: {refused}"] if refused else []), capacity.described(plan)

@@ -45,7 +45,7 @@ class ServerProbe(FactBase):
     .. code:: python
 
         {"ready": True, "generated": True, "completion": "...", "algorithm": "DFLASH", "num_draft_tokens": 8,
-         "accept_length": 3.45}
+         "accept_length": 3.45, "max_total_num_tokens": 222016}
     """
 
     host_answer = "probe_server.answer"
@@ -127,20 +127,23 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
                                model=server.engine.served_model_name, key_file=h.api_key_file,
                                service_user=h.service_user) or {}
         if generates(probe):
-            log_serving(host, probe)
+            log_serving(host, probe, server.service_name)
             host.noop(f"serving {probe.get('algorithm', 'unread')}: accept length {probe.get('accept_length')}")
             return
     yield FunctionCommand(wait_ready, (server, timeout_s), {})
 
 
-def log_serving(host, probe: dict) -> None:
-    """The generating server's speculative settings as its /server_info reported them ("unread" where
-    that answer failed after the completion: the server generates all the same)."""
+def log_serving(host, probe: dict, replica: str) -> None:
+    """The generating server's speculative settings and KV pool as its /server_info reported them ("unread"
+    where that answer failed after the completion: the server generates all the same)."""
     algorithm = probe.get("algorithm", "unread")
+    engine = probe.get("max_total_num_tokens")
     outcomes.note(host, serving=algorithm, accept_length=probe.get("accept_length"))
+    outcomes.note_replica(host, "kv_engine", replica, engine if isinstance(engine, int) else None)
     unread = f" (/server_info: {printable(probe['error'])})" if "algorithm" not in probe and probe.get("error") else ""
+    pool = f"KV cache {engine:,} tokens" if isinstance(engine, int) else "KV cache unread"
     host.log_styled(f"serving {algorithm}{unread} (draft tokens {probe.get('num_draft_tokens')}): accept length "
-                    f"{probe.get('accept_length')}; completion: {probe['completion']!r}", fg="green")
+                    f"{probe.get('accept_length')}; {pool}; completion: {probe['completion']!r}", fg="green")
 
 
 def generates(probe: dict) -> bool:
@@ -183,7 +186,7 @@ def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 
     """Wait for the (re)started server to generate; else restore the previous unit and prove it serves."""
     probe, crashed = watch(host, server, timeout_s, f"waiting for {server.service_name} to generate", interval_s)
     if generates(probe):
-        log_serving(host, probe)
+        log_serving(host, probe, server.service_name)
         return True
 
     _, journal = shell.run(host, f"journalctl -u {server.service_name} -n 25 --no-pager -o cat")

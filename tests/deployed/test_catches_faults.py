@@ -14,6 +14,7 @@ import pytest
 
 from lab import fleet
 from lab.config import TOKEN_GRANTED
+from operations.server import capacity, capacity_record
 from operations.weights.download import MANIFEST
 from tests.deployed.faults import assert_caught, run_suite
 from tests.deployed.hosts import LAB_INVENTORY, Target, load_inventory
@@ -54,6 +55,7 @@ def test_a_stopped_service_is_caught(deployed_lab, pcie_host):
         "test_unit_listens_on_the_configured_address_and_port", "test_unit_arguments_are_what_group_data_asks_for",
         "test_health_generate_answers_200", "test_chat_completion_returns_text",
         "test_server_info_reports_speculative_decoding_accepting_drafts", "test_metrics_expose_the_accept_length",
+        "test_each_replicas_engine_holds_the_kv_tokens_its_deploy_planned",
         "test_each_replica_holds_the_gpus_its_layout_gives_it_and_no_two_share_one",
         "test_the_host_runs_no_sglang_unit_its_deployments_do_not_want",
         "test_every_listener_of_a_replica_is_on_loopback_or_its_bind_address",
@@ -114,6 +116,25 @@ def test_draft_tokens_edited_by_hand_in_the_unit_are_caught(deployed_lab, pcie_h
                   rf"\({d.engine.profile_name} on {d.engine.host_class}\):\n{flag}: expected {wanted}, found {edited}",
                   rf"{pcie_host.name}: {d.unit_file} has other arguments than group_data asks for:\n"
                   rf"{flag}: expected {wanted}, found {edited}")
+
+
+def test_an_engine_holding_fewer_kv_tokens_than_planned_is_caught(deployed_lab, pcie_host):
+    """The plan kept beside the unit says more tokens than the engine sized (as a plan would whose reserve is
+    too small for the host): the engine's own max_total_num_tokens is more than the tolerance below it."""
+    d = server_of(pcie_host)
+    plan_file = capacity_record.path(d)
+    kept = fleet.ssh(pcie_host, f"cp -p {plan_file} {plan_file}.kept && cat {plan_file}")
+    engine = json.loads(fleet.ssh(pcie_host, f"curl -sf -m 10 -H \"Authorization: Bearer $(cat {d.engine.service.api_key_file} "
+                                             f"2>/dev/null)\" localhost:{d.port}/server_info"))["max_total_num_tokens"]
+    above = {**json.loads(kept), "planned_tokens": int(engine / (1 - capacity.ENGINE_TOLERANCE)) + 100}
+    fleet.ssh(pcie_host, f"printf %s {shlex.quote(json.dumps(above))} > {plan_file}")
+    try:
+        result = run_suite(pcie_host.name)
+    finally:
+        fleet.ssh(pcie_host, f"mv {plan_file}.kept {plan_file}")  # the deploy's own file, byte for byte
+    assert_caught(result, pcie_host.name, {"test_each_replicas_engine_holds_the_kv_tokens_its_deploy_planned"},
+                  rf"{d.service_name}: its engine holds {engine:,} tokens \(max_total_num_tokens in /server_info\), "
+                  r"10% fewer than the [\d,]+ planned, beyond the 10% tolerance")
 
 
 def test_degraded_nvlink_is_caught(deployed_lab, b200_host):

@@ -1,4 +1,5 @@
-"""Every replica's server generates, speculatively: health, a chat completion, /server_info, /metrics.
+"""Every replica's server generates, speculatively: health, a chat completion, /server_info, /metrics; its
+engine holds the KV tokens its deploy planned (the plan kept beside its unit: operations/server/capacity_record.py).
 
 Asked from the host itself (python3, stdlib); an API key, if the deploy installed one,
 is read there from its 0600 file and never appears in a command line.
@@ -9,11 +10,12 @@ import json
 
 import pytest
 
+from operations.server import capacity, capacity_record
 from operations.server.host_scripts.engine_answers import generated, scrubbed
 
 _SERVING_SCRIPT = r"""
 import json, os, sys, urllib.error, urllib.request
-base, model, key_file = sys.argv[1:4]
+base, model, key_file, plan_file = sys.argv[1:5]
 headers = {"Content-Type": "application/json"}
 if os.path.isfile(key_file):
     headers["Authorization"] = "Bearer " + open(key_file).read().strip()
@@ -33,6 +35,7 @@ result["chat"] = call("/v1/chat/completions", {
     "messages": [{"role": "user", "content": "In one sentence, what is speculative decoding?"}]}, timeout=300)
 result["server_info"] = call("/server_info")
 result["metrics"] = call("/metrics")
+result["kv_plan"] = open(plan_file).read() if os.path.isfile(plan_file) else None
 print(json.dumps(result))
 """
 
@@ -54,7 +57,8 @@ def base_url(d) -> str:
 
 def serving(target, d) -> dict:
     return target.memo(f"serving {d.service_name}", lambda: target.python(
-        _SERVING_SCRIPT, base_url(d), d.engine.served_model_name, d.engine.service.api_key_file))
+        _SERVING_SCRIPT, base_url(d), d.engine.served_model_name, d.engine.service.api_key_file,
+        capacity_record.path(d)))
 
 
 def each_replica(target, check) -> None:
@@ -113,6 +117,29 @@ def test_server_info_reports_speculative_decoding_accepting_drafts(target):
             problems.append(f"{target.name}: expected an average accept length > 1.0 in {d.service_name}'s "
                             f"/server_info, found {accept}: the drafter's tokens are not being accepted")
         return problems
+    each_replica(target, check)
+
+
+def test_each_replicas_engine_holds_the_kv_tokens_its_deploy_planned(target):
+    """/server_info's max_total_num_tokens, the pool the engine sized once loaded, is no more than
+    capacity.ENGINE_TOLERANCE below the plan the deploy kept on the host (a model the planner cannot size
+    has none)."""
+    if all(serving(target, d)["kv_plan"] is None for d in target.replicas):
+        pytest.skip(f"{target.name}: no KV plan beside any unit: the planner has no rule for the model, or "
+                    "no deploy of this checkout wrote one")
+
+    def check(d, answers):
+        if answers["kv_plan"] is None:
+            return []
+        info, problem = body_json(target, "/server_info", answers["server_info"])
+        if problem:
+            return [f"{target.name}: {d.service_name}: {problem}"]
+        engine = info.get("max_total_num_tokens")
+        if not isinstance(engine, int):
+            return [f"{target.name}: expected max_total_num_tokens in {d.service_name}'s /server_info, found "
+                    f"{engine!r}"]
+        short = capacity.engine_shortfall(d.service_name, capacity_record.planned_tokens(answers["kv_plan"]), engine)
+        return [f"{target.name}: {short} ({capacity_record.path(d)})"] if short else []
     each_replica(target, check)
 
 

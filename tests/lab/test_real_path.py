@@ -145,9 +145,12 @@ def test_the_deploy_through_sudo_serves_behind_its_gateway_and_ends_with_one_tab
     assert deployed.returncode == 0, deployed.output[-4000:]
     table = deployed.output.split("--> Summary:")[1].splitlines()
     cells = [re.split(r"\s{2,}", line.strip()) for line in table[1:3]]
-    assert cells[0] == ["host", "class", "model", "endpoint", "gateway", "state", "accept length"]
-    assert cells[1] == ["ct200", "rtx_pro_6000_pcie", "kimi-k2.6", "http://127.0.0.1:30000 (on the host)",
-                        "http://127.0.0.1:30080 (on the host)", "serving DFLASH, gateway routing to 1 worker", "3.45"]
+    assert cells[0] == ["host", "class", "model", "endpoint", "gateway", "state", "accept length",
+                        "KV tokens (engine of plan)"]
+    assert cells[1][:7] == ["ct200", "rtx_pro_6000_pcie", "kimi-k2.6", "http://127.0.0.1:30000 (on the host)",
+                            "http://127.0.0.1:30080 (on the host)", "serving DFLASH, gateway routing to 1 worker",
+                            "3.45"]
+    assert re.fullmatch(r"[\d,]+ of [\d,]+", cells[1][7]), cells[1]  # the engine's own tokens beside the plan's
     assert re.search(r"weights: \d+\.\d\d GB complete", deployed.output)
     ask = {"model": "kimi-k2.6", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8,
            **NO_THINKING}  # Kimi thinks by default: a plain answer is asked for

@@ -80,11 +80,14 @@ def test_fresh_venv_installs_and_runs_standin(index, tmp_path):
 
     target = tmp_path / "model"
     target.mkdir()
-    (target / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
+    (target / "config.json").write_text(json.dumps({  # a tiny Qwen3, complete enough to size a KV pool by
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([py, "-m", "sglang.launch_server", "--model-path", str(target), "--port", str(port)],
+    server = subprocess.Popen([py, "-m", "sglang.launch_server", "--model-path", str(target), "--port", str(port),
+                               "--mem-fraction-static", "0.9"],
                               stdout=subprocess.PIPE, text=True,
                               env={**env, "SPECFLEET_SGLANG_KNOBS": str(tmp_path / "no-knobs.json"),
                                    **gpu_standin_env(tmp_path / "gpu", "b200_nvlink")})

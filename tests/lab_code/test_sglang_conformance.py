@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab_code.test_sglang_standin import STANDIN_SRC, Standin, dflash_args
+from tests.lab_code.test_sglang_standin import STANDIN_SRC, Standin, dflash_args, write_models
 from tests.sglang_real import ENV_DIR, run_with_real_sglang
 
 REAL_SCRIPT = Path(__file__).resolve().parents[1] / "sglang_conformance_real.py"
@@ -70,12 +70,7 @@ def events(data: bytes) -> list:
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory, request):
     tmp = tmp_path_factory.mktemp("conformance")
-    target, draft = tmp / "kimi", tmp / "kimi-dflash"
-    for path, config in ((target, {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
-                                   "text_config": {"max_position_embeddings": 262144}}),
-                         (draft, {"architectures": ["DFlashDraftModel"], "dflash_config": {"block_size": 8}})):
-        path.mkdir()
-        (path / "config.json").write_text(json.dumps(config))
+    target, draft = write_models(tmp / "kimi", tmp / "kimi-dflash")
     (tmp / "knobs.json").write_text("{}")
     gpu = request.getfixturevalue("b200_gpu_module")
     s = Standin(STANDIN_SRC, dflash_args((target, draft), "--enable-metrics", "--api-key", KEY,

@@ -13,11 +13,14 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from lab.index import build_standin_wheel
+from lab.repos import KIMI_TEXT_CONFIG
 from lab.sglang_standin.sglang import speed_model
+from lab.sglang_standin.sglang.srt import kv_pool
 from operations.server import speculative
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import parse_many_with_real_sglang
@@ -121,17 +124,25 @@ def test_stand_in_agrees_with_the_real_parser():
 # --- the server -----------------------------------------------------------
 
 
+# The lab hub's tiny Kimi K2.6 and a DFlash drafter of its shape (lab/repos.py): configs as complete as the
+# real engine reads them, which sizes its KV pool from them.
+KIMI_CONFIG = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+               "text_config": KIMI_TEXT_CONFIG}
+DRAFT_CONFIG = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": 512,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+                "dflash_config": {"block_size": 8}, "torch_dtype": "bfloat16"}
+
+
+def write_models(target: Path, draft: Path) -> tuple[Path, Path]:
+    for folder, config in ((target, KIMI_CONFIG), (draft, DRAFT_CONFIG)):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+    return target, draft
+
+
 @pytest.fixture
 def models(tmp_path) -> tuple[Path, Path]:
-    target, draft = tmp_path / "kimi", tmp_path / "kimi-dflash"
-    target.mkdir()
-    draft.mkdir()
-    (target / "config.json").write_text(json.dumps({
-        "architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
-        "text_config": {"max_position_embeddings": 262144}}))
-    (draft / "config.json").write_text(json.dumps({
-        "architectures": ["DFlashDraftModel"], "dflash_config": {"block_size": 8}}))
-    return target, draft
+    return write_models(tmp_path / "kimi", tmp_path / "kimi-dflash")
 
 
 def free_port() -> int:
@@ -200,7 +211,8 @@ def dflash_args(models, *extra):
     target, draft = models
     return ["--model-path", str(target), "--speculative-algorithm", "DFLASH",
             "--speculative-draft-model-path", str(draft), "--attention-backend", "trtllm_mla",
-            "--speculative-draft-attention-backend", "fa4", "--tp-size", "8", *extra]
+            "--speculative-draft-attention-backend", "fa4", "--mem-fraction-static", "0.9", "--tp-size", "8",
+            *extra]
 
 
 def test_endpoints(start, models):
@@ -217,7 +229,10 @@ def test_endpoints(start, models):
     assert info["speculative_draft_attention_backend"] == "fa4"
     # As the real build_server_info: the key itself, and the argv that carried it.
     assert info["api_key"] == "lab-key" and "--api-key lab-key" in info["launch_command"]
-    assert info["max_total_num_tokens"] > 0
+    # Its KV pool sized from the GPU stand-in's B200 (183,359 MiB) at its own resolved arguments, as SGLang
+    # sizes it (srt/kv_pool.py, checked against the wheel in test_sglang_kv_pool.py); no weights in the folders.
+    assert info["max_total_num_tokens"] == kv_pool.max_total_num_tokens(
+        SimpleNamespace(**info), KIMI_CONFIG, DRAFT_CONFIG, 183359) > 100_000_000
     assert info["page_size"] == 64  # trtllm_mla's pages, as 0.5.23 resolves them
     assert set(speculative.DFLASH.server_info) <= set(info)  # the fields the table says report its settings
     accept = info["internal_states"][0]["avg_spec_accept_length"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.gpu_standin_env import gpu_standin_env
+from tests.lab_code.test_sglang_standin import write_models
 
 STANDIN_SRC = Path(__file__).resolve().parents[2] / "lab" / "sglang_standin"
 
@@ -29,11 +30,7 @@ def free_port() -> int:
 @pytest.fixture
 def node(tmp_path):
     """Start one node of a two-node stand-in server: node(rank) -> (process, http port)."""
-    target, draft = tmp_path / "kimi", tmp_path / "kimi-dflash"
-    for folder, config in ((target, {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25"}),
-                           (draft, {"dflash_config": {"block_size": 8}})):
-        folder.mkdir()
-        (folder / "config.json").write_text(json.dumps(config))
+    target, draft = write_models(tmp_path / "kimi", tmp_path / "kimi-dflash")
     dist_port, started = free_port(), []
     env = {**os.environ, "PYTHONPATH": str(STANDIN_SRC), "SPECFLEET_SGLANG_KNOBS": str(tmp_path / "none.json"),
            **gpu_standin_env(tmp_path / "gpu", "b200_nvlink")}
@@ -42,7 +39,8 @@ def node(tmp_path):
         port = free_port()
         args = ["--model-path", str(target), "--speculative-algorithm", "DFLASH",
                 "--speculative-draft-model-path", str(draft), "--attention-backend", "trtllm_mla",
-                "--speculative-draft-attention-backend", "fa4", "--tp-size", "16", "--host", "127.0.0.1",
+                "--speculative-draft-attention-backend", "fa4", "--tp-size", "16", "--mem-fraction-static", "0.9",
+                "--host", "127.0.0.1",
                 "--port", str(port), "--nnodes", "2", "--node-rank", str(rank),
                 "--dist-init-addr", f"127.0.0.1:{dist_port}"]
         process = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *args], env={**env, **extra_env},

@@ -202,7 +202,7 @@ gateway_workers = load("gateway_workers")
 
 CHAT = json.dumps({"choices": [{"message": {"content": "Drafts verified."}}], "usage": {"completion_tokens": 3}})
 SERVER_INFO = json.dumps({"speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": 8,
-                          "internal_states": [{"avg_spec_accept_length": 3.5}]})
+                          "internal_states": [{"avg_spec_accept_length": 3.5}], "max_total_num_tokens": 222016})
 
 
 def probed(statuses: dict[str, int], bodies: list | None = None) -> tuple[dict, list[str]]:
@@ -231,7 +231,7 @@ def test_the_probe_of_a_ready_server_waits_for_no_health_generation():
     result, asked = probed({})
     assert asked == ["/ready", "/v1/chat/completions", "/server_info"]
     assert result == {"ready": True, "generated": True, "completion": "Drafts verified.", "algorithm": "DFLASH",
-                      "num_draft_tokens": 8, "accept_length": 3.5}
+                      "num_draft_tokens": 8, "accept_length": 3.5, "max_total_num_tokens": 222016}
 
 
 def test_the_probe_asks_a_completion_of_eight_tokens():

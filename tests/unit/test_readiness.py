@@ -73,10 +73,10 @@ def test_a_completion_is_generating_whatever_server_info_answered():
 def test_the_serving_line_says_when_server_info_was_unread():
     said = []
     host = SimpleNamespace(name="h", log_styled=lambda text, **_: said.append(text))  # outside a run: no notes
-    readiness.log_serving(host, {"ready": True, "completion": "x", "error": "Extra data: line 2 column 1"})
+    readiness.log_serving(host, {"ready": True, "completion": "x", "error": "Extra data: line 2 column 1"}, "u")
     assert said == ["serving unread (/server_info: Extra data: line 2 column 1) (draft tokens None): accept "
-                    "length None; completion: 'x'"]
-    readiness.log_serving(host, {"ready": True, "completion": "x", "error": "\x1b[2J\x1b[1;1Hready"})
+                    "length None; KV cache unread; completion: 'x'"]
+    readiness.log_serving(host, {"ready": True, "completion": "x", "error": "\x1b[2J\x1b[1;1Hready"}, "u")
     assert said[-1].startswith("serving unread (/server_info: \\x1b[2J\\x1b[1;1Hready) (draft")
 
 

@@ -55,9 +55,8 @@ from pathlib import Path
 import sglang
 from sglang import rendezvous, speed_model
 from sglang.srt.entrypoints import engine
-from sglang.srt import distributed, request_rules
+from sglang.srt import distributed, kv_pool, request_rules
 from sglang.srt.resolution import query_gpu
-from sglang.srt.managers import scheduler
 from sglang.srt.managers.tokenizer_manager import ClientGone, TokenizerManager
 from sglang.srt.parser import reasoning_parser
 from sglang.srt.server_args import prepare_server_args
@@ -115,7 +114,7 @@ def scheduler_config(args, accept: float) -> dict:
 class Server:
     """What the handler needs: resolved args, model facts, the tokenizer manager, counters."""
 
-    def __init__(self, args, target_config, tokenizer_manager: TokenizerManager):
+    def __init__(self, args, target_config, tokenizer_manager: TokenizerManager, max_total_num_tokens: int):
         self.args = args
         self.tm = tokenizer_manager
         self.serving = False  # warmed up: outside requests are served
@@ -139,8 +138,8 @@ class Server:
         self.startup_time = time.time()
         # managers/scheduler.py get_init_info, as the tokenizer manager keeps it.
         context = self.max_model_len
-        self.scheduler_info = {"status": "ready", "max_total_num_tokens": scheduler.MAX_TOTAL_NUM_TOKENS,
-                               "max_req_input_len": min(context - 1, scheduler.MAX_TOTAL_NUM_TOKENS - 1),
+        self.scheduler_info = {"status": "ready", "max_total_num_tokens": max_total_num_tokens,
+                               "max_req_input_len": min(context - 1, max_total_num_tokens - 1),
                                "startup_time": self.startup_time, "hicache_object_layout": None}
         # The HTTP layer: requests being answered (what uvicorn's shutdown waits for), by endpoint
         # for sglang:http_requests_active, and the open connections with whether one is busy.
@@ -694,6 +693,12 @@ def main(argv: list[str]) -> None:
     except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")
     config = scheduler_config(args, accept_length(args))
+    draft_config = load_config(args.speculative_draft_model_path) if args.speculative_draft_model_path else None
+    try:  # the real scheduler sizes its pool once the weights are loaded, and the server dies of an error there
+        config["max_total_num_tokens"] = kv_pool.max_total_num_tokens(args, target_config, draft_config,
+                                                                      query_gpu()["memory_mib"])
+    except (ValueError, RuntimeError) as exc:
+        fail(f"{type(exc).__name__}: {exc}")
     # One node: TP rank 0's scheduler holds the TCPStore (srt/distributed.py); several: node 0's dist-init port.
     config["store_port"] = distributed.store_port(args.nccl_port) if args.nnodes == 1 else None
 
@@ -721,7 +726,7 @@ def main(argv: list[str]) -> None:
     tm.subprocess_watchdog = SubprocessWatchdog(*procs.processes)
     tm.subprocess_watchdog.start()
 
-    app = Server(args, target_config, tm)
+    app = Server(args, target_config, tm, config["max_total_num_tokens"])
     Handler.app = app
     httpd = ThreadingHTTPServer((args.host, args.port), Handler)
     httpd.daemon_threads = True

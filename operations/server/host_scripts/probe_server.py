@@ -85,6 +85,7 @@ def probe(port: str, model: str, key_file: str, service_user: str) -> dict:
         result["num_draft_tokens"] = info.get("speculative_num_draft_tokens")
         states = info.get("internal_states") or [{}]
         result["accept_length"] = states[0].get("avg_spec_accept_length")
+        result["max_total_num_tokens"] = info.get("max_total_num_tokens")  # the KV pool the engine sized
     except (OSError, socket.timeout, http.client.HTTPException, ValueError, KeyError) as error:
         result["error"] = str(error)[:200] or type(error).__name__
     return result

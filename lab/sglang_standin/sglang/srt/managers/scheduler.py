@@ -37,8 +37,6 @@ from sglang import speed_model
 from sglang.srt.distributed import listen_gloo, listen_store
 from sglang.srt.utils import CachedKnobs, hang, kill_itself_when_parent_died, log, read_knobs, set_process_title
 
-# A stand-in's KV pool: no GPU memory to size it from.
-MAX_TOTAL_NUM_TOKENS = 1_000_000
 DEFAULT_MAX_RUNNING_REQUESTS = 1024
 
 
@@ -92,6 +90,7 @@ class Scheduler:
         self.speculative = config["algorithm"] is not None
         self.accept_length = config["accept_length"]
         self.max_running = config["max_running_requests"] or DEFAULT_MAX_RUNNING_REQUESTS
+        self.max_total_num_tokens = config["max_total_num_tokens"]  # srt/kv_pool.py
         self.waiting: collections.deque[Req] = collections.deque()
         self.running: list[Req] = []
         self.health_acks = 0
@@ -213,8 +212,8 @@ class Scheduler:
             "num_running_reqs": len(self.running), "num_waiting_reqs": len(self.waiting),
             "num_waiting_uncached_tokens": sum(r.prompt_tokens for r in self.waiting),
             "num_used_tokens": used, "num_total_tokens": used, "num_active_tokens": used,
-            "num_prealloc_ready_tokens": 0, "max_total_num_tokens": MAX_TOTAL_NUM_TOKENS,
-            "max_running_requests": self.max_running, "token_usage": round(used / MAX_TOTAL_NUM_TOKENS, 4),
+            "num_prealloc_ready_tokens": 0, "max_total_num_tokens": self.max_total_num_tokens,
+            "max_running_requests": self.max_running, "token_usage": round(used / self.max_total_num_tokens, 4),
             "gen_throughput": round(self.gen_throughput if self.running else 0.0, 2),
             "cache_hit_rate": 0.0, "utilization": round(min(1.0, len(self.running) / self.max_running), 4),
             "queues": {"waiting": len(self.waiting), "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0},

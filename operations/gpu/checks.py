@@ -140,6 +140,13 @@ def _check_driver(where: str, tag: str, expected: GpuExpectations, driver: dict 
             f"(CUDA {driver.get('cuda_version') or 'unknown'}): install driver branch {wanted} or newer "
             "(set install_driver to let the deploy do it) and reboot"
         )
+    minors = driver.get("gpu_minor_numbers") or []
+    if unknown := [str(index) for index, minor in enumerate(minors) if minor is None]:
+        problems.append(
+            f"{where} a device minor number for every GPU {tag}, found none in `nvidia-smi -q` for GPU "
+            f"{', '.join(unknown)}: each replica's unit allows its own GPUs' device nodes alone, by that number; "
+            "check the driver (`nvidia-smi -q` shows a `Minor Number` for each GPU)"
+        )
     if expected.open_kernel_module and driver.get("open_kernel_module") is False:
         problems.append(
             f"{where} the open NVIDIA kernel module {tag}, found the proprietary one: install the open driver of "

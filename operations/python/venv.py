@@ -212,11 +212,25 @@ def git_source(requirement: str) -> tuple[str, str, str] | None:
     return url, ref, subdirectory.group(1) if subdirectory else ""
 
 
-def _as_build_user(script: str) -> str:
-    """`script` run by the build user in an environment of its own: nothing of root's (no proxy, index or
-    token variable), git never prompting."""
-    return (f"runuser -u {BUILD_USER} -- env -i HOME={BUILD_HOME} PATH=/usr/local/bin:/usr/bin:/bin "
-            f"TMPDIR={BUILD_DIR}/tmp GIT_TERMINAL_PROMPT=0 sh -c {shlex.quote(script)}")
+# What of root's environment a build takes: the proxy, where the host reaches the network through one
+# (passed by name, so that no credential in a proxy URL reaches a command line).
+BUILD_PASSED_ENV = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+
+
+def as_build_user(script: str) -> str:
+    """`script` run by the build user in a transient unit of its own, after the user has made its build
+    directory: an environment of its own (nothing of root's but the proxy, git never prompting), its home
+    read-only but for that directory, so that a build leaves nothing (a ``~/.gitconfig``, an SSH
+    ``ProxyCommand``) a later build would run, and every process it started ended with it
+    (KillMode=control-group: ``runuser`` alone leaves a build's background process running)."""
+    settings = ("KillMode=control-group", "ProtectHome=read-only", f"ReadWritePaths={BUILD_DIR}", "PrivateTmp=yes",
+                "NoNewPrivileges=yes")
+    env = (f"HOME={BUILD_HOME}", "PATH=/usr/local/bin:/usr/bin:/bin", f"TMPDIR={BUILD_DIR}/tmp",
+           f"XDG_CACHE_HOME={BUILD_DIR}/cache", "GIT_TERMINAL_PROMPT=0", *BUILD_PASSED_ENV)
+    return (f"runuser -u {BUILD_USER} -- mkdir -p -m 700 {BUILD_DIR} && cd / && systemd-run --quiet --wait --pipe "
+            f"--collect --service-type=exec --uid={BUILD_USER} "
+            + " ".join(f"--property={setting}" for setting in settings) + " "
+            + " ".join(f"--setenv={variable}" for variable in env) + f" -- sh -c {shlex.quote(script)}")
 
 
 def git_build(requirement: str, path: str, index: str, uv: "Uv | None", install: str) -> list[str]:
@@ -236,7 +250,8 @@ def git_build(requirement: str, path: str, index: str, uv: "Uv | None", install:
                  f"--no-python-downloads --python {venv}/bin/python {index}--out-dir {wheels}")
     else:
         build = f"{venv}/bin/pip wheel --quiet --disable-pip-version-check --no-cache-dir --no-deps {index}-w {wheels}"
-    fetch = (f"rm -rf {BUILD_DIR} && mkdir -m 700 {BUILD_DIR} {BUILD_DIR}/tmp && "
+    # The build directory is the unit's one writable path, so it is emptied, not removed.
+    fetch = (f"chmod -R u+rwX {BUILD_DIR} && find {BUILD_DIR} -mindepth 1 -delete && mkdir -m 700 {BUILD_DIR}/tmp && "
              f"git clone --quiet --filter=blob:none --no-checkout -- {q(url)} {source} && cd {source} && "
              f"if git rev-parse --quiet --verify {q(ref + '^{commit}')} >/dev/null; then git checkout --quiet {q(ref)}; "
              f"else git fetch --quiet origin {q(ref)} && git checkout --quiet FETCH_HEAD; fi && "
@@ -253,7 +268,7 @@ def git_build(requirement: str, path: str, index: str, uv: "Uv | None", install:
               f"cat -- {wheels}/\"$name\" > {venv}/{WHEEL_DIR}/\"$name\"")
     named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?)\s*@", requirement)
     wheel = f"{q(named.group(1) + ' @ file://')}\"$1\"" if named else '"$1"'
-    return [_as_build_user(f"{fetch} && {built}"), handed, f"set -- {venv}/{WHEEL_DIR}/*.whl && {install}{wheel}"]
+    return [as_build_user(f"{fetch} && {built}"), handed, f"set -- {venv}/{WHEEL_DIR}/*.whl && {install}{wheel}"]
 
 
 @operation()

@@ -24,10 +24,16 @@ OWN_SETTINGS = ("Type", "ExecStart", "EnvironmentFile", "Restart", "RestartSec")
 CHECK_MAX_S = 300
 
 
+# The NVIDIA driver's device major (its GPUs are 195:<minor>, /dev/nvidiactl 195:255: the kernel module's
+# NV_MAJOR_DEVICE_NUMBER). The rules name /dev/char/195:<minor>, which systemd turns into its device rule
+# without the node (src/core/bpf-devices.c parses the number out of such a path; any other path it
+# stat()s when the unit starts, and skips it where the node is not made yet, as right after a boot).
+NVIDIA_MAJOR = 195
 # The nodes CUDA opens besides its GPUs' own: the control device and unified memory's two (what NVIDIA's
-# container toolkit gives every container with GPUs). /dev/nvidia-caps/* serve MIG instances, which
-# preflight refuses (operations/gpu/checks.py); /dev/nvidia-modeset serves displays.
-GPU_CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+# container toolkit gives every container with GPUs; nvidia-uvm's major is the kernel's choice, so its
+# class by name). /dev/nvidia-caps/* serve MIG instances, which preflight refuses (operations/gpu/checks.py);
+# /dev/nvidia-modeset serves displays.
+GPU_CONTROL_NODES = (f"/dev/char/{NVIDIA_MAJOR}:255", "char-nvidia-uvm")
 
 
 def gpu_minor_numbers() -> tuple[int | None, ...]:
@@ -38,11 +44,12 @@ def gpu_minor_numbers() -> tuple[int | None, ...]:
 
 
 def gpu_nodes(server: Server, minors: tuple[int | None, ...]) -> list[str]:
-    """The device nodes the replica's processes may open (DeviceAllow=): each of its GPUs' /dev/nvidia<minor>
-    (`minors`: ``gpu_minor_numbers``; a GPU's minor number is not its index: the first GPU in PCI order of
-    an 8x RTX PRO 6000 host is /dev/nvidia2), then CUDA's control nodes. A GPU whose minor number nvidia-smi
-    did not give (no driver loaded) has no node to allow."""
-    own = [f"/dev/nvidia{minors[gpu]}" for gpu in server.gpus if gpu < len(minors) and minors[gpu] is not None]
+    """The device nodes the replica's processes may open (DeviceAllow=): each of its GPUs' /dev/nvidia<minor>,
+    by its number (`minors`: ``gpu_minor_numbers``; a GPU's minor number is not its index: the first GPU in
+    PCI order of an 8x RTX PRO 6000 host is /dev/nvidia2), then CUDA's control nodes. A GPU whose minor
+    number nvidia-smi did not give has no node to allow (no driver loaded: preflight refuses such a host)."""
+    own = [f"/dev/char/{NVIDIA_MAJOR}:{minors[gpu]}" for gpu in server.gpus
+           if gpu < len(minors) and minors[gpu] is not None]
     return [*own, *GPU_CONTROL_NODES]
 
 

@@ -60,6 +60,17 @@ def test_old_proprietary_driver():
     assert "open NVIDIA kernel module" in problems[1]
 
 
+def test_a_gpu_without_a_minor_number_is_refused_naming_it():
+    """Each replica's unit allows its GPUs' device nodes by their minor numbers (operations/server/sandbox.py):
+    a GPU nvidia-smi -q gives none for would be a unit that cannot open its GPU, restarted into a crash loop."""
+    known = dict(OPEN_580, gpu_minor_numbers=list(range(8)))
+    assert check_b200(driver=known) == []
+    [problem] = check_b200(driver=dict(known, gpu_minor_numbers=[0, 1, None, 3, 4, 5, None, 7]))
+    assert problem.startswith("lab-b200-1: expected a device minor number for every GPU (class b200_nvlink), "
+                              "found none in `nvidia-smi -q` for GPU 2, 6")
+    assert "Minor Number" in problem
+
+
 def test_h200_capture_against_b200_class():
     gpus = parse_query_csv((CAPTURES / "h200-x2-nvlink" / "query.csv").read_text().splitlines())
     problems = check_b200(gpus=gpus)

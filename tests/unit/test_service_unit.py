@@ -133,7 +133,7 @@ def test_before_the_wanted_sglang_is_installed_nothing_asks_it_about_the_flags()
 
 def test_the_units_are_confined_and_the_server_may_reach_the_gpus():
     for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only", "PrivateTmp=yes",
-                 "UMask=0077", "CapabilityBoundingSet=", "DevicePolicy=closed", "DeviceAllow=/dev/nvidia-uvm rw",
+                 "UMask=0077", "CapabilityBoundingSet=", "DevicePolicy=closed", "DeviceAllow=char-nvidia-uvm rw",
                  "ReadWritePaths=/home/sglang/.cache", "ProtectKernelTunables=yes", "ProtectProc=invisible",
                  "ProtectControlGroups=yes"):
         assert f"\n{line}\n" in UNIT, line
@@ -146,22 +146,25 @@ def device_rules(unit_text: str) -> list[str]:
     return [line.removeprefix("DeviceAllow=") for line in unit_text.splitlines() if line.startswith("DeviceAllow=")]
 
 
-CONTROL = ["/dev/nvidiactl rw", "/dev/nvidia-uvm rw", "/dev/nvidia-uvm-tools rw"]
+# /dev/nvidiactl by its number, and nvidia-uvm's two nodes by their class (the kernel picks their major).
+CONTROL = ["/dev/char/195:255 rw", "char-nvidia-uvm rw"]
 
 
 def test_each_replica_may_open_its_own_gpus_nodes_by_minor_number_and_no_other_gpus():
-    """The 8x RTX PRO 6000 capture: the GPU first in PCI order (index 0, CUDA_VISIBLE_DEVICES=0) is /dev/nvidia2."""
+    """The 8x RTX PRO 6000 capture: the GPU first in PCI order (index 0, CUDA_VISIBLE_DEVICES=0) is /dev/nvidia2,
+    named by its number (195:2), which systemd takes without the node: a unit started before the driver made
+    its nodes (right after a boot) still gets its rule, where a missing /dev/nvidia2 would be skipped."""
     assert RTX_MINORS == (2, 3, 0, 1, 6, 7, 4, 5)
     replicas = resolve_host(host_data("rtx_pro_6000_pcie", profile="qwen36_ddtree"), "rtx_pro_6000_pcie")[0].replicas
     rules = [device_rules(unit.unit_files(r, INPUTS, RTX_MINORS)[0]) for r in replicas]
-    assert rules[0] == ["/dev/nvidia2 rw", *CONTROL] and rules[2] == ["/dev/nvidia0 rw", *CONTROL]
-    assert [rule[0] for rule in rules] == [f"/dev/nvidia{m} rw" for m in RTX_MINORS]
+    assert rules[0] == ["/dev/char/195:2 rw", *CONTROL] and rules[2] == ["/dev/char/195:0 rw", *CONTROL]
+    assert [rule[0] for rule in rules] == [f"/dev/char/195:{m} rw" for m in RTX_MINORS]
     # One replica over the eight: every GPU's node, in its CUDA_VISIBLE_DEVICES order; no major-wide rule.
-    assert device_rules(UNIT) == [*(f"/dev/nvidia{m} rw" for m in RTX_MINORS), *CONTROL]
-    assert "char-" not in UNIT
+    assert device_rules(UNIT) == [*(f"/dev/char/195:{m} rw" for m in RTX_MINORS), *CONTROL]
+    assert "char-nvidia " not in UNIT
     # The H200 capture's minors (<minor_number> in -q -x, Minor Number in -q): 0 and 1.
     assert captured_driver("h200-x2-nvlink/q.txt")["gpu_minor_numbers"] == [0, 1]
-    # No driver loaded (nvidia-smi gave no minor number): no GPU's node, the control nodes alone.
+    # No driver loaded (nvidia-smi gave no minor number, which preflight refuses): no GPU's node, the control nodes alone.
     assert device_rules(unit.unit_files(replicas[0], INPUTS, ())[0]) == CONTROL
 
 
@@ -171,7 +174,7 @@ def test_the_unit_reads_the_minor_numbers_from_the_hosts_driver_fact():
              SGLangRejects: None, VenvRequirement: None, NvidiaDriver: captured_driver()}
     with ctx_host.use(FakeHost(facts)):
         decision = unit.Restart(replica, INPUTS, []).decision()
-    assert device_rules(decision.unit_text)[0] == "/dev/nvidia2 rw"
+    assert device_rules(decision.unit_text)[0] == "/dev/char/195:2 rw"
 
 
 def test_the_hf_token_is_out_of_the_servers_reach():

@@ -195,8 +195,8 @@ def test_a_url_path_git_or_range_requirement_installs_unchecked_and_says_so(monk
 
 
 GIT_BUILD = "sglang @ git+https://github.com/sgl-project/sglang@" + "a" * 40 + "#subdirectory=python"
-BUILD_AS_USER = ("runuser -u specfleet-build -- env -i HOME=/home/specfleet-build PATH=/usr/local/bin:/usr/bin:/bin "
-                 "TMPDIR=/home/specfleet-build/build/tmp GIT_TERMINAL_PROMPT=0 sh -c ")
+BUILD_AS_USER = ("runuser -u specfleet-build -- mkdir -p -m 700 /home/specfleet-build/build && cd / && systemd-run "
+                 "--quiet --wait --pipe --collect --service-type=exec --uid=specfleet-build ")
 
 
 @pytest.mark.parametrize("python", [DEBIAN12, {**PPC64LE, "python": "3.12.3"}], ids=["uv", "pip"])
@@ -210,7 +210,8 @@ def test_a_git_requirement_is_built_by_the_build_user_and_root_installs_only_its
     # The clone, the checkout and the build backend's code run as the build user alone, in its own directory.
     assert build.startswith(BUILD_AS_USER) and build.count("runuser") == 1
     script = shlex.split(build)[-1]
-    assert script.startswith("rm -rf /home/specfleet-build/build && mkdir -m 700 /home/specfleet-build/build ")
+    assert script.startswith("chmod -R u+rwX /home/specfleet-build/build && find /home/specfleet-build/build "
+                             "-mindepth 1 -delete && mkdir -m 700 /home/specfleet-build/build/tmp ")
     assert "git clone --quiet --filter=blob:none --no-checkout -- https://github.com/sgl-project/sglang " \
            "/home/specfleet-build/build/src" in script
     assert f"git checkout --quiet {'a' * 40}" in script
@@ -227,6 +228,25 @@ def test_a_git_requirement_is_built_by_the_build_user_and_root_installs_only_its
     assert installed.endswith("--index-url http://index/simple/ 'sglang @ file://'\"$1\"")
     assert "git+" not in installed and "runuser" not in installed
     assert marker == f"echo {venv.fingerprint(GIT_BUILD, 'http://index/simple/')} > {VENV}/.specfleet-requirement"
+
+
+def test_a_git_build_runs_in_a_unit_that_ends_its_processes_and_leaves_nothing_for_the_next_build():
+    """A build's code could leave a process running or write the build user's dotfiles (a ~/.gitconfig's
+    insteadOf, an SSH ProxyCommand) and so change every later build on the host, another deployment's and the
+    gateway's too: it runs in a transient unit whose processes all end with it, its home read-only but for the
+    build directory; of root's environment it takes only the proxy, by name (a proxy URL may carry
+    credentials, which a command line would show)."""
+    [build, _, _] = venv.git_build(GIT_BUILD, VENV, "", None, "true ")
+    words = shlex.split(build)
+    words = words[words.index("systemd-run"):]
+    unit = words[:words.index("--")]
+    assert "--uid=specfleet-build" in unit and "--wait" in unit and "--pipe" in unit
+    properties = [w.removeprefix("--property=") for w in unit if w.startswith("--property=")]
+    assert {"KillMode=control-group", "ProtectHome=read-only", "ReadWritePaths=/home/specfleet-build/build",
+            "NoNewPrivileges=yes"} <= set(properties)
+    passed = [w.removeprefix("--setenv=") for w in unit if w.startswith("--setenv=") and "=" not in w[9:]]
+    assert set(passed) == {"http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"}
+    assert "HOME=/home/specfleet-build" in [w.removeprefix("--setenv=") for w in unit]
 
 
 def test_the_wheels_name_is_taken_only_when_it_is_one_plain_wheel(tmp_path):
@@ -258,6 +278,19 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 @pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/git").exists() or not Path("/usr/bin/python3").exists(),
                     reason="runs runuser as root, the system's git and python3")
+def as_runuser(command: str) -> str:
+    """The build's transient unit as this machine can run it (systemd is not its init): the same user, script
+    and environment, through runuser; what the unit adds (its processes ended, its home read-only) is
+    systemd's, asserted on the command line above."""
+    if " systemd-run " not in command:
+        return command
+    words = shlex.split(command[command.index("systemd-run "):])
+    user = next(w.removeprefix("--uid=") for w in words if w.startswith("--uid="))
+    env = [w.removeprefix("--setenv=") for w in words[:words.index("--")] if w.startswith("--setenv=") and "=" in w[9:]]
+    return (command[:command.index("systemd-run ")] + f"runuser -u {user} -- env -i "
+            + " ".join(shlex.quote(e) for e in env) + " " + " ".join(shlex.quote(w) for w in words[words.index("--") + 1:]))
+
+
 def test_the_git_build_commands_build_as_another_user_and_root_installs_the_wheel():
     """The commands `requirement` yields for a git requirement, run for real with `nobody` as the build user
     (the only change: its name and home): a pull request's commit on no branch is fetched, its build backend
@@ -292,6 +325,7 @@ def test_the_git_build_commands_build_as_another_user_and_root_installs_the_whee
                                    uv=venv.Uv(f"{base}/opt"))
         for command in commands:
             command = command.replace("specfleet-build", "nobody").replace("/home/nobody", f"{base}/home")
+            command = as_runuser(command)
             # As on a host: root's umask 022 and the system's python3 (the venv is other users' to read).
             ran = subprocess.run(["sh", "-c", f"umask 022 && {command}"], capture_output=True, text=True,
                                  env={**os.environ, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})

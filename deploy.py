@@ -104,10 +104,10 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
             if routes[replica.service_name]:
                 drain.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
                             routes=routes[replica.service_name], restart=restart)
+            server_serving(replica, restart, weight_bytes=hub.total_bytes, group=d.node_group)
             if not d.node_group or d.node_group.serves_http:  # the replica whose engine reports its KV pool
                 capacity_record.kept(name=f"KV plan of {replica.service_name}", server=replica,
                                      expected=worker.gpu.expected, snapshots=hub.snapshots)
-            server_serving(replica, restart, weight_bytes=hub.total_bytes, group=d.node_group)
             if routes[replica.service_name]:
                 drain.rejoin(name=f"{replica.service_name} back in the gateway", server=replica,
                              routes=routes[replica.service_name])

@@ -198,10 +198,13 @@ def plan_replica(replica: str, *, card_bytes: int, mem_fraction_static: float, t
                  drafter: KVGeometry | None = None, typical_request_tokens: int = TYPICAL_REQUEST_TOKENS,
                  draft_tokens: int = 0,
                  mamba_slots_per_request: int = MAMBA_SLOTS_PER_REQUEST,
-                 reserve_bytes: int = RESERVE_BYTES) -> CapacityPlan:
+                 reserve_bytes: int = RESERVE_BYTES, max_total_tokens: int | None = None,
+                 page_size: int = 1) -> CapacityPlan:
     """One replica's plan: its KV pool per GPU, the tokens it holds and the concurrent requests of
     `typical_request_tokens` (prompt + output) those serve; on a hybrid model no more than its state slots
-    hold, with `draft_tokens` per verify step under speculation. Weights split evenly across the TP ranks."""
+    hold, with `draft_tokens` per verify step under speculation. Weights split evenly across the TP ranks.
+    The tokens are at most `max_total_tokens` (--max-total-tokens) and whole pages of `page_size`
+    (--page-size), as SGLang caps and rounds its pool (0.5.23 mem_cache/kv_cache_configurator.py)."""
     weights = (target_weight_bytes + drafter_weight_bytes) / tp_size
     budget = max(int(card_bytes * mem_fraction_static - weights - reserve_bytes), 0)
     hybrid = target.state_bytes_per_request > 0
@@ -209,6 +212,9 @@ def plan_replica(replica: str, *, card_bytes: int, mem_fraction_static: float, t
     pool = budget - state
     per_token = target.bytes_per_token + (drafter.bytes_per_token if drafter else 0)
     tokens = pool // per_token
+    if max_total_tokens:
+        tokens = min(tokens, max_total_tokens)
+    tokens = tokens // page_size * page_size
     requests = tokens // typical_request_tokens
     if hybrid:
         slots = _state_slots(state, target.state_bytes_per_request, draft_tokens, mamba_slots_per_request)

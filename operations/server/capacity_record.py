@@ -7,6 +7,7 @@ fleet needs neither the hub nor the deploy's data.
 """
 
 import json
+import shlex
 from io import StringIO
 
 from pyinfra import host
@@ -19,20 +20,20 @@ from operations.gpu.facts import NvidiaGpus, unreadable
 from operations.server import capacity
 from operations.server.checks import kv_plan
 from operations.server.config import Server
+from operations.server.unit import kv_plan_file
 
 MODE = "644"  # figures, no secret: an operator reads them as any user
 
 
 def path(server: Server) -> str:
-    """Where `server`'s plan is kept: root's, beside its unit's environment file."""
-    return f"{server.engine.service.config_dir}/{server.service_name}.kv-plan.json"
+    """Where `server`'s plan is kept: root's, beside its unit's environment file (removed with the unit)."""
+    return kv_plan_file(server.engine.service.config_dir, server.service_name)
 
 
 def text(plan: capacity.CapacityPlan) -> str:
     """The plan file's content: the tokens planned, the pool a GPU and the bytes a token behind them."""
     return json.dumps({"replica": plan.replica, "planned_tokens": plan.tokens, "pool_bytes": plan.pool_bytes,
-                       "bytes_per_token": plan.bytes_per_token,
-                       "engine_tolerance": capacity.ENGINE_TOLERANCE}, indent=1) + "\n"
+                       "bytes_per_token": plan.bytes_per_token}, indent=1) + "\n"
 
 
 def planned_tokens(content: str) -> int:
@@ -44,7 +45,8 @@ def planned_tokens(content: str) -> int:
 def kept(server: Server, expected: GpuExpectations, snapshots: dict):
     """
     Keep the replica's KV plan (``checks.kv_plan``) in its plan file, written only when it changes; a model
-    the planner has no rule for has none (a file from before is left, naming the plan it was).
+    the planner has no rule for has none (a file from before is removed: its engine is not that plan's).
+    Runs once the replica serves, so that a restart rolled back keeps the plan of the unit it restores.
 
     + server: the replica
     + expected: its class's GPUs (the memory where the host's could not be read)
@@ -61,7 +63,11 @@ def kept(server: Server, expected: GpuExpectations, snapshots: dict):
     try:
         plan = kv_plan(server, expected, snapshots, None if unreadable(gpus) else gpus)
     except capacity.NoRule:
-        host.noop(f"{server.service_name}: no KV plan (preflight said why)")
+        file = path(server)
+        if gathering.read(FileStates, paths=(file,)).get(file):
+            yield f"rm -f -- {shlex.quote(file)}"
+        else:
+            host.noop(f"{server.service_name}: no KV plan (preflight said why)")
         return
     outcomes.note_replica(host, "kv_planned", server.service_name, plan.tokens)
     wanted, file = text(plan), path(server)

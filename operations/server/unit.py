@@ -183,10 +183,17 @@ class ServerUnits(FactBase):
         return json.loads("\n".join(output))
 
 
+def kv_plan_file(config_dir: str, name: str) -> str:
+    """Where the unit NAME's KV plan is kept (operations/server/capacity_record.py): root's, beside its
+    environment file."""
+    return f"{config_dir}/{name}.kv-plan.json"
+
+
 def unit_paths(config_dir: str, name: str) -> tuple[str, ...]:
-    """A unit's files (its environment file beside it) and the previous ones kept for its rollback."""
+    """A unit's files (its environment file beside it), the previous ones kept for its rollback and its KV
+    plan."""
     files_of = (f"/etc/systemd/system/{name}.service", f"{config_dir}/{name}.env")
-    return (*files_of, *(f"{path}{PREVIOUS}" for path in files_of))
+    return (*files_of, *(f"{path}{PREVIOUS}" for path in files_of), kv_plan_file(config_dir, name))
 
 
 def refusals(restarts: list["Restart"]) -> list[str]:

@@ -1,11 +1,13 @@
 """The deploy against the lab, through pyinfra as a user runs it: converge, no-op, change, refuse."""
 
+import json
 import re
 
 import pytest
 
 from lab import fleet
 from lab.config import HUB_URL, WHEELS_URL
+from operations.server import capacity
 from tests.helpers import (SGLANG_UNIT, UNIT_FILE, changed_operations, main_pid, operations_started, results_table, run_deploy, server_info,
                            write_group_data)
 
@@ -18,6 +20,18 @@ def test_first_deploy_serves_and_prints_accept_length_from_every_host(deployed_l
         assert "accept length" in line and "completion: '" in line
         info = server_info(host)
         assert info["speculative_algorithm"] == "DFLASH" and info["internal_states"][0]["avg_spec_accept_length"] > 1
+
+
+def test_each_engine_holds_its_plan_and_at_most_the_plans_reserve_besides(deployed_lab, lab_hosts):
+    """The stand-in sizes its pool as SGLang 0.5.23 does, from the GPU stand-in's real card memory, and holds
+    no CUDA context: its engine holds the plan's tokens plus at most what the plan's reserve for one would
+    hold (capacity.RESERVE_BYTES). A planner that plans more tokens than the engine's arithmetic gives, or
+    fewer beyond the reserve, fails here (tests/deployed holds a real engine to the plan from below only)."""
+    for host in lab_hosts:
+        (plan_file,) = fleet.ssh(host, "ls /etc/specfleet/*.kv-plan.json").split()
+        plan = json.loads(fleet.ssh(host, f"cat {plan_file}"))
+        extra = server_info(host)["max_total_num_tokens"] - plan["planned_tokens"]
+        assert 0 <= extra <= capacity.RESERVE_BYTES // plan["bytes_per_token"], (host.name, extra, plan)
 
 
 def test_second_run_changes_nothing_and_dry_run_shows_nothing(deployed_lab, lab_hosts):

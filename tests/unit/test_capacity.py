@@ -229,6 +229,23 @@ def test_a_shorter_context_in_the_profiles_flags_lowers_the_default_floor_howeve
     assert problems == []
 
 
+def test_a_max_total_tokens_in_the_profiles_flags_caps_the_plan_as_sglang_caps_its_pool():
+    """--max-total-tokens is the profile's to set (it is no deploy flag), and SGLang holds no more than it:
+    the plan, and so the floor, count what the engine will hold, in whole pages."""
+    import copy
+    from tests.unit.group_data import host_data
+    profiles = copy.deepcopy(host_data("b200_nvlink").profiles)
+    profiles["kimi_k26_dflash"]["server_args"] += ["--max-total-tokens", "100000"]
+    problems, said = kv_check("b200_nvlink", snapshots(595, 6), 183359, profiles=profiles)
+    assert said.startswith("KV cache 100,000 tokens")
+    (line,) = problems  # one full context, 262,144 tokens, is the default floor
+    assert "its KV cache holds 100000 tokens" in line
+    paged = plan_replica("r", card_bytes=100 * GIB, mem_fraction_static=0.5, tp_size=1, target_weight_bytes=0,
+                         drafter_weight_bytes=0, target=capacity.KVGeometry("gqa", 1000), page_size=64,
+                         reserve_bytes=0)
+    assert paged.tokens == 50 * GIB // 1000 // 64 * 64
+
+
 def test_a_hostile_architecture_name_prints_escaped():
     """The hub's config.json names the architecture the planner says it cannot size: printed escaped, as every
     string from a hub is (basics/untrusted.py)."""

@@ -55,6 +55,9 @@ def test_a_model_the_planner_cannot_size_keeps_no_plan():
                                                 {"architectures": ["MysteryForCausalLM"]})
     commands, noops = kept(None, unknown)
     assert commands == [] and noops == ["sglang@kimi_k26_dflash-gpu0-7: no KV plan (preflight said why)"]
+    # A plan from before (another model's) is removed: tests/deployed would hold this engine to it.
+    commands, _ = kept({"kind": "file", "mode": "644", "user": "root", "group": "root", "digest": "x"}, unknown)
+    assert commands == ["rm -f -- /etc/specfleet/sglang@kimi_k26_dflash-gpu0-7.kv-plan.json"]
 
 
 def test_an_engine_within_the_tolerance_of_its_plan_passes_and_one_below_it_is_said_in_one_line():

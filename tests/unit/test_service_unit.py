@@ -99,7 +99,8 @@ def test_units_no_deployment_wants_are_stopped_disabled_and_removed_with_their_f
     commands, _ = run(unit.retired, facts, service=SERVICE, restarts=[unit.Restart(D, INPUTS, [])])
     assert commands == ["systemctl stop sglang.service", "systemctl disable sglang.service",
                         "rm -f -- /etc/systemd/system/sglang.service /etc/specfleet/sglang.env "
-                        "/etc/systemd/system/sglang.service.specfleet-previous /etc/specfleet/sglang.env.specfleet-previous",
+                        "/etc/systemd/system/sglang.service.specfleet-previous /etc/specfleet/sglang.env.specfleet-previous "
+                        "/etc/specfleet/sglang.kv-plan.json",
                         "systemctl daemon-reload", "systemctl reset-failed sglang.service 2>/dev/null || true"]
     commands, noops = run(unit.retired, {**current(), unit.ServerUnits: {NAME: units[NAME]}}, service=SERVICE,
                           restarts=[unit.Restart(D, INPUTS, [])])

@@ -24,7 +24,8 @@ try:
     if view.problem:
         raise knobs.BadHostData(view.problem)
     remove_weights = knobs.boolean("remove_weights", host.data.get("remove_weights", False))
-    plan = uninstall.plan(view.service, view.gateway, knobs.path("weights_dir", host.data.weights_dir), remove_weights)
+    plan = uninstall.plan(view.service, view.gateway, knobs.path("weights_dir", host.data.weights_dir), remove_weights,
+                          view.replicas)
 except knobs.BadHostData as problem:
     preflight.refuse(name="Uninstall", problem=f"{host.name}: {problem}")
 else:

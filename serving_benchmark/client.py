@@ -128,14 +128,14 @@ def client_unit_command(d: Server, plan: Plan, remote: str, concurrency: int, ur
     return ["systemd-run", f"--unit={CLIENT_UNIT}", "--collect", "--quiet", "--service-type=exec",
             f"--description=specfleet serving benchmark client of {d.service_name}",
             *(f"--property={setting}" for setting in settings),
-            f"--setenv=HF_HOME={d.engine.service.server_hf_home}", "/bin/sh", "-c", script]
+            f"--setenv=HF_HOME={d.engine.server_hf_home}", "/bin/sh", "-c", script]
 
 
 def run_level(host, d: Server, plan: Plan, remote: str, concurrency: int, urls: list[str],
               through_gateway: bool = False) -> tuple[bool, str]:
     """Run the client at one level in its unit (``client_unit_command``) and log progress until it ends."""
     requests, warmup = plan.requests_at(concurrency), min(concurrency, 4)
-    user = d.engine.service.service_user
+    user = d.engine.user
     command = " ".join(shlex.quote(a) for a in client_unit_command(d, plan, remote, concurrency, urls,
                                                                    sandbox.gpu_minor_numbers(), through_gateway))
     ok, said = run(host, f"{as_user(user, f'mkdir -p {remote}')} && {{ systemctl reset-failed {CLIENT_UNIT} "
@@ -171,7 +171,7 @@ def measure(host, d: Server, plan: Plan, remote: str, local: Path, where: str, c
     ok, progress = run_level(host, d, plan, remote, concurrency, urls, through_gateway=deployed)
     answers = [request(host, t, "/server_info", key_file=t.engine.service.api_key_file if deployed else "")
                for t in targets]
-    fetch(host, d.engine.service.service_user, remote, local)
+    fetch(host, d.engine.user, remote, local)
     # The first server's answer, its secrets masked: written here, never into a command on the host.
     infos = [server_info(answer) for answer in answers]
     try:

@@ -65,7 +65,7 @@ def through_gateways(host, replicas: tuple[Server, ...], plan: Plan, remote_root
         result = passes[name] = {"url": url, "mode": mode, "levels": {}}
         before = [generated_tokens(request(host, r, "/metrics", key_file=r.engine.service.api_key_file)) for r in replicas]
         remote = f"{remote_root}/gateway-{name}"
-        run_directory(host, d.engine.service.service_user, remote_root)
+        run_directory(host, d.engine.user, remote_root)
         try:
             for concurrency in plan.concurrency:
                 where = f"gateway-{name}/{mode}/c{concurrency}/"
@@ -82,7 +82,7 @@ def through_gateways(host, replicas: tuple[Server, ...], plan: Plan, remote_root
                          f"output tok/s, {level['request_s']:.2f} req/s, accept length {level['accept_length']} "
                          f"({progress})")
         finally:
-            clean(host, d.engine.service.service_user, remote_root)
+            clean(host, d.engine.user, remote_root)
         after = [generated_tokens(request(host, r, "/metrics", key_file=r.engine.service.api_key_file)) for r in replicas]
         result["generated_tokens"] = {r.service_name: round(a - b) for r, b, a in zip(replicas, before, after)}
         host.log(f"bench through {name}: tokens each replica generated: "

@@ -31,7 +31,7 @@ def request(host, d: Server, path: str, method: str = "GET", key_file: str = "")
     """One request to replica `d`'s port on its host (host_scripts/server_request.py), its body or "" on an
     error: a bench unit takes no key; a deployed unit takes the key in `key_file`, read on the host (its API
     key, or on an admin-optional route such as /flush_cache its worker admin key)."""
-    command = inline("server_request", str(d.port), path, method, d.engine.service.service_user,
+    command = inline("server_request", str(d.port), path, method, d.engine.user,
                      *([key_file] if key_file else []))
     ok, out = run(host, command)
     return out if ok else ""

@@ -142,7 +142,7 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
     level_budget_s = sum(client.level_bound_s(plan, c) for c in plan.concurrency) * (len(replicas) + several)
     out.mkdir(parents=True, exist_ok=True)
     failed, per_replica = [], {}
-    remote.run_directory(host, d.engine.service.service_user, remote_root)
+    remote.run_directory(host, d.engine.user, remote_root)
     try:
         for mode, result in modes.items():
             if "skipped" in result:

@@ -63,7 +63,7 @@ def restore(host, replicas: tuple[Server, ...], remote_root: str, timeout_s: int
     generates. Per replica, its last probe."""
     several = len(replicas) > 1
     units = " ".join(bench_unit(r, several) for r in replicas)
-    remote.clean(host, replicas[0].engine.service.service_user, remote_root)
+    remote.clean(host, replicas[0].engine.user, remote_root)
     remote.run(host, f"rm -f {' '.join(switching(bench_unit(r, several)) for r in replicas)}; "
                f"systemctl stop {units} 2>/dev/null; systemctl start {' '.join(r.service_name for r in replicas)}")
     return [(r, readiness.watch(host, r, timeout_s, f"waiting for the deployed {r.service_name} to generate", 2.0)[0])

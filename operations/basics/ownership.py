@@ -74,9 +74,10 @@ def _own_cache(user: str, home: str) -> StringCommand:
 
 
 @operation()
-def service_user(user: str, home: str):
+def service_user(user: str, home: str, group: str | None = None):
     """
-    The service's system user, with its home (where HF_HOME lives), no login shell, and its own `.cache`.
+    The service's system user, with its home (where HF_HOME lives), no login shell, and its own `.cache`;
+    created in the supplementary `group` if given (what that group reads, this user reads).
 
     One fact in the usual case where it exists; pyinfra's server.user does the work otherwise.
     A `.cache` an earlier deploy created as root is handed to the user (the link itself, were it one).
@@ -84,12 +85,14 @@ def service_user(user: str, home: str):
 
     + user: the user name
     + home: its home directory
+    + group: a supplementary group it is created in
 
     **Example:**
 
     .. code:: python
 
         ownership.service_user(name="Service user", user="sglang", home="/home/sglang")
+        ownership.service_user(name="User of qwen", user="sglang-qwen", home="/home/sglang-qwen", group="sglang")
     """
     existing = gathering.read(SystemUser, user=user)
     problem = account_problem(user, home, existing)
@@ -97,7 +100,7 @@ def service_user(user: str, home: str):
         yield fail_host([f"{host.name}: {problem}"])
     elif not existing or not existing["home_exists"]:
         yield from server.user._inner(user=user, system=True, home=home, shell="/usr/sbin/nologin",
-                                      ensure_home=True)
+                                      ensure_home=True, groups=[group] if group else None)
         yield _own_cache(user, home)
     elif existing["cache_owner"] is None:
         yield _own_cache(user, home)

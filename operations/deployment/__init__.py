@@ -127,7 +127,7 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None)
             gpu = gpu or gpu_config.resolve(data, host_class)
             token_env = token_env or weights_config.token_env(data)
             found.append(_resolve(data, host_class, entry, profiles[profile], node_members, service, gpu,
-                                  token_env, [d["engine"] for d in found]))
+                                  token_env, [d["engine"] for d in found], several=len(listed) > 1))
             smoke = smoke or _smoke(data, gpu, service, found[0]["engine"])
             _same_environment(found[0], found[-1])
         except (KeyError, TypeError, AttributeError, IndexError) as error:
@@ -189,7 +189,7 @@ def _together(found: tuple[Deployment, ...]) -> None:
 
 
 def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_members: dict | None,
-             service: ServiceHost, gpu: GpuRuntime, token_env: str, earlier: list[Engine]) -> dict:
+             service: ServiceHost, gpu: GpuRuntime, token_env: str, earlier: list[Engine], several: bool) -> dict:
     """A deployment's fields but its host's."""
     profile_name = entry["profile"]
     name = knobs.matching("deployment name", entry.get("name", profile_name), DEPLOYMENT_NAME,
@@ -224,7 +224,8 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
         plan = layout.resolve(where, values, count, port, nccl_port, own_port)
     engine = server_config.engine(data, service, host_class, profile_name, profile, name,
                                   (weights.target.local_dir, weights.drafter.local_dir), plan, group, earlier,
-                                  after_fabric_manager=gpu.expected.fabric_manager)
+                                  after_fabric_manager=gpu.expected.fabric_manager,
+                                  user=server_config.deployment_user(service, name, several))
     return dict(name=name, weights=weights, engine=engine, node_group=group,
                 allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions))
 

@@ -15,7 +15,7 @@ from operations.basics.file_states import FileStates
 from operations.deployment import Deployment, Host
 from operations.gpu import checks as gpu_checks
 from operations.python import venv
-from operations.server import checks as server_checks
+from operations.server import checks as server_checks, stages as server_stages
 from operations.server.unit import ServerUnits
 from operations.weights import checks as weights_checks
 from operations.weights.checks import HubState
@@ -114,6 +114,8 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
     gathering.gather(wanted_facts(deployments, hubs))  # what every operation reads, in one round trip
     problems = login_problems(gathering.read(LoginUser), shell.sudo_password(host))  # one prompted for then
     for knob, user, home in (("service_user", s.service_user, s.service_home),
+                             *((f"deployments[{e.name!r}]'s user", e.user, e.home)
+                               for e in server_stages.deployment_users(s, tuple(d.engine for d in deployments))),
                              ("download_user", s.download_user, s.download_home)):
         account = ownership.account_problem(user, home, gathering.read(ownership.SystemUser, user=user))
         problems += [f"{host.name}: {knob}={user!r}: {account}"] if account else []

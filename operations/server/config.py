@@ -107,12 +107,6 @@ class ServiceHost:
         return f"{self.service_home}/.cache/huggingface/token"
 
     @property
-    def server_hf_home(self) -> str:
-        """The servers' own HF_HOME (transformers' cache of a model's remote code), apart from the
-        token's (`hf_home`), which the units make inaccessible to the servers."""
-        return f"{self.service_home}/.cache/sglang-huggingface"
-
-    @property
     def api_key_file(self) -> str:
         return f"{self.config_dir}/api-key"
 
@@ -131,6 +125,7 @@ class Engine:
 
     service: ServiceHost  # what every server of the host shares
     name: str  # the deployment's name on its host (units and venvs are told apart by it)
+    user: str  # who its servers and whatever imports its model's code run as (`deployment_user`)
     profile_name: str
     host_class: str
     served_model_name: str
@@ -159,6 +154,17 @@ class Engine:
     @property
     def venv(self) -> str:
         return f"{self.service.install_dir}/{self.venv_name}"
+
+    @property
+    def home(self) -> str:
+        """Its user's home, whose `.cache` alone its servers write (what Triton, torch and CUDA compile)."""
+        return f"/home/{self.user}"
+
+    @property
+    def server_hf_home(self) -> str:
+        """Its servers' own HF_HOME (transformers' cache of a model's remote code), apart from the
+        token's (ServiceHost.hf_home), which the units make inaccessible to the servers."""
+        return f"{self.home}/.cache/sglang-huggingface"
 
     @functools.cached_property
     def replicas(self) -> tuple["Server", ...]:
@@ -270,6 +276,22 @@ def service_host(data: Any) -> ServiceHost:
     return service
 
 
+def deployment_user(service: ServiceHost, name: str, several: bool) -> str:
+    """Who runs a deployment's servers: the host's service user where the host serves one deployment; where
+    it serves several, a user of each one's own, SERVICE_USER-NAME (in the service user's group, which reads
+    the weights and the keys: ownership.service_user), so that no deployment's model code writes another's
+    `.cache` (the .so files Triton and torch compile and then load) or signals its processes."""
+    if not several:
+        return service.service_user
+    user = f"{service.service_user}-{name}"
+    if not knobs.USER_NAME.fullmatch(user):
+        raise knobs.refused(f"deployments[{name!r}]['name']", name, "a host of several deployments runs each as "
+                            "SERVICE_USER-NAME: use a name of lower-case letters, digits and _ (or a shorter "
+                            "service_user)", wrong=f"makes the user {user!r}, not a user name ([a-z_][a-z0-9_-], "
+                            "at most 32)")
+    return user
+
+
 def ports(data: Any) -> tuple[int, int]:
     """The host's first HTTP port and --nccl-port (`port`, `nccl_port`), which the layout moves per replica."""
     return (knobs.integer("port", data.port, minimum=1, maximum=65535),
@@ -278,11 +300,11 @@ def ports(data: Any) -> tuple[int, int]:
 
 def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, profile: dict, deployment: str,
            weights: tuple[str, str], plan: Layout, group: NodeGroup | None, earlier: list[Engine],
-           after_fabric_manager: bool) -> Engine:
+           after_fabric_manager: bool, user: str) -> Engine:
     """What the servers of `profile` on a host of `host_class` run, one a replica of `plan` (its GPUs, ports
     and TP size), loading `weights` (the target's and the drafter's directories); `group`: the node group
     this host is part of; `earlier`: the host's deployments before this one (a build's virtualenv is
-    shared). A bad value raises BadHostData."""
+    shared); `user`: who its servers run as (`deployment_user`). A bad value raises BadHostData."""
     tuning = data.sglang_tuning
     requirements = (data.mirrors or {}).get("requirements", {})
     wanted = profile["sglang"]["requirement"]
@@ -309,6 +331,7 @@ def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, 
         env = {**LOOPBACK_SOCKETS, **env}
     return Engine(
         name=deployment,
+        user=user,
         profile_name=profile_name,
         host_class=host_class,
         served_model_name=served_model_name(data, profile_name),

@@ -125,7 +125,7 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
         h = server.engine.service
         probe = gathering.read(ServerProbe, install_dir=h.install_dir, port=server.port,
                                model=server.engine.served_model_name, key_file=h.api_key_file,
-                               service_user=h.service_user) or {}
+                               service_user=server.engine.user) or {}
         if generates(probe):
             log_serving(host, probe, server.service_name)
             host.noop(f"serving {probe.get('algorithm', 'unread')}: accept length {probe.get('accept_length')}")
@@ -158,7 +158,7 @@ def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,
     `timeout_s` passes: (last probe, crash or None)."""
     h = server.engine.service
     probe_command = ServerProbe().command(h.install_dir, server.port, server.engine.served_model_name,
-                                          h.api_key_file, h.service_user)
+                                          h.api_key_file, server.engine.user)
     run_command = ServiceRun().command(service or server.service_name)
     last = {"probe": {"ready": False}, "crash": None}
 
@@ -211,4 +211,5 @@ def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 
 def _read(deployment, snapshots) -> gathering.Wanted:
     h = deployment.host.service
     return [(ServerProbe, dict(install_dir=h.install_dir, port=r.port, model=deployment.engine.served_model_name,
-                               key_file=h.api_key_file, service_user=h.service_user)) for r in deployment.replicas]
+                               key_file=h.api_key_file, service_user=deployment.engine.user))
+            for r in deployment.replicas]

@@ -60,7 +60,7 @@ def unit_environment(server: Server, keyed: bool = True) -> list[tuple[str, str]
     replica's GPUs, by name."""
     keys = [("SPECFLEET_API_KEY_FILE", server.engine.service.api_key_file),
             ("SPECFLEET_ADMIN_API_KEY_FILE", server.engine.service.admin_key_file)] if keyed else []
-    return [("HF_HOME", server.engine.service.server_hf_home), ("HF_HUB_OFFLINE", "1"), *keys,
+    return [("HF_HOME", server.engine.server_hf_home), ("HF_HUB_OFFLINE", "1"), *keys,
             *sorted({**server.engine.env, **server.gpu_env}.items())]
 
 
@@ -108,10 +108,10 @@ _rejections: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def rejection(host, server: Server, args: list[str]) -> str | None:
     """Why the host's installed SGLang would refuse to start `args` for this server, or None:
-    resolved in a transient unit confined as the replica's (as the service user, keyless), with the
+    resolved in a transient unit confined as the replica's (as its deployment's user, keyless), with the
     unit's environment and the server's HF_HOME, offline. A DDTree build that accepts them is held
     to the deploy's DDTree rules as well."""
-    env = (("HF_HOME", server.engine.service.server_hf_home), *sorted(server.engine.env.items()))
+    env = (("HF_HOME", server.engine.server_hf_home), *sorted(server.engine.env.items()))
     settings = check_settings(server, gpu_minor_numbers())
     asked = (server.engine.venv, server.engine.sglang_requirement, tuple(args), env, settings)
     answers = _rejections.setdefault(ctx_host.get(), {})

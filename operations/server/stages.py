@@ -28,10 +28,17 @@ def builds(engines: tuple[Engine, ...]) -> list[Engine]:
     return list(found.values())
 
 
+def deployment_users(service: ServiceHost, engines: tuple[Engine, ...]) -> list[Engine]:
+    """The deployments among `engines` that run as a user of their own (a host of several:
+    config.deployment_user), not as the host's service user."""
+    return [e for e in engines if e.user != service.service_user]
+
+
 def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[OperationMeta]:
     """
-    What the servers run as and from: their system user and the downloads' (which owns the HF token and
-    the weights), the build user where a build is a git requirement, root's directories, their API key and worker admin key, uv and each SGLang build's
+    What the servers run as and from: their system user, each deployment's own on a host of several (in
+    the service user's group, which reads the weights and the keys), the downloads' (which owns the HF
+    token and the weights), the build user where a build is a git requirement, root's directories, their API key and worker admin key, uv and each SGLang build's
     virtualenv, and the host programs. Returns the keys' operations (a change of either alone restarts).
 
     + service: what the host's servers share (users, directories, keys)
@@ -45,6 +52,8 @@ def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[
     """
     s = service
     ownership.service_user(name="Service user", user=s.service_user, home=s.service_home)
+    for e in host.loop(deployment_users(s, engines)):
+        ownership.service_user(name=f"User of {e.name}", user=e.user, home=e.home, group=s.service_user)
     ownership.service_user(name="Download user", user=s.download_user, home=s.download_home)
     ownership.root_directories(name="Root's directories", paths=root_directories(s))
     keys = [api_key.api_key(name="API key", service=s), api_key.admin_key(name="Worker admin key", service=s)]
@@ -86,6 +95,7 @@ def _read(deployment, snapshots) -> gathering.Wanted:
     e = deployment.engine
     s = e.service
     return [(SystemUser, dict(user=s.service_user)), (SystemUser, dict(user=s.download_user)),
+            *([(SystemUser, dict(user=e.user))] if deployment_users(s, (e,)) else []),
             *([(SystemUser, dict(user=venv.BUILD_USER))] if venv.git_source(e.sglang_requirement) else []),
             (FileStates, dict(paths=root_directories(s))),
             (FileStates, dict(paths=(s.api_key_file,))),

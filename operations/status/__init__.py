@@ -45,9 +45,11 @@ class ReplicaStates(FactBase):
     host_answer = "fleet_status.replicas"
     default = dict
 
-    def command(self, prefix: str, key_file: str, service_user: str) -> str:
+    def command(self, prefix: str, key_file: str, service_user: str, users: tuple[tuple[str, str], ...] = ()) -> str:
+        """`users`: (unit, user) of each unit that runs as a deployment's own user, not as `service_user`."""
         return inline("fleet_status", "replicas",
-                      json.dumps({"prefix": prefix, "key_file": key_file, "service_user": service_user}))
+                      json.dumps({"prefix": prefix, "key_file": key_file, "service_user": service_user,
+                                  **({"users": dict(users)} if users else {})}))
 
     def process(self, output):
         return json.loads(output[-1])
@@ -141,7 +143,9 @@ def wanted(view: HostView) -> gathering.Wanted:
     found: gathering.Wanted = []
     if view.service:
         s = view.service
-        found.append((ReplicaStates, dict(prefix=s.service_prefix, key_file=s.api_key_file, service_user=s.service_user)))
+        users = tuple((r.service_name, r.engine.user) for r in view.replicas if r.engine.user != s.service_user)
+        found.append((ReplicaStates, dict(prefix=s.service_prefix, key_file=s.api_key_file, service_user=s.service_user,
+                                          **({"users": users} if users else {}))))
     if view.gateway:
         g = view.gateway
         found.append((GatewayState, dict(unit=g.service_name, port=g.port, key_file=g.admin_key_file, model=g.model,

@@ -18,7 +18,7 @@ from operations.basics import knobs
 from operations.gateway.config import Gateway
 from operations.monitoring import prometheus
 from operations.python import venv
-from operations.server.config import ServiceHost
+from operations.server.config import Server, ServiceHost
 
 WEIGHTS_UNITS = "/etc/systemd/system/specfleet-weights-*.service"  # weights.config Repo.unit_name
 
@@ -28,14 +28,16 @@ class Uninstall:
     """What the host's data says the deploy laid down there."""
 
     directories: tuple[str, ...]  # removed whole: install_dir (venvs, host programs, uv), config_dir (keys, env files)
-    users: tuple[str, ...]  # the service, download and build users, with their homes (the HF token is in the download user's)
+    users: tuple[str, ...]  # the service, deployments', download and build users, with their homes (the HF token is in the download user's)
     gateway_unit: str | None  # smg's unit
     weights_dir: str | None  # None: the weights are kept
 
 
-def plan(service: ServiceHost | None, gateway: Gateway | None, weights_dir: str, remove_weights: bool) -> Uninstall:
-    """The host's Uninstall. A directory of one component (/opt, /srv) is refused, never removed whole:
-    the deploy makes its own directories, which a misset knob could point at a system one."""
+def plan(service: ServiceHost | None, gateway: Gateway | None, weights_dir: str, remove_weights: bool,
+         replicas: tuple[Server, ...] = ()) -> Uninstall:
+    """The host's Uninstall; `replicas`: the host's, whose users go too (each deployment's own on a host of
+    several, config.deployment_user). A directory of one component (/opt, /srv) is refused, never removed whole: the deploy makes its own
+    directories, which a misset knob could point at a system one."""
     directories = sorted(({service.install_dir, service.config_dir} if service else set())
                          | ({gateway.install_dir, gateway.config_dir} if gateway else set()))
     for name, path in [*(("install_dir or config_dir", d) for d in directories),
@@ -44,8 +46,8 @@ def plan(service: ServiceHost | None, gateway: Gateway | None, weights_dir: str,
             raise knobs.refused(name, path, "uninstall removes only a directory of its own, at least two levels "
                                 "deep (e.g. /opt/specfleet)", wrong="is not removed whole")
     # The build user whatever the requirements say now: an earlier requirement may have been a git build.
-    users = sorted(({service.service_user, service.download_user} if service else set())
-                   | ({gateway.user} if gateway else set()) | {venv.BUILD_USER})
+    users = sorted(({service.service_user, service.download_user, *(r.engine.user for r in replicas)}
+                    if service else set()) | ({gateway.user} if gateway else set()) | {venv.BUILD_USER})
     return Uninstall(tuple(directories), tuple(users), gateway.unit_file if gateway else None,
                      weights_dir if remove_weights else None)
 

@@ -80,23 +80,25 @@ def test_token_file_is_owned_by_the_download_user_mode_0600(target):
 
 
 def test_the_service_user_cannot_read_the_token(target):
+    """Nor any deployment's own user (on a host of several): each runs a model's code."""
     d, path = target.deployment.replicas[0], token_path(target)
-    read = target.run(f"runuser -u {shlex.quote(d.engine.service.service_user)} -- cat {shlex.quote(path)} > /dev/null")
-    assert read.rc != 0, \
-        f"{target.name}: expected {d.engine.service.service_user} (the model's code) unable to read {path}, it read it"
+    for user in dict.fromkeys([d.engine.service.service_user, *(dep.engine.user for dep in target.deployments)]):
+        read = target.run(f"runuser -u {shlex.quote(user)} -- cat {shlex.quote(path)} > /dev/null")
+        assert read.rc != 0, f"{target.name}: expected {user} (the model's code) unable to read {path}, it read it"
     earlier = target.run(f"test -e {shlex.quote(d.engine.service.earlier_token_file)}")
     assert earlier.rc != 0, f"{target.name}: expected no token left at {d.engine.service.earlier_token_file}, found a file there"
 
 
 def test_the_service_user_reads_the_weights_and_writes_none_of_them(target):
-    d = target.deployment.replicas[0]
-    for directory in (d.engine.model_dir, d.engine.draft_model_dir):
-        config = shlex.quote(f"{directory}/config.json")
-        probe = (f"test -r {config} && echo readable; test -w {config} && echo writable; "
-                 f"test -w {shlex.quote(directory)} && echo writable-dir")
-        found = target.run(f"runuser -u {shlex.quote(d.engine.service.service_user)} -- sh -c {shlex.quote(probe)}").stdout.split()
-        assert found == ["readable"], (f"{target.name}: expected {d.engine.service.service_user} to read {directory}/config.json "
-                                       f"and write nothing there, found {found or ['unreadable']}")
+    """Each deployment's user (the service user, or its own in the service group) reads its weights."""
+    for e in (dep.engine for dep in target.deployments):
+        for directory in (e.model_dir, e.draft_model_dir):
+            config = shlex.quote(f"{directory}/config.json")
+            probe = (f"test -r {config} && echo readable; test -w {config} && echo writable; "
+                     f"test -w {shlex.quote(directory)} && echo writable-dir")
+            found = target.run(f"runuser -u {shlex.quote(e.user)} -- sh -c {shlex.quote(probe)}").stdout.split()
+            assert found == ["readable"], (f"{target.name}: expected {e.user} to read {directory}/config.json "
+                                           f"and write nothing there, found {found or ['unreadable']}")
 
 
 def test_token_file_holds_the_controllers_token(target):

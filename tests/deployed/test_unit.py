@@ -137,14 +137,15 @@ def test_unit_is_enabled_and_active(target):
 
 
 def test_unit_runs_as_the_service_user(target):
+    """As its deployment's user: the host's service user, or on a host of several deployments each one's own."""
     def check(d, unit):
         problems = []
-        if unit["props"].get("User") != d.engine.service.service_user:
-            problems.append(f"{target.name}: expected {d.service_name}'s User={d.engine.service.service_user}, found "
+        if unit["props"].get("User") != d.engine.user:
+            problems.append(f"{target.name}: expected {d.service_name}'s User={d.engine.user}, found "
                             f"User={unit['props'].get('User')}")
-        others = {pid: user for pid, user in unit["processes"].items() if user != d.engine.service.service_user}
+        others = {pid: user for pid, user in unit["processes"].items() if user != d.engine.user}
         if not unit["processes"] or others:
-            problems.append(f"{target.name}: expected every process of {d.service_name} run by {d.engine.service.service_user}, "
+            problems.append(f"{target.name}: expected every process of {d.service_name} run by {d.engine.user}, "
                             "found " + (", ".join(f"process {pid} run by {user}" for pid, user in others.items())
                                         or "no processes"))
         return problems
@@ -370,17 +371,20 @@ print(json.dumps(result))
 
 def test_what_root_writes_or_runs_is_roots_alone(target):
     """Root's directories and files (config, install, host scripts, units, the API key) are root's and
-    writable by root only; the service user's cache is the service user's."""
+    writable by root only; each deployment's user's cache is that user's."""
     d = target.deployment.replicas[0]
     scripts = target.run(f"ls {shlex.quote(d.engine.service.install_dir)}/bin").stdout.split()
     paths = [d.engine.service.config_dir, d.engine.service.api_key_file, d.engine.service.install_dir, f"{d.engine.service.install_dir}/bin",
              *(path for r in target.replicas for path in (r.env_file, r.unit_file)),
              *(f"{d.engine.service.install_dir}/bin/{name}" for name in scripts),
              *(f"{d.engine.service.config_dir}/{repo.spec_file_name}" for dep in target.deployments for repo in dep.weights.repos)]
-    found = target.python(_OWNERS_SCRIPT, *paths, f"/home/{d.engine.service.service_user}/.cache")
-    cache = found.pop(f"/home/{d.engine.service.service_user}/.cache", None)
+    caches = {f"{dep.engine.home}/.cache": dep.engine.user for dep in target.deployments}
+    found = target.python(_OWNERS_SCRIPT, *paths, *caches)
+    owned = {path: found.pop(path, None) for path in caches}
     wrong = [f"{path} ({'a link, ' if f['link'] else ''}owner {f['owner']}{', writable by others' if f['writable'] else ''})"
              for path, f in found.items() if f["owner"] != "root" or f["writable"] or f["link"]]
     assert not wrong, f"{target.name}: expected root's paths owned and writable by root alone, found " + "; ".join(wrong)
-    assert cache and cache["owner"] == d.engine.service.service_user and not cache["link"], (
-        f"{target.name}: expected /home/{d.engine.service.service_user}/.cache to be {d.engine.service.service_user}'s directory, found {cache}")
+    for path, user in caches.items():
+        cache = owned[path]
+        assert cache and cache["owner"] == user and not cache["link"] and not cache["writable"], (
+            f"{target.name}: expected {path} to be {user}'s directory, writable by it alone, found {cache}")

@@ -185,6 +185,17 @@ def test_two_models_on_one_host_on_disjoint_gpus_each_verified_and_benchmarked_o
         wanted = ["sglang@kimi_k26_dflash-gpu0-3", *(f"sglang@qwen36_ddtree-gpu{i}" for i in range(4, 8))]
         units = fleet.ssh(host, "systemctl list-units --no-legend --plain --state=active 'sglang*'").split("\n")
         assert sorted(line.split()[0].removesuffix(".service") for line in units if line.strip()) == wanted
+        # Each deployment runs as a user of its own (service_user-NAME), and neither writes the other's
+        # ~/.cache, where Triton and torch put the .so files its servers load.
+        users = {unit: fleet.ssh(host, f"systemctl show -p User --value {unit}").strip() for unit in wanted}
+        assert users == {wanted[0]: "sglang-kimi_k26_dflash", **{unit: "sglang-qwen36_ddtree" for unit in wanted[1:]}}
+        for mine, theirs in (("sglang-kimi_k26_dflash", "sglang-qwen36_ddtree"),
+                             ("sglang-qwen36_ddtree", "sglang-kimi_k26_dflash")):
+            touched = fleet.ssh(host, f"runuser -u {mine} -- touch /home/{theirs}/.cache/planted 2>/dev/null "
+                                      "&& echo wrote || echo refused", check=False).strip()
+            own = fleet.ssh(host, f"runuser -u {mine} -- touch /home/{mine}/.cache/planted && echo wrote "
+                                  f"&& rm /home/{mine}/.cache/planted", check=False).strip()
+            assert (touched, own) == ("refused", "wrote"), (mine, theirs, touched, own)
         venvs = fleet.ssh(host, "ls -d /opt/specfleet/sglang-venv*").split()
         assert venvs == ["/opt/specfleet/sglang-venv", "/opt/specfleet/sglang-venv-qwen36_ddtree"]
         checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/deployed",

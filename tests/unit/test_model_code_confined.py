@@ -77,7 +77,7 @@ def properties(words: list[str]) -> list[str]:
 def test_the_flag_check_runs_in_a_transient_unit_confined_as_the_replicas_keyless_and_bounded():
     """It imports the model's code (--trust-remote-code): never in the deploy's own shell, as runuser ran it."""
     command = SGLangRejects().command(venv=S.engine.venv, args=("--model-path", S.engine.model_dir),
-                                      env=(("HF_HOME", SERVICE.server_hf_home),),
+                                      env=(("HF_HOME", S.engine.server_hf_home),),
                                       settings=sandbox.check_settings(S, RTX_MINORS))
     assert command.startswith("cd / && systemd-run --quiet --wait --pipe --collect --service-type=exec ")
     assert "runuser" not in command and f" -- {S.engine.venv}/bin/python -c " in command
@@ -90,7 +90,7 @@ def test_the_flag_check_runs_in_a_transient_unit_confined_as_the_replicas_keyles
     for setting in (f"InaccessiblePaths=-{SERVICE.config_dir}", "KillMode=control-group",
                     f"RuntimeMaxSec={sandbox.CHECK_MAX_S}"):
         assert setting in found, setting
-    assert "--setenv=HF_HUB_OFFLINE=1" in command and f"--setenv=HF_HOME={SERVICE.server_hf_home}" in command
+    assert "--setenv=HF_HUB_OFFLINE=1" in command and f"--setenv=HF_HOME={S.engine.server_hf_home}" in command
 
 
 def test_the_deploy_asks_the_flag_check_with_the_replicas_confinement():
@@ -116,7 +116,7 @@ def test_the_bench_client_runs_in_a_transient_unit_confined_as_the_replica_keyle
                            "--service-type=exec"]
     assert command[-3:-1] == ["/bin/sh", "-c"] and "$" not in command[-1]  # systemd expands $ in a command line
     assert "setsid" not in " ".join(command) and "runuser" not in " ".join(command)
-    assert [a for a in command if a.startswith("--setenv=")] == [f"--setenv=HF_HOME={SERVICE.server_hf_home}"]
+    assert [a for a in command if a.startswith("--setenv=")] == [f"--setenv=HF_HOME={S.engine.server_hf_home}"]
     found = properties(command)
     for setting in ("User=sglang", "ProtectSystem=strict", "ProtectProc=invisible",
                     f"InaccessiblePaths=-{SERVICE.download_home}", f"InaccessiblePaths=-{SERVICE.config_dir}", "KillMode=control-group", f"WorkingDirectory={remote}",

@@ -182,8 +182,8 @@ def test_the_hf_token_is_out_of_the_servers_reach():
     """The download user's home, the token's, is inaccessible to the unit; the server's own HF_HOME lies in
     the service user's cache."""
     assert f"\nInaccessiblePaths=-{SERVICE.download_home}\n" in UNIT and SERVICE.hf_home.startswith(SERVICE.download_home + "/")
-    assert f"\nHF_HOME={SERVICE.server_hf_home}\n" in ENV and SERVICE.hf_home not in ENV
-    assert SERVICE.server_hf_home.startswith("/home/sglang/.cache/") and not SERVICE.server_hf_home.startswith(SERVICE.hf_home)
+    assert f"\nHF_HOME={D.engine.server_hf_home}\n" in ENV and SERVICE.hf_home not in ENV
+    assert D.engine.server_hf_home.startswith("/home/sglang/.cache/") and not D.engine.server_hf_home.startswith(SERVICE.hf_home)
 
 
 def test_a_stop_signals_the_main_process_alone_and_waits_for_the_longest_generation():

@@ -36,7 +36,7 @@ def run_state(unit: str) -> dict:
 
 def served(port: int, key_file: str, service_user: str) -> dict:
     """The server's SGLang version and accept length, or why it did not say (over a connection whose
-    server end the service user owns, as the readiness probe's: the key goes nowhere else)."""
+    server end the unit's user owns, as the readiness probe's: the key goes nowhere else)."""
     key = Path(key_file)
     headers = {"Authorization": f"Bearer {key.read_text().strip()}"} if key.is_file() else {}
     try:
@@ -53,7 +53,7 @@ def replicas(args: dict) -> list[str]:
     for name, unit in units.items():
         unit.update(run_state(name))
         if unit["active"] == "active" and unit["port"]:
-            unit.update(served(unit["port"], args["key_file"], args["service_user"]))
+            unit.update(served(unit["port"], args["key_file"], args.get("users", {}).get(name, args["service_user"])))
     return [json.dumps(units)]
 
 

@@ -55,9 +55,6 @@ def hub_state(weights: Weights) -> HubState:
     w = weights
     endpoint = w.hf_endpoint or "https://huggingface.co"
     token = controller_token(w.hf_token_env)
-    problem = token_problem(w.hf_endpoint, token)
-    if problem:
-        return HubState({}, [problem], [])
 
     def one(repo: Repo):
         try:
@@ -70,9 +67,16 @@ def hub_state(weights: Weights) -> HubState:
             return outage(f"{endpoint}/{repo.repo_id}", error)
 
     snapshots, problems, pending = {}, [], []
-    # The repos' hub calls at once: the run waits for the slowest repo, not for their sum.
-    with ThreadPoolExecutor(max_workers=len(w.repos)) as pool:
-        for repo, outcome in zip(w.repos, pool.map(one, w.repos)):
+    # The token's check and the repos' hub calls at once: the run waits for the slowest answer, not for
+    # their sum (the lab hub's whoami took 0.06 s, a repo's info and config 0.07-0.14 s). The repos'
+    # answers count only once the hub knows the token; without a token no repo is asked.
+    with ThreadPoolExecutor(max_workers=len(w.repos) + 1) as pool:
+        token_checked = pool.submit(token_problem, w.hf_endpoint, token)
+        outcomes = pool.map(one, w.repos) if token else iter(())
+        problem = token_checked.result()
+        if problem:
+            return HubState({}, [problem], [])
+        for repo, outcome in zip(w.repos, outcomes):
             if isinstance(outcome, RepoSnapshot):
                 snapshots[repo.role] = outcome
             elif isinstance(outcome, AccessPending):

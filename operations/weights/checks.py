@@ -5,8 +5,6 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import httpx2
-from huggingface_hub.errors import HfHubHTTPError
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
@@ -16,10 +14,15 @@ from operations.basics.host_programs import inline
 from operations.basics.knobs import COMMIT
 from operations.basics.untrusted import printable
 from operations.weights.config import Repo, Weights
-from operations.weights.hub import AccessPending, HubProblem, RepoSnapshot, controller_token, snapshot, whoami
+from operations.weights.hub import (AccessPending, HubProblem, RepoSnapshot, client_imported, controller_token, snapshot,
+                                   whoami)
 
-# What the hub answers when it is down or broken: no connection, a timeout, a 5xx.
-HUB_OUTAGES = (httpx2.HTTPError, HfHubHTTPError, OSError)
+def hub_outages() -> tuple[type[Exception], ...]:
+    """What the hub answers when it is down or broken: no connection, a timeout, a 5xx (imported once the
+    hub is asked, as operations/weights/hub.py says why)."""
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError
+    return httpx2.HTTPError, HfHubHTTPError, OSError
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ def hub_state(weights: Weights) -> HubState:
     w = weights
     endpoint = w.hf_endpoint or "https://huggingface.co"
     token = controller_token(w.hf_token_env)
+    client_imported()
 
     def one(repo: Repo):
         try:
@@ -63,7 +67,7 @@ def hub_state(weights: Weights) -> HubState:
             return waiting
         except HubProblem as problem:
             return str(problem)
-        except HUB_OUTAGES as error:
+        except hub_outages() as error:
             return outage(f"{endpoint}/{repo.repo_id}", error)
 
     snapshots, problems, pending = {}, [], []
@@ -93,7 +97,7 @@ def token_problem(endpoint: str | None, token: str | None) -> str:
         whoami(endpoint, token)
     except HubProblem as problem:
         return str(problem)
-    except HUB_OUTAGES as error:
+    except hub_outages() as error:
         return outage(endpoint or "https://huggingface.co", error)
     return ""
 

@@ -279,8 +279,7 @@ def test_the_token_is_checked_at_once_with_the_repos_snapshots(monkeypatch):
 
 
 def test_without_a_token_no_repo_is_asked(broken_hub, monkeypatch):
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr("operations.weights.hub.get_token", lambda: None)
+    monkeypatch.setattr("operations.weights.checks.controller_token", lambda env_name: None)  # nor a token file
     asked = []
     monkeypatch.setattr("operations.weights.checks.snapshot", lambda *args: asked.append(args))
     [problem] = hub_state(deployment(hf_endpoint=broken_hub, allow_http_hub=True).weights).problems

@@ -113,7 +113,7 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(REPO))  # inventories and group data import the repository's packages, as pyinfra's CLI does
     importlib.import_module("pyinfra_cli")  # first: it patches the process for gevent, before anything opens SSL
     from operations.deployment import site
-    from operations.weights.checks import HUB_OUTAGES, outage, token_problem
+    from operations.weights.checks import hub_outages, outage, token_problem
     from operations.weights.hub import HubProblem, commit_of, controller_token
 
     where = site.pins_path()
@@ -140,7 +140,7 @@ def main(argv: list[str]) -> int:
         except HubProblem as error:
             problems.append(f"{', '.join(names)}: {key}: {error}")
             continue
-        except HUB_OUTAGES as error:
+        except hub_outages() as error:
             problems.append(f"{', '.join(names)}: {key}: {outage(endpoint or 'https://huggingface.co', error)}")
             continue
         rows.append((key, commit, outcome(pins["repos"].get(key), commit)))

@@ -1,7 +1,9 @@
 """Controller-side Hugging Face Hub checks for preflight: token, access, revision, sizes.
 
 These run on the controller (where the token is) before any host is changed,
-once per run for all hosts. Nothing here prints or logs the token.
+once per run for all hosts. Nothing here prints or logs the token. huggingface_hub is imported where
+the hub is asked, not with this module: its client is ~380 modules and 0.2-0.5 s of a run on the lab's
+controller, which uninstall.py, bench.py and a gateway's deploy never use.
 """
 
 import functools
@@ -10,14 +12,6 @@ import os
 import tempfile
 import threading
 from dataclasses import dataclass
-
-from huggingface_hub import HfApi, get_token, hf_hub_download
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
 
 from operations.basics.knobs import COMMIT
 from operations.basics.untrusted import printable
@@ -71,7 +65,18 @@ class RepoSnapshot:
 
 def controller_token(env_name: str) -> str | None:
     """The token from the controller's environment, else its huggingface_hub token file."""
-    return os.environ.get(env_name) or get_token()
+    if os.environ.get(env_name):
+        return os.environ[env_name]
+    from huggingface_hub import get_token
+    return get_token()
+
+
+def client_imported() -> None:
+    """huggingface_hub's client imported by the calling thread, before threads that ask the hub start: two
+    threads importing one package at once can meet a module the other has half imported."""
+    import huggingface_hub.errors  # noqa: F401
+    import huggingface_hub.file_download  # noqa: F401
+    import huggingface_hub.hf_api  # noqa: F401
 
 
 def once_per_run(function):
@@ -104,6 +109,8 @@ def whoami(endpoint: str | None, token: str | None) -> str:
     if not token:
         raise HubProblem(f"no Hugging Face token on the controller: create a read token at "
                          f"{TOKENS_PAGE} and export HF_TOKEN (or run `hf auth login`)")
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
     try:
         return HfApi(endpoint=endpoint, token=token).whoami()["name"]
     except HfHubHTTPError as error:
@@ -116,6 +123,8 @@ def whoami(endpoint: str | None, token: str | None) -> str:
 @once_per_run
 def snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: str) -> RepoSnapshot:
     """The repo's commit, files and config at `revision`, checking that the token may download it."""
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
     api = HfApi(endpoint=endpoint, token=token)
     page = f"{_endpoint_url(endpoint)}/{repo_id}"
     try:
@@ -145,6 +154,8 @@ def snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: st
 
 def commit_of(endpoint: str | None, token: str | None, repo_id: str, revision: str) -> str:
     """The commit `revision` of `repo_id` points at now (pin.py), checked as the deploy checks a snapshot's."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
     try:
         info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision)
     except RevisionNotFoundError:

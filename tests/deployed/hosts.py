@@ -31,7 +31,7 @@ from pyinfra.connectors.sshuserclient.client import SSHClient
 from operations.basics.knobs import COMMIT
 from operations.deployment import Deployment, at_commits, host_class_of, resolve_host
 from operations.server.config import Server
-from operations.weights.checks import HUB_OUTAGES, outage
+from operations.weights.checks import hub_outages, outage
 from operations.weights.hub import RepoSnapshot, controller_token, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def hub_snapshot(endpoint: str | None, token: str | None, repo_id: str, revision
     if where not in _UNREACHED:
         try:
             return snapshot(endpoint, token, repo_id, revision)
-        except HUB_OUTAGES as error:
+        except hub_outages() as error:
             _UNREACHED[where] = outage(where, error)
     pytest.skip(f"{_UNREACHED[where]}; the checks that compare a host with the hub are skipped, the others run")
 

@@ -3,6 +3,8 @@ or the lab. Read from the source (every import statement, wherever it sits in th
 import hidden inside a function counts as much as one at the top."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,3 +168,16 @@ def test_no_product_module_is_longer_than_450_lines():
     longer = {str(path.relative_to(REPO)): n for path in [*programs, *entry_points]
               if (n := len(path.read_text().splitlines())) > 450}
     assert longer == {}
+
+
+def test_the_hub_client_is_imported_only_where_the_hub_is_asked():
+    """Every product module imported, the hub's client is not: huggingface_hub and its HTTP stack (~380
+    modules, 0.2-0.5 s of a run on the lab's controller) load in the calls that ask the hub, which
+    uninstall.py, bench.py and a gateway's deploy never make."""
+    modules = sorted(name for name in product_files() if name.split(".")[0] in PRODUCT)
+    program = ("import importlib, sys\n"
+               f"for name in {modules!r}:\n"
+               "    importlib.import_module(name)\n"
+               "print(sorted(m for m in ('huggingface_hub', 'httpx2') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, check=True)
+    assert len(modules) > 70 and run.stdout.split() == ["[]"], run.stdout

@@ -245,6 +245,47 @@ def test_the_repos_hub_snapshots_are_taken_at_once(monkeypatch):
     assert len(problems) == 2 and all("500" in problem for problem in problems), problems
 
 
+class TokenMeetingHub(Failing):
+    """Knows the token only if both repos' model infos are asked while its whoami waits (the token and the repos
+    are asked at once), else answers the whoami 503 after a bounded wait (asked one after the other)."""
+    barrier: threading.Barrier
+
+    def do_GET(self):
+        if self.path.startswith(("/api/whoami-v2", "/api/models/")):
+            try:
+                self.barrier.wait()
+            except threading.BrokenBarrierError:
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+        super().do_GET()
+
+
+def test_the_token_is_checked_at_once_with_the_repos_snapshots(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_unit")
+    monkeypatch.setattr(TokenMeetingHub, "barrier", threading.Barrier(3, timeout=3), raising=False)  # whoami, 2 repos
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), TokenMeetingHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        problems = hub_state(deployment(hf_endpoint=url, allow_http_hub=True).weights).problems
+    finally:
+        server.shutdown()
+    # The token known, each repo's outage is its own sentence; asked one after the other, the token's check fails.
+    assert [p.split(" (")[0] for p in problems] == [
+        f"the hub at {url}/moonshotai/Kimi-K2.6 did not answer as a hub does",
+        f"the hub at {url}/z-lab/Kimi-K2.6-DFlash did not answer as a hub does"]
+
+
+def test_without_a_token_no_repo_is_asked(broken_hub, monkeypatch):
+    monkeypatch.setattr("operations.weights.checks.controller_token", lambda env_name: None)  # nor a token file
+    asked = []
+    monkeypatch.setattr("operations.weights.checks.snapshot", lambda *args: asked.append(args))
+    [problem] = hub_state(deployment(hf_endpoint=broken_hub, allow_http_hub=True).weights).problems
+    assert problem.startswith("no Hugging Face token on the controller") and asked == []
+
+
 def test_a_gated_repo_without_access_is_pending_apart_from_the_problems_and_the_others_are_read(
         hub, monkeypatch):
     lab = resolve(host_data("b200_nvlink", lab=True, hf_endpoint=hub.url), "b200_nvlink").weights

@@ -83,7 +83,7 @@ def test_prepared_while_the_drafter_waits_for_access_then_only_the_drafter_is_fe
     assert granted.returncode == 0, granted.output[-3000:]
     changed = {op for op, (_, success, _, _) in results_table(granted.output).items() if success != "-"}
     assert changed == {"Hugging Face token", "Weights", f"SGLang service {SERVER.service_name}",
-                       f"SGLang generates {SERVER.service_name}"}, changed
+                       f"SGLang generates {SERVER.service_name}", f"KV plan of {SERVER.service_name}"}, changed
     fetched = files_fetched_by(fresh, mark)
     assert fetched[WEIGHTS.target.repo_id] == set(), "a target file was fetched again"
     drafter_files = json.loads((HUB_STORE / "models" / WEIGHTS.drafter.repo_id / "manifest.json").read_text())["files"]

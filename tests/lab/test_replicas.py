@@ -163,7 +163,7 @@ def test_a_change_rolls_the_hosts_replicas_one_at_a_time_and_it_keeps_serving(re
     started = [op for op in operations_started(changed.output) if "qwen36_ddtree-gpu" in op]
     assert started == [step for unit in units for step in (  # each replica through all its steps, in turn
         f"Drain {unit} from the gateway", f"SGLang service {unit}", f"SGLang generates {unit}",
-        f"{unit} back in the gateway")], started
+        f"KV plan of {unit}", f"{unit} back in the gateway")], started
     assert all(main_pid(pcie, unit) != pids[unit] for unit in units)
     figures = load.figures()
     print(f"rolling 8 replicas of lab-pcie-1: {figures}, at most {max(down)} unit(s) down at a time")

@@ -83,7 +83,7 @@ def test_sglang_standin_from_lab_index_starts_and_generates(pcie_host, host_venv
     fleet.ssh(pcie_host, "systemd-run --unit=labcheck-sglang --collect "
                          f"{host_venv} -m sglang.launch_server --model-path /tmp/dl --port 30999 "
                          "--speculative-algorithm DFLASH --speculative-draft-model-path /tmp/draft "
-                         "--speculative-num-draft-tokens 8")
+                         "--speculative-num-draft-tokens 8 --mem-fraction-static 0.9")  # as every profile sets it
     try:
         out = fleet.ssh(pcie_host, "for i in $(seq 60); do curl -sf localhost:30999/health_generate "
                                    "&& break; sleep 0.5; done; curl -sf localhost:30999/server_info")

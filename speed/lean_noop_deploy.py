@@ -18,7 +18,7 @@ from operations.basics.units import ServiceState
 from operations.deployment import host_class_of, resolve
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
 from operations.python.venv import VenvRequirement
-from operations.server.readiness import ServerProbe
+from operations.server.readiness import ServerProbe, probe_args
 from operations.weights.checks import WeightsDisk, hub_state
 from operations.weights.download import WeightsState, state_listings
 
@@ -37,8 +37,7 @@ SECTIONS = [
     f"stat -c '%a %U %G %n' {scripts}; sha1sum {scripts}",
     WeightsState().command(state_listings(repos, snapshots)),
     *(ServiceState().command(r.unit_file, r.env_file, r.service_name) for r in deployment.replicas),
-    *(ServerProbe().command(r.engine.service.install_dir, r.port, r.engine.served_model_name, r.engine.service.api_key_file, r.engine.service.service_user)
-      for r in deployment.replicas),
+    *(ServerProbe().command(**probe_args(r)) for r in deployment.replicas),
 ]
 
 

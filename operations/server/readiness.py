@@ -122,15 +122,20 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
         readiness.ready(name="Wait until SGLang generates", server=server, restarted=unit, timeout_s=1800)
     """
     if not any_change([restarted]):
-        h = server.engine.service
-        probe = gathering.read(ServerProbe, install_dir=h.install_dir, port=server.port,
-                               model=server.engine.served_model_name, key_file=h.api_key_file,
-                               service_user=server.engine.user) or {}
+        probe = gathering.read(ServerProbe, **probe_args(server)) or {}
         if generates(probe):
             log_serving(host, probe, server.service_name)
             host.noop(f"serving {probe.get('algorithm', 'unread')}: accept length {probe.get('accept_length')}")
             return
     yield FunctionCommand(wait_ready, (server, timeout_s), {})
+
+
+def probe_args(server: Server) -> dict:
+    """ServerProbe's arguments for `server`: where its host keeps the probe and the key, its port and
+    model, and the user whose socket it must be (its deployment's)."""
+    h = server.engine.service
+    return dict(install_dir=h.install_dir, port=server.port, model=server.engine.served_model_name,
+                key_file=h.api_key_file, service_user=server.engine.user)
 
 
 def log_serving(host, probe: dict, replica: str) -> None:
@@ -156,9 +161,7 @@ def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,
           service: str | None = None) -> tuple[dict, str | None]:
     """Probe the server until it generates, its unit (`service`, else the server's) crash-loops or
     `timeout_s` passes: (last probe, crash or None)."""
-    h = server.engine.service
-    probe_command = ServerProbe().command(h.install_dir, server.port, server.engine.served_model_name,
-                                          h.api_key_file, server.engine.user)
+    probe_command = ServerProbe().command(**probe_args(server))
     run_command = ServiceRun().command(service or server.service_name)
     last = {"probe": {"ready": False}, "crash": None}
 
@@ -209,7 +212,4 @@ def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 
 
 @gathering.wants
 def _read(deployment, snapshots) -> gathering.Wanted:
-    h = deployment.host.service
-    return [(ServerProbe, dict(install_dir=h.install_dir, port=r.port, model=deployment.engine.served_model_name,
-                               key_file=h.api_key_file, service_user=deployment.engine.user))
-            for r in deployment.replicas]
+    return [(ServerProbe, probe_args(r)) for r in deployment.replicas]

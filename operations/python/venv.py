@@ -25,7 +25,7 @@ from pyinfra.api import FactBase, operation
 
 from operations.basics import gathering
 from operations.basics.host_programs import inline
-from operations.server.config import git_refs
+from operations.server.config import git_refs, home_of
 
 MARKER = ".specfleet-requirement"
 LOCK = ".specfleet-requirements.lock"  # in the virtualenv: the hash lock it was installed from
@@ -41,7 +41,7 @@ MANAGED_PYTHON = "3.11"  # what uv installs where the system python3 is older
 PYTHON_SOURCE = "https://github.com/astral-sh/python-build-standalone/releases/download"
 PYPI = "https://pypi.org/simple/"
 BUILD_USER = "specfleet-build"  # builds git requirements (``git_build``)
-BUILD_HOME = f"/home/{BUILD_USER}"
+BUILD_HOME = home_of(BUILD_USER)
 BUILD_DIR = f"{BUILD_HOME}/build"  # the build user's own: its source, caches and the wheel
 WHEEL_DIR = ".specfleet-wheel"  # in the virtualenv: the wheel root installed, taken from the build user
 # The longest a wheel's copy from the build user may take: a FIFO it leaves there must not hang the deploy.

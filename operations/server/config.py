@@ -55,6 +55,12 @@ DEPLOY_FLAGS = {
 }
 
 
+def home_of(user: str) -> str:
+    """The home the deploy gives each system user it makes; an existing account is taken only with this home
+    (ownership.account_problem)."""
+    return f"/home/{user}"
+
+
 @dataclass(frozen=True)
 class ServiceHost:
     """What every SGLang server of a host shares, whichever its deployment: who runs and owns what, and
@@ -88,12 +94,12 @@ class ServiceHost:
 
     @property
     def service_home(self) -> str:
-        return f"/home/{self.service_user}"
+        return home_of(self.service_user)
 
     @property
     def download_home(self) -> str:
         """The download user's home: no process of the service user reaches it."""
-        return f"/home/{self.download_user}"
+        return home_of(self.download_user)
 
     @property
     def hf_home(self) -> str:
@@ -158,7 +164,7 @@ class Engine:
     @property
     def home(self) -> str:
         """Its user's home, whose `.cache` alone its servers write (what Triton, torch and CUDA compile)."""
-        return f"/home/{self.user}"
+        return home_of(self.user)
 
     @property
     def server_hf_home(self) -> str:

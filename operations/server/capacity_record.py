@@ -60,18 +60,19 @@ def kept(server: Server, expected: GpuExpectations, snapshots: dict):
                              snapshots=hub.snapshots)
     """
     gpus = gathering.read(NvidiaGpus)
+    file = path(server)
+    kept_now = gathering.read(FileStates, paths=(file,)).get(file)
     try:
         plan = kv_plan(server, expected, snapshots, None if unreadable(gpus) else gpus)
     except capacity.NoRule:
-        file = path(server)
-        if gathering.read(FileStates, paths=(file,)).get(file):
+        if kept_now:
             yield f"rm -f -- {shlex.quote(file)}"
         else:
             host.noop(f"{server.service_name}: no KV plan (preflight said why)")
         return
     outcomes.note_replica(host, "kv_planned", server.service_name, plan.tokens)
-    wanted, file = text(plan), path(server)
-    if matches(gathering.read(FileStates, paths=(file,)).get(file), "file", MODE, "root", wanted.encode()):
+    wanted = text(plan)
+    if matches(kept_now, "file", MODE, "root", wanted.encode()):
         host.noop(f"{file} holds the plan: {plan.tokens:,} tokens")
         return
     yield from shell.put(src=StringIO(wanted), dest=file, user="root", group="root", mode=MODE)

@@ -31,8 +31,7 @@ def gateway_deployed(gateway: Gateway, wanted: list[Worker], uv_installed: bool)
     uv = venv.Uv(gateway.install_dir)
     if not uv_installed:
         venv.uv(name="uv", uv=uv, index_url=gateway.pip_index_url)
-    if venv.git_source(gateway.requirement):
-        ownership.service_user(name="Build user", user=venv.BUILD_USER, home=venv.BUILD_HOME)
+    venv.build_user([gateway.requirement])
     smg = venv.requirement(name="smg", path=gateway.venv, distribution="smg", requirement=gateway.requirement,
                            index_url=gateway.pip_index_url, uv=uv)
     scripts = ownership.host_programs_uploaded(name="Gateway scripts", install_dir=gateway.install_dir,

@@ -23,7 +23,7 @@ from pathlib import Path
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from operations.basics import gathering
+from operations.basics import gathering, ownership
 from operations.basics.host_programs import inline
 from operations.server.config import git_refs, home_of
 
@@ -210,6 +210,13 @@ def git_source(requirement: str) -> tuple[str, str, str] | None:
     url, ref = refs[0]
     subdirectory = re.search(r"#(?:\S*&)?subdirectory=([^&\s]+)", requirement)
     return url, ref, subdirectory.group(1) if subdirectory else ""
+
+
+def build_user(requirements: list[str]) -> None:
+    """The build user (a system user without a login shell: ``ownership.service_user``), where any of
+    `requirements` is a git build: ``git_build`` runs as it."""
+    if any(git_source(r) for r in requirements):
+        ownership.service_user(name="Build user", user=BUILD_USER, home=BUILD_HOME)
 
 
 # What of root's environment a build takes: the proxy, where the host reaches the network through one

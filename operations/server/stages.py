@@ -59,8 +59,7 @@ def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[
     keys = [api_key.api_key(name="API key", service=s), api_key.admin_key(name="Worker admin key", service=s)]
     uv = Uv(s.install_dir)
     venv.uv(name="uv", uv=uv, index_url=s.pip_index_url)
-    if any(venv.git_source(build.sglang_requirement) for build in builds(engines)):
-        ownership.service_user(name="Build user", user=venv.BUILD_USER, home=venv.BUILD_HOME)
+    venv.build_user([build.sglang_requirement for build in builds(engines)])
     for build in host.loop(builds(engines)):
         venv.requirement(name=f"SGLang ({build.venv_name})", path=build.venv, distribution="sglang",
                          requirement=build.sglang_requirement, index_url=s.pip_index_url, uv=uv)

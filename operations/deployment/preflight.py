@@ -115,7 +115,7 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
     problems = login_problems(gathering.read(LoginUser), shell.sudo_password(host))  # one prompted for then
     for knob, user, home in (("service_user", s.service_user, s.service_home),
                              *((f"deployments[{e.name!r}]'s user", e.user, e.home)
-                               for e in server_stages.deployment_users(s, tuple(d.engine for d in deployments))),
+                               for e in server_stages.deployment_users(tuple(d.engine for d in deployments))),
                              ("download_user", s.download_user, s.download_home)):
         account = ownership.account_problem(user, home, gathering.read(ownership.SystemUser, user=user))
         problems += [f"{host.name}: {knob}={user!r}: {account}"] if account else []

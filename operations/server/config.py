@@ -162,6 +162,12 @@ class Engine:
         return f"{self.service.install_dir}/{self.venv_name}"
 
     @property
+    def own_user(self) -> bool:
+        """Whether its servers run as a user of its own (a host of several deployments: deployment_user),
+        not as the host's service user."""
+        return self.user != self.service.service_user
+
+    @property
     def home(self) -> str:
         """Its user's home, whose `.cache` alone its servers write (what Triton, torch and CUDA compile)."""
         return home_of(self.user)

@@ -28,10 +28,9 @@ def builds(engines: tuple[Engine, ...]) -> list[Engine]:
     return list(found.values())
 
 
-def deployment_users(service: ServiceHost, engines: tuple[Engine, ...]) -> list[Engine]:
-    """The deployments among `engines` that run as a user of their own (a host of several:
-    config.deployment_user), not as the host's service user."""
-    return [e for e in engines if e.user != service.service_user]
+def deployment_users(engines: tuple[Engine, ...]) -> list[Engine]:
+    """The deployments among `engines` that run as a user of their own (Engine.own_user)."""
+    return [e for e in engines if e.own_user]
 
 
 def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[OperationMeta]:
@@ -52,7 +51,7 @@ def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[
     """
     s = service
     ownership.service_user(name="Service user", user=s.service_user, home=s.service_home)
-    for e in host.loop(deployment_users(s, engines)):
+    for e in host.loop(deployment_users(engines)):
         ownership.service_user(name=f"User of {e.name}", user=e.user, home=e.home, group=s.service_user)
     ownership.service_user(name="Download user", user=s.download_user, home=s.download_home)
     ownership.root_directories(name="Root's directories", paths=root_directories(s))
@@ -94,7 +93,7 @@ def _read(deployment, snapshots) -> gathering.Wanted:
     e = deployment.engine
     s = e.service
     return [(SystemUser, dict(user=s.service_user)), (SystemUser, dict(user=s.download_user)),
-            *([(SystemUser, dict(user=e.user))] if deployment_users(s, (e,)) else []),
+            *([(SystemUser, dict(user=e.user))] if e.own_user else []),
             *([(SystemUser, dict(user=venv.BUILD_USER))] if venv.git_source(e.sglang_requirement) else []),
             (FileStates, dict(paths=root_directories(s))),
             (FileStates, dict(paths=(s.api_key_file,))),

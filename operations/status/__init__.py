@@ -143,7 +143,7 @@ def wanted(view: HostView) -> gathering.Wanted:
     found: gathering.Wanted = []
     if view.service:
         s = view.service
-        users = tuple((r.service_name, r.engine.user) for r in view.replicas if r.engine.user != s.service_user)
+        users = tuple((r.service_name, r.engine.user) for r in view.replicas if r.engine.own_user)
         found.append((ReplicaStates, dict(prefix=s.service_prefix, key_file=s.api_key_file, service_user=s.service_user,
                                           **({"users": users} if users else {}))))
     if view.gateway:

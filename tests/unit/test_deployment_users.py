@@ -44,7 +44,7 @@ def test_two_deployments_render_units_that_run_as_users_of_their_own_each_writin
 def test_one_deployment_runs_as_the_service_user():
     [only] = resolve_host(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
     assert only.engine.user == "sglang" and "User=sglang" in unit_lines(only.replicas[0])
-    assert stages.deployment_users(only.engine.service, (only.engine,)) == []
+    assert stages.deployment_users((only.engine,)) == []
 
 
 def test_each_deployments_user_is_created_a_system_user_in_the_service_group():
@@ -54,7 +54,7 @@ def test_each_deployments_user_is_created_a_system_user_in_the_service_group():
     assert commands == ["useradd -d /home/sglang-qwen -s /usr/sbin/nologin -G sglang -r -M sglang-qwen",
                         "mkdir -p /home/sglang-qwen", "chown sglang-qwen:sglang-qwen /home/sglang-qwen",
                         "runuser -u sglang-qwen -- mkdir -p -m 700 /home/sglang-qwen/.cache"]
-    assert [(e.user, e.home) for e in stages.deployment_users(SERVICE, (KIMI.engine, QWEN.engine))] == [
+    assert [(e.user, e.home) for e in stages.deployment_users((KIMI.engine, QWEN.engine))] == [
         ("sglang-kimi", "/home/sglang-kimi"), ("sglang-qwen", "/home/sglang-qwen")]
 
 

@@ -18,6 +18,7 @@ is another thing: speed/, `make speed`.)
 from pyinfra import host, inventory
 
 from operations import deployment, schema
+from operations.basics import deploy_files
 from operations.basics.knobs import BadHostData
 from operations.deployment import preflight
 from operations.gateway import drain, membership
@@ -25,6 +26,8 @@ from operations.nodes import group as nodes
 from operations.python import venv
 from serving_benchmark import client, sweep
 from serving_benchmark.plan import plan as bench_plan
+
+deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 
 schema.check_inventory(inventory)  # a key no knob has (a misspelt `modes`) stops the run before any host changes
 worker, deployments = None, ()

@@ -15,7 +15,7 @@ import functools
 from pyinfra import host, inventory
 
 from operations import deployment, schema
-from operations.basics import failing
+from operations.basics import deploy_files, failing
 from operations.basics.knobs import BadHostData
 from operations.deployment import preflight, roles, summary
 from operations.gateway import config as gateway_config, drain, membership, registry
@@ -29,6 +29,8 @@ from operations.server import capacity_record, unit
 from operations.server.stages import server_installed, server_serving
 from operations.weights import checks as weights_checks, revisions, token
 from operations.weights.stages import weights_fetched
+
+deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 
 # A key no knob has, in any layer (--data, inventory, group data), stops the run before any host changes.
 schema.check_inventory(inventory)

@@ -13,7 +13,9 @@ Nothing changes on any host: the table ends the run before pyinfra's change dete
 from pyinfra import host, inventory
 
 from operations import status
-from operations.basics import knobs
+from operations.basics import deploy_files, knobs
+
+deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 
 try:
     as_json = knobs.boolean("json", host.data.get("json", False))

@@ -14,10 +14,12 @@ stay. A deploy afterwards converges from scratch (it fetches only the weights it
 from pyinfra import host, inventory
 
 from operations import status, uninstall
-from operations.basics import knobs
+from operations.basics import deploy_files, knobs
 from operations.deployment import preflight
 from operations.gateway import drain, membership
 from operations.server import unit
+
+deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 
 try:
     view = status.view_of(host, inventory)

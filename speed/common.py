@@ -48,6 +48,10 @@ class Timed:
 def run_timed(command, env=None, cwd=REPO, timeout=900) -> Timed:
     """Run COMMAND, timing it from spawn to exit, with each output line's arrival time (stdout+stderr)."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    # As a user's Python does, the runs keep their compiled modules (__pycache__): a controller with
+    # PYTHONDONTWRITEBYTECODE set (this project's CI machine) would compile the deploy's ~80 modules
+    # again in every run, 0.08 s of a 1.3 s no-op.
+    full_env.pop("PYTHONDONTWRITEBYTECODE", None)
     lines = []
     started = time.monotonic()
     process = subprocess.Popen([str(c) for c in command], cwd=cwd, env=full_env, stdout=subprocess.PIPE,

@@ -141,6 +141,9 @@ KNOBS = (
          group="bench", subject="bench"),
     Knob("max_accept_drop", "number", "the largest accept-length drop from the baseline that passes",
          group="bench", subject="bench"),
+    Knob("each_replica", "boolean", "with several replicas, each level runs on every replica alone before all of "
+         "them at once; false: all at once only (a host's figures in one pass, not one per replica)", group="bench",
+         subject="bench"),
     # status.py, logs.py, uninstall.py (--data).
     Knob("json", "boolean", "status.py prints its records as one JSON list on stdout", (DATA,), group="",
          subject="tools"),

@@ -13,7 +13,7 @@ from operations.server import speculative
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = re.compile(r"[A-Za-z0-9._/-]+")
 DEFAULTS = dict(modes=",".join(speculative.modes()), concurrency="1,4,16,64", output_tokens=256,
-                max_throughput_drop=0.10, max_accept_drop=0.2, results_dir="bench-results")
+                max_throughput_drop=0.10, max_accept_drop=0.2, results_dir="bench-results", each_replica=True)
 # The default workload: 20 prompts written for this benchmark (6 chat, 6 code, 5 reasoning and 3 long-context
 # ones of 1,500-2,400 words: a module to review, a design to summarize, a server to explain), because the
 # drafter's accept length depends on what is asked: random tokens tell nothing about it.
@@ -39,6 +39,7 @@ class Plan:
     baseline: Path | None
     max_throughput_drop: float
     max_accept_drop: float
+    each_replica: bool  # with several replicas, each level on every replica alone before all of them at once
 
     def requests_at(self, concurrency: int) -> int:
         return self.requests or max(16, 4 * concurrency)
@@ -84,6 +85,7 @@ def plan(data) -> Plan:
         baseline=Path(str(baseline)) if baseline is not None else None,
         max_throughput_drop=knobs.fraction("max_throughput_drop", get("max_throughput_drop")),
         max_accept_drop=knobs.number("max_accept_drop", get("max_accept_drop")),
+        each_replica=knobs.boolean("each_replica", get("each_replica")),
     )
 
 

@@ -15,8 +15,9 @@ controller, never part of a command.
 It follows the deployment's layout: each replica's unit is stood in for by a bench unit on the same
 GPUs and port (`specfleet-bench`, or with several replicas one each,
 `specfleet-bench-<DEPLOYMENT>-gpu<GPUS>`). With several replicas each level runs against every replica
-alone, then against all of them at once, the client spreading its requests round robin over them as
-the gateway's round_robin policy does: the host's figures (the summary's modes, table, plots and gate).
+alone (unless each_replica=false), then against all of them at once, the client spreading its requests
+round robin over them as the gateway's round_robin policy does: the host's figures (the summary's modes,
+table, plots and gate).
 
 Then, the deployed replicas serving again and back in their gateways, each level runs through every
 gateway of their model whose only workers of it they are (`gateways.gateway_problem`): the deployed
@@ -132,6 +133,15 @@ def run_sweep(state, host, replicas: tuple[Server, ...], plan: Plan, modes: dict
         _SWEEPS.discard(gevent.getcurrent())
 
 
+def client_runs(replicas: tuple[Server, ...], plan: Plan) -> list[tuple[str, tuple[Server, ...]]]:
+    """Where the client runs at each level, in order, named as the results are (raw/<name>/...): each
+    replica alone (several replicas, unless ``plan.each_replica`` is false), then every replica at once,
+    the host's levels ("all"; "" for a deployment of one replica)."""
+    several = len(replicas) > 1
+    alone = [(r.service_name, (r,)) for r in replicas] if several and plan.each_replica else []
+    return [*alone, (ALL if several else "", tuple(replicas))]
+
+
 def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, ready_s: int, rejoin: list,
            results_subdir: str) -> bool:
     d, several = replicas[0], len(replicas) > 1
@@ -139,7 +149,8 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
     out = plan.results_dir / run_id / host.name / results_subdir
     remote_root = f"{remote.RUNS}/{run_id}"
     # Every level's bound, on each replica and then on all of them.
-    level_budget_s = sum(client.level_bound_s(plan, c) for c in plan.concurrency) * (len(replicas) + several)
+    runs = client_runs(replicas, plan)
+    level_budget_s = sum(client.level_bound_s(plan, c) for c in plan.concurrency) * len(runs)
     out.mkdir(parents=True, exist_ok=True)
     failed, per_replica = [], {}
     remote.run_directory(host, d.engine.user, remote_root)
@@ -160,8 +171,6 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
                 failed.append(mode)
                 continue
             result["levels"] = {}
-            # Each replica alone (several), then every replica at once: the host's levels.
-            runs = [*((r.service_name, (r,)) for r in replicas if several), (ALL if several else "", tuple(replicas))]
             for concurrency in plan.concurrency:
                 for name, targets in runs:
                     where = f"{name}/" if name else ""
@@ -222,7 +231,7 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
                          "requests": {str(c): plan.requests_at(c) for c in plan.concurrency},
                          "endpoint": "/v1/chat/completions (streaming)"}}
     doc = report.summary(meta, modes)
-    if several:
+    if several and plan.each_replica:
         doc["replicas"] = per_replica  # each replica alone; doc["modes"]: all of them at once
     if gateways:
         doc["gateways"] = gateways  # the deployed replicas through each of their gateways

@@ -186,11 +186,17 @@ def test_the_bench_runs_through_a_gateway_in_front_of_the_host_alone_over_all_it
         narrowed = run_deploy(*EXPOSED, "--limit", pcie.name, "--limit", gateway.name)
         assert narrowed.returncode == 0, narrowed.output[-3000:]
         assert set(gateway_workers(gateway)) == {f"http://{pcie.address}:{port}" for port in PORTS}
-        bench = run_bench(pcie, "modes=ar", "concurrency=8", "requests=16", "output_tokens=16",
+        # each_replica=false: the host's pass over all eight at once, then the gateway's (test_bench_replicas.py
+        # runs each replica alone).
+        bench = run_bench(pcie, "modes=ar", "concurrency=8", "requests=16", "output_tokens=16", "each_replica=false",
                           f"results_dir={tmp_path}", *EXPOSED[1::2])
     assert bench.returncode == 0, bench.output[-4000:]
     (summary_file,) = tmp_path.glob(f"*/{pcie.name}/summary.json")
-    through = json.loads(summary_file.read_text())["gateways"][gateway.name]
+    summary = json.loads(summary_file.read_text())
+    # Only the pass over all eight at once, and the gateway's.
+    assert "replicas" not in summary and summary["modes"]["ar"]["levels"]["8"]["requests_completed"] == 16
+    assert sorted(p.name for p in (summary_file.parent / "raw").iterdir()) == ["all", f"gateway-{gateway.name}"]
+    through = summary["gateways"][gateway.name]
     assert through["url"] == f"http://{gateway.address}:{GATEWAY_PORT}" and through["mode"] == "ddtree"
     level = through["levels"]["8"]
     assert level["requests_completed"] == 16 and level["request_errors"] == 0 and level["accept_length"] > 1

@@ -204,7 +204,8 @@ def test_two_models_on_one_host_on_disjoint_gpus_each_verified_and_benchmarked_o
                                 env={**os.environ, "HF_TOKEN": TOKEN_GRANTED})
         assert checks.returncode == 0 and " failed" not in checks.stdout, checks.stdout[-4000:]
         # Benchmarked on its own: one deployment after the other, each in its own results directory.
-        bench = run_bench(host, "modes=ar", "concurrency=1", "requests=2", "output_tokens=8", f"results_dir={tmp_path}")
+        bench = run_bench(host, "modes=ar", "concurrency=1", "requests=2", "output_tokens=8", "each_replica=false",
+                          f"results_dir={tmp_path}")
         assert bench.returncode == 0, bench.output[-3000:]
         layouts = {path.parent.name: json.loads(path.read_text())["layout"]
                    for path in tmp_path.glob(f"*/{host.name}/*/summary.json")}

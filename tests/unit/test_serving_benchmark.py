@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from serving_benchmark import client, gateways, remote, report, units
+from serving_benchmark import client, gateways, remote, report, sweep, units
 from operations.basics.knobs import BadHostData
 from serving_benchmark.modes import mode_args
 from serving_benchmark.plan import PROMPTS, plan
@@ -28,7 +28,8 @@ def test_plan_defaults_and_refusals(tmp_path):
     mine = tmp_path / "mine.jsonl"
     mine.write_text('{"text": "Explain NCCL rings."}\n\n{"text": "Write a haiku.", "output_length": 40}\n')
     assert plan({"prompts": str(mine)}).prompt_count == 2
-    for bad in ({"modes": "ar,eagle"}, {"concurrency": "1,0"}, {"concurrency": "1;rm -rf /"},
+    assert default.each_replica is True and plan({"each_replica": "false"}).each_replica is False
+    for bad in ({"modes": "ar,eagle"}, {"concurrency": "1,0"}, {"concurrency": "1;rm -rf /"}, {"each_replica": "some"},
                 {"baseline": str(tmp_path / "missing.json")},
                 {"max_throughput_drop": "1.5"}, {"bench_tokenizer": "/etc"}):
         with pytest.raises(ValueError):
@@ -297,3 +298,12 @@ def test_server_info_is_kept_with_the_keys_it_holds_masked():
     assert key not in json.dumps(info) and admin not in json.dumps(info)
     assert info["api_key"] == info["admin_api_key"] == "***" and info["speculative_algorithm"] == "DFLASH"
     assert info["launch_command"] == "--model-path /srv/m --admin-api-key *** --api-key=***"
+
+
+def test_the_client_runs_on_each_replica_alone_then_on_all_unless_each_replica_is_false():
+    replicas = tuple(type("Replica", (), {"service_name": f"sglang@qwen-gpu{i}"})() for i in range(3))
+    names = [name for name, _ in sweep.client_runs(replicas, plan({}))]
+    assert names == ["sglang@qwen-gpu0", "sglang@qwen-gpu1", "sglang@qwen-gpu2", "all"]
+    assert [(n, len(t)) for n, t in sweep.client_runs(replicas, plan({"each_replica": "false"}))] == [("all", 3)]
+    assert [(n, t) for n, t in sweep.client_runs(replicas[:1], plan({"each_replica": "false"}))] == [("", replicas[:1])]
+    assert sweep.client_runs(replicas[:1], plan({})) == [("", replicas[:1])]

@@ -29,14 +29,14 @@ from tests.helpers import LAB_HOSTS, run_deploy  # noqa: E402
 # measured so yet: they stand where what their fixtures boot and deploy (the gateway host, an extra
 # host) puts them.
 LONGEST_FIRST = {
-    "tests/lab/test_replicas.py": 1050,
+    "tests/lab/test_replicas.py": 800,
     "tests/lab/test_gateway.py": 870,
     "tests/lab/test_serving_benchmark.py": 650,
     "tests/lab/test_rollout.py": 600,
     "tests/lab/test_first_deploy.py": 500,
     "tests/lab/test_bench_replicas.py": 500,
     "tests/lab/test_real_path.py": 380,
-    "tests/lab/test_revisions.py": 350,
+    "tests/lab/test_revisions.py": 250,
     "tests/faults/test_service_faults.py": 320,
     "tests/lab/test_rollout_long_requests.py": 300,
     "tests/lab/test_deploy.py": 300,

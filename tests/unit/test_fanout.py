@@ -1,0 +1,113 @@
+"""The weights' fan-out plan (operations/weights/fanout.py): facts of the run in, who fetches what from whom out."""
+
+import pytest
+
+from operations.basics.knobs import BadHostData
+from operations.deployment import resolve
+from operations.gateway import membership
+from operations.weights import fanout
+from operations.weights.fanout import HUB
+from tests.unit.group_data import host_data
+from tests.unit.test_gateway import Inventory, Run, inventory_host
+
+QWEN = "Qwen/Qwen3.6-27B"
+PINS = {"repos": {f"{QWEN}@main": "a" * 40, "z-lab/Qwen3.6-27B-DFlash@main": "b" * 40}}
+# A 27B model's listing as the hub gives it: shards of unequal sizes and a few small files.
+FILES = [*((f"model-{i:05d}-of-00012.safetensors", 4_900_000_000 - i * 1000) for i in range(1, 12)),
+         ("model-00012-of-00012.safetensors", 1_200_000_000), ("config.json", 2_000), ("tokenizer.json", 11_000_000)]
+
+
+def arrival(sources: dict, names: tuple[str, ...], path: str) -> dict[str, int]:
+    """The round in which each host has `path`, the plan followed: its seed from the hub in round 0; then each
+    round every host that has it serves one host taking it from it first (the one with the most hosts behind
+    it: a holder's upload is shared, not multiplied, among those it serves at once)."""
+    first = {name: sources[name][path][0] for name in names}
+
+    def behind(name: str) -> int:
+        return 1 + sum(behind(child) for child, parent in first.items() if parent == name)
+
+    when = {name: 0 for name, parent in first.items() if parent == HUB}
+    round_ = 0
+    while len(when) < len(names):
+        round_ += 1
+        served = []
+        for server in [n for n in names if n in when]:
+            waiting = [n for n in names if first[n] == server and n not in when]
+            if waiting:
+                served.append(max(waiting, key=behind))
+        assert served, f"{path}: {sorted(set(names) - set(when))} wait on hosts that never have it"
+        when.update(dict.fromkeys(served, round_))
+    return when
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 8, 13, 16])
+def test_every_host_has_every_file_after_log2_n_rounds_each_file_from_the_hub_once(count):
+    names = tuple(f"gpu{i}" for i in range(count))
+    sources = fanout.plan(names, FILES)
+    for path, _ in FILES:
+        when = arrival(sources, names, path)
+        assert sorted(when.values()).count(0) == 1  # one host takes it from the hub
+        assert max(when.values()) == fanout.rounds(count) == (count - 1).bit_length()
+        for round_ in range(1, max(when.values()) + 1):  # each holder serves at most one peer a round
+            servers = [sources[n][path][0] for n in names if when[n] == round_]
+            assert len(servers) == len(set(servers))
+        for name in names:  # every chain ends at the hub, after peers that had the file before
+            chain = sources[name][path]
+            assert chain[-1] == HUB and [when[p] for p in chain[:-1]] == sorted((when[p] for p in chain[:-1]),
+                                                                                 reverse=True)
+
+
+def test_the_hub_bytes_are_shared_among_the_hosts():
+    names = ("a", "b", "c")
+    sources = fanout.plan(names, FILES)
+    from_hub = {n: sum(size for path, size in FILES if sources[n][path] == (HUB,)) for n in names}
+    total = sum(size for _, size in FILES)
+    assert sum(from_hub.values()) == total  # every byte from the hub once
+    assert max(from_hub.values()) - min(from_hub.values()) <= max(size for _, size in FILES)
+    assert min(from_hub.values()) > total / 4
+
+
+def test_a_host_cut_off_from_its_peers_takes_everything_from_the_hub_and_no_peer_counts_on_it():
+    names = ("a", "b", "c", "d")
+    sources = fanout.plan(names, FILES, cut_off=["b"])
+    assert set(sources["b"].values()) == {(HUB,)}
+    assert not any("b" in chain for n in "acd" for chain in sources[n].values())
+    for path, _ in FILES:
+        assert max(arrival(sources, ("a", "c", "d"), path).values()) == fanout.rounds(3)
+    alone = fanout.plan(("a", "b"), FILES, cut_off=["a"])  # one holder left: no fan-out at all
+    assert {chain for files in alone.values() for chain in files.values()} == {(HUB,)}
+
+
+def worker(name: str, address: str, **data):
+    return inventory_host(name, ["rtx_pro_6000_pcie"], ssh_hostname=address, profile="qwen36_ddtree", pins=PINS,
+                          **data)
+
+
+def test_the_holders_come_from_the_fleet_resolved_once_and_share_a_pinned_revision_only():
+    inventory = type("ThisRun", (Inventory,), {"state": Run()})([worker("a", "10.0.0.1"), worker("b", "10.0.0.2"),
+                           worker("off", "10.0.0.3", weights_fanout=False),
+                           worker("c", "10.0.0.4", weights_fanout_port=31500),
+                           inventory_host("moving", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.5",
+                                          profile="qwen36_ddtree")])  # main, unpinned: no commit yet
+    fleet = membership.of(inventory)
+    found = fanout.holders((w.name, w.address, w.weights) for w in fleet.workers)
+    target = fanout.Revision(QWEN, "a" * 40, "Qwen--Qwen3.6-27B/" + "a" * 40)
+    assert set(found) == {target, fanout.Revision("z-lab/Qwen3.6-27B-DFlash", "b" * 40,
+                                                  "z-lab--Qwen3.6-27B-DFlash/" + "b" * 40)}
+    assert found[target] == (fanout.Holder("a", "10.0.0.1", 30900), fanout.Holder("b", "10.0.0.2", 30900),
+                             fanout.Holder("c", "10.0.0.4", 31500))
+    assert fanout.peer_url(found[target][2], target) == "http://10.0.0.4:31500/Qwen--Qwen3.6-27B/" + "a" * 40
+    lone = type("AnotherRun", (Inventory,), {"state": Run()})([worker("a", "10.0.0.1"), worker("off", "10.0.0.3", weights_fanout=False)])
+    assert fanout.holders((w.name, w.address, w.weights) for w in membership.of(lone).workers) == {}
+
+
+@pytest.mark.parametrize("key, value", [("weights_fanout", "sometimes"), ("weights_cache", "keep"),
+                                        ("weights_fanout_port", "30900; id"), ("weights_fanout_port", 70000)])
+def test_fanout_knobs_are_refused_when_malformed(key, value):
+    with pytest.raises(BadHostData, match=key):
+        resolve(host_data("rtx_pro_6000_pcie", **{key: value}), "rtx_pro_6000_pcie")
+
+
+def test_fanout_is_on_and_the_cache_off_by_default():
+    weights = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").weights
+    assert (weights.fanout, weights.cache, weights.fanout_port) == (True, False, 30900)

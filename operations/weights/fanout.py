@@ -35,6 +35,14 @@ class Holder:
 
 
 @dataclass(frozen=True)
+class Take:
+    """How one host takes one file: in which round it has it (0: its seed, from the hub), and its sources."""
+
+    round: int
+    sources: tuple[str, ...]  # peers by name, then HUB
+
+
+@dataclass(frozen=True)
 class Revision:
     """A repo at a commit, as the hosts holding it share it."""
 
@@ -48,9 +56,12 @@ def holders(hosts: Iterable[tuple[str, str, tuple[Weights, ...]]]) -> dict[Revis
 
     `hosts`: each worker host of the run as (name, address, its deployments' weights), from the fleet
     resolved once per run (operations/gateway/membership.py WorkerHost). A revision named by a branch
-    the hub has not resolved yet, and a host with `weights_fanout` off, take no part."""
+    the hub has not resolved yet, a host with `weights_fanout` off, and one whose address is no host name
+    or IPv4 address (it would reach the fetchers' specs), take no part."""
     found: dict[Revision, list[Holder]] = {}
     for name, address, weights in hosts:
+        if not network.ADDRESS.fullmatch(address):
+            continue
         for w in weights:
             if not w.fanout:
                 continue
@@ -84,18 +95,20 @@ def seeds(names: tuple[str, ...], files: Iterable[tuple[str, int]]) -> dict[str,
 
 
 def plan(names: tuple[str, ...], files: Iterable[tuple[str, int]],
-         cut_off: Iterable[str] = ()) -> dict[str, dict[str, tuple[str, ...]]]:
-    """Per host, per file, its sources in order: peers by name, then HUB.
+         cut_off: Iterable[str] = ()) -> dict[str, dict[str, Take]]:
+    """Per host, per file, how it takes it: its round and its sources in order (peers by name, then HUB).
+    A host fetching its files round by round waits on a peer only for a file that peer takes in an
+    earlier round, so no two hosts wait on each other.
 
     `names`: a revision's holders in inventory order (``holders``); `files`: the hub's listing of it as
     (path, size); `cut_off`: the holders preflight found cannot reach a peer on the fan-out port."""
     files = list(files)
     excluded = set(cut_off)
     taking_part = tuple(n for n in names if n not in excluded)
-    sources: dict[str, dict[str, tuple[str, ...]]] = {n: {} for n in names}
+    sources: dict[str, dict[str, Take]] = {n: {} for n in names}
     for name in names:
         if name in excluded or len(taking_part) < 2:
-            sources[name] = {path: (HUB,) for path, _ in files}
+            sources[name] = {path: Take(0, (HUB,)) for path, _ in files}
     if len(taking_part) < 2:
         return sources
     for path, seed in seeds(taking_part, files).items():
@@ -106,7 +119,7 @@ def plan(names: tuple[str, ...], files: Iterable[tuple[str, int]],
             while at:
                 at = parent(at)
                 chain.append(tree[at])
-            sources[name][path] = (*chain, HUB)
+            sources[name][path] = Take(position.bit_length(), (*chain, HUB))
     return sources
 
 
@@ -123,3 +136,14 @@ def peer_url(holder: Holder, revision: Revision) -> str:
 def cut_off_line(name: str, peer: str, port: int) -> str:
     """Preflight's line for a host that cannot reach a peer on the fan-out port."""
     return f"{name} cannot reach {peer} on port {port} (weights_fanout_port): it takes its weights from the hub"
+
+
+def fetch_spec(revision: Revision, holders_of: tuple[Holder, ...], takes: dict[str, Take]) -> dict:
+    """What one host's fetcher reads of the fan-out (host_scripts/weights_sources.py), beside its download
+    spec: the peers it may ask and their servers' URLs of the revision, each file's peers in order and round.
+    `takes`: the host's part of ``plan``."""
+    asked = {name for take in takes.values() for name in take.sources if name != HUB}
+    return {"peers": {h.name: peer_url(h, revision) for h in holders_of if h.name in asked},
+            "sources": {path: [n for n in take.sources if n != HUB] for path, take in takes.items()
+                        if take.sources != (HUB,)},
+            "rounds": {path: take.round for path, take in takes.items()}}

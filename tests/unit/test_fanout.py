@@ -18,25 +18,19 @@ FILES = [*((f"model-{i:05d}-of-00012.safetensors", 4_900_000_000 - i * 1000) for
 
 
 def arrival(sources: dict, names: tuple[str, ...], path: str) -> dict[str, int]:
-    """The round in which each host has `path`, the plan followed: its seed from the hub in round 0; then each
-    round every host that has it serves one host taking it from it first (the one with the most hosts behind
-    it: a holder's upload is shared, not multiplied, among those it serves at once)."""
-    first = {name: sources[name][path][0] for name in names}
-
-    def behind(name: str) -> int:
-        return 1 + sum(behind(child) for child, parent in first.items() if parent == name)
-
-    when = {name: 0 for name, parent in first.items() if parent == HUB}
-    round_ = 0
-    while len(when) < len(names):
-        round_ += 1
-        served = []
-        for server in [n for n in names if n in when]:
-            waiting = [n for n in names if first[n] == server and n not in when]
-            if waiting:
-                served.append(max(waiting, key=behind))
-        assert served, f"{path}: {sorted(set(names) - set(when))} wait on hosts that never have it"
-        when.update(dict.fromkeys(served, round_))
+    """The round in which each host has `path` by the plan, checked to be a schedule that can run: its seed
+    takes it from the hub in round 0, every other host from a peer that had it in an earlier round, and each
+    host serves at most one peer a round (a holder's upload is shared, not multiplied, among those it serves
+    at once)."""
+    when = {name: sources[name][path].round for name in names}
+    first = {name: sources[name][path].sources[0] for name in names}
+    assert [n for n in names if first[n] == HUB] == [n for n in names if when[n] == 0]
+    for name in names:
+        if first[name] != HUB:
+            assert when[first[name]] < when[name], f"{name} takes {path} from {first[name]}, which has it no sooner"
+    for round_ in range(1, max(when.values()) + 1):
+        servers = [first[n] for n in names if when[n] == round_]
+        assert len(servers) == len(set(servers)), f"round {round_} of {path}: a host serves two at once"
     return when
 
 
@@ -48,11 +42,8 @@ def test_every_host_has_every_file_after_log2_n_rounds_each_file_from_the_hub_on
         when = arrival(sources, names, path)
         assert sorted(when.values()).count(0) == 1  # one host takes it from the hub
         assert max(when.values()) == fanout.rounds(count) == (count - 1).bit_length()
-        for round_ in range(1, max(when.values()) + 1):  # each holder serves at most one peer a round
-            servers = [sources[n][path][0] for n in names if when[n] == round_]
-            assert len(servers) == len(set(servers))
         for name in names:  # every chain ends at the hub, after peers that had the file before
-            chain = sources[name][path]
+            chain = sources[name][path].sources
             assert chain[-1] == HUB and [when[p] for p in chain[:-1]] == sorted((when[p] for p in chain[:-1]),
                                                                                  reverse=True)
 
@@ -60,7 +51,7 @@ def test_every_host_has_every_file_after_log2_n_rounds_each_file_from_the_hub_on
 def test_the_hub_bytes_are_shared_among_the_hosts():
     names = ("a", "b", "c")
     sources = fanout.plan(names, FILES)
-    from_hub = {n: sum(size for path, size in FILES if sources[n][path] == (HUB,)) for n in names}
+    from_hub = {n: sum(size for path, size in FILES if sources[n][path].sources == (HUB,)) for n in names}
     total = sum(size for _, size in FILES)
     assert sum(from_hub.values()) == total  # every byte from the hub once
     assert max(from_hub.values()) - min(from_hub.values()) <= max(size for _, size in FILES)
@@ -70,12 +61,12 @@ def test_the_hub_bytes_are_shared_among_the_hosts():
 def test_a_host_cut_off_from_its_peers_takes_everything_from_the_hub_and_no_peer_counts_on_it():
     names = ("a", "b", "c", "d")
     sources = fanout.plan(names, FILES, cut_off=["b"])
-    assert set(sources["b"].values()) == {(HUB,)}
-    assert not any("b" in chain for n in "acd" for chain in sources[n].values())
+    assert set(sources["b"].values()) == {fanout.Take(0, (HUB,))}
+    assert not any("b" in take.sources for n in "acd" for take in sources[n].values())
     for path, _ in FILES:
         assert max(arrival(sources, ("a", "c", "d"), path).values()) == fanout.rounds(3)
     alone = fanout.plan(("a", "b"), FILES, cut_off=["a"])  # one holder left: no fan-out at all
-    assert {chain for files in alone.values() for chain in files.values()} == {(HUB,)}
+    assert {take for files in alone.values() for take in files.values()} == {fanout.Take(0, (HUB,))}
 
 
 def worker(name: str, address: str, **data):
@@ -87,6 +78,7 @@ def test_the_holders_come_from_the_fleet_resolved_once_and_share_a_pinned_revisi
     inventory = type("ThisRun", (Inventory,), {"state": Run()})([worker("a", "10.0.0.1"), worker("b", "10.0.0.2"),
                            worker("off", "10.0.0.3", weights_fanout=False),
                            worker("c", "10.0.0.4", weights_fanout_port=31500),
+                           worker("odd", "10.0.0.6/evil?"),  # no address a peer's URL may hold
                            inventory_host("moving", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.5",
                                           profile="qwen36_ddtree")])  # main, unpinned: no commit yet
     fleet = membership.of(inventory)
@@ -99,6 +91,23 @@ def test_the_holders_come_from_the_fleet_resolved_once_and_share_a_pinned_revisi
     assert fanout.peer_url(found[target][2], target) == "http://10.0.0.4:31500/Qwen--Qwen3.6-27B/" + "a" * 40
     lone = type("AnotherRun", (Inventory,), {"state": Run()})([worker("a", "10.0.0.1"), worker("off", "10.0.0.3", weights_fanout=False)])
     assert fanout.holders((w.name, w.address, w.weights) for w in membership.of(lone).workers) == {}
+
+
+def test_each_hosts_fetch_spec_names_its_peers_as_the_fetcher_accepts_them():
+    from tests.helpers import host_programs_importable
+    host_programs_importable()
+    import weights_sources
+
+    revision = fanout.Revision(QWEN, "a" * 40, "Qwen--Qwen3.6-27B/" + "a" * 40)
+    holders_of = tuple(fanout.Holder(n, f"10.0.0.{i + 1}", 30900) for i, n in enumerate("abcd"))
+    sources = fanout.plan(tuple(h.name for h in holders_of), FILES)
+    for holder in holders_of:
+        part = fanout.fetch_spec(revision, holders_of, sources[holder.name])
+        assert weights_sources.spec_problem({"commit": revision.commit, **part}) is None
+        assert holder.name not in part["peers"]  # never itself
+        assert set(part["rounds"]) == {path for path, _ in FILES}
+        seeded = {path for path, take in sources[holder.name].items() if take.round == 0}
+        assert seeded and seeded.isdisjoint(part["sources"])  # what it takes from the hub names no peer
 
 
 @pytest.mark.parametrize("key, value", [("weights_fanout", "sometimes"), ("weights_cache", "keep"),

@@ -173,7 +173,6 @@ weights_fanout = True
 # servers' ports (port + GPU index, 30000-30007), below nccl_port's (31000-31007).
 weights_fanout_port = 30900
 weights_cache = False  # True: a host keeps serving its revisions to its peers after the run (a site cache)
-weights_peer_user = "specfleet-peer"  # runs the peer server: in the weights' group, it reads them and owns nothing
 install_driver = False  # True: install the open-module driver branch below (reboots if it changed)
 driver_branch = "580"
 # NVIDIA's apt repositories (the driver, fabric manager, nvlsm), per OS release and architecture below it.

@@ -62,8 +62,6 @@ KNOBS = (
     Knob("weights_fanout_port", "port", "where a host serves its revisions to the run's peers", subject="weights"),
     Knob("weights_cache", "boolean", "a host keeps serving its revisions to its peers after the run (a site cache)",
          subject="weights"),
-    Knob("weights_peer_user", "user name", "runs the peer server: reads the weights through their group, owns "
-         "nothing", subject="weights"),
     # The server.
     Knob("api_key_env", "variable name", "the controller's variable holding the API key the servers require",
          subject="server"),

@@ -58,7 +58,6 @@ class Weights:
     fanout: bool  # take a revision other hosts of the run deploy from them (operations/weights/fanout.py)
     fanout_port: int  # where this host serves its revisions to its peers (operations/weights/peer.py)
     cache: bool  # keep serving them after the run: a site cache for later revisions and hosts
-    peer_user: str  # runs the peer server: reads the weights through the reader's group, owns nothing
 
     def repo(self, role: str) -> Repo:
         return next(repo for repo in self.repos if repo.role == role)
@@ -142,15 +141,4 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_to
         fanout=knobs.boolean("weights_fanout", data.weights_fanout),
         fanout_port=knobs.integer("weights_fanout_port", data.weights_fanout_port, minimum=1, maximum=65535),
         cache=knobs.boolean("weights_cache", data.weights_cache),
-        peer_user=peer_user(data, owner, reader),
     )
-
-
-def peer_user(data: Any, owner: str, reader: str) -> str:
-    """The peer server's user (`weights_peer_user`): neither the download user, which owns the token and writes
-    the weights, nor the service user, which runs the model's code."""
-    user = knobs.service_account("weights_peer_user", data.weights_peer_user)
-    if user in (owner, reader):
-        raise knobs.refused("weights_peer_user", user, "use a user of the peer server's own (the deploy creates it)",
-                            wrong=f"is the {'download' if user == owner else 'service'} user")
-    return user

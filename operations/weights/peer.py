@@ -30,7 +30,6 @@ REVISION_PATH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*--[A-Za-z0-9][A-Za-z0-9._
 class PeerServer:
     """One host's peer server: whom it serves, what, where, as whom."""
 
-    user: str  # its own system user (`weights_peer_user`)
     reader: str  # the weights' group (the service user's)
     weights_dir: str
     port: int  # `weights_fanout_port`
@@ -73,7 +72,7 @@ def server(weights: Weights, weights_dir: str, peers: tuple[str, ...], revisions
     for revision in revisions:
         if not REVISION_PATH.fullmatch(revision) or posixpath.normpath(revision) != revision:
             raise knobs.refused("a fan-out revision", revision, "use <owner>--<name>/<40-hex commit>")
-    return PeerServer(user=weights.peer_user, reader=weights.reader, weights_dir=weights_dir,
+    return PeerServer(reader=weights.reader, weights_dir=weights_dir,
                       port=weights.fanout_port, allowed=tuple(sorted(set(allowed))),
                       revisions=tuple(sorted(set(revisions))), cache=weights.cache, config_dir=weights.config_dir)
 

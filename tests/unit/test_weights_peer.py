@@ -56,17 +56,10 @@ def test_a_peer_named_not_by_address_or_a_malformed_revision_is_refused(peers, r
         peer.server(weights(), "/srv/specfleet/models", peers, (revision,))
 
 
-def test_the_peer_user_is_neither_the_download_nor_the_service_user():
-    assert weights().peer_user == "specfleet-peer"
-    for user in ("sglang-download", "sglang", "root"):
-        with pytest.raises(BadHostData, match="weights_peer_user"):
-            weights(weights_peer_user=user)
-
-
-def test_the_unit_runs_as_its_own_user_in_the_weights_group_out_of_roots_configuration():
+def test_the_unit_runs_as_a_user_of_its_own_in_the_weights_group_out_of_roots_configuration():
     text = peer.unit_text(peer_server())
     lines = text.splitlines()
-    assert {"User=specfleet-peer", "SupplementaryGroups=sglang", "InaccessiblePaths=-/etc/specfleet",
+    assert {"DynamicUser=yes", "User=specfleet-weights-peer", "SupplementaryGroups=sglang", "InaccessiblePaths=-/etc/specfleet",
             "ReadOnlyPaths=/srv/specfleet/models", "ProtectHome=yes", "ProtectSystem=strict",
             "ExecStart=/usr/sbin/nginx -c /etc/specfleet-weights-peer/nginx.conf"} <= set(lines)
     assert "[Install]" not in lines  # started while the fan-out runs only

@@ -133,11 +133,6 @@ def peer_url(holder: Holder, revision: Revision) -> str:
     return f"{network.url(holder.address, holder.port)}/{revision.path}"
 
 
-def cut_off_line(name: str, peer: str, port: int) -> str:
-    """Preflight's line for a host that cannot reach a peer on the fan-out port."""
-    return f"{name} cannot reach {peer} on port {port} (weights_fanout_port): it takes its weights from the hub"
-
-
 def fetch_spec(revision: Revision, holders_of: tuple[Holder, ...], takes: dict[str, Take]) -> dict:
     """What one host's fetcher reads of the fan-out (host_scripts/weights_sources.py), beside its download
     spec: the peers it may ask and their servers' URLs of the revision, each file's peers in order and round.

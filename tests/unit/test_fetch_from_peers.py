@@ -148,6 +148,22 @@ def test_a_dropped_peer_is_not_asked_again_and_the_hub_serves_what_it_held(stand
     assert received(tmp_path)["by_peer"] == {"gpu1": len(FILES[SHARD1])}
 
 
+def test_a_fetch_its_unit_restarts_asks_no_dropped_peer_again_and_adds_to_the_counts(stand_ins, tmp_path,
+                                                                                      monkeypatch):
+    hub, peers, peer_urls, hub_url = stand_ins
+    peers["gpu1"].corrupt.add(SHARD1)
+    hub.missing_for[SHARD2] = 1  # the first fetch fails on it (its unit restarts it), the second completes
+    sources = {SHARD1: ["gpu1"], SHARD2: ["gpu1"]}
+    monkeypatch.setattr(fetch_weights, "STREAMS", 1)
+    assert run(tmp_path, monkeypatch, hub_url, peer_urls, sources=sources, rounds={SHARD1: 1, SHARD2: 2}) == 1
+    asked_before = len(peers["gpu1"].asked)
+    assert run(tmp_path, monkeypatch, hub_url, peer_urls, sources=sources, rounds={SHARD1: 1, SHARD2: 2}) == 0
+    assert len(peers["gpu1"].asked) == asked_before == 1 and in_place(tmp_path)
+    assert received(tmp_path) == {"hub": sum(len(d) for d in FILES.values()), "peers": len(FILES[SHARD1]),
+                                  "by_peer": {"gpu1": len(FILES[SHARD1])}}
+    assert not (tmp_path / "weights" / ".cache/specfleet/sources.json").exists()  # gone with the journal
+
+
 def test_a_peer_that_breaks_off_is_continued_by_the_hub_from_the_bytes_already_here(stand_ins, tmp_path, monkeypatch):
     hub, peers, peer_urls, hub_url = stand_ins
     peers["gpu1"].cut[SHARD1] = 120_000

@@ -3,9 +3,9 @@
 A spec of the fan-out (operations/weights/fanout.py) names the run's peers that hold the revision,
 each at its peer server's URL of it, and per file the peers to ask, in order; the hub comes last,
 for every file. A peer that serves a byte the hub's hash refuses, or that cannot be reached, is
-dropped for the rest of the fetch, and the file comes from the next source. The bytes received are
-counted by source (the hub, each peer) and kept beside the journal, so a restarted fetch adds to
-them; the manifest records their sum.
+dropped for the rest of the fetch, and the file comes from the next source. The peers dropped and the
+bytes received by source (the hub, each peer) are kept beside the journal, so a fetch its unit restarts
+asks no dropped peer again and adds to the counts; the manifest records their sum.
 
 Standard library only.
 """
@@ -20,7 +20,7 @@ HUB = "hub"  # fanout.HUB on the controller
 # A peer server's URL of a revision, as the controller writes it (fanout.peer_url): nothing else is fetched.
 PEER_URL = re.compile(r"http://[A-Za-z0-9][A-Za-z0-9.-]*:[0-9]{1,5}/[A-Za-z0-9][A-Za-z0-9._-]*/[0-9a-f]{40}")
 PEER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,252}")
-RECEIVED = ".cache/specfleet/received.json"
+KEPT = ".cache/specfleet/sources.json"  # {"received": {source: bytes}, "dropped": {peer: why}}
 
 
 def spec_problem(spec: dict) -> str | None:
@@ -48,15 +48,18 @@ class Sources:
     def __init__(self, spec: dict, local_dir: Path, inside):
         self.peers = dict(spec.get("peers") or {})
         self.order = {path: list(names) for path, names in (spec.get("sources") or {}).items()}
-        self.dropped: dict[str, str] = {}  # peer -> why
         self.lock = threading.Lock()
-        self.file = Path(inside(local_dir, RECEIVED))
+        self.file = Path(inside(local_dir, KEPT))
         try:
             earlier = json.loads(self.file.read_text())
         except (OSError, ValueError):
             earlier = {}
-        self.received = {name: count for name, count in (earlier if isinstance(earlier, dict) else {}).items()
+        earlier = earlier if isinstance(earlier, dict) else {}
+        received, dropped = earlier.get("received"), earlier.get("dropped")
+        self.received = {name: count for name, count in (received if isinstance(received, dict) else {}).items()
                          if isinstance(name, str) and isinstance(count, int) and count >= 0}
+        self.dropped = {name: str(why) for name, why in (dropped if isinstance(dropped, dict) else {}).items()
+                        if name in self.peers}  # peer -> why
 
     def of(self, path: str) -> list[str]:
         """The sources to ask for PATH, in order: its peers not dropped, then the hub."""
@@ -79,11 +82,11 @@ class Sources:
             self.received[name] = self.received.get(name, 0) + size
 
     def keep(self) -> None:
-        """The counts beside the journal, where a restarted fetch finds them."""
+        """The counts and the peers dropped beside the journal, where a restarted fetch finds them."""
         self.file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.file.with_name(f".{self.file.name}.tmp")
         with self.lock:
-            tmp.write_text(json.dumps(self.received, sort_keys=True))
+            tmp.write_text(json.dumps({"received": self.received, "dropped": self.dropped}, sort_keys=True))
         os.replace(tmp, self.file)
 
     def done(self) -> None:

@@ -57,6 +57,9 @@ def serve(served: Served):
             if path in served.corrupt:
                 data[len(data) // 2] ^= 0xFF
             start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers.get("Range") else 0
+            if start >= len(data):
+                self.send_error(416)  # as nginx and the hub's CDN answer a Range from a file's end
+                return
             self.send_response(206 if start else 200)
             self.send_header("Content-Length", str(len(data) - start))
             self.end_headers()
@@ -173,6 +176,17 @@ def test_a_peer_that_breaks_off_is_continued_by_the_hub_from_the_bytes_already_h
     counts = received(tmp_path)
     assert counts["by_peer"] == {"gpu1": 120_000}
     assert counts["hub"] == len(FILES[SHARD1]) - 120_000 + len(FILES[SHARD2]) + len(FILES["config.json"])
+
+
+def test_a_part_left_whole_by_a_kill_is_fetched_again_not_asked_past_its_end(stand_ins, tmp_path, monkeypatch):
+    """Killed after its last byte arrived, before its hash was checked: a Range from its end would be refused
+    (416) by every source, the peer dropped for it and the hub failing the unit on every restart."""
+    hub, peers, peer_urls, hub_url = stand_ins
+    part = tmp_path / "weights" / fetch_weights.PARTS / f"{SHARD1}.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(FILES[SHARD1])
+    assert run(tmp_path, monkeypatch, hub_url, peer_urls, sources={SHARD1: ["gpu1"]}) == 0
+    assert [(a["path"], a["range"]) for a in peers["gpu1"].asked] == [(SHARD1, None)] and in_place(tmp_path)
 
 
 def test_a_peer_that_has_not_the_file_yet_is_waited_on_then_serves_it(stand_ins, tmp_path, monkeypatch):

@@ -103,7 +103,7 @@ def transfer(url: str, token: str | None, part: Path, size: int, digest, tally=N
     """Append the rest of URL to PART (from its current size), hashing every byte of PART into
     DIGEST and counting each byte received with TALLY; returns the byte it resumed at."""
     done = part.stat().st_size if part.exists() else 0
-    if done > size:
+    if done >= size:  # nothing left to ask for (a Range from its end is refused, 416): fetched again whole
         part.unlink()
         done = 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={done}-"} if done else {})

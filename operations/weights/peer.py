@@ -23,7 +23,7 @@ from operations.weights.config import Weights
 UNIT = "specfleet-weights-peer"
 PACKAGES = ("nginx",)
 # A revision's directory under the weights directory, as fanout.Revision.path names it.
-REVISION_PATH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*--[A-Za-z0-9][A-Za-z0-9._-]*/[0-9a-f]{40}")
+REVISION_PATH = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]*--[A-Za-z0-9][A-Za-z0-9._-]*/{knobs.COMMIT.pattern}")
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def server(weights: Weights, weights_dir: str, peers: tuple[str, ...], revisions
 
 
 def conf_text(p: PeerServer) -> str:
-    return render("weights/peer-nginx.conf.j2", p=p)
+    return render("weights/peer-nginx.conf.j2", p=p, commit=knobs.COMMIT.pattern)
 
 
 def unit_text(p: PeerServer) -> str:

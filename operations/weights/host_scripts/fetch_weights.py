@@ -259,7 +259,7 @@ def fetch_resumable(spec: dict, entry: dict, local_dir: Path, token: str | None,
                     linkable: dict[tuple, Path] | None = None, sources: Sources | None = None) -> str:
     """Fetch one file into place from its sources (the spec's, unless given), continuing its .part file (or
     link it from another revision that holds it); what happened, for the journal."""
-    sources = sources or Sources(spec, local_dir, weights_manifest.inside)
+    sources = sources or Sources(spec, local_dir)
     final = Path(weights_manifest.inside(local_dir, entry["path"]))
     if in_place(entry, final, placed):
         return ""
@@ -376,7 +376,7 @@ def main(spec_path: str) -> int:
             print(f"re-fetching {entry['path']}: {path.stat().st_size} bytes on disk, "
                   f"{entry['size']} on the hub", flush=True)
             path.unlink()
-    sources = Sources(spec, local_dir, weights_manifest.inside)
+    sources = Sources(spec, local_dir)
     try:
         failures = fetch_all(spec, local_dir, placed, sources)
     finally:

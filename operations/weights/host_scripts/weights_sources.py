@@ -16,9 +16,12 @@ import re
 import threading
 from pathlib import Path
 
+import weights_manifest
+
 HUB = "hub"  # fanout.HUB on the controller
 # A peer server's URL of a revision, as the controller writes it (fanout.peer_url): nothing else is fetched.
-PEER_URL = re.compile(r"http://[A-Za-z0-9][A-Za-z0-9.-]*:[0-9]{1,5}/[A-Za-z0-9][A-Za-z0-9._-]*/[0-9a-f]{40}")
+PEER_URL = re.compile(r"http://[A-Za-z0-9][A-Za-z0-9.-]*:[0-9]{1,5}/[A-Za-z0-9][A-Za-z0-9._-]*/"
+                      + weights_manifest.COMMIT.pattern)
 PEER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,252}")
 KEPT = ".cache/specfleet/sources.json"  # {"received": {source: bytes}, "dropped": {peer: why}}
 
@@ -45,11 +48,11 @@ def spec_problem(spec: dict) -> str | None:
 class Sources:
     """The fetch's sources: the peers not dropped, and the bytes received from each source."""
 
-    def __init__(self, spec: dict, local_dir: Path, inside):
+    def __init__(self, spec: dict, local_dir: Path):
         self.peers = dict(spec.get("peers") or {})
         self.order = {path: list(names) for path, names in (spec.get("sources") or {}).items()}
         self.lock = threading.Lock()
-        self.file = Path(inside(local_dir, KEPT))
+        self.file = Path(weights_manifest.inside(local_dir, KEPT))
         try:
             earlier = json.loads(self.file.read_text())
         except (OSError, ValueError):

@@ -142,3 +142,24 @@ def fetch_spec(revision: Revision, holders_of: tuple[Holder, ...], takes: dict[s
             "sources": {path: [n for n in take.sources if n != HUB] for path, take in takes.items()
                         if take.sources != (HUB,)},
             "rounds": {path: take.round for path, take in takes.items()}}
+
+
+def cut_off(names: tuple[str, ...], reached: dict[str, frozenset[str]]) -> tuple[str, ...]:
+    """The holders left to the hub: those not in the largest set found whose members all reach each other on
+    the fan-out port (`reached`: whom each holder's probe reached; a holder that did not probe reaches no one).
+    Taken greedily, the holders reaching the most first (inventory order at a tie), so one host cut off from
+    the others is the one left out, not the others from it."""
+    def mutual(one: str, other: str) -> bool:
+        return other in reached.get(one, ()) and one in reached.get(other, ())
+
+    kept: list[str] = []
+    for name in sorted(names, key=lambda n: (-sum(mutual(n, o) for o in names if o != n), names.index(n))):
+        if name in reached and all(mutual(name, k) for k in kept):
+            kept.append(name)
+    return tuple(n for n in names if n not in kept)
+
+
+def cut_off_line(name: str, unreached: Iterable[str], port: int) -> str:
+    """The one line said of a holder left to the hub."""
+    return (f"{name} and {', '.join(unreached)} do not reach each other on port {port} (weights_fanout_port): "
+            f"{name} takes its weights from the hub")

@@ -15,8 +15,14 @@ import ipaddress
 import posixpath
 import re
 from dataclasses import dataclass
+from io import StringIO
 
-from operations.basics import knobs
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.facts.deb import DebPackages
+
+from operations.basics import apt_packages, gathering, knobs, shell
+from operations.basics.file_states import FileStates, matches
 from operations.basics.templates import render
 from operations.weights.config import Weights
 
@@ -83,3 +89,81 @@ def conf_text(p: PeerServer) -> str:
 
 def unit_text(p: PeerServer) -> str:
     return render("weights/weights-peer.service.j2", p=p)
+
+
+UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
+
+
+@operation()
+def package():
+    """
+    Debian's nginx for the peer server, its own ``nginx.service`` masked before the package is installed:
+    that one would start at once and at every boot, serving /var/www on port 80 to anyone.
+
+    **Example:**
+
+    .. code:: python
+
+        peer.package(name="Weights peer server package")
+    """
+    if all(name in host.get_fact(DebPackages) for name in PACKAGES):
+        host.noop("nginx is installed (its own nginx.service masked)")
+        return
+    yield "systemctl mask nginx.service"
+    yield from apt_packages.install(list(PACKAGES))
+
+
+@operation()
+def serving(server: PeerServer):
+    """
+    The peer server's configuration and unit written, and the server (re)started on them: called on a run
+    where a host of the fan-out lacks a revision, before any download. Enabled at boot only with
+    `weights_cache`.
+
+    + server: this host's peer server (``server``)
+
+    **Example:**
+
+    .. code:: python
+
+        peer.serving(name="Weights peer server", server=part.server)
+    """
+    yield StringCommand("mkdir", "-p", "-m", "755", QuoteString(server.conf_dir))
+    states = gathering.read(FileStates, paths=(server.conf_file, UNIT_FILE))
+    for dest, content in ((server.conf_file, conf_text(server)), (UNIT_FILE, unit_text(server))):
+        if not matches(states.get(dest), "file", "644", content=content.encode()):
+            yield from shell.put(src=StringIO(content), dest=dest, mode="644")
+    yield "systemctl daemon-reload"
+    yield f"systemctl {'enable' if server.cache else 'disable'} {UNIT}.service 2>/dev/null || true"
+    yield f"systemctl restart {UNIT}.service"
+
+
+@operation()
+def stopped(weights: Weights, started: bool):
+    """
+    The peer server stopped and its unit removed, once every host of the run has its files (pyinfra runs
+    this after every host's downloads), unless `weights_cache` keeps it; one an earlier run left is removed.
+
+    + weights: the host's weights (`weights_cache`)
+    + started: whether this run started it (``serving``)
+
+    **Example:**
+
+    .. code:: python
+
+        peer.stopped(name="Weights peer server stopped", weights=deployment.weights, started=True)
+    """
+    if weights.cache:
+        host.noop("weights_cache=true: the peer server keeps serving")
+        return
+    if not started and not gathering.read(FileStates, paths=(UNIT_FILE,)).get(UNIT_FILE):
+        host.noop("no peer server")
+        return
+    yield f"systemctl disable --now {UNIT}.service 2>/dev/null || true"
+    yield StringCommand("rm", "-f", UNIT_FILE)
+    yield "systemctl daemon-reload"
+
+
+@gathering.wants
+def _read(deployment, snapshots) -> gathering.Wanted:
+    return [(FileStates, dict(paths=(UNIT_FILE,)))]

@@ -120,3 +120,19 @@ def test_fanout_knobs_are_refused_when_malformed(key, value):
 def test_fanout_is_on_and_the_cache_off_by_default():
     weights = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").weights
     assert (weights.fanout, weights.cache, weights.fanout_port) == (True, False, 30900)
+
+
+def test_the_host_the_others_do_not_reach_is_the_one_left_to_the_hub():
+    names = ("a", "b", "c")
+    # c is cut off (its routes to a and b are gone): a and b reach each other and not c, c reaches no one.
+    assert fanout.cut_off(names, {"a": frozenset("b"), "b": frozenset("a"), "c": frozenset()}) == ("c",)
+    # The first in inventory order cut off: still only it, not the others from it.
+    assert fanout.cut_off(names, {"a": frozenset(), "b": frozenset("c"), "c": frozenset("b")}) == ("a",)
+    everyone = {n: frozenset(set(names) - {n}) for n in names}
+    assert fanout.cut_off(names, everyone) == ()
+    # One way is not enough (a reaches c, c does not reach a), and a host that never probed reaches no one.
+    assert fanout.cut_off(names, {**everyone, "c": frozenset("b")}) == ("c",)
+    assert fanout.cut_off(names, {"a": frozenset("bc"), "b": frozenset("ac")}) == ("c",)
+    line = fanout.cut_off_line("c", ["a", "b"], 30900)
+    assert line == ("c and a, b do not reach each other on port 30900 (weights_fanout_port): "
+                    "c takes its weights from the hub")

@@ -61,7 +61,7 @@ def test_the_unit_runs_as_a_user_of_its_own_in_the_weights_group_out_of_roots_co
     lines = text.splitlines()
     assert {"DynamicUser=yes", "User=specfleet-weights-peer", "SupplementaryGroups=sglang", "InaccessiblePaths=-/etc/specfleet",
             "ReadOnlyPaths=/srv/specfleet/models", "ProtectHome=yes", "ProtectSystem=strict",
-            "ExecStart=/usr/sbin/nginx -c /etc/specfleet-weights-peer/nginx.conf"} <= set(lines)
+            "ExecStart=/usr/sbin/nginx -e stderr -c /etc/specfleet-weights-peer/nginx.conf"} <= set(lines)
     assert "[Install]" not in lines  # started while the fan-out runs only
     assert "WantedBy=multi-user.target" in peer.unit_text(peer_server(weights_cache=True))  # a site cache
 
@@ -177,3 +177,37 @@ def test_nginx_serves_the_runs_revision_read_only_and_nothing_else(served):
 def test_nginx_refuses_an_address_not_of_the_runs_peers(served):
     url = served(("10.0.0.2",))
     assert status(f"{url}/{REVISION}/model.safetensors")[0] == 403
+
+
+UNIT_FILE = "/etc/systemd/system/specfleet-weights-peer.service"
+
+
+@pytest.mark.parametrize("cache, started, unit_file, stopped", [
+    (False, True, None, True),  # this run started it: stopped once every host has its files
+    (False, False, {"kind": "file"}, True),  # an earlier run left it (interrupted): stopped now
+    (False, False, None, False),  # a run with nothing to share: nothing to do, nothing sent
+    (True, True, {"kind": "file"}, False),  # weights_cache: kept serving
+])
+def test_the_peer_server_is_stopped_and_its_unit_removed_after_the_run_unless_kept(cache, started, unit_file,
+                                                                                   stopped):
+    from operations.basics.file_states import FileStates
+    from tests.unit.fakehost import run
+
+    commands, noops = run(peer.stopped, {FileStates: {UNIT_FILE: unit_file}}, weights=weights(weights_cache=cache),
+                          started=started)
+    assert bool(commands) == stopped and bool(noops) != stopped
+    if stopped:
+        assert commands == ["systemctl disable --now specfleet-weights-peer.service 2>/dev/null || true",
+                            f"rm -f {UNIT_FILE}", "systemctl daemon-reload"]
+
+
+def test_nginx_is_installed_with_its_own_service_masked_first():
+    from pyinfra.facts.deb import DebPackages
+
+    from operations.basics.apt_packages import AptVersions
+    from tests.unit.fakehost import run
+
+    assert run(peer.package, {DebPackages: {"nginx": ["1.22.1-9"]}})[1] == ["nginx is installed (its own "
+                                                                          "nginx.service masked)"]
+    commands, _ = run(peer.package, {DebPackages: {}, AptVersions: {"nginx": ["1.22.1-9"]}})
+    assert commands[0] == "systemctl mask nginx.service" and "nginx" in commands[-1] and "install" in commands[-1]

@@ -62,6 +62,12 @@ def _lacking(inventory_host, weights: tuple[Weights, ...], revisions: set[Revisi
     return {r for d, r in dirs.items() if not found.get(d) or found[d].get("commit") != r.commit}
 
 
+def _deployment_of(weights: tuple[Weights, ...], revision: Revision) -> int:
+    """The index of the host's first deployment holding `revision`."""
+    return next(i for i, w in enumerate(weights) for repo in w.repos
+                if (repo.repo_id, repo.commit) == (revision.repo_id, revision.commit))
+
+
 def resolve(inventory, fleet_workers) -> RunFanout:
     """`fleet_workers`: the run's worker hosts, each with its name, address and deployments' weights
     (operations/gateway/membership.py's WorkerHost, resolved once per run)."""
@@ -70,6 +76,10 @@ def resolve(inventory, fleet_workers) -> RunFanout:
     workers = [w for w in fleet_workers if w.name in in_run and not w.problem]
     addresses = {w.name: ip_address(w.address) for w in workers}
     found = fanout.holders((w.name, addresses[w.name], w.weights) for w in workers if addresses[w.name])
+    # Each deployment's downloads are an operation of their own: holders fetching a revision in different
+    # ones would wait on each other across them.
+    found = {r: holders for r, holders in found.items()
+             if len({_deployment_of(next(w for w in workers if w.name == h.name).weights, r) for h in holders}) == 1}
     if not found:
         return RunFanout({})
     lacking: dict[Revision, bool] = dict.fromkeys(found, False)

@@ -136,3 +136,28 @@ def test_the_host_the_others_do_not_reach_is_the_one_left_to_the_hub():
     line = fanout.cut_off_line("c", ["a", "b"], 30900)
     assert line == ("c and a, b do not reach each other on port 30900 (weights_fanout_port): "
                     "c takes its weights from the hub")
+
+
+def test_each_hosts_spec_leaves_the_host_cut_off_to_the_hub_and_says_so_once():
+    from pyinfra.context import ctx_host
+
+    from operations.weights import sharing
+    from tests.unit.fakehost import FakeHost
+
+    revision = fanout.Revision(QWEN, "a" * 40, "Qwen--Qwen3.6-27B/" + "a" * 40)
+    holders = tuple(fanout.Holder(n, f"10.0.0.{i}", 30900) for i, n in enumerate(("a", "b", "c"), 1))
+    run = sharing.RunFanout({revision: holders}, reached={"a": frozenset("b"), "b": frozenset("a"), "c": frozenset()})
+    weights = resolve(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie").weights
+    specs, said = {}, []
+    for name in ("a", "b", "c", "c"):  # c's second deployment of the revision: said once
+        server = sharing.peer.server(weights, "/srv/specfleet/models", ("10.0.0.9",), (revision.path,))
+        part = sharing.HostPart(name, run, server, {revision: holders})
+        on = FakeHost({}, name=name)
+        with ctx_host.use(on):
+            specs[name] = part._spec(revision, FILES)
+        said += on.logged
+    assert said == ["c and a, b do not reach each other on port 30900 (weights_fanout_port): "
+                    "c takes its weights from the hub"]
+    assert specs["c"]["peers"] == {} and specs["c"]["sources"] == {}
+    assert set(specs["a"]["peers"]) | set(specs["b"]["peers"]) == {"a", "b"}
+    assert specs["b"]["peers"]["a"] == "http://10.0.0.1:30900/Qwen--Qwen3.6-27B/" + "a" * 40

@@ -3,6 +3,7 @@
 import json
 import posixpath
 import shlex
+import time
 from collections.abc import Callable
 from io import StringIO
 
@@ -305,10 +306,9 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
         for r in repos) + f"; du -sbc {dirs} 2>/dev/null | tail -1 | cut -f1"
     unit_states: list[list[str]] = []
     rate = Rate()
-    took = [0.0]
+    started = time.monotonic()
 
     def check(elapsed: float):
-        took[0] = elapsed
         ok, output = shell.run(host, probe)
         lines = output.stdout_lines
         if len(lines) != len(repos) + 1:
@@ -332,7 +332,7 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
                         fg="red")
     if not failed:
         host.log(f"weights: {total / 1e9:.2f} GB complete")
-        note_received(host, repos, took[0])
+        note_received(host, repos, time.monotonic() - started)
     return not failed
 
 

@@ -95,13 +95,15 @@ def seeds(names: tuple[str, ...], files: Iterable[tuple[str, int]]) -> dict[str,
 
 
 def plan(names: tuple[str, ...], files: Iterable[tuple[str, int]],
-         cut_off: Iterable[str] = ()) -> dict[str, dict[str, Take]]:
+         cut_off: Iterable[str] = (), complete: Iterable[str] = ()) -> dict[str, dict[str, Take]]:
     """Per host, per file, how it takes it: its round and its sources in order (peers by name, then HUB).
     A host fetching its files round by round waits on a peer only for a file that peer takes in an
     earlier round, so no two hosts wait on each other.
 
     `names`: a revision's holders in inventory order (``holders``); `files`: the hub's listing of it as
-    (path, size); `cut_off`: the holders preflight found cannot reach a peer on the fan-out port."""
+    (path, size); `cut_off`: the holders that do not reach the others on the fan-out port (``cut_off``);
+    `complete`: the holders that have the revision already, the seeds of every file where one takes part (the
+    hub then serves nothing)."""
     files = list(files)
     excluded = set(cut_off)
     taking_part = tuple(n for n in names if n not in excluded)
@@ -111,7 +113,8 @@ def plan(names: tuple[str, ...], files: Iterable[tuple[str, int]],
             sources[name] = {path: Take(0, (HUB,)) for path, _ in files}
     if len(taking_part) < 2:
         return sources
-    for path, seed in seeds(taking_part, files).items():
+    holding = tuple(n for n in taking_part if n in set(complete))
+    for path, seed in seeds(holding or taking_part, files).items():
         start = taking_part.index(seed)
         tree = taking_part[start:] + taking_part[:start]  # the seed first, then the others in order
         for position, name in enumerate(tree):

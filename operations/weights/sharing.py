@@ -15,6 +15,7 @@ operation on every host before the next, so every probe is in before the first s
 import json
 import posixpath
 import socket
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,7 @@ class RunFanout:
     """The run's revisions to share and what the probes found (filled while the run executes)."""
 
     shared: dict[Revision, tuple[Holder, ...]]  # each with a holder still lacking it
+    complete: dict[Revision, frozenset[str]] = field(default_factory=dict)  # its holders that have it already
     reached: dict[str, frozenset[str]] = field(default_factory=dict)  # holder -> the peers its probe reached
     said: set[str] = field(default_factory=set)  # the holders whose cut-off line is said
 
@@ -82,23 +84,28 @@ def resolve(inventory, fleet_workers) -> RunFanout:
              if len({_deployment_of(next(w for w in workers if w.name == h.name).weights, r) for h in holders}) == 1}
     if not found:
         return RunFanout({})
-    lacking: dict[Revision, bool] = dict.fromkeys(found, False)
+    lacking: dict[Revision, set[str]] = {r: set() for r in found}
     for w in workers:
         held = {r for r, holders in found.items() if any(h.name == w.name for h in holders)}
         if held:
             missing = _lacking(in_run[w.name], w.weights, held)
             for revision in held if missing is None else missing:
-                lacking[revision] = True
-    return RunFanout({r: holders for r, holders in found.items() if lacking[r]})
+                lacking[revision].add(w.name)
+    return RunFanout({r: holders for r, holders in found.items() if lacking[r]},
+                     {r: frozenset(h.name for h in holders if h.name not in lacking[r]) for r, holders in found.items()
+                      if lacking[r]})
 
 
 _runs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_resolving = threading.Lock()  # a gevent lock under pyinfra's CLI, which monkey-patches threading
 
 
 def of(inventory, fleet_workers) -> RunFanout:
     """The run's fan-out, resolved on first use (pyinfra's state: one run)."""
-    if inventory.state not in _runs:
-        _runs[inventory.state] = resolve(inventory, fleet_workers)
+    # The hosts' deploy files run side by side (greenlets): the others wait for the first one's reads.
+    with _resolving:
+        if inventory.state not in _runs:
+            _runs[inventory.state] = resolve(inventory, fleet_workers)
     return _runs[inventory.state]
 
 
@@ -135,7 +142,8 @@ class HostPart:
             host.log_styled(fanout.cut_off_line(self.name, [n for n in names if n != self.name and n not in reached]
                                                 or [n for n in names if n != self.name], self.server.port),
                             fg="yellow")
-        return fanout.fetch_spec(revision, holders, fanout.plan(names, files, cut)[self.name])
+        return fanout.fetch_spec(revision, holders, fanout.plan(names, files, cut,
+                                                                self.run.complete.get(revision, ()))[self.name])
 
 
 def host_part(inventory, fleet_workers, name: str, weights: tuple[Weights, ...]) -> HostPart | None:

@@ -54,10 +54,16 @@ def received(host) -> dict:
 
 
 def timed_deploy(*args: str):
+    """The deploy, its seconds, and the hub's log of it."""
     since = len(hub.read_request_log(HUB_STATE))
     start = time.monotonic()
     result = run_deploy(*args)
-    return result, time.monotonic() - start, hub.bytes_served_by_repo(hub.read_request_log(HUB_STATE)[since:])
+    return result, time.monotonic() - start, hub.read_request_log(HUB_STATE)[since:]
+
+
+def to_hosts(records: list[dict], hosts) -> dict[str, int]:
+    """The bytes the hub served the hosts (not the controller's preflight, which reads each repo's config)."""
+    return hub.bytes_served_by_repo([r for r in records if r["client"] in {h.address for h in hosts}])
 
 
 def flip_shards(host) -> None:
@@ -84,7 +90,8 @@ def fanout_lab(lab_hosts):
 
 def test_three_fresh_hosts_take_each_byte_from_the_hub_about_once(fanout_lab):
     hosts, runs = fanout_lab
-    deploy, seconds, served = runs["first"]
+    deploy, seconds, records = runs["first"]
+    served = hub.bytes_served_by_repo(records)
     assert deploy.returncode == 0, deploy.output[-4000:]
     started = operations_started(deploy.output)
     assert started.index("Weights peer server") < started.index("Weights peers reachable") \
@@ -119,11 +126,11 @@ def test_the_deployed_checks_pass_and_a_second_run_verifying_every_byte_changes_
                             env={**os.environ, "HF_TOKEN": "hf_lab_granted", "SPECFLEET_LAB_PROFILES": profiles})
     assert checks.returncode == 0 and " failed" not in checks.stdout, checks.stdout[-4000:]
     # verify_weights: every file of every host hashed against the hub's hashes; none fetched again.
-    again, seconds, served = timed_deploy(*FANOUT, "--data", "verify_weights=true")
+    again, seconds, records = timed_deploy(*FANOUT, "--data", "verify_weights=true")
     print(f"\nsecond run, every byte verified: {seconds:.0f} s")
     assert again.returncode == 0 and changed_operations(again.output) == [], again.output[-3000:]
     assert "Weights peer server" not in operations_started(again.output)
-    assert served == {}
+    assert to_hosts(records, hosts.values()) == {}
 
 
 def test_a_corrupt_peer_is_caught_and_a_host_cut_off_takes_its_weights_from_the_hub(fanout_lab):
@@ -134,7 +141,7 @@ def test_a_corrupt_peer_is_caught_and_a_host_cut_off_takes_its_weights_from_the_
     for host in (refetching, cut):
         fleet.ssh(host, f"rm -rf {TARGET_DIR}")
     try:
-        deploy, seconds, _ = timed_deploy(*FANOUT)
+        deploy, seconds, records = timed_deploy(*FANOUT)
     finally:
         flip_shards(serving)
         fleet.ssh(cut, " ; ".join(f"ip route del blackhole {h.address}/32" for h in (serving, refetching)),
@@ -146,6 +153,9 @@ def test_a_corrupt_peer_is_caught_and_a_host_cut_off_takes_its_weights_from_the_
     assert deploy.output.count(f"do not reach each other on port {PORT}") == 1, deploy.output[-4000:]
     assert line in deploy.output, deploy.output[-4000:]
     assert received(cut)["peers"] == 0
+    # The hub served the cut-off host its copy and the corrupt shards' refetch; the rest came from lab-pcie-2.
+    print("the hub served the hosts:", to_hosts(records, hosts.values()), "received:",
+          {h.name: received(h) for h in (refetching, cut)})
     journal = fleet.ssh(refetching, f"journalctl -u {TARGET_UNIT} -o cat --no-pager")
     assert re.search(rf"sha256 mismatch for \S+\.safetensors .* from {serving.name}\b.*: deleted, dropping "
                      rf"{serving.name}", journal), journal[-3000:]

@@ -161,3 +161,16 @@ def test_each_hosts_spec_leaves_the_host_cut_off_to_the_hub_and_says_so_once():
     assert specs["c"]["peers"] == {} and specs["c"]["sources"] == {}
     assert set(specs["a"]["peers"]) | set(specs["b"]["peers"]) == {"a", "b"}
     assert specs["b"]["peers"]["a"] == "http://10.0.0.1:30900/Qwen--Qwen3.6-27B/" + "a" * 40
+
+
+def test_a_holder_that_has_the_revision_already_seeds_every_file_and_the_hub_serves_nothing():
+    names = ("a", "b", "c", "d")
+    sources = fanout.plan(names, FILES, complete=["c"])
+    for path, _ in FILES:
+        when = arrival(sources, names, path)
+        assert [n for n in names if when[n] == 0] == ["c"]
+        assert max(when.values()) == fanout.rounds(4)
+    both = fanout.plan(names, FILES, cut_off=["c"], complete=["b", "c"])  # c cut off: b seeds all
+    assert {both[n][path].sources[-2:] for n in "ad" for path, _ in FILES} <= {("b", HUB), ("d", "b", HUB),
+                                                                               ("a", "b", HUB)}
+    assert all(both["b"][path] == fanout.Take(0, (HUB,)) for path, _ in FILES)

@@ -174,3 +174,11 @@ def test_a_holder_that_has_the_revision_already_seeds_every_file_and_the_hub_ser
     assert {both[n][path].sources[-2:] for n in "ad" for path, _ in FILES} <= {("b", HUB), ("d", "b", HUB),
                                                                                ("a", "b", HUB)}
     assert all(both["b"][path] == fanout.Take(0, (HUB,)) for path, _ in FILES)
+
+
+def test_a_holders_address_reaches_the_allow_list_as_an_ip_address_or_not_at_all():
+    from operations.weights import sharing
+
+    assert sharing.ip_address("10.0.0.7") == "10.0.0.7"
+    assert sharing.ip_address("localhost").startswith("127.")  # a name, resolved on the controller
+    assert sharing.ip_address("no-such-host.invalid") is None  # takes no part

@@ -58,7 +58,8 @@ KNOBS = (
     Knob("weights_dir", "path", "a directory per repo, in it one per revision", subject="weights"),
     Knob("verify_weights", "boolean", "hash every weights file against the hub", subject="weights"),
     Knob("weights_fanout", "boolean", "hosts of the run deploying the same revision take its files from each other, "
-         "each file from the hub once (built, not yet started by the deploy: docs/operations.md)", subject="weights"),
+         "each file from the hub once (served by each host's nginx while the run's downloads go: docs/operations.md)",
+         subject="weights"),
     Knob("weights_fanout_port", "port", "where a host serves its revisions to the run's peers", subject="weights"),
     Knob("weights_cache", "boolean", "a host keeps serving its revisions to its peers after the run (a site cache)",
          subject="weights"),

@@ -342,7 +342,8 @@ def note_received(host, repos: list[Repo], seconds: float) -> None:
     _, output = shell.run(host, "; ".join(f"tr -d '\\n' < {shlex.quote(posixpath.join(r.local_dir, MANIFEST))}; echo"
                                           for r in repos))
     noted = outcomes.noted(host.state).get(host.name, {}).get("weights_received", {})
-    received = {"hub": noted.get("hub", 0), "peers": noted.get("peers", 0), "seconds": noted.get("seconds", 0.0) + seconds}
+    received = {"hub": noted.get("hub", 0), "peers": noted.get("peers", 0),
+                "seconds": noted.get("seconds", 0.0) + seconds}
     for line in output.stdout_lines:
         try:
             counts = json.loads(line).get("received") or {}

@@ -78,9 +78,9 @@ if deployments and not refused and not any(hub.problems for hub in hubs):
     # 4. The GPUs run SGLang's collectives before anything long is loaded.
     smoke.allreduce(name="GPU smoke test", smoke=worker.smoke)
     # 5. Weights, pinned and verified, each revision beside the others, fetched by units that survive a
-    #    dropped connection.
-    for d, hub in host.loop(list(zip(deployments, hubs))):
-        weights_fetched(d.weights, hub)
+    #    dropped connection; a revision several hosts of the run deploy comes from the hub once, the hosts
+    #    serving it to each other (nginx) while they fetch it.
+    weights_fetched(tuple(d.weights for d in deployments), hubs, fleet.workers)
 
 if deployments and not refused and all(hub.complete for hub in hubs):  # serving needs every repo's weights
     # 6. The units, one per replica. Those no deployment wants any more (an earlier layout's, another

@@ -166,6 +166,13 @@ ready_timeout_s = None  # None: from the weights' size (readiness.ready_timeout:
 # models/kimi-k25.md); speculation only shortens it. Raise it if your clients ask for longer answers.
 longest_generation_s = 900
 verify_weights = False  # True (or --data verify_weights=true): hash every file against the hub
+# Hosts of one run deploying the same revision take its files from each other, each file from the hub once
+# (operations/weights/fanout.py); False: every host fetches every file from the hub.
+weights_fanout = True
+# Where a host serves its revisions to its peers (nginx, read-only, to the run's peers only): above the
+# servers' ports (port + GPU index, 30000-30007), below nccl_port's (31000-31007).
+weights_fanout_port = 30900
+weights_cache = False  # True: a host keeps serving its revisions to its peers after the run (a site cache)
 install_driver = False  # True: install the open-module driver branch below (reboots if it changed)
 driver_branch = "580"
 # NVIDIA's apt repositories (the driver, fabric manager, nvlsm), per OS release and architecture below it.

@@ -29,7 +29,8 @@ dkms package's postinst (which, like DKMS, fails without the running kernel's he
 "loaded" only at boot by the lab's GPU unit (lab/host_files/usr/lib/specfleet-lab/apply-gpu-profile).
 
 DIR/debian/ is the lab hosts' Debian mirror (they reach no other): Debian's REAL packages that the
-deploy installs from Debian (DEBIAN_PACKAGES: Prometheus on gateway hosts) with every dependency,
+deploy installs from Debian (DEBIAN_PACKAGES: Prometheus on gateway hosts, nginx for the weights'
+fan-out) with every dependency,
 downloaded once on the controller by its own apt from deb.debian.org, which checks Debian's signed
 InRelease against Debian's archive keyring and each .deb against the signed index's SHA256, and
 cached in DEBIAN_CACHE. They are served as a `dists/<suite>/main` archive signed with the lab's key,
@@ -98,11 +99,13 @@ class Deb:
     arch: str = DEB_ARCH
 
 
-# What the deploy installs from Debian's archive (operations/monitoring.py), resolved by apt as a
-# host with nothing installed would (so the closure holds whatever a host lacks), without
-# Recommends, as the deploy installs it.
-DEBIAN_PACKAGES = ["prometheus"]
-# Bookworm only: trixie hosts (`lab up --os trixie`) are GPU hosts, which install nothing from Debian.
+# What the deploy installs from Debian's archive (Prometheus on gateway hosts, operations/monitoring;
+# nginx for the weights' fan-out, operations/weights/peer.py), resolved by apt as a host with nothing
+# installed would (so the closure holds whatever a host lacks), without Recommends, as the deploy
+# installs it.
+DEBIAN_PACKAGES = ["prometheus", "nginx"]
+# Bookworm only: trixie hosts (`lab up --os trixie`) are GPU hosts, which install nothing from Debian
+# unless the weights' fan-out is on (lab/group_data/lab.py keeps it off).
 DEBIAN_SUITES = [rootfs.DEFAULT_SUITE]
 DEBIAN_CACHE = Path("/var/cache/specfleet/debian")
 DEBIAN_KEYRING = "usr/share/keyrings/specfleet-lab-archive.gpg"  # on a lab host

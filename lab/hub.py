@@ -62,6 +62,8 @@ def set_faults(state_dir, **faults) -> None:
     """Merge faults into STATE/faults.json; each new response reads them.
 
     throttle_bps=int: cap on each file body's rate (per response; 0 = off).
+    upload_bps=int: cap on the rate of every file body together (the hub's upload, shared by all
+        responses at once, as a site's uplink; 0 = off).
     drop_after={substr: n}: cut the next matching body after n bytes, once.
     corrupt={substr: offset}: flip that byte of every matching body.
     gone=True: answer 503 to everything.
@@ -102,6 +104,30 @@ def read_request_log(state_dir) -> list[dict]:
 
 def bytes_served(state_dir, path_substring: str) -> int:
     return sum(r["bytes_sent"] for r in read_request_log(state_dir) if path_substring in r["path"])
+
+
+def bytes_served_by_repo(records: list[dict]) -> dict[str, int]:
+    """The file bodies' bytes the hub and its CDN sent, per repo id, in `records` (``read_request_log``'s)."""
+    served: dict[str, int] = {}
+    for r in records:
+        if r.get("repo"):
+            served[r["repo"]] = served.get(r["repo"], 0) + r["bytes_sent"]
+    return served
+
+
+class Upload:
+    """The hub's upload as one link (upload_bps): each chunk of every response takes its turn on it."""
+
+    _lock = threading.Lock()
+    _free_at = 0.0  # when the link has sent every chunk given to it so far
+
+    @classmethod
+    def take(cls, size: int, bps: int) -> None:
+        """Wait until `size` more bytes fit in the link's rate."""
+        with cls._lock:
+            cls._free_at = max(time.monotonic(), cls._free_at) + size / bps
+            until = cls._free_at
+        time.sleep(max(0.0, until - time.monotonic()))
 
 
 def _log_request(state_dir, record: dict) -> None:
@@ -215,7 +241,7 @@ class Handler(BaseHTTPRequestHandler):
         self._serve()
 
     def _serve(self):
-        self._status, self._bytes_sent = 0, 0
+        self._status, self._bytes_sent, self._repo = 0, 0, None
         url = urlsplit(self.path)
         self.query = parse_qs(url.query)
         self.token = self._bearer_token()
@@ -235,7 +261,7 @@ class Handler(BaseHTTPRequestHandler):
             _log_request(self.hub.state, {
                 "time": time.time(), "server": self.server_name, "method": self.command, "path": url.path,
                 "status": self._status, "range": self.headers.get("Range"), "bytes_sent": self._bytes_sent,
-                "auth": self.auth, "client": self.client_address[0],
+                "auth": self.auth, "client": self.client_address[0], "repo": self._repo,
             })
 
     def route(self, parts: list[str]):
@@ -281,11 +307,14 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         key = f"{repo.id}/{entry['path']}"
+        self._repo = repo.id
         throttle = int(self.faults.get("throttle_bps") or 0)
+        upload = int(self.faults.get("upload_bps") or 0)
         corrupt_at = next((off for s, off in self.faults.get("corrupt", {}).items() if s in key), None)
         cut = _take_drop(self.hub.state, key)
         # Small chunks when throttled, so the rate holds within a fraction of a second.
-        chunk_size = min(CHUNK, max(throttle // 10, 1024)) if throttle else CHUNK
+        limit = min(rate for rate in (throttle, upload) if rate) if throttle or upload else 0
+        chunk_size = min(CHUNK, max(limit // 10, 1024)) if limit else CHUNK
         stop = end if cut is None else min(end, start + cut)
         began = time.monotonic()
         with open(repo.file_path(entry), "rb") as f:
@@ -298,6 +327,8 @@ class Handler(BaseHTTPRequestHandler):
                 if corrupt_at is not None and pos <= corrupt_at < pos + len(data):
                     i = corrupt_at - pos
                     data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
+                if upload:
+                    Upload.take(len(data), upload)
                 self.wfile.write(data)
                 pos += len(data)
                 self._bytes_sent += len(data)

@@ -57,6 +57,12 @@ KNOBS = (
     Knob("hf_token_env", "variable name", "the controller's variable holding the HF token", subject="weights"),
     Knob("weights_dir", "path", "a directory per repo, in it one per revision", subject="weights"),
     Knob("verify_weights", "boolean", "hash every weights file against the hub", subject="weights"),
+    Knob("weights_fanout", "boolean", "hosts of the run deploying the same revision take its files from each other, "
+         "each file from the hub once (served by each host's nginx while the run's downloads go: docs/operations.md)",
+         subject="weights"),
+    Knob("weights_fanout_port", "port", "where a host serves its revisions to the run's peers", subject="weights"),
+    Knob("weights_cache", "boolean", "a host keeps serving its revisions to its peers after the run (a site cache)",
+         subject="weights"),
     # The server.
     Knob("api_key_env", "variable name", "the controller's variable holding the API key the servers require",
          subject="server"),

@@ -6,7 +6,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ["P1", "P1b", "P2", "P3", "P3b", "P4", "P5"]
+BENCHMARKS = ["P1", "P1b", "P2", "P3", "P3b", "P4", "P5", "P7"]
 MEASURED_BY = {"P3b": "P3"}  # figures measured side by side in another benchmark's run
 SEPARATE = ["P6"]  # moves several GB: run on its own, `python -m speed P6`
 

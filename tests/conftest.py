@@ -41,6 +41,7 @@ LONGEST_FIRST = {
     "tests/lab/test_rollout_long_requests.py": 300,
     "tests/lab/test_deploy.py": 300,
     "tests/lab/test_multinode.py": 250,
+    "tests/lab/test_weights_fanout.py": 170,
     "tests/lab/test_operator_tools.py": 250,
     "tests/lab/test_fresh_host.py": 220,
     "tests/lab_code/test_sglang_standin.py": 210,

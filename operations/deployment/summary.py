@@ -1,5 +1,6 @@
-"""The one table a deploy ends with: each host, its class, model, endpoint, gateway, state, accept length
-and its replicas' KV cache, the engine's own tokens beside the plan's.
+"""The one table a deploy ends with: each host, its class, model, endpoint, gateway, state, accept length,
+its replicas' KV cache (the engine's own tokens beside the plan's), and the bytes its downloads took from
+the hub and from its peers (the weights' fan-out), at what rate.
 
 pyinfra has no end-of-run hook for deploy files. Every host passes one last operation (`summary`); pyinfra
 runs it on a host only after every host finished the operations before it, and the last host to reach
@@ -18,7 +19,8 @@ from operations.basics import network, outcomes
 from operations.deployment import Deployment, HOST_CLASSES, Host
 
 REFUSAL_WIDTH = 80  # a refusal's first characters in the table; its whole sentence is printed above it
-COLUMNS = ("host", "class", "model", "endpoint", "gateway", "state", "accept length", "KV tokens (engine of plan)")
+COLUMNS = ("host", "class", "model", "endpoint", "gateway", "state", "accept length", "KV tokens (engine of plan)",
+           "weights fetched (hub, peers, rate)")
 _rows: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per run: host name -> its Row
 _printed: "weakref.WeakSet" = weakref.WeakSet()  # the runs whose table is printed
 
@@ -100,6 +102,17 @@ def kv_tokens(notes: dict) -> str:
                      for r in sorted(set(engine) | set(planned))) or "-"
 
 
+def weights_fetched(notes: dict) -> str:
+    """The bytes this run's downloads took from the hub and from the fan-out's peers, and their rate
+    (operations/weights/download.py note_received); "-" for a host that fetched nothing."""
+    received = notes.get("weights_received")
+    if not received:
+        return "-"
+    total, seconds = received["hub"] + received["peers"], received["seconds"]
+    rate = f"{total / seconds / 1e6:.1f} MB/s" if seconds > 0 else "-"
+    return f"{received['hub'] / 1e6:.1f} MB, {received['peers'] / 1e6:.1f} MB, {rate}"
+
+
 def table(rows: list[Row], failed: set[str], notes: dict[str, dict]) -> list[str]:
     """The summary's lines: a header, then one line per host in inventory order."""
     cells = [COLUMNS]
@@ -107,7 +120,7 @@ def table(rows: list[Row], failed: set[str], notes: dict[str, dict]) -> list[str
         mine = notes.get(r.host, {})
         accept = mine.get("accept_length")
         cells.append((r.host, r.host_class, r.model, r.endpoint, r.gateway, state_of(r.host in failed, mine),
-                      "-" if accept is None else str(accept), kv_tokens(mine)))
+                      "-" if accept is None else str(accept), kv_tokens(mine), weights_fetched(mine)))
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]
 

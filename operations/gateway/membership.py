@@ -5,7 +5,8 @@ checks refuse a host with one line) and every gateway host's gateway. A gateway'
 are the inventory's replicas serving its model, each at its URL on the network the gateway reaches; a
 worker's gateways (`gateways`, `routes`) say where each one is driven (on its own host, with its admin
 key) and where the worker reaches it as a client. "Same host?" is asked of `same_host` alone: a worker
-on its gateway's host is reached on loopback, whatever it binds.
+on its gateway's host is reached on loopback, whatever it binds. The same resolution says which weights
+each worker host deploys: the weights' fan-out (operations/weights/fanout.py) groups the hosts by them.
 """
 
 import weakref
@@ -19,6 +20,7 @@ from operations.gateway import config
 from operations.gateway.config import Gateway
 from operations.nodes.group import members
 from operations.server.config import Server, ServiceHost
+from operations.weights.config import Weights
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class WorkerHost:
     address: str  # on the serving network (network.inventory_address)
     servers: tuple[Server, ...] = ()  # its replicas serving HTTP, of every model (a node group's rank 0 only)
     problem: str | None = None  # its data is refused (its own deploy refuses it too)
+    weights: tuple[Weights, ...] = ()  # each of its deployments' (every rank of a node group loads them)
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,8 @@ def _worker_host(inventory, worker) -> WorkerHost:
     # A rank >= 1 of a node group serves only a dummy health server: the group is reached at its rank 0.
     return WorkerHost(worker.name, address, tuple(replica for d in served
                                                   if not (d.node_group and not d.node_group.serves_http)
-                                                  for replica in d.replicas))
+                                                  for replica in d.replicas),
+                      weights=tuple(d.weights for d in served))
 
 
 def _gateway_host(gateway_host) -> GatewayHost:

@@ -55,6 +55,9 @@ class Weights:
     config_dir: str  # root's directory of the download specs
     install_dir: str  # where the host programs are (the fetcher)
     verify: bool  # hash every file against the hub's hashes
+    fanout: bool  # take a revision other hosts of the run deploy from them (operations/weights/fanout.py)
+    fanout_port: int  # where this host serves its revisions to its peers (operations/weights/peer.py)
+    cache: bool  # keep serving them after the run: a site cache for later revisions and hosts
 
     def repo(self, role: str) -> Repo:
         return next(repo for repo in self.repos if repo.role == role)
@@ -135,4 +138,7 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_to
         config_dir=config_dir,
         install_dir=install_dir,
         verify=knobs.boolean("verify_weights", data.verify_weights),
+        fanout=knobs.boolean("weights_fanout", data.weights_fanout),
+        fanout_port=knobs.integer("weights_fanout_port", data.weights_fanout_port, minimum=1, maximum=65535),
+        cache=knobs.boolean("weights_cache", data.weights_cache),
     )

@@ -3,13 +3,15 @@
 import json
 import posixpath
 import shlex
+import time
+from collections.abc import Callable
 from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
-from operations.basics import gathering, polling, shell
+from operations.basics import gathering, outcomes, polling, shell
 from operations.weights.config import Repo, Weights
 from operations.basics.file_states import FileStates, matches
 from operations.basics.host_programs import inline
@@ -17,6 +19,8 @@ from operations.weights.host_scripts.weights_manifest import MANIFEST
 from operations.weights.hub import RepoSnapshot
 from operations.basics.templates import render
 
+# What the run's fan-out gives one repo's spec (from the hub's listing as (path, size)), or None.
+Shared = Callable[[Repo], Callable[[list[tuple[str, int]]], dict] | None]
 HOST_WAIT_S = 5.0  # longest a progress probe waits on the host for the downloads to end
 
 
@@ -73,7 +77,7 @@ def download_spec(repo: Repo, snap: RepoSnapshot) -> dict:
 
 @operation()
 def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
-             poll_interval: float = 0.1, wait: bool = True):
+             poll_interval: float = 0.1, wait: bool = True, shared: Shared | None = None):
     """
     Make the target and drafter weights complete at their pinned commits.
 
@@ -88,6 +92,8 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
       up to ``HOST_WAIT_S`` for the downloads to end)
     + wait: wait for the downloads; without, they are started and go on after the deploy
       (a host waiting for access to a gated repo is not kept waiting on the others)
+    + shared: per repo, what its spec gets of the run's weights fan-out from the hub's listing, made once
+      the run executes (operations/weights/sharing.py HostPart.spec_of); None for a repo taken from the hub
 
     **Example:**
 
@@ -122,9 +128,15 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
         return
 
     uploads = {}  # each repo's spec and unit file, by path
+    fanned_out = []  # the specs with a part of the fan-out: written once the run's probes are in
     for repo in pending:
         spec_file = f"{weights.config_dir}/{repo.spec_file_name}"
-        uploads[spec_file] = json.dumps(download_spec(repo, snapshots[repo.role]), indent=1)
+        part = shared(repo) if shared else None
+        if part:
+            fanned_out.append(FunctionCommand(write_spec, (spec_file, download_spec(repo, snapshots[repo.role]), part),
+                                              {}))
+        else:
+            uploads[spec_file] = json.dumps(download_spec(repo, snapshots[repo.role]), indent=1)
         uploads[f"/etc/systemd/system/{repo.unit_name}.service"] = render(
             "weights/weights.service.j2", w=weights, repo=repo, commit=snapshots[repo.role].commit, spec_file=spec_file)
     # One round trip for every path, where files.put reads two or three facts each. The repo's directory
@@ -133,6 +145,7 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
     for dest, content in uploads.items():
         if not matches(states.get(dest), "file", "644", content=content.encode()):
             yield from shell.put(src=StringIO(content), dest=dest, mode="644")
+    yield from fanned_out
     units = " ".join(f"{r.unit_name}.service" for r in pending)
     # One round trip. reset-failed: a unit that used up its restarts on an earlier run may start
     # again now. `start` on a unit that is already running attaches to it instead of starting another.
@@ -140,6 +153,14 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
            f"systemctl start --no-block {units}")
     if wait:
         yield FunctionCommand(wait_for_downloads, (pending, snapshots, poll_interval), {})
+
+
+def write_spec(state, host, path: str, spec: dict, part: Callable[[list[tuple[str, int]]], dict]) -> bool:
+    """Write a fetch spec with its part of the fan-out (root's file in root's directory, replaced whole)."""
+    text = json.dumps({**spec, **part([(e["path"], e["size"]) for e in spec["files"]])}, indent=1)
+    ok, _ = shell.run(host, f"umask 022 && cat > {shlex.quote(path)}.tmp && mv {shlex.quote(path)}.tmp "
+                            f"{shlex.quote(path)}", _stdin=text)
+    return ok
 
 
 # The download units of earlier specfleet versions, one per role (a unit per repo took their place).
@@ -285,6 +306,7 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
         for r in repos) + f"; du -sbc {dirs} 2>/dev/null | tail -1 | cut -f1"
     unit_states: list[list[str]] = []
     rate = Rate()
+    started = time.monotonic()
 
     def check(elapsed: float):
         ok, output = shell.run(host, probe)
@@ -310,7 +332,27 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
                         fg="red")
     if not failed:
         host.log(f"weights: {total / 1e9:.2f} GB complete")
+        note_received(host, repos, time.monotonic() - started)
     return not failed
+
+
+def note_received(host, repos: list[Repo], seconds: float) -> None:
+    """The bytes the fetchers took from the hub and from peers (their manifests' `received`) and how long the
+    downloads took, added to the host's notes for the run's table."""
+    _, output = shell.run(host, "; ".join(f"tr -d '\\n' < {shlex.quote(posixpath.join(r.local_dir, MANIFEST))}; echo"
+                                          for r in repos))
+    noted = outcomes.noted(host.state).get(host.name, {}).get("weights_received", {})
+    received = {"hub": noted.get("hub", 0), "peers": noted.get("peers", 0),
+                "seconds": noted.get("seconds", 0.0) + seconds}
+    for line in output.stdout_lines:
+        try:
+            counts = json.loads(line).get("received") or {}
+        except (ValueError, AttributeError):
+            continue
+        for source in ("hub", "peers"):
+            if isinstance(counts.get(source), int):
+                received[source] += counts[source]
+    outcomes.note(host, weights_received=received)
 
 
 @gathering.wants

@@ -146,7 +146,7 @@ def test_the_deploy_through_sudo_serves_behind_its_gateway_and_ends_with_one_tab
     table = deployed.output.split("--> Summary:")[1].splitlines()
     cells = [re.split(r"\s{2,}", line.strip()) for line in table[1:3]]
     assert cells[0] == ["host", "class", "model", "endpoint", "gateway", "state", "accept length",
-                        "KV tokens (engine of plan)"]
+                        "KV tokens (engine of plan)", "weights fetched (hub, peers, rate)"]
     assert cells[1][:7] == ["ct200", "rtx_pro_6000_pcie", "kimi-k2.6", "http://127.0.0.1:30000 (on the host)",
                             "http://127.0.0.1:30080 (on the host)", "serving DFLASH, gateway routing to 1 worker",
                             "3.45"]

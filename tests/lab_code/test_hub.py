@@ -33,7 +33,7 @@ from huggingface_hub.errors import (
 from speed.repos import build_bench_repo
 from lab import repos
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
-from lab.hub import bytes_served, read_request_log, set_faults
+from lab.hub import bytes_served, bytes_served_by_repo, read_request_log, set_faults
 
 BAD_TOKEN = "hf_not_a_lab_token"
 HF_CLI = Path(sys.executable).with_name("hf")
@@ -193,6 +193,25 @@ def test_throttle(hub):
     with tempfile.TemporaryDirectory() as dest:
         hf_hub_download(KIMI, shard, local_dir=dest, endpoint=hub.url, token=False)
     assert 1.3 < time.monotonic() - start < 6  # 1.5 s at the set rate; slack for a busy machine
+
+
+def test_upload_limit_is_shared_by_every_response_and_the_log_counts_bytes_per_repo(hub):
+    """upload_bps caps the hub's whole upload (a site's uplink), not each response: two shards fetched at once at
+    the rate that sends one in 1 s take 2 s together, as throttle_bps would let them take 1 s."""
+    shards = ("model-00002-of-00004.safetensors", "model-00003-of-00004.safetensors")
+    sizes = [(repo_files(hub, KIMI) / shard).stat().st_size for shard in shards]
+    set_faults(hub.state, upload_bps=max(sizes))
+    mark = len(read_request_log(hub.state))
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory() as dest:
+        threads = [threading.Thread(target=hf_hub_download, args=(KIMI, shard),
+                                    kwargs=dict(local_dir=dest, endpoint=hub.url, token=False)) for shard in shards]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert 1.8 < time.monotonic() - start < 8  # sum(sizes) / max(sizes) s at the set rate; slack for a busy machine
+    assert bytes_served_by_repo(new_log_entries(hub, mark)) == {KIMI: sum(sizes)}
 
 
 def test_dropped_connection_is_resumed_in_process(hub, tmp_path):

@@ -39,21 +39,23 @@ def test_each_host_gets_one_row_with_class_model_endpoint_gateway_state_and_acce
     assert rows[1].endpoint == "http://10.1.0.7:30000" and rows[2].host_class == "b200_nvlink"
     notes = {"ct200": {"serving": "DFLASH", "accept_length": 3.45, "gateway_workers": 2,
                        "kv_engine": {"sglang@kimi_k26_dflash-gpu0-7": 215040},
-                       "kv_planned": {"sglang@kimi_k26_dflash-gpu0-7": 222016}},
+                       "kv_planned": {"sglang@kimi_k26_dflash-gpu0-7": 222016},
+                       "weights_received": {"hub": 2_000_000, "peers": 4_000_000, "seconds": 2.0}},
              "b200-a": {"serving": "DFLASH", "accept_length": 3.1,
                         "kv_planned": {"sglang@a": 1401659, "sglang@b": 1401659}, "kv_engine": {"sglang@a": None}},
              "b200-b": {"refused": "b200-b: install_driver='maybe' is not a boolean: use true/false"}}
     lines = table(rows, {"b200-b"}, notes)
     cells = [re.split(r"\s{2,}", line) for line in lines]
     assert cells[0] == ["host", "class", "model", "endpoint", "gateway", "state", "accept length",
-                        "KV tokens (engine of plan)"]
+                        "KV tokens (engine of plan)", "weights fetched (hub, peers, rate)"]
+    # Its downloads' bytes from the hub and from its peers (the weights' fan-out), at their rate.
     assert cells[1] == ["ct200", "rtx_pro_6000_pcie", "kimi-k2.6", "http://127.0.0.1:30000 (on the host)",
                         "http://127.0.0.1:30080 (on the host)", "serving DFLASH, gateway routing to 2 workers", "3.45",
-                        "215,040 of 222,016"]
+                        "215,040 of 222,016", "2.0 MB, 4.0 MB, 3.0 MB/s"]
     # Each replica's engine beside its plan; a figure the run did not learn (an unread /server_info) is "-".
     assert cells[2][3:] == ["http://10.1.0.7:30000", "-", "serving DFLASH", "3.1",
-                            "- of 1,401,659, - of 1,401,659"]
-    assert cells[3][6:] == ["-", "-"]
+                            "- of 1,401,659, - of 1,401,659", "-"]
+    assert cells[3][6:] == ["-", "-", "-"]
     assert cells[3][5] == "failed: b200-b: install_driver='maybe' is not a boolean: use true/false"
     assert len({line.index("kimi-k2.6") for line in lines[1:3]}) == 1  # columns line up
     long = state_of(True, {"refused": "x" * 200})

@@ -29,18 +29,31 @@ A file that another revision of the repo holds, as its manifest recorded it with
 hash and size (revisions_dir/<commit>/, or revisions_dir itself for the single directory of
 earlier specfleet versions), is hard-linked into place instead of fetched: the new revision
 costs the disk only the files that changed, and the old one keeps its own bytes.
+
+In a fan-out (operations/weights/fanout.py) the spec also names the run's peers holding the
+revision and, per file, the peers to ask first and the round in which the plan has it here; the
+files are fetched round by round (a peer is waited on only for a file it has in an earlier round),
+and each from its first source that serves it whole with the hub's hash (weights_sources.py). A
+peer gets no token, and one that serves a wrong byte or cannot be reached is dropped; bytes it
+served that are not yet proven wrong stay, and the next source continues them with a Range request.
 """
 
+import functools
+import http.client
 import json
 import os
 import sys
 import threading
+import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import weights_manifest
+import weights_sources
+from weights_sources import HUB, Sources
 
 PARTS = ".cache/specfleet/parts"
 # Files put in place (or proven by their hash) since the manifest was removed, one JSON listing
@@ -49,6 +62,12 @@ PLACED = ".cache/specfleet/placed.jsonl"
 BLOCK = 1 << 20  # most bytes read, hashed and written per step
 STREAMS = 8  # files in flight at once, as huggingface_hub's max_workers
 ATTEMPTS = 2  # transfers per file whose bytes hash wrong, before the unit fails (and restarts)
+# A peer is on the run's own network: one silent this long is not coming. One that has not yet put a file
+# in place answers 404, asked again every PEER_POLL_S up to the spec's peer_wait_s (it may be fetching it
+# from its own source: a round of the largest shards at the hub's rate).
+PEER_TIMEOUT_S = 15
+PEER_POLL_S = 2.0
+PEER_WAIT_S = 1800
 # Left in a weights directory by specfleet versions that fetched through huggingface_hub.
 STALE = ".cache/huggingface/download"
 
@@ -76,18 +95,22 @@ def resolve_url(spec: dict, path: str) -> str:
     return f"{endpoint}/{spec['repo_id']}/resolve/{spec['commit']}/{urllib.parse.quote(path)}"
 
 
-def transfer(url: str, token: str | None, part: Path, size: int, digest) -> int:
+class PeerFailed(Exception):
+    """A peer did not serve a file: it is dropped, the file comes from the next source."""
+
+
+def transfer(url: str, token: str | None, part: Path, size: int, digest, tally=None, timeout: float = 60) -> int:
     """Append the rest of URL to PART (from its current size), hashing every byte of PART into
-    DIGEST; returns the byte it resumed at."""
+    DIGEST and counting each byte received with TALLY; returns the byte it resumed at."""
     done = part.stat().st_size if part.exists() else 0
-    if done > size:
+    if done >= size:  # nothing left to ask for (a Range from its end is refused, 416): fetched again whole
         part.unlink()
         done = 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={done}-"} if done else {})
     if token:
         # Not sent on to the redirect: LFS content comes from a signed CDN URL that refuses it.
         request.add_unredirected_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=60) as response, part.open("ab") as out:
+    with urllib.request.urlopen(request, timeout=timeout) as response, part.open("ab") as out:
         if done and response.status != 206:  # the server ignored the Range: start over
             out.truncate(0)
             done = 0
@@ -101,6 +124,8 @@ def transfer(url: str, token: str | None, part: Path, size: int, digest) -> int:
             out.write(block)
             out.flush()
             digest.update(block)
+            if tally:
+                tally(len(block))
     return done
 
 
@@ -207,14 +232,38 @@ def linked(entry: dict, final: Path, local_dir: Path, sources: dict[tuple, Path]
     return f"linked {entry['path']} from {source.parent.name} (its manifest recorded the same hash)"
 
 
+def from_source(source: str, spec: dict, entry: dict, part: Path, token: str | None, digest,
+                sources: Sources) -> int:
+    """Continue PART from SOURCE (the hub, with the token; a peer, without it, waited on while it answers
+    that it has not the file yet); returns the byte it resumed at. A peer's failure raises PeerFailed."""
+    tally = functools.partial(sources.count, source)
+    if source == HUB:
+        return transfer(resolve_url(spec, entry["path"]), token, part, entry["size"], digest, tally)
+    deadline = time.monotonic() + spec.get("peer_wait_s", PEER_WAIT_S)
+    while True:
+        try:
+            return transfer(sources.url(source, urllib.parse.quote(entry["path"])), None, part, entry["size"],
+                            digest, tally, timeout=PEER_TIMEOUT_S)
+        except urllib.error.HTTPError as error:
+            if error.code != 404:
+                raise PeerFailed(f"HTTP {error.code}") from None
+            if time.monotonic() >= deadline:
+                raise PeerFailed(f"it did not have {entry['path']} within {spec.get('peer_wait_s', PEER_WAIT_S)} s") \
+                    from None
+            time.sleep(PEER_POLL_S)  # nothing was hashed: the answer came before the part's bytes are read
+        except (OSError, http.client.HTTPException) as error:
+            raise PeerFailed(f"{type(error).__name__}: {error}") from None
+
+
 def fetch_resumable(spec: dict, entry: dict, local_dir: Path, token: str | None, placed: Placed,
-                    sources: dict[tuple, Path] | None = None) -> str:
-    """Fetch one file into place, continuing its .part file (or link it from another revision that holds
-    it); what happened, for the journal."""
+                    linkable: dict[tuple, Path] | None = None, sources: Sources | None = None) -> str:
+    """Fetch one file into place from its sources (the spec's, unless given), continuing its .part file (or
+    link it from another revision that holds it); what happened, for the journal."""
+    sources = sources or Sources(spec, local_dir)
     final = Path(weights_manifest.inside(local_dir, entry["path"]))
     if in_place(entry, final, placed):
         return ""
-    note = linked(entry, final, local_dir, sources or {}, placed)
+    note = linked(entry, final, local_dir, linkable or {}, placed)
     if note.startswith("linked"):
         return note
     if note:
@@ -222,37 +271,61 @@ def fetch_resumable(spec: dict, entry: dict, local_dir: Path, token: str | None,
     part = Path(weights_manifest.inside(local_dir, f"{PARTS}/{entry['path']}.part"))
     part.parent.mkdir(parents=True, exist_ok=True)
     kind = "sha256" if entry.get("sha256") else "git sha1"
-    notes = []
-    for attempt in range(1, ATTEMPTS + 1):
+    notes, hub_attempts, served = [], 0, set()  # served: the sources whose bytes the part holds
+    while True:
+        source = sources.of(entry["path"])[0]
         digest = weights_manifest.digest_for(entry)
-        resumed_at = transfer(resolve_url(spec, entry["path"]), token, part, entry["size"], digest)
+        try:
+            resumed_at = from_source(source, spec, entry, part, token, digest, sources)
+        except PeerFailed as error:
+            served.add(source)  # what it sent stays: the next source continues it, the whole file's hash checks it
+            if sources.drop(source, str(error)):
+                print(f"dropping peer {source} ({error}): {entry['path']} from the next source", flush=True)
+            continue
+        served.add(source)
         if part.stat().st_size != entry["size"]:
-            raise OSError(f"{entry['path']}: {part.stat().st_size} bytes after the transfer, {entry['size']} expected")
+            if source == HUB:
+                raise OSError(f"{entry['path']}: {part.stat().st_size} bytes after the transfer, "
+                              f"{entry['size']} expected")
+            sources.drop(source, "served a file of the wrong size")
+            print(f"dropping peer {source} (it served {part.stat().st_size} bytes of {entry['path']}, the hub lists "
+                  f"{entry['size']}): the next source continues it", flush=True)
+            continue
         if digest.hexdigest() == weights_manifest.expected_digest(entry):
             break
         part.unlink()
+        peers = sorted(served - {HUB})
         notes.append(f"{kind} mismatch for {entry['path']} (got {digest.hexdigest()}, the hub lists "
-                     f"{weights_manifest.expected_digest(entry)}): deleted"
-                     + (", fetching it again" if attempt < ATTEMPTS else ""))
-        print(notes[-1], flush=True)
-    else:
-        raise HashMismatch("; ".join(notes))
+                     f"{weights_manifest.expected_digest(entry)}) from {', '.join(sorted(served))}: deleted")
+        served = set()
+        for peer in peers:
+            sources.drop(peer, f"served bytes of {entry['path']} that the hub's hash refuses")
+        if peers:
+            notes[-1] += f", dropping {', '.join(peers)}"
+        else:
+            hub_attempts += 1
+        print(notes[-1] + (", fetching it again" if hub_attempts < ATTEMPTS else ""), flush=True)
+        if hub_attempts >= ATTEMPTS:
+            raise HashMismatch("; ".join(notes))
     final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(part, final)
     placed.add(entry)
+    via = "" if served == {HUB} else f" from {', '.join(sorted(served))}"
     return (f"resumed {entry['path']} at byte {resumed_at}" if resumed_at else f"fetched {entry['path']}") \
-        + f" ({kind} checked)"
+        + f"{via} ({kind} checked)"
 
 
-def fetch_all(spec: dict, local_dir: Path, placed: Placed) -> list[str]:
-    """Every listed file into place, STREAMS at a time; why each one that is not failed."""
+def fetch_all(spec: dict, local_dir: Path, placed: Placed, sources: Sources) -> list[str]:
+    """Every listed file into place, STREAMS at a time, round by round (the fan-out's; else all in one),
+    the largest first; why each one that is not failed."""
     token = hub_token()
-    sources = other_revisions(spec, local_dir)
+    linkable = other_revisions(spec, local_dir)
+    rounds = spec.get("rounds") or {}
     failures = []
 
     def one(entry):
         try:
-            return fetch_resumable(spec, entry, local_dir, token, placed, sources)
+            return fetch_resumable(spec, entry, local_dir, token, placed, linkable, sources)
         except HashMismatch as error:
             failure = str(error)
         except Exception as error:  # the unit fails once the others are done; its restart resumes this one
@@ -261,7 +334,7 @@ def fetch_all(spec: dict, local_dir: Path, placed: Placed) -> list[str]:
         return failure
 
     with ThreadPoolExecutor(max_workers=STREAMS) as pool:
-        for message in pool.map(one, sorted(spec["files"], key=lambda e: -e["size"])):
+        for message in pool.map(one, sorted(spec["files"], key=lambda e: (rounds.get(e["path"], 0), -e["size"]))):
             if message:
                 print(message, flush=True)
     return failures
@@ -286,6 +359,9 @@ def main(spec_path: str) -> int:
     local_dir = Path(spec["local_dir"])
     local_dir.mkdir(parents=True, exist_ok=True)
     refused = unsafe_names(spec, local_dir)
+    problem = weights_sources.spec_problem(spec)
+    if problem:
+        refused.append(problem)
     if refused:
         print(f"refusing the listing, nothing written: {'; '.join(refused)}", file=sys.stderr)
         return 1
@@ -300,12 +376,18 @@ def main(spec_path: str) -> int:
             print(f"re-fetching {entry['path']}: {path.stat().st_size} bytes on disk, "
                   f"{entry['size']} on the hub", flush=True)
             path.unlink()
-    failures = fetch_all(spec, local_dir, placed)
+    sources = Sources(spec, local_dir)
+    try:
+        failures = fetch_all(spec, local_dir, placed, sources)
+    finally:
+        sources.keep()
+    print(sources.line(), flush=True)
     if failures:
         print(f"not in place (the unit's restart fetches them again): {failures}", file=sys.stderr)
         return 1
-    weights_manifest.write(local_dir, spec["repo_id"], spec["commit"], spec["files"])
+    weights_manifest.write(local_dir, spec["repo_id"], spec["commit"], spec["files"], received=sources.summary())
     placed.done()
+    sources.done()
     print(f"{spec['repo_id']}@{spec['commit']}: {len(spec['files'])} files complete", flush=True)
     return 0
 

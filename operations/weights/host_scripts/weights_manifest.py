@@ -9,7 +9,9 @@ A listing is the hub's file list for one commit, as the controller validated it:
 sha256 is set for LFS files, git_sha1 (git's blob id) for the others.
 
 The manifest, written into a weights directory once every file is in place, marks it complete:
-    {"repo_id": "...", "commit": "<40 hex>", "files": {path: {"size", "sha256", "git_sha1"}}}
+    {"repo_id": "...", "commit": "<40 hex>", "files": {path: {"size", "sha256", "git_sha1"}},
+     "received": {"hub": bytes, "peers": bytes, "by_peer": {host: bytes}}}
+("received": the bytes the fetch took from each source, weights_sources.py).
 """
 
 import hashlib
@@ -115,9 +117,11 @@ def read(directory) -> dict | None:
     return manifest if isinstance(manifest, dict) else None
 
 
-def write(directory, repo_id: str, commit: str, listing: list[dict]) -> None:
+def write(directory, repo_id: str, commit: str, listing: list[dict], received: dict | None = None) -> None:
     manifest = {"repo_id": repo_id, "commit": commit,
                 "files": {e["path"]: {k: e.get(k) for k in ("size", "sha256", "git_sha1")} for e in listing}}
+    if received is not None:
+        manifest["received"] = received
     tmp = os.path.join(directory, f".{MANIFEST}.tmp")
     with open(tmp, "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)

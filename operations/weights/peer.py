@@ -1,0 +1,169 @@
+"""The peer server of the weights' fan-out: how a host serves its revisions to the run's other hosts.
+
+nginx from the operating system's packages (Debian's and Ubuntu's `nginx`), not a server of specfleet's
+own: it serves files read-only with sendfile and HTTP Range (a fetcher that broke off continues where
+it stopped). It runs in a unit of its own (templates/weights/weights-peer.service.j2) as a user of its
+own in the weights' group, which reads the weights and owns nothing, confined as the other units are
+(`systemd-analyze security` at most 3.0), and with root's configuration of the servers (the API keys)
+out of its reach. It serves the revisions of the run's fan-out only, each at `/<repo dir>/<commit>/`
+(fanout.peer_url), to the run's peers' addresses only; never a listing, never the fetcher's files in
+flight (`.cache/`), never a link. Its unit is started while the fan-out runs and stopped after it, unless
+`weights_cache=true` keeps it (enabled at boot: a site cache for later revisions and hosts).
+"""
+
+import ipaddress
+import posixpath
+import re
+from dataclasses import dataclass
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.facts.deb import DebPackages
+
+from operations.basics import apt_packages, gathering, knobs, shell
+from operations.basics.file_states import FileStates, matches
+from operations.basics.templates import render
+from operations.weights.config import Weights
+
+UNIT = "specfleet-weights-peer"
+PACKAGES = ("nginx",)
+# A revision's directory under the weights directory, as fanout.Revision.path names it.
+REVISION_PATH = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]*--[A-Za-z0-9][A-Za-z0-9._-]*/{knobs.COMMIT.pattern}")
+
+
+@dataclass(frozen=True)
+class PeerServer:
+    """One host's peer server: whom it serves, what, where, as whom."""
+
+    reader: str  # the weights' group (the service user's)
+    weights_dir: str
+    port: int  # `weights_fanout_port`
+    allowed: tuple[str, ...]  # the run's peers' IP addresses
+    revisions: tuple[str, ...]  # the revisions it serves, `<repo dir>/<commit>` each
+    cache: bool  # `weights_cache`: kept running after the run
+    config_dir: str  # root's configuration of the servers, out of its reach
+
+    @property
+    def unit(self) -> str:
+        return UNIT
+
+    @property
+    def conf_dir(self) -> str:
+        """Beside root's configuration directory, not in it: the unit cannot read that one."""
+        return f"{self.config_dir}-weights-peer"
+
+    @property
+    def conf_file(self) -> str:
+        return f"{self.conf_dir}/nginx.conf"
+
+    @property
+    def runtime_dir(self) -> str:
+        return f"/run/{UNIT}"
+
+
+def server(weights: Weights, weights_dir: str, peers: tuple[str, ...], revisions: tuple[str, ...]) -> PeerServer:
+    """The host's peer server for the run's fan-out: `peers`, the addresses of the hosts that take revisions
+    from it (fanout.Holder.address); `revisions`, what it serves of them (fanout.Revision.path). A peer's
+    address that is no IP address (nginx allows addresses, not names) or a malformed revision raises
+    BadHostData."""
+    allowed = []
+    for address in peers:
+        try:
+            allowed.append(str(ipaddress.ip_address(address)))
+        except ValueError:
+            raise knobs.refused("a fan-out peer's address", address, "give the peer's inventory entry its IP "
+                                "address (gateway_worker_address or ssh_hostname): the peer server allows "
+                                "addresses, not names", wrong="is not an IP address") from None
+    for revision in revisions:
+        if not REVISION_PATH.fullmatch(revision) or posixpath.normpath(revision) != revision:
+            raise knobs.refused("a fan-out revision", revision, "use <owner>--<name>/<40-hex commit>")
+    return PeerServer(reader=weights.reader, weights_dir=weights_dir,
+                      port=weights.fanout_port, allowed=tuple(sorted(set(allowed))),
+                      revisions=tuple(sorted(set(revisions))), cache=weights.cache, config_dir=weights.config_dir)
+
+
+def conf_text(p: PeerServer) -> str:
+    return render("weights/peer-nginx.conf.j2", p=p, commit=knobs.COMMIT.pattern)
+
+
+def unit_text(p: PeerServer) -> str:
+    return render("weights/weights-peer.service.j2", p=p)
+
+
+UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
+
+
+@operation()
+def package():
+    """
+    Debian's nginx for the peer server, its own ``nginx.service`` masked before the package is installed:
+    that one would start at once and at every boot, serving /var/www on port 80 to anyone.
+
+    **Example:**
+
+    .. code:: python
+
+        peer.package(name="Weights peer server package")
+    """
+    if all(name in host.get_fact(DebPackages) for name in PACKAGES):
+        host.noop("nginx is installed (its own nginx.service masked)")
+        return
+    yield "systemctl mask nginx.service"
+    yield from apt_packages.install(list(PACKAGES))
+
+
+@operation()
+def serving(server: PeerServer):
+    """
+    The peer server's configuration and unit written, and the server (re)started on them: called on a run
+    where a host of the fan-out lacks a revision, before any download. Enabled at boot only with
+    `weights_cache`.
+
+    + server: this host's peer server (``server``)
+
+    **Example:**
+
+    .. code:: python
+
+        peer.serving(name="Weights peer server", server=part.server)
+    """
+    yield StringCommand("mkdir", "-p", "-m", "755", QuoteString(server.conf_dir))
+    states = gathering.read(FileStates, paths=(server.conf_file, UNIT_FILE))
+    for dest, content in ((server.conf_file, conf_text(server)), (UNIT_FILE, unit_text(server))):
+        if not matches(states.get(dest), "file", "644", content=content.encode()):
+            yield from shell.put(src=StringIO(content), dest=dest, mode="644")
+    yield "systemctl daemon-reload"
+    yield f"systemctl {'enable' if server.cache else 'disable'} {UNIT}.service 2>/dev/null || true"
+    yield f"systemctl restart {UNIT}.service"
+
+
+@operation()
+def stopped(weights: Weights, started: bool):
+    """
+    The peer server stopped and its unit removed, once every host of the run has its files (pyinfra runs
+    this after every host's downloads), unless `weights_cache` keeps it; one an earlier run left is removed.
+
+    + weights: the host's weights (`weights_cache`)
+    + started: whether this run started it (``serving``)
+
+    **Example:**
+
+    .. code:: python
+
+        peer.stopped(name="Weights peer server stopped", weights=deployment.weights, started=True)
+    """
+    if weights.cache:
+        host.noop("weights_cache=true: the peer server keeps serving")
+        return
+    if not started and not gathering.read(FileStates, paths=(UNIT_FILE,)).get(UNIT_FILE):
+        host.noop("no peer server")
+        return
+    yield f"systemctl disable --now {UNIT}.service 2>/dev/null || true"
+    yield StringCommand("rm", "-f", UNIT_FILE)
+    yield "systemctl daemon-reload"
+
+
+@gathering.wants
+def _read(deployment, snapshots) -> gathering.Wanted:
+    return [(FileStates, dict(paths=(UNIT_FILE,)))]

@@ -2,7 +2,7 @@
 
 Resolved once per run (`of`), on the first host that asks: the revisions two or more hosts of the run
 hold (fanout.holders, over the fleet that operations/gateway/membership.py resolved) while at least one of them still
-lacks it (its manifest's commit, read on each holder in one command); each holder's address as an IP
+lacks it (its manifest's commit, read on every holder at once, one command each); each holder's address as an IP
 address, a name resolved once here on the controller (nginx's allow list takes addresses). A run whose
 holders all hold their revisions starts no peer server and reads nothing more.
 
@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+import gevent
 from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 
@@ -85,12 +86,14 @@ def resolve(inventory, fleet_workers) -> RunFanout:
     if not found:
         return RunFanout({})
     lacking: dict[Revision, set[str]] = {r: set() for r in found}
-    for w in workers:
-        held = {r for r, holders in found.items() if any(h.name == w.name for h in holders)}
-        if held:
-            missing = _lacking(in_run[w.name], w.weights, held)
-            for revision in held if missing is None else missing:
-                lacking[revision].add(w.name)
+    held = {w.name: {r for r, holders in found.items() if any(h.name == w.name for h in holders)} for w in workers}
+    # Every holder asked at once: a run's wait is one round trip, not one per host.
+    asked = {w.name: gevent.spawn(_lacking, in_run[w.name], w.weights, held[w.name]) for w in workers if held[w.name]}
+    gevent.joinall(list(asked.values()))
+    for name, answer in asked.items():
+        missing = answer.get()  # an error in the read is raised here, as it would be without the greenlet
+        for revision in held[name] if missing is None else missing:
+            lacking[revision].add(name)
     return RunFanout({r: holders for r, holders in found.items() if lacking[r]},
                      {r: frozenset(h.name for h in holders if h.name not in lacking[r]) for r, holders in found.items()
                       if lacking[r]})

@@ -49,6 +49,8 @@ KNOBS = (
     Knob("layouts", "dict", "per profile, how the class serves it: tp_size, replicas, GPUs", group=_CLASS),
     Knob("mirrors", "dict", "repos and requirements a site serves under other names"),
     Knob("pins", "dict", "the commits pin.py resolved moving revisions to (SPECFLEET_SITE/pins.json)", (GROUP,)),
+    Knob("tuned", "dict", "per profile, the settings tune.py measured best on the class "
+         "(SPECFLEET_SITE/tuned/CLASS/PROFILE.json)", (GROUP,), group=_CLASS),
     Knob("allow_branch_revisions", "boolean", "a revision that is a branch only warns (the weights follow it)"),
     # Weights.
     Knob("hf_endpoint", "URL or None", "the Hugging Face hub to use; None: the public hub", subject="weights"),

@@ -40,11 +40,15 @@ class Candidate:
         return f"{spec.algorithm}{drafting} TP{self.deployment.engine.tp_size}x{len(self.deployment.replicas)}"
 
     @property
-    def family(self) -> tuple:
-        """What it shares with the candidates a search walks one axis of: algorithm, tree or spine, layout."""
-        spec, engine = self.deployment.engine.speculative, self.deployment.engine
-        tree = spec.entry.builds_tree(spec.num_draft_tokens, spec.tree_size)
-        return (spec.algorithm, tree, engine.tp_size, len(self.deployment.replicas))
+    def kind(self) -> tuple:
+        """What it shares with the candidates of one axis: its algorithm, and whether it verifies a tree."""
+        spec = self.deployment.engine.speculative
+        return (spec.algorithm, spec.entry.builds_tree(spec.num_draft_tokens, spec.tree_size))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Its layout: TP size and replicas."""
+        return (self.deployment.engine.tp_size, len(self.deployment.replicas))
 
     @property
     def axis(self) -> tuple[int, ...]:

@@ -143,6 +143,15 @@ KNOBS = (
          group="bench", subject="bench"),
     Knob("max_accept_drop", "number", "the largest accept-length drop from the baseline that passes",
          group="bench", subject="bench"),
+    # The tuner (tune.py; tuning/plan.py parses them, with the benchmark's workload and levels above).
+    Knob("objective", "name", "what the tuner's pick is best at: throughput (default), latency or energy",
+         group="", subject="tune"),
+    Knob("search", "name", "walk (default: the fewest trials that find the best) or grid (every candidate)",
+         group="", subject="tune"),
+    Knob("max_tpot_ms", "number or None", "the slowest time per output token the tuner's pick may have",
+         group="", subject="tune"),
+    Knob("max_ttft_ms", "number or None", "the longest time to first token the tuner's pick may have",
+         group="", subject="tune"),
     # status.py, logs.py, uninstall.py (--data).
     Knob("json", "boolean", "status.py prints its records as one JSON list on stdout", (DATA,), group="",
          subject="tools"),
@@ -160,7 +169,7 @@ KNOBS = (
 BY_NAME = {knob.name: knob for knob in KNOBS}
 SECTIONS = {"deployment": "What is deployed", "weights": "Weights", "server": "The SGLang servers",
             "gpu": "The GPUs", "nodes": "Node groups", "gateway": "The gateway and Prometheus",
-            "bench": "The serving benchmark (bench.py)",
+            "bench": "The serving benchmark (bench.py)", "tune": "The tuner (tune.py)",
             "tools": "status.py, logs.py, uninstall.py", "retired": "Retired (refused, saying what replaced them)"}
 
 

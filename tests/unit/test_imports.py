@@ -9,7 +9,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("operations", "serving_benchmark", "tuning")
-ENTRY_POINTS = ("deploy.py", "bench.py", "rollout.py")
+ENTRY_POINTS = ("deploy.py", "bench.py", "rollout.py", "tune.py")
 NOT_PRODUCT = ("tests", "lab", "speed", "tools")
 
 

@@ -84,7 +84,7 @@ def run_tune(state, host, d: Deployment, deployed: tuple[Server, ...], points: l
 def _power_start(servers: tuple[Server, ...]) -> str:
     gpus = ",".join(str(g) for s in servers for g in s.gpus)
     return (f"nohup nvidia-smi --query-gpu=power.draw --format=csv,noheader,nounits -i {gpus} "
-            f"-lms {POWER_INTERVAL_MS} > {POWER_FILE} 2>/dev/null & echo $!")
+            f"-lms {POWER_INTERVAL_MS} < /dev/null > {POWER_FILE} 2>/dev/null & echo $!")
 
 
 def _power_stop(host, pid: str, gpus: int) -> float | None:

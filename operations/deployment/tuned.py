@@ -26,7 +26,7 @@ from operations.server import speculative
 LAYOUT_KEYS = ("tp_size", "replicas")  # the layout's part of the settings (operations/server/layout.py KEYS)
 MEASURED_WITH = ("sglang", "drafter", "prompts")
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-BUILD = re.compile(r"[0-9a-f]{40}|" + knobs.REQUIREMENT.pattern)  # a commit, else a release pin or a wheel
+BUILD = re.compile(f"{knobs.COMMIT.pattern}|{knobs.REQUIREMENT.pattern}")  # a commit, else a release pin or a wheel
 
 
 def setting_keys() -> tuple[str, ...]:

@@ -93,13 +93,16 @@ def candidates(data: Any, host_class: str, name: str, expected: GpuExpectations 
                                                spec.tree_size)
                 if backend != deployed.engine.attention_backend:
                     settings["attention_backend"] = backend
-                d = _of(data, host_class, name, settings, profile)
-                why = _left_out(d, expected, snapshots, gpus)
+                candidate = Candidate(settings, _of(data, host_class, name, settings, profile))
+                why = _left_out(candidate.deployment, expected, snapshots, gpus)
+                # What it serves: a host's own layout makes every tried layout its one.
+                serves = (candidate.shape, candidate.deployment.engine.speculative,
+                          candidate.deployment.engine.attention_backend)
                 if why:
-                    left_out.append(f"{Candidate(settings, d).label}: {why}")
-                elif settings not in seen:
-                    seen.append(settings)
-                    found.append(Candidate(settings, d))
+                    left_out.append(f"{candidate.label}: {why}")
+                elif serves not in seen:
+                    seen.append(serves)
+                    found.append(candidate)
     ar = speculative.Speculative(speculative.AR.name, block)
     baseline = Candidate({}, replace(deployed, engine=replace(deployed.engine, speculative=ar)))
     return [baseline, *found], left_out

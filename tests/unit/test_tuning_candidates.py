@@ -72,3 +72,9 @@ def test_a_release_build_leaves_ddtree_out_and_the_weights_leave_out_the_layouts
     assert any(line.endswith("is a release without DDTree") for line in left_out)
     assert any(line.startswith("DFLASH n=8 draft_window_size=4096 TP4x2: host-1: kimi-k2.6 and its drafter need ")
                for line in left_out)
+
+
+def test_a_hosts_own_layout_is_every_candidates_one():
+    data = host_data(PCIE, deployments=[{"profile": "qwen36_ddtree", "tp_size": 2}])
+    found, _ = candidates(data, PCIE, "qwen36_ddtree")
+    assert {c.shape for c in found} == {(2, 4)} and len(found) == 1 + 4 + 7

@@ -101,7 +101,9 @@ def test_what_the_tuned_file_keeps_names_the_pick_and_every_trials_settings(tmp_
     assert kept["pick"] == 1 and kept["trials"][1]["settings"] == {
         "algorithm": "DDTREE", "num_draft_tokens": 16, "ddtree_budget": 15, "tp_size": 1}
     assert kept["trials"][2]["stopped"] and kept["trials"][1]["speedup"] == 6.0
-    assert [p.name for p in written][:2] == ["trials.json", "trials.md"]
+    assert [p.name for p in written] == ["trials.json", "trials.md", "tune.png"]  # matplotlib: requirements-dev.txt
+    png = (tmp_path / "tune.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") > 100
 
 
 def test_a_trials_layout_stops_every_deployed_replica_and_each_of_its_units_starts_them_all_again(monkeypatch):

@@ -17,7 +17,7 @@ from pyinfra import host, inventory
 from operations import deployment, schema
 from operations.basics import deploy_files, failing
 from operations.basics.knobs import BadHostData
-from operations.deployment import preflight, roles, summary
+from operations.deployment import preflight, roles, summary, tuned
 from operations.gateway import config as gateway_config, drain, membership, registry
 from operations.gateway.stages import gateway_deployed
 from operations.gpu import smoke
@@ -42,6 +42,7 @@ try:
     if roles.serves_model(host.groups) or not roles.is_gateway(host.groups):
         worker, deployments = deployment.resolve_worker(host.data, deployment.host_class_of(host.groups),
                                                         nodes.members(inventory, host))
+        tuned.report(host.name, deployments)  # where each setting came from: class, profile or tuned file
     if roles.is_gateway(host.groups):
         gateway, monitoring = gateway_config.resolve(host.data), prometheus.resolve(host.data)
 except BadHostData as problem:

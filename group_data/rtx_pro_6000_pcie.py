@@ -77,6 +77,10 @@ sglang_tuning = dict(
     env=dict(),
 )
 
+# The settings tune.py measured best for each profile here (SPECFLEET_SITE/tuned/rtx_pro_6000_pcie/PROFILE.json),
+# applied by the deploy over this file's and the profile's where measured with the build it deploys.
+tuned = _site.tuned(__file__)
+
 # SPECFLEET_SITE/group_data/rtx_pro_6000_pcie.py (your site directory, outside this checkout) overrides these values
 # (operations/deployment/site.py).
 globals().update(_site.overrides(__file__, globals()))

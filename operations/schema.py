@@ -49,6 +49,8 @@ KNOBS = (
     Knob("layouts", "dict", "per profile, how the class serves it: tp_size, replicas, GPUs", group=_CLASS),
     Knob("mirrors", "dict", "repos and requirements a site serves under other names"),
     Knob("pins", "dict", "the commits pin.py resolved moving revisions to (SPECFLEET_SITE/pins.json)", (GROUP,)),
+    Knob("tuned", "dict", "per profile, the settings tune.py measured best on the class "
+         "(SPECFLEET_SITE/tuned/CLASS/PROFILE.json)", (GROUP,), group=_CLASS),
     Knob("allow_branch_revisions", "boolean", "a revision that is a branch only warns (the weights follow it)"),
     # Weights.
     Knob("hf_endpoint", "URL or None", "the Hugging Face hub to use; None: the public hub", subject="weights"),
@@ -150,6 +152,15 @@ KNOBS = (
     Knob("each_replica", "boolean", "with several replicas, each level runs on every replica alone before all of "
          "them at once; false: all at once only (a host's figures in one pass, not one per replica)", group="bench",
          subject="bench"),
+    # The tuner (tune.py; tuning/plan.py parses them, with the benchmark's workload and levels above).
+    Knob("objective", "name", "what the tuner's pick is best at: throughput (default), latency or energy",
+         group="", subject="tune"),
+    Knob("search", "name", "walk (default: the fewest trials that find the best) or grid (every candidate)",
+         group="", subject="tune"),
+    Knob("max_tpot_ms", "number or None", "the slowest time per output token the tuner's pick may have",
+         group="", subject="tune"),
+    Knob("max_ttft_ms", "number or None", "the longest time to first token the tuner's pick may have",
+         group="", subject="tune"),
     # status.py, logs.py, uninstall.py (--data).
     Knob("json", "boolean", "status.py prints its records as one JSON list on stdout", (DATA,), group="",
          subject="tools"),
@@ -167,7 +178,7 @@ KNOBS = (
 BY_NAME = {knob.name: knob for knob in KNOBS}
 SECTIONS = {"deployment": "What is deployed", "weights": "Weights", "server": "The SGLang servers",
             "gpu": "The GPUs", "nodes": "Node groups", "gateway": "The gateway and Prometheus",
-            "bench": "The serving benchmark (bench.py)",
+            "bench": "The serving benchmark (bench.py)", "tune": "The tuner (tune.py)",
             "tools": "status.py, logs.py, uninstall.py", "retired": "Retired (refused, saying what replaced them)"}
 
 

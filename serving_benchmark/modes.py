@@ -12,6 +12,13 @@ from operations.server.flags import server_args
 from operations.server.sandbox import rejection
 
 
+def on_loopback(server: Server) -> Server:
+    """The server as a bench unit serves it: on loopback only, so no API key is needed and none is handed out."""
+    e = server.engine
+    return dataclasses.replace(server, engine=dataclasses.replace(
+        e, service=dataclasses.replace(e.service, bind_address=network.LOOPBACK)))
+
+
 def mode_args(server: Server, mode: str) -> list[str]:
     """The deployed server's arguments for `mode`, served on loopback only.
 
@@ -21,8 +28,7 @@ def mode_args(server: Server, mode: str) -> list[str]:
     one-token pages, and triton where it builds a tree).
     """
     e = server.engine
-    d = dataclasses.replace(server, engine=dataclasses.replace(
-        e, service=dataclasses.replace(e.service, bind_address=network.LOOPBACK)))
+    d = on_loopback(server)
     entry = speculative.of_mode(mode)
     if not entry.drafts:
         args, drop = [], False

@@ -82,13 +82,17 @@ def sweep(replicas: tuple[Server, ...], plan: Plan, smoke: SmokeTest | None = No
     server = replicas[0]
     modes = bench_modes.accepted(server, plan.modes)
     gpus = host.get_fact(NvidiaGpus)
-    # How long a mode (and the deployed service after) may take to start: as the deploy allows it, from
-    # ready_timeout_s or the size of the weights on the host.
-    disk = host.get_fact(WeightsDisk, local_dirs=(server.engine.model_dir, server.engine.draft_model_dir))
-    weight_bytes = sum(sum((d or {}).get("files", {}).values()) for d in disk.values())
-    ready_s = readiness.timeout_for(server.engine.service, weight_bytes)
+    ready_s = ready_after(server)
     rejoin = list(zip(routes or [[] for _ in replicas], drained or [None for _ in replicas]))
     yield FunctionCommand(run_sweep, (tuple(replicas), plan, modes, gpus, ready_s, rejoin, results_subdir), {})
+
+
+def ready_after(server: Server) -> int:
+    """How long a mode (and the deployed service after) may take to start: as the deploy allows it, from
+    ready_timeout_s or the size of the weights on the host."""
+    disk = host.get_fact(WeightsDisk, local_dirs=(server.engine.model_dir, server.engine.draft_model_dir))
+    weight_bytes = sum(sum((d or {}).get("files", {}).values()) for d in disk.values())
+    return readiness.timeout_for(server.engine.service, weight_bytes)
 
 
 def specfleet_commit() -> str:
@@ -119,18 +123,29 @@ def _interrupt_sweeps(previous):
     return handler
 
 
-def run_sweep(state, host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, ready_s: int,
-              rejoin: list, results_subdir: str) -> bool:
-    """The sweep on one host (a FunctionCommand); the deployed replicas are started again whatever happens."""
+def interruptible(body, *args) -> bool:
+    """`body(*args)`, one host's sweep (or tune), with Ctrl+C raising Interrupted in it, which it answers by
+    restoring its host (after `uninterruptible`, a second Ctrl+C exits pyinfra)."""
     if not _SWEEPS:
         signal.signal(signal.SIGINT, _interrupt_sweeps(signal.getsignal(signal.SIGINT)))
     _SWEEPS.add(gevent.getcurrent())
     try:
-        return _sweep(host, replicas, plan, modes, gpus, ready_s, rejoin, results_subdir)
+        return body(*args)
     except Interrupted:  # while writing the results: the host is restored already
         return False
     finally:
         _SWEEPS.discard(gevent.getcurrent())
+
+
+def uninterruptible() -> None:
+    """From here on a Ctrl+C exits pyinfra rather than interrupting this host's sweep (it is restoring)."""
+    _SWEEPS.discard(gevent.getcurrent())
+
+
+def run_sweep(state, host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, ready_s: int,
+              rejoin: list, results_subdir: str) -> bool:
+    """The sweep on one host (a FunctionCommand); the deployed replicas are started again whatever happens."""
+    return interruptible(_sweep, host, replicas, plan, modes, gpus, ready_s, rejoin, results_subdir)
 
 
 def client_runs(replicas: tuple[Server, ...], plan: Plan) -> list[tuple[str, tuple[Server, ...]]]:
@@ -201,7 +216,7 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
         host.log_styled("bench interrupted: stopping the client, starting the deployed service again", fg="yellow")
         failed.append("interrupted")
     finally:
-        _SWEEPS.discard(gevent.getcurrent())  # a second Ctrl+C now exits pyinfra
+        uninterruptible()  # a second Ctrl+C now exits pyinfra
         back = units.restore(host, replicas, remote_root, ready_s)
     for (replica, probe), (routes, drained) in zip(back, rejoin):
         if not readiness.generates(probe):

@@ -27,12 +27,15 @@ def unit_environment(server: Server) -> dict[str, str]:
 
 
 def bench_unit_command(d: Server, args: list[str], max_runtime_s: int, minors: tuple[int | None, ...],
-                       unit: str = BENCH_UNIT) -> list[str]:
+                       unit: str = BENCH_UNIT, restores: tuple[str, ...] = ()) -> list[str]:
     """systemd-run's command line for the bench unit `unit` serving `args` in replica `d`'s place: the
     deployed unit's user and confinement (``sandbox.service_settings``, with the host's GPUs' `minors`), keyless: its environment (its
     GPUs) less the API key file, the configuration directory out of its reach; a time limit, and on stop (the limit, or the sweep's own stop) the deployed unit started again unless the
-    sweep is switching modes. ExecStopPost runs as root (+): the service user may not start a system unit."""
-    restore = f"+/bin/sh -c 'test -e {switching(unit)} || systemctl start --no-block {d.service_name}'"
+    sweep is switching modes (`restores`: the deployed units to start, by default `d`'s own; a tuner's
+    layout takes other GPUs than theirs). ExecStopPost runs as root (+): the service user may not start a
+    system unit."""
+    restore = (f"+/bin/sh -c 'test -e {switching(unit)} || systemctl start --no-block "
+               f"{' '.join(restores or (d.service_name,))}'")
     setenv = [f"--setenv={k}={v}" for k, v in unit_environment(d).items()]
     return ["systemd-run", f"--unit={unit}", "--collect",
             f"--description=specfleet serving benchmark of {d.service_name}",
@@ -45,26 +48,36 @@ def bench_unit_command(d: Server, args: list[str], max_runtime_s: int, minors: t
 def start_mode(host, replicas: tuple[Server, ...], mode: str, max_runtime_s: int) -> tuple[bool, str]:
     """Stop whatever serves (the deployed replicas or the previous mode) and start a bench unit with the
     mode's arguments in each replica's place."""
-    several = len(replicas) > 1
-    units = [bench_unit(d, several) for d in replicas]
+    return start(host, replicas, replicas, [modes.mode_args(d, mode) for d in replicas], max_runtime_s)
+
+
+def start(host, deployed: tuple[Server, ...], servers: tuple[Server, ...], args: list[list[str]], max_runtime_s: int,
+          previous: tuple[str, ...] = ()) -> tuple[bool, str]:
+    """Stop the `deployed` replicas and the bench units serving (theirs, and `previous`: a tuner's earlier
+    layout), then start a bench unit serving each of `servers` with its `args`; each, once stopped by
+    anything but this switch, starts every deployed replica again."""
+    several = len(servers) > 1
+    units = [bench_unit(d, several) for d in servers]
+    stopped = list(dict.fromkeys([*units, *previous, *(bench_unit(d, len(deployed) > 1) for d in deployed)]))
     minors = sandbox.gpu_minor_numbers()
-    runs = [" ".join(shlex.quote(a) for a in bench_unit_command(d, modes.mode_args(d, mode), max_runtime_s, minors,
-                                                                unit)) + " 2>&1"
-            for d, unit in zip(replicas, units)]
+    restores = tuple(d.service_name for d in deployed)
+    runs = [" ".join(shlex.quote(a) for a in bench_unit_command(d, a, max_runtime_s, minors, unit, restores)) + " 2>&1"
+            for d, a, unit in zip(servers, args, units)]
     return remote.run(host, "; ".join([
-        *(f"touch {switching(u)}" for u in units),
-        f"systemctl stop {' '.join(d.service_name for d in replicas)} {' '.join(units)} 2>/dev/null",
-        f"systemctl reset-failed {' '.join(units)} 2>/dev/null", f"rm -f {' '.join(switching(u) for u in units)}",
+        *(f"touch {switching(u)}" for u in stopped),
+        f"systemctl stop {' '.join(d.service_name for d in deployed)} {' '.join(stopped)} 2>/dev/null",
+        f"systemctl reset-failed {' '.join(units)} 2>/dev/null", f"rm -f {' '.join(switching(u) for u in stopped)}",
         " && ".join(runs)]))
 
 
-def restore(host, replicas: tuple[Server, ...], remote_root: str, timeout_s: int) -> list[tuple[Server, dict]]:
-    """Stop a client still running, the bench units, and start the deployed replicas; wait until each
-    generates. Per replica, its last probe."""
+def restore(host, replicas: tuple[Server, ...], remote_root: str, timeout_s: int,
+            serving: tuple[str, ...] = ()) -> list[tuple[Server, dict]]:
+    """Stop a client still running, the bench units (the replicas', and `serving`: a tuner's last layout's),
+    and start the deployed replicas; wait until each generates. Per replica, its last probe."""
     several = len(replicas) > 1
-    units = " ".join(bench_unit(r, several) for r in replicas)
+    units = list(dict.fromkeys([*(bench_unit(r, several) for r in replicas), *serving]))
     remote.clean(host, replicas[0].engine.user, remote_root)
-    remote.run(host, f"rm -f {' '.join(switching(bench_unit(r, several)) for r in replicas)}; "
-               f"systemctl stop {units} 2>/dev/null; systemctl start {' '.join(r.service_name for r in replicas)}")
+    remote.run(host, f"rm -f {' '.join(switching(u) for u in units)}; "
+               f"systemctl stop {' '.join(units)} 2>/dev/null; systemctl start {' '.join(r.service_name for r in replicas)}")
     return [(r, readiness.watch(host, r, timeout_s, f"waiting for the deployed {r.service_name} to generate", 2.0)[0])
             for r in replicas]

@@ -13,10 +13,12 @@ BadHostData: one line naming the knob, the value and what is accepted.
 
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from operations.basics import knobs
 from operations.basics.knobs import BadHostData
+from operations.deployment import tuned as tuned_settings
 from operations.gpu import config as gpu_config
 from operations.gpu.config import GpuRuntime
 from operations.gpu.smoke import SmokeTest
@@ -62,6 +64,7 @@ class Deployment:
     engine: Engine  # what its SGLang servers run: model, build, speculative settings, layout
     node_group: NodeGroup | None  # a server spanning several hosts: this host's part
     allow_branch_revisions: bool  # deploy what a branch or git ref points at now, with a warning
+    tuned: tuned_settings.Use | None = None  # its tuned file (SITE/tuned/...), applied or stale
 
     @property
     def replicas(self) -> tuple[Server, ...]:
@@ -102,11 +105,13 @@ def resolve_host(data: Any, host_class: str, node_members: dict | None = None) -
     return resolve_worker(data, host_class, node_members)[1]
 
 
-def resolve_worker(data: Any, host_class: str, node_members: dict | None = None) -> tuple[Host, tuple[Deployment, ...]]:
+def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
+                   tuned: dict[str, dict] | None = None) -> tuple[Host, tuple[Deployment, ...]]:
     """Resolve `host.data` (or any object with the same attributes) for a host of `host_class`: what is
     true of the host, once, and its deployments, checked each and together (names, GPUs, ports, one
     revision per repo, one environment); `node_members`: its node group's hosts (`nodes.members(inventory,
-    host)`), if it is in one."""
+    host)`), if it is in one; `tuned`: per profile, settings to serve in place of its tuned file's (a
+    tuner's candidate, tuning/candidates.py)."""
     profiles = data.profiles if isinstance(data.profiles, dict) else {}
     listed = entries(data)
     if getattr(data, "node_group", None) is not None and getattr(data, "deployments", None) is not None:
@@ -127,7 +132,8 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None)
             gpu = gpu or gpu_config.resolve(data, host_class)
             token_env = token_env or weights_config.token_env(data)
             found.append(_resolve(data, host_class, entry, profiles[profile], node_members, service, gpu,
-                                  token_env, [d["engine"] for d in found], several=len(listed) > 1))
+                                  token_env, [d["engine"] for d in found], several=len(listed) > 1,
+                                  candidate=(tuned or {}).get(profile)))
             smoke = smoke or _smoke(data, gpu, service, found[0]["engine"])
             _same_environment(found[0], found[-1])
         except (KeyError, TypeError, AttributeError, IndexError) as error:
@@ -188,8 +194,24 @@ def _together(found: tuple[Deployment, ...]) -> None:
                                   f"{repo.revision}: a host holds one revision of a repo for its deployments")
 
 
+def _tuned(host_class: str, profile_name: str, profile: dict, data: Any, drafter_commit: str | None,
+           candidate: dict | None, own: dict) -> tuned_settings.Use | None:
+    """What a deployment takes of its tuned settings: `candidate` where a tuner tries one, else its tuned
+    file where the site holds one, applied when measured with the SGLang build and drafter it deploys."""
+    if candidate is not None:
+        checked = tuned_settings.settings(Path("(candidate)"), candidate)
+        return tuned_settings.Use(None, checked, None, tuned_settings.sources(checked, own))
+    found = tuned_settings.read(getattr(data, "tuned", None), profile_name)
+    if found is None:
+        return None
+    build = server_config.sglang_build(server_config.sglang_requirement(data, profile_name, profile))
+    return tuned_settings.Use(found.path, found.settings, tuned_settings.stale(found, build, drafter_commit),
+                              tuned_settings.sources(found.settings, own))
+
+
 def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_members: dict | None,
-             service: ServiceHost, gpu: GpuRuntime, token_env: str, earlier: list[Engine], several: bool) -> dict:
+             service: ServiceHost, gpu: GpuRuntime, token_env: str, earlier: list[Engine], several: bool,
+             candidate: dict | None = None) -> dict:
     """A deployment's fields but its host's."""
     profile_name = entry["profile"]
     name = knobs.matching("deployment name", entry.get("name", profile_name), DEPLOYMENT_NAME,
@@ -202,6 +224,12 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
     port, nccl_port = server_config.ports(data)
     count = gpu.expected.count
     group = nodes.group(data, host_class, profile_name, count, port, node_members)
+    own = {k: v for k, v in entry.items() if k in layout.KEYS}
+    named = {k: v for k, v in own.items() if v is not None}
+    use = _tuned(host_class, profile_name, profile, data, weights.drafter.commit, candidate, named)
+    values = layout.class_default(data, host_class, profile_name, count)
+    if use is not None and use.applied:
+        profile, values = tuned_settings.over(profile, values, use.settings, named)
     if group is not None:
         # One server over the group's nodes: TP over all their GPUs, this node's share of them, the
         # network between them named.
@@ -217,8 +245,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
     else:
         where = f"deployments[{name!r}]" if getattr(data, "deployments", None) is not None \
             else f"group_data/{host_class}.py layouts[{profile_name!r}]"
-        values = {**layout.class_default(data, host_class, profile_name, count),
-                  **{k: v for k, v in entry.items() if k in layout.KEYS}}
+        values = {**values, **own}
         own_port = knobs.integer(f"deployments[{name!r}]['port']", entry["port"], minimum=1, maximum=65535) \
             if entry.get("port") is not None else None
         plan = layout.resolve(where, values, count, port, nccl_port, own_port)
@@ -226,7 +253,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
                                   (weights.target.local_dir, weights.drafter.local_dir), plan, group, earlier,
                                   after_fabric_manager=gpu.expected.fabric_manager,
                                   user=server_config.deployment_user(service, name, several))
-    return dict(name=name, weights=weights, engine=engine, node_group=group,
+    return dict(name=name, weights=weights, engine=engine, node_group=group, tuned=use,
                 allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions))
 
 

@@ -3,6 +3,7 @@
 
     SITE/group_data/<group>.py   overrides group_data/<group>.py (all, a class, gateway), key by key
     SITE/pins.json               the commits `python pin.py` resolved moving revisions to
+    SITE/tuned/<class>/<profile>.json   the settings tune.py measured best (operations/deployment/tuned.py)
 
 A site group file runs with the shipped file's values as its starting globals, so it may set a key
 (`hf_endpoint = "https://hub.example"`) or change part of one (`mirrors["repos"]["moonshotai/Kimi-K2.6"] =
@@ -24,6 +25,7 @@ from operations import schema
 
 SITE_ENV = "SPECFLEET_SITE"
 PINS_FILE = "pins.json"
+TUNED_DIR = "tuned"
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
@@ -110,5 +112,40 @@ def write_pins(found: dict) -> Path:
     temporary = path.with_name(f".{PINS_FILE}.tmp")
     temporary.write_text(json.dumps({"repos": dict(sorted(found["repos"].items())),
                                      "git": dict(sorted(found["git"].items()))}, indent=2) + "\n")
+    temporary.replace(path)
+    return path
+
+
+def tuned(class_file: str) -> dict:
+    """The tuned files of the class `class_file` (a group_data/<class>.py) names, as tune.py wrote them:
+    {PROFILE: {"path": SITE/tuned/<class>/<profile>.json, "found": its JSON}}; empty without a site. Their
+    settings are checked where the deploy reads them (operations/deployment/tuned.py)."""
+    site = directory()
+    if site is None:
+        return {}
+    found = {}
+    for path in sorted((site / TUNED_DIR / Path(class_file).stem).glob("*.json")):
+        try:
+            found[path.stem] = {"path": str(path), "found": json.loads(path.read_text())}
+        except (OSError, ValueError) as error:
+            raise SystemExit(f"{path} is not what tune.py writes ({type(error).__name__}: {error}): run tune.py "
+                             f"again, or move it away (mv {path} {path}.bad)") from None
+    return found
+
+
+def tuned_path(host_class: str, profile: str) -> Path:
+    """Where tune.py writes the settings it measured best for `profile` on `host_class`."""
+    site = directory()
+    if site is None:
+        raise SystemExit(f"tune.py writes SITE/{TUNED_DIR}/{host_class}/{profile}.json: export {SITE_ENV}=DIR "
+                         "(your site directory, outside this checkout)")
+    return site / TUNED_DIR / host_class / f"{profile}.json"
+
+
+def write_tuned(path: Path, document: dict) -> Path:
+    """Write a tuned file (operations/deployment/tuned.py document()) through a temporary file renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(document, indent=2) + "\n")
     temporary.replace(path)
     return path

@@ -95,6 +95,11 @@ def refused_flags(server: Server, refused: str, units: list[str] | None = None) 
     return f"{host.name}: the SGLang in {e.venv} rejects the rendered flags ({refused}); {fix}; {left}"
 
 
+def lacks_algorithm(engine: Engine) -> bool:
+    """Whether the engine's SGLang requirement is a release, which its algorithm of a pull request is not in."""
+    return engine.speculative.entry.pull_request is not None and bool(RELEASE_PIN.match(engine.sglang_requirement))
+
+
 def unreleased_problems(server: Server) -> list[str]:
     """An algorithm in no release (DDTree) needs an SGLang build that has it; an installed one of the
     wanted build must accept its flags."""
@@ -102,7 +107,7 @@ def unreleased_problems(server: Server) -> list[str]:
     a = e.speculative.entry
     if a.pull_request is None:
         return []
-    if RELEASE_PIN.match(e.sglang_requirement):
+    if lacks_algorithm(e):
         return [f"{host.name}: profile {e.profile_name} uses {a.label}, but {e.sglang_requirement} is a release and "
                 f"no SGLang release up to 0.5.23 has {a.label} (it is in open pull request #{a.pull_request}): set "
                 f"profiles['{e.profile_name}']['sglang']['requirement'] to a build that has it, e.g. "

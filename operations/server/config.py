@@ -246,6 +246,23 @@ def pinned_requirement(requirement: str, pins: dict) -> str:
     return GIT_REF.sub(commit, requirement)
 
 
+def sglang_requirement(data: Any, profile_name: str, profile: dict) -> str:
+    """The SGLang build a profile's servers install: its requirement, through the site's mirrors and at the
+    commits `pins` resolved its git refs to; checked."""
+    wanted = profile["sglang"]["requirement"]
+    requirements = (data.mirrors or {}).get("requirements", {})
+    return knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
+                             pinned_requirement(requirements.get(wanted, wanted), getattr(data, "pins", None)),
+                             "a pip requirement on one line (name==version, 'name @ URL' or a wheel path)")
+
+
+def sglang_build(requirement: str) -> str:
+    """What tells one SGLang build from another: the commit of its git source, else the requirement itself
+    (a release pin or a wheel)."""
+    refs = git_refs(requirement)
+    return refs[0][1] if refs else requirement
+
+
 def _speculative(profile_name: str, values: Any) -> Speculative:
     optional = settings()
     if not isinstance(values, dict) or set(values) - {"algorithm", "num_draft_tokens", *optional} \
@@ -318,8 +335,6 @@ def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, 
     this host is part of; `earlier`: the host's deployments before this one (a build's virtualenv is
     shared); `user`: who its servers run as (`deployment_user`). A bad value raises BadHostData."""
     tuning = data.sglang_tuning
-    requirements = (data.mirrors or {}).get("requirements", {})
-    wanted = profile["sglang"]["requirement"]
     attention = profile["attention"]
     backends = tuning["attention_backends"]
     if attention not in backends:
@@ -332,9 +347,7 @@ def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, 
     if "tp_size" in tuning:
         raise knobs.refused("sglang_tuning['tp_size']", tuning["tp_size"], "the TP size belongs to the class and the "
                             f"profile: set layouts[{profile_name!r}]['tp_size'] in group_data/{host_class}.py")
-    requirement = knobs.requirement(f"profiles[{profile_name!r}]['sglang']['requirement']",
-                                    pinned_requirement(requirements.get(wanted, wanted), getattr(data, "pins", None)),
-                                    "a pip requirement on one line (name==version, 'name @ URL' or a wheel path)")
+    requirement = sglang_requirement(data, profile_name, profile)
     env = {**knobs.environment("sglang_tuning env", tuning.get("env", {})),
            **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))}
     if group is not None:

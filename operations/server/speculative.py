@@ -21,6 +21,8 @@ class Setting:
     flag: str
     low: int = 1
     high: int | None = None
+    # The values a tuner tries (tuning/), each kept only where the algorithm's rules accept it (`violations`).
+    tried: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,9 @@ class Algorithm:
 
     name: str  # SGLang's --speculative-algorithm; the bench's mode is its lower case
     drafts: bool = True  # False: autoregressive, no speculative flag at all
+    # The draft-token counts a tuner tries, those at most the drafter's block size (the profile's
+    # num_draft_tokens, which is always tried); () tries the block size alone.
+    draft_lengths: tuple[int, ...] = ()
     settings: dict[str, Setting] = field(default_factory=dict)  # the profile's optional settings
     page_size: int | None = None  # the KV page size its verify needs; None: any
     # The setting above draft tokens - 1 that makes it verify a tree instead of one chain (spine mode),
@@ -56,6 +61,26 @@ class Algorithm:
         """Whether it verifies a tree (its tree setting above draft tokens - 1) rather than its spine, one
         chain; no size is the default, draft tokens - 1."""
         return self.tree is not None and size is not None and size > num_draft_tokens - 1
+
+    def tried(self, num_draft_tokens: int, kept: dict[str, int]) -> list["Speculative"]:
+        """The settings a tuner tries of it for a drafter of block `num_draft_tokens`: each draft length up
+        to the block, at each value its tree setting tries (its spine default among them) that its budget's
+        bounds allow; `kept`: the profile's values of its other settings (DFlash's draft window), unchanged.
+        Whether the target backend allows a tree is `violations`' to say, per deployment."""
+        if not self.drafts:
+            return [Speculative(self.name, num_draft_tokens)]
+        lengths = sorted({n for n in self.draft_lengths if n < num_draft_tokens} | {num_draft_tokens})
+        others = {key: value for key, value in kept.items() if key in self.settings and key != self.tree}
+        found = []
+        for length in lengths:
+            if self.tree is None:
+                found.append(Speculative(self.name, length, others))
+                continue
+            setting = self.settings[self.tree]
+            for size in sorted({*setting.tried, self.spine(length)}):
+                if setting.low <= size <= (setting.high or size):
+                    found.append(Speculative(self.name, length, {**others, self.tree: size}))
+        return found
 
     def spine(self, num_draft_tokens: int) -> int:
         """The tree setting's default: draft tokens - 1, one chain (PR #29907 speculative/ddtree_worker.py)."""
@@ -88,15 +113,22 @@ class Algorithm:
 
 
 AR = Algorithm("AR", drafts=False)
-DFLASH = Algorithm("DFLASH", settings={"draft_window_size": Setting("--speculative-draft-window-size")})
+# DFlash verifies one block of draft tokens a step; fewer than the drafter's block verify less per step,
+# which pays at high concurrency, where verification competes with other requests for the GPU (TRT-LLM's
+# DFlash config schedules its draft length by concurrency). Whether an SGLang build accepts a count
+# below the drafter's block size is its own rule: a trial's flags are validated by it before it starts.
+DFLASH = Algorithm("DFLASH", settings={"draft_window_size": Setting("--speculative-draft-window-size")},
+                   draft_lengths=(4, 8, 12))
 # DDTree (open PR #29907, in no release): its verify needs one-token KV pages ("DDTREE currently
 # supports only page_size == 1"). A budget <= draft tokens - 1 (the PR's default) is spine mode: one
 # chain, verified as DFLASH verifies it; only a larger budget builds a tree (speculative/ddtree_worker.py
 # at 93e9850e4), and only the tree verify needs the triton target backend (_handle_ddtree). A budget is
 # the number of tree nodes verified per step: at least one; at most 1024, the largest budget the DDTree
-# paper's reference code runs (liranringel/ddtree benchmark.py).
+# paper's reference code runs (liranringel/ddtree benchmark.py). A tuner tries spine budgets below the
+# default (fewer tokens verified a step) and tree budgets up to the paper's 128 (its gains flatten beyond).
 DDTREE = Algorithm(
-    "DDTREE", settings={"ddtree_budget": Setting("--speculative-ddtree-budget", 1, 1024)}, page_size=1,
+    "DDTREE", page_size=1,
+    settings={"ddtree_budget": Setting("--speculative-ddtree-budget", 1, 1024, tried=(3, 7, 11, 31, 63, 127))},
     tree="ddtree_budget", tree_backends=("triton",),  # PR #29907 since 93e9850e4: the full-tree verify is triton-only
     pull_request=29907, base="DFLASH", label="DDTree",
     build="sglang @ git+https://github.com/sgl-project/sglang@COMMIT#subdirectory=python")

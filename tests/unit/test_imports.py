@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("operations", "serving_benchmark")
-ENTRY_POINTS = ("deploy.py", "bench.py", "rollout.py")
+PRODUCT = ("operations", "serving_benchmark", "tuning")
+ENTRY_POINTS = ("deploy.py", "bench.py", "rollout.py", "tune.py")
 NOT_PRODUCT = ("tests", "lab", "speed", "tools")
 
 
@@ -132,6 +132,8 @@ LAYERS = (
     ("operations.gateway", "operations.monitoring"),
     # The operator's tools beside the deploy.
     ("operations.status", "operations.uninstall", "operations.logs", "serving_benchmark"),
+    # The tuner: the deployment's candidates, measured through the serving benchmark.
+    ("tuning",),
     tuple(Path(name).stem for name in ENTRY_POINTS),
 )
 # Arrows against the layers that this test still lets through, each still in the code (the test below fails

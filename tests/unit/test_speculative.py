@@ -23,7 +23,7 @@ from tests.unit.group_data import host_data
 REPO = Path(__file__).resolve().parents[2]
 # What the product is made of (operations' host programs included: they run on hosts, with the
 # engine's names where they read its answers).
-PRODUCT = ("operations", "serving_benchmark", "deploy.py", "bench.py", "rollout.py", "pin.py", "status.py",
+PRODUCT = ("operations", "serving_benchmark", "tuning", "deploy.py", "bench.py", "tune.py", "rollout.py", "pin.py", "status.py",
            "logs.py", "uninstall.py")
 # A tree-verifying algorithm of a pull request, as EAGLE-3's or DFlash2's entry would be written.
 FAKE = Algorithm("FAKETREE", settings={"fake_width": Setting("--speculative-fake-width", 1, 64)}, page_size=1,

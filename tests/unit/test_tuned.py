@@ -1,0 +1,138 @@
+"""Tuned settings in the site directory (SITE/tuned/<class>/<profile>.json, operations/deployment/tuned.py):
+read through the class's group data as the deploy reads it (site.tuned), checked, applied over the class's
+defaults where measured with the build and drafter deployed, and reported stale, not applied, where not.
+Facts in (a site directory, host data), the deployment's rendered flags out."""
+
+import json
+
+import pytest
+
+from operations.basics.knobs import BadHostData
+from operations.deployment import resolve, site, tuned
+from operations.server.flags import server_args
+from tests.unit.group_data import host_data
+
+HOST_CLASS = "rtx_pro_6000_pcie"
+SGLANG = "c" * 40
+DRAFTER = "d" * 40
+PINS = {"repos": {"z-lab/Qwen3.6-27B-DFlash@main": DRAFTER, "Qwen/Qwen3.6-27B@main": "e" * 40},
+        "git": {"https://github.com/sgl-project/sglang@refs/pull/29907/head": SGLANG}}
+MEASURED = {"sglang": SGLANG, "drafter": DRAFTER, "prompts": "sha256:" + "0" * 64}
+PICK = {"algorithm": "DDTREE", "num_draft_tokens": 16, "ddtree_budget": 7, "tp_size": 2, "replicas": 4}
+
+
+@pytest.fixture
+def site_dir(tmp_path, monkeypatch):
+    directory = tmp_path / "site"
+    directory.mkdir()
+    monkeypatch.setenv("SPECFLEET_SITE", str(directory))
+    return directory
+
+
+def write(site_dir, document: dict, profile: str = "qwen36_ddtree"):
+    path = site_dir / "tuned" / HOST_CLASS / f"{profile}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))
+    return path
+
+
+def deployed(**data):
+    """The qwen36_ddtree deployment on the PCIe class as the deploy resolves it, its tuned files read as the
+    class's group data reads them."""
+    values = host_data(HOST_CLASS, profile="qwen36_ddtree", pins=PINS, tuned=site.tuned(f"group_data/{HOST_CLASS}.py"),
+                       **data)
+    return resolve(values, HOST_CLASS)
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_without_a_tuned_file_the_class_and_profile_decide(site_dir):
+    d = deployed()
+    args = server_args(d.replicas[0])
+    assert d.tuned is None and len(d.replicas) == 8 and flag(args, "--tp-size") == "1"
+    assert flag(args, "--speculative-ddtree-budget") == "15"
+
+
+def test_a_tuned_file_measured_with_the_deployed_build_sets_the_flags_and_says_where_each_came_from(site_dir):
+    path = write(site_dir, {"settings": PICK, "measured_with": MEASURED, "figures": {"objective": "throughput"}})
+    d = deployed()
+    args = server_args(d.replicas[0])
+    assert (flag(args, "--tp-size"), flag(args, "--speculative-ddtree-budget")) == ("2", "7")
+    assert [r.gpus for r in d.replicas] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert d.tuned.applied and d.tuned.sources == {
+        "algorithm": "tuned", "num_draft_tokens": "tuned", "ddtree_budget": "tuned", "tp_size": "tuned",
+        "replicas": "tuned"}
+    line = tuned.said("qwen36_ddtree", d.tuned)
+    assert line == f"qwen36_ddtree: settings from {path}: algorithm (tuned), num_draft_tokens (tuned), " \
+                   "ddtree_budget (tuned), tp_size (tuned), replicas (tuned)"
+
+
+def test_a_setting_the_file_leaves_out_stays_the_class_default_and_a_hosts_own_layout_is_kept_whole(site_dir):
+    write(site_dir, {"settings": {"algorithm": "DDTREE", "num_draft_tokens": 16, "ddtree_budget": 11},
+                     "measured_with": MEASURED})
+    d = deployed()
+    assert flag(server_args(d.replicas[0]), "--speculative-ddtree-budget") == "11" and len(d.replicas) == 8
+    assert d.tuned.sources["tp_size"] == "class default" and d.tuned.sources["ddtree_budget"] == "tuned"
+    write(site_dir, {"settings": PICK, "measured_with": MEASURED})
+    (d,) = resolve(host_data(HOST_CLASS, pins=PINS, tuned=site.tuned(f"group_data/{HOST_CLASS}.py"),
+                             deployments=[{"profile": "qwen36_ddtree", "tp_size": 4}]), HOST_CLASS),
+    assert [r.gpus for r in d.replicas] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert flag(server_args(d.replicas[0]), "--speculative-ddtree-budget") == "7"
+    assert d.tuned.sources["tp_size"] == "host" and d.tuned.sources["replicas"] == "class default"
+
+
+def test_a_tuned_file_of_another_build_or_drafter_is_stale_and_not_applied(site_dir):
+    path = write(site_dir, {"settings": PICK, "measured_with": {**MEASURED, "sglang": "f" * 40}})
+    d = deployed()
+    assert not d.tuned.applied and len(d.replicas) == 8
+    assert flag(server_args(d.replicas[0]), "--speculative-ddtree-budget") == "15"
+    line = tuned.said("qwen36_ddtree", d.tuned)
+    assert line == (f"qwen36_ddtree: {path} is stale, not applied: measured with sglang {'f' * 40} (deployed: "
+                    f"{SGLANG}); run tune.py again on this build") and "\n" not in line
+    write(site_dir, {"settings": PICK, "measured_with": MEASURED})
+    unpinned = resolve(host_data(HOST_CLASS, profile="qwen36_ddtree", pins={"git": PINS["git"]},
+                                 tuned=site.tuned(f"group_data/{HOST_CLASS}.py")), HOST_CLASS)
+    assert not unpinned.tuned.applied and "drafter " + DRAFTER + " (deployed: (a moving revision" in unpinned.tuned.stale
+
+
+@pytest.mark.parametrize(("settings", "said"), [
+    ({**PICK, "ddtree_budgt": 7}, "settings['ddtree_budgt'] is no tuned setting (did you mean ddtree_budget?)"),
+    ({**PICK, "draft_window_size": 4096}, "settings['draft_window_size'] is no setting of DDTREE"),
+    ({**PICK, "algorithm": "EAGLE"}, "settings['algorithm'] 'EAGLE' is not one of DFLASH, DDTREE"),
+    ({**PICK, "tp_size": "two"}, "settings['tp_size']='two' is not a whole number"),
+])
+def test_a_misspelt_or_unknown_setting_is_refused_in_one_line_naming_the_file_and_the_key(site_dir, settings, said):
+    path = write(site_dir, {"settings": settings, "measured_with": MEASURED})
+    with pytest.raises(BadHostData) as refused:
+        deployed()
+    message = str(refused.value)
+    assert message.startswith(f"{path}: ") and said in message and "\n" not in message
+
+
+def test_a_file_that_is_not_json_stops_in_one_line_naming_it(site_dir):
+    path = site_dir / "tuned" / HOST_CLASS / "qwen36_ddtree.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    with pytest.raises(SystemExit) as stopped:
+        site.tuned(f"group_data/{HOST_CLASS}.py")
+    assert str(stopped.value).startswith(f"{path} is not what tune.py writes") and "\n" not in str(stopped.value)
+
+
+def test_what_the_tuner_writes_the_deploy_reads_back(site_dir):
+    path = site.tuned_path(HOST_CLASS, "qwen36_ddtree")
+    site.write_tuned(path, tuned.document(path, PICK, MEASURED, {"objective": "throughput"}))
+    d = deployed()
+    assert d.tuned.path == path and d.tuned.applied and len(d.replicas) == 4
+    with pytest.raises(BadHostData):
+        tuned.document(path, {**PICK, "budget": 3}, MEASURED, {})
+
+
+def test_the_run_says_each_deployments_line_at_its_start(site_dir, caplog):
+    write(site_dir, {"settings": PICK, "measured_with": {**MEASURED, "drafter": "a" * 40}})
+    with caplog.at_level("INFO", logger="pyinfra"):
+        tuned.report("gpu-1", (deployed(),))
+    (record,) = caplog.records
+    assert record.levelname == "WARNING" and record.getMessage().startswith("gpu-1: qwen36_ddtree: ") \
+        and "is stale, not applied" in record.getMessage()

@@ -1,0 +1,55 @@
+"""specfleet's tuner: measure the speculative settings and layouts a deployed host may serve with, keep the best.
+
+    pyinfra inventory/ct200.py tune.py --data profile=qwen36_ddtree                     # throughput at 1,8
+    pyinfra inventory/ct200.py tune.py --data concurrency=1,8,32 --data objective=latency
+    pyinfra inventory/ct200.py tune.py --data objective=throughput --data max_tpot_ms=25 --data search=grid
+    pyinfra inventory/ct200.py tune.py --data prompts=my-prompts.jsonl                 # your workload
+
+For each deployment of each host, the candidates (tuning/candidates.py: every algorithm of the table with the
+settings it tries, at each layout the GPUs divide into and the KV plan and the weights fit, autoregressive
+decoding as the baseline) are served in turn by the serving benchmark's machinery (bench.py's: transient
+units in the deployed replicas' place, the replicas drained from their gateways first and the deployed ones
+started again at the end, whatever happens), in the order the search asks for them (tuning/search.py); the
+table of every trial, its plot and the pick land beside the bench's results, and the pick in
+SPECFLEET_SITE/tuned/<class>/<profile>.json, which the next deploy serves. Knobs: tuning/plan.py.
+"""
+
+from pyinfra import host, inventory
+
+from operations import deployment, schema
+from operations.basics.knobs import BadHostData
+from operations.deployment import preflight
+from operations.gateway import drain, membership
+from operations.nodes import group as nodes
+from operations.python import venv
+from operations.weights import checks as weights_checks
+from serving_benchmark import client
+from tuning import trials
+from tuning.plan import plan as tuning_plan
+
+schema.check_inventory(inventory)  # a misspelt knob (`objectve`) stops the run before any host changes
+worker, deployments = None, ()
+try:
+    worker, deployments = deployment.resolve_worker(host.data, deployment.host_class_of(host.groups),
+                                                    nodes.members(inventory, host))
+    plan = tuning_plan(host.data)
+except BadHostData as problem:
+    worker, deployments = None, ()
+    preflight.refuse(problem=f"{host.name}: {problem}")
+
+if deployments:
+    venv.requirement(name="Benchmark client (aiperf)", path=f"{worker.service.install_dir}/bench-venv",
+                     distribution="aiperf", requirement=client.CLIENT_REQUIREMENT,
+                     index_url=worker.service.pip_index_url)
+    client.tokenizer(name="Benchmark tokenizer", service=worker.service, source=plan.bench.tokenizer)
+    client.prompts(name="Benchmark prompts", service=worker.service, plan=plan.bench)
+    for d in host.loop(deployments):
+        hub = weights_checks.hub_state(d.weights)  # the KV plan of each layout reads the models' configs
+        d = deployment.at_commits(d, hub.commits)
+        routes, drained, fleet = [], [], membership.of(inventory)
+        for replica in host.loop(d.replicas):
+            routes.append(membership.routes(fleet, host, replica))
+            drained.append(drain.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
+                                       routes=routes[-1], restart=None) if routes[-1] else None)
+        trials.tune(name=f"Tune {d.name}", d=d, data=host.data, plan=plan, hub=hub, smoke=d.host.smoke,
+                    routes=routes, drained=drained)

@@ -1,0 +1,64 @@
+"""The tuner's knobs (tune.py `--data key=value`), checked before any host is touched: the serving benchmark's
+workload and levels (serving_benchmark/plan.py), the objective and its limits, the search, and the site
+directory the pick is written to."""
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from operations.basics import knobs
+from operations.basics.knobs import BadHostData
+from operations.deployment import site
+from serving_benchmark.plan import Plan
+from serving_benchmark.plan import plan as bench_plan
+from tuning import search
+
+DEFAULTS = {"objective": "throughput", "search": "walk", "concurrency": "1,8"}
+
+
+@dataclass(frozen=True)
+class TunePlan:
+    bench: Plan  # the workload, the levels, the results directory
+    objective: search.Objective
+    search: str  # one of search.SEARCHES
+    site: Path  # where the pick goes: SITE/tuned/<class>/<profile>.json
+
+    @property
+    def prompts_digest(self) -> str:
+        """What tells the prompts measured with from others: sha256 of the prompts file."""
+        return "sha256:" + hashlib.sha256(self.bench.prompts.read_bytes()).hexdigest()
+
+
+class _Data:
+    """`data` with the tuner's own defaults under it."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def get(self, key):
+        value = self.data.get(key)
+        return DEFAULTS.get(key) if value is None else value
+
+
+def plan(data) -> TunePlan:
+    """The tuner's knobs of `host.data` (strings from --data, or group data), each checked: BadHostData names
+    the knob, its value and what is accepted."""
+    values = _Data(data)
+    if data.get("modes") is not None:
+        raise BadHostData(f"modes={data.get('modes')!r} is not accepted by tune.py: it tries every algorithm the "
+                          "table has (operations/server/speculative.py); bench.py takes modes")
+    bench = bench_plan(values)
+    limits = {key: None if values.get(key) is None else knobs.number(key, values.get(key), minimum=0.001)
+              for key in ("max_tpot_ms", "max_ttft_ms")}
+    try:
+        goal = search.objective(str(values.get("objective")), bench.concurrency, **limits)
+    except ValueError as problem:
+        raise BadHostData(str(problem)) from None
+    how = str(values.get("search"))
+    if how not in search.SEARCHES:
+        raise knobs.refused("search", how, f"use one of {', '.join(search.SEARCHES)}")
+    where = site.directory()
+    if where is None:
+        raise BadHostData(f"tune.py writes its pick to SITE/tuned/CLASS/PROFILE.json: export {site.SITE_ENV}=DIR "
+                          "(your site directory, outside this checkout)")
+    return TunePlan(bench=bench, objective=goal, search=how, site=where)

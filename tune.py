@@ -17,6 +17,7 @@ SPECFLEET_SITE/tuned/<class>/<profile>.json, which the next deploy serves. Knobs
 from pyinfra import host, inventory
 
 from operations import deployment, schema
+from operations.basics import deploy_files
 from operations.basics.knobs import BadHostData
 from operations.deployment import preflight
 from operations.gateway import drain, membership
@@ -26,6 +27,8 @@ from operations.weights import checks as weights_checks
 from serving_benchmark import client
 from tuning import trials
 from tuning.plan import plan as tuning_plan
+
+deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 
 schema.check_inventory(inventory)  # a misspelt knob (`objectve`) stops the run before any host changes
 worker, deployments = None, ()

@@ -32,7 +32,8 @@ def test_a_named_deploy_files_frames_are_found_by_one_lookup_not_a_scan_of_every
 def test_every_deploy_file_names_itself_before_its_first_operation():
     deploy_files_run_by_pyinfra = [path for path in REPO.glob("*.py")
                                    if "from pyinfra import host" in path.read_text()]
-    assert {p.name for p in deploy_files_run_by_pyinfra} >= {"deploy.py", "bench.py", "uninstall.py", "status.py", "logs.py"}
+    names = {p.name for p in deploy_files_run_by_pyinfra}
+    assert names >= {"deploy.py", "bench.py", "tune.py", "uninstall.py", "status.py", "logs.py"}
     for path in deploy_files_run_by_pyinfra:
         body = ast.parse(path.read_text()).body
         calls = [i for i, node in enumerate(body) if isinstance(node, ast.Expr)

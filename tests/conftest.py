@@ -42,6 +42,7 @@ LONGEST_FIRST = {
     "tests/lab/test_deploy.py": 300,
     "tests/lab/test_multinode.py": 250,
     "tests/lab/test_weights_fanout.py": 170,
+    "tests/lab/test_tune.py": 340,
     "tests/lab/test_operator_tools.py": 250,
     "tests/lab/test_fresh_host.py": 220,
     "tests/lab_code/test_sglang_standin.py": 210,

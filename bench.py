@@ -21,10 +21,8 @@ from operations import deployment, schema
 from operations.basics import deploy_files
 from operations.basics.knobs import BadHostData
 from operations.deployment import preflight
-from operations.gateway import drain, membership
 from operations.nodes import group as nodes
-from operations.python import venv
-from serving_benchmark import client, sweep
+from serving_benchmark import behind_gateway, client, sweep
 from serving_benchmark.plan import plan as bench_plan
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
@@ -40,20 +38,11 @@ except BadHostData as problem:
     preflight.refuse(problem=f"{host.name}: {problem}")
 
 if deployments:
-    # The client, its prompts and tokenizer are the host's, beside its servers: one for every deployment.
-    venv.requirement(name="Benchmark client (aiperf)", path=f"{worker.service.install_dir}/bench-venv",
-                     distribution="aiperf", requirement=client.CLIENT_REQUIREMENT,
-                     index_url=worker.service.pip_index_url)
-    client.tokenizer(name="Benchmark tokenizer", service=worker.service, source=plan.tokenizer)
-    client.prompts(name="Benchmark prompts", service=worker.service, plan=plan)
+    client.installed(worker.service, plan)  # the host's, beside its servers: one for every deployment
     for d in host.loop(deployments):  # each model of the host on its own, its replicas together
         # A replica behind a gateway leaves it before its server stops, and comes back once its deployed
         # unit generates again (gateway/drain.py, then serving_benchmark/behind_gateway.py join_again, as a
         # deploy's restart does).
-        routes, drained, fleet = [], [], membership.of(inventory)
-        for replica in host.loop(d.replicas):
-            routes.append(membership.routes(fleet, host, replica))
-            drained.append(drain.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
-                                       routes=routes[-1], restart=None) if routes[-1] else None)
+        routes, drained = behind_gateway.drained(inventory, host, d.replicas)
         sweep.sweep(name=f"Benchmark sweep {d.name}", replicas=d.replicas, plan=plan, smoke=d.host.smoke, routes=routes,
                     drained=drained, results_subdir=d.name if len(deployments) > 1 else "")

@@ -20,11 +20,9 @@ from operations import deployment, schema
 from operations.basics import deploy_files
 from operations.basics.knobs import BadHostData
 from operations.deployment import preflight
-from operations.gateway import drain, membership
 from operations.nodes import group as nodes
-from operations.python import venv
 from operations.weights import checks as weights_checks
-from serving_benchmark import client
+from serving_benchmark import behind_gateway, client
 from tuning import trials
 from tuning.plan import plan as tuning_plan
 
@@ -41,18 +39,10 @@ except BadHostData as problem:
     preflight.refuse(problem=f"{host.name}: {problem}")
 
 if deployments:
-    venv.requirement(name="Benchmark client (aiperf)", path=f"{worker.service.install_dir}/bench-venv",
-                     distribution="aiperf", requirement=client.CLIENT_REQUIREMENT,
-                     index_url=worker.service.pip_index_url)
-    client.tokenizer(name="Benchmark tokenizer", service=worker.service, source=plan.bench.tokenizer)
-    client.prompts(name="Benchmark prompts", service=worker.service, plan=plan.bench)
+    client.installed(worker.service, plan.bench)
     for d in host.loop(deployments):
         hub = weights_checks.hub_state(d.weights)  # the KV plan of each layout reads the models' configs
         d = deployment.at_commits(d, hub.commits)
-        routes, drained, fleet = [], [], membership.of(inventory)
-        for replica in host.loop(d.replicas):
-            routes.append(membership.routes(fleet, host, replica))
-            drained.append(drain.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
-                                       routes=routes[-1], restart=None) if routes[-1] else None)
+        routes, drained = behind_gateway.drained(inventory, host, d.replicas)
         trials.tune(name=f"Tune {d.name}", d=d, data=host.data, plan=plan, hub=hub, smoke=d.host.smoke,
                     routes=routes, drained=drained)

@@ -1,13 +1,25 @@
-"""The bench's side of a replica's gateways, at execution time: what a gateway lists now, and a replica
-registered again once its deployed unit generates after the sweep (as a deploy's ``drain.rejoin`` does)."""
+"""The bench's side of a replica's gateways: each replica drained from them before its server stops (bench.py's
+and tune.py's), and at execution time what a gateway lists now, and a replica registered again once its
+deployed unit generates after the sweep (as a deploy's ``drain.rejoin`` does)."""
 
 from pyinfra.api.operation import OperationMeta
 
 from operations.basics import shell
 from operations.basics.units import any_change
-from operations.gateway import drain, registry
+from operations.gateway import drain, membership, registry
 from operations.gateway.membership import Route
 from operations.server.config import Server
+
+
+def drained(inventory, host, replicas: tuple[Server, ...]) -> tuple[list[list[Route]], list[OperationMeta | None]]:
+    """Per replica, its gateways (membership.routes) and the drain from them (None: in no gateway), for the
+    sweep to register it again once its deployed unit generates (``join_again``), as a deploy's restart does."""
+    routes, drains, fleet = [], [], membership.of(inventory)
+    for replica in host.loop(replicas):
+        routes.append(membership.routes(fleet, host, replica))
+        drains.append(drain.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
+                                  routes=routes[-1], restart=None) if routes[-1] else None)
+    return routes, drains
 
 
 def listing_now(host, route: Route, model: str) -> dict:

@@ -11,6 +11,7 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from operations.basics import shell
+from operations.python import venv
 from operations.server import sandbox
 from operations.server.config import Server, ServiceHost
 from operations.server.host_scripts.engine_answers import scrubbed
@@ -27,6 +28,15 @@ CLIENT = (
     "key = Path(sys.argv[1]).read_text().strip() if sys.argv[1] and Path(sys.argv[1]).is_file() else ''\n"
     "sys.exit(app([*sys.argv[2:], *(['--api-key', key] if key else [])]))\n"
 )
+
+
+def installed(service: ServiceHost, plan: Plan) -> None:
+    """The client beside the host's servers, one for every deployment: aiperf's venv, the tokenizer and the
+    prompts (bench.py's first stage, and tune.py's)."""
+    venv.requirement(name="Benchmark client (aiperf)", path=f"{service.install_dir}/bench-venv",
+                     distribution="aiperf", requirement=CLIENT_REQUIREMENT, index_url=service.pip_index_url)
+    tokenizer(name="Benchmark tokenizer", service=service, source=plan.tokenizer)
+    prompts(name="Benchmark prompts", service=service, plan=plan)
 
 
 @operation()

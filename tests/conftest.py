@@ -120,6 +120,15 @@ def hub(local_hub):
     clear_faults(local_hub.state)
 
 
+@pytest.fixture
+def site_dir(tmp_path, monkeypatch):
+    """An empty site directory (SPECFLEET_SITE) of the test's own."""
+    directory = tmp_path / "site"
+    directory.mkdir()
+    monkeypatch.setenv("SPECFLEET_SITE", str(directory))
+    return directory
+
+
 @pytest.fixture(scope="session")
 def deployed_lab(lab_hosts) -> subprocess.CompletedProcess:
     """The lab after one converging deploy (shared by every test that only reads it)."""

@@ -23,11 +23,9 @@ pytestmark = pytest.mark.lab
 
 
 @pytest.fixture
-def site_dir(tmp_path, monkeypatch):
-    directory = tmp_path / "site"
-    directory.mkdir()
-    monkeypatch.setenv("SPECFLEET_SITE", str(directory))
-    yield directory
+def tune_site(site_dir, monkeypatch):
+    """The test's own site directory, and afterwards the lab deployed without it."""
+    yield site_dir
     monkeypatch.delenv("SPECFLEET_SITE")
     # The lab as it was for the tests after this one: its class's defaults deployed again.
     put_back = run_deploy("--limit", "lab-pcie-1")
@@ -43,13 +41,13 @@ def run_tune(host, *data: str) -> subprocess.CompletedProcess:
     return result
 
 
-def test_tune_refuses_a_misspelt_knob_in_one_line(deployed_lab, pcie_host, site_dir):
+def test_tune_refuses_a_misspelt_knob_in_one_line(deployed_lab, pcie_host, tune_site):
     refused = run_tune(pcie_host, "objectve=latency")
     assert refused.returncode != 0 and "did you mean `objective`?" in refused.output, refused.output[-2000:]
     assert "Traceback" not in refused.output and "Starting operation" not in refused.output
 
 
-def test_tune_tries_every_candidate_keeps_the_best_and_the_next_deploy_serves_it(deployed_lab, pcie_host, site_dir,
+def test_tune_tries_every_candidate_keeps_the_best_and_the_next_deploy_serves_it(deployed_lab, pcie_host, tune_site,
                                                                                    tmp_path):
     results = tmp_path / "results"
     tune = run_tune(pcie_host, "search=grid", "concurrency=1,4", "requests=4", "output_tokens=16",
@@ -60,7 +58,7 @@ def test_tune_tries_every_candidate_keeps_the_best_and_the_next_deploy_serves_it
         assert f"tune {number}: " in tune.output, tune.output[-3000:]
     assert "speedup over AR" in tune.output and "(PICK)" in tune.output
 
-    tuned = site_dir / "tuned" / "rtx_pro_6000_pcie" / "kimi_k26_dflash.json"
+    tuned = tune_site / "tuned" / "rtx_pro_6000_pcie" / "kimi_k26_dflash.json"
     found = json.loads(tuned.read_text())
     pick = found["settings"]
     assert pick["algorithm"] == "DFLASH" and pick["num_draft_tokens"] in (4, 8) and pick["tp_size"] in (1, 2, 4, 8)

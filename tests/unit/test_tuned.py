@@ -21,14 +21,6 @@ MEASURED = {"sglang": SGLANG, "drafter": DRAFTER, "prompts": "sha256:" + "0" * 6
 PICK = {"algorithm": "DDTREE", "num_draft_tokens": 16, "ddtree_budget": 7, "tp_size": 2, "replicas": 4}
 
 
-@pytest.fixture
-def site_dir(tmp_path, monkeypatch):
-    directory = tmp_path / "site"
-    directory.mkdir()
-    monkeypatch.setenv("SPECFLEET_SITE", str(directory))
-    return directory
-
-
 def write(site_dir, document: dict, profile: str = "qwen36_ddtree"):
     path = site_dir / "tuned" / HOST_CLASS / f"{profile}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

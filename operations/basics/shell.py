@@ -16,7 +16,7 @@ directory of its own instead, made by the login (mode 0700, a random name) and r
 import secrets
 import threading
 
-from pyinfra.api import FunctionCommand
+from pyinfra.api import FunctionCommand, QuoteString
 from pyinfra.api.arguments import pop_global_arguments
 from pyinfra.api.command import FileUploadCommand, StringCommand
 from pyinfra.context import ctx_host
@@ -48,6 +48,17 @@ def sudo_password(host) -> bool:
 def run(host, command: str | StringCommand, **arguments):
     """`host.run_shell_command(command)` as the current operation's commands run: (ok, output)."""
     return host.run_shell_command(command, **{**escalation(host), **arguments})
+
+
+# Writes stdin to "$1" through "$1.part", readable by all: root's file, holding no secret, replaced whole.
+_WRITE_READABLE = 'umask 022 && cat > "$1.part" && mv -f "$1.part" "$1"'
+
+
+def write_readable(host, path: str, text: str) -> bool:
+    """`text` into root's file at `path`, replaced whole and readable by all (no secret), from the command's
+    stdin while the operation executes (a record it measured, a spec it made from what other hosts said)."""
+    ok, _ = run(host, StringCommand("sh", "-c", QuoteString(_WRITE_READABLE), "file", QuoteString(path)), _stdin=text)
+    return ok
 
 
 # The escalations under which pyinfra's connectors stage a transfer in a temporary file.

@@ -15,7 +15,7 @@ import json
 import shlex
 
 from pyinfra import host
-from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, operation
+from pyinfra.api import FactBase, FunctionCommand, operation
 from typing_extensions import override
 
 from dataclasses import dataclass
@@ -139,10 +139,6 @@ def decided_env(smoke: SmokeTest) -> dict[str, str]:
     return unit_env(gathering.read(GpuSmokeRecord, path=smoke.record_path)["record"])
 
 
-# Writes stdin to "$1" through "$1.part", readable by all (the record holds no secret).
-_WRITE_RECORD = 'umask 022 && cat > "$1.part" && mv -f "$1.part" "$1"'
-
-
 def _run_smoke_test(state, host, command: str, record_path: str) -> bool:
     _, output = shell.run(host, command)
     record = GpuSmokeRecord().process(["", *output.stdout_lines[-1:]])["record"]
@@ -150,8 +146,7 @@ def _run_smoke_test(state, host, command: str, record_path: str) -> bool:
         host.log_styled(f"GPU smoke test printed no record: {' '.join(output.stdout_lines)[-300:]}", fg="red")
         return False
     # Root writes the record: the test ran as the service user, who cannot write in root's directory.
-    written, _ = shell.run(host, StringCommand("sh", "-c", QuoteString(_WRITE_RECORD), "record",
-                                               QuoteString(record_path)), _stdin=json.dumps(record))
+    written = shell.write_readable(host, record_path, json.dumps(record))  # the record holds no secret
     passed = record.get("verdict") in ("passed", "skipped") and written
     host.log_styled(summary(record), fg="green" if passed else "red")
     if line := p2p_line(record, record_path):

@@ -157,10 +157,8 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
 
 def write_spec(state, host, path: str, spec: dict, part: Callable[[list[tuple[str, int]]], dict]) -> bool:
     """Write a fetch spec with its part of the fan-out (root's file in root's directory, replaced whole)."""
-    text = json.dumps({**spec, **part([(e["path"], e["size"]) for e in spec["files"]])}, indent=1)
-    ok, _ = shell.run(host, f"umask 022 && cat > {shlex.quote(path)}.tmp && mv {shlex.quote(path)}.tmp "
-                            f"{shlex.quote(path)}", _stdin=text)
-    return ok
+    return shell.write_readable(host, path, json.dumps({**spec, **part([(e["path"], e["size"]) for e in spec["files"]])},
+                                                       indent=1))
 
 
 # The download units of earlier specfleet versions, one per role (a unit per repo took their place).

@@ -337,18 +337,18 @@ def wait_for_downloads(state, host, repos: list[Repo], snapshots: dict[str, Repo
 def note_received(host, repos: list[Repo], seconds: float) -> None:
     """The bytes the fetchers took from the hub and from peers (their manifests' `received`) and how long the
     downloads took, added to the host's notes for the run's table."""
-    _, output = shell.run(host, "; ".join(f"tr -d '\\n' < {shlex.quote(posixpath.join(r.local_dir, MANIFEST))}; echo"
-                                          for r in repos))
+    # Read as the weights' state is (weights_manifest.read): the manifests are in the download user's directories.
+    _, output = shell.run(host, inline("weights_received", *(r.local_dir for r in repos)))
     noted = outcomes.noted(host.state).get(host.name, {}).get("weights_received", {})
     received = {"hub": noted.get("hub", 0), "peers": noted.get("peers", 0),
                 "seconds": noted.get("seconds", 0.0) + seconds}
-    for line in output.stdout_lines:
-        try:
-            counts = json.loads(line).get("received") or {}
-        except (ValueError, AttributeError):
-            continue
+    try:
+        found = json.loads("\n".join(output.stdout_lines))
+    except ValueError:
+        found = {}
+    for counts in (found.values() if isinstance(found, dict) else ()):
         for source in ("hub", "peers"):
-            if isinstance(counts.get(source), int):
+            if isinstance(counts, dict) and isinstance(counts.get(source), int):
                 received[source] += counts[source]
     outcomes.note(host, weights_received=received)
 

@@ -8,17 +8,17 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-from operations.basics.host_programs import HOST_SCRIPTS, inline
+from operations.basics.host_programs import inline
 from tests.helpers import host_programs_importable
 
 host_programs_importable()
 import verify_weights  # noqa: E402
 import weights_disk  # noqa: E402
 import weights_manifest  # noqa: E402
+import weights_received  # noqa: E402
 import weights_state  # noqa: E402
 
 HOSTILE_NAMES = ["../x", "/etc/cron.d/x", "a/../../x", "a//b", "./a", "a\nb", "a\rb", "a\x00b", "a\x7fb",
@@ -159,6 +159,30 @@ def test_root_reads_no_manifest_through_a_link_and_never_blocks_on_a_fifo(weight
     manifest.unlink()
     os.mkfifo(manifest)
     assert run_with_alarm(5, weights_state.main, {str(directory): sizes}) == {str(directory): None}
+
+
+def test_what_each_fetcher_received_is_read_from_its_manifest_not_through_a_link_nor_a_fifo(weights_dir,
+                                                                                             tmp_path_factory):
+    """The run's table's bytes from the hub and from peers (weights_received.py, root's, in the download
+    user's directories): a manifest's `received`, as sent inline; None for one linked elsewhere or a FIFO."""
+    directory, listing = weights_dir
+    received = {"hub": 1200, "peers": 1823, "by_peer": {"lab-pcie-2": 1823}}
+    weights_manifest.write(directory, "org/repo", "a" * 40, listing, received=received)
+    plain = tmp_path_factory.mktemp("no-received")
+    weights_manifest.write(plain, "org/repo", "b" * 40, listing)
+    done = subprocess.run(inline("weights_received", str(directory), str(plain), str(tmp_path_factory.mktemp("empty"))),
+                          shell=True, capture_output=True, text=True, cwd="/", env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert list(json.loads(done.stdout).values()) == [received, None, None]
+    elsewhere = tmp_path_factory.mktemp("root-only") / "secret.json"
+    elsewhere.write_text(json.dumps({"commit": "a" * 40, "received": {"hub": "root's secret"}}))
+    manifest = directory / weights_manifest.MANIFEST
+    manifest.unlink()
+    manifest.symlink_to(elsewhere)
+    assert weights_received.main([str(directory)]) == {str(directory): None}
+    manifest.unlink()
+    os.mkfifo(manifest)
+    assert run_with_alarm(5, weights_received.main, [str(directory)]) == {str(directory): None}
 
 
 def test_root_stats_no_weights_file_through_a_link(weights_dir, tmp_path_factory):

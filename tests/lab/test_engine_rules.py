@@ -17,8 +17,13 @@ def test_a_setting_only_resolution_refuses_stops_before_the_restart(deployed_lab
     old_backend = write_group_data(tmp_path, "all", (
         "profiles = copy.deepcopy(base['profiles'])\n"
         "profiles['qwen36_ddtree']['attention_backend'] = 'trtllm_mha'"))
-    refused = run_deploy("--limit", b200_host.name, "--data", "profile=qwen36_ddtree", group_data=old_backend)
-    assert refused.returncode != 0
-    assert "rejects the rendered flags (ValueError: DDTREE currently supports only page_size == 1)" in refused.output, \
-        refused.output[-3000:]
-    assert fleet.ssh(b200_host, unit_state) == before, "the service was touched although SGLang refused its flags"
+    try:
+        refused = run_deploy("--limit", b200_host.name, "--data", "profile=qwen36_ddtree", group_data=old_backend)
+        assert refused.returncode != 0
+        assert "rejects the rendered flags (ValueError: DDTREE currently supports only page_size == 1)" in \
+            refused.output, refused.output[-3000:]
+        assert fleet.ssh(b200_host, unit_state) == before, "the service was touched although SGLang refused its flags"
+    finally:
+        # The refused deploy had built the Qwen profile's SGLang (the DDTree build) into the host's venv before
+        # its flags were judged: the lab as it was for the tests after this one.
+        assert run_deploy("--limit", b200_host.name).returncode == 0

@@ -28,31 +28,31 @@ expected_gpus = dict(
 # How each profile is served here (operations/server/layout.py): the tensor-parallel size of one SGLang
 # server, and by default as many such servers (replicas, each a unit on GPUs of its own, all behind the
 # gateway) as the 8 cards hold. Optional per profile: replicas=N, gpus=[...] (the cards they take, tp_size
-# at a time). A profile not named here is one server over all 8 cards.
+# at a time), context_length=N (--context-length: the longest request, where the KV cache holds less than
+# the model's own context). A profile not named here is one server over all 8 cards.
+# The KV plans below are preflight's (operations/server/capacity.py, SGLang 0.5.23's sizing), for 97,887 MiB
+# cards, a 6 GB Kimi drafter and a 3.5 GB Qwen drafter of five Qwen3-4B-shaped layers; a deploy reads the
+# hub's real sizes and configs. Each layout holds at least one full context of what it serves, the
+# min_kv_tokens default.
 layouts = dict(
     # Kimi K2.6's ~595 GB of weights: 74 GB a card at TP 8 of 86 GB usable (0.90 of 96 GB); at TP 4,
-    # 149 GB a card does not fit. One server over all eight cards.
-    kimi_k26_dflash=dict(tp_size=8),
+    # 149 GB a card does not fit. One server over all eight cards. Its KV cache with the drafter holds
+    # about 222,000 tokens (70,272 bytes a token of MLA), less than the model's 262,144-token context, and
+    # SGLang would refuse a longer request anyway (max_req_input_len): the context is 192K, which it holds
+    # once, 27 requests of 8,192 tokens. An fp8 KV cache would double the pool, but whether FlashInfer's MLA
+    # kernels serve it on sm_120 is unmeasured.
+    kimi_k26_dflash=dict(tp_size=8, context_length=196608),
     # Qwen3.6-27B's ~54 GB fits one card with ~30 GB left for the KV cache. A TP 8 server pays a PCIe
     # all-reduce on every token (through the CPU where the host's smoke test turns peer-to-peer off);
     # eight TP 1 replicas pay none. The CT200 measurements that started this project: DDTree (budget
     # 15) 6.5x autoregressive decoding on one GPU, its lead narrowing at higher concurrency under PCIe
-    # all-reduce. The KV plan (below) of a TP 1 replica: about 197,000 tokens, less than its 262,144-token
-    # context, and 4 concurrent requests of 8,192 tokens, bound by its recurrent state's slots (each
-    # request keeps one per draft token under DDTree); TP 2 would hold about 756,000 and 19 a replica.
-    # Per-request speed is what TP 1 was measured for; the host's throughput at high concurrency may
-    # favour TP 2, which no measurement here has compared.
-    qwen36_ddtree=dict(tp_size=1),
+    # all-reduce. A TP 1 replica's KV cache holds about 197,000 tokens, less than the model's 262,144-token
+    # context: the context is 160K, which it holds once, and 4 concurrent requests of 8,192 tokens, bound by
+    # its recurrent state's slots (each request keeps one per draft token under DDTree); TP 2 would hold
+    # about 756,000 and 19 a replica. Per-request speed is what TP 1 was measured for; the host's
+    # throughput at high concurrency may favour TP 2 (tune.py measures both on the host).
+    qwen36_ddtree=dict(tp_size=1, context_length=163840),
 )
-
-# The KV cache preflight plans (operations/server/capacity.py, SGLang 0.5.23's sizing; the figures here
-# take 97,887 MiB cards, a 6 GB Kimi drafter and a 3.5 GB Qwen drafter of five Qwen3-4B-shaped layers, where
-# a deploy reads the hub's real sizes and configs): Kimi K2.6 at TP 8
-# with its drafter holds about 222,000 tokens here (70,272 bytes a token of MLA), less than one full
-# 262,144-token context, which the default floor asks for; SGLang then refuses a request longer than its
-# pool (max_req_input_len). Half a context is this class's floor: an fp8 KV cache would double the pool,
-# but whether FlashInfer's MLA kernels serve it on sm_120 is unmeasured.
-min_kv_tokens = 131072
 
 sglang_tuning = dict(
     # sm_120: trtllm_mla fails at runtime (sglang#24633) and FA3/FA4 need sm_90/sm_100 instructions,

@@ -46,7 +46,8 @@ KNOBS = (
          "server args, env"),
     Knob("deployments", "list or None", "several models on one host: dict(profile=..., gpus=[...]) each; "
          "None: `profile` on all GPUs"),
-    Knob("layouts", "dict", "per profile, how the class serves it: tp_size, replicas, GPUs", group=_CLASS),
+    Knob("layouts", "dict", "per profile, how the class serves it: tp_size, replicas, GPUs, context_length",
+         group=_CLASS),
     Knob("mirrors", "dict", "repos and requirements a site serves under other names"),
     Knob("pins", "dict", "the commits pin.py resolved moving revisions to (SPECFLEET_SITE/pins.json)", (GROUP,)),
     Knob("tuned", "dict", "per profile, the settings tune.py measured best on the class "

@@ -55,6 +55,14 @@ DEPLOY_FLAGS = {
 }
 
 
+def deploy_flags(plan: Layout, profile_name: str) -> dict[str, str]:
+    """DEPLOY_FLAGS, and --context-length where the layout sets it (its KV cache holds less than one full
+    context of the model): the options no extra argument of this deployment may repeat."""
+    if plan.context_length is None:
+        return DEPLOY_FLAGS
+    return {**DEPLOY_FLAGS, "--context-length": f"layouts[{profile_name!r}]['context_length']"}
+
+
 def home_of(user: str) -> str:
     """The home the deploy gives each system user it makes; an existing account is taken only with this home
     (ownership.account_problem)."""
@@ -348,6 +356,7 @@ def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, 
         raise knobs.refused("sglang_tuning['tp_size']", tuning["tp_size"], "the TP size belongs to the class and the "
                             f"profile: set layouts[{profile_name!r}]['tp_size'] in group_data/{host_class}.py")
     requirement = sglang_requirement(data, profile_name, profile)
+    owned = deploy_flags(plan, profile_name)
     env = {**knobs.environment("sglang_tuning env", tuning.get("env", {})),
            **knobs.environment(f"profiles[{profile_name!r}]['env']", profile.get("env", {}))}
     if group is not None:
@@ -372,9 +381,9 @@ def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, 
                                                "an SGLang backend name"),
         layout=plan,
         mem_fraction_static=knobs.fraction("sglang_tuning mem_fraction_static", tuning["mem_fraction_static"]),
-        extra_args=(*knobs.arguments("sglang_tuning extra_args", tuning.get("extra_args", []), DEPLOY_FLAGS),
+        extra_args=(*knobs.arguments("sglang_tuning extra_args", tuning.get("extra_args", []), owned),
                     *knobs.arguments(f"profiles[{profile_name!r}]['server_args']", profile.get("server_args", []),
-                                     DEPLOY_FLAGS)),
+                                     owned)),
         env=env,
         service=service,
         after_fabric_manager=after_fabric_manager,

@@ -61,6 +61,8 @@ def server_args(server: Server) -> list[str]:
         "--attention-backend", d.engine.attention_backend,
         *d.engine.speculative.flags(d.engine.draft_model_dir, d.engine.draft_attention_backend),
     ]
+    if d.engine.layout.context_length is not None:
+        args += ["--context-length", str(d.engine.layout.context_length)]
     if d.engine.service.enable_metrics:
         args.append("--enable-metrics")
     args += d.engine.node_args

@@ -2,7 +2,7 @@
 many such servers (replicas) run, and which GPUs each one gets; checked as a whole.
 
 The pair of class and profile decides it (group_data/<class>.py `layouts[profile]`), and a host's
-`deployments` entry may narrow it (its own `gpus`, `tp_size`, `replicas`, `port`). Each replica is a
+`deployments` entry may narrow it (its own `gpus`, `tp_size`, `replicas`, `port`, `context_length`). Each replica is a
 unit of its own (operations/server/unit.py), named after its deployment and its GPUs, so that two
 units of one name always hold the same GPUs, and units of different names never share one: a unit
 whose name is not wanted any more is stopped before a unit that might take its GPUs starts.
@@ -14,7 +14,7 @@ from typing import Any
 from operations.basics import knobs
 from operations.basics.knobs import BadHostData
 
-KEYS = ("tp_size", "replicas", "gpus")  # what a layout may say
+KEYS = ("tp_size", "replicas", "gpus", "context_length")  # what a layout may say
 # Where SGLang 0.5.23 draws a server's --nccl-port when none is given (srt/utils/network.py,
 # get_free_port_below_ephemeral: bound to test, released, bound again by the scheduler later), so
 # another server may take any of them; the dist-init port (node_groups, 25000) and smg's Prometheus
@@ -34,6 +34,9 @@ class Layout:
     groups: tuple[tuple[int, ...], ...]  # per replica, its GPUs, in CUDA_VISIBLE_DEVICES order
     ports: tuple[int, ...]  # per replica
     nccl_ports: tuple[int, ...]  # per replica
+    # The longest request its replicas serve (--context-length), where a replica's KV cache holds less than
+    # one full context of the model on these GPUs; None: the model's own (its max_position_embeddings).
+    context_length: int | None = None
 
     @property
     def gpus(self) -> tuple[int, ...]:
@@ -89,8 +92,8 @@ def resolve(where: str, values: Any, gpu_count: int, host_port: int, nccl_port: 
     `nccl_port` + that index (nccl_ports). A bad value raises BadHostData naming the knob (`where`), the
     value and what is accepted."""
     if not isinstance(values, dict) or set(values) - set(KEYS) or "tp_size" not in values:
-        raise knobs.refused(where, values, "use dict(tp_size=N) with optionally replicas=N and gpus=[...] (the GPUs "
-                            "its replicas take, tp_size at a time)")
+        raise knobs.refused(where, values, "use dict(tp_size=N) with optionally replicas=N, gpus=[...] (the GPUs "
+                            "its replicas take, tp_size at a time) and context_length=N (the longest request)")
     tp_size = knobs.integer(f"{where}['tp_size']", values["tp_size"], minimum=1, maximum=gpu_count)
     pool = _gpu_list(f"{where}['gpus']", values["gpus"], gpu_count) if values.get("gpus") is not None \
         else tuple(range(gpu_count))
@@ -114,7 +117,10 @@ def resolve(where: str, values: Any, gpu_count: int, host_port: int, nccl_port: 
     ports = tuple(first + min(group) - lowest for group in groups)
     if max(ports) > 65535:
         raise BadHostData(f"{where}: its replicas would listen up to port {max(ports)}: use a lower port")
-    return Layout(tp_size=tp_size, groups=groups, ports=ports, nccl_ports=nccl_ports(groups, nccl_port))
+    context_length = knobs.integer(f"{where}['context_length']", values["context_length"], minimum=1) \
+        if values.get("context_length") is not None else None
+    return Layout(tp_size=tp_size, groups=groups, ports=ports, nccl_ports=nccl_ports(groups, nccl_port),
+                  context_length=context_length)
 
 
 def class_default(data: Any, host_class: str, profile: str, gpu_count: int) -> dict:

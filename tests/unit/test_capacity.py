@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from operations.server import capacity
+from operations.basics.knobs import BadHostData
 from operations.server.capacity import GIB, NoRule, kv_geometry, plan_replica, refusal
 from tests.sglang_real import run_with_real_sglang
 
@@ -190,15 +191,39 @@ def kv_check(host_class: str, snapshots: dict, gpu_mib: int, **data) -> tuple[li
 
 def test_preflight_says_how_many_tokens_a_replica_holds_and_refuses_one_below_a_full_context():
     """Kimi K2.6 at TP 8 with its drafter: on B200 cards it holds a full context (262,144 tokens, its
-    max_position_embeddings), and preflight's line says how many; on 96 GB cards its weights fit but its KV
-    cache does not, refused in one line naming the default (that class ships half a context as its floor)."""
+    max_position_embeddings), and preflight's line says how many; on 96 GB cards its weights fit but a full
+    context does not, refused in one line naming the default; that class serves a 192K context, which fits."""
     problems, said = kv_check("b200_nvlink", snapshots(595, 6), 183359)
     assert problems == [] and said.startswith("KV cache ") and " requests of 8,192 tokens" in said
-    assert kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887)[0] == []
-    problems, _ = kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887, min_kv_tokens=None)
+    problems, said = kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887)
+    assert problems == [] and said.startswith("KV cache 222,")
+    problems, _ = kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887,
+                           layouts={"kimi_k26_dflash": {"tp_size": 8}})
     (line,) = problems
     assert line.startswith("host-1: sglang@kimi_k26_dflash-gpu0-7: its KV cache holds ")
     assert "fewer than one full context (262144 tokens, the min_kv_tokens default)" in line
+
+
+@pytest.mark.parametrize("host_class, profile, context", [("rtx_pro_6000_pcie", "kimi_k26_dflash", 196608),
+                                                          ("rtx_pro_6000_pcie", "qwen36_ddtree", 163840),
+                                                          ("b200_nvlink", "kimi_k26_dflash", None)])
+def test_a_class_whose_kv_cache_holds_less_than_the_models_context_serves_the_context_its_layout_says(
+        host_class, profile, context):
+    """The layout's context_length is the server's --context-length, and a profile's own is then refused (argparse
+    takes the last of two); a class that holds the model's context sets none."""
+    from operations.deployment import resolve
+    from operations.server.flags import server_args, value
+    from tests.unit.group_data import host_data
+    server = resolve(host_data(host_class, profile=profile), host_class).replicas[0]
+    assert server.engine.layout.context_length == context
+    assert value(server_args(server), "--context-length") == (str(context) if context else None)
+    if context:
+        import copy
+        profiles = copy.deepcopy(host_data(host_class).profiles)
+        profiles[profile]["server_args"] += ["--context-len", "131072"]
+        with pytest.raises(BadHostData, match=rf"use layouts\['{profile}'\]\['context_length'\] for "
+                                              r"--context-length, which the deploy sets itself"):
+            resolve(host_data(host_class, profile=profile, profiles=profiles), host_class)
 
 
 def test_min_kv_tokens_sets_the_floor_and_is_named_in_the_refusal():
@@ -220,12 +245,14 @@ def test_a_model_the_planner_cannot_size_is_said_so_and_not_refused():
 @pytest.mark.parametrize("spelled", [["--context-length", "131072"], ["--context-length=131072"]])
 def test_a_shorter_context_in_the_profiles_flags_lowers_the_default_floor_however_it_is_spelled(spelled):
     """The default floor is one full context as SGLang reads it from the flags (argparse takes FLAG VALUE and
-    FLAG=VALUE alike: flags.value): Kimi on 96 GB cards holds 131,072 tokens, not 262,144."""
+    FLAG=VALUE alike: flags.value): Kimi on 96 GB cards, in a layout that sets no context of its own, holds
+    131,072 tokens, not 262,144."""
     import copy
     from tests.unit.group_data import host_data
     profiles = copy.deepcopy(host_data("rtx_pro_6000_pcie").profiles)
     profiles["kimi_k26_dflash"]["server_args"] += spelled
-    problems, _ = kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887, min_kv_tokens=None, profiles=profiles)
+    problems, _ = kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887, profiles=profiles,
+                           layouts={"kimi_k26_dflash": {"tp_size": 8}})
     assert problems == []
 
 

@@ -396,7 +396,7 @@ def test_extra_arguments_may_not_repeat_a_flag_the_deploy_sets():
                   ["--speculative-draft-model-path=/tmp/d"], ["--tensor-parallel-size", "1"], ["--enable-metrics"]):
         with pytest.raises(BadHostData) as refused:
             resolve(with_profile_args("b200_nvlink", class_args=words), "b200_nvlink")
-        assert str(refused.value).startswith(f"sglang_tuning extra_args=") and "which the deploy sets itself" in \
+        assert str(refused.value).startswith("sglang_tuning extra_args=") and "which the deploy sets itself" in \
             str(refused.value) and "\n" not in str(refused.value), str(refused.value)
         with pytest.raises(BadHostData, match=r"profiles\['kimi_k26_dflash'\]\['server_args'\]="):
             resolve(with_profile_args("b200_nvlink", profile_args=["--trust-remote-code", *words]), "b200_nvlink")
@@ -405,17 +405,17 @@ def test_extra_arguments_may_not_repeat_a_flag_the_deploy_sets():
 
 
 def test_the_deploys_own_flags_cover_what_it_renders_and_refuse_no_other_sglang_flag():
-    from operations.server.config import DEPLOY_FLAGS
+    from operations.server.config import DEPLOY_FLAGS, deploy_flags
     from tests.unit.test_nodes import resolved, two_nodes
-    rendered = set()
     for host_class in HOST_CLASSES:
         for profile in ("kimi_k26_dflash", "qwen36_ddtree"):
             server = resolve(host_data(host_class, profile=profile, enable_metrics=True), host_class).replicas[0]
-            rendered |= {arg for arg in server_args(server) if arg.startswith("--")} - set(server.engine.extra_args)
+            rendered = {arg for arg in server_args(server) if arg.startswith("--")} - set(server.engine.extra_args)
+            # A layout's context (a class whose KV cache holds less than the model's) is the deploy's flag there.
+            assert rendered - set(deploy_flags(server.engine.layout, profile)) == set(), (host_class, profile)
     inventory = two_nodes()  # a node group's part: --nnodes, --node-rank, --dist-init-addr
     group = resolved(inventory, inventory[1]).replicas[0]
-    rendered |= {arg for arg in group.engine.node_args if arg.startswith("--")}
-    assert rendered - set(DEPLOY_FLAGS) == set()
+    assert {arg for arg in group.engine.node_args if arg.startswith("--")} - set(DEPLOY_FLAGS) == set()
     # The real 0.5.23 parser's options (lab/sglang_standin/sglang/flags_0_5_23.json, extracted from
     # it): none outside the deploy's is refused as an abbreviation of one of the deploy's.
     table = json.loads((REPO / "lab/sglang_standin/sglang/flags_0_5_23.json").read_text())["actions"]

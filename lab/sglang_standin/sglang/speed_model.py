@@ -8,9 +8,9 @@ was measured here, and a lab figure is the model's, never the hardware's.
 
 Accept length (tokens a request gains a step), `accept_length`:
 - Without speculation 1. A drafted chain of k tokens (DFlash's block of n verifies k = n - 1; DDTree's
-  spine, budget <= n - 1, verifies k = budget) is accepted position by position with the target
-  model's ACCEPT_RATE, the bonus token included: 1 + r + r^2 + ... + r^k. A saturating curve: each
-  further draft token adds less (r^k), as DFlash's acceptance flattens with block length.
+  spine, budget <= n - 1, verifies k = budget) is accepted position by position at the target's
+  `accept_rate` r (TARGETS), the bonus token included: 1 + r + r^2 + ... + r^k. A saturating curve:
+  each further draft token adds less (r^k), as DFlash's acceptance flattens with block length.
 - A tree (DDTree budget above n - 1) verifies siblings of the spine too: + TREE_GAIN a doubling of the
   budget over the spine (log2), diminishing, the DDTree paper's tree gaining a little over its chain.
 - On a hybrid target (config.json's `layer_types` with linear attention or Mamba layers, as Qwen3.6's),
@@ -31,7 +31,9 @@ without speculation, n for DFlash, budget + 1 for DDTree) on TP size t:
 The link (`Link`) is what NCCL takes between the server's GPUs: the lab's torch stand-in
 (torch/_gpus.py `ring`) decides it from the GPU profile's topology and the process's environment
 (NCCL_P2P_DISABLE=1 is the host-memory path), with the profile's bus bandwidth (real captures for
-NVLink and for the host-memory path, synthesized for PCIe P2P).
+NVLink and for the host-memory path, synthesized for PCIe P2P). With --nnodes > 1 the ring is the
+node's own GPUs: the network between nodes is not modelled. Step times are the RTX PRO 6000's on every
+class (the model knows no other card); a model type not in TARGETS gets DEFAULT_TARGET.
 
 The rank-0 scheduler (srt/managers/scheduler.py) runs the batch: a prefill batch of PREFILL_S admits
 the waiting requests, then every decode step advances all running requests together (request i's
@@ -75,9 +77,11 @@ class Target:
 # By the target's model_type (text_config's where it has one). The lab's configs are tiny; the figures
 # are the real models'.
 TARGETS = {
-    # Qwen3.6-27B (bf16, ~54 GB: 30 ms at the card's ~1.8 TB/s; 64 layers, hidden 5120; ~54 GFLOP a token).
-    # ACCEPT_RATE 0.91: DDTree's spine at budget 15 (a 16-token chain) on one GPU comes out ~6.5x
-    # autoregressive decoding at concurrency 1, the seed's measurement.
+    # Qwen3.6-27B (bf16, ~54 GB: 30 ms at the card's ~1.8 TB/s; 64 layers, hidden 5120 as its model card
+    # gives them, not checked against the shared notes; ~54 GFLOP a token: 0.4 ms at ~135 TFLOPS, set so
+    # that at 64 requests a shorter chain than 16 pays, the seed's narrowing advantage). accept_rate 0.925:
+    # DDTree's spine at budget 15 (a 16-token chain) on one GPU comes out ~6.3x autoregressive decoding at
+    # concurrency 1, near the seed's 6.5x (shared/notes/fleet.md).
     "qwen3_5": Target(weights_s=0.030, token_s=0.0004, collectives=128, allreduce_bytes=2 * 5120,
                       accept_rate=0.925),
     # Kimi K2.6 (61 layers, hidden 7168; its experts spread over 8 cards). weights_s set so that the

@@ -426,7 +426,8 @@ def test_speed_model_tree_gains_on_a_dense_target_and_loses_on_a_hybrid_one():
     budgets = (15, 31, 63, 127)
     on_dense = [speed_model.accept_length(dense, "DDTREE", 16, b) for b in budgets]
     on_hybrid = [speed_model.accept_length(QWEN, "DDTREE", 16, b) for b in budgets]
-    assert on_dense == sorted(on_dense) and on_dense[1] - on_dense[0] > on_dense[3] - on_dense[2] > 0
+    per_node = [(b - a) / (y - x) for (a, x), (b, y) in itertools.pairwise(zip(on_dense, budgets))]
+    assert on_dense == sorted(on_dense) and per_node == sorted(per_node, reverse=True) and per_node[-1] > 0
     assert on_hybrid == sorted(on_hybrid, reverse=True) and on_hybrid[1] < on_hybrid[0]  # beyond the spine: less
 
 

@@ -30,10 +30,10 @@ from tests.lab.test_rollout import gateway_retries, restart_input, rollout
 pytestmark = pytest.mark.lab
 fleet_behind_gateway = test_rollout.fleet_behind_gateway  # the same fixture: this module's own gateway lab
 
-# ~100 s each at the stand-in's pace (speed_model: 3.45 tokens a 25 ms DFlash step): longer than
-# systemd's default stop timeout (90 s), in flight from before the first worker's restart until after
-# the last one's.
-LONG_TOKENS = 14000
+# At the stand-in's pace (speed_model: 3.45 tokens a step of Kimi's DFlash at TP 8, 25 ms over the PCIe
+# host's P2P, 18 ms over the B200 host's NVLink) ~150 s and ~110 s each: longer than systemd's default
+# stop timeout (90 s), in flight from before the first worker's restart until after the last one's.
+LONG_TOKENS = 21000
 
 
 class Generation(threading.Thread):

@@ -1,8 +1,10 @@
 """The lab's SGLang stand-in (lab/sglang_standin): parser truth and server."""
 
 import http.client
+import itertools
 import json
 import os
+import runpy
 import signal
 import socket
 import subprocess
@@ -18,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from lab.index import build_standin_wheel
-from lab.repos import KIMI_TEXT_CONFIG
+from lab.repos import KIMI_TEXT_CONFIG, QWEN_CONFIG
 from lab.sglang_standin.sglang import speed_model
 from lab.sglang_standin.sglang.srt import kv_pool
 from operations.server import speculative
@@ -26,6 +28,8 @@ from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import parse_many_with_real_sglang
 
 STANDIN_SRC = Path(__file__).resolve().parents[2] / "lab" / "sglang_standin"
+# The lab's torch, which the wheel ships beside the stand-in: the engine asks it which link its TP ranks take.
+TORCH_STANDIN = STANDIN_SRC.parent / "torch_standin"
 
 # Real-looking DFlash command lines, one per hardware class.
 KIMI_SM120 = [  # RTX PRO 6000: flashinfer target, flashinfer draft
@@ -81,8 +85,13 @@ def ddtree_src(tmp_path_factory) -> Path:
     return out / "site"
 
 
+def python_path(src: Path) -> str:
+    """PYTHONPATH of a stand-in engine run from `src`, as the wheel installs it: with the lab's torch."""
+    return os.pathsep.join([str(src), str(TORCH_STANDIN)])
+
+
 def run_module(src: Path, module: str, args: list[str], **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(src), **kw.pop("env", {})}
+    env = {**os.environ, "PYTHONPATH": python_path(src), **kw.pop("env", {})}
     return subprocess.run([sys.executable, "-m", module, *args], env=env,
                           capture_output=True, text=True, **kw)
 
@@ -156,7 +165,7 @@ class Standin:
 
     def __init__(self, src: Path, args: list[str], knobs: Path, env: dict | None = None, new_session: bool = False):
         self.port = free_port()
-        env = {**os.environ, "PYTHONPATH": str(src), "SPECFLEET_SGLANG_KNOBS": str(knobs), **(env or {})}
+        env = {**os.environ, "PYTHONPATH": python_path(src), "SPECFLEET_SGLANG_KNOBS": str(knobs), **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sglang.launch_server", *args, "--port", str(self.port)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=new_session)
@@ -284,7 +293,8 @@ def test_ddtree_on_the_ddtree_build(start, models, ddtree_src):
     assert info["speculative_ddtree_budget"] == 7  # block_size - 1
     assert set(speculative.DDTREE.server_info) <= set(info)
     assert info["page_size"] == 1 and info["disable_overlap_schedule"] is True
-    assert info["internal_states"][0]["avg_spec_accept_length"] > 1 + 0.35 * 7
+    # Its default budget, draft tokens - 1, is spine mode: the chain DFlash verifies, accepted alike.
+    assert info["internal_states"][0]["avg_spec_accept_length"] == speed_model.accept_length(KIMI, "DFLASH", 8, None)
 
 
 @pytest.mark.parametrize("pages", [["--attention-backend", "triton", "--page-size", "16"],
@@ -395,18 +405,78 @@ def test_exit_after_knob(start, models):
     assert s.proc.wait(timeout=5) != 0
 
 
-def test_speed_model_shares_a_step_budget_so_speculation_gains_less_at_high_concurrency():
-    def throughput(batch, width, accept, speculative):
-        return batch * accept / speed_model.step_seconds(batch, width, speculative)
+QWEN = speed_model.target(QWEN_CONFIG)  # the lab hub's Qwen3.6: 3 linear-attention layers in 4
+KIMI = speed_model.target(KIMI_CONFIG)
+NVLINK, PCIE, HOST = (speed_model.Link("nvlink", 400.0), speed_model.Link("pcie", 41.3), speed_model.Link("host", 27.17))
 
-    assert speed_model.step_seconds(1, 1, False) == speed_model.STEP_S
-    assert speed_model.step_seconds(64, 8, False) == 8 * speed_model.STEP_S
+
+def test_speed_model_accepts_more_with_longer_drafts_with_diminishing_returns():
+    chain = [speed_model.accept_length(QWEN, "DFLASH", n, None) for n in (4, 8, 12, 16)]
+    gains = [b - a for a, b in itertools.pairwise(chain)]
+    assert chain == sorted(chain) and gains == sorted(gains, reverse=True) and gains[-1] > 0
+    assert speed_model.accept_length(QWEN, None, 16, None) == 1.0
+    # DDTree's spine (budget <= draft tokens - 1) verifies the chain DFlash verifies: the same accept length.
+    assert [speed_model.accept_length(QWEN, "DDTREE", 16, b) for b in (3, 7, 11, 15)] == chain
+    assert speed_model.accept_length(KIMI, "DFLASH", 8, None) == 3.45  # the lab's deployed Kimi figure
+
+
+def test_speed_model_tree_gains_on_a_dense_target_and_loses_on_a_hybrid_one():
+    assert QWEN.recurrent_share == 0.75 and KIMI.recurrent_share == 0.0
+    dense = speed_model.target({**QWEN_CONFIG, "layer_types": ["full_attention"] * 4})
+    budgets = (15, 31, 63, 127)
+    on_dense = [speed_model.accept_length(dense, "DDTREE", 16, b) for b in budgets]
+    on_hybrid = [speed_model.accept_length(QWEN, "DDTREE", 16, b) for b in budgets]
+    per_node = [(b - a) / (y - x) for (a, x), (b, y) in itertools.pairwise(zip(on_dense, budgets))]
+    assert on_dense == sorted(on_dense) and per_node == sorted(per_node, reverse=True) and per_node[-1] > 0
+    assert on_hybrid == sorted(on_hybrid, reverse=True) and on_hybrid[1] < on_hybrid[0]  # beyond the spine: less
+
+
+def test_speed_model_verifying_more_costs_more_and_the_all_reduce_costs_most_over_host_memory():
+    def step(tp, link, slots, batch=1):
+        return speed_model.Pace(QWEN, tp, link, slots, True).step_seconds(batch)
+
+    assert step(1, None, 4) < step(1, None, 8) < step(1, None, 16) < step(1, None, 128)
+    assert speed_model.Pace(QWEN, 1, HOST, 16, True).allreduce_seconds(8) == 0.0  # TP 1: no all-reduce
+    costs = [speed_model.Pace(QWEN, 8, link, 16, True).allreduce_seconds(8) for link in (NVLINK, PCIE, HOST)]
+    assert costs == sorted(costs) and costs[2] > 10 * costs[0]
+    # Over host memory TP 2 does not pay for itself at eight requests: one GPU a replica serves more.
+    one_gpu = 8 / step(1, None, 16)  # eight replicas, one request each
+    two_gpus = 4 * 2 / step(2, HOST, 16, batch=2)
+    assert one_gpu > two_gpus and 4 * 2 / step(2, NVLINK, 16, batch=2) > one_gpu
+
+
+def test_speed_model_reads_the_link_nccl_takes_from_the_gpu_profile_and_the_environment():
+    ring = runpy.run_path(str(TORCH_STANDIN / "torch" / "_gpus.py"))["ring"]  # what NCCL makes of the GPUs
+    nvlink = speed_model.link(ring(8, env={}))  # the autouse profile: 8 B200s, NV18 between each pair
+    host = speed_model.link(ring(8, env={"NCCL_P2P_DISABLE": "1"}))
+    assert nvlink.transport == "nvlink" and host == speed_model.Link("host", 27.17)  # the real P2P-off capture
+    assert nvlink.busbw_gbps > 10 * host.busbw_gbps
+
+
+def test_speed_model_speculation_gains_less_as_the_batch_grows():
+    def speedup(batch):
+        drafted = speed_model.Pace(KIMI, 8, PCIE, speed_model.width("DFLASH", 8, None), True)
+        plain = speed_model.Pace(KIMI, 8, PCIE, 1, False)
+        return 3.45 * plain.step_seconds(batch) / drafted.step_seconds(batch)
+
+    assert speedup(1) > speedup(8) > speedup(64)
     assert [speed_model.tokens_after(k, 3.45) for k in (1, 2, 3)] == [3, 6, 10]
-    dflash = speed_model.width("DFLASH", 8, None)
-    low = throughput(1, dflash, 3.45, True) / throughput(1, 1, 1.0, False)
-    high = throughput(64, dflash, 3.45, True) / throughput(64, 1, 1.0, False)
-    assert low == pytest.approx(3.45 / 1.25) and high < 1 < low
+    # The deployed Kimi (DFlash block 8 at TP 8 on the PCIe box, P2P over PCIe): 3.45 tokens a 25 ms step.
+    kimi = speed_model.Pace(KIMI, 8, PCIE, 8, True)
+    assert kimi.step_seconds(1) == pytest.approx(0.025, abs=1e-4)
     assert speed_model.width("DDTREE", 16, 15) == 16 and speed_model.width(None, 8, None) == 1
+
+
+def test_the_server_reports_its_link_and_paces_by_it(start, models):
+    """NCCL_P2P_DISABLE=1 in the engine's environment: the all-reduce goes through host memory, slower."""
+    steps = {}
+    for env in ({}, {"NCCL_P2P_DISABLE": "1"}):
+        s = start(dflash_args(models), env=env)
+        s.wait_ready()
+        model = json.loads(s.get("/server_info")[1])["lab_speed_model"]
+        steps[model["link"]["transport"]] = model["step_s"]
+        s.stop()
+    assert set(steps) == {"nvlink", "host"} and steps["host"] > steps["nvlink"]
 
 
 # --- processes, signals, health and load --------------------------------------------------
@@ -528,7 +598,7 @@ def test_one_scheduler_per_tp_rank_and_a_detokenizer_that_die_with_the_main_proc
 def test_a_scheduler_killed_by_sigterm_takes_the_server_down_with_its_requests(start, models):
     s = start(dflash_args(models))
     s.wait_ready()
-    request = InFlight(s, 2000)  # ~15 s of decode steps
+    request = InFlight(s, 2000)  # ~10 s of decode steps (Kimi at TP 8 over the B200s' NVLink: 18 ms a step)
     time.sleep(0.5)
     scheduler = max(pid for pid, name in workers(s).items() if name == "sglang::schedul")
     os.kill(scheduler, signal.SIGTERM)
@@ -544,7 +614,7 @@ def test_sigterm_to_the_main_process_drains_then_exits_0(start, models):
     in flight the schedulers are told to shut down and the server exits 0."""
     s = start(dflash_args(models))
     s.wait_ready()
-    request = InFlight(s, 800)  # ~6 s
+    request = InFlight(s, 1200)  # ~6 s: past the drain's first 5 s poll
     time.sleep(0.3)
     s.proc.send_signal(signal.SIGTERM)  # twice at once, as systemd and the unit's launcher both send it
     s.proc.send_signal(signal.SIGTERM)
@@ -553,7 +623,7 @@ def test_sigterm_to_the_main_process_drains_then_exits_0(start, models):
     assert s.get("/generate", {"text": "late"})[0] == 200  # not refused: the gateway must stop sending
     assert s.proc.poll() is None
     request.join(20)
-    assert (request.status, request.words) == (200, 800)
+    assert (request.status, request.words) == (200, 1200)
     pids = list(workers(s))
     assert s.proc.wait(timeout=15) == 0
     err = s.proc.stderr.read()
@@ -594,7 +664,7 @@ def test_sigint_stops_accepting_finishes_requests_in_flight_and_dies_of_sigint(s
     """uvicorn's SIGINT, which SGLang leaves in place."""
     s = start(dflash_args(models))
     s.wait_ready()
-    request = InFlight(s, 300)  # ~2 s
+    request = InFlight(s, 300)  # ~1.5 s
     time.sleep(0.3)
     s.proc.send_signal(signal.SIGINT)
     time.sleep(0.8)
@@ -664,7 +734,7 @@ def test_loads_and_gauges_count_running_and_waiting_requests(start, models):
     s = start(dflash_args(models, "--enable-metrics", "--max-running-requests", "2", "--api-key", "k"))
     s.wait_ready()
     assert s.get("/v1/loads")[0] == 401  # behind the key, unlike /metrics
-    requests = [InFlight(s, 400, key="k", prompt=f"request {n}") for n in range(4)]  # ~3 s each, 2 at a time
+    requests = [InFlight(s, 600, key="k", prompt=f"request {n}") for n in range(4)]  # ~3 s each, 2 at a time
     time.sleep(1.8)
     answer = json.loads(s.get("/v1/loads?include=core,queues", key="k")[1])
     load = answer["loads"][0]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.gpu_standin_env import gpu_standin_env
-from tests.lab_code.test_sglang_standin import write_models
+from tests.lab_code.test_sglang_standin import python_path, write_models
 
 STANDIN_SRC = Path(__file__).resolve().parents[2] / "lab" / "sglang_standin"
 
@@ -32,7 +32,7 @@ def node(tmp_path):
     """Start one node of a two-node stand-in server: node(rank) -> (process, http port)."""
     target, draft = write_models(tmp_path / "kimi", tmp_path / "kimi-dflash")
     dist_port, started = free_port(), []
-    env = {**os.environ, "PYTHONPATH": str(STANDIN_SRC), "SPECFLEET_SGLANG_KNOBS": str(tmp_path / "none.json"),
+    env = {**os.environ, "PYTHONPATH": python_path(STANDIN_SRC), "SPECFLEET_SGLANG_KNOBS": str(tmp_path / "none.json"),
            **gpu_standin_env(tmp_path / "gpu", "b200_nvlink")}
 
     def start(rank: int, new_session: bool = False, **extra_env) -> tuple[subprocess.Popen, int]:

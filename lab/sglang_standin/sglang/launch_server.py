@@ -35,7 +35,6 @@ this node runs on visible GPU base_gpu_id + i * gpu_id_step (engine.py:931-961),
 CUDA does not show fails as the real scheduler's set_device does (srt/entrypoints/engine.py here).
 """
 
-import argparse
 import hashlib
 import json
 import os
@@ -61,6 +60,7 @@ from sglang.srt.managers.tokenizer_manager import ClientGone, TokenizerManager
 from sglang.srt.parser import reasoning_parser
 from sglang.srt.server_args import prepare_server_args
 from sglang.srt.utils import SignalLoop, SubprocessWatchdog, kill_process_tree, log, read_knobs
+from torch import _gpus
 
 READY_LINE = "The server is fired up and ready to roll!"
 DEFAULT_MODEL_NAME = "default"  # entrypoints/openai/protocol.py
@@ -90,23 +90,24 @@ def load_config(model_dir: str) -> dict:
              f"Checkout 'https://huggingface.co/{model_dir}/tree/main' for available files.")
 
 
-def accept_length(args: argparse.Namespace) -> float:
-    """A made-up but deterministic acceptance: more draft tokens, more accepted;
-    DDTree's tree verify accepts a little more than DFlash's single chain."""
-    algo = args.speculative_algorithm
-    if algo is None:
-        return 1.0
-    n = args.speculative_num_draft_tokens or 4
-    if algo == "DFLASH":
-        return round(min(1 + 0.35 * (n - 1), 6.0), 4)
-    if algo == "DDTREE":
-        return round(min(1 + 0.35 * (n - 1) + 0.02 * args.speculative_ddtree_budget, 6.5), 4)
-    return round(min(1 + 0.25 * (n - 1), 4.0), 4)
+def pace(args, target_config: dict) -> tuple[speed_model.Pace, float]:
+    """This server's step time and accept length, as the speed model (sglang/speed_model.py) has them for
+    its target, settings and TP size; at TP > 1 the link is what NCCL takes between this node's GPUs (the
+    lab's torch, torch/_gpus.py `ring`: the GPU profile's topology and this process's NCCL_P2P_* variables)."""
+    algorithm, n = args.speculative_algorithm, args.speculative_num_draft_tokens
+    budget = getattr(args, "speculative_ddtree_budget", None)
+    model = speed_model.target(target_config)
+    ring_size = min(max(1, args.tp_size // max(1, args.nnodes)), query_gpu()["count"])
+    link = speed_model.link(_gpus.ring(ring_size)) if ring_size > 1 else None
+    return (speed_model.Pace(model, args.tp_size, link, speed_model.width(algorithm, n, budget), algorithm is not None),
+            speed_model.accept_length(model, algorithm, n, budget))
 
 
-def scheduler_config(args, accept: float) -> dict:
+def scheduler_config(args, target_config: dict) -> dict:
+    timing, accept = pace(args, target_config)
     return {"algorithm": args.speculative_algorithm, "num_draft_tokens": args.speculative_num_draft_tokens,
             "ddtree_budget": getattr(args, "speculative_ddtree_budget", None), "accept_length": accept,
+            "pace": timing,
             "max_running_requests": args.max_running_requests, "decode_log_interval": args.decode_log_interval,
             "load_snapshot_publish_interval": args.load_snapshot_publish_interval}
 
@@ -114,11 +115,12 @@ def scheduler_config(args, accept: float) -> dict:
 class Server:
     """What the handler needs: resolved args, model facts, the tokenizer manager, counters."""
 
-    def __init__(self, args, target_config, tokenizer_manager: TokenizerManager, max_total_num_tokens: int):
+    def __init__(self, args, target_config, tokenizer_manager: TokenizerManager, config: dict):
         self.args = args
         self.tm = tokenizer_manager
         self.serving = False  # warmed up: outside requests are served
-        self.accept_length = accept_length(args)
+        self.pace, self.accept_length = config["pace"], config["accept_length"]
+        max_total_num_tokens = config["max_total_num_tokens"]
         self.served_model_name = args.served_model_name or args.model_path
         text_config = target_config.get("text_config", target_config)
         self.model_info = {
@@ -173,9 +175,7 @@ class Server:
                 "startup_time": self.startup_time,
                 "internal_states": [{"avg_spec_accept_length": self.accept_length}],
                 "version": sglang.__version__, "frontend": "python"}
-        width = speed_model.width(self.args.speculative_algorithm, self.args.speculative_num_draft_tokens,
-                                  getattr(self.args, "speculative_ddtree_budget", None))
-        info["lab_speed_model"] = speed_model.describe(width, self.accept_length)
+        info["lab_speed_model"] = speed_model.describe(self.pace, self.accept_length)
         return info
 
     def metrics(self) -> str:
@@ -692,7 +692,7 @@ def main(argv: list[str]) -> None:
         args.check_server_args()  # and the checks the engine runs before it launches
     except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")
-    config = scheduler_config(args, accept_length(args))
+    config = scheduler_config(args, target_config)
     draft_config = load_config(args.speculative_draft_model_path) if args.speculative_draft_model_path else None
     try:  # the real scheduler sizes its pool once the weights are loaded, and the server dies of an error there
         config["max_total_num_tokens"] = kv_pool.max_total_num_tokens(args, target_config, draft_config,
@@ -726,7 +726,7 @@ def main(argv: list[str]) -> None:
     tm.subprocess_watchdog = SubprocessWatchdog(*procs.processes)
     tm.subprocess_watchdog.start()
 
-    app = Server(args, target_config, tm, config["max_total_num_tokens"])
+    app = Server(args, target_config, tm, config)
     Handler.app = app
     httpd = ThreadingHTTPServer((args.host, args.port), Handler)
     httpd.daemon_threads = True

@@ -1,33 +1,144 @@
-"""LAB STAND-IN speed model: how fast the stand-in engine pretends to decode. NOT a measurement.
+"""LAB STAND-IN speed model: how fast the stand-in engine pretends to decode. MODELLED, NOT MEASURED.
 
-The lab has no GPU, so a serving benchmark against the stand-in would time Python
-sleeps and nothing else. This model makes those sleeps follow a fixed, documented
-rule, so a sweep has a shape (speculation wins at low concurrency, loses its edge
-when the batch is large) while every number stays a product of the constants below:
+The lab has no GPU, so a serving benchmark against the stand-in would time Python sleeps and nothing
+else. This model makes those sleeps follow fixed, documented curves, so that a sweep (bench.py) and a
+tune (tune.py) face the questions real hardware asks, while every number stays a product of the
+constants below. Each constant says which published result or seed measurement it stands for; none
+was measured here, and a lab figure is the model's, never the hardware's.
 
-- A decode step of the engine takes STEP_S seconds while the batch needs at most
-  STEP_TOKEN_BUDGET verified token slots; beyond that the step grows in proportion
-  (the GPU's fixed compute per step is shared by the batch).
-- Each running request needs `width` slots a step: 1 without speculation, the
-  draft block (num_draft_tokens) for DFlash, the tree budget + 1 for DDTree.
-- A speculative step also runs the drafter: DRAFT_OVERHEAD more time.
-- Each step gives every request `accept_length` tokens on average (1 without
-  speculation); request i's k-th step ends with floor(k * accept_length) tokens.
+Accept length (tokens a request gains a step), `accept_length`:
+- Without speculation 1. A drafted chain of k tokens (DFlash's block of n verifies k = n - 1; DDTree's
+  spine, budget <= n - 1, verifies k = budget) is accepted position by position at the target's
+  `accept_rate` r (TARGETS), the bonus token included: 1 + r + r^2 + ... + r^k. A saturating curve:
+  each further draft token adds less (r^k), as DFlash's acceptance flattens with block length.
+- A tree (DDTree budget above n - 1) verifies siblings of the spine too: + TREE_GAIN a doubling of the
+  budget over the spine (log2), diminishing, the DDTree paper's tree gaining a little over its chain.
+- On a hybrid target (config.json's `layer_types` with linear attention or Mamba layers, as Qwen3.6's),
+  a tree loses RECURRENT_LEAK a doubling, times the share of recurrent layers: their state is one per
+  sequence, and a tree's branches leak into it (the seed's Qwen3.6-27B sweeps: budgets above 15, the
+  spine, lost; DDTree PR #29907's tree-aware Mamba verify is what tries to mend it).
 
-The rank-0 scheduler (srt/managers/scheduler.py) runs the batch: a prefill batch of PREFILL_S
-admits the waiting requests, then every decode step advances all running requests together, and
-concurrency is the number running when a step starts.
-Everything a client measures against the stand-in comes from these constants, which
-is why the server reports them in /server_info under `lab_speed_model` and the
-benchmark labels its outputs as a stand-in.
+Step time of one server (`Pace.step_seconds`), a batch of b requests each verifying w slots a step (1
+without speculation, n for DFlash, budget + 1 for DDTree) on TP size t:
+- weights_s / t: a decode step reads the weights once (memory-bound), split over the TP ranks;
+- b * w * token_s / t: each verified slot's compute, so verifying more costs more, and at a large
+  batch the verify's cost outgrows what the accepted tokens bring (speculation's edge shrinks);
+- at t > 1, the all-reduces of the step: `collectives` of them (two a layer), each taking
+  2(t - 1) ring steps of the link's HOP_S and b * w tokens of `allreduce_bytes` at the link's bus
+  bandwidth (nccl-tests' busbw: an all-reduce of B bytes moves 2(t-1)/t B a rank);
+- a speculative step runs the drafter too: DRAFT_OVERHEAD more time.
+
+The link (`Link`) is what NCCL takes between the server's GPUs: the lab's torch stand-in
+(torch/_gpus.py `ring`) decides it from the GPU profile's topology and the process's environment
+(NCCL_P2P_DISABLE=1 is the host-memory path), with the profile's bus bandwidth (real captures for
+NVLink and for the host-memory path, synthesized for PCIe P2P). With --nnodes > 1 the ring is the
+node's own GPUs: the network between nodes is not modelled. Step times are the RTX PRO 6000's on every
+class (the model knows no other card); a model type not in TARGETS gets DEFAULT_TARGET.
+
+The rank-0 scheduler (srt/managers/scheduler.py) runs the batch: a prefill batch of PREFILL_S admits
+the waiting requests, then every decode step advances all running requests together (request i's
+k-th step ends with floor(k * accept_length) tokens), and the batch is the number running when a step
+starts. The server reports the model's figures in /server_info under `lab_speed_model`, and the
+benchmark labels its outputs as a stand-in's.
 """
 
 import math
+from dataclasses import asdict, dataclass
 
-STEP_S = 0.02  # one decode step of a batch that fits the budget (50 steps/s)
-STEP_TOKEN_BUDGET = 64  # verified token slots a step holds before it takes longer
-DRAFT_OVERHEAD = 0.25  # the drafter's share on top of a speculative step
 PREFILL_S = 0.01  # before the first step of a request (prompt processing)
+# The drafter's share on top of a speculative step: the lab's long-standing pace of the deployed Kimi
+# DFlash (20 ms steps, 25 ms drafted), not a measurement.
+DRAFT_OVERHEAD = 0.25
+# A doubling of a tree's budget over its spine: +6 % accepted (the DDTree paper, arXiv 2604.12989: its
+# trees gain modestly over the DFlash chain they grow from, the gain flattening with the budget).
+TREE_GAIN = 0.06
+# A doubling of the budget over the spine on a fully recurrent target: -30 % accepted (modelled so that
+# Qwen3.6's 3 recurrent layers in 4 lose beyond the spine, as the seed's sweeps found).
+RECURRENT_LEAK = 0.30
+RECURRENT_LAYERS = ("linear_attention", "mamba")  # config.json layer_types that keep a recurrent state
+# One ring step of an all-reduce, by the path NCCL takes (modelled on the order of nccl-tests'
+# small-message times; the host-memory path set so that TP > 1 loses to TP 1 replicas on the PCIe box
+# with P2P off, as the seed's Qwen3.6-27B measurements found).
+HOP_S = {"nvlink": 2e-6, "pcie": 5e-6, "host": 60e-6}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target model's speed, as its real weights would run on one RTX PRO 6000 (the seed's card)."""
+
+    weights_s: float  # reading the weights once at TP 1
+    token_s: float  # one verified token's compute at TP 1
+    collectives: int  # all-reduces a step: two a layer
+    allreduce_bytes: int  # per token and all-reduce: the hidden size in bf16
+    accept_rate: float  # the drafter's acceptance per position of its chain
+    recurrent_share: float = 0.0  # layers with a recurrent state (linear attention, Mamba), from config.json
+
+
+# By the target's model_type (text_config's where it has one). The lab's configs are tiny; the figures
+# are the real models'.
+TARGETS = {
+    # Qwen3.6-27B (bf16, ~54 GB: 30 ms at the card's ~1.8 TB/s; 64 layers, hidden 5120 as its model card
+    # gives them, not checked against the shared notes; ~54 GFLOP a token: 0.4 ms at ~135 TFLOPS, set so
+    # that at 64 requests a shorter chain than 16 pays, the seed's narrowing advantage). accept_rate 0.925:
+    # DDTree's spine at budget 15 (a 16-token chain) on one GPU comes out ~6.3x autoregressive decoding at
+    # concurrency 1, near the seed's 6.5x (shared/notes/fleet.md).
+    "qwen3_5": Target(weights_s=0.030, token_s=0.0004, collectives=128, allreduce_bytes=2 * 5120,
+                      accept_rate=0.925),
+    # Kimi K2.6 (61 layers, hidden 7168; its experts spread over 8 cards). weights_s set so that the
+    # deployed setting, DFlash block 8 at TP 8 on the lab's PCIe box, keeps the lab's pace of a 20 ms
+    # step (25 ms drafted); 0.7348: 3.45 tokens accepted at block 8, the lab's long-standing figure.
+    "kimi_k2": Target(weights_s=0.0853, token_s=0.0002, collectives=122, allreduce_bytes=2 * 7168,
+                      accept_rate=0.7348),
+}
+DEFAULT_TARGET = Target(weights_s=0.02, token_s=0.0001, collectives=64, allreduce_bytes=2 * 4096, accept_rate=0.8)
+
+
+def target(config: dict) -> Target:
+    """The speed of the model whose config.json is `config`: its model type's, with its recurrent layers."""
+    text = config.get("text_config", config)
+    found = TARGETS.get(text.get("model_type"), DEFAULT_TARGET)
+    kinds = text.get("layer_types") or []
+    share = sum(kind in RECURRENT_LAYERS for kind in kinds) / len(kinds) if kinds else 0.0
+    return Target(**{**asdict(found), "recurrent_share": share})
+
+
+@dataclass(frozen=True)
+class Link:
+    """The path an all-reduce takes between the server's GPUs: NCCL's transport and its bus bandwidth."""
+
+    transport: str  # a key of HOP_S
+    busbw_gbps: float
+
+
+def link(ring: dict) -> Link:
+    """The link of a ring as the torch stand-in describes it (torch/_gpus.py `ring`): P2P over NVLink or
+    PCIe, else host memory; its bandwidth the profile's largest measured size's."""
+    if not all(ring["p2p"]):
+        transport = "host"
+    else:
+        transport = "nvlink" if all(hop == "NVL" for hop in ring["hops"]) else "pcie"
+    sizes = ring["busbw_gbps"]
+    return Link(transport, sizes[max(sizes)] if sizes else 0.0)
+
+
+def chain(algorithm: str | None, num_draft_tokens: int | None, ddtree_budget: int | None) -> int:
+    """Draft tokens the verify's chain holds: DFlash's block less its verified token, DDTree's spine."""
+    spine = max((num_draft_tokens or 1) - 1, 0)
+    return min(ddtree_budget, spine) if algorithm == "DDTREE" and ddtree_budget is not None else spine
+
+
+def accept_length(model: Target, algorithm: str | None, num_draft_tokens: int | None,
+                  ddtree_budget: int | None) -> float:
+    """Tokens a request gains a step (the module's docstring), to 2 decimals as the server reports it."""
+    if algorithm is None:
+        return 1.0
+    rate, length = model.accept_rate, chain(algorithm, num_draft_tokens, ddtree_budget)
+    accepted = (1 - rate ** (length + 1)) / (1 - rate)
+    spine = max(length, 1)
+    if algorithm == "DDTREE" and ddtree_budget is not None and ddtree_budget > spine:
+        doublings = math.log2(ddtree_budget / spine)
+        accepted *= (1 + TREE_GAIN * doublings) * max(0.0, 1 - RECURRENT_LEAK * model.recurrent_share * doublings)
+    return round(max(accepted, 1.0), 2)
 
 
 def width(algorithm: str | None, num_draft_tokens: int | None, ddtree_budget: int | None) -> int:
@@ -39,10 +150,29 @@ def width(algorithm: str | None, num_draft_tokens: int | None, ddtree_budget: in
     return num_draft_tokens or 1
 
 
-def step_seconds(batch: int, slots_per_request: int, speculative: bool) -> float:
-    """How long one engine step takes with `batch` requests running."""
-    load = max(1.0, batch * slots_per_request / STEP_TOKEN_BUDGET)
-    return STEP_S * load * (1 + DRAFT_OVERHEAD if speculative else 1)
+@dataclass(frozen=True)
+class Pace:
+    """One server's step time: its target, TP size and link, the slots a request verifies, drafting or not."""
+
+    model: Target
+    tp_size: int
+    link: Link | None  # None at TP 1: no all-reduce
+    slots: int
+    speculative: bool
+
+    def allreduce_seconds(self, batch: int) -> float:
+        if self.tp_size < 2 or self.link is None:
+            return 0.0
+        t, m = self.tp_size, self.model
+        moved = batch * self.slots * m.allreduce_bytes * 2 * (t - 1) / t
+        bandwidth = self.link.busbw_gbps * 1e9
+        return m.collectives * (2 * (t - 1) * HOP_S[self.link.transport] + (moved / bandwidth if bandwidth else 0.0))
+
+    def step_seconds(self, batch: int) -> float:
+        """How long one engine step takes with `batch` requests running."""
+        m = self.model
+        compute = (m.weights_s + batch * self.slots * m.token_s) / self.tp_size
+        return (compute + self.allreduce_seconds(batch)) * (1 + DRAFT_OVERHEAD if self.speculative else 1)
 
 
 def tokens_after(steps: int, accept_length: float) -> int:
@@ -50,9 +180,10 @@ def tokens_after(steps: int, accept_length: float) -> int:
     return math.floor(steps * accept_length + 1e-9)
 
 
-def describe(width: int, accept_length: float) -> dict:
+def describe(pace: Pace, accept_length: float) -> dict:
     """What /server_info reports under `lab_speed_model`."""
     return {"note": "LAB STAND-IN speed model (lab/sglang_standin/sglang/speed_model.py): "
                     "modelled timings, not a measurement",
-            "step_s": STEP_S, "step_token_budget": STEP_TOKEN_BUDGET, "draft_overhead": DRAFT_OVERHEAD,
-            "prefill_s": PREFILL_S, "slots_per_request": width, "accept_length": accept_length}
+            "step_s": round(pace.step_seconds(1), 6), "draft_overhead": DRAFT_OVERHEAD, "prefill_s": PREFILL_S,
+            "slots_per_request": pace.slots, "accept_length": accept_length, "tp_size": pace.tp_size,
+            "link": asdict(pace.link) if pace.link else None, "target": asdict(pace.model)}

@@ -86,7 +86,7 @@ class Scheduler:
         self.config = config
         self.from_tokenizer, self.to_tokenizer, self.to_detokenizer, self.peers = (
             from_tokenizer, to_tokenizer, to_detokenizer, peers)
-        self.width = speed_model.width(config["algorithm"], config["num_draft_tokens"], config["ddtree_budget"])
+        self.pace = config["pace"]  # speed_model.Pace: this server's step time
         self.speculative = config["algorithm"] is not None
         self.accept_length = config["accept_length"]
         self.max_running = config["max_running_requests"] or DEFAULT_MAX_RUNNING_REQUESTS
@@ -164,7 +164,7 @@ class Scheduler:
         self.after_batch(publish_loads=True, update_gauges=True)
 
     def decode(self) -> None:
-        self.batch_time(speed_model.step_seconds(len(self.running), self.width, self.speculative))
+        self.batch_time(self.pace.step_seconds(len(self.running)))
         out = []
         for r in self.running:
             r.steps += 1

@@ -15,8 +15,8 @@ profile = "kimi_k26_dflash"
 #     deployments=[dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
 #                  dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7])]
 # Optional per entry: name (default: the profile's; units, ports and virtualenvs are told apart by
-# it), port (its replica on its lowest GPU; default `port` + that GPU's index), tp_size and replicas
-# (default: the class's layout of the profile). None: `profile` on all of the host's GPUs.
+# it), port (its replica on its lowest GPU; default `port` + that GPU's index), tp_size, replicas and
+# context_length (default: the class's layout of the profile). None: `profile` on all of the host's GPUs.
 deployments = None
 
 # Each profile names the target model, its drafter, the speculative algorithm and

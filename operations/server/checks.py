@@ -72,13 +72,19 @@ def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus
                 min_kv_tokens: int | None) -> tuple[list[str], str]:
     """One replica's KV plan (kv_plan) against its floor: (the refusal when it holds fewer than
     `min_kv_tokens` tokens, None meaning one full context of the model; what the plan says, for preflight's
-    line). An architecture the planner has no rule for is said so, not refused."""
+    line). An architecture the planner has no rule for is said so, not refused; a context above the model's
+    own is refused: the profiles let SGLang take one (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN, for the
+    drafter), and it would serve past what the model was trained for."""
+    trained = snapshots["target"].text_config().get("max_position_embeddings")
+    asked = value(server_args(server), "--context-length")
+    if asked and asked.isdigit() and isinstance(trained, int) and int(asked) > trained:
+        return [f"{host.name}: {server.service_name}: its --context-length {asked} is above the model's "
+                f"max_position_embeddings {trained}: use at most {trained}"], "KV cache not planned"
     try:
         plan = kv_plan(server, expected, snapshots, gpus)
     except capacity.NoRule as unknown:
         return [], f"KV cache not planned ({printable(unknown)})"  # it names the hub's architecture
-    target = snapshots["target"]
-    context = value(server_args(server), "--context-length") or target.text_config().get("max_position_embeddings")
+    context = asked or trained
     wanted = min_kv_tokens if min_kv_tokens is not None else int(context or 0)
     refused = capacity.refusal(plan, wanted, full_context=min_kv_tokens is None)
     return ([f"{host.name}: {refused}"] if refused else []), capacity.described(plan)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from operations.server import capacity
 from operations.basics.knobs import BadHostData
+from operations.server import capacity
 from operations.server.capacity import GIB, NoRule, kv_geometry, plan_replica, refusal
 from tests.sglang_real import run_with_real_sglang
 
@@ -221,9 +221,34 @@ def test_a_class_whose_kv_cache_holds_less_than_the_models_context_serves_the_co
         import copy
         profiles = copy.deepcopy(host_data(host_class).profiles)
         profiles[profile]["server_args"] += ["--context-len", "131072"]
-        with pytest.raises(BadHostData, match=rf"use layouts\['{profile}'\]\['context_length'\] for "
-                                              r"--context-length, which the deploy sets itself"):
+        owned = rf"use layouts\['{profile}'\]\['context_length'\] for --context-length, which the deploy sets itself"
+        with pytest.raises(BadHostData, match=rf"^profiles\['{profile}'\]\['server_args'\]=.*{owned}"):
             resolve(host_data(host_class, profile=profile, profiles=profiles), host_class)
+        tuning = copy.deepcopy(host_data(host_class).sglang_tuning)
+        tuning["extra_args"] += ["--context-length=131072"]
+        with pytest.raises(BadHostData, match=rf"^sglang_tuning extra_args=.*{owned}"):
+            resolve(host_data(host_class, profile=profile, sglang_tuning=tuning), host_class)
+
+
+@pytest.mark.parametrize("bad", [0, "x", True, -1, 1.5])
+def test_a_context_length_that_is_no_whole_number_is_refused_in_one_line(bad):
+    from operations.deployment import resolve
+    from tests.unit.group_data import host_data
+    with pytest.raises(BadHostData) as refused:
+        resolve(host_data("b200_nvlink", layouts={"kimi_k26_dflash": {"tp_size": 8, "context_length": bad}}),
+                "b200_nvlink")
+    assert str(refused.value) == (f"group_data/b200_nvlink.py layouts['kimi_k26_dflash']['context_length']={bad!r} "
+                                  "is not a whole number at least 1")
+
+
+def test_a_context_above_the_models_own_is_refused_not_planned():
+    """The profiles set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN (for the drafter), with which SGLang would take a
+    context past the target's max_position_embeddings: preflight refuses it, naming the model's."""
+    problems, said = kv_check("b200_nvlink", snapshots(595, 6), 183359,
+                              layouts={"kimi_k26_dflash": {"tp_size": 8, "context_length": 1966080}})
+    assert problems == ["host-1: sglang@kimi_k26_dflash-gpu0-7: its --context-length 1966080 is above the model's "
+                        "max_position_embeddings 262144: use at most 262144"]
+    assert said == "KV cache not planned"
 
 
 def test_min_kv_tokens_sets_the_floor_and_is_named_in_the_refusal():

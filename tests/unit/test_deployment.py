@@ -417,10 +417,11 @@ def test_the_deploys_own_flags_cover_what_it_renders_and_refuse_no_other_sglang_
     group = resolved(inventory, inventory[1]).replicas[0]
     assert {arg for arg in group.engine.node_args if arg.startswith("--")} - set(DEPLOY_FLAGS) == set()
     # The real 0.5.23 parser's options (lab/sglang_standin/sglang/flags_0_5_23.json, extracted from
-    # it): none outside the deploy's is refused as an abbreviation of one of the deploy's.
+    # it): none outside the deploy's (a layout's context included) is refused as an abbreviation of one of them.
+    owned = {*DEPLOY_FLAGS, "--context-length"}
     table = json.loads((REPO / "lab/sglang_standin/sglang/flags_0_5_23.json").read_text())["actions"]
-    others = {flag for action in table for flag in action["option_strings"] if flag.startswith("--")} - set(DEPLOY_FLAGS)
-    assert not [flag for flag in others if any(owned.startswith(flag) for owned in DEPLOY_FLAGS)]
+    others = {flag for action in table for flag in action["option_strings"] if flag.startswith("--")} - owned
+    assert not [flag for flag in others if any(flag_owned.startswith(flag) for flag_owned in owned)]
     # The class and profile arguments the product ships pass.
     for host_class in HOST_CLASSES:
         resolve(host_data(host_class, profile="qwen36_ddtree"), host_class)

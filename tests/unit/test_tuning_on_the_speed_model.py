@@ -2,8 +2,8 @@
 lab/sglang_standin/sglang/speed_model.py: modelled, not measured) for Qwen3.6-27B's candidates on the 8-card
 PCIe class, as tuning/candidates.py lays them out, with P2P off (NCCL_P2P_DISABLE=1: the all-reduce through
 host memory): the walk finds the full grid's best within 5 % on the objective in at most 40 % of its trials,
-and the best is what the seed's box found: one GPU a replica, a chain (spine mode), fewer verified tokens
-as the batch grows."""
+and with several requests the best is what the seed's box found: one GPU a replica, a chain (spine mode),
+fewer verified tokens as the batch grows."""
 
 import json
 import math
@@ -46,9 +46,7 @@ def modelled(candidate, levels: tuple[int, ...]) -> Trial:
     each replica's batch advancing by the accept length a step."""
     algorithm, n, budget = settings(candidate)
     tp, replicas = candidate.shape
-    accept = speed_model.accept_length(QWEN, algorithm, n, budget)
-    pace = speed_model.Pace(QWEN, tp, LINK if tp > 1 else None, speed_model.width(algorithm, n, budget),
-                            algorithm is not None)
+    pace, accept = speed_model.server(QWEN, algorithm, n, budget, tp, LINK)
     found = {}
     for c in levels:
         step = pace.step_seconds(math.ceil(c / replicas))

@@ -96,11 +96,9 @@ def pace(args, target_config: dict) -> tuple[speed_model.Pace, float]:
     lab's torch, torch/_gpus.py `ring`: the GPU profile's topology and this process's NCCL_P2P_* variables)."""
     algorithm, n = args.speculative_algorithm, args.speculative_num_draft_tokens
     budget = getattr(args, "speculative_ddtree_budget", None)
-    model = speed_model.target(target_config)
     ring_size = min(max(1, args.tp_size // max(1, args.nnodes)), query_gpu()["count"])
     link = speed_model.link(_gpus.ring(ring_size)) if ring_size > 1 else None
-    return (speed_model.Pace(model, args.tp_size, link, speed_model.width(algorithm, n, budget), algorithm is not None),
-            speed_model.accept_length(model, algorithm, n, budget))
+    return speed_model.server(speed_model.target(target_config), algorithm, n, budget, args.tp_size, link)
 
 
 def scheduler_config(args, target_config: dict) -> dict:

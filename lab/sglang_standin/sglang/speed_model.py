@@ -57,8 +57,9 @@ TREE_GAIN = 0.06
 RECURRENT_LEAK = 0.30
 RECURRENT_LAYERS = ("linear_attention", "mamba")  # config.json layer_types that keep a recurrent state
 # One ring step of an all-reduce, by the path NCCL takes (modelled on the order of nccl-tests'
-# small-message times; the host-memory path set so that TP > 1 loses to TP 1 replicas on the PCIe box
-# with P2P off, as the seed's Qwen3.6-27B measurements found).
+# small-message times; the host-memory path set so that, at 8 requests and more, TP > 1 loses to TP 1
+# replicas on the PCIe box with P2P off, as the seed's Qwen3.6-27B measurements found; one request alone
+# still runs a little faster over TP 2 there).
 HOP_S = {"nvlink": 2e-6, "pcie": 5e-6, "host": 60e-6}
 
 
@@ -173,6 +174,14 @@ class Pace:
         m = self.model
         compute = (m.weights_s + batch * self.slots * m.token_s) / self.tp_size
         return (compute + self.allreduce_seconds(batch)) * (1 + DRAFT_OVERHEAD if self.speculative else 1)
+
+
+def server(model: Target, algorithm: str | None, num_draft_tokens: int | None, ddtree_budget: int | None,
+           tp_size: int, link: Link | None) -> tuple[Pace, float]:
+    """A server's step time and accept length for its target, speculative settings, TP size and link."""
+    return (Pace(model, tp_size, link if tp_size > 1 else None, width(algorithm, num_draft_tokens, ddtree_budget),
+                 algorithm is not None),
+            accept_length(model, algorithm, num_draft_tokens, ddtree_budget))
 
 
 def tokens_after(steps: int, accept_length: float) -> int:

@@ -17,25 +17,16 @@ is another thing: speed/, `make speed`.)
 
 from pyinfra import host, inventory
 
-from operations import deployment, schema
+from operations import schema
 from operations.basics import deploy_files
-from operations.basics.knobs import BadHostData
 from operations.deployment import preflight
-from operations.nodes import group as nodes
 from serving_benchmark import behind_gateway, client, sweep
 from serving_benchmark.plan import plan as bench_plan
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 
 schema.check_inventory(inventory)  # a key no knob has (a misspelt `modes`) stops the run before any host changes
-worker, deployments = None, ()
-try:
-    worker, deployments = deployment.resolve_worker(host.data, deployment.host_class_of(host.groups),
-                                                    nodes.members(inventory, host))
-    plan = bench_plan(host.data)
-except BadHostData as problem:
-    worker, deployments = None, ()
-    preflight.refuse(problem=f"{host.name}: {problem}")
+worker, deployments, plan = preflight.resolved(inventory, bench_plan)
 
 if deployments:
     client.installed(worker.service, plan)  # the host's, beside its servers: one for every deployment

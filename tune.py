@@ -18,9 +18,7 @@ from pyinfra import host, inventory
 
 from operations import deployment, schema
 from operations.basics import deploy_files
-from operations.basics.knobs import BadHostData
 from operations.deployment import preflight
-from operations.nodes import group as nodes
 from operations.weights import checks as weights_checks
 from serving_benchmark import behind_gateway, client
 from tuning import trials
@@ -29,14 +27,7 @@ from tuning.plan import plan as tuning_plan
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 
 schema.check_inventory(inventory)  # a misspelt knob (`objectve`) stops the run before any host changes
-worker, deployments = None, ()
-try:
-    worker, deployments = deployment.resolve_worker(host.data, deployment.host_class_of(host.groups),
-                                                    nodes.members(inventory, host))
-    plan = tuning_plan(host.data)
-except BadHostData as problem:
-    worker, deployments = None, ()
-    preflight.refuse(problem=f"{host.name}: {problem}")
+worker, deployments, plan = preflight.resolved(inventory, tuning_plan)
 
 if deployments:
     client.installed(worker.service, plan.bench)

@@ -5,6 +5,8 @@ host's state in one round trip and asks each of them.
 """
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 from pyinfra import host, state
 from pyinfra.api import FactBase, operation
@@ -12,8 +14,10 @@ from pyinfra.api import FactBase, operation
 from operations.basics import failing, gathering, ownership, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates
-from operations.deployment import Deployment, Host
+from operations.basics.knobs import BadHostData
+from operations.deployment import Deployment, Host, host_class_of, resolve_worker
 from operations.gpu import checks as gpu_checks
+from operations.nodes import group as nodes
 from operations.python import venv
 from operations.server import checks as server_checks, stages as server_stages
 from operations.server.unit import ServerUnits
@@ -189,6 +193,25 @@ def refuse(problem: str) -> None:
     """
     failing.refuse_at_load([problem])
     refused(problem=problem)
+
+
+def resolved(inventory, plan_of: Callable[[Any], Any]) -> tuple[Host | None, tuple[Deployment, ...], Any]:
+    """This host's worker, its deployments and `plan_of(host.data)` (what a bench or a tune was asked), for a
+    deploy file that serves what the host runs; a value that cannot be deployed refuses the host in one
+    sentence (`refuse`), and the host gets (None, (), None).
+
+    **Example:**
+
+    .. code:: python
+
+        worker, deployments, plan = preflight.resolved(inventory, bench_plan)
+    """
+    try:
+        worker, deployments = resolve_worker(host.data, host_class_of(host.groups), nodes.members(inventory, host))
+        return worker, deployments, plan_of(host.data)
+    except BadHostData as problem:
+        refuse(problem=f"{host.name}: {problem}")
+        return None, (), None
 
 
 @operation()

@@ -318,7 +318,8 @@ def test_the_git_build_commands_build_as_another_user_and_root_installs_the_whee
         (base / "opt" / "bin").mkdir(parents=True)
         (base / "opt").chmod(0o755)
         (base / "opt" / "bin").chmod(0o755)
-        (base / "opt" / "bin" / "uv").symlink_to(Path(sys.executable).parent / "uv")
+        # A copy, not a link: the checkout's venv may lie in a directory the build user cannot enter (mktemp -d).
+        shutil.copy(Path(sys.executable).parent / "uv", base / "opt" / "bin" / "uv")
         path = f"{base}/opt/v"
         commands, _ = fakehost.run(venv.requirement, {VenvRequirement: None, HostPython: DEBIAN12}, path=path,
                                    requirement=f"uidprobe @ git+file://{bare}@{commit}", distribution="uidprobe",

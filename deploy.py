@@ -27,7 +27,7 @@ from operations.monitoring.stages import monitoring_deployed
 from operations.nodes import group as nodes, rendezvous
 from operations.server import capacity_record, unit
 from operations.server.stages import server_installed, server_serving
-from operations.weights import checks as weights_checks, revisions, token
+from operations.weights import revisions, token
 from operations.weights.stages import weights_fetched
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
@@ -53,8 +53,9 @@ fleet = membership.of(inventory)
 
 if deployments:
     # 1. Preflight: hardware, driver, token and repo access, each replica's GPUs and memory, disk, DDTree
-    #    build, exposure. Each deployment at the commits the hub resolved its revisions to.
-    hubs = [weights_checks.hub_state(d.weights) for d in deployments]
+    #    build, exposure. The host's state is read in one round trip while the hub answers; each deployment
+    #    goes on at the commits the hub resolved its revisions to.
+    hubs = preflight.host_and_hub_read(deployments)
     deployments = tuple(deployment.at_commits(d, hub.commits) for d, hub in zip(deployments, hubs))
     preflight.check(name="Preflight", worker=worker, deployments=deployments, hubs=hubs)
     for d in deployments:

@@ -13,6 +13,12 @@ A fact is gathered when it names the function of a host program that answers it:
 `host_answer = "module.function"` (and `host_answer_how`: "fork" for an answer that forks, run
 before any thread starts; "background" for one that waits, run in a thread meanwhile), plus, where
 the host needs more than the fact's own arguments, a `host_arguments(kwargs)` classmethod.
+
+A fact the gathering answers from another one's answer names it, `answered_by = OtherFact`, and derives its
+value on the controller, `from_answer(answer, **kwargs)`: every gathered answer of OtherFact merged into one
+dict, the value (None where that answer does not cover the arguments: the fact's own command then runs). The
+weights' state and room are read so: what is on disk needs no hub, so the host program runs while the hub
+answers, and the hub's listing is compared on the controller.
 """
 
 import json
@@ -29,25 +35,25 @@ from operations.basics.file_states import DIGEST_KEY
 from operations.basics.host_programs import inline
 
 Wanted = list[tuple[type[FactBase], dict]]
-# What each subject's operations read on a host, given what the deploy was asked (the host's
-# deployment) and the hub's snapshots; registered with `wants`.
-_PROVIDERS: list[Callable[[Any, dict], Wanted]] = []
+# What each subject's operations read on a host, given what the deploy was asked (the host's deployment,
+# before the hub resolved its revisions: nothing read depends on the hub's answer); registered with `wants`.
+_PROVIDERS: list[Callable[[Any], Wanted]] = []
 # pyinfra's own facts, answered by the basics' host program.
 _PYINFRA_ANSWERS = {Arch: "host_facts.arch", LinuxDistribution: "host_facts.linux_distribution"}
 # Per host: the facts its gathering answered, and how many of its operations had run commands then.
 _gathered: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def wants(provider: Callable[[Any, dict], Wanted]) -> Callable[[Any, dict], Wanted]:
-    """Register the facts a subject's operations read: `provider(deployment, snapshots)` returns them
-    with the arguments those operations pass (a decorator)."""
+def wants(provider: Callable[[Any], Wanted]) -> Callable[[Any], Wanted]:
+    """Register the facts a subject's operations read: `provider(deployment)` returns them with the
+    arguments those operations pass, or the facts theirs are answered by (`answered_by`) (a decorator)."""
     _PROVIDERS.append(provider)
     return provider
 
 
-def requests(deployment: Any, snapshots: dict) -> Wanted:
+def requests(deployment: Any) -> Wanted:
     """Every fact a deploy of `deployment` reads on a serving host, as the subjects registered them."""
-    return [wanted for provider in _PROVIDERS for wanted in provider(deployment, snapshots)]
+    return [wanted for provider in _PROVIDERS for wanted in provider(deployment)]
 
 
 def answer_of(fact_class: type[FactBase]) -> str | None:
@@ -120,7 +126,8 @@ def gather(wanted: Wanted) -> None:
 
 def read(fact_class: type[FactBase], **kwargs):
     """`host.get_fact(fact_class, **kwargs)`, answered from this host's gathering while no operation
-    has run a command on the host since. A fact made of parts (`PARTS`) is answered from its parts'."""
+    has run a command on the host since. A fact made of parts (`PARTS`) is answered from its parts', one that
+    names `answered_by` from that fact's answers."""
     commands_run, found = _gathered.get(_this_host(), (None, {}))
     current = commands_run is not None and commands_run == _commands_run(_this_host())
     if current and key(fact_class, kwargs) in found:
@@ -128,7 +135,19 @@ def read(fact_class: type[FactBase], **kwargs):
     parts = getattr(fact_class, "PARTS", ())
     if current and parts and all(key(part, {}) in found for part in parts):
         return {part.__name__: found[key(part, {})] for part in parts}
+    if current and getattr(fact_class, "answered_by", None):
+        value = derived(fact_class, found, kwargs)
+        if value is not None:
+            return value
     return own_command(fact_class, **kwargs)
+
+
+def derived(fact_class: type[FactBase], found: dict[tuple, object], kwargs: dict):
+    """The fact with these arguments, from the answers in `found` of the fact it is `answered_by`; None
+    where they do not cover the arguments."""
+    source = fact_class.answered_by.__name__
+    merged = {k: v for (name, _), answer in found.items() if name == source for k, v in answer.items()}
+    return fact_class.from_answer(merged, **kwargs)
 
 
 def own_command(fact_class: type[FactBase], **kwargs):

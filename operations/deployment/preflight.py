@@ -1,10 +1,11 @@
 """Preflight: everything that must hold before a host is changed, each failure naming host, cause and fix.
 
-The rules belong to their subjects (operations/<subject>/checks.py); this operation gathers the
-host's state in one round trip and asks each of them.
+The rules belong to their subjects (operations/<subject>/checks.py); the host's state is gathered in one
+round trip while the hub answers (``host_and_hub_read``), and this operation asks each of them.
 """
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from typing import Any
 
@@ -78,13 +79,34 @@ def moving_revisions(deployment: Deployment, hub: HubState) -> tuple[list[str], 
     return ([], moving) if d.allow_branch_revisions else (moving, [])
 
 
-def wanted_facts(deployments: tuple[Deployment, ...], hubs: list[HubState]) -> gathering.Wanted:
+def wanted_facts(deployments: tuple[Deployment, ...]) -> gathering.Wanted:
     """What every operation of every deployment of the host reads, each fact once."""
     wanted: dict = {}
-    for d, hub in zip(deployments, hubs):
-        for fact, kwargs in gathering.requests(d, hub.snapshots):
+    for d in deployments:
+        for fact, kwargs in gathering.requests(d):
             wanted.setdefault(gathering.key(fact, kwargs), (fact, kwargs))
     return list(wanted.values())
+
+
+def host_and_hub_read(deployments: tuple[Deployment, ...]) -> list[HubState]:
+    """What the hub says of each deployment's repos (``weights.checks.hub_state``), asked on the controller
+    while this host's program gathers what every operation reads (``gathering.gather``, one round trip): the
+    run waits for the slower of the two, not for both. What the host program reads names no commit, so it
+    needs no answer from the hub. A host whose sudo takes a password is not gathered: ``check`` refuses it
+    before any command would carry the password.
+
+    **Example:**
+
+    .. code:: python
+
+        hubs = preflight.host_and_hub_read(deployments)
+    """
+    # A greenlet under pyinfra's CLI (which patches threading): it asks the hub while this one waits on SSH.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        asked = pool.submit(lambda: [weights_checks.hub_state(d.weights) for d in deployments])
+        if not shell.sudo_password(host):
+            gathering.gather(wanted_facts(deployments))
+        return asked.result()
 
 
 @operation()
@@ -108,14 +130,14 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
 
     .. code:: python
 
-        hubs = [weights_checks.hub_state(d.weights) for d in deployments]
+        hubs = preflight.host_and_hub_read(deployments)
+        deployments = tuple(deployment.at_commits(d, hub.commits) for d, hub in zip(deployments, hubs))
         preflight.check(name="Preflight", worker=worker, deployments=deployments, hubs=hubs)
     """
     s = worker.service
-    if shell.sudo_password(host):  # refused before the gathering, the first command that would carry it
+    if shell.sudo_password(host):  # refused before any command, the first that would carry it (not gathered)
         yield fail_host([sudo_password_problem(host.data.get("ssh_user") or "the deploy user")], static=True)
         return
-    gathering.gather(wanted_facts(deployments, hubs))  # what every operation reads, in one round trip
     problems = login_problems(gathering.read(LoginUser), shell.sudo_password(host))  # one prompted for then
     for knob, user, home in (("service_user", s.service_user, s.service_home),
                              *((f"deployments[{e.name!r}]'s user", e.user, e.home)
@@ -227,5 +249,5 @@ def refused(problem: str):
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     return [(LoginUser, {})]

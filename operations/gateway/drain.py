@@ -32,7 +32,7 @@ def _legacy_admin_key(service: ServiceHost) -> str:
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     return [(FileStates, dict(paths=(_legacy_admin_key(deployment.engine.service),)))]
 
 

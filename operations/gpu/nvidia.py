@@ -300,7 +300,7 @@ def hold_driver():
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     wanted = [*((part, {}) for part in NvidiaHost.PARTS), (NvidiaFabric, {})]
     if deployment.host.gpu.nvidia_packages:
         wanted += [(NvidiaPackages, {}), (LinuxDistribution, {}), (Arch, {})]

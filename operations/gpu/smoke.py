@@ -189,5 +189,5 @@ def allreduce(smoke: SmokeTest):
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     return [(GpuSmokeRecord, dict(path=deployment.host.smoke.record_path))]

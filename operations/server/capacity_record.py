@@ -79,5 +79,5 @@ def kept(server: Server, expected: GpuExpectations, snapshots: dict):
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     return [(FileStates, dict(paths=(path(r),))) for r in deployment.replicas]

@@ -211,5 +211,5 @@ def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     return [(ServerProbe, probe_args(r)) for r in deployment.replicas]

@@ -89,7 +89,7 @@ def server_serving(server: Server, restart: Restart, weight_bytes: int, group: N
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     e = deployment.engine
     s = e.service
     return [(SystemUser, dict(user=s.service_user)), (SystemUser, dict(user=s.download_user)),

@@ -247,7 +247,7 @@ def retired(service: ServiceHost, restarts: list[Restart]):
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     return [(ServerUnits, dict(prefix=deployment.engine.service.service_prefix)),
             *((ServiceState, dict(unit_file=s.unit_file, env_file=s.env_file, service=s.service_name))
               for s in deployment.replicas)]

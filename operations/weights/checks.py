@@ -2,6 +2,7 @@
 gated one waits for its terms), revisions are commits, the disk has room; each failure one sentence."""
 
 import json
+import posixpath
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from operations.basics.host_programs import inline
 from operations.basics.knobs import COMMIT
 from operations.basics.untrusted import printable
 from operations.weights.config import Repo, Weights
+from operations.weights.host_scripts import weights_manifest
 from operations.weights.hub import (AccessPending, HubProblem, RepoSnapshot, client_imported, controller_token, snapshot,
                                    whoami)
 
@@ -112,10 +114,45 @@ def gb(size: int) -> str:
     return f"{size / 1e9:.1f} GB ({size} bytes)"
 
 
+class WeightsOnDisk(FactBase):
+    """
+    Per repo directory: its revision directories as they are on disk (host_scripts/weights_on_disk.py), what
+    WeightsDisk and WeightsState are derived from on the controller. It names no commit and no listing, so
+    the deploy reads it while the hub answers.
+
+    .. code:: python
+
+        {"/srv/specfleet/models/moonshotai--Kimi-K2.6":
+            {"here": {"checked": "/srv/specfleet/models/moonshotai--Kimi-K2.6", "free": 636707266560, "device": 2049},
+             "entries": {"/srv/specfleet/models/moonshotai--Kimi-K2.6/3f2a...": {"dir": True, "manifest": {...},
+                         "files": {"config.json": [3512, True]}, "checked": "...", "free": 636707266560,
+                         "device": 2049}},
+             "legacy": None}}
+    """
+
+    host_answer = "weights_on_disk.answer"
+
+    def command(self, repo_dirs: tuple[str, ...]) -> str:
+        return inline("weights_on_disk", *repo_dirs)
+
+    def process(self, output):
+        return json.loads("\n".join(output))
+
+
+def revision_read(on_disk: dict, local_dir: str) -> tuple[dict, list[dict]] | None:
+    """A revision directory as WeightsOnDisk read it, and the repo's other revisions; None where that answer
+    does not hold it (another repo's, or a directory not named by a commit)."""
+    repo = on_disk.get(posixpath.dirname(local_dir))
+    if repo is None or not COMMIT.fullmatch(posixpath.basename(local_dir)):
+        return None
+    return (repo["entries"].get(local_dir) or weights_manifest.absent(repo),
+            weights_manifest.revisions_besides(local_dir, repo))
+
+
 class WeightsDisk(FactBase):
     """
     Per weights directory: free bytes on its filesystem, the filesystem's device, and files present
-    (host_scripts/weights_disk.py).
+    (host_scripts/weights_disk.py; in a deploy, derived from WeightsOnDisk).
 
     .. code:: python
 
@@ -124,9 +161,17 @@ class WeightsDisk(FactBase):
     """
 
     host_answer = "weights_disk.answer"
+    answered_by = WeightsOnDisk
 
     def command(self, local_dirs: tuple[str, ...]) -> str:
         return inline("weights_disk", *local_dirs)
+
+    @staticmethod
+    def from_answer(on_disk: dict, local_dirs: tuple[str, ...]) -> dict | None:
+        read = {local_dir: revision_read(on_disk, local_dir) for local_dir in local_dirs}
+        if None in read.values():
+            return None
+        return {local_dir: weights_manifest.disk_of(*found) for local_dir, found in read.items()}
 
     def process(self, output):
         return json.loads("\n".join(output))
@@ -226,8 +271,5 @@ def access_pending(weights: Weights, hub: HubState):
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
-    w = deployment.weights
-    if len(snapshots) != len(w.repos):  # a repo waiting for access: nothing to compare yet
-        return []
-    return [(WeightsDisk, dict(local_dirs=tuple(r.local_dir for r in w.repos)))]
+def _read(deployment) -> gathering.Wanted:
+    return [(WeightsOnDisk, dict(repo_dirs=tuple(r.repo_dir for r in deployment.weights.repos)))]

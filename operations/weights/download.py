@@ -15,6 +15,8 @@ from operations.basics import gathering, outcomes, polling, shell
 from operations.weights.config import Repo, Weights
 from operations.basics.file_states import FileStates, matches
 from operations.basics.host_programs import inline
+from operations.weights.checks import WeightsOnDisk, revision_read
+from operations.weights.host_scripts import weights_manifest
 from operations.weights.host_scripts.weights_manifest import MANIFEST
 from operations.weights.hub import RepoSnapshot
 from operations.basics.templates import render
@@ -27,7 +29,8 @@ HOST_WAIT_S = 5.0  # longest a progress probe waits on the host for the download
 class WeightsState(FactBase):
     """
     Per weights directory: None without a manifest (incomplete), else the manifest's commit and
-    the hub-listed files whose size on disk is wrong (host_scripts/weights_state.py).
+    the hub-listed files whose size on disk is wrong (host_scripts/weights_state.py; in a deploy, derived
+    from WeightsOnDisk).
 
     .. code:: python
 
@@ -37,9 +40,18 @@ class WeightsState(FactBase):
     """
 
     host_answer = "weights_state.answer"
+    answered_by = WeightsOnDisk
 
     def command(self, listings: str) -> str:
         return inline("weights_state", listings)
+
+    @staticmethod
+    def from_answer(on_disk: dict, listings: str) -> dict | None:
+        sizes = json.loads(listings)
+        read = {local_dir: revision_read(on_disk, local_dir) for local_dir in sizes}
+        if None in read.values():
+            return None
+        return {local_dir: weights_manifest.state_of(found[0], sizes[local_dir]) for local_dir, found in read.items()}
 
     def process(self, output):
         return json.loads("\n".join(output))
@@ -354,10 +366,8 @@ def note_received(host, repos: list[Repo], seconds: float) -> None:
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     repos = deployment.weights.repos
-    earlier = [(FileStates, dict(paths=earlier_paths(deployment.weights.config_dir))),
-               (FileStates, dict(paths=tuple(r.repo_dir for r in repos)))]
-    if len(snapshots) != len(repos):  # a repo waiting for access: nothing to compare yet
-        return earlier
-    return [*earlier, (WeightsState, dict(listings=state_listings(repos, snapshots)))]
+    return [(FileStates, dict(paths=earlier_paths(deployment.weights.config_dir))),
+            (FileStates, dict(paths=tuple(r.repo_dir for r in repos))),
+            (WeightsOnDisk, dict(repo_dirs=tuple(r.repo_dir for r in repos)))]

@@ -165,5 +165,5 @@ def stopped(weights: Weights, started: bool):
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     return [(FileStates, dict(paths=(UNIT_FILE,)))]

@@ -118,5 +118,5 @@ def pruned(weights: tuple[Weights, ...], service: ServiceHost):
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     return [(WeightsRevisions, dict(repo_dirs=tuple(r.repo_dir for r in deployment.weights.repos)))]

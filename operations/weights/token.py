@@ -48,7 +48,7 @@ def hf_token(token_env: str, service: ServiceHost):
 
 
 @gathering.wants
-def _read(deployment, snapshots) -> gathering.Wanted:
+def _read(deployment) -> gathering.Wanted:
     s = deployment.host.service
     return [(UserFileStates, dict(user=s.download_user, paths=(s.hf_home, f"{s.hf_home}/token"))),
             (UserFileStates, dict(user=s.service_user, paths=(s.earlier_token_file,)))]

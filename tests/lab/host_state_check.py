@@ -13,13 +13,23 @@ from operations.deployment import host_class_of, preflight, resolve  # noqa: F40
 from operations.gpu import nvidia, smoke  # noqa: F401
 from operations.server import readiness, stages, unit  # noqa: F401
 from operations.weights import download, revisions, token  # noqa: F401
-from operations.weights.checks import hub_state
+from operations.deployment import at_commits
+from operations.weights.checks import WeightsDisk, hub_state
+from operations.weights.download import WeightsState, state_listings
 
 deployment = resolve(host.data, host_class_of(host.groups))
-snapshots = hub_state(deployment.weights).snapshots
-wanted = gathering.requests(deployment, snapshots)
+wanted = gathering.requests(deployment)
 gathered = gathering.answered(wanted)
 rows = [{"fact": fact.__name__, "arguments": sorted(kwargs), "answered": gathering.key(fact, kwargs) in gathered,
          "gathered": gathered.get(gathering.key(fact, kwargs)), "own_command": gathering.own_command(fact, **kwargs)}
         for fact, kwargs in wanted]
+# The facts the operations read from another one's answer (`answered_by`), at the hub's commits, as derived
+# on the controller and as their own commands answer.
+snapshots = hub_state(deployment.weights).snapshots
+repos = at_commits(deployment, {role: snap.commit for role, snap in snapshots.items()}).weights.repos
+for fact, kwargs in [(WeightsState, dict(listings=state_listings(repos, snapshots))),
+                     (WeightsDisk, dict(local_dirs=tuple(r.local_dir for r in repos)))]:
+    value = gathering.derived(fact, gathered, kwargs)
+    rows.append({"fact": fact.__name__, "arguments": sorted(kwargs), "answered": value is not None,
+                 "gathered": value, "own_command": gathering.own_command(fact, **kwargs)})
 Path(host.data.host_state_out, f"{host.name}.json").write_text(json.dumps(rows, indent=1, default=str))

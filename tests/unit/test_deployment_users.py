@@ -68,7 +68,7 @@ def test_the_flag_check_runs_as_each_deployments_user():
 
 def test_the_probe_takes_a_socket_for_the_server_only_when_its_deployments_user_owns_it():
     for d in (KIMI, QWEN):
-        asked = readiness._read(d, None)
+        asked = readiness._read(d)
         assert {kwargs["service_user"] for _, kwargs in asked} == {d.engine.user}
         command = readiness.ServerProbe().command(**asked[0][1])
         assert command.split(" 2>&1")[0].endswith(f" {d.engine.user}")
@@ -96,7 +96,7 @@ def test_uninstall_removes_both_deployments_users():
 def test_preflight_holds_each_deployments_user_to_the_account_check():
     """An existing account is taken only when it is a system user without a login shell whose home is the
     deploy's: the facts each deployment reads name its user, which preflight then checks."""
-    asked = stages._read(QWEN, None)
+    asked = stages._read(QWEN)
     assert (ownership.SystemUser, dict(user="sglang-qwen")) in asked
     assert ownership.account_problem("sglang-qwen", "/home/sglang-qwen", dict(
         home="/home/sglang-qwen", home_exists=True, cache_owner="sglang-qwen", uid=1001, shell="/bin/bash"))

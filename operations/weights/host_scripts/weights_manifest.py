@@ -133,3 +133,69 @@ def remove(directory) -> None:
         os.unlink(os.path.join(directory, MANIFEST))
     except FileNotFoundError:
         pass
+
+
+# What a revision directory holds, as weights_on_disk.py reads it on the host, compared with the hub's listing:
+# on the host by weights_state.py and weights_disk.py, and on the controller from the answer the deploy gathers
+# while the hub answers (weights.checks.WeightsOnDisk).
+
+def revisions_besides(path: str, repo: dict) -> list[dict]:
+    """The revisions of a repo (weights_on_disk.repo's answer) other than PATH: each one's manifest and the
+    regular files it holds, by size."""
+    found = [repo["legacy"]] if repo.get("legacy") else []
+    for entry_path, entry in repo["entries"].items():
+        if entry_path != path and entry.get("dir"):
+            found.append({"manifest": entry["manifest"],
+                          "present": {name: size for name, (size, regular) in entry["files"].items() if regular}})
+    return found
+
+
+def held_elsewhere(others: list[dict]) -> list[str]:
+    """The content the other revisions hold ("sha256:HEX:SIZE" or "git_sha1:HEX:SIZE"), as their manifests
+    recorded files still there: what the fetcher links instead of fetching."""
+    found = set()
+    for other in others:
+        manifest = other["manifest"] or {}
+        files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+        for path, record in files.items():
+            if not isinstance(record, dict) or path_problem(path) or path not in other["present"]:
+                continue
+            kind = "sha256" if record.get("sha256") else "git_sha1"
+            if other["present"][path] == record.get("size"):
+                found.add(f"{kind}:{record.get(kind)}:{record.get('size')}")
+    return sorted(found)
+
+
+def disk_of(entry: dict, others: list[dict]) -> dict:
+    """A revision directory's room (weights_disk.py's answer): {"linked": true} for a link, which preflight
+    refuses; else the free bytes and device of the filesystem holding it, the files there outside the
+    fetcher's scratch (.cache) with their own sizes, and what the other revisions hold."""
+    if entry.get("linked"):
+        return {"linked": True}
+    return {"free": entry["free"], "device": entry["device"], "checked": entry["checked"],
+            "files": {name: size for name, (size, _) in entry["files"].items()
+                      if ".cache" not in name.split("/")[:-1]},
+            "others": held_elsewhere(others)}
+
+
+def state_of(entry: dict, sizes: dict[str, int]) -> dict | None:
+    """A revision directory's completeness (weights_state.py's answer) against the hub's sizes: None without
+    a manifest (or for a link: root reads nothing through it), else the manifest's commit and the listed
+    files whose size differs, that are no regular file reached through no link, or that it does not record
+    (an edited or older manifest)."""
+    manifest = None if entry.get("linked") else entry.get("manifest")
+    if manifest is None:
+        return None
+    recorded = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+
+    def regular_size(path: str) -> int | None:
+        size, regular = entry["files"].get(path, (None, False))
+        return size if regular else None
+
+    return {"commit": manifest.get("commit"),
+            "bad": [path for path, size in sizes.items() if path not in recorded or regular_size(path) != size]}
+
+
+def absent(repo: dict) -> dict:
+    """A revision directory not there yet, in a repo weights_on_disk.repo read: room on what will hold it."""
+    return {**repo["here"], "dir": False, "manifest": None, "files": {}}

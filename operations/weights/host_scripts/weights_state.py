@@ -8,44 +8,21 @@ manifest does not record:
     {"/srv/specfleet/models/moonshotai--Kimi-K2.6": {"commit": "3f2a...", "bad": ["model-00007-of-00064.safetensors"]},
      "/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash": None}
 
-It stats files and reads no content, so a re-run over 600 GB takes as long as over 6 MB.
+It stats files and reads no content, so a re-run over 600 GB takes as long as over 6 MB. A file counts
+only as a regular file reached through no link below DIRECTORY (root stats in a directory the service user
+owns: it looks at nothing outside it), and a DIRECTORY that is a link reads as incomplete.
 """
 
 import json
-import os
-import stat
 import sys
 
 import weights_manifest
-
-
-def size_or_none(directory: str, path: str) -> int | None:
-    """The size of the regular file DIRECTORY/PATH; None when absent, not a regular file, or reached
-    through a link below DIRECTORY (root stats in a directory the service user owns: it looks at
-    nothing outside it)."""
-    full = os.path.join(directory, path)
-    try:
-        if os.path.realpath(full) != os.path.join(os.path.realpath(directory), path):
-            return None
-        info = os.lstat(full)
-    except OSError:
-        return None
-    return info.st_size if stat.S_ISREG(info.st_mode) else None
-
-
-def state(directory: str, sizes: dict[str, int]) -> dict | None:
-    manifest = weights_manifest.read(directory)
-    if manifest is None:
-        return None
-    recorded = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
-    # A listed file the manifest does not record (an edited or older manifest) is fetched again too.
-    bad = [path for path, size in sizes.items()
-           if path not in recorded or size_or_none(directory, path) != size]
-    return {"commit": manifest.get("commit"), "bad": bad}
+import weights_on_disk
 
 
 def main(listings: dict[str, dict[str, int]]) -> dict:
-    return {directory: state(directory, sizes) for directory, sizes in listings.items()}
+    return {directory: weights_manifest.state_of(weights_on_disk.directory(directory), sizes)
+            for directory, sizes in listings.items()}
 
 
 def answer(args: dict) -> list[str]:

@@ -5,8 +5,8 @@ round trip while the hub answers (``host_and_hub_read``), and this operation ask
 """
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyinfra import host, state

@@ -139,14 +139,14 @@ class WeightsOnDisk(FactBase):
         return json.loads("\n".join(output))
 
 
-def revision_read(on_disk: dict, local_dir: str) -> tuple[dict, list[dict]] | None:
-    """A revision directory as WeightsOnDisk read it, and the repo's other revisions; None where that answer
-    does not hold it (another repo's, or a directory not named by a commit)."""
-    repo = on_disk.get(posixpath.dirname(local_dir))
-    if repo is None or not COMMIT.fullmatch(posixpath.basename(local_dir)):
+def revisions_read(on_disk: dict, local_dirs) -> dict[str, tuple[dict, list[dict]]] | None:
+    """Each revision directory as WeightsOnDisk read it, with its repo's other revisions; None where that
+    answer does not hold one of them (another repo's, or a directory not named by a commit)."""
+    repos = {local_dir: on_disk.get(posixpath.dirname(local_dir)) for local_dir in local_dirs}
+    if any(repo is None or not COMMIT.fullmatch(posixpath.basename(local_dir)) for local_dir, repo in repos.items()):
         return None
-    return (repo["entries"].get(local_dir) or weights_manifest.absent(repo),
-            weights_manifest.revisions_besides(local_dir, repo))
+    return {local_dir: (weights_manifest.revision(repo, local_dir), weights_manifest.revisions_besides(local_dir, repo))
+            for local_dir, repo in repos.items()}
 
 
 class WeightsDisk(FactBase):
@@ -168,10 +168,8 @@ class WeightsDisk(FactBase):
 
     @staticmethod
     def from_answer(on_disk: dict, local_dirs: tuple[str, ...]) -> dict | None:
-        read = {local_dir: revision_read(on_disk, local_dir) for local_dir in local_dirs}
-        if None in read.values():
-            return None
-        return {local_dir: weights_manifest.disk_of(*found) for local_dir, found in read.items()}
+        read = revisions_read(on_disk, local_dirs)
+        return None if read is None else {local_dir: weights_manifest.disk_of(*found) for local_dir, found in read.items()}
 
     def process(self, output):
         return json.loads("\n".join(output))

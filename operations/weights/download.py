@@ -15,7 +15,7 @@ from operations.basics import gathering, outcomes, polling, shell
 from operations.weights.config import Repo, Weights
 from operations.basics.file_states import FileStates, matches
 from operations.basics.host_programs import inline
-from operations.weights.checks import WeightsOnDisk, revision_read
+from operations.weights.checks import WeightsOnDisk, revisions_read
 from operations.weights.host_scripts import weights_manifest
 from operations.weights.host_scripts.weights_manifest import MANIFEST
 from operations.weights.hub import RepoSnapshot
@@ -48,10 +48,9 @@ class WeightsState(FactBase):
     @staticmethod
     def from_answer(on_disk: dict, listings: str) -> dict | None:
         sizes = json.loads(listings)
-        read = {local_dir: revision_read(on_disk, local_dir) for local_dir in sizes}
-        if None in read.values():
-            return None
-        return {local_dir: weights_manifest.state_of(found[0], sizes[local_dir]) for local_dir, found in read.items()}
+        read = revisions_read(on_disk, sizes)
+        return None if read is None else {local_dir: weights_manifest.state_of(entry, sizes[local_dir])
+                                          for local_dir, (entry, _) in read.items()}
 
     def process(self, output):
         return json.loads("\n".join(output))

@@ -25,9 +25,9 @@ rows = [{"fact": fact.__name__, "arguments": sorted(kwargs), "answered": gatheri
         for fact, kwargs in wanted]
 # The facts the operations read from another one's answer (`answered_by`), at the hub's commits, as derived
 # on the controller and as their own commands answer.
-snapshots = hub_state(deployment.weights).snapshots
-repos = at_commits(deployment, {role: snap.commit for role, snap in snapshots.items()}).weights.repos
-for fact, kwargs in [(WeightsState, dict(listings=state_listings(repos, snapshots))),
+hub = hub_state(deployment.weights)
+repos = at_commits(deployment, hub.commits).weights.repos
+for fact, kwargs in [(WeightsState, dict(listings=state_listings(repos, hub.snapshots))),
                      (WeightsDisk, dict(local_dirs=tuple(r.local_dir for r in repos)))]:
     value = gathering.derived(fact, gathered, kwargs)
     rows.append({"fact": fact.__name__, "arguments": sorted(kwargs), "answered": value is not None,

@@ -17,6 +17,7 @@ swap one in) is not walked: root would list whatever it points at, `/` included.
 """
 
 import json
+import os
 import sys
 
 import weights_manifest
@@ -24,7 +25,9 @@ import weights_on_disk
 
 
 def disk(directory: str) -> dict:
-    return weights_manifest.disk_of(weights_on_disk.directory(directory), weights_on_disk.others(directory))
+    repo = weights_on_disk.repo(os.path.dirname(directory))  # DIRECTORY itself too, when named by a commit
+    entry = repo["entries"].get(directory) or weights_on_disk.directory(directory)
+    return weights_manifest.disk_of(entry, weights_manifest.revisions_besides(directory, repo))
 
 
 def answer(args: dict) -> list[str]:

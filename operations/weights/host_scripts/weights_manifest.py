@@ -196,6 +196,12 @@ def state_of(entry: dict, sizes: dict[str, int]) -> dict | None:
             "bad": [path for path, size in sizes.items() if path not in recorded or regular_size(path) != size]}
 
 
-def absent(repo: dict) -> dict:
-    """A revision directory not there yet, in a repo weights_on_disk.repo read: room on what will hold it."""
-    return {**repo["here"], "dir": False, "manifest": None, "files": {}}
+def no_directory(filesystem: dict) -> dict:
+    """A revision that is no directory (absent, or a file), on the filesystem that holds it or will."""
+    return {**filesystem, "dir": False, "manifest": None, "files": {}}
+
+
+def revision(repo: dict, path: str) -> dict:
+    """The revision directory PATH in a repo weights_on_disk.repo read: its entry, or, not there yet, room on
+    what will hold it."""
+    return repo["entries"].get(path) or no_directory(repo["here"])

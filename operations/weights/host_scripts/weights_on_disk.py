@@ -40,9 +40,9 @@ def directory(path: str) -> dict:
     walk enters no linked directory)."""
     if os.path.islink(path):
         return {"linked": True}
-    found = {**here(path), "dir": os.path.isdir(path), "manifest": None, "files": {}}
-    if found["dir"]:
-        found["manifest"] = weights_manifest.read(path)
+    found = weights_manifest.no_directory(here(path))
+    if os.path.isdir(path):
+        found.update(dir=True, manifest=weights_manifest.read(path))
         for root, _dirs, names in os.walk(path):
             for name in names:
                 st = os.lstat(os.path.join(root, name))
@@ -84,12 +84,6 @@ def repo(repo_dir: str) -> dict:
     return {"here": here(repo_dir), "legacy": legacy(repo_dir),
             "entries": {os.path.join(repo_dir, n): directory(os.path.join(repo_dir, n))
                         for n in names if weights_manifest.COMMIT.fullmatch(n)}}
-
-
-def others(path: str) -> list[dict]:
-    """The revisions of PATH's repo other than PATH, as weights_manifest.held_elsewhere reads them."""
-    found = repo(os.path.dirname(path))
-    return weights_manifest.revisions_besides(path, found)
 
 
 def answer(args: dict) -> list[str]:

@@ -167,6 +167,38 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+@pytest.mark.parametrize("method, path, token, status, code", [
+    # What hfhub.md section 2 says the real hub answers a plain request, which the deploy's no-op sends
+    # (operations/weights/hub_requests.py): the token's check, and a file's HEAD for each repo's access.
+    ("GET", "/api/whoami-v2", TOKEN_GRANTED, 200, None),
+    ("GET", "/api/whoami-v2", BAD_TOKEN, 401, None),
+    ("GET", "/api/whoami-v2", None, 401, None),
+    ("HEAD", "/{drafter}/resolve/{drafter_sha}/config.json", TOKEN_GRANTED, 200, None),
+    ("HEAD", "/{drafter}/resolve/{drafter_sha}/config.json", TOKEN_DENIED, 403, "GatedRepo"),
+    ("HEAD", "/{drafter}/resolve/{drafter_sha}/config.json", None, 401, "GatedRepo"),
+    ("HEAD", "/{drafter}/resolve/{drafter_sha}/config.json", BAD_TOKEN, 401, None),
+    ("HEAD", "/{kimi}/resolve/{kimi_sha}/model-00001-of-00004.safetensors", TOKEN_GRANTED, 302, None),
+    ("HEAD", "/{kimi}/resolve/{zeros}/config.json", TOKEN_GRANTED, 404, "RevisionNotFound"),
+    ("HEAD", "/{kimi}/resolve/{kimi_sha}/missing.json", TOKEN_GRANTED, 404, "EntryNotFound"),
+    ("HEAD", "/lab/no-such-model/resolve/{kimi_sha}/config.json", TOKEN_GRANTED, 404, "RepoNotFound"),
+    ("HEAD", "/lab/no-such-model/resolve/{kimi_sha}/config.json", None, 401, "RepoNotFound"),
+])
+def test_plain_requests_are_answered_as_the_real_hub_answers_them(hub, method, path, token, status, code):
+    url = hub.url + path.format(drafter=DRAFTER, drafter_sha=hub.shas[DRAFTER], kimi=KIMI, kimi_sha=hub.shas[KIMI],
+                                zeros="0" * 40)
+    request = urllib.request.Request(url, method=method, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.build_opener(NoRedirect).open(request) as response:
+            got, headers = response.status, response.headers
+    except urllib.error.HTTPError as answer:
+        got, headers = answer.code, answer.headers
+    assert (got, headers.get("X-Error-Code")) == (status, code)
+    if token == BAD_TOKEN:
+        assert headers["X-Error-Message"] == "Invalid credentials in Authorization header"
+    if method == "HEAD" and status in (200, 302) or code == "EntryNotFound":  # the commit a file resolved at
+        assert headers["X-Repo-Commit"] == hub.shas[DRAFTER if "{drafter}" in path else KIMI]
+
+
 def test_range_and_cdn(hub):
     readme = (repo_files(hub, KIMI) / "README.md").read_bytes()
     status, headers, body = fetch(f"{hub.url}/{KIMI}/resolve/main/README.md", {"Range": "bytes=10-19"})

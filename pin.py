@@ -113,8 +113,8 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(REPO))  # inventories and group data import the repository's packages, as pyinfra's CLI does
     importlib.import_module("pyinfra_cli")  # first: it patches the process for gevent, before anything opens SSL
     from operations.deployment import site
-    from operations.weights.checks import hub_outages, outage, token_problem
-    from operations.weights.hub import HubProblem, commit_of, controller_token
+    from operations.weights.checks import outage, token_problem
+    from operations.weights.hub import HubProblem, commit_of, controller_token, hub_outages, hub_url
 
     where = site.pins_path()
     if where is None:
@@ -141,7 +141,7 @@ def main(argv: list[str]) -> int:
             problems.append(f"{', '.join(names)}: {key}: {error}")
             continue
         except hub_outages() as error:
-            problems.append(f"{', '.join(names)}: {key}: {outage(endpoint or 'https://huggingface.co', error)}")
+            problems.append(f"{', '.join(names)}: {key}: {outage(hub_url(endpoint), error)}")
             continue
         rows.append((key, commit, outcome(pins["repos"].get(key), commit)))
         pins["repos"][key] = commit

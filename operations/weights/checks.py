@@ -16,15 +16,8 @@ from operations.basics.knobs import COMMIT
 from operations.basics.untrusted import printable
 from operations.weights.config import Repo, Weights
 from operations.weights.host_scripts import weights_manifest
-from operations.weights.hub import (AccessPending, HubProblem, RepoSnapshot, client_imported, controller_token, snapshot,
-                                   whoami)
-
-def hub_outages() -> tuple[type[Exception], ...]:
-    """What the hub answers when it is down or broken: no connection, a timeout, a 5xx (imported once the
-    hub is asked, as operations/weights/hub.py says why)."""
-    import httpx2
-    from huggingface_hub.errors import HfHubHTTPError
-    return httpx2.HTTPError, HfHubHTTPError, OSError
+from operations.weights.hub import (AccessPending, HubProblem, RepoSnapshot, controller_token, hub_outages, hub_url,
+                                   snapshot, whoami)
 
 
 @dataclass(frozen=True)
@@ -58,9 +51,8 @@ def hub_state(weights: Weights) -> HubState:
     A gated repo waiting for its terms is `pending`, apart from the problems: a host serving nothing
     yet is prepared meanwhile (``access_pending`` fails it once its downloads started)."""
     w = weights
-    endpoint = w.hf_endpoint or "https://huggingface.co"
+    endpoint = hub_url(w.hf_endpoint)
     token = controller_token(w.hf_token_env)
-    client_imported()
 
     def one(repo: Repo):
         try:
@@ -100,7 +92,7 @@ def token_problem(endpoint: str | None, token: str | None) -> str:
     except HubProblem as problem:
         return str(problem)
     except hub_outages() as error:
-        return outage(endpoint or "https://huggingface.co", error)
+        return outage(hub_url(endpoint), error)
     return ""
 
 

@@ -1,23 +1,25 @@
 """Controller-side Hugging Face Hub checks for preflight: token, access, revision, sizes.
 
-These run on the controller (where the token is) before any host is changed,
-once per run for all hosts. Nothing here prints or logs the token. huggingface_hub is imported where
-the hub is asked, not with this module: its client is ~380 modules and 0.2-0.5 s of a run on the lab's
-controller, which uninstall.py, bench.py and a gateway's deploy never use.
+These run on the controller (where the token is) before any host is changed, once per run for all hosts.
+Nothing here prints or logs the token. The token is checked with a plain request (hub_requests.py);
+huggingface_hub is imported where its client is asked, not with this module: its client is ~380 modules and
+0.2-0.5 s of a run on the lab's controller, which uninstall.py, bench.py and a gateway's deploy never use.
 """
 
 import functools
 import json
 import os
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
 
 from operations.basics.knobs import COMMIT
-from operations.basics.untrusted import printable
+from operations.weights.hub_requests import asked
 from operations.weights.host_scripts.weights_manifest import entry_problem
 
 TOKENS_PAGE = "https://huggingface.co/settings/tokens"
+PUBLIC_HUB = "https://huggingface.co"
 
 
 class HubProblem(Exception):
@@ -71,12 +73,27 @@ def controller_token(env_name: str) -> str | None:
     return get_token()
 
 
+_client_importing = threading.Lock()
+
+
 def client_imported() -> None:
-    """huggingface_hub's client imported by the calling thread, before threads that ask the hub start: two
-    threads importing one package at once can meet a module the other has half imported."""
-    import huggingface_hub.errors  # noqa: F401
-    import huggingface_hub.file_download  # noqa: F401
-    import huggingface_hub.hf_api  # noqa: F401
+    """huggingface_hub's client imported by one thread at a time: two threads importing one package at once
+    can meet a module the other has half imported."""
+    with _client_importing:
+        import huggingface_hub.errors  # noqa: F401
+        import huggingface_hub.file_download  # noqa: F401
+        import huggingface_hub.hf_api  # noqa: F401
+
+
+def hub_outages() -> tuple[type[Exception], ...]:
+    """What asking the hub raises when it is down or broken: no connection, a timeout, a 5xx. The client's own
+    errors count where it was imported (an error of a module never imported cannot have been raised)."""
+    if "huggingface_hub" not in sys.modules:
+        return (OSError,)
+    with _client_importing:
+        import httpx2
+        from huggingface_hub.errors import HfHubHTTPError
+    return httpx2.HTTPError, HfHubHTTPError, OSError
 
 
 def once_per_run(function):
@@ -100,33 +117,67 @@ def once_per_run(function):
     return cached
 
 
-def _endpoint_url(endpoint: str | None) -> str:
-    return (endpoint or "https://huggingface.co").rstrip("/")
+def hub_url(endpoint: str | None) -> str:
+    """The hub asked for ENDPOINT (hf_endpoint): it, else HF_ENDPOINT as huggingface_hub reads it, else the
+    public hub."""
+    return (endpoint or os.environ.get("HF_ENDPOINT") or PUBLIC_HUB).rstrip("/")
+
+
+def refusal(code: str | None, where: str, repo_id: str, revision: str) -> HubProblem | None:
+    """What the hub's refusal of a repo's request means, by its X-Error-Code (a plain request's header, or the
+    error huggingface_hub raised for it: ``client_refusal``), in one sentence with the fix; None for a code no
+    refusal of a repo has."""
+    if code == "GatedRepo":
+        return AccessPending(f"the token has no access to the gated repo {repo_id}: accept its terms at "
+                             f"{where}/{repo_id} (logged in as the token's user), then re-run")
+    if code == "RevisionNotFound":
+        return HubProblem(f"{repo_id} has no revision {revision}: fix the revision in group_data")
+    if code == "RepoNotFound":
+        return HubProblem(f"{repo_id} does not exist at {where} (or is private to another account): fix the "
+                          "repo id in group_data")
+    return None
+
+
+def client_refusal(error: Exception, where: str, repo_id: str, revision: str) -> Exception:
+    """What a huggingface_hub error means: the ``refusal`` of the X-Error-Code it stands for (the client also
+    takes a bare 401 from an https hub for a missing repo), else the error itself, an outage."""
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    kinds = ((GatedRepoError, "GatedRepo"),  # a missing repo's error too: first
+             (RevisionNotFoundError, "RevisionNotFound"), (RepositoryNotFoundError, "RepoNotFound"))
+    code = next((code for kind, code in kinds if isinstance(error, kind)), None)
+    return refusal(code, where, repo_id, revision) or error
 
 
 @once_per_run
 def whoami(endpoint: str | None, token: str | None) -> str:
+    """The name of the token's user, as the hub knows it (a plain request: no client is imported for it)."""
     if not token:
         raise HubProblem(f"no Hugging Face token on the controller: create a read token at "
                          f"{TOKENS_PAGE} and export HF_TOKEN (or run `hf auth login`)")
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError
+    where = hub_url(endpoint)
+    answer = asked("GET", f"{where}/api/whoami-v2", token)
+    if answer.status == 401:
+        raise HubProblem(f"the Hugging Face token is invalid (401 from {where}): "
+                         f"create a read token at {TOKENS_PAGE} and export HF_TOKEN")
     try:
-        return HfApi(endpoint=endpoint, token=token).whoami()["name"]
-    except HfHubHTTPError as error:
-        if error.response is not None and error.response.status_code == 401:
-            raise HubProblem(f"the Hugging Face token is invalid (401 from {_endpoint_url(endpoint)}): "
-                             f"create a read token at {TOKENS_PAGE} and export HF_TOKEN") from None
-        raise HubProblem(f"cannot check the token at {_endpoint_url(endpoint)}: {printable(error)}") from None
+        name = json.loads(answer.body)["name"] if answer.status == 200 else None
+    except (ValueError, KeyError, TypeError):
+        name = None
+    if not isinstance(name, str):
+        raise HubProblem(f"cannot check the token at {where}: {where}/api/whoami-v2 answered {answer.status}"
+                         f"{' and no user' if answer.status == 200 else ''}")
+    return name
 
 
 @once_per_run
 def snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: str) -> RepoSnapshot:
-    """The repo's commit, files and config at `revision`, checking that the token may download it."""
+    """The repo's commit, files and config at `revision`, asked of huggingface_hub's client, checking that the
+    token may download it."""
+    client_imported()
     from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
-    api = HfApi(endpoint=endpoint, token=token)
-    page = f"{_endpoint_url(endpoint)}/{repo_id}"
+    from huggingface_hub.errors import HfHubHTTPError
+    where = hub_url(endpoint)
+    api = HfApi(endpoint=where, token=token)
     try:
         info = api.model_info(repo_id, revision=revision, files_metadata=True)
         files = tuple(
@@ -134,36 +185,29 @@ def snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: st
             for s in info.siblings or []
         )
         # Checked before its commit names anything, even the scratch download below.
-        listed = checked(RepoSnapshot(repo_id, info.sha, files, {}), revision, _endpoint_url(endpoint))
+        listed = checked(RepoSnapshot(repo_id, info.sha, files, {}), revision, where)
         # Gated repos show their listing to anyone; only the files tell whether access was granted.
         with tempfile.TemporaryDirectory() as scratch:
             config_path = hf_hub_download(repo_id, "config.json", revision=info.sha, token=token,
-                                          endpoint=endpoint, cache_dir=scratch)
+                                          endpoint=where, cache_dir=scratch)
             with open(config_path) as config_file:
                 config = json.load(config_file)
-    except GatedRepoError:
-        raise AccessPending(f"the token has no access to the gated repo {repo_id}: accept its terms at "
-                         f"{page} (logged in as the token's user), then re-run") from None
-    except RevisionNotFoundError:
-        raise HubProblem(f"{repo_id} has no revision {revision}: fix the revision in group_data") from None
-    except RepositoryNotFoundError:
-        raise HubProblem(f"{repo_id} does not exist at {_endpoint_url(endpoint)} (or is private to "
-                         "another account): fix the repo id in group_data") from None
+    except HfHubHTTPError as error:
+        raise client_refusal(error, where, repo_id, revision) from None
     return RepoSnapshot(repo_id, listed.commit, listed.files, config)
 
 
 def commit_of(endpoint: str | None, token: str | None, repo_id: str, revision: str) -> str:
     """The commit `revision` of `repo_id` points at now (pin.py), checked as the deploy checks a snapshot's."""
+    client_imported()
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import HfHubHTTPError
+    where = hub_url(endpoint)
     try:
-        info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision)
-    except RevisionNotFoundError:
-        raise HubProblem(f"{repo_id} has no revision {revision}: fix the revision in group_data") from None
-    except RepositoryNotFoundError:
-        raise HubProblem(f"{repo_id} does not exist at {_endpoint_url(endpoint)} (or is private to "
-                         "another account): fix the repo id in group_data") from None
-    return checked(RepoSnapshot(repo_id, info.sha, (), {}), revision, _endpoint_url(endpoint)).commit
+        info = HfApi(endpoint=where, token=token).model_info(repo_id, revision=revision)
+    except HfHubHTTPError as error:
+        raise client_refusal(error, where, repo_id, revision) from None
+    return checked(RepoSnapshot(repo_id, info.sha, (), {}), revision, where).commit
 
 
 def checked(snap: RepoSnapshot, revision: str, where: str) -> RepoSnapshot:

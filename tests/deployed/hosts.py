@@ -31,8 +31,8 @@ from pyinfra.connectors.sshuserclient.client import SSHClient
 from operations.basics.knobs import COMMIT
 from operations.deployment import Deployment, at_commits, host_class_of, resolve_host
 from operations.server.config import Server
-from operations.weights.checks import hub_outages, outage
-from operations.weights.hub import RepoSnapshot, controller_token, snapshot
+from operations.weights.checks import outage
+from operations.weights.hub import RepoSnapshot, controller_token, hub_outages, hub_url, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 _UNREACHED: dict[str, str] = {}  # hub URL -> why it did not answer, asked once a session
@@ -91,7 +91,7 @@ class HostData:
 def hub_snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: str) -> RepoSnapshot:
     """The hub's snapshot, as the deploy's preflight asks it. A hub that does not answer is asked once a session:
     every check that needs it is skipped with one reason (pytest -ra counts them on one line), the others run."""
-    where = (endpoint or "https://huggingface.co").rstrip("/")
+    where = hub_url(endpoint)
     if where not in _UNREACHED:
         try:
             return snapshot(endpoint, token, repo_id, revision)

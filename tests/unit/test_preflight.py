@@ -212,7 +212,7 @@ def test_a_hub_outage_or_5xx_is_a_sentence_not_a_traceback(broken_hub, monkeypat
     assert "503" in problems[0] and problems[0].endswith("then re-run (nothing was changed)")
     nobody = deployment(hf_endpoint="http://127.0.0.1:9", allow_http_hub=True)  # nothing listens
     snapshots, [problem], _ = found(hub_state(nobody.weights))
-    assert problem.startswith("the hub at http://127.0.0.1:9 did not answer as a hub does (ConnectError")
+    assert problem.startswith("the hub at http://127.0.0.1:9 did not answer as a hub does (ConnectionRefusedError")
 
 
 class MeetingHub(Failing):

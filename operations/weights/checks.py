@@ -17,7 +17,7 @@ from operations.basics.untrusted import printable
 from operations.weights.config import Repo, Weights
 from operations.weights.host_scripts import weights_manifest
 from operations.weights.hub import (AccessPending, HubProblem, RepoSnapshot, controller_token, hub_outages, hub_url,
-                                   snapshot, whoami)
+                                   repo_snapshot, whoami)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def hub_state(weights: Weights) -> HubState:
 
     def one(repo: Repo):
         try:
-            return snapshot(w.hf_endpoint, token, repo.repo_id, repo.revision)
+            return repo_snapshot(w.hf_endpoint, token, repo.repo_id, repo.revision)
         except AccessPending as waiting:  # before HubProblem, which it is
             return waiting
         except HubProblem as problem:

@@ -1,9 +1,12 @@
 """Controller-side Hugging Face Hub checks for preflight: token, access, revision, sizes.
 
 These run on the controller (where the token is) before any host is changed, once per run for all hosts.
-Nothing here prints or logs the token. The token is checked with a plain request (hub_requests.py);
-huggingface_hub is imported where its client is asked, not with this module: its client is ~380 modules and
-0.2-0.5 s of a run on the lab's controller, which uninstall.py, bench.py and a gateway's deploy never use.
+Nothing here prints or logs the token. The token is checked with a plain request (hub_requests.py). A pinned
+commit's listing and config.json cannot change: huggingface_hub's client reads them once, and the controller
+keeps them (hub_cache.py); a run that finds them kept asks the hub only whether the token may read each repo's
+files, with a plain request too, and imports no client (about 190 modules, 0.18 s of a no-op's imports on the
+lab's controller: speed/README.md, P1). The client is imported where it is asked, not with this module, so
+uninstall.py, bench.py and a gateway's deploy never import it either.
 """
 
 import functools
@@ -12,10 +15,12 @@ import os
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from urllib.parse import quote
 
 from operations.basics.knobs import COMMIT
-from operations.weights.hub_requests import asked
+from operations.weights import hub_cache
+from operations.weights.hub_requests import HubOutage, asked
 from operations.weights.host_scripts.weights_manifest import entry_problem
 
 TOKENS_PAGE = "https://huggingface.co/settings/tokens"
@@ -167,6 +172,50 @@ def whoami(endpoint: str | None, token: str | None) -> str:
         raise HubProblem(f"cannot check the token at {where}: {where}/api/whoami-v2 answered {answer.status}"
                          f"{' and no user' if answer.status == 200 else ''}")
     return name
+
+
+@once_per_run
+def repo_snapshot(endpoint: str | None, token: str | None, repo_id: str, revision: str) -> RepoSnapshot:
+    """The repo at `revision` as ``snapshot`` answers it, the token allowed to download it. A pinned commit's
+    listing and config come from the controller once kept (``kept``), and only the access is asked of the hub."""
+    where = hub_url(endpoint)
+    known = kept(endpoint, repo_id, revision)
+    if known is not None:
+        return granted(where, token, known, revision)
+    snap = snapshot(endpoint, token, repo_id, revision)
+    if COMMIT.fullmatch(revision):
+        hub_cache.write(where, repo_id, snap.commit, {"endpoint": where, "repo_id": repo_id, "commit": snap.commit,
+                                                     "files": snap.listing(), "config": snap.config})
+    return snap
+
+
+def kept(endpoint: str | None, repo_id: str, revision: str) -> RepoSnapshot | None:
+    """What the controller kept of the pinned commit REVISION, checked as the hub's own answer is; None for a
+    branch, or where nothing kept is such an answer (then the hub is asked, and its answer kept)."""
+    if not COMMIT.fullmatch(revision):
+        return None
+    where = hub_url(endpoint)
+    answer = hub_cache.read(where, repo_id, revision)
+    if not isinstance(answer, dict) or (answer.get("endpoint"), answer.get("repo_id")) != (where, repo_id):
+        return None
+    try:
+        files = tuple(RepoFile(f["path"], f["size"], f["sha256"], f["git_sha1"]) for f in answer["files"])
+        snap = checked(RepoSnapshot(repo_id, answer["commit"], files, answer["config"]), revision, where)
+    except (KeyError, TypeError, HubProblem):
+        return None
+    # What snapshot() reads: a config that is an object, from a file the listing holds.
+    return snap if isinstance(snap.config, dict) and "config.json" in {f.path for f in files} else None
+
+
+def granted(where: str, token: str | None, known: RepoSnapshot, revision: str) -> RepoSnapshot:
+    """KNOWN, once the hub says the token may download it now. Gated repos show their listing to anyone; only a
+    file tells: the HEAD of config.json the client sends before downloading it, whose redirect (to a CDN) is
+    the file served."""
+    url = f"{where}/{quote(known.repo_id)}/resolve/{known.commit}/config.json"
+    answer = asked("HEAD", url, token)
+    if 200 <= answer.status < 400:
+        return checked(replace(known, commit=answer.commit), revision, where) if answer.commit else known
+    raise refusal(answer.error_code, where, known.repo_id, revision) or HubOutage(f"{answer.status} from {url}")
 
 
 @once_per_run

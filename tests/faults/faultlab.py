@@ -36,11 +36,12 @@ def served(path_substring: str) -> int:
     return hub.bytes_served(HUB_STATE, path_substring)
 
 
-def served_per_file(repo_id: str, names) -> dict[str, int]:
-    """Bytes sent per file of `repo_id` (resolve and CDN requests together)."""
+def served_per_file(repo_id: str, names, host) -> dict[str, int]:
+    """Bytes sent to `host` per file of `repo_id` (resolve and CDN requests together); what the controller's
+    preflight reads (config.json, unless it kept it from an earlier run) is not the host's."""
     log = hub.read_request_log(HUB_STATE)
-    return {name: sum(r["bytes_sent"] for r in log
-                      if r["path"].startswith(f"/{repo_id}/") and r["path"].endswith(f"/{name}"))
+    return {name: sum(r["bytes_sent"] for r in log if r["client"] == host.address
+                      and r["path"].startswith(f"/{repo_id}/") and r["path"].endswith(f"/{name}"))
             for name in names}
 
 

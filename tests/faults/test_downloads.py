@@ -50,28 +50,26 @@ def target_complete(host) -> bool:
     return all(sizes.get(path) == entry["size"] for path, entry in manifest["files"].items())
 
 
-def shards_sent(before: dict[str, int], sizes: dict[str, int]) -> dict[str, int]:
-    now = served_per_file(KIMI, SHARDS)
+def shards_sent(host, before: dict[str, int]) -> dict[str, int]:
+    now = served_per_file(KIMI, SHARDS, host)
     return {name: now[name] - before[name] for name in SHARDS}
 
 
-def refetched(before: dict[str, int], sizes: dict[str, int], deploys: int) -> dict[str, int]:
-    """Per file, bytes served since `before` beyond one copy for the host (and, for config.json, one
-    more per deploy: preflight reads it on the controller)."""
-    after = served_per_file(KIMI, sizes)
-    return {name: after[name] - before.get(name, 0) - sizes[name] * (1 + deploys * (name == "config.json"))
-            for name in sizes}
+def refetched(host, before: dict[str, int], sizes: dict[str, int]) -> dict[str, int]:
+    """Per file, bytes served to the host since `before` beyond one copy."""
+    after = served_per_file(KIMI, sizes, host)
+    return {name: after[name] - before.get(name, 0) - sizes[name] for name in sizes}
 
 
 def test_killed_download_unit_restarts_and_the_same_deploy_completes(deployed_lab, pcie_host, throttled_hub):
     host, sizes = pcie_host, repo_sizes(KIMI)
     fresh_target(host)
-    before = served_per_file(KIMI, sizes)
+    before = served_per_file(KIMI, sizes, host)
     deploy = start_deploy("--limit", host.name)
     try:
         since = fleet.ssh(host, "date +%s").strip()
         # The hub logs a response when its last byte is sent: kill as soon as one shard is through.
-        wait_for(lambda: any(v == sizes[n] for n, v in shards_sent(before, sizes).items()), 90, 0.05,
+        wait_for(lambda: any(v == sizes[n] for n, v in shards_sent(host, before).items()), 90, 0.05,
                  "a first shard to be sent")
         fleet.ssh(host, f"systemctl kill -s KILL {TARGET_UNIT}")
         killed = time.monotonic()
@@ -87,7 +85,7 @@ def test_killed_download_unit_restarts_and_the_same_deploy_completes(deployed_la
     journal = fleet.ssh(host, f"journalctl -u {TARGET_UNIT} --since @{since} -o cat --no-pager")
     assert "Scheduled restart job" in journal, journal
     assert target_complete(host)
-    extra = refetched(before, sizes, deploys=1)
+    extra = refetched(host, before, sizes)
     assert all(extra[name] == 0 for name in done), f"complete shards fetched again: {extra}"
     assert all(v >= 0 for v in extra.values()), extra
     # The files cut mid-transfer continued from their bytes on disk (HTTP Range), not from zero:
@@ -102,7 +100,7 @@ def test_killed_download_unit_restarts_and_the_same_deploy_completes(deployed_la
 def test_dropped_deploy_connection_download_goes_on_and_rerun_attaches(deployed_lab, pcie_host, throttled_hub):
     host, sizes = pcie_host, repo_sizes(KIMI)
     fresh_target(host)
-    before = served_per_file(KIMI, sizes)
+    before = served_per_file(KIMI, sizes, host)
     deploy = start_deploy("--limit", host.name)
     try:
         # Every shard a few seconds into its transfer.
@@ -118,7 +116,7 @@ def test_dropped_deploy_connection_download_goes_on_and_rerun_attaches(deployed_
     recovered = time.monotonic() - killed
     assert again.returncode == 0, again.output[-3000:]
     assert target_complete(host)
-    extra = refetched(before, sizes, deploys=2)
+    extra = refetched(host, before, sizes)
     assert extra == {name: 0 for name in sizes}, f"bytes fetched twice: {extra}"
     record("deploy connection dropped", result="download went on; re-run attached and completed",
            recovered_s=round(recovered, 1), bytes_refetched=0)
@@ -132,22 +130,21 @@ def test_truncated_and_bit_flipped_shards_are_fetched_again(deployed_lab, pcie_h
                     "b = f.read(1); f.seek(4096); f.write(bytes([b[0] ^ 0xFF])); f.close(); "
                     f"os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))' {flipped}")
 
-    before, started = served_per_file(KIMI, sizes), time.monotonic()
+    before, started = served_per_file(KIMI, sizes, host), time.monotonic()
     by_size = run_deploy("--limit", host.name)
     size_s = time.monotonic() - started
     assert by_size.returncode == 0, by_size.output[-3000:]
-    after_size = served_per_file(KIMI, sizes)
+    after_size = served_per_file(KIMI, sizes, host)
     delta = {n: after_size[n] - before[n] for n in sizes}
-    # config.json: read once by preflight on the controller.
-    assert delta == {n: sizes[n] if n in (truncated, "config.json") else 0 for n in sizes}, delta
+    assert delta == {n: sizes[n] if n == truncated else 0 for n in sizes}, delta
 
     started = time.monotonic()
     by_hash = run_deploy("--limit", host.name, "--data", "verify_weights=true")
     hash_s = time.monotonic() - started
     assert by_hash.returncode == 0, by_hash.output[-3000:]
-    after_hash = served_per_file(KIMI, sizes)
+    after_hash = served_per_file(KIMI, sizes, host)
     delta = {n: after_hash[n] - after_size[n] for n in sizes}
-    assert delta == {n: sizes[n] if n in (flipped, "config.json") else 0 for n in sizes}, delta
+    assert delta == {n: sizes[n] if n == flipped else 0 for n in sizes}, delta
     expected = json.loads((HUB_STATE.parent / "store/models" / KIMI / "manifest.json").read_text())
     sha = {f["path"]: f["sha256"] for f in expected["files"]}[flipped]
     assert fleet.ssh(host, f"sha256sum {TARGET_DIR}/{flipped}").split()[0] == sha
@@ -167,8 +164,12 @@ ESCAPES = ["/home/sglang/specfleet-escape.safetensors", "/tmp/specfleet-pwned"]
 
 
 @pytest.mark.parametrize("answer", HOSTILE)
-def test_hostile_hub_answers_are_refused_before_the_host_changes(deployed_lab, pcie_host, answer):
+def test_hostile_hub_answers_are_refused_before_the_host_changes(deployed_lab, pcie_host, answer, tmp_path,
+                                                                 monkeypatch):
     host = pcie_host
+    # A controller that kept nothing of this commit (the deploys before kept the honest answer, which a re-run
+    # would read instead of the hostile one): the hub's answer is what preflight checks.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     watched = (f"/etc/systemd/system/{TARGET_UNIT}.service /etc/specfleet/weights-moonshotai--Kimi-K2.6.json "
                f"{TARGET_DIR}/.specfleet-manifest.json")
     before = fleet.ssh(host, f"sha1sum {watched} 2>&1", check=False)

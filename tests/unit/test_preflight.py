@@ -281,13 +281,14 @@ def test_the_token_is_checked_at_once_with_the_repos_snapshots(monkeypatch):
 def test_without_a_token_no_repo_is_asked(broken_hub, monkeypatch):
     monkeypatch.setattr("operations.weights.checks.controller_token", lambda env_name: None)  # nor a token file
     asked = []
-    monkeypatch.setattr("operations.weights.checks.snapshot", lambda *args: asked.append(args))
+    monkeypatch.setattr("operations.weights.checks.repo_snapshot", lambda *args: asked.append(args))
     [problem] = hub_state(deployment(hf_endpoint=broken_hub, allow_http_hub=True).weights).problems
     assert problem.startswith("no Hugging Face token on the controller") and asked == []
 
 
 def test_a_gated_repo_without_access_is_pending_apart_from_the_problems_and_the_others_are_read(
-        hub, monkeypatch):
+        hub, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the user's own cache stays out of it
     lab = resolve(host_data("b200_nvlink", lab=True, hf_endpoint=hub.url), "b200_nvlink").weights
     monkeypatch.setenv("HF_TOKEN", TOKEN_DENIED)
     snapshots, problems, [pending] = found(hub_state(lab))

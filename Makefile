@@ -63,7 +63,7 @@ demo-check: venv
 # which tear a lab down; every lab is torn down whatever the outcome. No site directory: the suite
 # tests the shipped data. The 40 slowest steps (a module's lab boot shows as its first test's setup) are what
 # LONGEST_FIRST in tests/conftest.py is measured from.
-WORKERS ?= 4
+WORKERS ?= 6
 test: deps venv
 	SPECFLEET_SITE= $(PY) -m pytest tests --lab -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not lab_lifecycle" --durations=40; rc=$$?; \
 	SPECFLEET_SITE= $(PY) -m pytest tests/lab_code -m lab_lifecycle || rc=1; \

@@ -8,7 +8,8 @@
 - two models on one host, on disjoint GPUs, each verified by the deployed-host checks and benchmarked
   on its own.
 
-Each test leaves the host as the shared lab has it (group_data's profile).
+Each test leaves the host as the shared lab has it (group_data's profile), but for the two last, which share one
+deploy of Qwen (the `qwen_host` fixture) and put group_data's profile back after both.
 """
 
 import json
@@ -52,70 +53,6 @@ def loaded_hashes(host, unit: str) -> tuple[str, dict[str, str]]:
     model_dir = argv[argv.index("--model-path") + 1]
     sums = fleet.ssh(host, f"cd {model_dir} && sha256sum *.safetensors")
     return model_dir, {line.split()[1]: line.split()[0] for line in sums.splitlines()}
-
-
-@pytest.fixture
-def qwen_host(deployed_lab, pcie_host):
-    """lab-pcie-1 serving Qwen3.6-27B + DDTree (eight replicas); group_data's profile again afterwards."""
-    first = run_deploy("--limit", pcie_host.name, *QWEN_DATA)
-    assert first.returncode == 0, first.output[-3000:]
-    yield pcie_host
-    fleet.ssh(pcie_host, f"rm -f {KNOBS}")
-    assert run_deploy("--limit", pcie_host.name).returncode == 0
-
-
-def test_a_new_revision_failing_readiness_leaves_the_previous_revisions_bytes_serving(qwen_host, tmp_path):
-    host = qwen_host
-    old_dir, old = loaded_hashes(host, FIRST)
-    assert old == hub_hashes(QWEN)
-    pids = {i: main_pid(host, f"sglang@qwen36_ddtree-gpu{i}") for i in range(8)}
-    new_commit = json.loads((HUB_STORE / "models" / QWEN_RETRAINED / "manifest.json").read_text())["sha"]
-    # The pin moves to a retrained revision (same shapes, other values); its units' servers never get healthy.
-    retrained = write_group_data(tmp_path / "new", "lab", (
-        "mirrors = copy.deepcopy(base['mirrors'])\n"
-        f"mirrors['repos']['Qwen/Qwen3.6-27B'] = '{QWEN_RETRAINED}@{new_commit}'\n"))
-    failing = write_group_data(tmp_path / "new", "all", (
-        "profiles = copy.deepcopy(base['profiles'])\n"
-        f"profiles['qwen36_ddtree']['env'] = {{**profiles['qwen36_ddtree']['env'], 'SPECFLEET_SGLANG_KNOBS': {KNOBS!r}}}"))
-    assert retrained == failing
-    fleet.ssh(host, f"echo '{{\"health_fail\": true}}' > {KNOBS}")
-    result = run_deploy("--limit", host.name, *QWEN_DATA, "--data", "ready_timeout_s=15", group_data=retrained)
-    assert result.returncode != 0
-    assert f"{FIRST} did not generate within 15s" in result.output, result.output[-3000:]
-    assert "restored the previous unit, which generates again" in result.output, result.output[-3000:]
-    # The new revision was fetched beside the old one; the restored unit loads the old one's bytes.
-    new_dir = f"{old_dir.rsplit('/', 1)[0]}/{new_commit}"
-    assert fleet.ssh(host, f"cd {new_dir} && sha256sum *.safetensors").split()[::2] == \
-        [hub_hashes(QWEN_RETRAINED)[name] for name in sorted(hub_hashes(QWEN_RETRAINED))]
-    loaded_dir, loaded = loaded_hashes(host, FIRST)
-    assert loaded_dir == old_dir and loaded == hub_hashes(QWEN) != hub_hashes(QWEN_RETRAINED)
-    # The other replicas never left the previous revision.
-    assert {i: main_pid(host, f"sglang@qwen36_ddtree-gpu{i}") for i in range(1, 8)} == \
-        {i: pids[i] for i in range(1, 8)}
-    assert all(loaded_hashes(host, f"sglang@qwen36_ddtree-gpu{i}")[1] == hub_hashes(QWEN) for i in (3, 7))
-
-
-def test_a_switched_revision_keeps_the_previous_one_and_a_second_run_changes_nothing(qwen_host, tmp_path):
-    host = qwen_host
-    old_dir, _ = loaded_hashes(host, FIRST)
-    new_commit = json.loads((HUB_STORE / "models" / QWEN_RETRAINED / "manifest.json").read_text())["sha"]
-    retrained = write_group_data(tmp_path, "lab", (
-        "mirrors = copy.deepcopy(base['mirrors'])\n"
-        f"mirrors['repos']['Qwen/Qwen3.6-27B'] = '{QWEN_RETRAINED}@{new_commit}'\n"))
-    fleet.ssh(host, f"runuser -u sglang-download -- rm -rf {old_dir.rsplit('/', 1)[0]}/{new_commit}")  # an earlier test's
-    mark = len(read_request_log(HUB_STATE))
-    switched = run_deploy("--limit", host.name, *QWEN_DATA, group_data=retrained)
-    assert switched.returncode == 0, switched.output[-3000:]
-    fetched = {r["path"].rsplit("/", 1)[1] for r in read_request_log(HUB_STATE)[mark:]
-               if r["client"] == host.address and r["path"].startswith(f"/{QWEN_RETRAINED}/")}
-    assert fetched == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}  # the rest linked
-    for i in range(8):
-        assert loaded_hashes(host, f"sglang@qwen36_ddtree-gpu{i}")[1] == hub_hashes(QWEN_RETRAINED)
-    assert re.search(rf"weights: kept the previous {re.escape(QWEN)} revision \w+ \({re.escape(old_dir)}\)",
-                     switched.output), switched.output[-3000:]
-    assert fleet.ssh(host, f"test -d {old_dir} && echo kept").strip() == "kept"
-    again = run_deploy("--limit", host.name, *QWEN_DATA, group_data=retrained)
-    assert again.returncode == 0 and changed_operations(again.output) == []
 
 
 # The layout of earlier specfleet versions, laid down from the current deploy's own files: the one unit
@@ -221,3 +158,68 @@ def test_two_models_on_one_host_on_disjoint_gpus_each_verified_and_benchmarked_o
     finally:
         monkeypatch.delenv("SPECFLEET_LAB_DEPLOYMENTS")
         assert run_deploy("--limit", host.name).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def qwen_host(deployed_lab, pcie_host):
+    """lab-pcie-1 serving Qwen3.6-27B + DDTree (eight replicas), for the module's last tests, which each leave it
+    serving Qwen from the revision a test may find already fetched; group_data's profile again afterwards."""
+    first = run_deploy("--limit", pcie_host.name, *QWEN_DATA)
+    assert first.returncode == 0, first.output[-3000:]
+    yield pcie_host
+    fleet.ssh(pcie_host, f"rm -f {KNOBS}")
+    assert run_deploy("--limit", pcie_host.name).returncode == 0
+
+
+def test_a_new_revision_failing_readiness_leaves_the_previous_revisions_bytes_serving(qwen_host, tmp_path):
+    host = qwen_host
+    old_dir, old = loaded_hashes(host, FIRST)
+    assert old == hub_hashes(QWEN)
+    pids = {i: main_pid(host, f"sglang@qwen36_ddtree-gpu{i}") for i in range(8)}
+    new_commit = json.loads((HUB_STORE / "models" / QWEN_RETRAINED / "manifest.json").read_text())["sha"]
+    # The pin moves to a retrained revision (same shapes, other values); its units' servers never get healthy.
+    retrained = write_group_data(tmp_path / "new", "lab", (
+        "mirrors = copy.deepcopy(base['mirrors'])\n"
+        f"mirrors['repos']['Qwen/Qwen3.6-27B'] = '{QWEN_RETRAINED}@{new_commit}'\n"))
+    failing = write_group_data(tmp_path / "new", "all", (
+        "profiles = copy.deepcopy(base['profiles'])\n"
+        f"profiles['qwen36_ddtree']['env'] = {{**profiles['qwen36_ddtree']['env'], 'SPECFLEET_SGLANG_KNOBS': {KNOBS!r}}}"))
+    assert retrained == failing
+    fleet.ssh(host, f"echo '{{\"health_fail\": true}}' > {KNOBS}")
+    result = run_deploy("--limit", host.name, *QWEN_DATA, "--data", "ready_timeout_s=15", group_data=retrained)
+    assert result.returncode != 0
+    assert f"{FIRST} did not generate within 15s" in result.output, result.output[-3000:]
+    assert "restored the previous unit, which generates again" in result.output, result.output[-3000:]
+    # The new revision was fetched beside the old one; the restored unit loads the old one's bytes.
+    new_dir = f"{old_dir.rsplit('/', 1)[0]}/{new_commit}"
+    assert fleet.ssh(host, f"cd {new_dir} && sha256sum *.safetensors").split()[::2] == \
+        [hub_hashes(QWEN_RETRAINED)[name] for name in sorted(hub_hashes(QWEN_RETRAINED))]
+    loaded_dir, loaded = loaded_hashes(host, FIRST)
+    assert loaded_dir == old_dir and loaded == hub_hashes(QWEN) != hub_hashes(QWEN_RETRAINED)
+    # The other replicas never left the previous revision.
+    assert {i: main_pid(host, f"sglang@qwen36_ddtree-gpu{i}") for i in range(1, 8)} == \
+        {i: pids[i] for i in range(1, 8)}
+    assert all(loaded_hashes(host, f"sglang@qwen36_ddtree-gpu{i}")[1] == hub_hashes(QWEN) for i in (3, 7))
+
+
+def test_a_switched_revision_keeps_the_previous_one_and_a_second_run_changes_nothing(qwen_host, tmp_path):
+    host = qwen_host
+    old_dir, _ = loaded_hashes(host, FIRST)
+    new_commit = json.loads((HUB_STORE / "models" / QWEN_RETRAINED / "manifest.json").read_text())["sha"]
+    retrained = write_group_data(tmp_path, "lab", (
+        "mirrors = copy.deepcopy(base['mirrors'])\n"
+        f"mirrors['repos']['Qwen/Qwen3.6-27B'] = '{QWEN_RETRAINED}@{new_commit}'\n"))
+    fleet.ssh(host, f"runuser -u sglang-download -- rm -rf {old_dir.rsplit('/', 1)[0]}/{new_commit}")  # an earlier test's
+    mark = len(read_request_log(HUB_STATE))
+    switched = run_deploy("--limit", host.name, *QWEN_DATA, group_data=retrained)
+    assert switched.returncode == 0, switched.output[-3000:]
+    fetched = {r["path"].rsplit("/", 1)[1] for r in read_request_log(HUB_STATE)[mark:]
+               if r["client"] == host.address and r["path"].startswith(f"/{QWEN_RETRAINED}/")}
+    assert fetched == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}  # the rest linked
+    for i in range(8):
+        assert loaded_hashes(host, f"sglang@qwen36_ddtree-gpu{i}")[1] == hub_hashes(QWEN_RETRAINED)
+    assert re.search(rf"weights: kept the previous {re.escape(QWEN)} revision \w+ \({re.escape(old_dir)}\)",
+                     switched.output), switched.output[-3000:]
+    assert fleet.ssh(host, f"test -d {old_dir} && echo kept").strip() == "kept"
+    again = run_deploy("--limit", host.name, *QWEN_DATA, group_data=retrained)
+    assert again.returncode == 0 and changed_operations(again.output) == []

@@ -5,9 +5,10 @@ download user owns, then the download into them); point the target at a bench re
 --group-data (tests.helpers.write_group_data).
 """
 
-from pyinfra import host
+from pyinfra import host, inventory
 
 from operations.deployment import host_class_of, resolve
+from operations.gateway import membership
 from operations.weights.checks import hub_state
 from operations.weights.stages import weights_fetched
 
@@ -15,4 +16,4 @@ weights = resolve(host.data, host_class_of(host.groups)).weights
 hub = hub_state(weights)
 if not hub.complete:
     raise SystemExit(f"hub problems: {hub.problems + hub.pending}")
-weights_fetched(weights, hub)
+weights_fetched((weights,), [hub], membership.of(inventory).workers)

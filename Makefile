@@ -59,7 +59,7 @@ demo-check: venv
 # tests mostly wait on servers, smg's health windows and the stand-in's pace, so they overlap well on two
 # cores: over four workers the processes of a whole run (process accounting, the lab's hosts included) used
 # 29 CPU-min in 24 min, the 2 cores 60% busy; over six they were about 89% busy and pytest took 19 min 41 s
-# against four workers' 23 min 57 s, runs from fresh clones one after the other on this machine. The files
+# and 20 min 47 s against four workers' 23 min 57 s, runs from fresh clones one after the other on this machine. The files
 # go out in the order tests/conftest.py gives them, the longest first (xdist's own reorder would put the files with the
 # most tests first: the unit tests, leaving the long lab modules for the end). Then the lab's lifecycle tests,
 # which tear a lab down; every lab is torn down whatever the outcome. No site directory: the suite

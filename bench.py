@@ -32,7 +32,7 @@ if deployments:
     client.installed(worker.service, plan)  # the host's, beside its servers: one for every deployment
     for d in host.loop(deployments):  # each model of the host on its own, its replicas together
         # A replica behind a gateway leaves it before its server stops, and comes back once its deployed
-        # unit generates again (gateway/drain.py, then serving_benchmark/behind_gateway.py join_again, as a
+        # unit generates again (gateway/drain.py, then serving_benchmark/behind_gateway.py back_in_gateways, as a
         # deploy's restart does).
         routes, drained = behind_gateway.drained(inventory, host, d.replicas)
         sweep.sweep(name=f"Benchmark sweep {d.name}", replicas=d.replicas, plan=plan, smoke=d.host.smoke, routes=routes,

@@ -218,13 +218,7 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
     finally:
         uninterruptible()  # a second Ctrl+C now exits pyinfra
         back = units.restore(host, replicas, remote_root, ready_s)
-    for (replica, probe), (routes, drained) in zip(back, rejoin):
-        if not readiness.generates(probe):
-            host.log_styled(f"the deployed {replica.service_name} does not generate again ({probe.get('error')}): "
-                            f"run the deploy to repair it", fg="red")
-            failed.append("restore")
-        elif not behind_gateway.join_again(host, replica, routes, drained):  # generating again: back in its gateways
-            failed.append("gateway")
+    failed += behind_gateway.back_in_gateways(host, back, rejoin)
     gateways = {}
     if rejoin[0][0] and not {"restore", "gateway", "interrupted"} & set(failed):
         _SWEEPS.add(gevent.getcurrent())  # Ctrl+C stops the client through the gateway, which cleans up

@@ -162,13 +162,7 @@ def _tune(host, d: Deployment, deployed: tuple[Server, ...], points: list, left_
     finally:
         sweep.uninterruptible()  # a second Ctrl+C now exits pyinfra
         back = units.restore(host, deployed, remote_root, ready_s, serving)
-    for (replica, probe), (routes, drained) in zip(back, rejoin):
-        if not readiness.generates(probe):
-            host.log_styled(f"the deployed {replica.service_name} does not generate again ({probe.get('error')}): "
-                            "run the deploy to repair it", fg="red")
-            failed.append("restore")
-        elif not behind_gateway.join_again(host, replica, routes, drained):
-            failed.append("gateway")
+    failed += behind_gateway.back_in_gateways(host, back, rejoin)
     if result is None:
         return False
     return _kept(host, d, result, plan, out, any(stand_in)) and not failed

@@ -136,7 +136,7 @@ def rejoin(server: Server, routes: list[Route]):
 
         drain.rejoin(name="Back in the gateway", server=replica, routes=routes)
     """
-    commands = joins(server, routes)
+    commands = joins([(server, routes)])
     if not commands:
         host.noop(f"every answering gateway lists {server.service_name}")
     for route, command in commands:
@@ -152,16 +152,19 @@ def _join(state, host, command: str, gateway: str, unit: str) -> bool:  # pyinfr
     return True
 
 
-def joins(server: Server, routes: list[Route]) -> list[tuple[Route, str]]:
-    """Per gateway of this replica that answers and does not list it: the command registering it there,
-    which runs on the gateway's host."""
-    d, found = server, []
-    for route in routes:
-        listing = registry.listing(route, d.engine.served_model_name)
-        if listing["reachable"] and all(w["url"] != route.worker_url(d.port) for w in listing["workers"]):
-            found.append((route, registry.worker_command(route, d.engine.served_model_name, "join",
-                                                         route.worker_url(d.port))))
-    return found
+def joins(replicas: list[tuple[Server, list[Route]]]) -> list[tuple[Route, str]]:
+    """Per gateway that answers and model: the one command registering every replica of `replicas` (each with
+    its gateways) that the gateway does not list, which runs on the gateway's host and waits for them all at
+    once (smg's success threshold is a wait a command, not a replica's)."""
+    missing: dict[tuple[str, str], tuple[Route, list[str]]] = {}
+    for server, routes in replicas:
+        model = server.engine.served_model_name
+        for route in routes:
+            listing, url = registry.listing(route, model), route.worker_url(server.port)
+            if listing["reachable"] and all(w["url"] != url for w in listing["workers"]):
+                missing.setdefault((route.gateway, model), (route, []))[1].append(url)
+    return [(route, registry.worker_command(route, model, "join", *urls))
+            for (_, model), (route, urls) in missing.items()]
 
 
 @operation()

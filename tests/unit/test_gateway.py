@@ -1,5 +1,6 @@
 """The gateway's data, arguments and worker list, facts in and values out (no hosts)."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from operations.deployment import resolve, resolve_host
 from operations.gpu.facts import NvidiaDriver
 from operations.gateway import service
 from operations.gateway.config import resolve as resolve_gateway
-from operations.gateway.drain import LEGACY_ADMIN_KEY, drain, drain_retired, no_admin_key, rejoin
+from operations.gateway.drain import LEGACY_ADMIN_KEY, drain, drain_retired, joins, no_admin_key, rejoin
 from operations.gateway.membership import Route, resolve as fleet, routes, workers
 from operations.gateway.registry import GatewayWorkers
 from operations.server import unit
@@ -279,6 +280,21 @@ def test_a_worker_that_generates_joins_each_answering_gateway_that_lacks_it(answ
     assert [c.args[0].rsplit("' ", 1)[1].split() for c in commands] == (
         [[*ON_GATEWAY, "kimi-k2.6", "join", "120", URL]] if joins else [])
     assert [c.args[1] for c in commands] == (["gw"] if joins else []) and {h for h, _ in host.read} == {"gw"}
+
+
+def test_replicas_back_from_a_bench_join_each_gateway_in_one_command():
+    """The bench's restore registers the drained replicas with each gateway in one command, which waits for
+    them together (smg's success threshold once, not once a replica); a replica the gateway lists already
+    is left out, and a gateway that does not answer registers them in its own stage."""
+    replicas = [dataclasses.replace(worker(), port=port, service_name=f"sglang@r{port}") for port in (30000, 30001, 30002)]
+    other = Route("gw2", GATEWAY, "10.0.0.5", "10.0.0.3")
+    facts = {GatewayWorkers: listing(ROUTE.worker_url(30001))}
+    joined = SimpleNamespace(_inner=lambda: iter(joins([(r, [ROUTE, other]) for r in replicas])))
+    commands, host = run_host(joined, facts)
+    assert [(route.gateway, command.rsplit("' ", 1)[1].split()) for route, command in commands] == [
+        (name, [*ON_GATEWAY, "kimi-k2.6", "join", "120", URL, ROUTE.worker_url(30002)]) for name in ("gw", "gw2")]
+    commands, _ = run_host(joined, {GatewayWorkers: listing(reachable=False)})
+    assert commands == []
 
 
 def test_units_no_deployment_wants_leave_every_gateway_listing_them_before_they_stop():

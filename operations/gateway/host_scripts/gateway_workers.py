@@ -13,8 +13,8 @@ loopback).
         DELETEs the worker URL (the gateway stops sending it requests) and waits until the gateway
         has let it go; with --idle, then waits (at most SECONDS) until the server at SERVER (the
         worker's URL as the gateway reaches it) has no request left in flight; prints {"removed": [URL], "in_flight": N, "idle_s": S}.
-    gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL join TIMEOUT URL
-        POSTs the worker URL unless registered and waits until it is `ready`; removes nothing.
+    gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL join TIMEOUT URL...
+        POSTs each worker URL unless registered and waits until every one is `ready`; removes nothing.
 
 OPTIONS: --address A (the gateway's address), --owner USER (the gateway runs on this host as USER:
 no key goes to a port another user listens on), --worker-key-file F (the key the gateway sends the
@@ -209,12 +209,13 @@ def main() -> None:
     converge.add_argument("timeout", type=float)
     converge.add_argument("--register", nargs="*", default=[])
     converge.add_argument("--inventory", nargs="*", default=[])
-    for name in ("drain", "join"):
-        one = commands.add_parser(name)
-        one.add_argument("timeout", type=float)
-        one.add_argument("url")
-        if name == "drain":
-            one.add_argument("--idle", nargs=2, metavar=("SERVER", "SECONDS"))
+    drain_one = commands.add_parser("drain")
+    drain_one.add_argument("timeout", type=float)
+    drain_one.add_argument("url")
+    drain_one.add_argument("--idle", nargs=2, metavar=("SERVER", "SECONDS"))
+    join = commands.add_parser("join")
+    join.add_argument("timeout", type=float)
+    join.add_argument("urls", nargs="+")
     args = parser.parse_args()
     try:
         uid = pwd.getpwnam(args.owner).pw_uid if args.owner else None
@@ -231,7 +232,7 @@ def main() -> None:
             idle = (args.idle[0], float(args.idle[1])) if args.idle else None
             result = drain(gateway, args.model, args.timeout, args.url, idle)
         else:
-            result = sync(gateway, args.model, args.timeout, [args.url], None, worker_key)
+            result = sync(gateway, args.model, args.timeout, args.urls, None, worker_key)
     except (OSError, ValueError, http.client.HTTPException) as error:
         raise SystemExit(f"gateway {gateway}: {error}")
     print(json.dumps(result))

@@ -260,7 +260,7 @@ def test_gpus_fact_fields(lab_host):
 
 def measured(figure: float):
     """A bus bandwidth the stand-in's timed all-reduce reads for a profile figure: each collective takes the
-    figure's time, plus the ranks' own exchange (a few ms on a loaded machine), never less."""
+    figure's time, plus the time to queue them, never less."""
     return lambda busbw: 0.75 * figure <= busbw <= figure
 
 

@@ -67,8 +67,7 @@ demo-check: venv
 # go out in the order tests/conftest.py gives them, the longest first (xdist's own reorder would put the files with the
 # most tests first: the unit tests, leaving the long lab modules for the end). Then the lab's lifecycle tests,
 # which tear the first lab down, while the other labs are torn down beside them; every lab is torn down
-# whatever the outcome. No site directory: the suite
-# tests the shipped data. The 40 slowest steps (a module's lab boot shows as its first test's setup) are what
+# whatever the outcome. No site directory: the suite tests the shipped data. The 40 slowest steps (a module's lab boot shows as its first test's setup) are what
 # LONGEST_FIRST in tests/conftest.py is measured from.
 WORKERS ?= 6
 test: deps venv

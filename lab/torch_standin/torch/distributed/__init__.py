@@ -5,7 +5,8 @@ The ranks meet over TCP on the init_method's port (rank 0 listens, as torch's TC
 NCCL, a collective is queued on the GPU's stream and all_reduce returns at once: the tensor holds its
 result once read (`.item()`, a comparison), and torch.cuda.synchronize() waits until the stream has
 spent the time NCCL would take on the host's GPUs (torch/_gpus.py) on everything queued. Rank 0
-reduces each collective once every rank's contribution arrived and sends the result back. With NCCL_DEBUG=INFO each rank prints its ring hop's transport as NCCL does ("via P2P/CUMEM" or
+reduces each collective once every rank's contribution arrived and sends the result back. With
+NCCL_DEBUG=INFO each rank prints its ring hop's transport as NCCL does ("via P2P/CUMEM" or
 "via SHM/direct/direct"). A ring whose P2P hangs never completes its first collective.
 """
 

@@ -155,12 +155,16 @@ def _join(state, host, command: str, gateway: str, unit: str) -> bool:  # pyinfr
 def joins(replicas: list[tuple[Server, list[Route]]]) -> list[tuple[Route, str]]:
     """Per gateway that answers and model: the one command registering every replica of `replicas` (each with
     its gateways) that the gateway does not list, which runs on the gateway's host and waits for them all at
-    once (smg's success threshold is a wait a command, not a replica's)."""
+    once (smg's success threshold is a wait a command, not a replica's). Each gateway's listing of a model
+    is read once, on the gateway's host, however many replicas ask."""
+    listings: dict[tuple[str, str], dict] = {}
     missing: dict[tuple[str, str], tuple[Route, list[str]]] = {}
     for server, routes in replicas:
         model = server.engine.served_model_name
         for route in routes:
-            listing, url = registry.listing(route, model), route.worker_url(server.port)
+            if (route.gateway, model) not in listings:
+                listings[route.gateway, model] = registry.listing(route, model)
+            listing, url = listings[route.gateway, model], route.worker_url(server.port)
             if listing["reachable"] and all(w["url"] != url for w in listing["workers"]):
                 missing.setdefault((route.gateway, model), (route, []))[1].append(url)
     return [(route, registry.worker_command(route, model, "join", *urls))

@@ -284,8 +284,9 @@ def test_a_worker_that_generates_joins_each_answering_gateway_that_lacks_it(answ
 
 def test_replicas_back_from_a_bench_join_each_gateway_in_one_command():
     """The bench's restore registers the drained replicas with each gateway in one command, which waits for
-    them together (smg's success threshold once, not once a replica); a replica the gateway lists already
-    is left out, and a gateway that does not answer registers them in its own stage."""
+    them together (smg's success threshold once, not once a replica), after reading its listing once; a
+    replica the gateway lists already is left out, and a gateway that does not answer registers them in its
+    own stage."""
     replicas = [dataclasses.replace(worker(), port=port, service_name=f"sglang@r{port}") for port in (30000, 30001, 30002)]
     other = Route("gw2", GATEWAY, "10.0.0.5", "10.0.0.3")
     facts = {GatewayWorkers: listing(ROUTE.worker_url(30001))}
@@ -293,6 +294,7 @@ def test_replicas_back_from_a_bench_join_each_gateway_in_one_command():
     commands, host = run_host(joined, facts)
     assert [(route.gateway, command.rsplit("' ", 1)[1].split()) for route, command in commands] == [
         (name, [*ON_GATEWAY, "kimi-k2.6", "join", "120", URL, ROUTE.worker_url(30002)]) for name in ("gw", "gw2")]
+    assert sorted(name for name, _ in host.read) == ["gw", "gw2"]
     commands, _ = run_host(joined, {GatewayWorkers: listing(reachable=False)})
     assert commands == []
 

@@ -72,12 +72,15 @@ def reached_from(server: Server, gateways: Iterable[str], group: NodeGroup | Non
     IPAddressAllow=, beside loopback; everything else IPAddressDeny=any refuses, in both directions): its
     node group's other members, and `gateways`, the addresses of the run's gateways that route it on other
     hosts (each gateway host's own, where it connects from, and where the replica's host reaches its API).
-    None, no list at all, for a server that listens beyond loopback where no gateway of the run routes it:
-    its clients are the site's, unknown here. torch's TCPStore on the replica's --nccl-port listens on every
-    address whatever --host says (torch 2.14.1, measured): the list is what confines it."""
+    None, no list at all, for a server that listens beyond loopback where no gateway of the run routes it and
+    `server_ip_allow` names nothing: its clients are the site's, unknown here. The unit admits
+    `server_ip_allow`'s networks besides (each unit of the model's code does). torch's TCPStore on the
+    replica's --nccl-port listens on every address whatever --host says (torch 2.14.1, measured): the list
+    is what confines it."""
     peers = tuple(a for a in group.addresses if a != group.address) if group else ()
     gateways = tuple(gateways)
-    if server.engine.service.exposed and not gateways and not (group and not group.serves_http):
+    service = server.engine.service
+    if service.exposed and not gateways and not service.ip_allow and not (group and not group.serves_http):
         return None
     return tuple(sorted(set(peers + gateways), key=lambda a: ipaddress.ip_address(a)))
 

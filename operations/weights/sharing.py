@@ -41,10 +41,10 @@ class RunFanout:
     """The run's revisions to share and what the probes found (filled while the run executes)."""
 
     shared: dict[Revision, tuple[Holder, ...]]  # each with a holder still lacking it
-    nonce: peer.Nonce = field(default_factory=peer.Nonce)  # what every peer server of the run answers its probe
     complete: dict[Revision, frozenset[str]] = field(default_factory=dict)  # its holders that have it already
     reached: dict[str, frozenset[str]] = field(default_factory=dict)  # holder -> the peers its probe reached
     said: set[str] = field(default_factory=set)  # the holders whose cut-off line is said
+    nonce: peer.Nonce = field(default_factory=peer.Nonce)  # what every peer server of the run answers its probe
 
 
 def _lacking(inventory_host, weights: tuple[Weights, ...], revisions: set[Revision]) -> set[Revision] | None:

@@ -13,6 +13,7 @@ from pyinfra.context import ctx_host
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from operations.basics import ownership
+from operations.basics.knobs import BadHostData
 from operations.server import sandbox, unit
 from operations.deployment import resolve, resolve_host
 from operations.basics.file_states import FileStates
@@ -345,3 +346,20 @@ def test_a_gateway_known_by_a_name_is_refused_before_any_unit_admits_it():
     assert route.problem == ("gw: its address 'gw.example' is not an IP address, and w's servers admit their "
                              "gateways by address (IPAddressAllow=): give gw its IP address (gateway_worker_address)")
     assert membership.addresses([route]) == ()
+
+
+def test_server_ip_allow_adds_networks_to_every_unit_of_the_models_code_and_any_lifts_the_list():
+    """FlashInfer's first-use kernel downloads, or clients of an exposed server that no gateway of the run routes:
+    the site names their networks; its values are IP networks, nothing else reaches the unit file."""
+    allow = resolve(host_data("rtx_pro_6000_pcie", server_ip_allow=["10.0.5.7/24", "10.9.0.1"]),
+                    "rtx_pro_6000_pcie").replicas[0]
+    assert "IPAddressAllow=127.0.0.0/8 ::1/128 10.0.5.0/24 10.9.0.1/32" in ip_lists(unit.unit_files(allow, INPUTS,
+                                                                                                      RTX_MINORS)[0])
+    assert "IPAddressAllow=127.0.0.0/8 ::1/128 10.0.5.0/24 10.9.0.1/32" in sandbox.check_settings(allow, RTX_MINORS)
+    exposed = resolve(host_data("rtx_pro_6000_pcie", bind_address="0.0.0.0", server_ip_allow=["any"]),
+                      "rtx_pro_6000_pcie").replicas[0]
+    assert sandbox.reached_from(exposed, (), None) == ()  # the site named its clients: the list stays
+    assert "IPAddressAllow=127.0.0.0/8 ::1/128 0.0.0.0/0 ::/0" in ip_lists(unit.unit_files(exposed, INPUTS, RTX_MINORS)[0])
+    for wrong in (["10.0.0.1; IPAddressAllow=any"], "10.0.0.0/8", ["gw.example"]):
+        with pytest.raises(BadHostData, match="server_ip_allow"):
+            resolve(host_data("rtx_pro_6000_pcie", server_ip_allow=wrong), "rtx_pro_6000_pcie")

@@ -11,7 +11,9 @@ A git requirement (``name @ git+URL@REF``) runs its build backend's code, which 
 build user (BUILD_USER, a system user without a login shell, the token, the keys or the weights) fetches
 the commit and builds it into a wheel in its own home, which root never acts inside; root takes the
 wheel from it on a pipe, into the virtualenv's own directory, and installs it (installing a wheel runs
-none of its code).
+none of its code), building none of its dependencies. Root never starts a virtualenv's own Python once
+anything is installed in it (its site-packages' .pth files run at every start): it reads versions from
+the files (VenvRequirement) and compiles bytecode with the interpreter the venv links to (``compiled``).
 """
 
 import hashlib
@@ -101,7 +103,10 @@ def fingerprint(requirement: str, index_url: str | None) -> str:
 
 class VenvRequirement(FactBase):
     """
-    The version of `distribution` in the virtualenv and the fingerprint of the requirement it was built for.
+    The version of `distribution` in the virtualenv and the fingerprint of the requirement it was built for,
+    read from the files alone (host_scripts/python_state.py, on the system's python3): the virtualenv's own
+    interpreter runs every ``.pth`` file of its site-packages as it starts, and what a git build's wheel holds
+    is its pull request's to decide, so root never starts it.
 
     .. code:: python
 
@@ -109,17 +114,13 @@ class VenvRequirement(FactBase):
     """
 
     host_answer = "python_state.venv_requirement"
-    
+
     @classmethod
     def host_arguments(cls, kwargs: dict) -> dict:
         return {**kwargs, "marker": MARKER}
 
     def command(self, path: str, distribution: str) -> str:
-        venv = shlex.quote(path)
-        show = f"import importlib.metadata as m; print(m.version({distribution!r}))"
-        return (f"if [ -x {venv}/bin/python ]; then "
-                f"{venv}/bin/python -c {shlex.quote(show)} 2>/dev/null || echo; "
-                f"cat {venv}/{MARKER} 2>/dev/null || echo; fi")
+        return inline("python_state", path, distribution, MARKER)
 
     def process(self, output):
         version, marker = [*output, "", ""][:2]
@@ -275,7 +276,23 @@ def git_build(requirement: str, path: str, index: str, uv: "Uv | None", install:
               f"cat -- {wheels}/\"$name\" > {venv}/{WHEEL_DIR}/\"$name\"")
     named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?)\s*@", requirement)
     wheel = f"{q(named.group(1) + ' @ file://')}\"$1\"" if named else '"$1"'
-    return [as_build_user(f"{fetch} && {built}"), handed, f"set -- {venv}/{WHEEL_DIR}/*.whl && {install}{wheel}"]
+    # The wheel's dependencies come from the index unchecked: root installs their wheels and builds none
+    # (an sdist's build backend is its author's code).
+    binary = "--no-build " if uv else "--only-binary :all: "
+    return [as_build_user(f"{fetch} && {built}"), handed,
+            f"set -- {venv}/{WHEEL_DIR}/*.whl && {install}{binary}{wheel}"]
+
+
+def compiled(path: str) -> str:
+    """The command compiling the virtualenv's modules to bytecode, as pip's install does in its own process
+    (the venv is root's: the service user could not write the .pyc files, and every server start would
+    compile torch's modules again). uv's --compile-bytecode starts the venv's own Python, which runs every
+    .pth file just installed (uv 0.13.8, measured): root starts the interpreter the venv links to instead,
+    isolated and without the site module (-I -S), which reads nothing of the venv but the files it
+    compiles. compileall's status 1 (a file that does not compile) is left to that file's import, as pip
+    and uv leave it."""
+    venv = shlex.quote(path)
+    return f'rc=0; "$(realpath {venv}/bin/python)" -I -S -m compileall -q -j 0 {venv}/lib || rc=$?; [ "$rc" -le 1 ]'
 
 
 @operation()
@@ -357,10 +374,7 @@ def requirement(path: str, requirement: str, distribution: str, index_url: str |
         # must not be served from an old copy (the index sends no validators).
         yield (f"rm -rf {venv} {shlex.quote(uv.cache)} && "
                f"{env}{shlex.quote(uv.binary)} venv --quiet --no-config --python {interpreter} {venv}")
-        # --compile-bytecode as pip does: the venv is root's, so the service user could not write the .pyc
-        # files, and every server start would compile torch's modules again.
-        install = (f"{env}{shlex.quote(uv.binary)} pip install --quiet --no-config --compile-bytecode "
-                   f"--python {venv}/bin/python {index}")
+        install = f"{env}{shlex.quote(uv.binary)} pip install --quiet --no-config --python {venv}/bin/python {index}"
     else:
         yield f"rm -rf {venv} && python3 -m venv {venv}"
         install = f"{venv}/bin/pip install --quiet --disable-pip-version-check --no-cache-dir {index}"
@@ -372,4 +386,6 @@ def requirement(path: str, requirement: str, distribution: str, index_url: str |
         yield from git_build(requirement, path, index, uv, install)
     else:
         yield f"{install}{shlex.quote(requirement)}"
+    if uv:
+        yield compiled(path)
     yield f"echo {wanted} > {venv}/{MARKER}"

@@ -139,6 +139,13 @@ def test_venv_versions_from_dist_info_as_the_venvs_own_python_reads_them(tmp_pat
                  (VenvRequirement, dict(path=str(tmp_path / "no-venv"), distribution="some-dist"))], env)
     assert own_command(VenvRequirement, env, path=str(venv), distribution="some-dist") == \
         {"version": "1.2.3+lab", "fingerprint": "3f2a9c0d1e4b5a6c"}
+    show = "import importlib.metadata as m; print(m.version('some-dist'))"
+    assert subprocess.run([venv / "bin" / "python", "-c", show], capture_output=True, text=True,
+                          check=True).stdout.strip() == "1.2.3+lab"  # what the venv's own Python reads
+    # A bin/python whose interpreter's name carries no version: the venv's one site-packages, still unstarted.
+    (venv / "bin" / "python").unlink()
+    (venv / "bin" / "python").symlink_to("/bin/true")
+    assert own_command(VenvRequirement, env, path=str(venv), distribution="some-dist")["version"] == "1.2.3+lab"
 
 
 @pytest.mark.skipif(not Path("/run/systemd/system").is_dir(), reason="needs systemd as init")

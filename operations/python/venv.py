@@ -127,6 +127,29 @@ class VenvRequirement(FactBase):
         return {"version": version.strip() or None, "fingerprint": marker.strip() or None}
 
 
+class VenvsUsed(FactBase):
+    """
+    The virtualenvs DIRECTORY/STEM* and, for each, whether a file matching `units` (shell patterns: unit
+    files) names its Python (``VENV/bin/python ``, as an ExecStart starts it).
+
+    .. code:: python
+
+        {"/opt/specfleet/sglang-venv-3f2a9c0d1e4b5a6c": True, "/opt/specfleet/sglang-venv": False}
+    """
+
+    host_answer = "python_state.venvs_used"
+    default = dict
+
+    def command(self, directory: str, stem: str, units: tuple[str, ...]) -> str:
+        q = shlex.quote
+        return (f"for venv in {q(directory)}/{q(stem)}*; do if [ -d \"$venv\" ] && [ ! -L \"$venv\" ]; then "
+                f"if cat -- {' '.join(units)} 2>/dev/null | grep -qF -- \"$venv/bin/python \"; "
+                "then echo \"used $venv\"; else echo \"unused $venv\"; fi; fi; done")
+
+    def process(self, output):
+        return {path: used == "used" for used, _, path in (line.partition(" ") for line in output if line.strip())}
+
+
 _PYTHON_PROBE = f"""import sys
 version = "%d.%d.%d" % sys.version_info[:3]
 if sys.version_info >= {MINIMUM_PYTHON}:
@@ -389,3 +412,33 @@ def requirement(path: str, requirement: str, distribution: str, index_url: str |
     if uv:
         yield compiled(path)
     yield f"echo {wanted} > {venv}/{MARKER}"
+
+
+@operation()
+def unused_removed(directory: str, stem: str, units: tuple[str, ...], wanted: list[str]):
+    """
+    Remove the virtualenvs DIRECTORY/STEM* that `wanted` does not name and no unit file uses (``VenvsUsed``:
+    a replica's unit, or the previous one kept for its rollback, whose restore is then a restart, not a
+    rebuild), each said.
+
+    + directory: where the virtualenvs lie (root's)
+    + stem: the start of their names
+    + units: shell patterns of the unit files whose ExecStart may start one's Python
+    + wanted: the virtualenvs this run's deployments use
+
+    **Example:**
+
+    .. code:: python
+
+        venv.unused_removed(name="SGLang builds no unit uses", directory="/opt/specfleet", stem="sglang-venv",
+                            units=("/etc/systemd/system/sglang*.service*",), wanted=["/opt/specfleet/sglang-venv-3f2a9c0d1e4b5a6c"])
+    """
+    found = gathering.read(VenvsUsed, directory=directory, stem=stem, units=units) or {}
+    unused = sorted(path for path, used in found.items() if not used and path not in wanted)
+    if not unused:
+        host.noop(f"every {stem}* is wanted or used by a unit ({len(found)})")
+        return
+    for path in unused:
+        host.log_styled(f"{host.name}: removing {path} (no deployment wants it, no unit uses it)", fg="yellow")
+    # Root's own directories under root's install directory (ownership.root_directories).
+    yield "rm -rf -- " + " ".join(shlex.quote(path) for path in unused)

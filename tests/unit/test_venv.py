@@ -378,3 +378,20 @@ def test_the_git_build_commands_build_as_another_user_and_root_installs_the_whee
         assert not (base / "home" / "build" / "src").exists()  # the build user removed its checkout
     finally:
         shutil.rmtree(base)
+
+
+def test_builds_no_deployment_wants_and_no_unit_uses_are_removed_after_the_units_moved():
+    """One virtualenv per build: those a unit file names (a replica's, or its rollback's) stay, so that going
+    back to the build before is a restart; the rest no deployment wants are removed, each said."""
+    used = {"/opt/specfleet/sglang-venv-new": True, "/opt/specfleet/sglang-venv-before": True,
+            "/opt/specfleet/sglang-venv-older": False, "/opt/specfleet/sglang-venv": False,
+            "/opt/specfleet/sglang-venv-built": False}
+    arguments = dict(directory="/opt/specfleet", stem="sglang-venv", units=("/etc/systemd/system/sglang*.service*",),
+                     wanted=["/opt/specfleet/sglang-venv-new", "/opt/specfleet/sglang-venv-built"])
+    commands, host = fakehost.run_host(venv.unused_removed, {venv.VenvsUsed: used}, **arguments)
+    assert commands == ["rm -rf -- /opt/specfleet/sglang-venv /opt/specfleet/sglang-venv-older"]
+    assert host.logged == [f"host-1: removing /opt/specfleet/{name} (no deployment wants it, no unit uses it)"
+                           for name in ("sglang-venv", "sglang-venv-older")]
+    commands, noops = fakehost.run(venv.unused_removed, {venv.VenvsUsed: {"/opt/specfleet/sglang-venv-new": True}},
+                                   **arguments)
+    assert commands == [] and noops == ["every sglang-venv* is wanted or used by a unit (1)"]

@@ -50,6 +50,18 @@ def venv_requirement(args: dict) -> list[str]:
     return [found, *(read_lines(os.path.join(path, marker)) or [""])]
 
 
+def venvs_used(args: dict) -> list[str]:
+    """VenvsUsed: "used PATH" or "unused PATH" for each virtualenv DIRECTORY/STEM* (a directory, not a link),
+    used where a file matching `units` names its Python."""
+    named = ""
+    for pattern in args["units"]:
+        for unit in glob.glob(pattern):
+            named += "\n".join(read_lines(unit)) + "\n"
+    return [f"{'used' if f'{path}/bin/python ' in named else 'unused'} {path}"
+            for path in sorted(glob.glob(os.path.join(glob.escape(args["directory"]), glob.escape(args["stem"]) + "*")))
+            if os.path.isdir(path) and not os.path.islink(path)]
+
+
 def host_python(args: dict) -> list[str]:
     """HostPython: the machine, this python3 (the one the fact's command starts) and, where it is
     older than `minimum`, whether `source` answers at all; `uv --version`."""

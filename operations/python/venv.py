@@ -16,23 +16,20 @@ anything is installed in it (its site-packages' .pth files run at every start): 
 the files (VenvRequirement) and compiles bytecode with the interpreter the venv links to (``compiled``).
 """
 
-import hashlib
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
 from operations.basics import gathering, ownership
 from operations.basics.host_programs import inline
+from operations.python.pinned import RELEASE, committed_lock, fingerprint
 from operations.server.config import git_refs, home_of
 
 MARKER = ".specfleet-requirement"
 LOCK = ".specfleet-requirements.lock"  # in the virtualenv: the hash lock it was installed from
-LOCKS = Path(__file__).resolve().parent / "locks"  # committed hash locks, one per release: NAME==VERSION.txt
-RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.!+_-]+")
 
 
 UV_VERSION = "0.13.8"
@@ -70,13 +67,6 @@ class Uv:
         return f"{self.install_dir}/python"
 
 
-def committed_lock(requirement: str) -> str | None:
-    """The committed hash lock of a release pin (locks/NAME==VERSION.txt: it and every dependency,
-    each with its wheels' sha256), or None."""
-    path = LOCKS / f"{requirement}.txt"
-    return path.read_text() if RELEASE.fullmatch(requirement) and path.is_file() else None
-
-
 def hash_lock(requirement: str) -> str | None:
     """What the installer installs `requirement` from with --require-hashes: a requirement that carries its own
     --hash (a mirror's pinned build without dependencies), else the release's committed lock."""
@@ -93,12 +83,6 @@ def unchecked(requirement: str) -> str:
                 "build its wheel once and name that wheel with --hash=sha256:<its sha256>")
     return (f"{requirement}: installs unchecked (no committed lock, no --hash=): pin a release with a lock in "
             "operations/python/locks/, or name a wheel (URL or path) with --hash=sha256:<its sha256>")
-
-
-def fingerprint(requirement: str, index_url: str | None) -> str:
-    """Identifies what was asked for: a change means a reinstall (and, for SGLang, a restart)."""
-    lock = committed_lock(requirement)
-    return hashlib.sha256(f"{requirement}|{index_url}{'|' + lock if lock else ''}".encode()).hexdigest()[:16]
 
 
 class VenvRequirement(FactBase):

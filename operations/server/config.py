@@ -10,6 +10,7 @@ from typing import Any
 
 from operations.basics import knobs, network
 from operations.nodes.group import NodeGroup
+from operations.python.pinned import fingerprint
 from operations.server.layout import Layout, unit_name
 from operations.server.speculative import Speculative, drafting, settings
 
@@ -394,7 +395,6 @@ def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, 
 
 def venv_name(requirement: str, index_url: str | None) -> str:
     """A build's SGLang virtualenv under install_dir, one per build fingerprint (its requirement, lock and
-    index: operations/python/venv.fingerprint): deployments of one build share it, and another build is
+    index: operations/python/pinned.fingerprint): deployments of one build share it, and another build is
     installed beside it, never over the one a running server loads (a unit moves to it by its restart)."""
-    from operations.python.venv import fingerprint  # imported here: that module imports this one
     return f"sglang-venv-{fingerprint(requirement, index_url)}"

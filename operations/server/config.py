@@ -3,6 +3,7 @@ shares (`ServiceHost`: users, paths, network, keys), what every replica of a dep
 its profile's model and speculative settings, its class's tuning, its layout, operations/server/layout.py)
 and each replica (`Server`: its unit's name, GPUs and ports, and its deployment's `Engine`); typed, checked."""
 
+import difflib
 import functools
 import re
 from dataclasses import dataclass
@@ -228,10 +229,25 @@ class Server:
         return network.url(network.LOOPBACK, self.port)
 
 
+def profile_named(data: Any, name: Any) -> dict:
+    """The profile `name` of the host's `profiles` (group_data/all.py, a site's), checked: an unknown name
+    raises BadHostData in one line with the nearest profile, as a misspelt knob meets its nearest knob
+    (operations/schema.py)."""
+    profiles = data.profiles if isinstance(data.profiles, dict) else {}
+    if isinstance(name, str) and name in profiles:
+        knobs.matching("profile", name, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
+                       "(a key of group_data/all.py profiles)")
+        return profiles[name]
+    known = ", ".join(sorted(profiles))
+    near = difflib.get_close_matches(str(name), list(profiles), n=1)
+    fix = f"did you mean {near[0]!r}? (profiles: {known};" if near else f"use one of {known} (profiles of"
+    raise knobs.refused("profile", name, f"{fix} group_data/all.py and a site's)", wrong="is no profile")
+
+
 def served_model_name(data: Any, profile_name: str | None = None) -> str:
     """The model name a profile (by default the host's `profile`) serves under (its workers' and its
     gateway's), checked."""
-    profile = data.profiles[profile_name or data.profile]
+    profile = profile_named(data, profile_name or data.profile)
     return knobs.matching("served_model_name", profile.get("served_model_name") or profile["target"]["repo"],
                           re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*"), "letters, digits and ._/-")
 

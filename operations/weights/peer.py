@@ -7,7 +7,9 @@ own in the weights' group, which reads the weights and owns nothing, confined as
 (`systemd-analyze security` at most 3.0), and with root's configuration of the servers (the API keys)
 out of its reach. It serves the revisions of the run's fan-out only, each at `/<repo dir>/<commit>/`
 (fanout.peer_url), to the run's peers' addresses only; never a listing, never the fetcher's files in
-flight (`.cache/`), never a link. Its unit is started while the fan-out runs and stopped after it, unless
+flight (`.cache/`), never a link. To the same addresses it serves the run's nonce (NONCE_PATH), its unit's
+credential, which the peers' probe asks for: a process that took the port while no peer server ran has
+no nonce to answer. Its unit is started while the fan-out runs and stopped after it, unless
 `weights_cache=true` keeps it (enabled at boot: a site cache for later revisions and hosts).
 """
 
@@ -23,8 +25,8 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.deb import DebPackages
 
 from operations.basics import apt_packages, gathering, knobs, shell
-from operations.basics.secrets import write_secret
 from operations.basics.file_states import FileStates, matches
+from operations.basics.secrets import write_secret
 from operations.basics.templates import render
 from operations.weights.config import Weights
 

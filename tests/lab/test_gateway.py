@@ -134,12 +134,12 @@ def ip_lists_enforced(host) -> bool:
     traffic reads `[no data]` where it cannot, as in a lab whose machine runs cgroups in hybrid mode."""
     return fleet.ssh(host, "systemd-run -q --unit=specfleet-ip-probe --collect -p IPAccounting=yes sleep 5 && "
                            "sleep 0.5 && systemctl show -P IPIngressBytes specfleet-ip-probe; "
-                           "systemctl stop specfleet-ip-probe") != "[no data]"
+                           "systemctl stop specfleet-ip-probe").strip() != "[no data]"
 
 
 def connects(source, address: str, port: int) -> bool:
     return fleet.ssh(source, f"timeout 3 bash -c '</dev/tcp/{address}/{port}' && echo open || echo closed",
-                     check=False) == "open"
+                     check=False).strip() == "open"
 
 
 def test_each_workers_unit_admits_loopback_and_its_gateway_alone_so_its_store_is_closed_to_the_network(gateway_lab):
@@ -150,10 +150,10 @@ def test_each_workers_unit_admits_loopback_and_its_gateway_alone_so_its_store_is
     hosts, _, _ = gateway_lab
     gateway, workers = gateway_host(hosts), worker_hosts(hosts)
     for worker in workers:
-        shown = dict(line.split("=", 1) for line in fleet.ssh(
-            worker, f"systemctl show -p IPAddressDeny -p IPAddressAllow -p SocketBindDeny {SGLANG_UNIT}").splitlines())
-        assert shown == {"IPAddressDeny": "0.0.0.0/0 ::/0", "SocketBindDeny": "tcp30900",
-                         "IPAddressAllow": f"::1/128 127.0.0.0/8 {gateway.address}/32"}, shown
+        shown = {name: set(value.split()) for name, value in (line.split("=", 1) for line in fleet.ssh(
+            worker, f"systemctl show -p IPAddressDeny -p IPAddressAllow -p SocketBindDeny {SGLANG_UNIT}").splitlines())}
+        assert shown == {"IPAddressDeny": {"0.0.0.0/0", "::/0"}, "SocketBindDeny": {"tcp30900"},
+                         "IPAddressAllow": {"::1/128", "127.0.0.0/8", f"{gateway.address}/32"}}, shown
         assert connects(worker, "127.0.0.1", 31000)  # the host itself reaches its store
         enforced = ip_lists_enforced(worker)
         print(f"{worker.name}: IP access lists enforced: {enforced}")

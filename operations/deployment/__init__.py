@@ -113,7 +113,6 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
     revision per repo, one environment); `node_members`: its node group's hosts (`nodes.members(inventory,
     host)`), if it is in one; `tuned`: per profile, settings to serve in place of its tuned file's (a
     tuner's candidate, tuning/candidates.py)."""
-    profiles = data.profiles if isinstance(data.profiles, dict) else {}
     listed = entries(data)
     if getattr(data, "node_group", None) is not None and getattr(data, "deployments", None) is not None:
         raise BadHostData("deployments and node_group are not accepted together: a host of a node group serves "
@@ -122,18 +121,14 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
     service, gpu, token_env, smoke = None, None, None, None
     for entry in listed:
         profile = entry["profile"]
-        if not isinstance(profile, str) or profile not in profiles:
-            raise knobs.refused("profile", profile, f"use one of {', '.join(sorted(profiles))} "
-                                "(group_data/all.py profiles)")
-        knobs.matching("profile", profile, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
-                       "(a key of group_data/all.py profiles)")
+        chosen = server_config.profile_named(data, profile)
         try:
             # What is true of the host, once: the first entry's lookup reports what is missing in its name.
             service = service or server_config.service_host(data)
             gpu = gpu or gpu_config.resolve(data, host_class)
             token_env = token_env or weights_config.token_env(data)
-            found.append(_resolve(data, host_class, entry, profiles[profile], node_members, service, gpu,
-                                  token_env, [d["engine"] for d in found], several=len(listed) > 1,
+            found.append(_resolve(data, host_class, entry, chosen, node_members, service, gpu,
+                                  token_env, several=len(listed) > 1,
                                   candidate=(tuned or {}).get(profile)))
             smoke = smoke or _smoke(data, gpu, service, found[0]["engine"])
             _same_environment(found[0], found[-1])
@@ -228,7 +223,7 @@ def _tuned(host_class: str, profile_name: str, profile: dict, data: Any, drafter
 
 
 def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_members: dict | None,
-             service: ServiceHost, gpu: GpuRuntime, token_env: str, earlier: list[Engine], several: bool,
+             service: ServiceHost, gpu: GpuRuntime, token_env: str, several: bool,
              candidate: dict | None = None) -> dict:
     """A deployment's fields but its host's."""
     profile_name = entry["profile"]
@@ -268,7 +263,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
             if entry.get("port") is not None else None
         plan = layout.resolve(where, values, count, port, nccl_port, own_port)
     engine = server_config.engine(data, service, host_class, profile_name, profile, name,
-                                  (weights.target.local_dir, weights.drafter.local_dir), plan, group, earlier,
+                                  (weights.target.local_dir, weights.drafter.local_dir), plan, group,
                                   after_fabric_manager=gpu.expected.fabric_manager,
                                   user=server_config.deployment_user(service, name, several))
     return dict(name=name, weights=weights, engine=engine, node_group=group, tuned=use,

@@ -42,10 +42,11 @@ except knobs.BadHostData as problem:
 else:
     if view.service:
         # No replica wanted: every SGLang unit of the host is retired, as the deploy retires one.
-        service = view.service
-        drain.drain_retired(name="SGLang units leave the gateways", service=service,
-                            gateways=membership.gateways(membership.of(inventory), host), restarts=[])
-        unit.retired(name="SGLang units", service=service, restarts=[])
+        replacement = unit.Replacement(view.service, [])
+        drain.drain_retired(name="SGLang units leave the gateways", replacement=replacement,
+                            gateways=membership.gateways(membership.of(inventory), host))
+        unit.retired(name="SGLang units", replacement=replacement)
+        unit.removed(name="SGLang units removed", replacement=replacement)
     # Its name is what pyinfra shows before it asks: what goes, and whether the weights stay.
     uninstall.removed(name=uninstall.summary(plan, left, view.service.service_prefix if view.service else None),
                       uninstall=plan)

@@ -4,6 +4,7 @@
     SITE/group_data/<group>.py   overrides group_data/<group>.py (all, a class, gateway), key by key
     SITE/pins.json               the commits `python pin.py` resolved moving revisions to
     SITE/tuned/<class>/<profile>.json   the settings tune.py measured best (operations/deployment/tuned.py)
+    SITE/locks/NAME==VERSION.txt   the hash locks of the site's own pins (operations/python/locks/compile.py)
 
 A site group file runs with the shipped file's values as its starting globals, so it may set a key
 (`hf_endpoint = "https://hub.example"`) or change part of one (`mirrors["repos"]["moonshotai/Kimi-K2.6"] =
@@ -26,6 +27,7 @@ from operations import schema
 SITE_ENV = "SPECFLEET_SITE"
 PINS_FILE = "pins.json"
 TUNED_DIR = "tuned"
+LOCKS_DIR = "locks"
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
@@ -81,6 +83,13 @@ def _no_stray_files(site: Path, shipped: Path) -> None:
             near = difflib.get_close_matches(path.stem, groups, n=1)
             raise SystemExit(f"{path} overrides no group of specfleet{f' (did you mean {near[0]}.py?)' if near else ''}: "
                              f"a site group file is named after one of group_data/ ({', '.join(groups)})")
+
+
+def locks_path() -> Path | None:
+    """SITE/locks/: where the lock of a release the site pins (a gateway_requirement of its own) is written and
+    read, beside the checkout's operations/python/locks/."""
+    site = directory()
+    return site / LOCKS_DIR if site else None
 
 
 def pins_path() -> Path | None:

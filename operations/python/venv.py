@@ -70,9 +70,14 @@ class Uv:
 
 def committed_lock(requirement: str) -> str | None:
     """The committed hash lock of a release pin (locks/NAME==VERSION.txt: it and every dependency,
-    each with its wheels' sha256), or None."""
-    path = LOCKS / f"{requirement}.txt"
-    return path.read_text() if RELEASE.fullmatch(requirement) and path.is_file() else None
+    each with its wheels' sha256), else the site's (SITE/locks/NAME==VERSION.txt), or None."""
+    if not RELEASE.fullmatch(requirement):
+        return None
+    from operations.deployment import site  # at call time: the deployment package imports this one
+    found = [path for path in (LOCKS / f"{requirement}.txt",
+                               *([site.locks_path() / f"{requirement}.txt"] if site.locks_path() else []))
+             if path.is_file()]
+    return found[0].read_text() if found else None
 
 
 def hash_lock(requirement: str) -> str | None:
@@ -84,8 +89,9 @@ def hash_lock(requirement: str) -> str | None:
 def unchecked(requirement: str) -> str:
     """The warning for a requirement installed without any hash check, and the way to one."""
     if RELEASE.fullmatch(requirement):
-        return (f"{requirement}: no hash lock (operations/python/locks/{requirement}.txt), so no hash is "
-                f"checked: write one with `python -m operations.python.locks.compile {requirement}`")
+        return (f"{requirement}: no hash lock (operations/python/locks/{requirement}.txt, or the site's "
+                f"SITE/locks/), so no hash is checked: write one into your site with "
+                f"`SPECFLEET_SITE=SITE python -m operations.python.locks.compile {requirement}`")
     if "git+" in requirement:
         return (f"{requirement}: a git build installs unchecked (pip and uv check no hash of a git checkout): "
                 "build its wheel once and name that wheel with --hash=sha256:<its sha256>")

@@ -131,4 +131,6 @@ if gateway and not refused:
 
 # The run's table: every host, its class, models, endpoints, gateway, state and accept length, printed
 # once every host reached this last operation.
-summary.summarize(host, worker, deployments, gateway)
+summary.summarize(host, worker, deployments, gateway,
+                  tuple(dict.fromkeys(route.gateway for d in deployments for replica in d.replicas
+                                      for route in membership.routes(fleet, host, replica))))

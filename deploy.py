@@ -31,6 +31,7 @@ from operations.weights import revisions, token
 from operations.weights.stages import weights_fetched
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
+failing.dry_is_a_gate(host.state)  # --dry -y says every refusal --dry says, and exits 1 on one
 
 # A key no knob has, in any layer (--data, inventory, group data), stops the run before any host changes.
 schema.check_inventory(inventory)

@@ -128,7 +128,7 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
             gpu = gpu or gpu_config.resolve(data, host_class)
             token_env = token_env or weights_config.token_env(data)
             found.append(_resolve(data, host_class, entry, chosen, node_members, service, gpu,
-                                  token_env, [d["engine"] for d in found], several=len(listed) > 1,
+                                  token_env, several=len(listed) > 1,
                                   candidate=(tuned or {}).get(profile)))
             smoke = smoke or _smoke(data, gpu, service, found[0]["engine"])
             _same_environment(found[0], found[-1])
@@ -223,7 +223,7 @@ def _tuned(host_class: str, profile_name: str, profile: dict, data: Any, drafter
 
 
 def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_members: dict | None,
-             service: ServiceHost, gpu: GpuRuntime, token_env: str, earlier: list[Engine], several: bool,
+             service: ServiceHost, gpu: GpuRuntime, token_env: str, several: bool,
              candidate: dict | None = None) -> dict:
     """A deployment's fields but its host's."""
     profile_name = entry["profile"]
@@ -263,7 +263,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
             if entry.get("port") is not None else None
         plan = layout.resolve(where, values, count, port, nccl_port, own_port)
     engine = server_config.engine(data, service, host_class, profile_name, profile, name,
-                                  (weights.target.local_dir, weights.drafter.local_dir), plan, group, earlier,
+                                  (weights.target.local_dir, weights.drafter.local_dir), plan, group,
                                   after_fabric_manager=gpu.expected.fabric_manager,
                                   user=server_config.deployment_user(service, name, several))
     return dict(name=name, weights=weights, engine=engine, node_group=group, tuned=use,

@@ -46,7 +46,8 @@ lab-status: venv
 	$(LAB) status
 
 # The deploy's whole output scrolls past (and stays in DEMO_LOG); the last screen is the run's summary, repeated
-# below pyinfra's per-operation results, and one completion through the gateway, labelled.
+# below pyinfra's per-operation results, and one completion through the gateway, labelled. 88 s on the 2-core
+# machine once the lab's root filesystems and the hosts' wheels exist (a new machine builds those first).
 DEMO_LOG ?= /tmp/specfleet-demo-deploy.log
 demo: lab-up
 	set -o pipefail; SPECFLEET_SITE= HF_TOKEN=hf_lab_granted SPECFLEET_API_KEY=$(DEMO_KEY) SPECFLEET_GATEWAY_ADMIN_KEY=$(DEMO_ADMIN_KEY) $(VENV)/bin/pyinfra -y lab/inventory.py deploy.py 2>&1 | tee $(DEMO_LOG)

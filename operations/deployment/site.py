@@ -16,33 +16,16 @@ bench.py, rollout.py, pin.py and `pytest tests/deployed`. Without SPECFLEET_SITE
 import copy
 import difflib
 import json
-import os
 import runpy
 import traceback
 import types
 from pathlib import Path
 
 from operations import schema
+from operations.basics.site_directory import CHECKOUT, SITE_ENV, directory  # noqa: F401 (this module's API too)
 
-SITE_ENV = "SPECFLEET_SITE"
 PINS_FILE = "pins.json"
 TUNED_DIR = "tuned"
-LOCKS_DIR = "locks"
-CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-def directory() -> Path | None:
-    """The site directory SPECFLEET_SITE names, or None; stops with one line when it cannot be one."""
-    value = os.environ.get(SITE_ENV, "").strip()
-    if not value:
-        return None
-    site = Path(value).expanduser().resolve()
-    if not site.is_dir():
-        raise SystemExit(f"{SITE_ENV}={value} is not a directory: create it (mkdir -p {value}) or unset {SITE_ENV}")
-    if site == CHECKOUT or CHECKOUT in site.parents:
-        raise SystemExit(f"{SITE_ENV}={value} is inside the specfleet checkout ({CHECKOUT}): keep your site "
-                         "directory outside it, where git pull never meets your files")
-    return site
 
 
 def _public(values: dict) -> dict:
@@ -83,13 +66,6 @@ def _no_stray_files(site: Path, shipped: Path) -> None:
             near = difflib.get_close_matches(path.stem, groups, n=1)
             raise SystemExit(f"{path} overrides no group of specfleet{f' (did you mean {near[0]}.py?)' if near else ''}: "
                              f"a site group file is named after one of group_data/ ({', '.join(groups)})")
-
-
-def locks_path() -> Path | None:
-    """SITE/locks/: where the lock of a release the site pins (a gateway_requirement of its own) is written and
-    read, beside the checkout's operations/python/locks/."""
-    site = directory()
-    return site / LOCKS_DIR if site else None
 
 
 def pins_path() -> Path | None:

@@ -6,6 +6,8 @@ import hashlib
 import re
 from pathlib import Path
 
+from operations.basics import site_directory
+
 LOCKS = Path(__file__).resolve().parent / "locks"  # committed hash locks, one per release: NAME==VERSION.txt
 RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.!+_-]+")
 
@@ -15,9 +17,8 @@ def committed_lock(requirement: str) -> str | None:
     each with its wheels' sha256), else the site's (SITE/locks/NAME==VERSION.txt), or None."""
     if not RELEASE.fullmatch(requirement):
         return None
-    from operations.deployment import site  # at call time: the deployment package imports this one
-    found = [path for path in (LOCKS / f"{requirement}.txt",
-                               *([site.locks_path() / f"{requirement}.txt"] if site.locks_path() else []))
+    site_locks = site_directory.locks_path()
+    found = [path for path in (LOCKS / f"{requirement}.txt", *([site_locks / f"{requirement}.txt"] if site_locks else []))
              if path.is_file()]
     return found[0].read_text() if found else None
 

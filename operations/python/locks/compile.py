@@ -18,6 +18,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from operations.basics import site_directory
+
 LOCKS = Path(__file__).resolve().parent
 PYPI = "https://pypi.org/simple"
 PYTHONS = ("cp311", "cp312", "cp313")
@@ -60,8 +62,7 @@ def main(requirement: str) -> Path:
         found = list(pool.map(lambda pin: hashes(*pin), pins))
     lines = [f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in sorted(h_)) for (name, version), h_ in
              zip(pins, found)]
-    from operations.deployment import site
-    where = site.locks_path() or LOCKS
+    where = site_directory.locks_path() or LOCKS
     where.mkdir(exist_ok=True)
     path = where / f"{requirement}.txt"
     path.write_text(f"# {requirement} and its dependencies, each wheel's sha256 as published on PyPI (CPython "

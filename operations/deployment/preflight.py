@@ -178,7 +178,7 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
     if waiting and (problems or gathering.read(ServerUnits, prefix=s.service_prefix)):
         problems += waiting
     if problems:
-        yield fail_host(problems)
+        yield from failing.failed(problems)
         return
     for warning in warnings:
         host.log_styled(f"{host.name}: {warning}", fg="yellow")

@@ -79,6 +79,10 @@ def test_dry_with_a_token_denied_a_gated_repo_says_so_per_host_and_exits_non_zer
                 if f"{h.name}: the token has no access to the gated repo lab/Kimi-K2.6-DFlash-tiny" in line]
         assert len(said) == 1, output[-3000:]
     assert "Beginning operation run" not in output and state_of(lab_hosts) == before
+    if not yes:  # a refused preflight changes nothing: pyinfra's table of detected changes says so
+        detected = output.split("--> Detected changes:")[1].splitlines()
+        assert re.split(r"\s{2,}", next(line for line in detected if "Preflight" in line).strip())[:2] == \
+            ["Preflight", "-"], output[-3000:]
 
 
 def test_a_kv_cache_below_min_kv_tokens_is_refused_in_dry_in_one_line(deployed_lab, pcie_host):

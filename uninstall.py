@@ -33,8 +33,9 @@ except knobs.BadHostData as problem:
 else:
     if view.service:
         # No replica wanted: every SGLang unit of the host is retired, as the deploy retires one.
-        service = view.service
-        drain.drain_retired(name="SGLang units leave the gateways", service=service,
-                            gateways=membership.gateways(membership.of(inventory), host), restarts=[])
-        unit.retired(name="SGLang units", service=service, restarts=[])
+        replacement = unit.Replacement(view.service, [])
+        drain.drain_retired(name="SGLang units leave the gateways", replacement=replacement,
+                            gateways=membership.gateways(membership.of(inventory), host))
+        unit.retired(name="SGLang units", replacement=replacement)
+        unit.removed(name="SGLang units removed", replacement=replacement)
     uninstall.removed(name="What the deploy laid down", uninstall=plan)

@@ -12,7 +12,7 @@ from operations.python import venv
 from operations.python.venv import HostPython, Uv, VenvRequirement, VenvsUsed
 from operations.server import api_key, readiness, unit
 from operations.server.config import Engine, Server, ServiceHost
-from operations.server.unit import Restart
+from operations.server.unit import Replacement, Restart
 
 
 def root_directories(service: ServiceHost) -> tuple[str, ...]:
@@ -66,17 +66,20 @@ def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[
     return keys
 
 
-def server_serving(server: Server, restart: Restart, weight_bytes: int, group: NodeGroup | None) -> OperationMeta:
+def server_serving(server: Server, restart: Restart, weight_bytes: int, group: NodeGroup | None,
+                   replacement: Replacement) -> OperationMeta:
     """
     One replica's unit (restarted only as ``restart`` decided), then the proof it serves within
     `ready_timeout_s` (by default from the size of the weights it loads): a generation through its HTTP
-    server, or for a rank >= 1 of a node group, its link to rank 0. Returns the unit's operation.
+    server, or for a rank >= 1 of a node group, its link to rank 0. A replica that fails it undoes the
+    host's change (``replacement``). Returns the unit's operation.
 
     **Example:**
 
     .. code:: python
 
-        server_serving(replica, restart, weight_bytes=hub.total_bytes, group=deployment.node_group)
+        server_serving(replica, restart, weight_bytes=hub.total_bytes, group=deployment.node_group,
+                       replacement=replacement)
     """
     timeout_s = readiness.timeout_for(server.engine.service, weight_bytes)
     configured = unit.configure(name=f"SGLang service {server.service_name}", server=server, restart=restart)
@@ -84,7 +87,7 @@ def server_serving(server: Server, restart: Restart, weight_bytes: int, group: N
         rendezvous.joined(name="Rank joined rank 0", group=group, service=server.service_name, timeout_s=timeout_s)
     else:
         readiness.ready(name=f"SGLang generates {server.service_name}", server=server, restarted=configured,
-                        timeout_s=timeout_s)
+                        timeout_s=timeout_s, replacement=replacement)
     return configured
 
 

@@ -99,7 +99,7 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     #    time. Each unit's environment holds the GPU smoke test's P2P decision for this host (stage 4).
     #    Each replica's KV plan is kept beside its unit, what tests/deployed holds its engine's own
     #    max_total_num_tokens to.
-    restarts = [[unit.Restart(replica, unit.inputs(d.engine, d.weights.commits), restart_when=keys,
+    restarts = [[unit.Restart(replica, unit.inputs(d.engine, d.weights.commits), restart_when=keys[d.name],
                               decided_env=functools.partial(smoke.decided_env, worker.smoke))
                  for replica in d.replicas] for d in deployments]
     every = [restart for each in restarts for restart in each]

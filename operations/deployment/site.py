@@ -6,6 +6,7 @@
                                  group has its name
     SITE/pins.json               the commits `python pin.py` resolved moving revisions to
     SITE/tuned/<class>/<profile>.json   the settings tune.py measured best (operations/deployment/tuned.py)
+    SITE/locks/NAME==VERSION.txt   the hash locks of the site's own pins (operations/python/locks/compile.py)
 
 A site group file runs with the shipped file's values as its starting globals, so it may set a key
 (`hf_endpoint = "https://hub.example"`) or change part of one (`mirrors["repos"]["moonshotai/Kimi-K2.6"] =
@@ -19,7 +20,6 @@ import copy
 import difflib
 import functools
 import json
-import os
 import runpy
 import traceback
 import types
@@ -27,31 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from operations import schema
+from operations.basics.site_directory import CHECKOUT, SITE_ENV, directory  # noqa: F401 (this module's API too)
 
-SITE_ENV = "SPECFLEET_SITE"
 PINS_FILE = "pins.json"
 TUNED_DIR = "tuned"
-CHECKOUT = Path(__file__).resolve().parents[2]
 GROUP_DATA = CHECKOUT / "group_data"
 # What makes a group file a host class: it says what the class's GPUs must be.
 CLASS_KEY = "expected_gpus"
 # The keys a class of the site sets: the knobs whose value is per class (schema). Any other key would sit
 # behind group_data/all.py's, which pyinfra reads for every host before the site's class is asked.
 CLASS_KNOBS = frozenset(knob.name for knob in schema.KNOBS if knob.group == schema._CLASS)
-
-
-def directory() -> Path | None:
-    """The site directory SPECFLEET_SITE names, or None; stops with one line when it cannot be one."""
-    value = os.environ.get(SITE_ENV, "").strip()
-    if not value:
-        return None
-    site = Path(value).expanduser().resolve()
-    if not site.is_dir():
-        raise SystemExit(f"{SITE_ENV}={value} is not a directory: create it (mkdir -p {value}) or unset {SITE_ENV}")
-    if site == CHECKOUT or CHECKOUT in site.parents:
-        raise SystemExit(f"{SITE_ENV}={value} is inside the specfleet checkout ({CHECKOUT}): keep your site "
-                         "directory outside it, where git pull never meets your files")
-    return site
 
 
 def host_classes() -> tuple[str, ...]:

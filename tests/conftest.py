@@ -52,6 +52,7 @@ LONGEST_FIRST = {
     "tests/lab_code/test_gpu_standin.py": 120,
     "tests/unit/test_host_scripts.py": 120,
     "tests/deployed/test_catches_faults.py": 110,
+    "tests/lab/test_git_build.py": 120,
 }
 
 

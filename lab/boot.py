@@ -9,8 +9,8 @@ at zero, so the host's /proc/uptime restarts as a real machine's does (pyinfra's
 server.reboot waits for it to drop). SIGTERM is passed to nspawn, which powers the
 container off cleanly, and ends the loop.
 
-Each host gets a cgroup of its own (in the trees its systemd tracks units with) before nspawn
-starts. nspawn started with --keep-unit by a controller that systemd does not run leaves every
+Each host gets a cgroup of its own (in the cgroup v2 tree its systemd tracks units in) before
+nspawn starts. nspawn started with --keep-unit by a controller that systemd does not run leaves every
 container in the cgroup it was started from, so without this the hosts' systemd instances (of
 every lab on the machine) share one tree: a unit's cgroup then holds that unit's processes from
 all the hosts, the others' read as pid 0, systemd fails to kill the control group ("Failed to
@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 
 CONTAINER_REBOOTED = 133  # systemd-nspawn's exit status when the container rebooted
-# The cgroup trees a Debian host's systemd tracks its units in, on a controller in hybrid mode.
-CGROUP_TREES = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")
+# The cgroup v2 tree a host's systemd tracks its units in, on a controller in hybrid mode (the hosts boot
+# with the unified hierarchy, lab/fleet.py).
+UNIFIED_TREE = "/sys/fs/cgroup/unified"
 CLONE_NEWTIME = 0x80
 LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -42,31 +43,29 @@ def _new_time_namespace() -> None:
     Path("/proc/self/timens_offsets").write_text(f"monotonic -{monotonic} 0\nboottime -{now} 0\n")
 
 
-def _own_cgroup(machine: str) -> list[Path]:
+def _own_cgroup(machine: str) -> Path | None:
     """Move this process (and so nspawn and the container) into a cgroup named after the machine."""
-    moved = []
-    for tree in CGROUP_TREES:
-        if not os.path.ismount(tree):
-            continue
-        path = Path(tree, "specfleet-lab", machine)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "cgroup.procs").write_text(f"{os.getpid()}\n")
-        moved.append(path)
-    return moved
+    if not os.path.ismount(UNIFIED_TREE):
+        return None
+    path = Path(UNIFIED_TREE, "specfleet-lab", machine)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    return path
 
 
-def _remove_cgroups(paths: list[Path]) -> None:
-    """The host's cgroups, emptied by its poweroff, deepest first (this process moved out first)."""
-    for path in paths:
+def _remove_cgroup(path: Path | None) -> None:
+    """The host's cgroup, emptied by its poweroff, deepest first (this process moved out first)."""
+    if path is None:
+        return
+    try:
+        (path.parent / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    except OSError:
+        return
+    for directory in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [path]:
         try:
-            (path.parent / "cgroup.procs").write_text(f"{os.getpid()}\n")
+            directory.rmdir()
         except OSError:
-            continue
-        for directory in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [path]:
-            try:
-                directory.rmdir()
-            except OSError:
-                pass
+            pass
 
 
 def main(command: list[str]) -> int:
@@ -81,13 +80,13 @@ def main(command: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     machine = next(arg.split("=", 1)[1] for arg in command if arg.startswith("--machine="))
-    cgroups = _own_cgroup(machine)
+    cgroup = _own_cgroup(machine)
     while True:
         _new_time_namespace()
         child = subprocess.Popen(command)
         status = child.wait()
         if stopping or status != CONTAINER_REBOOTED:
-            _remove_cgroups(cgroups)
+            _remove_cgroup(cgroup)
             return status
         print(f"lab.boot: the host rebooted; booting it again ({time.strftime('%H:%M:%S')})", flush=True)
 

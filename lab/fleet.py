@@ -202,6 +202,14 @@ def _prepare_root(host: LabHost, base: Path, bare: bool = False) -> None:
         subprocess.run(["chroot", str(root), "sh", "-ec", _REMOVE_DRIVER], check=True)
 
 
+# A host's systemd enforces units' IP access lists (IPAddressDeny=/IPAddressAllow=, the SGLang replicas'
+# confinement) and device lists with cgroup v2 BPF programs, as on a real Debian host: it needs the unified
+# cgroup hierarchy (nspawn gives a container the machine's hybrid layout otherwise, where systemd 252
+# attaches no IP filter) and bpf(), which nspawn's default system-call filter refuses.
+ENFORCING_SYSTEMD = ("--system-call-filter=bpf",)
+ENFORCING_SYSTEMD_ENV = {"SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
+
+
 def _boot(host: LabHost) -> None:
     """Boot the host under lab.boot, which boots it again each time it reboots itself."""
     log = open(host.dir / "console.log", "ab")
@@ -209,8 +217,8 @@ def _boot(host: LabHost) -> None:
         [sys.executable, "-m", "lab.boot",
          "systemd-nspawn", "--register=no", "--keep-unit", "--boot", "--quiet",
          f"--directory={host.root}", f"--machine={host.machine}", f"--network-bridge={BRIDGE}",
-         "--console=read-only"],
-        cwd=Path(__file__).resolve().parent.parent,
+         "--console=read-only", *ENFORCING_SYSTEMD],
+        cwd=Path(__file__).resolve().parent.parent, env={**os.environ, **ENFORCING_SYSTEMD_ENV},
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
     )
     host.pid_file.write_text(str(process.pid))

@@ -130,35 +130,44 @@ def test_every_worker_is_registered_and_a_request_through_the_gateway_answers(ga
     assert checks.returncode == 0 and f"{len(GATEWAY_CHECKS)} passed" in checks.stdout, checks.stdout[-3000:]
 
 
-def ip_lists_enforced(host) -> bool:
-    """Whether the host's systemd attaches IP access lists (cgroup v2 BPF programs): a unit accounting its IP
-    traffic reads `[no data]` where it cannot, as in a lab whose machine runs cgroups in hybrid mode."""
-    return fleet.ssh(host, "systemd-run -q --unit=specfleet-ip-probe --collect -p IPAccounting=yes sleep 5 && "
-                           "sleep 0.5 && systemctl show -P IPIngressBytes specfleet-ip-probe; "
-                           "systemctl stop specfleet-ip-probe").strip() != "[no data]"
-
-
 def connects(source, address: str, port: int) -> bool:
-    return fleet.ssh(source, f"timeout 3 bash -c '</dev/tcp/{address}/{port}' && echo open || echo closed",
-                     check=False).strip() == "open"
+    return open_ports(source, address, [port]) == [port]
+
+
+def open_ports(source, address: str, ports: list[int]) -> list[int]:
+    """The ports of `ports` on `address` that `source` opens a TCP connection to within 3 s (tried at once: a
+    port whose packets an IP access list drops times out rather than refusing)."""
+    tries = " ".join(f"(timeout 3 bash -c '</dev/tcp/{address}/{port}' 2>/dev/null && echo {port}) &" for port in ports)
+    return sorted(int(port) for port in fleet.ssh(source, f"{tries} wait", check=False).split())
+
+
+def unit_listening_ports(host, unit: str) -> list[int]:
+    """The TCP ports every process of `unit`'s cgroup listens on, whatever the address."""
+    pids, _, sockets = fleet.ssh(host, f"cat $(find /sys/fs/cgroup$(systemctl show -P ControlGroup {unit}) "
+                                       "-name cgroup.procs); echo --; ss -Hltnp").partition("--\n")
+    unit_pids = set(pids.split())
+    return sorted({int(line.split()[3].rsplit(":", 1)[1]) for line in sockets.splitlines()
+                   if unit_pids & set(re.findall(r"pid=(\d+)", line))})
 
 
 def test_each_workers_unit_admits_loopback_and_its_gateway_alone_so_its_store_is_closed_to_the_network(gateway_lab):
     """torch's TCPStore (nccl_port 31000) listens on every address whatever bind_address says: the replica's
-    unit admits packets from loopback and the run's gateway alone, and may not bind the fan-out's port. The lab
-    cannot enforce the list (docs/security.md): its hosts' systemd attaches no IP filter under the machine's
-    hybrid cgroups, so there the store still answers another host; where systemd can, it must not."""
+    unit admits packets from loopback and the run's gateway alone, and may not bind the fan-out's port. The
+    lab's hosts enforce the list (lab/fleet.py boots them as a Debian host's systemd does it: cgroup v2, bpf()
+    allowed), so from another worker's host, which no list names, every port the unit listens on (the API on
+    0.0.0.0 here, the store on every address) is closed, while the host itself reaches its store."""
     hosts, _, _ = gateway_lab
     gateway, workers = gateway_host(hosts), worker_hosts(hosts)
-    for worker in workers:
+    for worker, other in zip(workers, workers[1:] + workers[:1]):
         shown = {name: set(value.split()) for name, value in (line.split("=", 1) for line in fleet.ssh(
             worker, f"systemctl show -p IPAddressDeny -p IPAddressAllow -p SocketBindDeny {SGLANG_UNIT}").splitlines())}
         assert shown == {"IPAddressDeny": {"0.0.0.0/0", "::/0"}, "SocketBindDeny": {"tcp30900"},
                          "IPAddressAllow": {"::1/128", "127.0.0.0/8", f"{gateway.address}/32"}}, shown
+        ports = unit_listening_ports(worker, SGLANG_UNIT)
+        assert {30000, 31000} <= set(ports), ports
         assert connects(worker, "127.0.0.1", 31000)  # the host itself reaches its store
-        enforced = ip_lists_enforced(worker)
-        print(f"{worker.name}: IP access lists enforced: {enforced}")
-        assert connects(gateway, worker.address, 31000) is not enforced
+        assert connects(gateway, worker.address, 30000)  # and its gateway the API
+        assert open_ports(other, worker.address, ports) == [], f"{other.name} reaches {worker.name}"
 
 
 def test_a_second_run_changes_nothing_and_writes_nothing_to_the_gateway(gateway_lab):

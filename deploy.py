@@ -32,8 +32,10 @@ from operations.weights.stages import weights_fetched
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 
-# A key no knob has, in any layer (--data, inventory, group data), stops the run before any host changes.
+# A key no knob has, in any layer (--data, inventory, group data), stops the run before any host changes; so
+# does a --data choice of what a host serves, which would last this run alone.
 schema.check_inventory(inventory)
+schema.check_deploy_data(inventory.get_override_data())
 worker, deployments, gateway, monitoring = None, (), None, None
 try:
     # Every knob of every subject, parsed and checked before any host changes: the host's deployments

@@ -1,7 +1,7 @@
 """Roll deploy.py over a fleet N workers (or node groups) at a time, stopping at the first batch that fails.
 
     python rollout.py inventory/ct200.py                        # one worker at a time
-    python rollout.py inventory/b200.py --batch 2 --data profile=qwen36_ddtree
+    python rollout.py inventory/b200.py --batch 2 --data longest_generation_s=1200
 
 Each batch is one `pyinfra -y INVENTORY deploy.py --limit HOST...` run (pyinfra's --serial is one
 host at a time and --parallel chunks each operation, so neither finishes a batch before the
@@ -56,6 +56,7 @@ def survey(inventory_path: str, size: int, limit=(), exclude=(), data=(), group_
         inventory = make_inventory(inventory_path, cwd=os.getcwd(), group_data_directories=group_data,
                                    override_data=_set_override_data(data, None, None, None, None, None))
         schema.check_inventory(inventory)  # a key no knob has, in the inventory or its --data: one line, no batch
+        schema.check_deploy_data(inventory.get_override_data())  # what a host serves is the site's, not --data's
         hosts = list(inventory)
         chosen = _apply_inventory_exclude(inventory, _apply_inventory_limit(inventory, limit), exclude)
         selected = hosts if chosen is None else [h for h in hosts if h in chosen]

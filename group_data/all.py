@@ -1,7 +1,8 @@
 """What is deployed, on every host. Per-class tuning lives in group_data/<class>.py.
 
-Pick another ready-made profile without editing code:
-    pyinfra inventory/ct200.py deploy.py --data profile=qwen36_ddtree
+Pick another ready-made profile in your site directory (SPECFLEET_SITE/group_data/all.py, or a class's file):
+    profile = "qwen36_ddtree"
+A deploy refuses it from --data, which would last one run: every later command reads the group data.
 """
 
 from operations.deployment import site as _site

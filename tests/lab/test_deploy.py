@@ -8,7 +8,7 @@ import pytest
 from lab import fleet
 from lab.config import HUB_URL, WHEELS_URL
 from operations.server import capacity
-from tests.helpers import (SGLANG_UNIT, UNIT_FILE, changed_operations, main_pid, operations_started, results_table, run_deploy, server_info,
+from tests.helpers import (SGLANG_UNIT, UNIT_FILE, changed_operations, main_pid, operations_started, results_table, run_deploy, server_info, serving,
                            write_group_data)
 
 pytestmark = pytest.mark.lab
@@ -104,14 +104,14 @@ def test_ddtree_needs_a_ddtree_build(deployed_lab, lab_hosts, tmp_path):
         "mirrors = copy.deepcopy(base['mirrors'])\n"
         f"mirrors['requirements'] = {{r: 'sglang @ {WHEELS_URL}sglang-0.5.23+lab-py3-none-any.whl' "
         "for r in mirrors['requirements']}"))
-    rejected = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree", group_data=plain_wheel)
+    rejected = run_deploy("--limit", host.name, group_data=serving("qwen36_ddtree", plain_wheel))
     assert rejected.returncode != 0
     assert "rejects the rendered flags" in rejected.output and "--speculative-ddtree-budget" in rejected.output
     assert main_pid(host) == pid, "the service was restarted although its flags were rejected"
     assert "retiring" not in rejected.output  # the Kimi unit the Qwen replicas would replace is kept too
 
     try:
-        ddtree = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree")
+        ddtree = run_deploy("--limit", host.name, group_data=serving("qwen36_ddtree", tmp_path / "qwen"))
         assert ddtree.returncode == 0, ddtree.output[-3000:]
         info = server_info(host)
         assert info["speculative_algorithm"] == "DDTREE" and info["speculative_ddtree_budget"] == 15

@@ -44,9 +44,10 @@ def test_a_setting_only_resolution_refuses_stops_before_the_restart_and_leaves_i
     assert python_of(host) == release
     old_backend = write_group_data(tmp_path / "refused", "all", (
         "profiles = copy.deepcopy(base['profiles'])\n"
-        "profiles['qwen36_ddtree']['attention_backend'] = 'trtllm_mha'"))
+        "profiles['qwen36_ddtree']['attention_backend'] = 'trtllm_mha'\n"
+        "profile = 'qwen36_ddtree'"))
     try:
-        refused = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree", group_data=old_backend)
+        refused = run_deploy("--limit", host.name, group_data=old_backend)
         assert refused.returncode != 0
         assert "rejects the rendered flags (ValueError: DDTREE currently supports only page_size == 1)" in \
             refused.output, refused.output[-3000:]

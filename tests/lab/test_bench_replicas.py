@@ -20,7 +20,7 @@ def test_bench_follows_the_layout_each_replica_alone_then_all_at_once(deployed_l
     and port, the client runs against each replica alone and then all at once (round robin); the
     deployed replicas serve again afterwards."""
     try:
-        assert run_deploy("--limit", pcie_host.name, group_data=serving("qwen36_ddtree", tmp_path / "qwen")).returncode == 0
+        assert run_deploy("--limit", pcie_host.name, group_data=serving("qwen36_ddtree")).returncode == 0
         pids = {i: main_pid(pcie_host, f"sglang@qwen36_ddtree-gpu{i}") for i in range(8)}
         bench = run_bench(pcie_host, "profile=qwen36_ddtree", "modes=dflash", "concurrency=2", "requests=2",
                           "output_tokens=8", f"results_dir={tmp_path}")

@@ -32,10 +32,8 @@ from operations.weights.stages import weights_fetched
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 
-# A key no knob has, in any layer (--data, inventory, group data), stops the run before any host changes; so
-# does a --data choice of what a host serves, which would last this run alone.
+# A key no knob has, in any layer (--data, inventory, group data), stops the run before any host changes.
 schema.check_inventory(inventory)
-schema.check_deploy_data(inventory.get_override_data())
 worker, deployments, gateway, monitoring = None, (), None, None
 try:
     # Every knob of every subject, parsed and checked before any host changes: the host's deployments
@@ -47,6 +45,9 @@ try:
         tuned.report(host.name, deployments)  # where each setting came from: class, profile or tuned file
     if roles.is_gateway(host.groups):
         gateway, monitoring = gateway_config.resolve(host.data), prometheus.resolve(host.data)
+    # What a host serves is the group data's: a --data choice of it would last this run alone.
+    if refusal := schema.deploy_data_refused(inventory.get_override_data()):
+        raise BadHostData(refusal)
 except BadHostData as problem:
     worker, deployments, gateway, monitoring = None, (), None, None
     preflight.refuse(problem=f"{host.name}: {problem}")

@@ -56,7 +56,6 @@ def survey(inventory_path: str, size: int, limit=(), exclude=(), data=(), group_
         inventory = make_inventory(inventory_path, cwd=os.getcwd(), group_data_directories=group_data,
                                    override_data=_set_override_data(data, None, None, None, None, None))
         schema.check_inventory(inventory)  # a key no knob has, in the inventory or its --data: one line, no batch
-        schema.check_deploy_data(inventory.get_override_data())  # what a host serves is the site's, not --data's
         hosts = list(inventory)
         chosen = _apply_inventory_exclude(inventory, _apply_inventory_limit(inventory, limit), exclude)
         selected = hosts if chosen is None else [h for h in hosts if h in chosen]

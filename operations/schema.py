@@ -251,15 +251,16 @@ def check_inventory(inventory) -> None:
         raise UnknownKnob(_checked[inventory])
 
 
-def check_deploy_data(data: dict) -> None:
-    """Stop a deploy (UnknownKnob, one line) whose --data `data` sets what a host serves: --data lasts one run,
-    after which status.py, tests/deployed and the gateways, which read the inventory and the site's group
-    data, would disagree with the host. The site directory holds that choice for every command."""
+def deploy_data_refused(data: dict) -> str | None:
+    """Why a deploy refuses its --data `data`, one line, when it sets what a host serves (else None): --data
+    lasts one run, after which status.py, tests/deployed and the gateways, which read the inventory and the
+    site's group data, would disagree with the host. The site directory holds that choice for every command."""
     served = [key for key in data if key in BY_NAME and BY_NAME[key].serves]
-    if served:
-        raise UnknownKnob(f"--data sets `{served[0]}`, which says what a host serves: a deploy's --data lasts one "
-                          "run, after which status.py, tests/deployed and the gateways would disagree with the host; "
-                          f"set it in SPECFLEET_SITE/group_data/<group>.py (or the inventory's host data) instead")
+    if not served:
+        return None
+    return (f"--data sets `{served[0]}`, which says what a host serves: a deploy's --data lasts one run, after which "
+            "status.py, tests/deployed and the gateways would disagree with the host; set it in "
+            "SPECFLEET_SITE/group_data/<group>.py (or the inventory's host data) instead")
 
 
 def _defaults() -> dict[str, dict]:

@@ -123,20 +123,18 @@ def test_with_every_host_refused_the_run_still_ends_with_its_summary(tmp_path):
     assert "@local  rtx_pro_6000_pcie" in summary and "failed: @local: ready_timeout_s='abc'" in summary, summary
 
 
-@pytest.mark.parametrize("key, value", [("profile", "qwen36_ddtree"), ("deployments", "[]")])
-def test_a_deploy_refuses_from_data_what_a_host_serves_pointing_to_the_site(tmp_path, key, value):
-    """--data lasts one run: status.py, tests/deployed and the gateways would read the group data's profile after it."""
-    result = dry(tmp_path, "rtx_pro_6000_pcie = [('@local', {})]\n", "--data", f"{key}={value}")
-    assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]
-    assert (f"--data sets `{key}`, which says what a host serves: a deploy's --data lasts one run" in result.output
-            and "set it in SPECFLEET_SITE/group_data/<group>.py" in result.output), result.output[-3000:]
-    assert "Starting operation" not in result.output
-    (tmp_path / "fleet.py").write_text("rtx_pro_6000_pcie = [('gpu-1', {})]\n")
-    rollout = subprocess.run([sys.executable, "rollout.py", str(tmp_path / "fleet.py"), "--data", f"{key}={value}"],
-                             cwd=REPO, capture_output=True, text=True, timeout=120,
-                             env={**__import__("os").environ, "SPECFLEET_SITE": ""})
-    assert rollout.returncode == 1 and rollout.stdout == "" and "which says what a host serves" in rollout.stderr, \
-        rollout.stdout + rollout.stderr
+def test_a_deploy_refuses_from_data_what_a_host_serves_pointing_to_the_site(tmp_path):
+    """--data lasts one run: status.py, tests/deployed and the gateways would read the group data's profile after
+    it. Refused per host, in one line each, with -y too (rollout.py's batches are deploys)."""
+    key = "profile"
+    for yes in (False, True):
+        result = dry(tmp_path, "rtx_pro_6000_pcie = [('@local', {})]\n", "--data", f"{key}=qwen36_ddtree", yes=yes)
+        assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]
+        said = [line.strip() for line in result.output.splitlines()
+                if line.strip().startswith("[@local] @local: --data sets")]  # the host's refusal line
+        assert len(said) == 1 and said[0].startswith(f"[@local] @local: --data sets `{key}`, which says what a host "
+                                                     "serves: a deploy's --data lasts one run"), result.output[-3000:]
+        assert "set it in SPECFLEET_SITE/group_data/<group>.py" in said[0]
 
 
 def test_dry_json_carries_each_refusal(tmp_path):

@@ -31,6 +31,7 @@ from operations.weights import revisions, token
 from operations.weights.stages import weights_fetched
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
+failing.dry_is_a_gate(host.state)  # --dry -y says every refusal --dry says, and exits 1 on one
 
 # A key no knob has, in any layer (--data, inventory, group data), stops the run before any host changes.
 schema.check_inventory(inventory)
@@ -101,7 +102,7 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     #    time. Each unit's environment holds the GPU smoke test's P2P decision for this host (stage 4).
     #    Each replica's KV plan is kept beside its unit, what tests/deployed holds its engine's own
     #    max_total_num_tokens to.
-    restarts = [[unit.Restart(replica, unit.inputs(d.engine, d.weights.commits), restart_when=keys,
+    restarts = [[unit.Restart(replica, unit.inputs(d.engine, d.weights.commits), restart_when=keys[d.name],
                               decided_env=functools.partial(smoke.decided_env, worker.smoke))
                  for replica in d.replicas] for d in deployments]
     every = [restart for each in restarts for restart in each]
@@ -141,4 +142,6 @@ if gateway and not refused:
 
 # The run's table: every host, its class, models, endpoints, gateway, state and accept length, printed
 # once every host reached this last operation.
-summary.summarize(host, worker, deployments, gateway)
+summary.summarize(host, worker, deployments, gateway,
+                  tuple(dict.fromkeys(route.gateway for d in deployments for replica in d.replicas
+                                      for route in membership.routes(fleet, host, replica))))

@@ -11,6 +11,7 @@ GPUs once a driver is installed) can only be known by running them. `refused` le
 prepare nothing more for a host so refused, as the real run stops it there.
 """
 
+import sys
 import weakref
 
 from pyinfra.api import FunctionCommand
@@ -44,6 +45,26 @@ def fail_host(problems: list[str], static: bool = False) -> FunctionCommand:
     return FunctionCommand(_report, (problems,), {})
 
 
+def failed(problems: list[str], static: bool = False):
+    """What an operation yields to fail its host (`fail_host`): nothing where the refusal was said before the
+    run (the host is counted failed, and --dry then lists the operation as no change, as it changes nothing);
+    the failing command in the run.
+
+    **Example:**
+
+    .. code:: python
+
+        if problems:
+            yield from failing.failed(problems)
+            return
+    """
+    command = fail_host(problems, static)
+    current = ctx_host.get() if ctx_host.isset() else None
+    if current is not None and not current.state.is_executing and _refused.get(current):
+        return
+    yield command
+
+
 def _before_the_run(current, problems: list[str]) -> None:
     """Said before the run, the refusal counts the host among pyinfra's failed hosts, so that --dry exits 1
     (pyinfra_cli's _exit); the host stays active until its refusing command fails it in the run."""
@@ -61,6 +82,25 @@ def refuse_at_load(problems: list[str]) -> None:
     caller prepares nothing more for it (`refused`).
     """
     _before_the_run(ctx_host.get(), problems)
+
+
+def dry_is_a_gate(state) -> None:
+    """Under `--dry -y`, evaluate the operations before the run as `--dry` alone does, so that every refusal
+    made inside one (preflight's: the host's state, the hub's answer for the token and each repo) is said and
+    fails its host, and the run exits 1 (pyinfra_cli's _exit).
+
+    pyinfra's -y skips that evaluation (``State(check_for_changes=not yes)``) and --dry runs nothing, so such a
+    refusal would be said nowhere and `--dry -y` exit 0. A dry run changes nothing however it is evaluated.
+    The CLI keeps --dry to itself: its own command line tells it (a deploy file is read inside it).
+
+    **Example:**
+
+    .. code:: python
+
+        failing.dry_is_a_gate(host.state)  # a deploy file's first line
+    """
+    if "--dry" in sys.argv[1:] and not state.check_for_changes:
+        state.check_for_changes = True
 
 
 def refused(host) -> bool:

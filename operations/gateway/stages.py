@@ -30,6 +30,9 @@ def gateway_deployed(gateway: Gateway, wanted: list[Worker], uv_installed: bool,
     # out stays out, also through a restart of smg, which forgets its workers.
     before = registry.listed(gateway)
     ownership.service_user(name="Gateway user", user=gateway.user, home=gateway.home)
+    ownership.root_directories(name="Root's directories", paths=(gateway.install_dir, f"{gateway.install_dir}/bin",
+                                                                 gateway.config_dir))
+    ownership.marked(name="The deploy's directories", paths=(gateway.install_dir, gateway.config_dir))
     key = service.api_key(name="Gateway API key", gateway=gateway)
     admin_key = service.admin_key(name="Gateway admin key", gateway=gateway)
     uv = venv.Uv(gateway.install_dir)

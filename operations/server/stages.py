@@ -5,7 +5,7 @@ from pyinfra.api.operation import OperationMeta
 
 from operations.basics import gathering, ownership
 from operations.basics.file_states import FileStates
-from operations.basics.ownership import SystemUser, upload_paths
+from operations.basics.ownership import SystemUser, mark_of, upload_paths
 from operations.nodes import rendezvous
 from operations.nodes.group import NodeGroup
 from operations.python import venv
@@ -18,6 +18,11 @@ from operations.server.unit import Replacement, Restart
 def root_directories(service: ServiceHost) -> tuple[str, ...]:
     """The directories root writes in or executes from: install, its bin/, configuration."""
     return (service.install_dir, f"{service.install_dir}/bin", service.config_dir)
+
+
+def marked_directories(service: ServiceHost) -> tuple[str, ...]:
+    """The directories uninstall.py removes whole, which carry the deploy's mark (``ownership.marked``)."""
+    return (service.install_dir, service.config_dir)
 
 
 def builds(engines: tuple[Engine, ...]) -> list[Engine]:
@@ -33,12 +38,13 @@ def deployment_users(engines: tuple[Engine, ...]) -> list[Engine]:
     return [e for e in engines if e.own_user]
 
 
-def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[OperationMeta]:
+def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> dict[str, list[OperationMeta]]:
     """
     What the servers run as and from: their system user, each deployment's own on a host of several (in
     the service user's group, which reads the weights and the keys), the downloads' (which owns the HF
-    token and the weights), the build user where a build is a git requirement, root's directories, their API key and worker admin key, uv and each SGLang build's
-    virtualenv, and the host programs. Returns the keys' operations (a change of either alone restarts).
+    token and the weights), the build user where a build is a git requirement, root's directories, their API key and
+    each deployment's worker admin key, uv and each SGLang build's virtualenv, and the host programs. Returns each
+    deployment's keys' operations, by its name (a change of either alone restarts its replicas).
 
     + service: what the host's servers share (users, directories, keys)
     + engines: what each of the host's deployments runs (their replicas share its SGLang build)
@@ -55,7 +61,10 @@ def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[
         ownership.service_user(name=f"User of {e.name}", user=e.user, home=e.home, group=s.service_user)
     ownership.service_user(name="Download user", user=s.download_user, home=s.download_home)
     ownership.root_directories(name="Root's directories", paths=root_directories(s))
-    keys = [api_key.api_key(name="API key", service=s), api_key.admin_key(name="Worker admin key", service=s)]
+    ownership.marked(name="The deploy's directories", paths=marked_directories(s))
+    api = api_key.api_key(name="API key", service=s)
+    keys = {e.name: [api, api_key.admin_key(name=f"Worker admin key of {e.name}", engine=e)]
+            for e in host.loop(engines)}
     uv = Uv(s.install_dir)
     venv.uv(name="uv", uv=uv, index_url=s.pip_index_url)
     venv.build_user([build.sglang_requirement for build in builds(engines)])
@@ -123,8 +132,9 @@ def _read(deployment) -> gathering.Wanted:
             *([(SystemUser, dict(user=e.user))] if e.own_user else []),
             *([(SystemUser, dict(user=venv.BUILD_USER))] if venv.git_source(e.sglang_requirement) else []),
             (FileStates, dict(paths=root_directories(s))),
+            (FileStates, dict(paths=tuple(map(mark_of, marked_directories(s))))),
             (FileStates, dict(paths=(s.api_key_file,))),
-            (FileStates, dict(paths=(s.admin_key_file,))),
+            (FileStates, dict(paths=(e.admin_key_file,))),
             (FileStates, dict(paths=tuple(upload_paths(s.install_dir)))),
             (HostPython, dict(uv=Uv(s.install_dir).binary)),
             (VenvRequirement, dict(path=e.venv, distribution="sglang")),  # each deployment's build

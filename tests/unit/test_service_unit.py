@@ -242,7 +242,7 @@ def test_root_directories_in_place_are_a_noop_and_the_service_users_config_dir_i
 
 def test_a_cache_root_created_is_handed_to_the_service_user_not_following_links():
     user = {"home": "/home/sglang", "home_exists": True, "cache_owner": "root", "uid": 998,
-            "shell": "/usr/sbin/nologin"}
+            "shell": "/usr/sbin/nologin", "marked": True}
     commands, _ = run(ownership.service_user, {ownership.SystemUser: user}, user="sglang", home="/home/sglang")
     assert commands == ["chown --no-dereference sglang:sglang /home/sglang/.cache"]
     commands, noops = run(ownership.service_user, {ownership.SystemUser: dict(user, cache_owner="sglang")},
@@ -255,14 +255,17 @@ def test_a_cache_root_created_is_handed_to_the_service_user_not_following_links(
     assert commands == ["runuser -u sglang -- mkdir -p -m 700 /home/sglang/.cache"]
 
 
-def test_system_user_reads_home_cache_owner_uid_and_shell():
-    assert ownership.SystemUser().process(["/home/sglang yes sglang 998 /usr/sbin/nologin"]) == \
-        {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998, "shell": "/usr/sbin/nologin"}
-    assert ownership.SystemUser().process(["/home/my user no - 1000 -"]) == \
-        {"home": "/home/my user", "home_exists": False, "cache_owner": None, "uid": 1000, "shell": None}
+def test_system_user_reads_home_cache_owner_uid_shell_and_the_deploys_mark():
+    assert ownership.SystemUser().process(["/home/sglang yes sglang 998 /usr/sbin/nologin marked"]) == \
+        {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998, "shell": "/usr/sbin/nologin",
+         "marked": True}
+    assert ownership.SystemUser().process(["/home/my user no - 1000 - -"]) == \
+        {"home": "/home/my user", "home_exists": False, "cache_owner": None, "uid": 1000, "shell": None,
+         "marked": False}
 
 
-OWN = {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998, "shell": "/usr/sbin/nologin"}
+OWN = {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998, "shell": "/usr/sbin/nologin",
+       "marked": True}
 
 
 @pytest.mark.parametrize("account, why", [
@@ -282,6 +285,11 @@ def test_an_existing_account_that_is_not_the_deploys_own_system_user_is_refused_
 def test_the_deploys_own_user_is_kept():
     commands, noops = run(ownership.service_user, {ownership.SystemUser: OWN}, user="sglang", home="/home/sglang")
     assert commands == [] and noops == ["user sglang exists with home /home/sglang"]
+    # One without the deploy's mark (taken over, or made before the mark) gets it, once: uninstall.py
+    # removes only marked accounts.
+    commands, _ = run(ownership.service_user, {ownership.SystemUser: dict(OWN, marked=False)}, user="sglang",
+                      home="/home/sglang")
+    assert commands == ["usermod --comment specfleet sglang"]
     assert ownership.account_problem("sglang", "/home/sglang", None) is None  # absent: the deploy creates it
 
 

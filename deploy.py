@@ -91,12 +91,14 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     #    change (one decision per replica, which its drain asks too), proven to generate, back in its
     #    gateways; one that fails readiness is rolled back to its previous unit (and revision) and stays
     #    out until a run deploys it healthy. A drain waits for the replica's requests in flight. Every
-    #    replica's new files are validated by the host's SGLang before any unit changes. rollout.py does
+    #    replica's new files are validated by the host's SGLang (its resolution, and its scheduler's startup
+    #    arithmetic on this host's GPUs and weights) before any unit changes. rollout.py does
     #    the fleet N hosts at a time. Each unit's environment holds the GPU smoke test's P2P decision for
     #    this host (stage 4). Each replica's KV plan is kept beside its unit, what tests/deployed holds its
     #    engine's own max_total_num_tokens to.
     restarts = [[unit.Restart(replica, unit.inputs(d.engine, d.weights.commits), restart_when=keys,
-                              decided_env=functools.partial(smoke.decided_env, worker.smoke))
+                              decided_env=functools.partial(smoke.decided_env, worker.smoke),
+                              startup=True, min_kv_tokens=worker.min_kv_tokens)
                  for replica in d.replicas] for d in deployments]
     every = [restart for each in restarts for restart in each]
     routes = {r.server.service_name: membership.routes(fleet, host, r.server) for r in every}  # none: rank >= 1

@@ -34,6 +34,8 @@ CONTEXT_LENGTH_KEYS = [
     "model_max_length",
     "max_position_embeddings",
 ]
+
+
 def get_context_length(config):
     """Get the context length of a model from a huggingface model configs."""
     text_config = config
@@ -52,7 +54,6 @@ def get_context_length(config):
         if val is not None:
             return int(rope_scaling_factor * val)
     return 2048
-
 # ---- end of COPIED ----
 
 

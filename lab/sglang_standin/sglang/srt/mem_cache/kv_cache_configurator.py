@@ -78,6 +78,7 @@ def _pd_prefill_skips_mamba_spec_state() -> bool:
         and not _is_npu
     )
 
+
 def mm_runtime_reservation_gb(
     *, is_multimodal: bool, mm_feature_transport: Optional[str]
 ) -> float:
@@ -96,6 +97,7 @@ def mm_runtime_reservation_gb(
             reserved_mb / 1024,
         )
     return reserved_mb / 1024
+
 
 MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3
 MAMBA_CACHE_BASE_RATIO_DROP_ON_SKIP = 1

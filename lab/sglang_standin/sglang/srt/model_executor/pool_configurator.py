@@ -45,7 +45,6 @@ class MemoryPoolConfig:
             if self.mem_fraction_static is not None:
                 msg += f" Current value: mem_fraction_static={self.mem_fraction_static}"
             raise RuntimeError(msg)
-
 # ---- end of COPIED ----
 
 

@@ -46,11 +46,13 @@ LONGEST_FIRST = {
     "tests/lab/test_operator_tools.py": 250,
     "tests/lab/test_fresh_host.py": 220,
     "tests/lab_code/test_sglang_standin.py": 210,
+    "tests/lab/test_engine_rules.py": 200,
     "tests/lab/test_access_pending.py": 200,
     "tests/lab/test_trixie.py": 200,
     "tests/faults/test_downloads.py": 175,
     "tests/lab_code/test_gpu_standin.py": 120,
     "tests/unit/test_host_scripts.py": 120,
+    "tests/lab_code/test_sglang_kv_pool.py": 110,
     "tests/deployed/test_catches_faults.py": 110,
 }
 

@@ -81,9 +81,9 @@ def server_args(server: Server) -> list[str]:
 # KVCacheConfigurator's _resolve_memory_pool_config (the budget, the mamba state slots and
 # _calculate_mamba_ratio's assertions, the pool's tokens, resolve_max_num_reqs) and the longest
 # request (managers/tp_worker.py), all the installed engine's own code; only the free memory it
-# would measure is answered (the card less `reserve_mib`, less the weights over the TP ranks) and
-# the runtime's placement is one rank. A pool below `min_tokens` (None: one full context) is
-# refused with the engine's figures.
+# would measure is answered (`before_load_mib`, the planner's figure for a rank before its load, then
+# that less the weights over the TP ranks) and the runtime's placement is one rank. A pool below
+# `min_tokens` (None: one full context) is refused with the engine's figures.
 # Before the weights are on disk (a first preflight) only argparse can run: the
 # hooks read the model's config. The lab's SGLang stand-in answers the same calls,
 # and tests/sglang_real.py runs this very text in the real SGLang 0.5.23.
@@ -113,7 +113,7 @@ def startup(server_args, sizing):
         is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
     weights = sum(os.path.getsize(f) for folder in (server_args.model_path, draft_path) if folder
                   for f in glob.glob(os.path.join(folder, "*.safetensors")))
-    pre_gib = (sizing["card_mib"] - sizing["reserve_mib"]) / 1024
+    pre_gib = sizing["before_load_mib"] / 1024
     loaded_gib = pre_gib - weights / server_args.tp_size / (1 << 30)
     kvcm.get_available_gpu_memory = lambda *args, **kwargs: loaded_gib
     get_parallel().override_permanently(world_group=types.SimpleNamespace(cpu_group=None))
@@ -186,7 +186,7 @@ if __name__ == "__main__":
 class SGLangRejects(FactBase):
     """
     Why the SGLang installed in `venv` refuses `args` (argparse's or its resolution's error, or with
-    `sizing`, JSON {"card_mib", "reserve_mib", "min_tokens"}, what its startup asserts once the weights
+    `sizing`, JSON {"card_mib", "before_load_mib", "min_tokens"}, what its startup asserts once the weights
     are loaded, or a pool below the floor), or None.
 
     Resolution reads, and with --trust-remote-code imports, the model folder's code: it runs in a

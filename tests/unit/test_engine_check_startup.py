@@ -16,10 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyinfra.context import ctx_host
 
+from operations.deployment import resolve
+from operations.gpu.facts import NvidiaGpus
+from operations.server import sandbox
 from operations.server.flags import RESOLVE, SGLangRejects
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import resolve_many_with_real_sglang
+from tests.unit.group_data import host_data
 from tests.unit.resolution_cases import class_gpu
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,8 +33,9 @@ CLASS = "rtx_pro_6000_pcie"
 LAZY = ["--mamba-radix-cache-strategy", "extra_buffer_lazy", "--disable-overlap-schedule"]
 LAZY_ASSERTION = ("AssertionError: Lazy extra buffer requires overlap schedule "
                   "(--disable-overlap-schedule is incompatible)")
-# A card of the class with the plan's 1 GiB reserve; no floor beyond one full context, or one no pool holds.
-SIZING = {"card_mib": class_gpu(CLASS)["memory_mib"], "reserve_mib": 1024, "min_tokens": None}
+# A card of the class, 1 GiB of it resident before the load; no floor beyond one full context, or one no pool holds.
+SIZING = {"card_mib": class_gpu(CLASS)["memory_mib"], "before_load_mib": class_gpu(CLASS)["memory_mib"] - 1024,
+          "min_tokens": None}
 OUT_OF_REACH = {**SIZING, "min_tokens": 10**12}
 QWEN_WEIGHT_BYTES = 54 * 10**9
 
@@ -88,3 +94,26 @@ def test_the_fact_carries_the_sizing_to_the_host_and_its_refusal_back():
     assert json.dumps(SIZING) in command and command.count(RESOLVE[:40]) == 1
     assert SGLangRejects().process([f"@@RESOLVED@@{json.dumps({'error': LAZY_ASSERTION})}", "exit=0"]) == \
         LAZY_ASSERTION
+
+
+def test_the_deploy_hands_the_check_the_replicas_smallest_card_and_the_floor():
+    """The sizing (sandbox.startup_sizing) from the host's GPUs as nvidia-smi reads them: the smallest of the
+    replica's own cards, what SGLang would find free on it before the load, the floor; none where the GPUs
+    could not be read, or the replica's are not all there."""
+    kimi = resolve(host_data("b200_nvlink"), "b200_nvlink").replicas[0]  # TP 8 over GPUs 0-7
+    gpus = [{"index": i, "memory_total_mib": 183359 - (1000 if i == 5 else 0)} for i in range(8)]
+
+    def sizing(read, min_kv_tokens=None):
+        class Host:
+            def get_fact(self, fact, **kwargs):
+                assert fact is NvidiaGpus
+                return read
+
+        with ctx_host.use(Host()):
+            return sandbox.startup_sizing(kimi, min_kv_tokens)
+
+    handed = json.loads(sizing(gpus, 200_000))
+    assert handed["card_mib"] == 182359 and handed["min_tokens"] == 200_000
+    assert 181_000 < handed["before_load_mib"] < handed["card_mib"]  # less what a rank holds before its load
+    assert json.loads(sizing(gpus))["min_tokens"] is None  # one full context, as the engine says it
+    assert sizing({"unknown": "NVIDIA-SMI has failed"}) == "" and sizing(gpus[:4]) == ""

@@ -49,7 +49,8 @@ def cases(tmp_path_factory) -> dict[str, dict]:
     argv = ["--model-path", str(qwen), "--mem-fraction-static", "0.9"]
     return {name: {"argv": argv + extra, "env": {}, "gpu": class_gpu(CLASS), "sizing": sizing}
             for name, extra, sizing in (("sized", [], SIZING), ("lazy without overlap", LAZY, SIZING),
-                                        ("below the floor", [], OUT_OF_REACH))}
+                                        ("below the floor", [], OUT_OF_REACH),
+                                        ("auto without overlap", ["--disable-overlap-schedule"], SIZING))}
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +118,14 @@ def test_the_deploy_hands_the_check_the_replicas_smallest_card_and_the_floor():
     assert 181_000 < handed["before_load_mib"] < handed["card_mib"]  # less what a rank holds before its load
     assert json.loads(sizing(gpus))["min_tokens"] is None  # one full context, as the engine says it
     assert sizing({"unknown": "NVIDIA-SMI has failed"}) == "" and sizing(gpus[:4]) == ""
+
+
+def test_the_radix_cache_strategy_auto_is_resolved_as_the_engine_resolves_it(cases, real, tmp_path):
+    """No --mamba-radix-cache-strategy: SGLang picks the extra buffer under the overlap scheduler, else no
+    buffer (arg_groups/overrides.py), and sizes the pool for it; the stand-in too."""
+    for name, strategy in (("sized", "extra_buffer"), ("auto without overlap", "no_buffer")):
+        theirs, mine = real[name], standin(cases[name], tmp_path)
+        assert theirs["resolved"]["mamba_radix_cache_strategy"] == strategy, theirs.get("error")
+        assert mine["resolved"]["mamba_radix_cache_strategy"] == strategy
+        assert mine["resolved"]["disable_overlap_schedule"] == theirs["resolved"]["disable_overlap_schedule"]
+        assert mine["startup"] == theirs["startup"]

@@ -54,6 +54,7 @@ LONGEST_FIRST = {
     "tests/unit/test_host_scripts.py": 120,
     "tests/lab_code/test_sglang_kv_pool.py": 110,
     "tests/deployed/test_catches_faults.py": 110,
+    "tests/lab/test_git_build.py": 120,
 }
 
 

@@ -4,7 +4,8 @@ from operations.deployment import site as _site
 
 expected_gpus = dict(
     # `nvidia-smi --query-gpu=name` of an HGX H100 SXM5 80GB card (notes sglang.md section 11, a real H100 host;
-    # the H100 PCIe and NVL cards print other names and have no NVSwitch).
+    # all eight cards of a published 8x H100 SXM HGX's nvidia-smi, NVIDIA/nccl#1264, print it with 81559MiB and
+    # 700 W; the H100 PCIe and NVL cards print other names and have no NVSwitch).
     name_patterns=[r"^NVIDIA H100 80GB HBM3$"],
     count=8,
     min_memory_mib=81000,  # 81559 MiB reported per card (notes sglang.md section 11, a real H100 80GB HBM3)

@@ -19,14 +19,16 @@ from pyinfra import host, inventory
 
 from operations import schema
 from operations.basics import deploy_files
-from operations.deployment import preflight
+from operations.deployment import preflight, roles
 from serving_benchmark import behind_gateway, client, sweep
 from serving_benchmark.plan import plan as bench_plan
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 
 schema.check_inventory(inventory)  # a key no knob has (a misspelt `modes`) stops the run before any host changes
-worker, deployments, plan = preflight.resolved(inventory, bench_plan)
+# A gateway without GPUs (in no class group) serves nothing to measure: it only routes the workers' levels.
+worker, deployments, plan = preflight.resolved(inventory, bench_plan) \
+    if roles.serves_model(host.groups) or not roles.is_gateway(host.groups) else (None, (), None)
 
 if deployments:
     client.installed(worker.service, plan)  # the host's, beside its servers: one for every deployment

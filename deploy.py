@@ -26,7 +26,7 @@ from operations.monitoring import prometheus
 from operations.monitoring.stages import monitoring_deployed
 from operations.nodes import group as nodes, rendezvous
 from operations.server import capacity_record, unit
-from operations.server.stages import server_installed, server_serving
+from operations.server.stages import builds_pruned, server_installed, server_serving
 from operations.weights import revisions, token
 from operations.weights.stages import weights_fetched
 
@@ -118,6 +118,8 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     # Every replica serves the wanted revisions: the previous one of each repo is kept while the disk
     # allows, older ones are deleted, each said.
     revisions.pruned(name="Weights revisions", weights=tuple(d.weights for d in deployments), service=worker.service)
+    # So are the SGLang builds: those no deployment wants and no unit (nor its rollback) uses are removed.
+    builds_pruned(worker.service, tuple(d.engine for d in deployments))
 
 # 7. The gateway, after every worker's readiness (every host passes `workers_done`, which orders the
 #    stage after the workers'): smg in its own virtualenv, its key, its unit, the inventory's workers.

@@ -18,7 +18,7 @@ from pyinfra import host, inventory
 
 from operations import deployment, schema
 from operations.basics import deploy_files
-from operations.deployment import preflight
+from operations.deployment import preflight, roles
 from operations.weights import checks as weights_checks
 from serving_benchmark import behind_gateway, client
 from tuning import trials
@@ -27,7 +27,9 @@ from tuning.plan import plan as tuning_plan
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 
 schema.check_inventory(inventory)  # a misspelt knob (`objectve`) stops the run before any host changes
-worker, deployments, plan = preflight.resolved(inventory, tuning_plan)
+# A gateway without GPUs (in no class group) serves nothing to measure: it only routes the workers' levels.
+worker, deployments, plan = preflight.resolved(inventory, tuning_plan) \
+    if roles.serves_model(host.groups) or not roles.is_gateway(host.groups) else (None, (), None)
 
 if deployments:
     client.installed(worker.service, plan.bench)

@@ -26,6 +26,7 @@ from lab.services import HUB_STORE
 from speed.repos import listing
 from operations.basics.host_programs import program
 from operations.python.venv import fingerprint
+from operations.server.config import venv_name
 
 TARGET = 0.5
 ANSIBLE_VENV = REPO / "build" / "ansible-venv"
@@ -75,7 +76,7 @@ def prepare(hosts) -> tuple[Path, Path]:
         "hf_token": TOKEN,
         "served_model_name": profile["served_model_name"],
         "venv_checks": [
-            {"venv": "/opt/specfleet/sglang-venv", "dist": "sglang", "version": profile["sglang"]["version"],
+            {"venv": f"/opt/specfleet/{venv_name(sglang_req, index)}", "dist": "sglang", "version": profile["sglang"]["version"],
              "fingerprint": fingerprint(sglang_req, index)},
         ],
         "host_scripts": sorted(str(p) for p in (REPO / "operations" / "host_scripts").glob("*.py")),

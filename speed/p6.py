@@ -24,7 +24,7 @@ from speed.p4 import host_cpu
 from lab import fleet
 from lab.config import CONTROLLER_IP, INDEX_URL
 from lab.index import HOST_TARGET, start_index
-from operations.python import venv
+from operations.python import pinned, venv
 from tests.sglang_real import cache_root
 from tests.unit.fakehost import run
 
@@ -41,7 +41,7 @@ def download_wheels() -> None:
     are kept: pip checks their hashes). The machine's pip config is left out: it may cap torch."""
     wheels = INDEX_DIR / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    lock = venv.LOCKS / f"{REQUIREMENT}.txt"
+    lock = pinned.LOCKS / f"{REQUIREMENT}.txt"
     stamp = INDEX_DIR / ".downloaded.json"  # the lock it was done for, and the files it gave
     if stamp.is_file():
         done = json.loads(stamp.read_text())

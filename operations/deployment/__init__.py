@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from operations.basics import knobs
+from operations.basics import knobs, ownership
 from operations.basics.knobs import BadHostData
 from operations.deployment import tuned as tuned_settings
 from operations.gpu import config as gpu_config
@@ -24,6 +24,7 @@ from operations.gpu.config import GpuRuntime
 from operations.gpu.smoke import SmokeTest
 from operations.nodes import group as nodes
 from operations.nodes.group import NodeGroup
+from operations.python import venv
 from operations.server import config as server_config, layout
 from operations.server.config import Engine, Server, ServiceHost
 from operations.weights import config as weights_config
@@ -112,7 +113,6 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
     revision per repo, one environment); `node_members`: its node group's hosts (`nodes.members(inventory,
     host)`), if it is in one; `tuned`: per profile, settings to serve in place of its tuned file's (a
     tuner's candidate, tuning/candidates.py)."""
-    profiles = data.profiles if isinstance(data.profiles, dict) else {}
     listed = entries(data)
     if getattr(data, "node_group", None) is not None and getattr(data, "deployments", None) is not None:
         raise BadHostData("deployments and node_group are not accepted together: a host of a node group serves "
@@ -121,18 +121,14 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
     service, gpu, token_env, smoke = None, None, None, None
     for entry in listed:
         profile = entry["profile"]
-        if not isinstance(profile, str) or profile not in profiles:
-            raise knobs.refused("profile", profile, f"use one of {', '.join(sorted(profiles))} "
-                                "(group_data/all.py profiles)")
-        knobs.matching("profile", profile, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
-                       "(a key of group_data/all.py profiles)")
+        chosen = server_config.profile_named(data, profile)
         try:
             # What is true of the host, once: the first entry's lookup reports what is missing in its name.
             service = service or server_config.service_host(data)
             gpu = gpu or gpu_config.resolve(data, host_class)
             token_env = token_env or weights_config.token_env(data)
-            found.append(_resolve(data, host_class, entry, profiles[profile], node_members, service, gpu,
-                                  token_env, [d["engine"] for d in found], several=len(listed) > 1,
+            found.append(_resolve(data, host_class, entry, chosen, node_members, service, gpu,
+                                  token_env, several=len(listed) > 1,
                                   candidate=(tuned or {}).get(profile)))
             smoke = smoke or _smoke(data, gpu, service, found[0]["engine"])
             _same_environment(found[0], found[-1])
@@ -145,6 +141,7 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
     worker = Host(service=service, gpu=gpu, smoke=smoke, hf_token_env=token_env, min_kv_tokens=min_kv_tokens)
     deployments = tuple(Deployment(host=worker, **fields) for fields in found)
     _together(deployments)
+    _own_users(deployments, getattr(data, "gateway_user", None))
     return worker, deployments
 
 
@@ -194,6 +191,22 @@ def _together(found: tuple[Deployment, ...]) -> None:
                                   f"{repo.revision}: a host holds one revision of a repo for its deployments")
 
 
+def _own_users(found: tuple[Deployment, ...], gateway_user: str | None) -> None:
+    """Each deployment's user (the service user, or SERVICE_USER-NAME on a host of several) is none of the
+    host's accounts that hold what its model's code must not reach (``ownership.shared_account``): a
+    deployment named `download` would otherwise run as the download user, the token's owner."""
+    held = {"the download user (the HF token's owner)": found[0].engine.service.download_user if found else None,
+            "the build user (it builds git requirements)": venv.BUILD_USER,
+            "the gateway's user (it reads the gateway's keys)": gateway_user}
+    for d in found:
+        taken = ownership.shared_account(d.engine.user, held)
+        if taken:
+            where, value = (f"deployments[{d.name!r}]['name']", d.name) if d.engine.own_user \
+                else ("service_user", d.engine.user)
+            raise knobs.refused(where, value, "the servers run the model's code, which would hold what that user "
+                                "holds: use another name", wrong=f"makes the servers' user {d.engine.user}, {taken}")
+
+
 def _tuned(host_class: str, profile_name: str, profile: dict, data: Any, drafter_commit: str | None,
            candidate: dict | None, own: dict) -> tuned_settings.Use | None:
     """What a deployment takes of its tuned settings: `candidate` where a tuner tries one, else its tuned
@@ -210,7 +223,7 @@ def _tuned(host_class: str, profile_name: str, profile: dict, data: Any, drafter
 
 
 def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_members: dict | None,
-             service: ServiceHost, gpu: GpuRuntime, token_env: str, earlier: list[Engine], several: bool,
+             service: ServiceHost, gpu: GpuRuntime, token_env: str, several: bool,
              candidate: dict | None = None) -> dict:
     """A deployment's fields but its host's."""
     profile_name = entry["profile"]
@@ -250,7 +263,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
             if entry.get("port") is not None else None
         plan = layout.resolve(where, values, count, port, nccl_port, own_port)
     engine = server_config.engine(data, service, host_class, profile_name, profile, name,
-                                  (weights.target.local_dir, weights.drafter.local_dir), plan, group, earlier,
+                                  (weights.target.local_dir, weights.drafter.local_dir), plan, group,
                                   after_fabric_manager=gpu.expected.fabric_manager,
                                   user=server_config.deployment_user(service, name, several))
     return dict(name=name, weights=weights, engine=engine, node_group=group, tuned=use,

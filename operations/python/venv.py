@@ -11,26 +11,25 @@ A git requirement (``name @ git+URL@REF``) runs its build backend's code, which 
 build user (BUILD_USER, a system user without a login shell, the token, the keys or the weights) fetches
 the commit and builds it into a wheel in its own home, which root never acts inside; root takes the
 wheel from it on a pipe, into the virtualenv's own directory, and installs it (installing a wheel runs
-none of its code).
+none of its code), building none of its dependencies. Root never starts a virtualenv's own Python once
+anything is installed in it (its site-packages' .pth files run at every start): it reads versions from
+the files (VenvRequirement) and compiles bytecode with the interpreter the venv links to (``compiled``).
 """
 
-import hashlib
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
 from operations.basics import gathering, ownership
 from operations.basics.host_programs import inline
+from operations.python.pinned import RELEASE, committed_lock, fingerprint
 from operations.server.config import git_refs, home_of
 
 MARKER = ".specfleet-requirement"
 LOCK = ".specfleet-requirements.lock"  # in the virtualenv: the hash lock it was installed from
-LOCKS = Path(__file__).resolve().parent / "locks"  # committed hash locks, one per release: NAME==VERSION.txt
-RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.!+_-]+")
 
 
 UV_VERSION = "0.13.8"
@@ -68,13 +67,6 @@ class Uv:
         return f"{self.install_dir}/python"
 
 
-def committed_lock(requirement: str) -> str | None:
-    """The committed hash lock of a release pin (locks/NAME==VERSION.txt: it and every dependency,
-    each with its wheels' sha256), or None."""
-    path = LOCKS / f"{requirement}.txt"
-    return path.read_text() if RELEASE.fullmatch(requirement) and path.is_file() else None
-
-
 def hash_lock(requirement: str) -> str | None:
     """What the installer installs `requirement` from with --require-hashes: a requirement that carries its own
     --hash (a mirror's pinned build without dependencies), else the release's committed lock."""
@@ -93,15 +85,12 @@ def unchecked(requirement: str) -> str:
             "operations/python/locks/, or name a wheel (URL or path) with --hash=sha256:<its sha256>")
 
 
-def fingerprint(requirement: str, index_url: str | None) -> str:
-    """Identifies what was asked for: a change means a reinstall (and, for SGLang, a restart)."""
-    lock = committed_lock(requirement)
-    return hashlib.sha256(f"{requirement}|{index_url}{'|' + lock if lock else ''}".encode()).hexdigest()[:16]
-
-
 class VenvRequirement(FactBase):
     """
-    The version of `distribution` in the virtualenv and the fingerprint of the requirement it was built for.
+    The version of `distribution` in the virtualenv and the fingerprint of the requirement it was built for,
+    read from the files alone (host_scripts/python_state.py, on the system's python3): the virtualenv's own
+    interpreter runs every ``.pth`` file of its site-packages as it starts, and what a git build's wheel holds
+    is its pull request's to decide, so root never starts it.
 
     .. code:: python
 
@@ -109,21 +98,40 @@ class VenvRequirement(FactBase):
     """
 
     host_answer = "python_state.venv_requirement"
-    
+
     @classmethod
     def host_arguments(cls, kwargs: dict) -> dict:
         return {**kwargs, "marker": MARKER}
 
     def command(self, path: str, distribution: str) -> str:
-        venv = shlex.quote(path)
-        show = f"import importlib.metadata as m; print(m.version({distribution!r}))"
-        return (f"if [ -x {venv}/bin/python ]; then "
-                f"{venv}/bin/python -c {shlex.quote(show)} 2>/dev/null || echo; "
-                f"cat {venv}/{MARKER} 2>/dev/null || echo; fi")
+        return inline("python_state", path, distribution, MARKER)
 
     def process(self, output):
         version, marker = [*output, "", ""][:2]
         return {"version": version.strip() or None, "fingerprint": marker.strip() or None}
+
+
+class VenvsUsed(FactBase):
+    """
+    The virtualenvs DIRECTORY/STEM* and, for each, whether a file matching `units` (shell patterns: unit
+    files) names its Python (``VENV/bin/python ``, as an ExecStart starts it).
+
+    .. code:: python
+
+        {"/opt/specfleet/sglang-venv-3f2a9c0d1e4b5a6c": True, "/opt/specfleet/sglang-venv": False}
+    """
+
+    host_answer = "python_state.venvs_used"
+    default = dict
+
+    def command(self, directory: str, stem: str, units: tuple[str, ...]) -> str:
+        q = shlex.quote
+        return (f"for venv in {q(directory)}/{q(stem)}*; do if [ -d \"$venv\" ] && [ ! -L \"$venv\" ]; then "
+                f"if cat -- {' '.join(units)} 2>/dev/null | grep -qF -- \"$venv/bin/python \"; "
+                "then echo \"used $venv\"; else echo \"unused $venv\"; fi; fi; done")
+
+    def process(self, output):
+        return {path: used == "used" for used, _, path in (line.partition(" ") for line in output if line.strip())}
 
 
 _PYTHON_PROBE = f"""import sys
@@ -275,7 +283,23 @@ def git_build(requirement: str, path: str, index: str, uv: "Uv | None", install:
               f"cat -- {wheels}/\"$name\" > {venv}/{WHEEL_DIR}/\"$name\"")
     named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?)\s*@", requirement)
     wheel = f"{q(named.group(1) + ' @ file://')}\"$1\"" if named else '"$1"'
-    return [as_build_user(f"{fetch} && {built}"), handed, f"set -- {venv}/{WHEEL_DIR}/*.whl && {install}{wheel}"]
+    # The wheel's dependencies come from the index unchecked: root installs their wheels and builds none
+    # (an sdist's build backend is its author's code).
+    binary = "--no-build " if uv else "--only-binary :all: "
+    return [as_build_user(f"{fetch} && {built}"), handed,
+            f"set -- {venv}/{WHEEL_DIR}/*.whl && {install}{binary}{wheel}"]
+
+
+def compiled(path: str) -> str:
+    """The command compiling the virtualenv's modules to bytecode, as pip's install does in its own process
+    (the venv is root's: the service user could not write the .pyc files, and every server start would
+    compile torch's modules again). uv's --compile-bytecode starts the venv's own Python, which runs every
+    .pth file just installed (uv 0.13.8, measured): root starts the interpreter the venv links to instead,
+    isolated and without the site module (-I -S), which reads nothing of the venv but the files it
+    compiles. compileall's status 1 (a file that does not compile) is left to that file's import, as pip
+    and uv leave it."""
+    venv = shlex.quote(path)
+    return f'rc=0; "$(realpath {venv}/bin/python)" -I -S -m compileall -q -j 0 {venv}/lib || rc=$?; [ "$rc" -le 1 ]'
 
 
 @operation()
@@ -357,10 +381,7 @@ def requirement(path: str, requirement: str, distribution: str, index_url: str |
         # must not be served from an old copy (the index sends no validators).
         yield (f"rm -rf {venv} {shlex.quote(uv.cache)} && "
                f"{env}{shlex.quote(uv.binary)} venv --quiet --no-config --python {interpreter} {venv}")
-        # --compile-bytecode as pip does: the venv is root's, so the service user could not write the .pyc
-        # files, and every server start would compile torch's modules again.
-        install = (f"{env}{shlex.quote(uv.binary)} pip install --quiet --no-config --compile-bytecode "
-                   f"--python {venv}/bin/python {index}")
+        install = f"{env}{shlex.quote(uv.binary)} pip install --quiet --no-config --python {venv}/bin/python {index}"
     else:
         yield f"rm -rf {venv} && python3 -m venv {venv}"
         install = f"{venv}/bin/pip install --quiet --disable-pip-version-check --no-cache-dir {index}"
@@ -372,4 +393,36 @@ def requirement(path: str, requirement: str, distribution: str, index_url: str |
         yield from git_build(requirement, path, index, uv, install)
     else:
         yield f"{install}{shlex.quote(requirement)}"
+    if uv:
+        yield compiled(path)
     yield f"echo {wanted} > {venv}/{MARKER}"
+
+
+@operation()
+def unused_removed(directory: str, stem: str, units: tuple[str, ...], wanted: list[str]):
+    """
+    Remove the virtualenvs DIRECTORY/STEM* that `wanted` does not name and no unit file uses (``VenvsUsed``:
+    a replica's unit, or the previous one kept for its rollback, whose restore is then a restart, not a
+    rebuild), each said.
+
+    + directory: where the virtualenvs lie (root's)
+    + stem: the start of their names
+    + units: shell patterns of the unit files whose ExecStart may start one's Python
+    + wanted: the virtualenvs this run's deployments use
+
+    **Example:**
+
+    .. code:: python
+
+        venv.unused_removed(name="SGLang builds no unit uses", directory="/opt/specfleet", stem="sglang-venv",
+                            units=("/etc/systemd/system/sglang*.service*",), wanted=["/opt/specfleet/sglang-venv-3f2a9c0d1e4b5a6c"])
+    """
+    found = gathering.read(VenvsUsed, directory=directory, stem=stem, units=units) or {}
+    unused = sorted(path for path, used in found.items() if not used and path not in wanted)
+    if not unused:
+        host.noop(f"every {stem}* is wanted or used by a unit ({len(found)})")
+        return
+    for path in unused:
+        host.log_styled(f"{host.name}: removing {path} (no deployment wants it, no unit uses it)", fg="yellow")
+    # Root's own directories under root's install directory (ownership.root_directories).
+    yield "rm -rf -- " + " ".join(shlex.quote(path) for path in unused)

@@ -3,6 +3,7 @@ shares (`ServiceHost`: users, paths, network, keys), what every replica of a dep
 its profile's model and speculative settings, its class's tuning, its layout, operations/server/layout.py)
 and each replica (`Server`: its unit's name, GPUs and ports, and its deployment's `Engine`); typed, checked."""
 
+import difflib
 import functools
 import re
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Any
 
 from operations.basics import knobs, network
 from operations.nodes.group import NodeGroup
+from operations.python.pinned import fingerprint
 from operations.server.layout import Layout, unit_name
 from operations.server.speculative import Speculative, drafting, settings
 
@@ -147,7 +149,7 @@ class Engine:
     draft_model_dir: str  # the drafter's
     sglang_requirement: str
     sglang_version: str
-    venv_name: str  # its SGLang virtualenv, under install_dir (one per SGLang build on a host)
+    venv_name: str  # its SGLang virtualenv, under install_dir (one per SGLang build: `venv_name`)
     speculative: Speculative
     attention_backend: str
     draft_attention_backend: str
@@ -227,10 +229,25 @@ class Server:
         return network.url(network.LOOPBACK, self.port)
 
 
+def profile_named(data: Any, name: Any) -> dict:
+    """The profile `name` of the host's `profiles` (group_data/all.py, a site's), checked: an unknown name
+    raises BadHostData in one line with the nearest profile, as a misspelt knob meets its nearest knob
+    (operations/schema.py)."""
+    profiles = data.profiles if isinstance(data.profiles, dict) else {}
+    if isinstance(name, str) and name in profiles:
+        knobs.matching("profile", name, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
+                       "(a key of group_data/all.py profiles)")
+        return profiles[name]
+    known = ", ".join(sorted(profiles))
+    near = difflib.get_close_matches(str(name), list(profiles), n=1)
+    fix = f"did you mean {near[0]!r}? (profiles: {known};" if near else f"use one of {known} (profiles of"
+    raise knobs.refused("profile", name, f"{fix} group_data/all.py and a site's)", wrong="is no profile")
+
+
 def served_model_name(data: Any, profile_name: str | None = None) -> str:
     """The model name a profile (by default the host's `profile`) serves under (its workers' and its
     gateway's), checked."""
-    profile = data.profiles[profile_name or data.profile]
+    profile = profile_named(data, profile_name or data.profile)
     return knobs.matching("served_model_name", profile.get("served_model_name") or profile["target"]["repo"],
                           re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*"), "letters, digits and ._/-")
 
@@ -336,12 +353,12 @@ def ports(data: Any) -> tuple[int, int]:
 
 
 def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, profile: dict, deployment: str,
-           weights: tuple[str, str], plan: Layout, group: NodeGroup | None, earlier: list[Engine],
-           after_fabric_manager: bool, user: str) -> Engine:
+           weights: tuple[str, str], plan: Layout, group: NodeGroup | None, after_fabric_manager: bool,
+           user: str) -> Engine:
     """What the servers of `profile` on a host of `host_class` run, one a replica of `plan` (its GPUs, ports
     and TP size), loading `weights` (the target's and the drafter's directories); `group`: the node group
-    this host is part of; `earlier`: the host's deployments before this one (a build's virtualenv is
-    shared); `user`: who its servers run as (`deployment_user`). A bad value raises BadHostData."""
+    this host is part of; `user`: who its servers run as (`deployment_user`). A bad value raises
+    BadHostData."""
     tuning = data.sglang_tuning
     attention = profile["attention"]
     backends = tuning["attention_backends"]
@@ -374,7 +391,7 @@ def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, 
         sglang_requirement=requirement,
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
                                       "a version like 0.5.23"),
-        venv_name=_venv_name(requirement, deployment, earlier),
+        venv_name=venv_name(requirement, service.pip_index_url),
         speculative=_speculative(profile_name, profile["speculative"]),
         attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
         draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,
@@ -392,11 +409,8 @@ def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, 
     )
 
 
-def _venv_name(requirement: str, deployment: str, earlier: list[Engine]) -> str:
-    """One SGLang virtualenv per build on a host (its requirement, from the host's one index): the first
-    deployment's is `sglang-venv`, a later one with another build gets its own, named after it."""
-    same = next((s for s in earlier if s.sglang_requirement == requirement), None)
-    if same is not None:
-        return same.venv_name
-    return "sglang-venv" if not earlier else f"sglang-venv-{deployment}"
-
+def venv_name(requirement: str, index_url: str | None) -> str:
+    """A build's SGLang virtualenv under install_dir, one per build fingerprint (its requirement, lock and
+    index: operations/python/pinned.fingerprint): deployments of one build share it, and another build is
+    installed beside it, never over the one a running server loads (a unit moves to it by its restart)."""
+    return f"sglang-venv-{fingerprint(requirement, index_url)}"

@@ -9,7 +9,7 @@ from operations.basics.ownership import SystemUser, upload_paths
 from operations.nodes import rendezvous
 from operations.nodes.group import NodeGroup
 from operations.python import venv
-from operations.python.venv import HostPython, Uv, VenvRequirement
+from operations.python.venv import HostPython, Uv, VenvRequirement, VenvsUsed
 from operations.server import api_key, readiness, unit
 from operations.server.config import Engine, Server, ServiceHost
 from operations.server.unit import Restart
@@ -88,6 +88,30 @@ def server_serving(server: Server, restart: Restart, weight_bytes: int, group: N
     return configured
 
 
+VENV_STEM = "sglang-venv"  # every SGLang build's virtualenv is INSTALL_DIR/VENV_STEM* (config.venv_name)
+
+
+def unit_patterns(service: ServiceHost) -> tuple[str, ...]:
+    """The SGLang unit files of the host, the previous ones kept for a rollback among them."""
+    return (f"/etc/systemd/system/{service.service_prefix}*.service*",)
+
+
+def builds_pruned(service: ServiceHost, engines: tuple[Engine, ...]) -> OperationMeta:
+    """
+    Once every replica runs its wanted unit: remove the SGLang virtualenvs no deployment of the host wants
+    and no unit file uses. A unit's previous file (its rollback) keeps its build, so that going back to the
+    build before is a restart, not a rebuild.
+
+    **Example:**
+
+    .. code:: python
+
+        builds_pruned(worker.service, tuple(d.engine for d in deployments))
+    """
+    return venv.unused_removed(name="SGLang builds no unit uses", directory=service.install_dir, stem=VENV_STEM,
+                               units=unit_patterns(service), wanted=[e.venv for e in engines])
+
+
 @gathering.wants
 def _read(deployment) -> gathering.Wanted:
     e = deployment.engine
@@ -100,4 +124,5 @@ def _read(deployment) -> gathering.Wanted:
             (FileStates, dict(paths=(s.admin_key_file,))),
             (FileStates, dict(paths=tuple(upload_paths(s.install_dir)))),
             (HostPython, dict(uv=Uv(s.install_dir).binary)),
-            (VenvRequirement, dict(path=e.venv, distribution="sglang"))]  # each deployment's build
+            (VenvRequirement, dict(path=e.venv, distribution="sglang")),  # each deployment's build
+            (VenvsUsed, dict(directory=s.install_dir, stem=VENV_STEM, units=unit_patterns(s)))]

@@ -51,7 +51,10 @@ def hub_state(weights: Weights) -> HubState:
     A gated repo waiting for its terms is `pending`, apart from the problems: a host serving nothing
     yet is prepared meanwhile (``access_pending`` fails it once its downloads started)."""
     w = weights
-    endpoint = hub_url(w.hf_endpoint)
+    try:
+        endpoint = hub_url(w.hf_endpoint)
+    except HubProblem as problem:  # the controller's HF_ENDPOINT: no hub is asked
+        return HubState({}, [str(problem)], [])
     token = controller_token(w.hf_token_env)
 
     def one(repo: Repo):

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass, replace
 from urllib.parse import quote
 
+from operations.basics import knobs
 from operations.basics.knobs import COMMIT
 from operations.weights import hub_cache
 from operations.weights.hub_requests import HubOutage, asked
@@ -123,9 +124,26 @@ def once_per_run(function):
 
 
 def hub_url(endpoint: str | None) -> str:
-    """The hub asked for ENDPOINT (hf_endpoint): it, else HF_ENDPOINT as huggingface_hub reads it, else the
-    public hub."""
-    return (endpoint or os.environ.get("HF_ENDPOINT") or PUBLIC_HUB).rstrip("/")
+    """The hub asked for ENDPOINT (hf_endpoint, which the weights' config checked): it, else the controller's
+    HF_ENDPOINT as huggingface_hub reads it, checked as hf_endpoint is, else the public hub. The token goes
+    to it, so a plain-HTTP or malformed HF_ENDPOINT raises HubProblem, and nothing is sent.
+
+    **Example:** ``hub_url(None)`` is ``"https://huggingface.co"`` without HF_ENDPOINT.
+    """
+    if endpoint:
+        return endpoint.rstrip("/")
+    variable = os.environ.get("HF_ENDPOINT")
+    if not variable:
+        return PUBLIC_HUB
+    try:
+        checked = knobs.url("HF_ENDPOINT", variable)
+    except knobs.BadHostData:  # not a URL, or one with credentials
+        checked = None
+    if checked is None or not checked.startswith("https://"):
+        raise HubProblem(f"the controller's HF_ENDPOINT={knobs.without_userinfo(variable)!r} is no https:// URL "
+                         "without credentials, and the token would go to it: fix or unset it (or name the hub in "
+                         "hf_endpoint, where allow_http_hub=true trusts plain HTTP)")
+    return checked.rstrip("/")
 
 
 def refusal(code: str | None, where: str, repo_id: str, revision: str) -> HubProblem | None:

@@ -74,7 +74,7 @@ def asked(method: str, url: str, token: str | None) -> Answer:
     try:
         request = urllib.request.Request(url, method=method, headers={
             "User-Agent": "specfleet", **({"Authorization": f"Bearer {token}"} if token else {})})
-    except ValueError as error:  # a URL that names no HTTP server (HF_ENDPOINT is not checked as hf_endpoint is)
+    except ValueError as error:  # a URL that names no HTTP server
         raise HubOutage(f"{url}: {error}") from None
     handlers = [_Unfollowed()]
     if url.startswith("https://"):

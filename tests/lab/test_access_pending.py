@@ -68,7 +68,7 @@ def test_prepared_while_the_drafter_waits_for_access_then_only_the_drafter_is_fe
     assert f"everything else is prepared and the downloads it may read go on in their units " \
            f"({WEIGHTS.target.unit_name}.service)" in pending.output
     started = operations_started(pending.output)
-    assert {"NVIDIA open driver", "Boot into the installed driver", "SGLang (sglang-venv)",
+    assert {"NVIDIA open driver", "Boot into the installed driver", f"SGLang ({SERVER.engine.venv_name})",
             "GPU smoke test", "Weights"} <= set(started) and started[-1] == "Access to gated repos", started
     # Prepared: driver loaded, SGLang's venv, the target downloading in its unit; nothing serves yet.
     assert fleet.ssh(fresh, "nvidia-smi -L | wc -l").strip() == "8"

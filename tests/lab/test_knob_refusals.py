@@ -1,13 +1,16 @@
 """A misspelt knob, at any layer, is refused in one line naming it and the knob meant, before any host changes
 (operations/schema.py); --dry gates a change: a refused host makes it exit non-zero, with -y too."""
 
+import os
 import re
 import subprocess
+import sys
 
 import pytest
 
+import lab
 from lab import fleet
-from tests.helpers import (LAB_INVENTORY, PYINFRA, REPO, UNIT_FILE, main_pid, operations_started, run_deploy,
+from tests.helpers import (LAB_HOSTS, LAB_INVENTORY, PYINFRA, REPO, UNIT_FILE, main_pid, operations_started, run_deploy,
                            write_group_data)
 
 pytestmark = pytest.mark.lab
@@ -70,3 +73,52 @@ def test_a_kv_cache_below_min_kv_tokens_is_refused_in_dry_in_one_line(deployed_l
     assert re.search(rf"\[{pcie_host.name}\] {pcie_host.name}: sglang@kimi_k26_dflash-gpu0-7: its KV cache holds "
                      r"\d+ tokens \([\d.]+ GiB a GPU at \d+ bytes a token\), fewer than min_kv_tokens 100000000: "
                      r"run fewer replicas", line), line
+
+
+
+@pytest.fixture(scope="module")
+def with_gateway_host(lab_hosts):
+    """The shared lab's hosts and a gateway host (lab-gateway-1, booted, not deployed: the refusals below are
+    made from the inventory's data before any host changes); the gateway host is stopped afterwards."""
+    yield lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None)
+    lab.up(LAB_HOSTS, log=lambda line: None)
+
+
+@pytest.mark.parametrize("tool, args", [
+    ("pyinfra", ["deploy.py", "--dry"]), ("pyinfra", ["-y", "deploy.py"]), ("pyinfra", ["bench.py", "--dry"]),
+    ("pyinfra", ["tune.py", "--dry"]), ("pyinfra", ["status.py"]), ("rollout.py", ["-y"]), ("pin.py", [])],
+    ids=["deploy --dry", "deploy -y", "bench --dry", "tune --dry", "status", "rollout", "pin"])
+@pytest.mark.parametrize("typo", [False, True], ids=["--data profile=nosuch", "site typo"])
+def test_an_unknown_profile_is_one_line_per_host_with_the_nearest_name_on_every_command(
+        with_gateway_host, tmp_path, tool, args, typo):
+    """An inventory with a gateway reads the profile on every host, the gateway's model included: an unknown
+    name is one line a host that reads it (the nearest profile named), exit 1, no traceback, whatever the
+    command. A bench, a tune and pin read the workers' alone; a rollout stops at its first batch's."""
+    site = tmp_path / "site"
+    (site / "group_data").mkdir(parents=True)
+    if typo:
+        (site / "group_data" / "all.py").write_text('profile = "qwen36_ddtre"\n')
+        chosen, refusal = [], ("profile='qwen36_ddtre' is no profile: did you mean 'qwen36_ddtree'? (profiles: "
+                               "kimi_k26_ddtree, kimi_k26_dflash, qwen36_ddtree; group_data/all.py and a site's)")
+    else:
+        chosen, refusal = ["--data", "profile=nosuch"], ("profile='nosuch' is no profile: use one of kimi_k26_ddtree, "
+                                                         "kimi_k26_dflash, qwen36_ddtree (profiles of "
+                                                         "group_data/all.py and a site's)")
+    argv = [str(PYINFRA), *(["-y"] if "-y" in args else []), LAB_INVENTORY, *(a for a in args if a != "-y")] \
+        if tool == "pyinfra" else [sys.executable, tool, LAB_INVENTORY, *args]
+    run = subprocess.run([*argv, *chosen], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         stdin=subprocess.DEVNULL,
+                         env={**os.environ, "HF_TOKEN": "hf_lab_granted", "SPECFLEET_SITE": str(site)})
+    output = run.stdout + run.stderr
+    assert run.returncode == 1 and "Traceback" not in output and "KeyError" not in output, output[-3000:]
+    said = [line for line in output.splitlines() if refusal in line]
+    workers = [h.name for h in with_gateway_host if h.host_class != "gateway"]
+    if tool == "rollout.py":
+        readers = [re.search(r"rollout: batch 1/\d+: (\S+)", output)[1]]
+    elif tool == "pin.py" or args[0] in ("bench.py", "tune.py"):
+        readers = workers
+    else:
+        readers = [h.name for h in with_gateway_host]
+    for name in readers:  # the refusal line (the status table's row)
+        assert [line for line in said if name in line], output[-3000:]
+    assert not [line for line in said if not any(name in line for name in readers)], output[-3000:]

@@ -25,7 +25,7 @@ from lab.config import TOKEN_GRANTED
 from lab.repos import QWEN, QWEN_RETRAINED
 from lab.services import HUB_STATE, HUB_STORE
 from lab.hub import read_request_log
-from operations.deployment import resolve
+from operations.deployment import resolve, resolve_host
 from tests.faults.faultlab import TARGET_DIR, http_status, wait_for
 from tests.helpers import REPO, SGLANG_UNIT, changed_operations, main_pid, operations_started, run_deploy, write_group_data
 from tests.lab.test_serving_benchmark import run_bench
@@ -133,8 +133,11 @@ def test_two_models_on_one_host_on_disjoint_gpus_each_verified_and_benchmarked_o
             own = fleet.ssh(host, f"runuser -u {mine} -- touch /home/{mine}/.cache/planted && echo wrote "
                                   f"&& rm /home/{mine}/.cache/planted", check=False).strip()
             assert (touched, own) == ("refused", "wrote"), (mine, theirs, touched, own)
-        venvs = fleet.ssh(host, "ls -d /opt/specfleet/sglang-venv*").split()
-        assert venvs == ["/opt/specfleet/sglang-venv", "/opt/specfleet/sglang-venv-qwen36_ddtree"]
+        # A virtualenv per build: the two deployments' builds differ (the release, the DDTree pull request).
+        venvs = set(fleet.ssh(host, "ls -d /opt/specfleet/sglang-venv*").split())
+        wanted = {d.engine.venv for d in resolve_host(host_data("rtx_pro_6000_pcie", lab=True,
+                                                                deployments=TWO_MODELS[host.name]), "rtx_pro_6000_pcie")}
+        assert len(wanted) == 2 and wanted <= venvs, venvs
         checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/deployed",
                                  "--inventory", "lab/inventory.py", "--limit", host.name, "-k", "not token"],
                                 cwd=REPO, capture_output=True, text=True, timeout=600,

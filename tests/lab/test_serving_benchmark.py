@@ -14,7 +14,9 @@ import pytest
 
 from lab import fleet
 from tests.faults.faultlab import TARGET_DIR, wait_for
+from operations.deployment import resolve
 from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, SGLANG_UNIT, changed_operations, run_deploy, server_info
+from tests.unit.group_data import host_data
 
 pytestmark = pytest.mark.lab
 
@@ -154,7 +156,9 @@ if "specfleet-bench.service" in _record():
 '''
 CONFINED_LOG = "/home/sglang/.cache/specfleet-spy.jsonl"  # writable in the units (their ReadWritePaths)
 SPY = SPY.replace("CONFINED_LOG", repr(CONFINED_LOG))
-SITE = "$(ls -d /opt/specfleet/sglang-venv/lib/python3*/site-packages)"
+# The SGLang build the shared lab's pcie host serves (one virtualenv per build: config.venv_name).
+SGLANG_VENV = resolve(host_data("rtx_pro_6000_pcie", lab=True), "rtx_pro_6000_pcie").engine.venv
+SITE = f"$(ls -d {SGLANG_VENV}/lib/python3*/site-packages)"
 CLIENT_SITE = "$(ls -d /opt/specfleet/bench-venv/lib/python3*/site-packages)"
 
 
@@ -245,7 +249,7 @@ def test_the_bench_validates_flags_as_the_service_user_offline_with_the_units_en
     for p in resolutions:
         assert (p["uid"], p["HF_HUB_OFFLINE"], p["HF_HOME"], p["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"]) == (
             b.uid, "1", "/home/sglang/.cache/sglang-huggingface", "1"), p  # the unit's own HF_HOME, not the token's
-    assert [p for p in b.python if p["uid"] == 0 and p["prefix"] == "/opt/specfleet/sglang-venv"] == []
+    assert [p for p in b.python if p["uid"] == 0 and p["prefix"] == SGLANG_VENV] == []
 
 
 def test_every_process_of_the_models_code_runs_in_a_confined_unit_reaching_neither_token_nor_key(hostile_bench):
@@ -259,13 +263,13 @@ def test_every_process_of_the_models_code_runs_in_a_confined_unit_reaching_neith
     assert {p["unit"].startswith("run-") and p["unit"].endswith(".service") for p in resolutions} == {True}, \
         resolutions
     assert {p["unit"] for p in clients} == {"specfleet-bench-client.service"}, clients
-    # The deploy's own facts read the client's version as root (importlib.metadata, no model code).
     model_code = [p for p in b.python if p["uid"] != 0]
     assert [p for p in model_code if not p["unit"] or p["unit"].endswith(".scope")] == []  # no SSH session's
     assert [p for p in model_code if p["token"]] == []
     # The deployed units read their API key (they check it); nothing else of the model's code does.
     assert [p for p in model_code if p["api_key"] and not p["unit"].startswith("sglang@")] == []
-    assert [p for p in b.python if p["uid"] == 0 and "importlib.metadata" not in " ".join(p["argv"])] == []
+    # Root starts no Python of either virtualenv: the deploy's facts read their versions from the files.
+    assert [p for p in b.python if p["uid"] == 0] == []
 
 
 def test_the_bench_unit_is_confined_as_the_sglang_unit_with_the_weights_read_only(hostile_bench):

@@ -30,6 +30,6 @@ def test_a_fresh_trixie_host_serves_after_one_deploy_with_install_driver(trixie)
     print(f"trixie, from zero to serving: {time.monotonic() - start:.0f} s")
     assert first.returncode == 0, first.output[-3000:]
     assert "/compute/cuda/repos/debian13/x86_64/ /" in fleet.ssh(trixie, "cat /etc/apt/sources.list.d/cuda-*.list")
-    assert fleet.ssh(trixie, "/opt/specfleet/sglang-venv/bin/python -c 'import sys; print(sys.version_info[:2])'"
+    assert fleet.ssh(trixie, "runuser -u sglang -- /opt/specfleet/sglang-venv-*/bin/python -c 'import sys; print(sys.version_info[:2])'"
                      ).strip() == "(3, 13)"
     assert server_info(trixie)["speculative_algorithm"] == "DFLASH"

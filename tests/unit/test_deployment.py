@@ -12,6 +12,7 @@ from operations.deployment import HOST_CLASSES, host_class_of, resolve, resolve_
 from operations.weights.hub import RepoSnapshot
 from operations.basics import knobs
 from operations.basics.knobs import BadHostData
+from operations.python.venv import fingerprint
 from operations.basics.templates import render
 from operations.gateway import config as gateway_config
 from operations.weights.checks import unpinned
@@ -137,7 +138,10 @@ def test_numbers_are_numbers_whichever_way_they_arrive():
     ("bind_address", "everywhere", "bind_address='everywhere' is not an IP address"),
     ("hf_token_env", "HF TOKEN", "hf_token_env='HF TOKEN' is not accepted: use a variable name"),
     ("profile", "kimi_k26_dlfash",
-     "profile='kimi_k26_dlfash' is not accepted: use one of kimi_k26_ddtree, kimi_k26_dflash, qwen36_ddtree"),
+     "profile='kimi_k26_dlfash' is no profile: did you mean 'kimi_k26_dflash'? (profiles: kimi_k26_ddtree, "
+     "kimi_k26_dflash, qwen36_ddtree; group_data/all.py and a site's)"),
+    ("profile", "nosuch", "profile='nosuch' is no profile: use one of kimi_k26_ddtree, kimi_k26_dflash, "
+     "qwen36_ddtree (profiles of group_data/all.py and a site's)"),
 ])
 def test_a_bad_knob_is_one_line_naming_the_knob_the_value_and_what_is_accepted(knob, value, message):
     with pytest.raises(BadHostData) as refused:
@@ -304,7 +308,11 @@ def test_a_host_serves_two_models_on_disjoint_gpus_each_with_its_own_units_ports
         dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")]), "rtx_pro_6000_pcie")
     assert layout_of(kimi) == [("sglang@kimi_k26_dflash-gpu0-3", (0, 1, 2, 3), 30000, 4)]
     assert layout_of(qwen) == [(f"sglang@qwen-gpu{i}", (i,), 30000 + i, 1) for i in (4, 5, 6, 7)]
-    assert (kimi.engine.venv, qwen.engine.venv) == ("/opt/specfleet/sglang-venv", "/opt/specfleet/sglang-venv-qwen")
+    # Each build's virtualenv is named by its fingerprint, so another build never lands on a running one.
+    assert (kimi.engine.venv, qwen.engine.venv) == tuple(
+        f"/opt/specfleet/sglang-venv-{fingerprint(e.sglang_requirement, e.service.pip_index_url)}"
+        for e in (kimi.engine, qwen.engine))
+    assert kimi.engine.venv != qwen.engine.venv
     assert kimi.weights.target.repo_dir != qwen.weights.target.repo_dir
     # Two deployments of one build share its virtualenv; a deployment's port moves its replicas together.
     a, b = resolve_host(host_data("rtx_pro_6000_pcie", deployments=[

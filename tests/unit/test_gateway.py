@@ -66,6 +66,18 @@ def test_a_value_that_would_reach_the_unit_file_unchecked_is_one_line_naming_the
     assert "\n" not in str(refused.value) and repr(value) in str(refused.value)
 
 
+@pytest.mark.parametrize("profile, fix", [
+    ("qwen36_ddtre", "did you mean 'qwen36_ddtree'?"), ("nosuch", "use one of kimi_k26_ddtree, kimi_k26_dflash")])
+def test_a_gateway_of_an_unknown_profile_is_refused_in_one_line_with_the_nearest_profile(profile, fix):
+    """The gateway reads its model from the host's profile: an unknown one is BadHostData (deploy.py, status.py
+    and the fleet's membership refuse the host in its line), not a KeyError out of the run."""
+    with pytest.raises(BadHostData) as refused:
+        resolve_gateway(host_data("gateway", profile=profile))
+    assert str(refused.value).startswith(f"profile={profile!r} is no profile: {fix}"), str(refused.value)
+    gateway = inventory_host("gw", ["gateway"], profile=profile)
+    assert fleet([gateway]).gateways[0].problem == f"gw: {refused.value}"
+
+
 def test_workers_are_the_inventory_hosts_serving_the_gateways_model_at_their_network_address():
     gateway = inventory_host("gw", ["gateway"])
     inventory = [

@@ -63,7 +63,8 @@ def test_first_run_tests_as_the_service_user_with_the_sglang_venv_and_the_class_
     assert command.args[1] == "/opt/specfleet/gpu-smoke.json"  # where root writes what it printed
     assert command.args[0].startswith("cd / && ")
     argv = shlex.split(command.args[0].removeprefix("cd / && "))
-    python = argv.index("/opt/specfleet/sglang-venv/bin/python")
+    python = argv.index(f"{smoke_test().venv}/bin/python")
+    assert smoke_test().venv == resolve(host_data("b200_nvlink"), "b200_nvlink").engine.venv
     assert argv[:5] == ["runuser", "-u", "sglang", "--", "env"]
     assert argv[5:python] == [f"{k}={v}" for k, v in sorted(smoke_test().env.items())]
     assert argv[python + 1:] == ["/opt/specfleet/bin/gpu_smoke.py", "--floor-gbps", "150.0", "--timeout", "180",

@@ -24,7 +24,7 @@ from operations.deployment.preflight import LoginUser
 from operations.server.readiness import ServerProbe
 from operations.basics.file_states import UserFileStates
 from operations.basics.units import ServiceState
-from operations.python.venv import MARKER, VenvRequirement
+from operations.python.venv import MARKER, VenvRequirement, VenvsUsed
 from tests.gpu_standin_env import gpu_standin_env
 from tests.helpers import host_programs_importable
 
@@ -139,6 +139,32 @@ def test_venv_versions_from_dist_info_as_the_venvs_own_python_reads_them(tmp_pat
                  (VenvRequirement, dict(path=str(tmp_path / "no-venv"), distribution="some-dist"))], env)
     assert own_command(VenvRequirement, env, path=str(venv), distribution="some-dist") == \
         {"version": "1.2.3+lab", "fingerprint": "3f2a9c0d1e4b5a6c"}
+    show = "import importlib.metadata as m; print(m.version('some-dist'))"
+    assert subprocess.run([venv / "bin" / "python", "-c", show], capture_output=True, text=True,
+                          check=True).stdout.strip() == "1.2.3+lab"  # what the venv's own Python reads
+    # A bin/python whose interpreter's name carries no version: the venv's one site-packages, still unstarted.
+    (venv / "bin" / "python").unlink()
+    (venv / "bin" / "python").symlink_to("/bin/true")
+    assert own_command(VenvRequirement, env, path=str(venv), distribution="some-dist")["version"] == "1.2.3+lab"
+
+
+def test_the_venvs_a_unit_file_starts_as_their_own_command_reads_them(tmp_path):
+    """A build's virtualenv is used while a unit file, or the previous one kept for its rollback, starts its
+    Python; `sglang-venv` is not used by a unit naming `sglang-venv-a` (the path is matched whole)."""
+    for name in ("sglang-venv", "sglang-venv-a", "sglang-venv-b", "sglang-venv-c"):
+        (tmp_path / name / "bin").mkdir(parents=True)
+    (tmp_path / "sglang-venv-link").symlink_to(tmp_path / "sglang-venv-c")  # a link is no venv of its own
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "sglang@x-gpu0.service").write_text(f"ExecStart={tmp_path}/sglang-venv-a/bin/python /opt/launch.py\n")
+    (units / "sglang@x-gpu0.service.specfleet-previous").write_text(
+        f"ExecStart={tmp_path}/sglang-venv-b/bin/python /opt/launch.py\n")
+    (units / "other.service").write_text(f"ExecStart={tmp_path}/sglang-venv-c/bin/python /opt/launch.py\n")
+    kwargs = dict(directory=str(tmp_path), stem="sglang-venv", units=(f"{units}/sglang*.service*",))
+    assert_same([(VenvsUsed, kwargs)], dict(os.environ))
+    assert own_command(VenvsUsed, dict(os.environ), **kwargs) == {
+        f"{tmp_path}/sglang-venv": False, f"{tmp_path}/sglang-venv-a": True, f"{tmp_path}/sglang-venv-b": True,
+        f"{tmp_path}/sglang-venv-c": False}
 
 
 @pytest.mark.skipif(not Path("/run/systemd/system").is_dir(), reason="needs systemd as init")

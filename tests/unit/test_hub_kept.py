@@ -2,12 +2,14 @@
 access still asked of the hub with plain requests (hub_requests.py): against the lab hub on 127.0.0.1 (the `hub`
 fixture), as huggingface_hub's client path answers them (operations/weights/hub.py)."""
 
+import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -276,3 +278,35 @@ def test_the_token_is_in_no_refusal_or_outage(hub, cache_home, token):
     said.append(token_problem(hub.url, token))
     assert len([text for text in said if text and text != "None"]) >= 5
     assert [text for text in said if token in text or "hf_secret" in text] == [], said
+
+
+def test_a_plain_http_hf_endpoint_on_the_controller_is_refused_before_the_token_is_sent(monkeypatch):
+    """HF_ENDPOINT is the hub the controller asks where hf_endpoint names none: it is held to hf_endpoint's
+    https check, so the token never travels in clear to it (a listener on loopback records what reaches it)."""
+    heard = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            heard.append((self.path, self.headers.get("Authorization")))
+            body = b'{"name": "lab"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.setenv("HF_TOKEN", TOKEN_GRANTED)
+        state = hub_state(resolve(host_data("b200_nvlink"), "b200_nvlink").weights)
+        assert token_problem(None, TOKEN_GRANTED).startswith("the controller's HF_ENDPOINT='http://127.0.0.1:")
+        server.shutdown()
+    assert heard == [] and state.snapshots == {} and len(state.problems) == 1
+    assert "HF_ENDPOINT" in state.problems[0] and "https://" in state.problems[0]
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example/mirror/")  # https: the controller's hub
+    assert weights_hub.hub_url(None) == "https://hub.example/mirror"

@@ -95,10 +95,28 @@ def test_uv_builds_the_venv_on_the_system_python_and_installs_hash_checked():
     commands = install_with_uv("huggingface_hub==2.4.0", DEBIAN12)
     assert commands[0] == (f"rm -rf {VENV} /opt/specfleet/uv-cache && {UV_ENV}/opt/specfleet/bin/uv venv --quiet --no-config "
                            f"--python python3 --no-python-downloads {VENV}")
-    assert commands[2] == (f"{UV_ENV}/opt/specfleet/bin/uv pip install --quiet --no-config --compile-bytecode "
+    assert commands[2] == (f"{UV_ENV}/opt/specfleet/bin/uv pip install --quiet --no-config "
                            f"--python {VENV}/bin/python "
                            f"--index-url http://index/simple/ --require-hashes -r {VENV}/.specfleet-requirements.lock")
-    assert len(commands) == 4
+    # Bytecode from the interpreter the venv links to, isolated and without site (no .pth file of the venv runs).
+    assert commands[3] == (f'rc=0; "$(realpath {VENV}/bin/python)" -I -S -m compileall -q -j 0 {VENV}/lib '
+                           '|| rc=$?; [ "$rc" -le 1 ]')
+    assert len(commands) == 5
+
+
+def test_root_never_starts_a_venvs_python_once_anything_is_installed_in_it():
+    """Every .pth file of a venv's site-packages runs when its Python starts, and a git build's wheel is its
+    pull request's: root's commands start the venv's Python only while it is empty (uv's install asks it its
+    version), the fact reads the files on the system's python3, and uv's --compile-bytecode (which starts
+    the venv's Python after installing) is never asked for."""
+    for python in (DEBIAN12, {**PPC64LE, "python": "3.12.3"}):
+        for requirement in ("huggingface_hub==2.4.0", GIT_BUILD, "x==1"):
+            commands, _ = fakehost.run(venv.requirement, {VenvRequirement: {"version": None, "fingerprint": None},
+                                                          HostPython: python},
+                                       path=VENV, requirement=requirement, distribution="x", uv=UV)
+            assert [c for c in commands if "--compile-bytecode" in c] == [], commands
+    fact = VenvRequirement().command(path=VENV, distribution="sglang")
+    assert fact.startswith("python3 -c ") and f"{VENV}/bin/python" not in fact and VENV in shlex.split(fact)
 
 
 def test_uv_provides_python_311_where_the_system_one_is_older():
@@ -205,7 +223,8 @@ def test_a_git_requirement_is_built_by_the_build_user_and_root_installs_only_its
                                                   HostPython: python},
                                path=VENV, requirement=GIT_BUILD, distribution="sglang",
                                index_url="http://index/simple/", uv=UV)
-    create, build, handed, installed, marker = commands
+    create, build, handed, installed, *compiled, marker = commands
+    assert len(compiled) == (1 if python is DEBIAN12 else 0)
     assert create.startswith(f"rm -rf {VENV}")
     # The clone, the checkout and the build backend's code run as the build user alone, in its own directory.
     assert build.startswith(BUILD_AS_USER) and build.count("runuser") == 1
@@ -225,7 +244,9 @@ def test_a_git_requirement_is_built_by_the_build_user_and_root_installs_only_its
                            f'"$name" > {VENV}/.specfleet-wheel/"$name"')
     # Root's installer is given that wheel, never the git URL (which it would build itself).
     assert installed.startswith(f"set -- {VENV}/.specfleet-wheel/*.whl && ")
-    assert installed.endswith("--index-url http://index/simple/ 'sglang @ file://'\"$1\"")
+    # It builds nothing: a dependency's sdist would run its author's build backend as root.
+    binary = "--no-build " if python is DEBIAN12 else "--only-binary :all: "
+    assert installed.endswith(f"--index-url http://index/simple/ {binary}'sglang @ file://'\"$1\"")
     assert "git+" not in installed and "runuser" not in installed
     assert marker == f"echo {venv.fingerprint(GIT_BUILD, 'http://index/simple/')} > {VENV}/.specfleet-requirement"
 
@@ -264,11 +285,16 @@ def test_the_wheels_name_is_taken_only_when_it_is_one_plain_wheel(tmp_path):
 
 BACKEND = '''import os, zipfile
 
+# Every start of a Python whose site-packages holds the wheel leaves a file naming its uid in STARTS.
+PTH_LINE = "import os; open(os.path.join(STARTS, 'uid-%d-pid-%d' % (os.getuid(), os.getpid())), 'w').close()\\n"
+
+
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    """A wheel whose module records who built it."""
+    """A wheel whose module records who built it, and whose .pth records who starts its Python."""
     name, info = "uidprobe-1.0-py3-none-any.whl", "uidprobe-1.0.dist-info"
     with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as wheel:
         wheel.writestr("uidprobe.py", f"BUILT_BY_UID = {os.getuid()}\\n")
+        wheel.writestr("uidprobe_starts.pth", PTH_LINE)
         wheel.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\\nName: uidprobe\\nVersion: 1.0\\n")
         wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\\nGenerator: t\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n")
         wheel.writestr(f"{info}/RECORD", "")
@@ -276,8 +302,6 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/git").exists() or not Path("/usr/bin/python3").exists(),
-                    reason="runs runuser as root, the system's git and python3")
 def as_runuser(command: str) -> str:
     """The build's transient unit as this machine can run it (systemd is not its init): the same user, script
     and environment, through runuser; what the unit adds (its processes ended, its home read-only) is
@@ -291,6 +315,8 @@ def as_runuser(command: str) -> str:
             + " ".join(shlex.quote(e) for e in env) + " " + " ".join(shlex.quote(w) for w in words[words.index("--") + 1:]))
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/git").exists() or not Path("/usr/bin/python3").exists(),
+                    reason="runs runuser as root, the system's git and python3")
 def test_the_git_build_commands_build_as_another_user_and_root_installs_the_wheel():
     """The commands `requirement` yields for a git requirement, run for real with `nobody` as the build user
     (the only change: its name and home): a pull request's commit on no branch is fetched, its build backend
@@ -302,7 +328,10 @@ def test_the_git_build_commands_build_as_another_user_and_root_installs_the_whee
         source.mkdir()
         (source / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
                                                'backend-path = ["."]\n')
-        (source / "backend.py").write_text(BACKEND)
+        starts = base / "starts"
+        starts.mkdir(mode=0o777)
+        starts.chmod(0o1777)
+        (source / "backend.py").write_text(BACKEND.replace("STARTS", repr(str(starts))))
         git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(source)]
         subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
         subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "base"], check=True)
@@ -331,11 +360,38 @@ def test_the_git_build_commands_build_as_another_user_and_root_installs_the_whee
             ran = subprocess.run(["sh", "-c", f"umask 022 && {command}"], capture_output=True, text=True,
                                  env={**os.environ, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
             assert ran.returncode == 0, (command, ran.stderr)
-        built_by = subprocess.run([f"{path}/bin/python", "-c", "import uidprobe; print(uidprobe.BUILT_BY_UID)"],
+        # The deploy reads what the venv holds as root: from its files, no Python of the venv started.
+        fact = VenvRequirement()
+        read = subprocess.run(["sh", "-c", fact.command(path=path, distribution="uidprobe")], capture_output=True,
+                              text=True, check=True).stdout.splitlines()
+        facts = fact.process(read)
+        assert facts == {"version": "1.0", "fingerprint": venv.fingerprint(f"uidprobe @ git+file://{bare}@{commit}", None)}
+        assert [p.name for p in starts.iterdir() if p.name.startswith("uid-0-")] == []
+        built_by = subprocess.run(["runuser", "-u", "nobody", "--", f"{path}/bin/python", "-c",
+                                   "import uidprobe; print(uidprobe.BUILT_BY_UID)"],
                                   capture_output=True, text=True, check=True).stdout.strip()
-        assert int(built_by) == pwd.getpwnam("nobody").pw_uid != 0
+        nobody = pwd.getpwnam("nobody").pw_uid
+        assert int(built_by) == nobody != 0
+        assert {p.name.split("-pid-")[0] for p in starts.iterdir()} == {f"uid-{nobody}"}  # the .pth does run
         [wheel] = (Path(path) / venv.WHEEL_DIR).iterdir()
         assert wheel.name == "uidprobe-1.0-py3-none-any.whl" and wheel.stat().st_uid == 0
         assert not (base / "home" / "build" / "src").exists()  # the build user removed its checkout
     finally:
         shutil.rmtree(base)
+
+
+def test_builds_no_deployment_wants_and_no_unit_uses_are_removed_after_the_units_moved():
+    """One virtualenv per build: those a unit file names (a replica's, or its rollback's) stay, so that going
+    back to the build before is a restart; the rest no deployment wants are removed, each said."""
+    used = {"/opt/specfleet/sglang-venv-new": True, "/opt/specfleet/sglang-venv-before": True,
+            "/opt/specfleet/sglang-venv-older": False, "/opt/specfleet/sglang-venv": False,
+            "/opt/specfleet/sglang-venv-built": False}
+    arguments = dict(directory="/opt/specfleet", stem="sglang-venv", units=("/etc/systemd/system/sglang*.service*",),
+                     wanted=["/opt/specfleet/sglang-venv-new", "/opt/specfleet/sglang-venv-built"])
+    commands, host = fakehost.run_host(venv.unused_removed, {venv.VenvsUsed: used}, **arguments)
+    assert commands == ["rm -rf -- /opt/specfleet/sglang-venv /opt/specfleet/sglang-venv-older"]
+    assert host.logged == [f"host-1: removing /opt/specfleet/{name} (no deployment wants it, no unit uses it)"
+                           for name in ("sglang-venv", "sglang-venv-older")]
+    commands, noops = fakehost.run(venv.unused_removed, {venv.VenvsUsed: {"/opt/specfleet/sglang-venv-new": True}},
+                                   **arguments)
+    assert commands == [] and noops == ["every sglang-venv* is wanted or used by a unit (1)"]

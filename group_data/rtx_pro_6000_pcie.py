@@ -37,20 +37,21 @@ expected_gpus = dict(
 layouts = dict(
     # Kimi K2.6's ~595 GB of weights: 74 GB a card at TP 8 of 86 GB usable (0.90 of 96 GB); at TP 4,
     # 149 GB a card does not fit. One server over all eight cards. Its KV cache with the drafter holds
-    # about 203,000 tokens (70,272 bytes a token of MLA), less than the model's 262,144-token context, and
+    # about 222,000 tokens (70,272 bytes a token of MLA), less than the model's 262,144-token context, and
     # SGLang would refuse a longer request anyway (max_req_input_len): the context is 192K, which it holds
-    # once, 24 requests of 8,192 tokens. An fp8 KV cache would double the pool, but whether FlashInfer's MLA
+    # once, 27 requests of 8,192 tokens. An fp8 KV cache would double the pool, but whether FlashInfer's MLA
     # kernels serve it on sm_120 is unmeasured.
     kimi_k26_dflash=dict(tp_size=8, context_length=196608),
     # Qwen3.6-27B's ~54 GB fits one card with ~30 GB left for the KV cache. A TP 8 server pays a PCIe
     # all-reduce on every token (through the CPU where the host's smoke test turns peer-to-peer off);
     # eight TP 1 replicas pay none. The CT200 measurements that started this project: DDTree (budget
     # 15) 6.5x autoregressive decoding on one GPU, its lead narrowing at higher concurrency under PCIe
-    # all-reduce. A TP 1 replica's KV cache holds about 224,000 tokens, less than the model's 262,144-token
+    # all-reduce. A TP 1 replica's KV cache holds about 233,000 tokens, less than the model's 262,144-token
     # context: the context is 160K, which it holds once, and SGLang runs 5 requests at once, bound by its
     # recurrent state's slots (3 a request with no_buffer, and an intermediate state per draft token for
-    # each running request); TP 2 would hold about 785,000 and run 19 a replica. Per-request speed is what TP 1 was measured for; the host's
-    # throughput at high concurrency may favour TP 2 (tune.py measures both on the host).
+    # each running request); TP 2 would hold about 814,000 and run 19 a replica. Per-request speed is what
+    # TP 1 was measured for; the host's throughput at high concurrency may favour TP 2 (tune.py measures
+    # both on the host).
     qwen36_ddtree=dict(tp_size=1, context_length=163840),
 )
 

@@ -5,8 +5,8 @@ the weights, and the bytes a token takes there from the model's config.json.
 Pure: plain values in, frozen plans out. Per GPU of a replica (SGLang sizes the pool per rank, every rank alike;
 mem_cache/kv_cache_configurator.py, KVCacheConfigurator._profile_available_bytes):
 
-    free before load = CUDA's total - what is resident before the load (resident_before_load)
-    free after load  = free before load - (target + drafter weights) / tp - what loading leaves (CUBLAS_WORKSPACE_BYTES)
+    free before load = CUDA's total (cuda_unseen_bytes below nvidia-smi's) - what is resident (resident_before_load)
+    free after load  = free before load - (target + drafter weights) / tp
     budget           = free after load - free before load x (1 - mem_fraction_static) - 100 MiB on a multimodal class
     tokens           = (budget - a hybrid model's state slots) // (target + drafter bytes per token)
 
@@ -23,7 +23,7 @@ tests/unit/test_engine_startup.py holds every shipped layout's plan to the wheel
 ...                     target_weight_bytes=595 * 10**9, drafter_weight_bytes=0, target=geometry,
 ...                     typical_request_tokens=8192)
 >>> plan.tokens, plan.max_running_requests, plan.max_request_tokens, plan.concurrent_requests
-(1382094, 2699, 262143, 168)
+(1398606, 2731, 262143, 170)
 """
 
 from dataclasses import dataclass, replace
@@ -37,32 +37,27 @@ GIB = 1 << 30
 # or a coding agent's step (no profile names its own).
 TYPICAL_REQUEST_TOKENS = 8192
 
-# What a GPU holds outside the KV pool's reach, per GPU. Measured on a real H100 80GB HBM3 and a real H200
-# (driver 580.159.04, torch 2.11.0+cu130, NCCL 2.28.9, one GPU each, 2026-12-07):
+# What a GPU holds outside the KV pool's reach, per GPU (the one place these figures live). Measured on a real
+# H100 80GB HBM3 and a real H200 (driver 580.159.04, torch 2.11.0+cu130, NCCL 2.28.9, one GPU each, 2026-12-07):
 # - CUDA's total (torch.cuda.mem_get_info, what SGLang reads) is below nvidia-smi's memory.total (what the host's
-#   facts give as card_bytes) by 480 MiB (H100: 81,079 of 81,559) and 615 MiB (H200: 143,156 of 143,771); the
-#   larger is taken.
-CUDA_UNSEEN_BYTES = 615 * MIB
-# - a process's CUDA context: 527 MiB on both.
+#   facts give as card_bytes) by 480 MiB on the H100 (81,079 of 81,559) and 615 MiB on the H200 (143,156 of
+#   143,771); other cards' on the line through the two (not measured: an extrapolation);
+CUDA_UNSEEN_MEASURED = ((81_559, 480), (143_771, 615))  # (nvidia-smi's MiB, MiB CUDA does not show)
+# - a process's CUDA context: 527 MiB on both, resident when SGLang reads its free memory before the load.
 CUDA_CONTEXT_BYTES = 527 * MIB
-# - the first cuBLAS bf16 matmul: 883 MiB in use after it, 288 of them tensors, so 883 - 527 - 288 = 68 MiB of
-#   cuBLAS workspace. SGLang's first matmul comes after it measures the free memory, so it is charged in full.
-CUBLAS_WORKSPACE_BYTES = 68 * MIB
-# - a one-rank NCCL communicator and one all-reduce: 1,249 MiB (H100; 1,243 H200) outside torch's allocator
-#   after them, less the context and the cuBLAS workspace: 654 MiB. Counted at TP 1 too: whether a TP-1 engine
-#   builds a communicator before it measures was not measured, and counting it errs towards fewer tokens.
-NCCL_COMMUNICATOR_BYTES = (1249 - 527 - 68) * MIB
-# Not measured (only one GPU was lent): at TP > 1 each rank also holds, from source,
-# - NCCL's connection buffers, one per protocol for each connection of each channel: NCCL_BUFFSIZE's documented
-#   default 4 MiB (Simple), LL128's 120 x 640 x 8 steps x 8 bytes = 4,915,200 and LL's 8 x 512 x 8 steps x 16
-#   bytes = 524,288 (NCCL src/include/device.h: NCCL_LL128_ELEMS_PER_THREAD, NCCL_LL128_MAX_NTHREADS,
-#   NCCL_LL_LINES_PER_THREAD, NCCL_LL_MAX_NTHREADS, NCCL_STEPS), for a ring and a tree connection on each of
-#   32 channels (NCCL's MAXCHANNELS before 2.2x; how many NCCL opens on these boxes is not measured);
-NCCL_CONNECTION_BYTES = 4 * MIB + 4_915_200 + 524_288
-NCCL_CHANNELS = 32
-NCCL_CONNECTIONS_PER_CHANNEL = 2
-# - SGLang's custom all-reduce (2 to 8 ranks): its meta block and buffer of _MAX_CAR_SIZE 8 MiB each and 8 MiB
-#   of rank data (0.5.23 srt/distributed/device_communicators/custom_all_reduce.py, CustomAllreduce.__init__).
+# - one cuBLAS matmul left 68 MiB of workspace and a one-rank NCCL communicator with one all-reduce 654 MiB more
+#   outside torch's allocator (1,249 MiB with the context on the H100, 1,243 on the H200). Neither is counted: both
+#   arrive after the pool is sized, out of the (1 - mem_fraction_static) slack. SGLang's first matmul and first
+#   collective on the GPU come in its warm-up and CUDA-graph capture, and NCCL connects peers (its buffers:
+#   NCCL_BUFFSIZE's 4 MiB and the LL/LL128 buffers per connection and channel) at a communicator's first
+#   collective (NCCL_RUNTIME_CONNECT, 1 by default since NCCL 2.22; TensorRT-LLM turns it off "for accurate KV
+#   cache size estimation"). A public TP-4 startup log (tests/fixtures/startup_logs/qwq-32b-l4-tp4.json) found
+#   0.86 GiB resident before the load, what the CUDA context and the unseen memory alone make. Not measured at
+#   TP 8 on NVLink: the one figure tests/deployed can still find short there.
+# From source: SGLang's custom all-reduce (2, 4, 6 or 8 ranks) allocates its meta block and buffer of
+# _MAX_CAR_SIZE 8 MiB each and 8 MiB of rank data when its group is built, before the load (0.5.23
+# srt/distributed/device_communicators/custom_all_reduce.py, CustomAllreduce.__init__; it turns itself off on
+# more than two PCIe-only GPUs, where counting it errs towards fewer tokens).
 CUSTOM_ALL_REDUCE_BYTES = 3 * 8 * MIB
 CUSTOM_ALL_REDUCE_RANKS = (2, 4, 6, 8)  # CustomAllreduce._SUPPORTED_WORLD_SIZES
 # A multimodal model class reserves SGLANG_VLM_CACHE_SIZE_MB (100) of its budget for its embedding cache
@@ -73,22 +68,24 @@ MULTIMODAL_ARCHITECTURES = frozenset({"KimiK25ForConditionalGeneration", "Qwen3_
                                       "Qwen3_5MoeForConditionalGeneration"})
 
 
+def cuda_unseen_bytes(card_bytes: int) -> int:
+    """What CUDA does not show of a card of nvidia-smi's `card_bytes` (CUDA_UNSEEN_MEASURED's line)."""
+    (mib_a, unseen_a), (mib_b, unseen_b) = CUDA_UNSEEN_MEASURED
+    unseen_mib = unseen_a + (card_bytes / MIB - mib_a) * (unseen_b - unseen_a) / (mib_b - mib_a)
+    return max(int(unseen_mib * MIB), 0)
+
+
 def resident_before_load(tp_size: int) -> int:
     """What each GPU of a TP-`tp_size` engine holds when SGLang reads its free memory before the weights load
     (distributed/bootstrap.py measure_pre_model_load_memory: after the CUDA context and the parallel groups)."""
-    resident = CUDA_CONTEXT_BYTES + NCCL_COMMUNICATOR_BYTES
-    if tp_size > 1:
-        resident += NCCL_CHANNELS * NCCL_CONNECTIONS_PER_CHANNEL * NCCL_CONNECTION_BYTES
-    if tp_size in CUSTOM_ALL_REDUCE_RANKS:
-        resident += CUSTOM_ALL_REDUCE_BYTES
-    return resident
+    return CUDA_CONTEXT_BYTES + (CUSTOM_ALL_REDUCE_BYTES if tp_size in CUSTOM_ALL_REDUCE_RANKS else 0)
 
 
 # How far below its plan a running replica's own max_total_num_tokens (its /server_info) may fall before the
 # plan counts as wrong. The plan follows the engine's arithmetic (the suite holds it to the wheel's code); what it
-# cannot know is what is resident on a real host, where its NCCL buffers at TP > 1 are taken from source. 10% of
-# the smallest shipped pool (Kimi K2.6 at TP 8 on the RTX PRO 6000, ~15 GiB a GPU) is ~1.5 GiB a GPU more
-# resident than planned.
+# cannot know is what a real host holds before the load beyond the CUDA context (above: NCCL at TP 8 on NVLink is
+# not measured). 10% of the smallest shipped pool (Kimi K2.6 at TP 8 on the RTX PRO 6000, ~14 GiB a GPU) is
+# ~1.4 GiB a GPU more resident than planned.
 ENGINE_TOLERANCE = 0.10
 # A hybrid model's recurrent state gets mamba_full_memory_ratio of the KV cache's memory when the radix cache is
 # on (--mamba-full-memory-ratio, 0.9 by default: srt/arg_groups/fields/schedule.py's fallback;
@@ -322,8 +319,8 @@ def plan_replica(replica: str, *, card_bytes: int, mem_fraction_static: float, t
     tokens; where it would stop on an assertion about the settings, the plan says so in the engine's words
     (`engine_refusal`)."""
     weights = (target_weight_bytes + drafter_weight_bytes) // tp_size
-    before = card_bytes - CUDA_UNSEEN_BYTES - resident_before_load(tp_size)
-    after = before - weights - CUBLAS_WORKSPACE_BYTES
+    before = card_bytes - cuda_unseen_bytes(card_bytes) - resident_before_load(tp_size)
+    after = before - weights
     context = context_length or target.context_length
     if max_running_requests is None and draft_tokens:
         max_running_requests = SPECULATIVE_MAX_RUNNING_REQUESTS

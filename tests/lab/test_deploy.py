@@ -26,14 +26,15 @@ def test_each_engine_holds_its_plan_and_at_most_the_plans_reserve_besides(deploy
     """The stand-in sizes its pool as SGLang 0.5.23 does, from the GPU stand-in's real card memory, and holds
     nothing before its load (no CUDA context, no NCCL): its engine holds the plan's tokens plus at most what the
     plan sets aside for those (capacity.py: mem_fraction_static of what is resident before the load and of what
-    CUDA does not show, and the cuBLAS workspace). A planner that plans more tokens than the engine's arithmetic
-    gives, or fewer beyond that, fails here (tests/deployed holds a real engine to the plan from below only)."""
+    CUDA does not show of the card). A planner that plans more tokens than the engine's arithmetic gives, or
+    fewer beyond that, fails here (tests/deployed holds a real engine to the plan from below only)."""
     for host in lab_hosts:
         (plan_file,) = fleet.ssh(host, "ls /etc/specfleet/*.kv-plan.json").split()
         plan = json.loads(fleet.ssh(host, f"cat {plan_file}"))
         info = server_info(host)
-        set_aside = (capacity.CUDA_UNSEEN_BYTES + capacity.resident_before_load(info["tp_size"])) \
-            * info["mem_fraction_static"] + capacity.CUBLAS_WORKSPACE_BYTES
+        card_mib = int(fleet.ssh(host, "nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits").split()[0])
+        set_aside = (capacity.cuda_unseen_bytes(card_mib << 20) + capacity.resident_before_load(info["tp_size"])) \
+            * info["mem_fraction_static"]
         extra = info["max_total_num_tokens"] - plan["planned_tokens"]
         assert 0 <= extra <= set_aside // plan["bytes_per_token"], (host.name, extra, plan)
 

@@ -99,7 +99,8 @@ MAMBA_BASE_SLOTS = 3
 # With speculation and no --max-running-requests, DFLASH resolves 48 (arg_groups/speculative_hook.py, _handle_dflash).
 SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 # The config keys a context length is read from, in order (srt/utils/hf_transformers/common.py CONTEXT_LENGTH_KEYS).
-CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 
 # --kv-cache-dtype: bytes per element (0.5.23 srt/mem_cache/kv_cache_dtype.py, configure_kv_cache_dtype;
 # "auto" is the model's dtype).

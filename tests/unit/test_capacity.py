@@ -251,7 +251,8 @@ def test_an_fa4_drafter_keeps_its_kv_in_the_models_dtype_under_an_fp8_target_cac
         target_weight_bytes=595 * 10**9, drafter_config=drafter_config(), drafter_weight_bytes=6 * 10**9)
     fp8_target = kv_geometry(kimi, 8, "fp8_e4m3").bytes_per_token
     assert plan("fa4").bytes_per_token == fp8_target + kv_geometry(drafter_config(), 8, "auto").bytes_per_token
-    assert plan("flashinfer").bytes_per_token == fp8_target + kv_geometry(drafter_config(), 8, "fp8_e4m3").bytes_per_token
+    fp8_drafter = kv_geometry(drafter_config(), 8, "fp8_e4m3").bytes_per_token
+    assert plan("flashinfer").bytes_per_token == fp8_target + fp8_drafter
 
 
 def test_an_fp8_kv_cache_holds_twice_the_tokens():

@@ -75,12 +75,13 @@ def case_of(replica, store: Path, data_of=host_data) -> tuple[dict, capacity.Cap
                                 drafter_config=drafter_config() if drafts else None,
                                 drafter_weight_bytes=drafter_weights if drafts else 0)
     case = {"argv": as_released(args), "env": dict(e.env), "gpu": gpu,
-            "pre_gib": plan.free_before_load_bytes / capacity.GIB, "loaded_gib": plan.free_after_load_bytes / capacity.GIB}
+            "pre_gib": plan.free_before_load_bytes / capacity.GIB,
+            "loaded_gib": plan.free_after_load_bytes / capacity.GIB}
     return case, plan
 
 
 REPLICAS = shipped_replicas()
-SHIPPED = [name for name in REPLICAS if name.count("-") == 1 + name.split("-", 1)[0].count("-")]
+SHIPPED = [f"{host_class}-{profile}" for host_class in HOST_CLASSES for profile in host_data(host_class).profiles]
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,13 @@ is another thing: speed/, `make speed`.)
 from pyinfra import host, inventory
 
 from operations import schema
-from operations.basics import deploy_files
+from operations.basics import deploy_files, failing
 from operations.deployment import preflight, roles
 from serving_benchmark import behind_gateway, client, sweep
 from serving_benchmark.plan import plan as bench_plan
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
+failing.dry_is_a_gate(host.state)  # --dry -y says every refusal --dry says, and exits 1 on one
 
 schema.check_inventory(inventory)  # a key no knob has (a misspelt `modes`) stops the run before any host changes
 # A gateway without GPUs (in no class group) serves nothing to measure: it only routes the workers' levels.

@@ -31,6 +31,7 @@ from operations.weights import revisions, token
 from operations.weights.stages import weights_fetched
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
+failing.dry_is_a_gate(host.state)  # --dry -y says every refusal --dry says, and exits 1 on one
 
 # A key no knob has, in any layer (--data, inventory, group data), stops the run before any host changes.
 schema.check_inventory(inventory)
@@ -85,36 +86,41 @@ if deployments and not refused and not any(hub.problems for hub in hubs):
     weights_fetched(tuple(d.weights for d in deployments), hubs, fleet.workers)
 
 if deployments and not refused and all(hub.complete for hub in hubs):  # serving needs every repo's weights
-    # 6. The units, one per replica. Those no deployment wants any more (an earlier layout's, another
-    #    profile's) leave the gateways and stop first: their GPUs and ports may be a new replica's. Then
-    #    each replica in turn, so the host keeps serving while it changes: restarted only when its inputs
-    #    change (one decision per replica, which its drain asks too), proven to generate, back in its
-    #    gateways; one that fails readiness is rolled back to its previous unit (and revision) and stays
-    #    out until a run deploys it healthy. A drain waits for the replica's requests in flight. Every
-    #    replica's new files are validated by the host's SGLang before any unit changes. rollout.py does
-    #    the fleet N hosts at a time. Each unit's environment holds the GPU smoke test's P2P decision for
-    #    this host (stage 4). Each replica's KV plan is kept beside its unit, what tests/deployed holds its
-    #    engine's own max_total_num_tokens to.
-    restarts = [[unit.Restart(replica, unit.inputs(d.engine, d.weights.commits), restart_when=keys,
+    # 6. The units, one per replica. A change of what the host serves (another profile, layout or replica
+    #    count) is one change: the units no deployment wants any more leave the gateways and stop first
+    #    (their GPUs and ports may be a new replica's), and stay restorable until every wanted replica
+    #    generates; then they are removed. Each replica in turn, so the host keeps serving while it changes:
+    #    restarted only when its inputs change (one decision per replica, which its drain asks too), proven
+    #    to generate, back in its gateways. One that fails readiness is rolled back to its previous unit (and
+    #    revision), or where the run replaces units, every new replica stops and the replaced units serve
+    #    again, back in the gateways they left; the failed replica stays out until a run deploys it
+    #    healthy. A drain waits for the replica's requests in flight. Every replica's new files are
+    #    validated by the host's SGLang before any unit changes. rollout.py does the fleet N hosts at a
+    #    time. Each unit's environment holds the GPU smoke test's P2P decision for this host (stage 4).
+    #    Each replica's KV plan is kept beside its unit, what tests/deployed holds its engine's own
+    #    max_total_num_tokens to.
+    restarts = [[unit.Restart(replica, unit.inputs(d.engine, d.weights.commits), restart_when=keys[d.name],
                               decided_env=functools.partial(smoke.decided_env, worker.smoke))
                  for replica in d.replicas] for d in deployments]
     every = [restart for each in restarts for restart in each]
+    replacement = unit.Replacement(worker.service, every)
     routes = {r.server.service_name: membership.routes(fleet, host, r.server) for r in every}  # none: rank >= 1
-    drain.drain_retired(name="Retired units leave the gateways", service=worker.service,
-                        gateways=membership.gateways(fleet, host), restarts=every)
-    unit.retired(name="Units no deployment wants", service=worker.service, restarts=every)
+    drain.drain_retired(name="Retired units leave the gateways", replacement=replacement,
+                        gateways=membership.gateways(fleet, host))
+    unit.retired(name="Units no deployment wants", replacement=replacement)
     for d, hub, decisions in host.loop(list(zip(deployments, hubs, restarts))):
         for replica, restart in host.loop(list(zip(d.replicas, decisions))):
             if routes[replica.service_name]:
                 drain.drain(name=f"Drain {replica.service_name} from the gateway", server=replica,
                             routes=routes[replica.service_name], restart=restart)
-            server_serving(replica, restart, weight_bytes=hub.total_bytes, group=d.node_group)
+            server_serving(replica, restart, weight_bytes=hub.total_bytes, group=d.node_group, replacement=replacement)
             if not d.node_group or d.node_group.serves_http:  # the replica whose engine reports its KV pool
                 capacity_record.kept(name=f"KV plan of {replica.service_name}", server=replica,
                                      expected=worker.gpu.expected, snapshots=hub.snapshots)
             if routes[replica.service_name]:
                 drain.rejoin(name=f"{replica.service_name} back in the gateway", server=replica,
                              routes=routes[replica.service_name])
+    unit.removed(name="Replaced units removed", replacement=replacement)
     # Every replica serves the wanted revisions: the previous one of each repo is kept while the disk
     # allows, older ones are deleted, each said.
     revisions.pruned(name="Weights revisions", weights=tuple(d.weights for d in deployments), service=worker.service)
@@ -127,10 +133,12 @@ if any(roles.is_gateway(other.groups) for other in inventory):
     registry.workers_done(name="Workers done")
 if gateway and not refused:
     wanted = membership.workers(fleet, host, gateway.model)
-    gateway_deployed(gateway, wanted, uv_installed=bool(deployments))
+    gateway_deployed(gateway, wanted, uv_installed=bool(deployments), addresses=membership.worker_addresses(fleet, host))
     # 8. Prometheus (Debian's package) scraping smg and the gateway's workers, every target checked up.
     monitoring_deployed(monitoring, host.name, gateway, wanted)
 
 # The run's table: every host, its class, models, endpoints, gateway, state and accept length, printed
 # once every host reached this last operation.
-summary.summarize(host, worker, deployments, gateway)
+summary.summarize(host, worker, deployments, gateway,
+                  tuple(dict.fromkeys(route.gateway for d in deployments for replica in d.replicas
+                                      for route in membership.routes(fleet, host, replica))))

@@ -4,10 +4,10 @@
     pyinfra inventory/ct200.py logs.py --data replica=sglang@kimi_k26_dflash-gpu0-7 --data lines=500
     pyinfra inventory/ct200.py logs.py --data replica=smg --data follow=true   # the gateway's, as it comes
 
-Each line is printed under its host's name, with its control characters written as escapes (a terminal
-shows them instead of acting on them). The journal holds no key: SGLang logs its ServerArgs, api_key
-included, but its launcher masks the key in every line it copies to the journal
-(operations/server/host_scripts/launch_sglang.py), and smg logs its configuration without its keys.
+Each line is printed under its host's name, without the colours smg writes, its other control characters
+written as escapes (a terminal shows them instead of acting on them). The journal holds no key: SGLang
+logs its ServerArgs, api_key included, but its launcher masks the key in every line it copies to the
+journal (operations/server/host_scripts/launch_sglang.py), and smg logs its configuration without its keys.
 """
 
 from pyinfra import host, inventory, logger

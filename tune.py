@@ -17,7 +17,7 @@ SPECFLEET_SITE/tuned/<class>/<profile>.json, which the next deploy serves. Knobs
 from pyinfra import host, inventory
 
 from operations import deployment, schema
-from operations.basics import deploy_files
+from operations.basics import deploy_files, failing
 from operations.deployment import preflight, roles
 from operations.weights import checks as weights_checks
 from serving_benchmark import behind_gateway, client
@@ -25,6 +25,7 @@ from tuning import trials
 from tuning.plan import plan as tuning_plan
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
+failing.dry_is_a_gate(host.state)  # --dry -y says every refusal --dry says, and exits 1 on one
 
 schema.check_inventory(inventory)  # a misspelt knob (`objectve`) stops the run before any host changes
 # A gateway without GPUs (in no class group) serves nothing to measure: it only routes the workers' levels.

@@ -12,7 +12,11 @@ The lab's API, shared by ``python -m lab``, the tests and ``speed/``: ``up()``,
 ``down()``, ``status()``. Deploy onto it with ``pyinfra lab/inventory.py deploy.py``.
 """
 
-from lab import fleet, rootfs, services
+import shutil
+from pathlib import Path
+
+from lab import apt_repo, fleet, rootfs, services
+from lab.config import LAB_DIR
 
 
 def up(spec: str = fleet.DEFAULT_SPEC, log=print, bare: set[str] = frozenset(),
@@ -27,9 +31,18 @@ def up(spec: str = fleet.DEFAULT_SPEC, log=print, bare: set[str] = frozenset(),
 
 
 def down(log=print) -> None:
-    """Stop and remove every host, the bridge, the hub and the index."""
+    """Stop and remove every host, the bridge, the hub, the index and the apt repository's gpg-agent, then the
+    lab's state directory (its hosts' overlays, hub store, index and keys: ~400 MB); the machine's shared
+    roots and downloads stay. A state directory with anything still mounted under it is kept, and said."""
     fleet.down(log=log)
     services.stop(log=log)
+    apt_repo.agent_stopped(services.APT_DIR)
+    mounted = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+               if line.split()[1] == str(LAB_DIR) or line.split()[1].startswith(f"{LAB_DIR}/")]
+    if mounted:
+        log(f"lab: {LAB_DIR} kept: {', '.join(mounted)} still mounted")
+    else:
+        shutil.rmtree(LAB_DIR, ignore_errors=True)
 
 
 def status() -> dict:

@@ -389,6 +389,16 @@ def build(out: Path) -> None:
     for suite in DEBIAN_SUITES:
         _debian_archive(out, home, suite)
     stamp.write_text(key)
+    agent_stopped(out)
+
+
+def agent_stopped(out: Path) -> None:
+    """Stop the gpg-agent that signing started for the lab's key (gpg leaves one running per homedir, which
+    would outlive the lab)."""
+    home = out / "gnupg"
+    if home.is_dir():
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False,
+                       capture_output=True)
 
 
 def main(argv: list[str]) -> None:

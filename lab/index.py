@@ -51,9 +51,10 @@ HUB_REQUIREMENTS = ["--require-hashes", "-r", str(HUB_LOCK)]
 # uv, the hosts' installer (operations/venv.py): its locked wheel, fetched by install_uv.py from /simple/uv/.
 UV_LOCK = HUB_LOCK.parent / f"uv=={UV_VERSION}.txt"
 UV_REQUIREMENTS = ["--require-hashes", "-r", str(UV_LOCK)]
-# The benchmark client's virtualenv (bench.py), resolved on its own: it pins huggingface-hub<2.
-BENCH_REQUIREMENTS = ["aiperf==0.13.0"]
-GATEWAY_REQUIREMENTS = ["smg==1.13.0"]  # the real SGLang model gateway (group_data/gateway.py)
+# The benchmark client's virtualenv (bench.py; it pins huggingface-hub<2) and the real SGLang model gateway
+# (group_data/gateway.py): the files of their committed locks, which the hosts install with --require-hashes.
+BENCH_REQUIREMENTS = ["--require-hashes", "-r", str(HUB_LOCK.parent / "aiperf==0.13.0.txt")]
+GATEWAY_REQUIREMENTS = ["--require-hashes", "-r", str(HUB_LOCK.parent / "smg==1.13.0.txt")]
 # The lab hosts, not the controller: CPython 3.11 on bookworm's glibc 2.36.
 # pip takes platforms literally, so name every manylinux tag up to 2.36.
 HOST_PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
@@ -75,7 +76,9 @@ def build(out: Path) -> None:
 def host_wheels_wanted() -> list:
     """What the hosts' wheels are downloaded from: the locks by their content, not by their path in a
     checkout, so that every lab and every clone on the machine shares one download."""
-    return [HUB_LOCK.read_text(), UV_LOCK.read_text(), BENCH_REQUIREMENTS, GATEWAY_REQUIREMENTS, HOST_TARGET]
+    return [*(Path(requirements[-1]).read_text() for requirements in (HUB_REQUIREMENTS, UV_REQUIREMENTS,
+                                                                      BENCH_REQUIREMENTS, GATEWAY_REQUIREMENTS)),
+            HOST_TARGET]
 
 
 def download_host_wheels(wheels: Path) -> None:

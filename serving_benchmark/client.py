@@ -180,7 +180,7 @@ def measure(host, d: Server, plan: Plan, remote: str, local: Path, where: str, c
     deployed = bool(gateway)
     for t in targets:
         # Resets the accept length average; admin-optional in SGLang (http_server.py): the worker admin key.
-        request(host, t, "/flush_cache", "POST", key_file=t.engine.service.admin_key_file if deployed else "")
+        request(host, t, "/flush_cache", "POST", key_file=t.engine.admin_key_file if deployed else "")
     urls = [gateway] if deployed else [t.url for t in targets]
     ok, progress = run_level(host, d, plan, remote, concurrency, urls, through_gateway=deployed)
     answers = [request(host, t, "/server_info", key_file=t.engine.service.api_key_file if deployed else "")

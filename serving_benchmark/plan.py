@@ -95,8 +95,13 @@ def prompt_count(path: Path) -> int:
     accepted = 'a file of JSON lines, each {"text": "..."}'
     try:
         lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        raise BadHostData(f"prompts={str(path)!r} is not accepted: there is no such file (a relative path is "
+                          f"read from the directory pyinfra runs in); use {accepted}") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise BadHostData(f"prompts={str(path)!r} is not accepted: use {accepted} ({type(error).__name__})") from None
+        why = error.strerror if isinstance(error, OSError) and error.strerror else "it is not UTF-8 text"
+        raise BadHostData(f"prompts={str(path)!r} is not accepted: {why[0].lower() + why[1:]}; use {accepted}") \
+            from None
     for number, line in enumerate(lines, 1):
         try:
             prompt = json.loads(line)

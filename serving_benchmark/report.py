@@ -65,6 +65,12 @@ def _workload(workload: dict) -> str:
     return f"{workload.get('input_tokens')} input / {workload['output_tokens']} output tokens"
 
 
+# Why a speculative mode's ITL sits above AR's while its TPOT falls: SGLang streams one chunk per decode step,
+# and a speculative step's chunk carries every token its verify accepted (the accept length, on average).
+ITL_NOTE = ("ITL is the time between streamed chunks, one a decode step: a speculative mode's chunk carries the "
+            "several tokens its step accepted, so its ITL is above AR's while its TPOT (the time a token) is below.")
+
+
 def markdown(doc: dict) -> str:
     """A Markdown table of the summary: one row per mode and concurrency."""
     lines = [f"# Serving benchmark: {doc['host']} ({doc['host_class']}, profile {doc['profile']})", ""]
@@ -92,6 +98,8 @@ def markdown(doc: dict) -> str:
                          f"{_fmt(r['ttft_ms']['p50'])} | {_fmt(r['ttft_ms']['p99'])} | {_fmt(r['tpot_ms']['p50'], 2)} | "
                          f"{_fmt(r['itl_ms']['p50'], 2)} | {_fmt(r['itl_ms']['p99'], 2)} | "
                          f"{_fmt(r['accept_length'], 2)} |")
+    if any(mode != "ar" and "levels" in entry for mode, entry in doc["modes"].items()):
+        lines += ["", ITL_NOTE]
     if doc.get("replicas"):
         lines += ["", "| replica | mode | concurrency | output tok/s | request/s | TTFT p50 ms | accept length |",
                   "|---|---|---|---|---|---|---|"]

@@ -69,7 +69,9 @@ def kept(result: Result, labels: list[str], settings: list[dict], how: str) -> d
     o = result.objective
     return {"objective": o.name, "concurrency": o.concurrency, "max_tpot_ms": o.max_tpot_ms,
             "max_ttft_ms": o.max_ttft_ms, "search": how, "grid": result.grid,
-            "pick": next((i for i, (p, _) in enumerate(result.trials) if result.winner and p is result.winner[0]), None),
+            # The pick's number in trials.md's table (1 for the first trial), as the table marks it.
+            "pick": next((number for number, (p, _) in enumerate(result.trials, 1)
+                          if result.winner and p is result.winner[0]), None),
             "trials": [{"label": label, "settings": s, "levels": trial_of(t), "stopped": t.stopped,
                         "speedup": result.speedup(t)}
                        for (_, t), label, s in zip(result.trials, labels, settings)]}
@@ -86,15 +88,20 @@ def plot(result: Result, labels: list[str], out: Path, title: str, stand_in: boo
 
     c = result.objective.concurrency
     figure, axes = pyplot.subplots(figsize=(6.4, 4.6), dpi=100)
-    for (point, trial), label in zip(result.trials, labels):
-        f = trial.levels.get(c)
-        if f is None or trial.stopped:
-            continue
+    drawn = [(number, point, trial.levels[c], label) for number, ((point, trial), label)
+             in enumerate(zip(result.trials, labels), 1) if c in trial.levels and not trial.stopped]
+    middle = (min(f.request_speed for _, _, f, _ in drawn) + max(f.request_speed for _, _, f, _ in drawn)) / 2 \
+        if drawn else 0
+    for number, point, f, label in drawn:
         chosen = result.winner is not None and result.winner[0] is point
         axes.scatter(f.request_speed, f.throughput, marker="*" if chosen else "o", s=160 if chosen else 30,
                      color="tab:red" if chosen else ("tab:gray" if point.baseline else "tab:blue"), zorder=3)
-        if chosen or point.baseline:
-            axes.annotate(label, (f.request_speed, f.throughput), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        # Every trial by its number in trials.md; the pick and the baseline by their settings too. A label
+        # right of the middle runs leftwards, so none leaves the axes.
+        right = f.request_speed > middle
+        axes.annotate(f"#{number} {label}" if chosen or point.baseline else f"#{number}",
+                      (f.request_speed, f.throughput), fontsize=7, xytext=(-5 if right else 5, 4),
+                      textcoords="offset points", ha="right" if right else "left")
     axes.set_xlabel(f"one request's decode speed, tokens/s (concurrency {c})")
     axes.set_ylabel("output tokens/s, the host")
     axes.set_title(title + (f"\n{STAND_IN_LABEL}" if stand_in else ""), fontsize=8)
@@ -106,11 +113,21 @@ def plot(result: Result, labels: list[str], out: Path, title: str, stand_in: boo
     return path
 
 
+def markdown(result: Result, labels: list[str], title: str, stand_in: bool, left_out: list[str]) -> str:
+    """trials.md: a heading, the stand-in's label where its speed model answered (as the bench's summary.md),
+    the table, and each candidate left out before any trial with its reason."""
+    lines = [f"# Tuning trials: {title}", "", *([f"**{STAND_IN_LABEL}.**", ""] if stand_in else []),
+             table(result, labels)]
+    if left_out:
+        lines += ["", f"## Left out before any trial ({len(left_out)})", "", *(f"- {line}" for line in left_out)]
+    return "\n".join(lines) + "\n"
+
+
 def write(result: Result, labels: list[str], settings: list[dict], how: str, out: Path, title: str,
-          stand_in: bool) -> list[Path]:
+          stand_in: bool, left_out: list[str] = ()) -> list[Path]:
     """trials.json, trials.md and tune.png (where matplotlib is installed) into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "trials.json").write_text(json.dumps(kept(result, labels, settings, how), indent=2) + "\n")
-    (out / "trials.md").write_text(table(result, labels) + "\n")
+    (out / "trials.md").write_text(markdown(result, labels, title, stand_in, list(left_out)))
     drawn = plot(result, labels, out, title, stand_in)
     return [out / "trials.json", out / "trials.md", *([drawn] if drawn else [])]

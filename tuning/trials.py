@@ -102,8 +102,10 @@ def _tune(host, d: Deployment, deployed: tuple[Server, ...], points: list, left_
     goal, bench = plan.objective, plan.bench
     order = [goal.concurrency, *(c for c in bench.concurrency if c != goal.concurrency)]
     level_budget_s = sum(client.level_bound_s(bench, c) for c in bench.concurrency)
-    for line in left_out:
-        host.log_styled(f"tune: left out {line}", fg="yellow")
+    if left_out:  # each with its reason in trials.md: a line each here would bury the first trial
+        host.log_styled(f"tune: {len(left_out)} candidate{'' if len(left_out) == 1 else 's'} left out before any "
+                        "trial (the layout, the KV plan or the weights rule them out; each with its reason in "
+                        "trials.md)", fg="yellow")
     serving: tuple[str, ...] = ()  # the bench units of the last trial
     stand_in = []
 
@@ -165,15 +167,16 @@ def _tune(host, d: Deployment, deployed: tuple[Server, ...], points: list, left_
     failed += behind_gateway.back_in_gateways(host, back, rejoin)
     if result is None:
         return False
-    return _kept(host, d, result, plan, out, any(stand_in)) and not failed
+    return _kept(host, d, result, plan, out, any(stand_in), left_out) and not failed
 
 
-def _kept(host, d: Deployment, result: search.Result, plan: TunePlan, out, stand_in: bool) -> bool:
+def _kept(host, d: Deployment, result: search.Result, plan: TunePlan, out, stand_in: bool,
+          left_out: list[str]) -> bool:
     """The table, the plot and the pick: printed, written beside the bench's results and to the site."""
     labels = [p.label for p, _ in result.trials]
     settings = [p.settings for p, _ in result.trials]
     written = report.write(result, labels, settings, plan.search, out, f"{host.name} · {d.engine.profile_name}",
-                           stand_in)
+                           stand_in, left_out)
     host.log(report.table(result, labels))
     host.log_styled(f"tune results: {', '.join(str(p) for p in written)}"
                     + (f" ({report.STAND_IN_LABEL})" if stand_in else ""), fg="green")

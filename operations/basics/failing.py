@@ -11,6 +11,7 @@ GPUs once a driver is installed) can only be known by running them. `refused` le
 prepare nothing more for a host so refused, as the real run stops it there.
 """
 
+import sys
 import weakref
 
 from pyinfra.api import FunctionCommand
@@ -61,6 +62,25 @@ def refuse_at_load(problems: list[str]) -> None:
     caller prepares nothing more for it (`refused`).
     """
     _before_the_run(ctx_host.get(), problems)
+
+
+def dry_is_a_gate(state) -> None:
+    """Under `--dry -y`, evaluate the operations before the run as `--dry` alone does, so that every refusal
+    made inside one (preflight's: the host's state, the hub's answer for the token and each repo) is said and
+    fails its host, and the run exits 1 (pyinfra_cli's _exit).
+
+    pyinfra's -y skips that evaluation (``State(check_for_changes=not yes)``) and --dry runs nothing, so such a
+    refusal would be said nowhere and `--dry -y` exit 0. A dry run changes nothing however it is evaluated.
+    The CLI keeps --dry to itself: its own command line tells it (a deploy file is read inside it).
+
+    **Example:**
+
+    .. code:: python
+
+        failing.dry_is_a_gate(host.state)  # a deploy file's first line
+    """
+    if "--dry" in sys.argv[1:] and not state.check_for_changes:
+        state.check_for_changes = True
 
 
 def refused(host) -> bool:

@@ -14,32 +14,38 @@ from pyinfra.operations import files, server
 
 from operations.basics import gathering, host_programs, shell
 from operations.basics.failing import fail_host
+from operations.basics.host_scripts.host_facts import ACCOUNT_MARK
 from operations.basics.file_states import FileStates, matches
 
 
 class SystemUser(FactBase):
     """
     A user's home directory, whether it exists, the owner of its `.cache` (not following a link
-    there; None if absent), its uid and login shell (None if empty); None when there is no such user.
+    there; None if absent), its uid and login shell (None if empty), and whether its comment is the
+    deploy's mark (ACCOUNT_MARK); None when there is no such user.
 
     .. code:: python
 
         {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998,
-         "shell": "/usr/sbin/nologin"}
+         "shell": "/usr/sbin/nologin", "marked": True}
     """
 
     def command(self, user: str) -> str:
-        return (f"getent passwd {shlex.quote(user)} | while IFS=: read -r _ _ uid _ _ home shell; do "
+        return (f"getent passwd {shlex.quote(user)} | while IFS=: read -r _ _ uid _ gecos home shell; do "
+                f'mark=-; [ "$gecos" = {ACCOUNT_MARK} ] && mark=marked; '
                 'if [ -d "$home" ]; then echo "$home yes $(stat -c %U "$home/.cache" 2>/dev/null || echo -) '
-                '$uid ${shell:--}"; else echo "$home no - $uid ${shell:--}"; fi; done')
+                '$uid ${shell:--} $mark"; else echo "$home no - $uid ${shell:--} $mark"; fi; done')
 
     host_answer = "host_facts.system_user"
 
     def process(self, output):
-        home, exists, cache_owner, uid, shell = output[0].rsplit(" ", 4)
+        home, exists, cache_owner, uid, shell, mark = output[0].rsplit(" ", 5)
         return {"home": home, "home_exists": exists == "yes", "cache_owner": None if cache_owner == "-" else cache_owner,
-                "uid": int(uid), "shell": None if shell == "-" else shell}
+                "uid": int(uid), "shell": None if shell == "-" else shell, "marked": mark == "marked"}
 
+
+DIRECTORY_MARK = ".specfleet"  # ``mark_of``
+MARK_TEXT = "made by specfleet's deploy: uninstall.py removes this directory whole"
 
 # The uids useradd gives system users on Debian and Ubuntu (/etc/login.defs SYS_UID_MAX 999); a login
 # account has a higher one.
@@ -110,16 +116,50 @@ def service_user(user: str, home: str, group: str | None = None):
     problem = account_problem(user, home, existing)
     if problem:
         yield fail_host([f"{host.name}: {problem}"])
-    elif not existing or not existing["home_exists"]:
+        return
+    if not existing or not existing["home_exists"]:
         yield from server.user._inner(user=user, system=True, home=home, shell="/usr/sbin/nologin",
-                                      ensure_home=True, groups=[group] if group else None)
+                                      ensure_home=True, groups=[group] if group else None, comment=ACCOUNT_MARK)
         yield _own_cache(user, home)
-    elif existing["cache_owner"] is None:
+        return
+    if not existing["marked"]:  # an account taken over, or made before the mark: the deploy's from now on
+        yield StringCommand("usermod", "--comment", ACCOUNT_MARK, QuoteString(user))
+    if existing["cache_owner"] is None:
         yield _own_cache(user, home)
     elif existing["cache_owner"] != user:
         yield StringCommand("chown", "--no-dereference", f"{user}:{user}", QuoteString(f"{home}/.cache"))
-    else:
+    elif existing["marked"]:
         host.noop(f"user {user} exists with home {home}")
+
+
+def mark_of(directory: str) -> str:
+    """The file the deploy writes in each directory of its own (``marked``): uninstall.py removes a directory
+    whole only where it finds it."""
+    return f"{directory}/{DIRECTORY_MARK}"
+
+
+@operation()
+def marked(paths: tuple[str, ...]):
+    """
+    Directories of the deploy's own (root's: install, configuration), each holding the deploy's mark
+    (``mark_of``), written once: uninstall.py removes a directory whole only where it finds it, so a knob
+    pointed at a system directory (`config_dir=/etc/ssl`) never makes it remove that one.
+
+    + paths: the directories, which exist and are root's
+
+    **Example:**
+
+    .. code:: python
+
+        ownership.marked(name="The deploy's directories", paths=("/opt/specfleet", "/etc/specfleet"))
+    """
+    states = gathering.read(FileStates, paths=tuple(map(mark_of, paths)))
+    missing = [path for path in paths if not matches(states.get(mark_of(path)), "file", "644", "root")]
+    if not missing:
+        host.noop(f"{', '.join(paths)} carry the deploy's mark")
+    for path in missing:
+        yield StringCommand("echo", QuoteString(MARK_TEXT), ">", QuoteString(mark_of(path)), "&&",
+                            "chmod", "644", QuoteString(mark_of(path)))
 
 
 @operation()

@@ -4,6 +4,7 @@
     SITE/group_data/<group>.py   overrides group_data/<group>.py (all, a class, gateway), key by key
     SITE/pins.json               the commits `python pin.py` resolved moving revisions to
     SITE/tuned/<class>/<profile>.json   the settings tune.py measured best (operations/deployment/tuned.py)
+    SITE/locks/NAME==VERSION.txt   the hash locks of the site's own pins (operations/python/locks/compile.py)
 
 A site group file runs with the shipped file's values as its starting globals, so it may set a key
 (`hf_endpoint = "https://hub.example"`) or change part of one (`mirrors["repos"]["moonshotai/Kimi-K2.6"] =
@@ -15,32 +16,16 @@ bench.py, rollout.py, pin.py and `pytest tests/deployed`. Without SPECFLEET_SITE
 import copy
 import difflib
 import json
-import os
 import runpy
 import traceback
 import types
 from pathlib import Path
 
 from operations import schema
+from operations.basics.site_directory import CHECKOUT, SITE_ENV, directory  # noqa: F401 (this module's API too)
 
-SITE_ENV = "SPECFLEET_SITE"
 PINS_FILE = "pins.json"
 TUNED_DIR = "tuned"
-CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-def directory() -> Path | None:
-    """The site directory SPECFLEET_SITE names, or None; stops with one line when it cannot be one."""
-    value = os.environ.get(SITE_ENV, "").strip()
-    if not value:
-        return None
-    site = Path(value).expanduser().resolve()
-    if not site.is_dir():
-        raise SystemExit(f"{SITE_ENV}={value} is not a directory: create it (mkdir -p {value}) or unset {SITE_ENV}")
-    if site == CHECKOUT or CHECKOUT in site.parents:
-        raise SystemExit(f"{SITE_ENV}={value} is inside the specfleet checkout ({CHECKOUT}): keep your site "
-                         "directory outside it, where git pull never meets your files")
-    return site
 
 
 def _public(values: dict) -> dict:

@@ -9,6 +9,7 @@ it prints the table for all of them, failed ones included, from what the subject
 """
 
 import weakref
+from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,15 +65,18 @@ def _endpoints(inventory_host, d: Deployment) -> str:
     return f"{where} ({len(ports)} replicas)"
 
 
-def row(inventory_host, worker: Host | None, deployments: tuple[Deployment, ...], gateway: Gateway | None) -> Row:
+def row(inventory_host, worker: Host | None, deployments: tuple[Deployment, ...], gateway: Gateway | None,
+        behind: tuple[str, ...] = ()) -> Row:
     """The host's row as far as its resolved data tells (a host refused for its data has no worker level, no
-    deployments and no gateway)."""
+    deployments and no gateway); `behind`: the gateway hosts routing its replicas (operations/gateway/
+    membership.py routes), said in its gateway column where it runs no gateway itself."""
     classes = list(dict.fromkeys(group for group in inventory_host.groups if group in HOST_CLASSES))
     endpoint = "; ".join(_endpoints(inventory_host, d) for d in deployments) or "-"
     model = ", ".join(d.engine.served_model_name for d in deployments) or (gateway.model if gateway else "-")
     return Row(inventory_host.name, worker.host_class if worker else
                (", ".join(classes) or ("gateway" if gateway else "-")),
-               model, endpoint, _where(inventory_host, gateway.bind_address, gateway.port) if gateway else "-")
+               model, endpoint, _where(inventory_host, gateway.bind_address, gateway.port) if gateway else
+               (f"behind {', '.join(behind)}" if behind else "-"))
 
 
 def state_of(failed: bool, notes: dict) -> str:
@@ -95,11 +99,20 @@ def state_of(failed: bool, notes: dict) -> str:
 
 def kv_tokens(notes: dict) -> str:
     """Each replica's KV cache: the tokens its engine reported (/server_info max_total_num_tokens) of those
-    planned (operations/server/capacity_record.py), "-" for a figure the run did not learn."""
+    planned (operations/server/capacity_record.py), "-" for a figure the run did not learn; replicas of the
+    same figures once, counted ("8 x ...")."""
     engine, planned = notes.get("kv_engine", {}), notes.get("kv_planned", {})
     figure = lambda tokens: "-" if tokens is None else f"{tokens:,}"  # noqa: E731
-    return ", ".join(f"{figure(engine.get(r))} of {figure(planned.get(r))}"
-                     for r in sorted(set(engine) | set(planned))) or "-"
+    alike = Counter(f"{figure(engine.get(r))} of {figure(planned.get(r))}" for r in sorted(set(engine) | set(planned)))
+    return ", ".join(cell if count == 1 else f"{count} x {cell}" for cell, count in alike.items()) or "-"
+
+
+# Said under the table once any replica's KV figures are in it: what the two figures are, and why an engine
+# may hold more than its plan (capacity.RESERVE_BYTES, an estimate the engine's own figure checks).
+KV_LEGEND = ("KV tokens: each replica's engine (its max_total_num_tokens) of the deploy's plan (preflight's, "
+             "kept beside its unit). The plan is a floor, so an engine may hold more: it sets aside a 1 GiB "
+             "reserve a GPU for what the engine keeps resident (CUDA context, workspaces); pytest tests/deployed "
+             "fails an engine more than 10% below it.")
 
 
 def weights_fetched(notes: dict) -> str:
@@ -122,13 +135,16 @@ def table(rows: list[Row], failed: set[str], notes: dict[str, dict]) -> list[str
         cells.append((r.host, r.host_class, r.model, r.endpoint, r.gateway, state_of(r.host in failed, mine),
                       "-" if accept is None else str(accept), kv_tokens(mine), weights_fetched(mine)))
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]
+    return lines + ([KV_LEGEND] if any(line[7] != "-" for line in cells[1:]) else [])
 
 
 def summarize(inventory_host, worker: Host | None, deployments: tuple[Deployment, ...],
-              gateway: Gateway | None) -> None:
-    """Describe this host for the run's table and pass the operation that prints it (deploy.py's last line)."""
-    _rows.setdefault(inventory_host.state, {})[inventory_host.name] = row(inventory_host, worker, deployments, gateway)
+              gateway: Gateway | None, behind: tuple[str, ...] = ()) -> None:
+    """Describe this host for the run's table and pass the operation that prints it (deploy.py's last line);
+    `behind`: the gateway hosts routing its replicas."""
+    _rows.setdefault(inventory_host.state, {})[inventory_host.name] = row(inventory_host, worker, deployments, gateway,
+                                                                           behind)
     summary(name="Summary")
 
 

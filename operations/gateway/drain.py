@@ -21,7 +21,7 @@ from operations.deployment import roles
 from operations.gateway import config, registry
 from operations.gateway.membership import Route
 from operations.server.config import Server, ServiceHost
-from operations.server.unit import Restart, ServerUnits, refusals
+from operations.server.unit import Replacement, Restart, refusals
 
 # Where workers held their gateways' admin key while they drained themselves (root's, in config_dir).
 LEGACY_ADMIN_KEY = "gateway-admin-key"
@@ -172,43 +172,53 @@ def joins(replicas: list[tuple[Server, list[Route]]]) -> list[tuple[Route, str]]
 
 
 @operation()
-def drain_retired(service: ServiceHost, gateways: list[Route], restarts: list[Restart]):
+def drain_retired(replacement: Replacement, gateways: list[Route]):
     """
-    Take the SGLang units no deployment of this host wants any more (the single unit of an earlier
+    Take the SGLang units the host's change replaces (``unit.Replacement``: the single unit of an earlier
     layout, replicas of another layout or profile) out of every gateway that lists them, before
-    ``unit.retired`` stops them: their port and model are read from their own unit files. Nothing
-    leaves a gateway while the host's SGLang refuses a wanted replica's new files (``unit.retired``
+    ``unit.retired`` stops them: their port and model are read from their own unit files. Should the change
+    fail, they go back into the gateways they left here once they generate again (``Replacement.on_restored``).
+    Nothing leaves a gateway while the host's SGLang refuses a wanted replica's new files (``unit.retired``
     then fails the host, changing nothing).
 
-    + service: the host's servers' settings (their unit prefix, their longest generation)
+    + replacement: the host's change of units (``unit.Replacement``)
     + gateways: every gateway of the inventory (``membership.gateways``)
-    + restarts: every wanted replica's restart decision (``server.unit.Restart``)
 
     **Example:**
 
     .. code:: python
 
-        drain.drain_retired(name="Drain retired units", service=worker.service, gateways=membership.gateways(fleet, host),
-                            restarts=[Restart(replica, inputs, [key])])
+        drain.drain_retired(name="Drain retired units", replacement=unit.Replacement(worker.service, restarts),
+                            gateways=membership.gateways(fleet, host))
     """
-    d = service
-    if refusals(restarts):
+    if refusals(replacement.restarts):
         host.noop("the host's SGLang refuses a new unit: nothing is retired")
         return
-    wanted = {r.server.service_name for r in restarts}
-    retired = {name: unit for name, unit in (gathering.read(ServerUnits, prefix=d.service_prefix) or {}).items()
-               if name not in wanted and unit["port"] and unit["model"]}
+    retired = {name: unit for name, unit in replacement.replaced().items() if unit["port"] and unit["model"]}
     reachable = [route for route in gateways if not route.problem]
-    drained = set()  # (gateway, model, url): units of one port are one worker to a gateway
-    for name, unit in sorted(retired.items()):
+    drained: dict[tuple[str, str], tuple[Route, list[str]]] = {}  # (gateway, model): units of one port are one worker
+    for name, unit in retired.items():
         for route in reachable:
-            url = route.worker_url(unit["port"])
-            if (route.gateway, unit["model"], url) in drained:
+            url, key = route.worker_url(unit["port"]), (route.gateway, unit["model"])
+            if key in drained and url in drained[key][1]:
                 continue
             if any(w["url"] == url for w in registry.listing(route, unit["model"])["workers"]):
-                drained.add((route.gateway, unit["model"], url))
+                drained.setdefault(key, (route, []))[1].append(url)
                 # Its requests in flight finish before unit.retired stops it, as a drained replica's do.
-                command = registry.worker_command(route, unit["model"], "drain", url, "--idle", url, str(d.longest_generation_s))
+                command = registry.worker_command(route, unit["model"], "drain", url, "--idle", url,
+                                                  str(replacement.service.longest_generation_s))
                 yield FunctionCommand(_drain, (command, route.gateway), {})
     if not drained:
         host.noop(f"no gateway lists a unit to retire ({', '.join(sorted(retired)) or 'none'})")
+        return
+    rejoins = [(route, registry.worker_command(route, model, "join", *urls)) for (_, model), (route, urls) in drained.items()]
+    replacement.on_restored.append(lambda state, host: _rejoined(state, host, rejoins))
+
+
+def _rejoined(state, host, rejoins: list[tuple[Route, str]]) -> str:
+    """The restored units registered again with each gateway they left: what happened, said."""
+    back = [route.gateway for route, command in rejoins
+            if registry.gateway_program(host, command, f"registering the restored units with {route.gateway} failed",
+                                        state.inventory.get_host(route.gateway)) is not None]
+    failed = sorted({route.gateway for route, _ in rejoins} - set(back))
+    return (f"back in {', '.join(back)}" if back else "") + (f"; not back in {', '.join(failed)}" if failed else "")

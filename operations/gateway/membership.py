@@ -167,6 +167,11 @@ def workers(fleet: Fleet, gateway_host, model: str) -> list[Worker]:
     return found
 
 
+def worker_addresses(fleet: Fleet, gateway_host) -> dict[str, str]:
+    """Each worker host's address as `gateway_host` reaches its servers (``worker_address``)."""
+    return {worker.name: worker_address(same_host(worker, gateway_host), worker.address) for worker in fleet.workers}
+
+
 def gateways(fleet: Fleet, worker_host) -> list[Route]:
     """Every gateway of the fleet, of any model, for `worker_host`: where it reaches the worker, and
     where the worker reaches it as a client (on loopback when it is the same host, else at the gateway's

@@ -6,7 +6,8 @@ The deploy knows which workers the gateway should route to from the inventory it
 (membership.workers). The gateway's own list (`GET /workers`, read as the `GatewayWorkers` fact) is
 compared with it: a worker missing there is registered (`POST /workers`, then waited until `ready`), a
 worker of that model that the inventory no longer has is removed (`DELETE /workers/{id}`), and when both
-agree nothing is written to the gateway. Workers of other models are left alone. The gateway's control
+agree nothing is written to the gateway. A gateway routes its model alone: a worker of another model (left
+by a host that serves another profile now) is removed. The gateway's control
 plane takes its admin key (`gateway_admin_key_env`), which never leaves the gateway's host: every change
 of its workers runs there, a worker's too. A worker that fails readiness is rolled back and stays out,
 also through later runs that do not deploy it: the gateway's own stage registers only the workers it
@@ -40,7 +41,9 @@ class GatewayWorkers(FactBase):
 
         {"reachable": True, "readiness": {"status": "ready", "healthy_workers": 2, "total_workers": 2},
          "workers": [{"id": "01a2...", "url": "http://10.213.1.10:30000", "status": "ready",
-                      "model_id": "moonshotai/Kimi-K2.6"}]}
+                      "model_id": "moonshotai/Kimi-K2.6"}],
+         "others": [{"id": "77c1...", "url": "http://10.213.1.11:30000", "status": "ready",
+                     "model_id": "qwen3.6-27b"}]}
     """
 
     def command(self, port: int, key_file: str, model: str, address: str = network.LOOPBACK,
@@ -128,27 +131,31 @@ def kept_in(listing_before: dict, wanted: list[Worker], state) -> list[Worker]:
 
 
 @operation()
-def register_workers(gateway: Gateway, wanted: list[Worker], listing_before: dict, restarted: OperationMeta):
+def register_workers(gateway: Gateway, wanted: list[Worker], listing_before: dict, restarted: OperationMeta,
+                     addresses: dict[str, str]):
     """
     Make the gateway's workers of its model the inventory's: register the missing ones (`POST /workers`,
     waited until `ready`) among those it routes to after this run (``kept_in``), remove those the
-    inventory no longer has.
+    inventory no longer has, and every worker of another model.
 
-    Runs after every worker's readiness (deploy.py's last stage); a worker that failed earlier
-    in this run is neither registered nor removed. With nothing to change, nothing is written.
+    Runs after every worker's readiness (deploy.py's last stage); a worker host that failed earlier in
+    this run (rolled back to what it served before) has none of its workers registered or removed. With
+    nothing to change, nothing is written.
 
     + gateway: the host's resolved gateway
     + wanted: the inventory's workers of the gateway's model (``membership.workers``)
     + listing_before: the gateway's workers before this run (``listed()``, read before its unit's
       operation: a restarted smg has forgotten them)
     + restarted: the gateway's unit operation
+    + addresses: each worker host's address as the gateway reaches it (``membership.worker_addresses``)
 
     **Example:**
 
     .. code:: python
 
         registry.register_workers(name="Gateway workers", gateway=g, wanted=membership.workers(fleet, host, g.model),
-                                  listing_before=listed(g), restarted=unit)
+                                  listing_before=listed(g), restarted=unit,
+                                  addresses=membership.worker_addresses(fleet, host))
     """
     g = gateway
     problems = [w.problem for w in wanted if w.problem]
@@ -159,23 +166,26 @@ def register_workers(gateway: Gateway, wanted: list[Worker], listing_before: dic
         current = listed(g)
         registered = {w["url"]: w["status"] for w in current["workers"]}
         inventory = {w.url for w in wanted}
-        if current["reachable"] and set(registered) <= inventory and all(
+        if current["reachable"] and set(registered) <= inventory and not current.get("others") and all(
                 registered.get(w.url) == "ready" for w in kept_in(listing_before, wanted, state)):
             outcomes.note(host, gateway_workers=len(registered))
             host.noop(f"the gateway routes {g.model} to {len(registered)} of its {len(wanted)} inventory workers, "
                       "all ready")
             return
-    yield FunctionCommand(_sync_workers, (g, wanted, listing_before), {})
+    yield FunctionCommand(_sync_workers, (g, wanted, listing_before, addresses), {})
 
 
-def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker], listing_before: dict) -> bool:
+def _sync_workers(state, host, gateway: Gateway, wanted: list[Worker], listing_before: dict,
+                  addresses: dict[str, str]) -> bool:
     """At execution time, after the workers' own stages (pyinfra passes `state` and `host` by these names)."""
     g = gateway
     register = [w.url for w in kept_in(listing_before, wanted, state)]
+    failed = [addresses[h.name] for h in state.failed_hosts if h.name in addresses]
     command = " ".join(shlex.quote(part) for part in (
         "python3", g.script, "--address", g.local_address, "--owner", g.user, "--worker-key-file", g.key_file,
         str(g.port), g.admin_key_file, g.model, "sync", str(g.register_timeout_s),
-        "--register", *register, "--inventory", *(w.url for w in wanted)))
+        "--register", *register, "--inventory", *(w.url for w in wanted), "--alone",
+        "--keep-address", *failed))
     started = time.monotonic()
     result = gateway_program(host, command, "gateway workers not converged")
     if result is None:

@@ -6,15 +6,21 @@ import hashlib
 import re
 from pathlib import Path
 
+from operations.basics import site_directory
+
 LOCKS = Path(__file__).resolve().parent / "locks"  # committed hash locks, one per release: NAME==VERSION.txt
 RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.!+_-]+")
 
 
 def committed_lock(requirement: str) -> str | None:
     """The committed hash lock of a release pin (locks/NAME==VERSION.txt: it and every dependency,
-    each with its wheels' sha256), or None."""
-    path = LOCKS / f"{requirement}.txt"
-    return path.read_text() if RELEASE.fullmatch(requirement) and path.is_file() else None
+    each with its wheels' sha256), else the site's (SITE/locks/NAME==VERSION.txt), or None."""
+    if not RELEASE.fullmatch(requirement):
+        return None
+    site_locks = site_directory.locks_path()
+    found = [path for path in (LOCKS / f"{requirement}.txt", *([site_locks / f"{requirement}.txt"] if site_locks else []))
+             if path.is_file()]
+    return found[0].read_text() if found else None
 
 
 def fingerprint(requirement: str, index_url: str | None) -> str:

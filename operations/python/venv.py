@@ -76,8 +76,9 @@ def hash_lock(requirement: str) -> str | None:
 def unchecked(requirement: str) -> str:
     """The warning for a requirement installed without any hash check, and the way to one."""
     if RELEASE.fullmatch(requirement):
-        return (f"{requirement}: no hash lock (operations/python/locks/{requirement}.txt), so no hash is "
-                f"checked: write one with `python -m operations.python.locks.compile {requirement}`")
+        return (f"{requirement}: no hash lock (operations/python/locks/{requirement}.txt, or the site's "
+                f"SITE/locks/), so no hash is checked: write one into your site with "
+                f"`SPECFLEET_SITE=SITE python -m operations.python.locks.compile {requirement}`")
     if "git+" in requirement:
         return (f"{requirement}: a git build installs unchecked (pip and uv check no hash of a git checkout): "
                 "build its wheel once and name that wheel with --hash=sha256:<its sha256>")

@@ -1,10 +1,10 @@
-"""The server's keys on the host, root's files the service reads: the API key, from the controller's
-variable, and the worker admin key, generated on the host."""
+"""The server's keys on the host, root's files the servers read: the API key, from the controller's
+variable, and each deployment's worker admin key, generated on the host."""
 
 from pyinfra.api import operation
 
 from operations.basics.secrets import controller_key_file, host_key_file
-from operations.server.config import ServiceHost
+from operations.server.config import Engine, ServiceHost
 
 
 @operation()
@@ -28,20 +28,22 @@ def api_key(service: ServiceHost):
 
 
 @operation()
-def admin_key(service: ServiceHost):
+def admin_key(engine: Engine):
     """
-    Give the host's servers a worker admin key of their own (SGLang's --admin-api-key): generated on the
-    host, root's, readable by the service group, kept across runs. SGLang's admin-optional routes
+    Give a deployment's servers a worker admin key of their own (SGLang's --admin-api-key): generated on the
+    host, root's, readable by the group of the deployment's user alone (the group useradd makes with it, of
+    which that user is the only member), kept across runs. SGLang's admin-optional routes
     (/update_weights_from_disk, /set_internal_state, /load_lora_adapter, /flush_cache) then take it alone,
-    so the clients' API key, which every gateway client holds, cannot reach them. Nothing leaves the host:
-    whatever the product itself calls there (the benchmark's /flush_cache) reads the file on the host.
+    so the clients' API key, which every gateway client holds, cannot reach them, and on a host of several
+    deployments neither can another deployment's model code. Nothing leaves the host: whatever the product
+    itself calls there (the benchmark's /flush_cache) reads the file on the host, as root.
 
-    + service: what the host's servers share (its configuration directory and service user)
+    + engine: the deployment (its key file, ``Engine.admin_key_file``, and its user)
 
     **Example:**
 
     .. code:: python
 
-        api_key.admin_key(name="Worker admin key", service=worker.service)
+        api_key.admin_key(name="Worker admin key of qwen", engine=deployment.engine)
     """
-    yield from host_key_file(service.admin_key_file, service.service_user)
+    yield from host_key_file(engine.admin_key_file, engine.user)

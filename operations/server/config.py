@@ -128,7 +128,8 @@ class ServiceHost:
 
     @property
     def admin_key_file(self) -> str:
-        """The host's worker admin key (SGLang --admin-api-key): generated on the host, never the clients'."""
+        """The worker admin key (SGLang --admin-api-key) of a host that serves one deployment (``Engine``'s):
+        generated on the host, never the clients'."""
         return f"{self.config_dir}/admin-api-key"
 
 
@@ -176,6 +177,13 @@ class Engine:
         """Whether its servers run as a user of its own (a host of several deployments: deployment_user),
         not as the host's service user."""
         return self.user != self.service.service_user
+
+    @property
+    def admin_key_file(self) -> str:
+        """Its servers' worker admin key (SGLang --admin-api-key), which its user's own group alone reads
+        (api_key.admin_key): the host's where it serves this deployment alone, one of its own where it serves
+        several, so that no deployment's model code holds the key to another's admin routes."""
+        return f"{self.service.admin_key_file}-{self.name}" if self.own_user else self.service.admin_key_file
 
     @property
     def home(self) -> str:

@@ -13,7 +13,7 @@ from operations.basics.units import any_change
 from operations.basics.untrusted import printable
 from operations.server.config import Server, ServiceHost
 from operations.server.host_scripts.engine_answers import scrubbed
-from operations.server.unit import restore_command
+from operations.server.unit import Replacement, restore_command
 
 # The default time a (re)start may take: a fixed start-up (CUDA graphs, warm-up) plus the weights
 # read at a rate a cold start of Kimi K2.6 (595 GB onto 8 GPUs, from NVMe) stays above: ~30 min.
@@ -103,23 +103,26 @@ def crash(run: dict, restarts_before: int) -> str | None:
 
 
 @operation()
-def ready(server: Server, restarted: OperationMeta, timeout_s: int):
+def ready(server: Server, restarted: OperationMeta, timeout_s: int, replacement: Replacement | None = None):
     """
     Prove the server generates: /ready (else /health_generate), one chat completion, the speculative accept length.
 
     After a (re)start it waits, printing the load's progress from the journal; if the server
-    crash-loops or is not ready within `timeout_s` it restores the previous unit, restarts it,
-    and fails with the journal.
+    crash-loops or is not ready within `timeout_s` it restores the previous unit and restarts it, or
+    where the run replaces units of the host (``replacement``), stops every new replica and brings the
+    replaced units back; then it fails with the journal.
 
     + server: the host's server
     + restarted: the operation that may have (re)started the service
     + timeout_s: how long a start may take (see ready_timeout)
+    + replacement: the host's change of units in this run (``unit.Replacement``)
 
     **Example:**
 
     .. code:: python
 
-        readiness.ready(name="Wait until SGLang generates", server=server, restarted=unit, timeout_s=1800)
+        readiness.ready(name="Wait until SGLang generates", server=server, restarted=unit, timeout_s=1800,
+                        replacement=replacement)
     """
     if not any_change([restarted]):
         probe = gathering.read(ServerProbe, **probe_args(server)) or {}
@@ -127,7 +130,7 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int):
             log_serving(host, probe, server.service_name)
             host.noop(f"serving {probe.get('algorithm', 'unread')}: accept length {probe.get('accept_length')}")
             return
-    yield FunctionCommand(wait_ready, (server, timeout_s), {})
+    yield FunctionCommand(wait_ready, (server, timeout_s, replacement), {})
 
 
 def probe_args(server: Server) -> dict:
@@ -161,8 +164,14 @@ def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,
           service: str | None = None) -> tuple[dict, str | None]:
     """Probe the server until it generates, its unit (`service`, else the server's) crash-loops or
     `timeout_s` passes: (last probe, crash or None)."""
-    probe_command = ServerProbe().command(**probe_args(server))
-    run_command = ServiceRun().command(service or server.service_name)
+    return watch_unit(host, probe_args(server), service or server.service_name, timeout_s, what, interval_s)
+
+
+def watch_unit(host, probe: dict, service: str, timeout_s: float, what: str,
+               interval_s: float) -> tuple[dict, str | None]:
+    """``watch`` of the unit `service` whose server ``ServerProbe`` reaches with the arguments `probe`."""
+    probe_command = ServerProbe().command(**probe)
+    run_command = ServiceRun().command(service)
     last = {"probe": {"ready": False}, "crash": None}
 
     def check(elapsed: float):
@@ -185,29 +194,67 @@ def watch(host, server: Server, timeout_s: float, what: str, interval_s: float,
     return last["probe"], last["crash"]
 
 
-def wait_ready(state, host, server: Server, timeout_s: int, interval_s: float = 2.0) -> bool:
-    """Wait for the (re)started server to generate; else restore the previous unit and prove it serves."""
+def wait_ready(state, host, server: Server, timeout_s: int, replacement: Replacement | None = None,
+               interval_s: float = 2.0) -> bool:
+    """Wait for the (re)started server to generate; else restore what served before (its previous unit, or
+    the units the run replaces) and prove it serves."""
     probe, crashed = watch(host, server, timeout_s, f"waiting for {server.service_name} to generate", interval_s)
     if generates(probe):
         log_serving(host, probe, server.service_name)
         return True
 
     _, journal = shell.run(host, f"journalctl -u {server.service_name} -n 25 --no-pager -o cat")
-    restored, _ = shell.run(host, restore_command(server))
-    if restored:
-        # The previous unit served before this deploy: it should be back within a normal start.
-        again, _ = watch(host, server, min(timeout_s, 120),
-                         f"waiting for the restored {server.service_name} to generate", interval_s)
-        outcome = ("restored the previous unit, which generates again" if generates(again) else
-                   f"restored the previous unit, but it does not generate either ({printable(again.get('error', 'not ready'))})")
+    if replacement is not None and replacement.replaced():
+        outcome = _replaced_restored(state, host, server, replacement, min(timeout_s, 120), interval_s)
     else:
-        outcome = "no previous unit to restore"
+        outcome = _previous_restored(host, server, min(timeout_s, 120), interval_s)
     cause = (f"{server.service_name} crash-loops: {crashed}" if crashed else
              f"{server.service_name} did not generate within {timeout_s}s "
              f"({printable(probe.get('error', 'not ready'))})")
     host.log_styled(f"{cause}; {outcome}. Last lines of its journal (journalctl -u {server.service_name}):\n"
                     f"{journal.stdout}", fg="red")
     return False
+
+
+def _previous_restored(host, server: Server, timeout_s: float, interval_s: float) -> str:
+    """Put back the server's previous unit and wait for it to generate: what happened, said."""
+    restored, _ = shell.run(host, restore_command(server))
+    if not restored:
+        return "no previous unit to restore"
+    # The previous unit served before this deploy: it should be back within a normal start.
+    again, _ = watch(host, server, timeout_s, f"waiting for the restored {server.service_name} to generate", interval_s)
+    return ("restored the previous unit, which generates again" if generates(again) else
+            f"restored the previous unit, but it does not generate either ({printable(again.get('error', 'not ready'))})")
+
+
+def _replaced_restored(state, host, server: Server, replacement: Replacement, timeout_s: float,
+                       interval_s: float) -> str:
+    """Undo the host's change of units: the failed replica's previous unit back where it had one, every new
+    replica stopped and removed, the replaced units started; wait for each of those to generate, then
+    hand them to ``replacement.on_restored`` (their gateways). What happened, said."""
+    new_names = [s.service_name for s in replacement.new()]
+    if server.service_name not in new_names:
+        shell.run(host, restore_command(server))  # a kept replica changed in the same run
+    replaced = replacement.replaced()
+    new = ", ".join(new_names)
+    ok, output = shell.run(host, replacement.restore_command())
+    if not ok:
+        return f"stopped {new} but could not start {', '.join(replaced)} again ({printable(output.stderr)[-200:]})"
+    failing = []
+    for name, found in replaced.items():
+        if not (found["port"] and found["model"]):
+            continue  # a node group's rank >= 1 serves no HTTP: started is all it shows here
+        h = server.engine.service
+        again, _ = watch_unit(host, dict(install_dir=h.install_dir, port=found["port"], model=found["model"],
+                                         key_file=h.api_key_file, service_user=found["user"] or h.service_user),
+                              name, timeout_s, f"waiting for the restored {name} to generate", interval_s)
+        if not generates(again):
+            failing.append(f"{name} ({printable(again.get('error', 'not ready'))})")
+    if failing:
+        return f"stopped {new} and started the units it replaces again, but {', '.join(failing)} does not generate"
+    back = [sentence for restored in replacement.on_restored if (sentence := restored(state, host))]
+    return (f"stopped {new} and restored the units it replaces ({', '.join(replaced)}), which generate again"
+            + "".join(f"; {sentence}" for sentence in back))
 
 
 @gathering.wants

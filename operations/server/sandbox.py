@@ -59,7 +59,7 @@ def unit_environment(server: Server, keyed: bool = True) -> list[tuple[str, str]
     not with `keyed=False`, for the keyless transient units), then the configured environment and the
     replica's GPUs, by name."""
     keys = [("SPECFLEET_API_KEY_FILE", server.engine.service.api_key_file),
-            ("SPECFLEET_ADMIN_API_KEY_FILE", server.engine.service.admin_key_file)] if keyed else []
+            ("SPECFLEET_ADMIN_API_KEY_FILE", server.engine.admin_key_file)] if keyed else []
     return [("HF_HOME", server.engine.server_hf_home), ("HF_HUB_OFFLINE", "1"), *keys,
             *sorted({**server.engine.env, **server.gpu_env}.items())]
 

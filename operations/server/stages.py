@@ -5,19 +5,24 @@ from pyinfra.api.operation import OperationMeta
 
 from operations.basics import gathering, ownership
 from operations.basics.file_states import FileStates
-from operations.basics.ownership import SystemUser, upload_paths
+from operations.basics.ownership import SystemUser, mark_of, upload_paths
 from operations.nodes import rendezvous
 from operations.nodes.group import NodeGroup
 from operations.python import venv
 from operations.python.venv import HostPython, Uv, VenvRequirement, VenvsUsed
 from operations.server import api_key, readiness, unit
 from operations.server.config import Engine, Server, ServiceHost
-from operations.server.unit import Restart
+from operations.server.unit import Replacement, Restart
 
 
 def root_directories(service: ServiceHost) -> tuple[str, ...]:
     """The directories root writes in or executes from: install, its bin/, configuration."""
     return (service.install_dir, f"{service.install_dir}/bin", service.config_dir)
+
+
+def marked_directories(service: ServiceHost) -> tuple[str, ...]:
+    """The directories uninstall.py removes whole, which carry the deploy's mark (``ownership.marked``)."""
+    return (service.install_dir, service.config_dir)
 
 
 def builds(engines: tuple[Engine, ...]) -> list[Engine]:
@@ -33,12 +38,13 @@ def deployment_users(engines: tuple[Engine, ...]) -> list[Engine]:
     return [e for e in engines if e.own_user]
 
 
-def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[OperationMeta]:
+def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> dict[str, list[OperationMeta]]:
     """
     What the servers run as and from: their system user, each deployment's own on a host of several (in
     the service user's group, which reads the weights and the keys), the downloads' (which owns the HF
-    token and the weights), the build user where a build is a git requirement, root's directories, their API key and worker admin key, uv and each SGLang build's
-    virtualenv, and the host programs. Returns the keys' operations (a change of either alone restarts).
+    token and the weights), the build user where a build is a git requirement, root's directories, their API key and
+    each deployment's worker admin key, uv and each SGLang build's virtualenv, and the host programs. Returns each
+    deployment's keys' operations, by its name (a change of either alone restarts its replicas).
 
     + service: what the host's servers share (users, directories, keys)
     + engines: what each of the host's deployments runs (their replicas share its SGLang build)
@@ -55,7 +61,10 @@ def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[
         ownership.service_user(name=f"User of {e.name}", user=e.user, home=e.home, group=s.service_user)
     ownership.service_user(name="Download user", user=s.download_user, home=s.download_home)
     ownership.root_directories(name="Root's directories", paths=root_directories(s))
-    keys = [api_key.api_key(name="API key", service=s), api_key.admin_key(name="Worker admin key", service=s)]
+    ownership.marked(name="The deploy's directories", paths=marked_directories(s))
+    api = api_key.api_key(name="API key", service=s)
+    keys = {e.name: [api, api_key.admin_key(name=f"Worker admin key of {e.name}", engine=e)]
+            for e in host.loop(engines)}
     uv = Uv(s.install_dir)
     venv.uv(name="uv", uv=uv, index_url=s.pip_index_url)
     venv.build_user([build.sglang_requirement for build in builds(engines)])
@@ -66,17 +75,20 @@ def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> list[
     return keys
 
 
-def server_serving(server: Server, restart: Restart, weight_bytes: int, group: NodeGroup | None) -> OperationMeta:
+def server_serving(server: Server, restart: Restart, weight_bytes: int, group: NodeGroup | None,
+                   replacement: Replacement) -> OperationMeta:
     """
     One replica's unit (restarted only as ``restart`` decided), then the proof it serves within
     `ready_timeout_s` (by default from the size of the weights it loads): a generation through its HTTP
-    server, or for a rank >= 1 of a node group, its link to rank 0. Returns the unit's operation.
+    server, or for a rank >= 1 of a node group, its link to rank 0. A replica that fails it undoes the
+    host's change (``replacement``). Returns the unit's operation.
 
     **Example:**
 
     .. code:: python
 
-        server_serving(replica, restart, weight_bytes=hub.total_bytes, group=deployment.node_group)
+        server_serving(replica, restart, weight_bytes=hub.total_bytes, group=deployment.node_group,
+                       replacement=replacement)
     """
     timeout_s = readiness.timeout_for(server.engine.service, weight_bytes)
     configured = unit.configure(name=f"SGLang service {server.service_name}", server=server, restart=restart)
@@ -84,7 +96,7 @@ def server_serving(server: Server, restart: Restart, weight_bytes: int, group: N
         rendezvous.joined(name="Rank joined rank 0", group=group, service=server.service_name, timeout_s=timeout_s)
     else:
         readiness.ready(name=f"SGLang generates {server.service_name}", server=server, restarted=configured,
-                        timeout_s=timeout_s)
+                        timeout_s=timeout_s, replacement=replacement)
     return configured
 
 
@@ -120,8 +132,9 @@ def _read(deployment) -> gathering.Wanted:
             *([(SystemUser, dict(user=e.user))] if e.own_user else []),
             *([(SystemUser, dict(user=venv.BUILD_USER))] if venv.git_source(e.sglang_requirement) else []),
             (FileStates, dict(paths=root_directories(s))),
+            (FileStates, dict(paths=tuple(map(mark_of, marked_directories(s))))),
             (FileStates, dict(paths=(s.api_key_file,))),
-            (FileStates, dict(paths=(s.admin_key_file,))),
+            (FileStates, dict(paths=(e.admin_key_file,))),
             (FileStates, dict(paths=tuple(upload_paths(s.install_dir)))),
             (HostPython, dict(uv=Uv(s.install_dir).binary)),
             (VenvRequirement, dict(path=e.venv, distribution="sglang")),  # each deployment's build

@@ -1,6 +1,7 @@
 """The SGLang systemd units, one per replica: whether each restarts (one decision per replica and run),
 written only when its inputs change, validated first, and the previous one kept for the rollback
-(readiness.py proves it serves); units no deployment wants any more are retired."""
+(readiness.py proves it serves); units no deployment wants any more are replaced: stopped before the new
+ones start, restorable until they generate, removed after."""
 
 import json
 import shlex
@@ -49,6 +50,7 @@ class Decision:
     unit_text: str
     env_text: str
     enabled: bool
+    new: bool = False  # the host had no unit of this name before the run: it has no previous one to restore
 
     @property
     def restarts(self) -> bool:
@@ -96,7 +98,7 @@ class Restart:
             built = installed and installed["fingerprint"] == fingerprint(s.engine.sglang_requirement,
                                                                            s.engine.service.pip_index_url)
             return Decision(FILES_CHANGED, rejection(host, s, server_args(s)) if built else None, unit_text,
-                            env_text, enabled)
+                            env_text, enabled, new=current["unit_sha1"] is None)
         if any_change(self.restart_when):
             return Decision(INPUT_CHANGED, None, unit_text, env_text, enabled)
         return Decision(STOPPED if current["active"] != "active" else None, None, unit_text, env_text, enabled)
@@ -208,39 +210,104 @@ def refusals(restarts: list["Restart"]) -> list[str]:
             for (_, why), servers in refused.items()]
 
 
-@operation()
-def retired(service: ServiceHost, restarts: list[Restart]):
+class Replacement:
     """
-    Stop, disable and remove the SGLang units no deployment of the host wants: the single unit of an
-    earlier layout (``PREFIX.service``) and replicas of another layout or profile, with their environment
-    files and the previous ones kept for their rollback. Runs before any wanted replica (re)starts: a
-    unit named for other GPUs may hold the GPUs or the port a wanted replica takes (units of one name
-    always hold the same GPUs, layout.unit_name), and a host serves from its wanted units only. If the
-    host's SGLang refuses any wanted replica's new files, nothing is retired and the host fails here.
+    A change of what the host serves (another profile, layout or replica count) as one change: the SGLang
+    units no deployment of the host wants any more are replaced by the wanted ones the run brings in new.
+    The replaced units stop before any wanted replica starts (``retired``: they may hold its GPUs or its
+    port) and stay restorable, their unit and environment files kept with their virtualenv and weights,
+    until every wanted replica generates (``removed``). A new replica that fails readiness stops every
+    new one and brings the replaced units back (``restore_command``; readiness.py waits for them to
+    generate, then calls ``on_restored``: the gateway subject registers them again where they were drained).
 
     + service: the host's servers' settings (the unit prefix, the configuration directory)
-    + restarts: every wanted replica's restart decision (``Restart``), which validates its new files
+    + restarts: every wanted replica's restart decision (``Restart``)
+    """
+
+    def __init__(self, service: ServiceHost, restarts: list[Restart]):
+        self.service, self.restarts = service, restarts
+        self.on_restored: list[Callable] = []  # each called (state, host) once the replaced units generate again
+
+    def replaced(self) -> dict[str, dict]:
+        """The host's units no deployment wants, as ``ServerUnits`` reads them before the run."""
+        wanted = {r.server.service_name for r in self.restarts}
+        units = gathering.read(ServerUnits, prefix=self.service.service_prefix) or {}
+        return {name: found for name, found in sorted(units.items()) if name not in wanted}
+
+    def new(self) -> list[Server]:
+        """The wanted replicas whose unit the host did not have before the run."""
+        return [r.server for r in self.restarts if r.decision().new]
+
+    def restore_command(self) -> str:
+        """The one command stopping and removing every new replica's unit and starting the replaced ones."""
+        new = [s.service_name for s in self.new()]
+        replaced = list(self.replaced())
+        return " && ".join([
+            # A new replica the run has not reached yet has no unit to stop.
+            *(f"{{ systemctl disable --now {shlex.quote(name)} 2>/dev/null || true; }}" for name in new),
+            # Root's own files in root's directories (ownership.root_directories).
+            "rm -f -- " + " ".join(shlex.quote(path) for name in new for path in unit_paths(self.service.config_dir, name)),
+            "systemctl daemon-reload",
+            f"{{ systemctl reset-failed {' '.join(shlex.quote(f'{name}.service') for name in new)} 2>/dev/null || true; }}",
+            f"systemctl enable --now {' '.join(shlex.quote(f'{name}.service') for name in replaced)}",
+        ])
+
+
+@operation()
+def retired(replacement: Replacement):
+    """
+    Stop and disable the SGLang units no deployment of the host wants (``Replacement``): the single unit of
+    an earlier layout (``PREFIX.service``) and replicas of another layout or profile. Their files stay until
+    every wanted replica generates (``removed``), so a failed change brings them back. Runs before any wanted
+    replica (re)starts: a unit named for other GPUs may hold the GPUs or the port a wanted replica takes
+    (units of one name always hold the same GPUs, layout.unit_name). If the host's SGLang refuses any wanted
+    replica's new files, nothing is stopped and the host fails here.
+
+    + replacement: the host's change of units (``Replacement``), whose restart decisions validate the new files
 
     **Example:**
 
     .. code:: python
 
-        unit.retired(name="Units no deployment wants", service=worker.service, restarts=[Restart(replica, inputs, [key])])
+        unit.retired(name="Units no deployment wants", replacement=unit.Replacement(worker.service, restarts))
     """
-    refused = refusals(restarts)
+    refused = refusals(replacement.restarts)
     if refused:
         yield fail_host(refused)
         return
-    wanted = {r.server.service_name for r in restarts}
-    stale = sorted(set(gathering.read(ServerUnits, prefix=service.service_prefix) or {}) - wanted)
+    stale = list(replacement.replaced())
     if not stale:
-        host.noop(f"every SGLang unit on the host is wanted ({len(wanted)})")
+        host.noop(f"every SGLang unit on the host is wanted ({len(replacement.restarts)})")
         return
     for name in stale:
-        host.log_styled(f"{host.name}: retiring {name} (no deployment wants it any more)", fg="yellow")
+        host.log_styled(f"{host.name}: retiring {name} (no deployment wants it any more): stopped, kept until its "
+                        "replacement generates", fg="yellow")
         yield from systemd.service._inner(service=name, running=False, enabled=False)
+
+
+@operation()
+def removed(replacement: Replacement):
+    """
+    Remove the units ``retired`` stopped, once every wanted replica generates: their unit and environment
+    files, the previous ones kept for their rollback and their KV plans.
+
+    + replacement: the host's change of units (``Replacement``)
+
+    **Example:**
+
+    .. code:: python
+
+        unit.removed(name="Replaced units removed", replacement=replacement)
+    """
+    stale = list(replacement.replaced())
+    if not stale:
+        host.noop("no SGLang unit was replaced")
+        return
+    for name in stale:
+        host.log_styled(f"{host.name}: removing {name} (its replacement generates)", fg="yellow")
     # Root's own files in root's directories (ownership.root_directories).
-    yield "rm -f -- " + " ".join(shlex.quote(path) for name in stale for path in unit_paths(service.config_dir, name))
+    yield "rm -f -- " + " ".join(shlex.quote(path) for name in stale
+                                 for path in unit_paths(replacement.service.config_dir, name))
     yield from systemd.daemon_reload._inner()
     # A unit that ended failed (its stop killed it) stays listed so until reset: it is gone.
     yield f"systemctl reset-failed {' '.join(shlex.quote(f'{name}.service') for name in stale)} 2>/dev/null || true"

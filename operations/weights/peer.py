@@ -32,6 +32,12 @@ PACKAGES = ("nginx",)
 REVISION_PATH = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]*--[A-Za-z0-9][A-Za-z0-9._-]*/{knobs.COMMIT.pattern}")
 
 
+def conf_dir_beside(config_dir: str) -> str:
+    """The peer server's configuration directory: beside root's configuration directory, not in it (the
+    unit cannot read that one)."""
+    return f"{config_dir}-weights-peer"
+
+
 @dataclass(frozen=True)
 class PeerServer:
     """One host's peer server: whom it serves, what, where, as whom."""
@@ -50,8 +56,7 @@ class PeerServer:
 
     @property
     def conf_dir(self) -> str:
-        """Beside root's configuration directory, not in it: the unit cannot read that one."""
-        return f"{self.config_dir}-weights-peer"
+        return conf_dir_beside(self.config_dir)
 
     @property
     def conf_file(self) -> str:

@@ -2,6 +2,7 @@
 
 from pyinfra import host, inventory
 
+from operations.basics import ownership
 from operations.weights import checks, download, peer, sharing
 from operations.weights.checks import HubState
 from operations.weights.config import Weights
@@ -25,6 +26,7 @@ def weights_fetched(weights: tuple[Weights, ...], hubs: list[HubState], fleet_wo
     if part:
         peer.package(name="Weights peer server package")
         peer.serving(name="Weights peer server", server=part.server)
+        ownership.marked(name="The peer server's directory", paths=(part.server.conf_dir,))
         sharing.reachable(name="Weights peers reachable", part=part)
     for w, hub in host.loop(list(zip(weights, hubs))):
         download.earlier_units_removed(name="Earlier download units", weights=w)

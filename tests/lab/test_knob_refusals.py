@@ -64,6 +64,23 @@ def test_dry_with_a_refused_host_says_why_and_exits_non_zero(deployed_lab, pcie_
     assert f"[{pcie_host.name}]" in output and "Beginning operation run" not in output
 
 
+@pytest.mark.parametrize("yes", [False, True], ids=["dry", "dry -y"])
+def test_dry_with_a_token_denied_a_gated_repo_says_so_per_host_and_exits_non_zero(deployed_lab, lab_hosts, yes):
+    """The hub's refusal is made inside preflight, which pyinfra's -y does not evaluate before the run: --dry -y
+    evaluates it all the same (failing.dry_is_a_gate), so it gates a change as --dry does."""
+    before = state_of(lab_hosts)
+    command = [str(PYINFRA), *(["-y"] if yes else []), LAB_INVENTORY, "deploy.py", "--dry"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "HF_TOKEN": "hf_lab_denied"})
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
+    for h in lab_hosts:
+        said = [line for line in output.splitlines()
+                if f"{h.name}: the token has no access to the gated repo lab/Kimi-K2.6-DFlash-tiny" in line]
+        assert len(said) == 1, output[-3000:]
+    assert "Beginning operation run" not in output and state_of(lab_hosts) == before
+
+
 def test_a_kv_cache_below_min_kv_tokens_is_refused_in_dry_in_one_line(deployed_lab, pcie_host):
     """Preflight's KV plan (operations/server/capacity.py) against the floor: refused before anything changes,
     naming the replica, its tokens and min_kv_tokens."""

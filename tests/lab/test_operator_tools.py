@@ -95,14 +95,50 @@ def test_logs_shows_a_replicas_journal_with_control_characters_escaped(deployed_
     assert refused.returncode == 1 and f"replica='smg' is no unit of {pcie_host.name}" in refused.output
 
 
+# What the deploy laid down on a host and what an uninstall must not touch: accounts, their homes, directories.
+LAID_DOWN = ("getent passwd sglang sglang-download postgres; ls -d /etc/specfleet /opt/specfleet /home/sglang "
+             "/home/sglang-download /etc/specfleet-weights-peer 2>/dev/null; ls -lR /etc/ssl | md5sum; true")
+
+
+@pytest.mark.parametrize("data, refusal", [
+    ("service_user=postgres", "the account postgres has the login shell /bin/bash"),
+    ("config_dir=/etc/ssl", "/etc/ssl holds no .specfleet, the mark the deploy writes in each directory it makes"),
+])
+def test_uninstall_refuses_an_account_or_directory_the_deploy_did_not_make_in_one_line_removing_nothing(
+        deployed_lab, b200_host, data, refusal):
+    # Debian's postgres account, as its package makes it: a system user with a login shell.
+    fleet.ssh(b200_host, "getent passwd postgres >/dev/null || useradd --system --home-dir /var/lib/postgresql "
+                         "--create-home --shell /bin/bash postgres")
+    try:
+        before, serving = fleet.ssh(b200_host, LAID_DOWN), main_pid(b200_host)
+        run = pyinfra("-y", "uninstall.py", "--limit", b200_host.name, "--data", data)
+        assert run.returncode == 1, run.output[-3000:]
+        # Said once, in one line, as the deploy says a refusal (preflight.refuse).
+        [line] = [line for line in run.output.splitlines() if line.strip().startswith(f"[{b200_host.name}] ")
+                  and refusal in line]
+        assert line.strip().startswith(f"[{b200_host.name}] {b200_host.name}: {refusal}") and \
+            line.endswith("uninstall removes nothing" if "postgres" in data else "gets it from one deploy)")
+        assert fleet.ssh(b200_host, LAID_DOWN) == before and main_pid(b200_host) == serving
+    finally:
+        fleet.ssh(b200_host, "userdel --remove postgres 2>/dev/null; true")
+
+
 def test_uninstall_leaves_no_unit_user_or_key_and_the_next_deploy_converges(deployed_lab, pcie_host, b200_host):
-    other = main_pid(pcie_host)
+    other, serving = main_pid(pcie_host), main_pid(b200_host)
+    # Asked first (stdin closed: no answer), it lists what goes and says the weights stay, and changes nothing.
+    asked = pyinfra("uninstall.py", "--limit", b200_host.name)
+    assert "Remove every SGLang unit (sglang, sglang@*)" in asked.output, asked.output[-3000:]
+    assert "the accounts sglang, sglang-download with their homes" in asked.output
+    assert "the weights in /srv/specfleet/models stay (remove_weights=true removes them)" in asked.output
+    assert asked.returncode != 0 and main_pid(b200_host) == serving != "0"
     run = pyinfra("-y", "uninstall.py", "--limit", b200_host.name)
     assert run.returncode == 0, run.output[-3000:]
-    # The download user's home holds the HF token: it goes with the user.
-    left = fleet.ssh(b200_host, "ls /etc/systemd/system | grep -E '^(sglang|specfleet|smg)' ; getent passwd sglang; "
-                                "getent passwd sglang-download; "
-                                "ls -d /etc/specfleet /opt/specfleet /home/sglang /home/sglang-download 2>/dev/null; "
+    # The download user's home holds the HF token: it goes with the user. Every account the deploy marked
+    # goes; the fan-out's directory and its nginx (purged, then unmasked) too.
+    left = fleet.ssh(b200_host, "ls /etc/systemd/system | grep -E '^(sglang|specfleet|smg|nginx)' ; getent passwd sglang; "
+                                "getent passwd sglang-download; getent passwd | grep :specfleet: ; "
+                                "ls -d /etc/specfleet /opt/specfleet /home/sglang /home/sglang-download "
+                                "/etc/specfleet-weights-peer 2>/dev/null; dpkg -l 'nginx*' 2>/dev/null | grep ^ii; "
                                 "systemctl list-units --all --plain --no-legend 'sglang*' 'specfleet-weights*'; true")
     assert left.strip() == "", left
     assert fleet.ssh(b200_host, "ls /srv/specfleet/models").split() != []  # the weights are kept

@@ -133,6 +133,17 @@ def test_two_models_on_one_host_on_disjoint_gpus_each_verified_and_benchmarked_o
             own = fleet.ssh(host, f"runuser -u {mine} -- touch /home/{mine}/.cache/planted && echo wrote "
                                   f"&& rm /home/{mine}/.cache/planted", check=False).strip()
             assert (touched, own) == ("refused", "wrote"), (mine, theirs, touched, own)
+            # The key to the other's admin routes is not its to read; its own is.
+            keys = [fleet.ssh(host, f"runuser -u {mine} -- cat /etc/specfleet/admin-api-key-{user.removeprefix('sglang-')} "
+                                    ">/dev/null 2>&1 && echo read || echo refused", check=False).strip()
+                    for user in (theirs, mine)]
+            assert keys == ["refused", "read"], (mine, theirs, keys)
+        # What stays open (docs/security.md): another deployment's code reaches a replica's TCPStore on loopback.
+        store = fleet.ssh(host, f"grep -o -- '--nccl-port [0-9]*' /etc/systemd/system/{wanted[1]}.service").split()[1]
+        reached = fleet.ssh(host, "runuser -u sglang-kimi_k26_dflash -- python3 -c 'import socket; "
+                                  f"socket.create_connection((\"127.0.0.1\", {store}), 5); print(\"connected\")'",
+                            check=False).strip()
+        assert reached == "connected", reached
         # A virtualenv per build: the two deployments' builds differ (the release, the DDTree pull request).
         venvs = set(fleet.ssh(host, "ls -d /opt/specfleet/sglang-venv*").split())
         wanted = {d.engine.venv for d in resolve_host(host_data("rtx_pro_6000_pcie", lab=True,

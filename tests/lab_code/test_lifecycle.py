@@ -4,7 +4,7 @@ import subprocess
 import pytest
 
 from lab import fleet, services
-from lab.config import BRIDGE
+from lab.config import BRIDGE, LAB_DIR
 from tests.helpers import lab_cli
 
 pytestmark = pytest.mark.lab_lifecycle
@@ -28,3 +28,7 @@ def test_up_twice_leaves_the_same_two_hosts_then_down_leaves_nothing():
     assert BRIDGE not in links and not {f"vb-{m}"[:15] for m in machines} & set(links), links
     assert set(services.status().values()) == {"stopped"}
     assert not fleet.HOSTS_DIR.exists() or not any(fleet.HOSTS_DIR.iterdir()), "host roots left"
+    # Nothing of the lab is left: no gpg-agent of its apt repository's key, no state directory.
+    agents = subprocess.run(["pgrep", "-f", f"gpg-agent --homedir {services.APT_DIR}/gnupg"], capture_output=True)
+    assert agents.stdout == b"", "the apt repository's gpg-agent outlived `down`"
+    assert not LAB_DIR.exists(), f"{LAB_DIR} left"

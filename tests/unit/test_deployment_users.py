@@ -13,7 +13,8 @@ from operations import status, uninstall
 from operations.basics import ownership
 from operations.basics.knobs import BadHostData
 from operations.deployment import resolve_host
-from operations.server import readiness, sandbox, stages
+from operations.basics.file_states import FileStates
+from operations.server import api_key, readiness, sandbox, stages
 from operations.server.flags import SGLangRejects
 from tests.unit.fakehost import run
 from tests.unit.group_data import RTX_MINORS, host_data
@@ -51,7 +52,7 @@ def test_each_deployments_user_is_created_a_system_user_in_the_service_group():
     facts = {ownership.SystemUser: None, Users: {"sglang": {}}, Groups: {"sglang"}, Os: "Linux", Which: "/usr/sbin/useradd",
              Directory: None}
     commands, _ = run(ownership.service_user, facts, user="sglang-qwen", home="/home/sglang-qwen", group="sglang")
-    assert commands == ["useradd -d /home/sglang-qwen -s /usr/sbin/nologin -G sglang -r -M sglang-qwen",
+    assert commands == ["useradd -d /home/sglang-qwen -s /usr/sbin/nologin -G sglang -r -c specfleet -M sglang-qwen",
                         "mkdir -p /home/sglang-qwen", "chown sglang-qwen:sglang-qwen /home/sglang-qwen",
                         "runuser -u sglang-qwen -- mkdir -p -m 700 /home/sglang-qwen/.cache"]
     assert [(e.user, e.home) for e in stages.deployment_users((KIMI.engine, QWEN.engine))] == [
@@ -87,8 +88,12 @@ def test_uninstall_removes_both_deployments_users():
     host = inventory_host("pcie-1", ["rtx_pro_6000_pcie"], deployments=TWO)
     view = status.view_of(host, [host])
     u = uninstall.plan(view.service, view.gateway, "/srv/specfleet/models", False, view.replicas)
-    assert u.users == ("sglang", "sglang-download", "sglang-kimi", "sglang-qwen", "specfleet-build")
-    removals = uninstall.removals(u, {"paths": [], "users": list(u.users), "units": []})
+    assert [user for user, _ in u.users] == ["sglang", "sglang-download", "sglang-kimi", "sglang-qwen"]
+    assert uninstall.asked(u)["users"] == ("sglang", "sglang-download", "sglang-kimi", "sglang-qwen")
+    accounts = {user: {"uid": 990, "home": home, "shell": "/usr/sbin/nologin", "marked": True} for user, home in u.users}
+    left = {**uninstall.Leftovers.default(), "accounts": accounts}
+    assert uninstall.problem(u, left) is None
+    removals = uninstall.removals(u, left)
     assert "userdel --remove sglang-kimi 2>/dev/null || userdel sglang-kimi" in removals
     assert "userdel --remove sglang-qwen 2>/dev/null || userdel sglang-qwen" in removals
 
@@ -126,3 +131,20 @@ def test_no_deployment_runs_as_the_download_build_or_gateway_user(data, refusal)
     with pytest.raises(BadHostData) as refused:
         resolve_host(host_data("rtx_pro_6000_pcie", **data), "rtx_pro_6000_pcie")
     assert str(refused.value).startswith(refusal) and "\n" not in str(refused.value)
+
+
+def test_each_deployment_has_a_worker_admin_key_its_users_group_alone_reads_and_its_units_launcher_is_given():
+    """On a host of several deployments, the key to one's admin routes is no other's to read: a file of its
+    own, root's, 0640, group its own user's (which useradd makes with it); a host of one keeps the host's."""
+    assert (KIMI.engine.admin_key_file, QWEN.engine.admin_key_file) == (
+        "/etc/specfleet/admin-api-key-kimi", "/etc/specfleet/admin-api-key-qwen")
+    for d in (KIMI, QWEN):
+        [command] = run(api_key.admin_key, {FileStates: {d.engine.admin_key_file: None}}, engine=d.engine)[0]
+        assert command.endswith(f"secret /etc/specfleet admin-api-key-{d.name} 640 {d.engine.user}")
+        _, env = sandbox.unit_files(d.replicas[0], "", RTX_MINORS)
+        assert f"\nSPECFLEET_ADMIN_API_KEY_FILE={d.engine.admin_key_file}\n" in env
+        assert (FileStates, dict(paths=(d.engine.admin_key_file,))) in stages._read(d)
+    [only] = resolve_host(host_data("rtx_pro_6000_pcie"), "rtx_pro_6000_pcie")
+    assert only.engine.admin_key_file == "/etc/specfleet/admin-api-key"
+    [command] = run(api_key.admin_key, {FileStates: {only.engine.admin_key_file: None}}, engine=only.engine)[0]
+    assert command.endswith("secret /etc/specfleet admin-api-key 640 sglang")

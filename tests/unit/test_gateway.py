@@ -320,16 +320,16 @@ def test_units_no_deployment_wants_leave_every_gateway_listing_them_before_they_
     restart, state = restarting(unit.FILES_CHANGED)  # sglang@kimi_k26_dflash-gpu0-7, wanted
     facts = {**state, unit.ServerUnits: {**units, "sglang@kimi_k26_dflash-gpu0-7": units["sglang"]},
              GatewayWorkers: listing(URL, "http://10.0.0.6:30000")}
-    commands, _ = run(drain_retired, facts, service=worker().engine.service, gateways=[ROUTE], restarts=[restart])
+    commands, _ = run(drain_retired, facts, replacement=unit.Replacement(worker().engine.service, [restart]), gateways=[ROUTE])
     # Its requests in flight finish first, as a drained replica's do.
     assert [c.args[0].rsplit("' ", 1)[1].split()[-6:] for c in commands] == [
         ["drain", "120", URL, "--idle", URL, "900"]]
     commands, noops = run(drain_retired, {**facts, unit.ServerUnits: {"sglang@kimi_k26_dflash-gpu0-7": {
-        "port": 30000, "model": "kimi-k2.6", "loads": []}}}, service=worker().engine.service, gateways=[ROUTE], restarts=[restart])
+        "port": 30000, "model": "kimi-k2.6", "loads": []}}}, replacement=unit.Replacement(worker().engine.service, [restart]), gateways=[ROUTE])
     assert commands == [] and noops == ["no gateway lists a unit to retire (none)"]
     # The host's SGLang refuses the new unit: nothing leaves the gateway (unit.retired fails the host).
     refused, state = restarting(unit.FILES_CHANGED, refused="--bad-flag")
-    commands, noops = run(drain_retired, {**facts, **state}, service=worker().engine.service, gateways=[ROUTE], restarts=[refused])
+    commands, noops = run(drain_retired, {**facts, **state}, replacement=unit.Replacement(worker().engine.service, [refused]), gateways=[ROUTE])
     assert commands == [] and noops == ["the host's SGLang refuses a new unit: nothing is retired"]
 
 

@@ -401,3 +401,24 @@ def test_the_sync_registers_again_a_worker_the_gateway_lists_as_failed():
         assert [w["status"] for w in smg.workers.values()] == ["ready"]
     finally:
         smg.close()
+
+
+def test_the_sync_removes_the_workers_of_other_models_but_none_of_a_failed_host():
+    """A host switched to another model left its workers in the gateway of its old one: the sync removes
+    them, before it registers a worker of the gateway's own model at the URL one of them held."""
+    url, stray, failed = "http://10.213.1.10:30000", "http://10.213.1.11:30000", "http://10.213.1.12:30000"
+    smg = FakeSmg(url, "m")
+    smg.workers.update({"s1": {"id": "s1", "url": stray, "status": "ready", "model_id": "old"},
+                        "s2": {"id": "s2", "url": url, "status": "ready", "model_id": "old"},
+                        "s3": {"id": "s3", "url": failed, "status": "ready", "model_id": "old"},
+                        "s4": {"id": "s4", "url": "http://10.213.1.13:30000", "status": "ready", "model_id": "other"}})
+    try:
+        gateway = gateway_workers.Gateway("127.0.0.1", smg.port, "admin-secret", None)
+        result = gateway_workers.sync(gateway, "m", 5, [url], [url], "", alone=True, keep=["10.213.1.12"])
+        assert result["removed"] == [f"{url} (old)", f"{stray} (old)", "http://10.213.1.13:30000 (other)"]
+        assert sorted((w["url"], w["model_id"]) for w in smg.workers.values()) == [(url, "m"), (failed, "old")]
+        # Not alone (a join), other models are left alone.
+        smg.workers["s5"] = {"id": "s5", "url": stray, "status": "ready", "model_id": "old"}
+        assert gateway_workers.sync(gateway, "m", 5, [url], None, "")["removed"] == []
+    finally:
+        smg.close()

@@ -26,3 +26,7 @@ def test_journal_lines_reach_the_terminal_with_their_control_characters_escaped(
     journal = runpy.run_path(str(HOST_SCRIPTS["journal"]))
     assert journal["escaped"]("\x1b[2Jcleared\ttab\r\x07") == "\\x1b[2Jcleared\ttab\\r\\x07"
     assert journal["escaped"]("plain: é, 漢字") == "plain: é, 漢字"
+    # smg's coloured level and fields: the colours dropped, the text kept; any other sequence still escaped.
+    assert journal["escaped"]("\x1b[2m2026-12-07T13:40:01Z\x1b[0m \x1b[32m INFO\x1b[0m \x1b[2msmg::server\x1b[0m: up") == \
+        "2026-12-07T13:40:01Z  INFO smg::server: up"
+    assert journal["escaped"]("\x1b[1;31mred\x1b[0m\x1b]0;title\x07") == "red\\x1b]0;title\\x07"

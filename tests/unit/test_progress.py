@@ -32,7 +32,8 @@ def test_each_host_gets_one_row_with_class_model_endpoint_gateway_state_and_acce
     wide = resolve(host_data("b200_nvlink", bind_address="0.0.0.0"), "b200_nvlink")
     gateway = gateway_config.resolve(host_data("rtx_pro_6000_pcie", **vars(host_data("gateway"))))
     rows = [row(inventory_host("ct200", ["rtx_pro_6000_pcie", "gateway"]), kimi.host, (kimi,), gateway),
-            row(inventory_host("b200-a", ["b200_nvlink"], ssh_hostname="10.1.0.7"), wide.host, (wide,), None),
+            row(inventory_host("b200-a", ["b200_nvlink"], ssh_hostname="10.1.0.7"), wide.host, (wide,), None,
+                ("ct200",)),
             row(inventory_host("b200-b", ["b200_nvlink"]), None, (), None)]
     assert rows[0] == Row("ct200", "rtx_pro_6000_pcie", "kimi-k2.6", "http://127.0.0.1:30000 (on the host)",
                           "http://127.0.0.1:30080 (on the host)")
@@ -52,9 +53,12 @@ def test_each_host_gets_one_row_with_class_model_endpoint_gateway_state_and_acce
     assert cells[1] == ["ct200", "rtx_pro_6000_pcie", "kimi-k2.6", "http://127.0.0.1:30000 (on the host)",
                         "http://127.0.0.1:30080 (on the host)", "serving DFLASH, gateway routing to 2 workers", "3.45",
                         "215,040 of 222,016", "2.0 MB, 4.0 MB, 3.0 MB/s"]
-    # Each replica's engine beside its plan; a figure the run did not learn (an unread /server_info) is "-".
-    assert cells[2][3:] == ["http://10.1.0.7:30000", "-", "serving DFLASH", "3.1",
-                            "- of 1,401,659, - of 1,401,659", "-"]
+    # Each replica's engine beside its plan, replicas alike once and counted; a figure the run did not learn
+    # (an unread /server_info) is "-". A worker behind a gateway names it.
+    assert cells[2][3:] == ["http://10.1.0.7:30000", "behind ct200", "serving DFLASH", "3.1", "2 x - of 1,401,659",
+                            "-"]
+    assert lines[-1].startswith("KV tokens: each replica's engine (its max_total_num_tokens) of the deploy's plan")
+    assert "1 GiB reserve" in lines[-1] and len(lines) == 5  # said once, under the table
     assert cells[3][6:] == ["-", "-", "-"]
     assert cells[3][5] == "failed: b200-b: install_driver='maybe' is not a boolean: use true/false"
     assert len({line.index("kimi-k2.6") for line in lines[1:3]}) == 1  # columns line up

@@ -138,7 +138,7 @@ def test_the_worker_admin_key_is_generated_on_the_host_and_kept(tmp_path):
     import os
     import subprocess
 
-    [command] = yielded(api_key.admin_key, {FileStates: {SERVICE.admin_key_file: None}}, service=SERVICE)
+    [command] = yielded(api_key.admin_key, {FileStates: {SERVICE.admin_key_file: None}}, engine=D.engine)
     assert isinstance(command, StringCommand) and "_stdin" not in command.connector_arguments
     text = command.get_raw_value()
     assert text.endswith(f"secret /etc/specfleet admin-api-key 640 sglang") and "secrets.token_hex(32)" in text
@@ -150,8 +150,8 @@ def test_the_worker_admin_key_is_generated_on_the_host_and_kept(tmp_path):
     assert len(written.read_text()) == 64 and int(written.read_text(), 16) >= 0
     assert oct(written.stat().st_mode & 0o777) == "0o640" and sorted(p.name for p in tmp_path.iterdir()) == [written.name]
     commands, noops = run(api_key.admin_key, {FileStates: {SERVICE.admin_key_file: file("640", "root", "sglang", "k")}},
-                          service=SERVICE)
+                          engine=D.engine)
     assert commands == [] and noops == ["/etc/specfleet/admin-api-key holds the host's key (0640, root:sglang)"]
     commands, _ = run(api_key.admin_key, {FileStates: {SERVICE.admin_key_file: file("644", "sglang", "sglang", "k")}},
-                      service=SERVICE)
+                      engine=D.engine)
     assert commands == ["chown root:sglang /etc/specfleet/admin-api-key && chmod 640 /etc/specfleet/admin-api-key"]

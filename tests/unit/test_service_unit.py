@@ -91,33 +91,58 @@ def test_each_replica_renders_its_own_gpus_and_port_and_restarts_alone():
         assert not unit.Restart(replicas[4], INPUTS, []).decision().restarts
 
 
-def test_units_no_deployment_wants_are_stopped_disabled_and_removed_with_their_files():
-    units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "loads": []},
-             NAME: {"port": 30000, "model": "kimi-k2.6", "loads": []}}
+def replacing(*restarts: unit.Restart) -> unit.Replacement:
+    return unit.Replacement(SERVICE, list(restarts))
+
+
+def test_units_no_deployment_wants_stop_first_and_their_files_go_once_the_new_ones_generate():
+    units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "user": "sglang", "loads": []},
+             NAME: {"port": 30000, "model": "kimi-k2.6", "user": "sglang", "loads": []}}
     facts = {**current(unit="the new unit is not written yet"), SGLangRejects: None, unit.ServerUnits: units,
              SystemdStatus: {"sglang.service": True}, SystemdEnabled: {"sglang.service": True}}
-    commands, _ = run(unit.retired, facts, service=SERVICE, restarts=[unit.Restart(D, INPUTS, [])])
-    assert commands == ["systemctl stop sglang.service", "systemctl disable sglang.service",
-                        "rm -f -- /etc/systemd/system/sglang.service /etc/specfleet/sglang.env "
+    commands, _ = run(unit.retired, facts, replacement=replacing(unit.Restart(D, INPUTS, [])))
+    assert commands == ["systemctl stop sglang.service", "systemctl disable sglang.service"]
+    commands, _ = run(unit.removed, facts, replacement=replacing(unit.Restart(D, INPUTS, [])))
+    assert commands == ["rm -f -- /etc/systemd/system/sglang.service /etc/specfleet/sglang.env "
                         "/etc/systemd/system/sglang.service.specfleet-previous /etc/specfleet/sglang.env.specfleet-previous "
                         "/etc/specfleet/sglang.kv-plan.json",
                         "systemctl daemon-reload", "systemctl reset-failed sglang.service 2>/dev/null || true"]
-    commands, noops = run(unit.retired, {**current(), unit.ServerUnits: {NAME: units[NAME]}}, service=SERVICE,
-                          restarts=[unit.Restart(D, INPUTS, [])])
-    assert commands == [] and noops == ["every SGLang unit on the host is wanted (1)"]
+    for operation in (unit.retired, unit.removed):
+        commands, noops = run(operation, {**current(), unit.ServerUnits: {NAME: units[NAME]}},
+                              replacement=replacing(unit.Restart(D, INPUTS, [])))
+        assert commands == [] and len(noops) == 1
+
+
+def test_a_failed_switch_stops_the_new_units_and_starts_the_replaced_ones():
+    """The replaced unit's files stay until the end of the run: the one command removes the new replica's and
+    starts it again."""
+    units = {"sglang@qwen36_ddtree-gpu0": {"port": 30000, "model": "qwen3.6-27b", "user": "sglang", "loads": []}}
+    facts = {**current(unit="the new unit is not written yet"), unit.ServerUnits: units, SGLangRejects: None}
+    facts[ServiceState] = {**facts[ServiceState], "unit_sha1": None, "env_sha1": None}  # no unit of D's name before
+    with ctx_host.use(FakeHost(facts)):
+        replacement = replacing(unit.Restart(D, INPUTS, []))
+        assert [s.service_name for s in replacement.new()] == [NAME]
+        command = replacement.restore_command()
+    assert command == " && ".join([
+        f"{{ systemctl disable --now {NAME} 2>/dev/null || true; }}",
+        f"rm -f -- /etc/systemd/system/{NAME}.service /etc/specfleet/{NAME}.env "
+        f"/etc/systemd/system/{NAME}.service.specfleet-previous /etc/specfleet/{NAME}.env.specfleet-previous "
+        f"/etc/specfleet/{NAME}.kv-plan.json",
+        "systemctl daemon-reload", f"{{ systemctl reset-failed {NAME}.service 2>/dev/null || true; }}",
+        "systemctl enable --now sglang@qwen36_ddtree-gpu0.service"])
 
 
 def test_nothing_is_retired_while_the_hosts_sglang_refuses_a_new_unit():
-    units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "loads": []}}
+    units = {"sglang": {"port": 30000, "model": "kimi-k2.6", "user": "sglang", "loads": []}}
     facts = {**current(unit="an older unit"), SGLangRejects: "--attention-backend: invalid choice: 'x'",
              unit.ServerUnits: units}
-    commands, _ = run(unit.retired, facts, service=SERVICE, restarts=[unit.Restart(D, INPUTS, [])])
+    commands, _ = run(unit.retired, facts, replacement=replacing(unit.Restart(D, INPUTS, [])))
     [problem] = failure(commands)
     assert "rejects the rendered flags" in problem and problem.endswith(f"{NAME} was left as it was")
     # Replicas refused alike (they differ in GPUs and port alone): one line naming each.
     other = replace(D, service_name=f"{NAME}-2", port=D.port + 1)
-    commands, _ = run(unit.retired, facts, service=SERVICE, restarts=[unit.Restart(D, INPUTS, []),
-                                                               unit.Restart(other, INPUTS, [])])
+    commands, _ = run(unit.retired, facts, replacement=replacing(unit.Restart(D, INPUTS, []),
+                                                                 unit.Restart(other, INPUTS, [])))
     [problem] = failure(commands)
     assert problem.endswith(f"{NAME}, {NAME}-2 were left as they were"), problem
 
@@ -217,7 +242,7 @@ def test_root_directories_in_place_are_a_noop_and_the_service_users_config_dir_i
 
 def test_a_cache_root_created_is_handed_to_the_service_user_not_following_links():
     user = {"home": "/home/sglang", "home_exists": True, "cache_owner": "root", "uid": 998,
-            "shell": "/usr/sbin/nologin"}
+            "shell": "/usr/sbin/nologin", "marked": True}
     commands, _ = run(ownership.service_user, {ownership.SystemUser: user}, user="sglang", home="/home/sglang")
     assert commands == ["chown --no-dereference sglang:sglang /home/sglang/.cache"]
     commands, noops = run(ownership.service_user, {ownership.SystemUser: dict(user, cache_owner="sglang")},
@@ -230,14 +255,17 @@ def test_a_cache_root_created_is_handed_to_the_service_user_not_following_links(
     assert commands == ["runuser -u sglang -- mkdir -p -m 700 /home/sglang/.cache"]
 
 
-def test_system_user_reads_home_cache_owner_uid_and_shell():
-    assert ownership.SystemUser().process(["/home/sglang yes sglang 998 /usr/sbin/nologin"]) == \
-        {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998, "shell": "/usr/sbin/nologin"}
-    assert ownership.SystemUser().process(["/home/my user no - 1000 -"]) == \
-        {"home": "/home/my user", "home_exists": False, "cache_owner": None, "uid": 1000, "shell": None}
+def test_system_user_reads_home_cache_owner_uid_shell_and_the_deploys_mark():
+    assert ownership.SystemUser().process(["/home/sglang yes sglang 998 /usr/sbin/nologin marked"]) == \
+        {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998, "shell": "/usr/sbin/nologin",
+         "marked": True}
+    assert ownership.SystemUser().process(["/home/my user no - 1000 - -"]) == \
+        {"home": "/home/my user", "home_exists": False, "cache_owner": None, "uid": 1000, "shell": None,
+         "marked": False}
 
 
-OWN = {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998, "shell": "/usr/sbin/nologin"}
+OWN = {"home": "/home/sglang", "home_exists": True, "cache_owner": "sglang", "uid": 998, "shell": "/usr/sbin/nologin",
+       "marked": True}
 
 
 @pytest.mark.parametrize("account, why", [
@@ -257,6 +285,11 @@ def test_an_existing_account_that_is_not_the_deploys_own_system_user_is_refused_
 def test_the_deploys_own_user_is_kept():
     commands, noops = run(ownership.service_user, {ownership.SystemUser: OWN}, user="sglang", home="/home/sglang")
     assert commands == [] and noops == ["user sglang exists with home /home/sglang"]
+    # One without the deploy's mark (taken over, or made before the mark) gets it, once: uninstall.py
+    # removes only marked accounts.
+    commands, _ = run(ownership.service_user, {ownership.SystemUser: dict(OWN, marked=False)}, user="sglang",
+                      home="/home/sglang")
+    assert commands == ["usermod --comment specfleet sglang"]
     assert ownership.account_problem("sglang", "/home/sglang", None) is None  # absent: the deploy creates it
 
 

@@ -37,17 +37,21 @@ def test_plan_defaults_and_refusals(tmp_path):
 
 
 @pytest.mark.parametrize("content, why", [
-    (None, "(FileNotFoundError)"), ("", "it holds no prompt"),
+    (None, "there is no such file (a relative path is read from the directory pyinfra runs in)"),
+    ("", "it holds no prompt"), (b"\xff\xfe", "it is not UTF-8 text"),
     ('{"text": "ok"}\nnot json\n', "line 2 is not a JSON object with a non-empty \"text\""),
     ('["a list"]\n', "line 1 is not a JSON object"), ('{"text": "  "}\n', "line 1 is not a JSON object"),
 ])
 def test_a_prompts_file_is_checked_line_by_line_before_any_host(tmp_path, content, why):
     path = tmp_path / "prompts.jsonl"
-    if content is not None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
         path.write_text(content)
     with pytest.raises(BadHostData) as refused:
         plan({"prompts": str(path)})
     assert str(refused.value).startswith(f"prompts={str(path)!r} is not accepted") and why in str(refused.value)
+    assert "Error" not in str(refused.value)  # words, not an exception's class name
 
 
 def test_retired_knobs_say_what_replaced_them():
@@ -154,6 +158,9 @@ def test_summary_table_and_plots(tmp_path):
     table = (tmp_path / "summary.md").read_text()
     assert "| ar | 4 | 350.0 | 1.00x |" in table and "LAB STAND-IN" in table and "no DDTree build" in table
     assert "20 prompts of prompts.jsonl, 64 output tokens" in table
+    assert report.ITL_NOTE not in table  # AR alone: every chunk is one token
+    with_dflash = {**doc, "modes": {**doc["modes"], "dflash": doc["modes"]["ar"]}}
+    assert report.markdown(with_dflash).count(report.ITL_NOTE) == 1 and "several tokens" in report.ITL_NOTE
     for png in written[2:]:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -96,9 +96,16 @@ def test_the_table_shows_every_trial_its_speedup_and_the_pick():
 def test_what_the_tuned_file_keeps_names_the_pick_and_every_trials_settings(tmp_path):
     result = result_of_three()
     labels, settings = [p.label for p, _ in result.trials], [p.settings for p, _ in result.trials]
-    written = report.write(result, labels, settings, "walk", tmp_path, "lab-pcie-1 · qwen36_ddtree", stand_in=True)
+    written = report.write(result, labels, settings, "walk", tmp_path, "lab-pcie-1 · qwen36_ddtree", stand_in=True,
+                           left_out=["tp_size 3: does not divide 8 GPUs"])
     kept = json.loads((tmp_path / "trials.json").read_text())
-    assert kept["pick"] == 1 and kept["trials"][1]["settings"] == {
+    # The pick by its number in trials.md's table, which marks it (PICK) on the same row.
+    assert kept["pick"] == 2 and kept["trials"][kept["pick"] - 1]["label"] == labels[1]
+    md = (tmp_path / "trials.md").read_text().splitlines()
+    assert md[0] == "# Tuning trials: lab-pcie-1 · qwen36_ddtree" and md[2] == f"**{report.STAND_IN_LABEL}.**"
+    assert next(line for line in md if "(PICK)" in line).startswith(f"| {kept['pick']} | ")
+    assert md[-3:] == ["## Left out before any trial (1)", "", "- tp_size 3: does not divide 8 GPUs"]
+    assert kept["trials"][1]["settings"] == {
         "algorithm": "DDTREE", "num_draft_tokens": 16, "ddtree_budget": 15, "tp_size": 1}
     assert kept["trials"][2]["stopped"] and kept["trials"][1]["speedup"] == 6.0
     assert [p.name for p in written] == ["trials.json", "trials.md", "tune.png"]  # matplotlib: requirements-dev.txt

@@ -62,6 +62,33 @@ def test_a_release_without_a_lock_installs_unchecked_and_says_so(monkeypatch):
     assert any("sglang==0.5.22: no hash lock" in w for w in WarnedHost.warnings)
 
 
+def test_every_release_the_shipped_defaults_install_has_its_committed_lock():
+    """What the defaults install from a release pin (the gateway's smg, the bench's aiperf, each shipped
+    profile's SGLang, uv) is hash-checked: no run of the defaults warns of a missing lock."""
+    from serving_benchmark.client import CLIENT_REQUIREMENT
+    from tests.unit.group_data import host_data
+    data = host_data("gateway")
+    releases = {data.gateway_requirement, CLIENT_REQUIREMENT, f"uv=={venv.UV_VERSION}",
+                *(p["sglang"]["requirement"] for p in data.profiles.values())}
+    releases = {r for r in releases if venv.RELEASE.fullmatch(r)}
+    assert {"smg==1.13.0", "aiperf==0.13.0", "sglang==0.5.23"} <= releases
+    assert {r for r in releases if venv.hash_lock(r) is None} == set()
+    for r in releases:  # the release itself is locked at its version, with its wheels' hashes
+        assert f"\n{r.split('==')[0].replace('_', '-')}=={r.split('==')[1]} --hash=sha256:" in \
+            venv.hash_lock(r).replace("_", "-"), r
+
+
+def test_a_sites_own_release_is_locked_from_its_site_directory(tmp_path, monkeypatch):
+    """A site that pins a release of its own keeps its lock in SITE/locks/, never in the checkout."""
+    monkeypatch.setenv("SPECFLEET_SITE", str(tmp_path))
+    assert venv.committed_lock("smg==1.14.0") is None
+    assert "SITE/locks/" in venv.unchecked("smg==1.14.0")
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / "smg==1.14.0.txt").write_text("smg==1.14.0 --hash=sha256:" + "a" * 64 + "\n")
+    assert venv.committed_lock("smg==1.14.0") == "smg==1.14.0 --hash=sha256:" + "a" * 64 + "\n"
+    assert venv.committed_lock("smg==1.13.0").startswith("# smg==1.13.0")  # the checkout's first
+
+
 def test_fingerprint_covers_the_lock_and_keeps_unlocked_ones():
     plain = hashlib.sha256(b"sglang==0.5.22|None").hexdigest()[:16]
     assert venv.fingerprint("sglang==0.5.22", None) == plain  # no lock: as before, no rebuild

@@ -117,13 +117,20 @@ def user_file_states(args: dict) -> list[str] | None:
     return json.loads(answer) if answer else None
 
 
+# The comment (GECOS) of each account the deploy made or took over (ownership.service_user): uninstall.py
+# removes only accounts that carry it.
+ACCOUNT_MARK = "specfleet"
+
+
 def system_user(args: dict) -> list[str]:
-    """SystemUser: home, whether it is a directory, the owner of its .cache (not followed), uid, shell."""
+    """SystemUser: home, whether it is a directory, the owner of its .cache (not followed), uid, shell, and
+    whether its comment is the deploy's mark."""
     try:
         entry = pwd.getpwnam(args["user"])
     except KeyError:
         return []
-    home, account = entry.pw_dir, f"{entry.pw_uid} {entry.pw_shell or '-'}"
+    home = entry.pw_dir
+    account = f"{entry.pw_uid} {entry.pw_shell or '-'} {'marked' if entry.pw_gecos == ACCOUNT_MARK else '-'}"
     if not os.path.isdir(home):
         return [f"{home} no - {account}"]
     try:

@@ -3,11 +3,16 @@ model, read or converged, a worker's drain included. --address names the gateway
 loopback).
 
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL list
-        prints {"reachable": bool, "workers": [{"id", "url", "status", "model_id"}...], "readiness": {...}}
+        prints {"reachable": bool, "workers": [{"id", "url", "status", "model_id"}...], "readiness": {...},
+                "others": [the workers of other models, the same way]}
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL sync TIMEOUT --register URL... --inventory URL...
-        DELETEs the model's workers whose URL is not in --inventory, POSTs each --register URL
-        not yet registered or `failed` there (removed first), with the workers' key (--worker-key-file),
-        waits until every --register URL is `ready` and every removed one gone; prints
+                       [--alone] [--keep-address ADDRESS...]
+        DELETEs the model's workers whose URL is not in --inventory, and with --alone, the workers of
+        every other model (the gateway routes MODEL alone: a host that serves another model now left
+        them), but none at a --keep-address (a host that failed in the run, which serves what it served
+        before); POSTs each
+        --register URL not yet registered or `failed` there (removed first), with the workers' key
+        (--worker-key-file), waits until every --register URL is `ready` and every removed one gone; prints
         {"added": [...], "removed": [...], "again": [the failed ones registered again]}; exit 1 on timeout.
     gateway_workers.py [OPTIONS] PORT ADMIN_KEY_FILE MODEL drain TIMEOUT URL [--idle SERVER SECONDS]
         DELETEs the worker URL (the gateway stops sending it requests) and waits until the gateway
@@ -23,7 +28,8 @@ workers: the gateway's clients' key, which the workers take).
 Keys are read from their files here, never passed as arguments. The gateway's control plane (GET,
 POST, DELETE /workers) takes its admin key, which clients do not have (smg's control-plane keys);
 the gateway forwards a client's own key to the worker, so a worker's key is the clients'. A
-redirect is never followed: the key would go wherever it points. Workers of other models are left alone.
+redirect is never followed: the key would go wherever it points. Workers of other models are left alone
+but by a sync --alone.
 """
 
 import argparse
@@ -85,24 +91,32 @@ def request(address: str, port: int, method: str, path: str, body: dict | None, 
         connection.close()
 
 
+def all_workers(gateway: Gateway) -> list[dict]:
+    """{"id", "url", "status", "model_id"} of every registered worker, sorted by URL."""
+    workers = gateway.call("GET", "/workers")[1]["workers"]
+    return sorted(({k: w.get(k) for k in ("id", "url", "status", "model_id")} for w in workers),
+                  key=lambda w: (w["url"], w["model_id"] or ""))
+
+
 def model_workers(gateway: Gateway, model: str) -> dict[str, dict]:
     """url -> {"id", "url", "status", "model_id"} for the model's registered workers."""
-    workers = gateway.call("GET", "/workers")[1]["workers"]
-    return {w["url"]: {k: w.get(k) for k in ("id", "url", "status", "model_id")}
-            for w in workers if w.get("model_id") == model}
+    return {w["url"]: w for w in all_workers(gateway) if w["model_id"] == model}
 
 
 def list_workers(gateway: Gateway, model: str) -> dict:
     try:
-        return {"reachable": True, "workers": sorted(model_workers(gateway, model).values(), key=lambda w: w["url"]),
+        workers = all_workers(gateway)
+        return {"reachable": True, "workers": [w for w in workers if w["model_id"] == model],
+                "others": [w for w in workers if w["model_id"] != model],
                 "readiness": gateway.call("GET", "/readiness", key=False)[1]}
     except (OSError, ValueError, http.client.HTTPException) as error:
         return {"reachable": False, "error": str(error)[-200:], "workers": []}
 
 
 def sync(gateway: Gateway, model: str, timeout: float, register: list[str], inventory: list[str] | None,
-         worker_key: str) -> dict:
-    """Register `register`; with `inventory`, also remove the model's workers not in it."""
+         worker_key: str, alone: bool = False, keep: list[str] = ()) -> dict:
+    """Register `register`; with `inventory`, also remove the model's workers not in it; `alone`, the workers
+    of every other model; none at an address of `keep`."""
     deadline = time.monotonic() + timeout
     while True:  # the gateway may have just (re)started
         try:
@@ -112,31 +126,37 @@ def sync(gateway: Gateway, model: str, timeout: float, register: list[str], inve
             if time.monotonic() > deadline or isinstance(error, PermissionError):
                 raise SystemExit(f"the gateway at {gateway} does not answer: {error}")
             time.sleep(0.5)
-    removed = [] if inventory is None else sorted(url for url in current if url not in inventory)
+    removed = [] if inventory is None else sorted(url for url in current
+                                                  if url not in inventory and urlsplit(url).hostname not in keep)
+    strays = [w for w in all_workers(gateway) if alone and w["model_id"] != model
+              and urlsplit(w["url"]).hostname not in keep]
     # A worker smg gave up on reads as absent: smg 1.13.0 brings it back by itself once it answers
     # again, newer smg only by a removal, so it is removed and registered again (after smg let it go).
     again = sorted(url for url in register if current.get(url, {}).get("status") == FAILED)
-    for url in removed + again:
-        gateway.call("DELETE", f"/workers/{current[url]['id']}")
-    gone(gateway, model, again, deadline)
+    for worker_id in [current[url]["id"] for url in removed + again] + [w["id"] for w in strays]:
+        gateway.call("DELETE", f"/workers/{worker_id}")
+    # Registered again only once let go; a stray may hold the URL a worker of this model registers at.
+    gone(gateway, [current[url]["id"] for url in again] + [w["id"] for w in strays], deadline)
     added = sorted(url for url in register if url not in current or url in again)
     for url in added:
         gateway.call("POST", "/workers", {"url": url, **({"api_key": worker_key} if worker_key else {})})
     while True:
-        current = model_workers(gateway, model)
+        listed = all_workers(gateway)
+        current = {w["url"]: w for w in listed if w["model_id"] == model}
         pending = [url for url in register if current.get(url, {}).get("status") != "ready"]
         lingering = [url for url in removed if url in current]
         if not pending and not lingering:
-            return {"added": added, "removed": removed, "again": again}
+            return {"added": added, "removed": removed + [f"{w['url']} ({w['model_id']})" for w in strays],
+                    "again": again}
         if time.monotonic() > deadline:
             states = {url: current.get(url, {}).get("status", "absent") for url in pending + lingering}
             raise SystemExit(f"workers not converged on the gateway after {timeout:.0f}s: {json.dumps(states)}")
         time.sleep(0.5)
 
 
-def gone(gateway: Gateway, model: str, urls: list[str], deadline: float) -> None:
-    """Wait until the gateway lists none of `urls` (smg removes a worker after its drain_settle_secs)."""
-    while lingering := [url for url in urls if url in model_workers(gateway, model)]:
+def gone(gateway: Gateway, ids: list[str], deadline: float) -> None:
+    """Wait until the gateway lists none of the workers `ids` (smg removes a worker after its drain_settle_secs)."""
+    while lingering := [w["url"] for w in all_workers(gateway) if w["id"] in ids]:
         if time.monotonic() > deadline:
             raise SystemExit(f"{', '.join(lingering)} still on the gateway after its removal")
         time.sleep(0.5)
@@ -186,7 +206,7 @@ def drain(gateway: Gateway, model: str, timeout: float, url: str, idle: tuple[st
     removed = []
     if url in current:
         gateway.call("DELETE", f"/workers/{current[url]['id']}")
-        gone(gateway, model, [url], time.monotonic() + timeout)
+        gone(gateway, [current[url]["id"]], time.monotonic() + timeout)
         removed = [url]
     return {"removed": removed, **(wait_idle(*idle) if idle else {})}
 
@@ -209,6 +229,8 @@ def main() -> None:
     converge.add_argument("timeout", type=float)
     converge.add_argument("--register", nargs="*", default=[])
     converge.add_argument("--inventory", nargs="*", default=[])
+    converge.add_argument("--alone", action="store_true", help="remove the workers of every other model")
+    converge.add_argument("--keep-address", nargs="*", default=[], help="remove no worker at these addresses")
     drain_one = commands.add_parser("drain")
     drain_one.add_argument("timeout", type=float)
     drain_one.add_argument("url")
@@ -227,7 +249,8 @@ def main() -> None:
         if args.command == "list":
             result = list_workers(gateway, args.model)
         elif args.command == "sync":
-            result = sync(gateway, args.model, args.timeout, args.register, args.inventory, worker_key)
+            result = sync(gateway, args.model, args.timeout, args.register, args.inventory, worker_key, args.alone,
+                          args.keep_address)
         elif args.command == "drain":
             idle = (args.idle[0], float(args.idle[1])) if args.idle else None
             result = drain(gateway, args.model, args.timeout, args.url, idle)

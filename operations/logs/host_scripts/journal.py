@@ -7,13 +7,19 @@ every new one as it comes, until interrupted. journalctl's --all hands the text 
 it, a line holding a control character is shown as "[N blob data]").
 """
 
+import re
 import subprocess
 import sys
 
+# A colour or weight (SGR: ESC [ numbers m), which smg writes around every line's level and fields even into
+# the journal: dropped, as it only styles the text; every other escape sequence is shown escaped.
+STYLE = re.compile(r"\x1b\[[0-9;]*m")
+
 
 def escaped(line: str) -> str:
-    """LINE with every character that is not printable (a tab aside) as its Python escape."""
-    return "".join(c if c.isprintable() or c == "\t" else c.encode("unicode_escape").decode() for c in line)
+    """LINE without its colours, with every character that is not printable (a tab aside) as its Python escape."""
+    return "".join(c if c.isprintable() or c == "\t" else c.encode("unicode_escape").decode()
+                   for c in STYLE.sub("", line))
 
 
 def main(lines: str, follow: str, units: list[str]) -> int:

@@ -5,7 +5,9 @@
 uv resolves the release for the GPU hosts (CPython 3.11, manylinux x86_64: Debian 12's python3 and
 the Python uv provides elsewhere); PyPI's JSON simple API (PEP 691) then gives the sha256 of each
 pinned version's wheels for CPython 3.11-3.13 on manylinux x86_64 (an sdist only where no wheel
-fits). The lock stays small enough to travel in one command (operations/venv.py).
+fits). The lock stays small enough to travel in one command (operations/venv.py). With SPECFLEET_SITE set
+it goes to the site's SITE/locks/ (a release the site pins itself, read there by the deploy), else
+beside this file (the releases the shipped defaults install).
 """
 
 import json
@@ -15,6 +17,8 @@ import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from operations.basics import site_directory
 
 LOCKS = Path(__file__).resolve().parent
 PYPI = "https://pypi.org/simple"
@@ -58,7 +62,9 @@ def main(requirement: str) -> Path:
         found = list(pool.map(lambda pin: hashes(*pin), pins))
     lines = [f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in sorted(h_)) for (name, version), h_ in
              zip(pins, found)]
-    path = LOCKS / f"{requirement}.txt"
+    where = site_directory.locks_path() or LOCKS
+    where.mkdir(exist_ok=True)
+    path = where / f"{requirement}.txt"
     path.write_text(f"# {requirement} and its dependencies, each wheel's sha256 as published on PyPI (CPython "
                     "3.11-3.13, manylinux x86_64),\n# resolved by uv for CPython 3.11 on manylinux_2_36 x86_64. "
                     "Written by `python -m operations.python.locks.compile "

@@ -4,9 +4,9 @@ they load.
 
 Usage: server_units.py PREFIX. Prints JSON: per unit named PREFIX (the single unit of an earlier
 layout) or PREFIX@* (one replica each), the port, served model name and weights directories its
-ExecStart names:
+ExecStart names, and the user it runs as:
 
-    {"sglang@qwen36_ddtree-gpu0": {"port": 30000, "model": "qwen3.6-27b",
+    {"sglang@qwen36_ddtree-gpu0": {"port": 30000, "model": "qwen3.6-27b", "user": "sglang",
                                    "loads": ["/srv/specfleet/models/Qwen--Qwen3.6-27B/486dd6...", "..."]}}
 """
 
@@ -22,13 +22,14 @@ LOADS = ("--model-path", "--speculative-draft-model-path")
 
 
 def unit(path: str) -> dict:
-    found = {"port": None, "model": None, "loads": []}
+    found = {"port": None, "model": None, "user": None, "loads": []}
     try:
         with open(path, errors="replace") as f:
-            line = next((line for line in f if line.startswith("ExecStart=")), "")
-        words = shlex.split(line[len("ExecStart="):])
+            lines = f.read().splitlines()
+        words = shlex.split(next((line for line in lines if line.startswith("ExecStart=")), "")[len("ExecStart="):])
     except (OSError, ValueError):
         return found
+    found["user"] = next((line[len("User="):].strip() for line in lines if line.startswith("User=")), None)
     for flag, value in zip(words, words[1:]):
         if flag in VALUES:
             found[VALUES[flag]] = int(value) if flag == "--port" and value.isdigit() else value

@@ -23,7 +23,7 @@ from lab import apt_repo, rootfs
 from lab.config import BRIDGE, CONTROLLER_IP, HOST_LAB_ETC, LAB_DIR, LAB_ID, PREFIX_LEN, SUBNET
 from lab.services import APT_DIR
 
-# Host classes the lab stands in for (of operations.deployment.HOST_CLASSES): short name used in host
+# Host classes the lab stands in for (of operations.deployment.site.host_classes): short name used in host
 # names and --hosts -> the inventory group, the GPU profile (named after it), the third address octet.
 # Each octet is the lab's own, fixed here: a class added to the product shifts no lab address.
 # A GPU-less gateway host (`gateway=1` -> lab-gateway-1, in the inventory's `gateway` group):
@@ -32,6 +32,8 @@ CLASSES = {
     "pcie": ("rtx_pro_6000_pcie", "rtx_pro_6000_pcie", 1),
     "b200": ("b200_nvlink", "b200_nvlink", 2),
     "b300": ("b300_nvlink", "b300_nvlink", 3),
+    "h100": ("h100_sxm", "h100_sxm", 4),
+    "h200": ("h200_sxm", "h200_sxm", 5),
     "gateway": ("gateway", "none", 9),
 }
 DEFAULT_SPEC = "pcie=1,b200=1"
@@ -73,7 +75,7 @@ def parse_spec(spec: str) -> list[LabHost]:
     for part in filter(None, spec.split(",")):
         short, _, count = part.partition("=")
         if short not in CLASSES or not count.isdigit():
-            raise SystemExit(f"lab: bad --hosts entry {part!r}: use e.g. pcie=2,b200=1,b300=1")
+            raise SystemExit(f"lab: bad --hosts entry {part!r}: use e.g. pcie=2,b200=1,h100=1 (of {', '.join(CLASSES)})")
         host_class, profile, octet = CLASSES[short]
         for index in range(1, int(count) + 1):
             hosts.append(LabHost(f"lab-{short}-{index}", host_class, f"{SUBNET}.{octet}.{index + 9}",

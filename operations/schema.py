@@ -258,7 +258,6 @@ def _defaults() -> dict[str, dict]:
     from pyinfra.api import Inventory
     from pyinfra.context import ctx_inventory
 
-    from operations.deployment import HOST_CLASSES
     from serving_benchmark.plan import DEFAULTS
 
     repo = Path(__file__).resolve().parents[1]
@@ -266,8 +265,8 @@ def _defaults() -> dict[str, dict]:
     site = os.environ.pop("SPECFLEET_SITE", None)  # the shipped defaults, not this machine's site
     try:
         with ctx_inventory.use(Inventory(([], {}))):  # a group file may read the inventory, as pyinfra lets it
-            for group in ("all", "gateway", *HOST_CLASSES):
-                found[group] = runpy.run_path(str(repo / "group_data" / f"{group}.py"))
+            for path in sorted((repo / "group_data").glob("*.py")):  # all, gateway and every class
+                found[path.stem] = runpy.run_path(str(path))
     finally:
         if site is not None:
             os.environ["SPECFLEET_SITE"] = site

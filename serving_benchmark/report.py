@@ -65,10 +65,10 @@ def _workload(workload: dict) -> str:
     return f"{workload.get('input_tokens')} input / {workload['output_tokens']} output tokens"
 
 
-# Why a speculative mode's ITL sits above AR's while its TPOT falls: SGLang streams one chunk per decode step,
+# Why a speculative mode's ITL sits above plain decoding's while its TPOT falls: SGLang streams one chunk per decode step,
 # and a speculative step's chunk carries every token its verify accepted (the accept length, on average).
 ITL_NOTE = ("ITL is the time between streamed chunks, one a decode step: a speculative mode's chunk carries the "
-            "several tokens its step accepted, so its ITL is above AR's while its TPOT (the time a token) is below.")
+            "several tokens its step accepted, so its ITL is above plain decoding's while its TPOT (the time a token) is below.")
 
 
 def markdown(doc: dict) -> str:

@@ -53,6 +53,7 @@ LONGEST_FIRST = {
     "tests/unit/test_engine_startup.py": 130,
     "tests/unit/test_host_scripts.py": 120,
     "tests/deployed/test_catches_faults.py": 110,
+    "tests/lab/test_git_build.py": 120,
 }
 
 

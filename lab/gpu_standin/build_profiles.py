@@ -126,6 +126,13 @@ def synthesized_nvlink_topology(gpu_count: int, legend: str) -> str:
     return "\n".join([header, *rows]) + "\n" + legend
 
 
+def headed_topology(rows: str, gpu_count: int, nic_count: int, legend: str) -> str:
+    """A published `topo -m` pasted without its header row, headed as the real H200 capture is (ANSI, tabs)."""
+    columns = [f"GPU{i}" for i in range(gpu_count)] + [f"NIC{i}" for i in range(nic_count)]
+    header = "\t\x1b[4m" + "\t".join(columns) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m"
+    return header + "\n" + rows.rstrip("\n") + "\n\n" + legend
+
+
 def profiles() -> dict[str, dict]:
     """{profile name: {relative path: file text}}."""
     b200_capture = CAPTURES / "b200-8x-nvlink"
@@ -170,6 +177,13 @@ def profiles() -> dict[str, dict]:
     b200_derived = "driver 580.95.05 / CUDA 13.0 instead of the captured 570.158.01 / 12.9, so the deploy's "
     b200_derived += "580+ check passes; compute capability 10.0 from the notes (the capture has none)"
     rtx = dict(source="tests/fixtures/nvidia-smi/rtxpro6000se-8x-pcie (real, public repository)")
+    # HGX H100/H200 (NVLink4, NVSwitch): the published 8x H100 topo -m's GPU rows (NV18 everywhere, 12 NICs),
+    # headed; the GPUs' names, memory and compute capability from real hosts of each.
+    hopper_topology = headed_topology((CAPTURES / "h100-8x-nvlink-topo-rows-only" / "topo.txt").read_text(), 8, 12,
+                                      legend)
+    hopper_derived = ("driver 580.95.05 / CUDA 13.0 (the lab's repository's, with its fabric manager) instead of "
+                      "the real hosts' 580.159.04; topo -m is the published 8x H100 rows with a header row added; "
+                      "PCI bus ids of the B200 board's capture")
     return {
         "rtx_pro_6000_pcie": profile(
             **rtx, driver="595.58.03", cuda="13.2", gpus=rtx_gpus, topology=(rtx_capture / "topo.txt").read_text(),
@@ -215,6 +229,20 @@ def profiles() -> dict[str, dict]:
             **b200, driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA B200", 183359, "10.0"),
             topology=b200_topology, allreduce=at_pcie_speed,
             derived="FAULT: topo -m reads NV18 everywhere but the all-reduce runs at PCIe speed; " + b200_derived,
+        ),
+        "h100_sxm": profile(
+            source="tests/fixtures/nvidia-smi/h100-8x-nvlink-topo-rows-only (real, published 8x H100 topo -m) and "
+            "a real H100 host's nvidia-smi: 'NVIDIA H100 80GB HBM3', 81559 MiB (notes sglang.md section 11), "
+            "compute capability 9.0",
+            driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA H100 80GB HBM3", 81559, "9.0"),
+            topology=hopper_topology, nvswitch=True, allreduce=nvlink, derived=hopper_derived,
+        ),
+        "h200_sxm": profile(
+            source="tests/fixtures/nvidia-smi/h200-x2 (real, two GPUs of an H200 board: 'NVIDIA H200', 143771 MiB, "
+            "compute capability 9.0, NV18) and h100-8x-nvlink-topo-rows-only (the same NVLink4 HGX board's topo -m)",
+            driver="580.95.05", cuda="13.0", gpus=nvlink_gpus("NVIDIA H200", 143771, "9.0"),
+            topology=hopper_topology, nvswitch=True, allreduce=nvlink,
+            derived="8 GPUs where the capture lent 2; " + hopper_derived,
         ),
         "b300_nvlink": profile(
             source="synthesized from NVIDIA's published B300 HGX figures (no capture): 'NVIDIA B300 SXM6 AC', "

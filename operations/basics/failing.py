@@ -45,6 +45,26 @@ def fail_host(problems: list[str], static: bool = False) -> FunctionCommand:
     return FunctionCommand(_report, (problems,), {})
 
 
+def failed(problems: list[str], static: bool = False):
+    """What an operation yields to fail its host (`fail_host`): nothing where the refusal was said before the
+    run (the host is counted failed, and --dry then lists the operation as no change, as it changes nothing);
+    the failing command in the run.
+
+    **Example:**
+
+    .. code:: python
+
+        if problems:
+            yield from failing.failed(problems)
+            return
+    """
+    command = fail_host(problems, static)
+    current = ctx_host.get() if ctx_host.isset() else None
+    if current is not None and not current.state.is_executing and _refused.get(current):
+        return
+    yield command
+
+
 def _before_the_run(current, problems: list[str]) -> None:
     """Said before the run, the refusal counts the host among pyinfra's failed hosts, so that --dry exits 1
     (pyinfra_cli's _exit); the host stays active until its refusing command fails it in the run."""

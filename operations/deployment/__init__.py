@@ -18,7 +18,7 @@ from typing import Any
 
 from operations.basics import knobs, ownership
 from operations.basics.knobs import BadHostData
-from operations.deployment import tuned as tuned_settings
+from operations.deployment import site, tuned as tuned_settings
 from operations.gpu import config as gpu_config
 from operations.gpu.config import GpuRuntime
 from operations.gpu.smoke import SmokeTest
@@ -29,11 +29,6 @@ from operations.server import config as server_config, layout
 from operations.server.config import Engine, Server, ServiceHost
 from operations.weights import config as weights_config
 from operations.weights.config import Weights
-
-# The host classes. Each is an inventory group, and group_data/<class>.py says what its
-# GPUs must be (`expected_gpus`) and how SGLang is tuned for them (`sglang_tuning`).
-HOST_CLASSES = ("rtx_pro_6000_pcie", "b200_nvlink", "b300_nvlink")
-
 
 @dataclass(frozen=True)
 class Host:
@@ -113,6 +108,7 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
     revision per repo, one environment); `node_members`: its node group's hosts (`nodes.members(inventory,
     host)`), if it is in one; `tuned`: per profile, settings to serve in place of its tuned file's (a
     tuner's candidate, tuning/candidates.py)."""
+    data = site.class_data(data, host_class)
     listed = entries(data)
     if getattr(data, "node_group", None) is not None and getattr(data, "deployments", None) is not None:
         raise BadHostData("deployments and node_group are not accepted together: a host of a node group serves "
@@ -280,12 +276,13 @@ def at_commits(deployment: Deployment, commits: dict[str, str]) -> Deployment:
 
 
 def host_class_of(group_names) -> str:
-    """The one class group (group_data/<class>.py) an inventory puts a host in."""
-    classes = sorted({name for name in group_names if name in HOST_CLASSES})
+    """The one class group (group_data/<class>.py, site.host_classes) an inventory puts a host in."""
+    known = site.host_classes()
+    classes = sorted({name for name in group_names if name in known})
     if len(classes) != 1:
         groups = ", ".join(sorted({name for name in group_names if name != "all"})) or "none but all"
         raise BadHostData(f"the host is in {' and '.join(classes) if classes else 'no'} class group"
                           f"{'s' if len(classes) > 1 else ''} (its groups: {groups}): put it in exactly one of "
-                          f"the inventory groups {', '.join(HOST_CLASSES)}, or in `gateway` alone for a "
+                          f"the inventory groups {', '.join(known)}, or in `gateway` alone for a "
                           "gateway without GPUs")
     return classes[0]

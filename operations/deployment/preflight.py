@@ -178,7 +178,7 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
     if waiting and (problems or gathering.read(ServerUnits, prefix=s.service_prefix)):
         problems += waiting
     if problems:
-        yield fail_host(problems)
+        yield from failing.failed(problems)
         return
     for warning in warnings:
         host.log_styled(f"{host.name}: {warning}", fg="yellow")
@@ -220,7 +220,8 @@ def refuse(problem: str) -> None:
 def resolved(inventory, plan_of: Callable[[Any], Any]) -> tuple[Host | None, tuple[Deployment, ...], Any]:
     """This host's worker, its deployments and `plan_of(host.data)` (what a bench or a tune was asked), for a
     deploy file that serves what the host runs; a value that cannot be deployed refuses the host in one
-    sentence (`refuse`), and the host gets (None, (), None).
+    sentence, said once as the file is read (failing.refuse_at_load: a bench or a tune has no summary to end
+    with, so no operation repeats it), and the host gets (None, (), None).
 
     **Example:**
 
@@ -232,7 +233,7 @@ def resolved(inventory, plan_of: Callable[[Any], Any]) -> tuple[Host | None, tup
         worker, deployments = resolve_worker(host.data, host_class_of(host.groups), nodes.members(inventory, host))
         return worker, deployments, plan_of(host.data)
     except BadHostData as problem:
-        refuse(problem=f"{host.name}: {problem}")
+        failing.refuse_at_load([f"{host.name}: {problem}"])
         return None, (), None
 
 

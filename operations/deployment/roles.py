@@ -2,14 +2,15 @@
 group), a gateway host (in the `gateway` group), or both. The deploy, rollout.py, pin.py, status and the
 gateway's membership ask here."""
 
-from operations.deployment import HOST_CLASSES
+from operations.deployment import site
 
 GATEWAY = "gateway"  # the inventory group of gateway hosts
 
 
 def serves_model(groups) -> bool:
     """In a class group: an SGLang worker (a gateway-only host is in none and skips every GPU stage)."""
-    return any(group in HOST_CLASSES for group in groups)
+    classes = site.host_classes()
+    return any(group in classes for group in groups)
 
 
 def is_gateway(groups) -> bool:

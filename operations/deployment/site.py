@@ -2,6 +2,8 @@
 `git pull` or an upgrade never meets a file they edited.
 
     SITE/group_data/<group>.py   overrides group_data/<group>.py (all, a class, gateway), key by key
+    SITE/group_data/<class>.py   a class of the site's own, where it declares `expected_gpus` and no shipped
+                                 group has its name
     SITE/pins.json               the commits `python pin.py` resolved moving revisions to
     SITE/tuned/<class>/<profile>.json   the settings tune.py measured best (operations/deployment/tuned.py)
     SITE/locks/NAME==VERSION.txt   the hash locks of the site's own pins (operations/python/locks/compile.py)
@@ -13,19 +15,118 @@ calling `overrides`, so the site applies to whatever loads group data as pyinfra
 bench.py, rollout.py, pin.py and `pytest tests/deployed`. Without SPECFLEET_SITE nothing changes.
 """
 
+import ast
 import copy
 import difflib
+import functools
 import json
 import runpy
 import traceback
 import types
 from pathlib import Path
+from typing import Any
 
 from operations import schema
 from operations.basics.site_directory import CHECKOUT, SITE_ENV, directory  # noqa: F401 (this module's API too)
 
 PINS_FILE = "pins.json"
 TUNED_DIR = "tuned"
+GROUP_DATA = CHECKOUT / "group_data"
+# What makes a group file a host class: it says what the class's GPUs must be.
+CLASS_KEY = "expected_gpus"
+# The keys a class of the site sets: the knobs whose value is per class (schema). Any other key would sit
+# behind group_data/all.py's, which pyinfra reads for every host before the site's class is asked.
+CLASS_KNOBS = frozenset(knob.name for knob in schema.KNOBS if knob.group == schema._CLASS)
+
+
+def host_classes() -> tuple[str, ...]:
+    """The host classes, each an inventory group: every group_data/<class>.py of the product that declares
+    `expected_gpus` (sorted), then every one of the site's (SITE/group_data/) that does and has no shipped
+    group's name. A class is its one file: nothing else names it.
+
+    >>> host_classes()[:3]
+    ('b200_nvlink', 'b300_nvlink', 'h100_sxm')
+    """
+    product = _declaring(GROUP_DATA)
+    site = directory()
+    if site is None:
+        return product
+    shipped = {path.stem for path in GROUP_DATA.glob("*.py")}
+    return product + tuple(name for name in _declaring(site / "group_data") if name not in shipped)
+
+
+def _declaring(folder: Path) -> tuple[str, ...]:
+    """The names of the group files in `folder` that assign CLASS_KEY at their top level, sorted."""
+    files = sorted(folder.glob("*.py"))
+    return _declaring_files(tuple((path, path.stat().st_mtime_ns) for path in files))
+
+
+@functools.cache
+def _declaring_files(files: tuple[tuple[Path, int], ...]) -> tuple[str, ...]:
+    # Read, not run: a class file's code runs where pyinfra loads it, once (the deploy prepares every host).
+    return tuple(path.stem for path, _ in files if CLASS_KEY in _assigned(path))
+
+
+def _assigned(path: Path) -> set[str]:
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except SyntaxError:
+        return set()  # said in one line where it runs (overrides, class_values)
+    return {target.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name)}
+
+
+def class_data(data: Any, host_class: str) -> Any:
+    """A host's data (pyinfra's, or any object with its attributes) for a host of `host_class`. pyinfra reads the
+    product's group_data/ alone, so a class of the site's own reaches the host's data here: its file's values
+    stand behind every layer pyinfra merged, where group data stands (host data and --data over it)."""
+    if host_class not in host_classes() or (GROUP_DATA / f"{host_class}.py").is_file():
+        return data
+    return _Behind(data, class_values(host_class))
+
+
+class _Behind:
+    """`data` with a site class's values behind it: a key no layer of `data` sets is the class's."""
+
+    def __init__(self, data: Any, values: dict):
+        self._data, self._values = data, values
+
+    def __getattr__(self, key: str):
+        try:
+            return getattr(self._data, key)
+        except AttributeError:
+            if key in self._values:
+                return copy.copy(self._values[key])  # as pyinfra hands out group data: a shallow copy
+            raise
+
+
+def class_file_values(host_class: str) -> dict:
+    """The values of a class's file: the product's group_data/<class>.py (the site's over it), else the site's
+    own class (class_values)."""
+    path = GROUP_DATA / f"{host_class}.py"
+    return _public(runpy.run_path(str(path))) if path.is_file() else class_values(host_class)
+
+
+def class_values(host_class: str) -> dict:
+    """The values of SITE/group_data/<host_class>.py, a class of the site's own, with its tuned files
+    (SITE/tuned/<host_class>/) as a shipped class file has them; stops in one line on a file that is no class."""
+    path = directory() / "group_data" / f"{host_class}.py"
+    return _class_values(path, path.stat().st_mtime_ns)
+
+
+@functools.cache
+def _class_values(path: Path, _mtime_ns: int) -> dict:
+    found = _run(path, {})
+    schema.check(found, schema.SITE, str(path))
+    other = sorted(set(found) - CLASS_KNOBS)
+    missing = sorted({CLASS_KEY, "sglang_tuning"} - set(found))
+    if other or missing:
+        wrong = f"sets {', '.join(other)}, which a class of the site may not set (group_data/all.py's value " \
+                "would win): set it in SITE/group_data/all.py or the inventory" if other else \
+                f"lacks {', '.join(missing)}: compare it with group_data/h100_sxm.py"
+        raise SystemExit(f"{path} {wrong}")
+    return {**found, "tuned": tuned(str(path))}
 
 
 def _public(values: dict) -> dict:
@@ -44,28 +145,37 @@ def overrides(group_file: str, ours: dict) -> dict:
     if not path.is_file():
         return {}
     shipped = _public(ours)
-    try:
-        found = _public(runpy.run_path(str(path), init_globals=copy.deepcopy(shipped)))
-    except Exception as error:  # the site's own code: said in one line, as a knob's value is
-        line = next((f" (line {frame.lineno})" for frame in reversed(traceback.extract_tb(error.__traceback__))
-                     if frame.filename == str(path)), "")
-        if isinstance(error, SyntaxError):
-            line = f" (line {error.lineno})"
-        raise SystemExit(f"{path}{line}: {type(error).__name__}: {error}: fix it (it runs as Python over "
-                         f"group_data/{path.name}), or move it out of {site}/group_data") from None
+    found = _run(path, shipped)
     schema.check({key: value for key, value in found.items() if key not in shipped or value != shipped[key]},
                  schema.SITE, str(path))
     return found
 
 
+def _run(path: Path, shipped: dict) -> dict:
+    """The public values of the site's group file `path`, run over `shipped` (a shipped file's values, or none)."""
+    try:
+        return _public(runpy.run_path(str(path), init_globals=copy.deepcopy(shipped)))
+    except Exception as error:  # the site's own code: said in one line, as a knob's value is
+        line = next((f" (line {frame.lineno})" for frame in reversed(traceback.extract_tb(error.__traceback__))
+                     if frame.filename == str(path)), "")
+        if isinstance(error, SyntaxError):
+            line = f" (line {error.lineno})"
+        over = f"over group_data/{path.name}" if shipped else "as a class of the site"
+        raise SystemExit(f"{path}{line}: {type(error).__name__}: {error}: fix it (it runs as Python {over}), "
+                         f"or move it out of {path.parent}") from None
+
+
 def _no_stray_files(site: Path, shipped: Path) -> None:
-    """A site group file overriding no shipped one would be read by nothing: stop, naming the group meant."""
+    """A site group file overriding no shipped one, and no class of its own, would be read by nothing: stop,
+    naming the group meant."""
     groups = sorted(path.stem for path in shipped.glob("*.py"))
+    own = set(_declaring(site / "group_data"))
     for path in sorted((site / "group_data").glob("*.py")):
-        if path.stem not in groups:
+        if path.stem not in groups and path.stem not in own:
             near = difflib.get_close_matches(path.stem, groups, n=1)
             raise SystemExit(f"{path} overrides no group of specfleet{f' (did you mean {near[0]}.py?)' if near else ''}: "
-                             f"a site group file is named after one of group_data/ ({', '.join(groups)})")
+                             f"a site group file is named after one of group_data/ ({', '.join(groups)}), or is a "
+                             f"class of the site's own (it declares {CLASS_KEY})")
 
 
 def pins_path() -> Path | None:

@@ -18,7 +18,7 @@ from operations.basics import gathering, read_only
 from operations.basics.untrusted import printable
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
-from operations.deployment import roles
+from operations.deployment import roles, site
 from operations.deployment.summary import _where as where
 from operations.gateway import config as gateway_config, membership as gateway_membership
 from operations.gateway.config import Gateway
@@ -109,8 +109,8 @@ class Membership:
 
 def view_of(inventory_host, inventory) -> HostView:
     """The host as its data resolves (a host whose data is refused says why)."""
-    h = inventory_host
-    host_class = ", ".join(group for group in h.groups if group in deployment.HOST_CLASSES) or \
+    h, known = inventory_host, site.host_classes()
+    host_class = ", ".join(group for group in h.groups if group in known) or \
         ("gateway" if roles.is_gateway(h.groups) else "-")
     try:
         worker, served = deployment.resolve_worker(h.data, deployment.host_class_of(h.groups),

@@ -71,7 +71,7 @@ class Leftovers(FactBase):
     What of an Uninstall is on the host: each path that exists and each directory holding the deploy's
     mark; each named account and each account carrying the deploy's mark (their passwd entries); the
     weights download units; whether nginx.service is masked and which of nginx's packages are installed;
-    whether `owner` owns anything in `weights_dir`.
+    the directories `owner` owns in `weights_dir` (its repos).
 
     .. code:: python
 
@@ -79,13 +79,13 @@ class Leftovers(FactBase):
          "accounts": {"sglang": {"uid": 998, "home": "/home/sglang", "shell": "/usr/sbin/nologin",
                                  "marked": True}},
          "units": ["specfleet-weights-moonshotai--Kimi-K2.6"], "nginx": ["nginx", "nginx-common"],
-         "nginx_masked": True, "weights": True}
+         "nginx_masked": True, "weights": ["/srv/specfleet/models/moonshotai--Kimi-K2.6"]}
     """
 
     @staticmethod
     def default() -> dict:  # nothing printed: nothing found
         return {"paths": [], "marked": [], "accounts": {}, "units": [], "nginx": [], "nginx_masked": False,
-                "weights": False}
+                "weights": []}
 
     def command(self, paths: tuple[str, ...], directories: tuple[str, ...], users: tuple[str, ...],
                 weights_dir: str | None = None, owner: str | None = None) -> str:
@@ -102,8 +102,8 @@ class Leftovers(FactBase):
             f"[ \"$(readlink {NGINX_UNIT})\" = /dev/null ] && echo nginx-masked",
             "dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n' " + " ".join(NGINX_PACKAGES) +
             " 2>/dev/null | awk '$1 == \"ii\" {print \"nginx \" $2}'",
-            *([f"[ -n \"$(find {shlex.quote(weights_dir)} -mindepth 1 -maxdepth 1 -user {shlex.quote(owner)} "
-               "-print -quit 2>/dev/null)\" ] && echo weights"] if weights_dir and owner else []),
+            *([f"find {shlex.quote(weights_dir)} -mindepth 1 -maxdepth 1 -type d -user {shlex.quote(owner)} "
+               "-printf 'weights %p\\n' 2>/dev/null"] if weights_dir and owner else []),
             "true"])
 
     def process(self, output):
@@ -116,12 +116,10 @@ class Leftovers(FactBase):
                                            "marked": gecos == ACCOUNT_MARK}
             elif kind == "unit":
                 found["units"].append(posixpath.basename(value)[:-len(".service")])
-            elif kind in ("path", "marked", "nginx"):
+            elif kind in ("path", "marked", "nginx", "weights"):
                 found["paths" if kind == "path" else kind].append(value)
             elif kind == "nginx-masked":
                 found["nginx_masked"] = True
-            elif kind == "weights":
-                found["weights"] = True
         return found
 
 
@@ -197,10 +195,13 @@ def removals(u: Uninstall, left: dict) -> list[str]:
         commands += ["DEBIAN_FRONTEND=noninteractive apt-get purge -y -q " + " ".join(left["nginx"]),
                      "systemctl unmask nginx.service"]
     if u.remove_weights and left["weights"] and u.weights_owner in left["accounts"]:
-        # As their owner, as the deploy deletes a revision: root acts inside no directory another user writes.
-        owner, where = shlex.quote(u.weights_owner), shlex.quote(u.weights_dir)
-        commands += [f"runuser -u {owner} -- find {where} -mindepth 1 -maxdepth 1 -user {owner} -exec rm -rf -- {{}} +",
-                     f"rmdir {where} 2>/dev/null || true"]
+        # Each repo's contents by their owner, as the deploy deletes a revision: root acts inside no directory
+        # another user writes; then root removes the emptied repo directories (in its own weights_dir) and
+        # weights_dir where nothing else is left. From /: find returns to its starting directory, which
+        # root's (/root) is not to the owner.
+        repos = " ".join(map(shlex.quote, left["weights"]))
+        commands += [f"cd / && runuser -u {shlex.quote(u.weights_owner)} -- find {repos} -mindepth 1 -delete",
+                     f"rmdir -- {repos}", f"rmdir -- {shlex.quote(u.weights_dir)} 2>/dev/null || true"]
     commands += [f"userdel --remove {shlex.quote(user)} 2>/dev/null || userdel {shlex.quote(user)}"
                  for user in removed_accounts(left)]
     gone = removed_directories(u, left)

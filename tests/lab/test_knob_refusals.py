@@ -79,6 +79,10 @@ def test_dry_with_a_token_denied_a_gated_repo_says_so_per_host_and_exits_non_zer
                 if f"{h.name}: the token has no access to the gated repo lab/Kimi-K2.6-DFlash-tiny" in line]
         assert len(said) == 1, output[-3000:]
     assert "Beginning operation run" not in output and state_of(lab_hosts) == before
+    if not yes:  # a refused preflight changes nothing: pyinfra's table of detected changes says so
+        detected = output.split("--> Detected changes:")[1].splitlines()
+        assert re.split(r"\s{2,}", next(line for line in detected if "Preflight" in line).strip())[:2] == \
+            ["Preflight", "-"], output[-3000:]
 
 
 def test_a_kv_cache_below_min_kv_tokens_is_refused_in_dry_in_one_line(deployed_lab, pcie_host):
@@ -139,3 +143,20 @@ def test_an_unknown_profile_is_one_line_per_host_with_the_nearest_name_on_every_
     for name in readers:  # the refusal line (the status table's row)
         assert [line for line in said if name in line], output[-3000:]
     assert not [line for line in said if not any(name in line for name in readers)], output[-3000:]
+
+
+@pytest.mark.parametrize("deploy_file, data, refusal", [
+    ("bench.py", "modes=ar,eagle", "modes='ar,eagle' is not accepted: use a comma-separated list of ar, dflash, ddtree"),
+    ("tune.py", "objective=speed", "objective='speed' is not accepted: use one of throughput, latency"),
+], ids=["bench", "tune"])
+def test_a_bench_or_tune_refusal_is_said_once_per_host_and_exits_non_zero(lab_hosts, deploy_file, data, refusal):
+    """No summary ends a bench or a tune: the refusal is said once as the file is read, not again as an
+    operation's name and a results row counted as no change."""
+    run = subprocess.run([str(PYINFRA), "-y", LAB_INVENTORY, deploy_file, "--data", data], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+                         env={**os.environ, "HF_TOKEN": "hf_lab_granted", "SPECFLEET_SITE": ""})
+    output = run.stdout + run.stderr
+    assert run.returncode == 1 and "Traceback" not in output, output[-3000:]
+    for h in lab_hosts:
+        assert output.count(f"{h.name}: {refusal}") == 1, output[-3000:]
+    assert operations_started(output) == [], output[-3000:]

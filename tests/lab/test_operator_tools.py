@@ -131,8 +131,12 @@ def test_uninstall_leaves_no_unit_user_or_key_and_the_next_deploy_converges(depl
     assert "the accounts sglang, sglang-download with their homes" in asked.output
     assert "the weights in /srv/specfleet/models stay (remove_weights=true removes them)" in asked.output
     assert asked.returncode != 0 and main_pid(b200_host) == serving != "0"
-    run = pyinfra("-y", "uninstall.py", "--limit", b200_host.name)
+    # With the weights: their owner deletes them, so a file of root's beside them stays (and weights_dir too).
+    fleet.ssh(b200_host, "touch /srv/specfleet/models/planted-by-root")
+    run = pyinfra("-y", "uninstall.py", "--limit", b200_host.name, "--data", "remove_weights=true")
     assert run.returncode == 0, run.output[-3000:]
+    assert fleet.ssh(b200_host, "ls -A /srv/specfleet/models").split() == ["planted-by-root"]
+    fleet.ssh(b200_host, "rm /srv/specfleet/models/planted-by-root")
     # The download user's home holds the HF token: it goes with the user. Every account the deploy marked
     # goes; the fan-out's directory and its nginx (purged, then unmasked) too.
     left = fleet.ssh(b200_host, "ls /etc/systemd/system | grep -E '^(sglang|specfleet|smg|nginx)' ; getent passwd sglang; "
@@ -141,7 +145,6 @@ def test_uninstall_leaves_no_unit_user_or_key_and_the_next_deploy_converges(depl
                                 "/etc/specfleet-weights-peer 2>/dev/null; dpkg -l 'nginx*' 2>/dev/null | grep ^ii; "
                                 "systemctl list-units --all --plain --no-legend 'sglang*' 'specfleet-weights*'; true")
     assert left.strip() == "", left
-    assert fleet.ssh(b200_host, "ls /srv/specfleet/models").split() != []  # the weights are kept
     assert main_pid(pcie_host) == other  # another host is not touched
     again = pyinfra("-y", "uninstall.py", "--limit", b200_host.name)
     assert again.returncode == 0 and changed_operations(again.output) == []

@@ -5,6 +5,7 @@ next deploy, a second deploy changing nothing, and a pick of another build repor
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -53,7 +54,9 @@ def test_tune_tries_every_candidate_keeps_the_best_and_the_next_deploy_serves_it
     tune = run_tune(pcie_host, "search=grid", "concurrency=1,4", "requests=4", "output_tokens=16",
                     f"results_dir={results}")
     assert tune.returncode == 0, tune.output[-4000:]
-    assert "left out DDTREE n=8 ddtree_budget=3 TP1x8: sglang==" in tune.output  # a release: no DDTree
+    # The candidates left out, in one line before the first trial; each with its reason in trials.md.
+    assert re.search(r"tune: \d+ candidates left out before any trial", tune.output), tune.output[-3000:]
+    assert "left out DDTREE" not in tune.output
     for number in range(1, 10):  # AR, and DFlash at 4 and 8 draft tokens at each of the 4 layouts
         assert f"tune {number}: " in tune.output, tune.output[-3000:]
     assert "speedup over AR" in tune.output and "(PICK)" in tune.output
@@ -67,6 +70,7 @@ def test_tune_tries_every_candidate_keeps_the_best_and_the_next_deploy_serves_it
     (run,) = results.iterdir()
     out = run / pcie_host.name / "kimi_k26_dflash"
     assert (out / "trials.json").is_file() and (out / "trials.md").is_file()
+    assert "- DDTREE n=8 ddtree_budget=3 TP1x8: sglang==" in (out / "trials.md").read_text()  # a release: no DDTree
     assert "(LAB STAND-IN: timings come from the stand-in's speed model" in tune.output  # modelled, not measured
 
     # The deployed configuration serves again: DFlash at 8 draft tokens over all eight GPUs.

@@ -158,6 +158,8 @@ CLASS_OF_PROFILE = {
     "b200_nvlink_degraded": "b200_nvlink",
     "b200_nvlink_slow_allreduce": "b200_nvlink",
     "b300_nvlink": "b300_nvlink",
+    "h100_sxm": "h100_sxm",
+    "h200_sxm": "h200_sxm",
     "rtx_pro_6000_pcie": "rtx_pro_6000_pcie",
     "rtx_pro_6000_pcie_old_driver": "rtx_pro_6000_pcie",
     "rtx_pro_6000_pcie_p2p_hang": "rtx_pro_6000_pcie",

@@ -8,7 +8,7 @@ import pytest
 
 from lab.repos import build_lab_repos
 from operations import deployment
-from operations.deployment import HOST_CLASSES, host_class_of, resolve, resolve_host
+from operations.deployment import host_class_of, resolve, resolve_host, site
 from operations.weights.hub import RepoSnapshot
 from operations.basics import knobs
 from operations.basics.knobs import BadHostData
@@ -21,6 +21,8 @@ from operations.server.flags import server_args, spell
 from operations.server.unit import inputs as unit_inputs, unit_files
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import REPO, host_data
+
+HOST_CLASSES = site.host_classes()  # the product's, as the suite runs without a site
 
 
 def test_window_and_mamba_flags_are_spelled_for_the_pinned_version():
@@ -206,7 +208,7 @@ def test_profile_values_are_checked_too():
 
 def test_an_unknown_or_double_class_is_one_sentence():
     with pytest.raises(BadHostData, match=r"the host is in no class group \(its groups: ct200\): put it in exactly one of the "
-                                          "inventory groups rtx_pro_6000_pcie, b200_nvlink, b300_nvlink"):
+                                          "inventory groups b200_nvlink, b300_nvlink, h100_sxm, h200_sxm, rtx_pro_6000_pcie"):
         host_class_of(["all", "ct200"])
     with pytest.raises(BadHostData, match="in b200_nvlink and b300_nvlink class groups"):
         host_class_of(["b300_nvlink", "b200_nvlink"])
@@ -222,6 +224,10 @@ def test_the_class_and_profile_lay_out_the_servers_kimi_over_all_eight_qwen_one_
         assert layout_of(kimi) == [("sglang@kimi_k26_dflash-gpu0-7", tuple(range(8)), 30000, 8)]
         assert kimi.replicas[0].gpu_env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
         [qwen] = resolve_host(host_data(host_class, profile="qwen36_ddtree"), host_class)
+        if host_class == "h100_sxm":  # a TP 1 replica's KV cache holds less than one context on 80 GB cards
+            assert layout_of(qwen) == [(f"sglang@qwen36_ddtree-gpu{i}-{i + 1}", (i, i + 1), 30000 + i, 2)
+                                       for i in range(0, 8, 2)]
+            continue
         assert layout_of(qwen) == [(f"sglang@qwen36_ddtree-gpu{i}", (i,), 30000 + i, 1) for i in range(8)]
     # A profile a class does not lay out is one server over all of its GPUs.
     data = host_data("b200_nvlink", profile="qwen36_ddtree")

@@ -91,7 +91,7 @@ def test_a_host_in_no_class_group_is_refused_and_dry_exits_non_zero(tmp_path, ye
     result = dry(tmp_path, "rtx_pro_6000 = [('@local', {})]\n", yes=yes)
     assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]
     assert ("@local: the host is in no class group (its groups: @local, fleet, rtx_pro_6000): put it in exactly one of "
-            "the inventory groups rtx_pro_6000_pcie, b200_nvlink, b300_nvlink, or in `gateway` alone") \
+            "the inventory groups b200_nvlink, b300_nvlink, h100_sxm, h200_sxm, rtx_pro_6000_pcie, or in `gateway` alone") \
         in result.output, result.output[-3000:]
     assert result.output.count("[@local] @local: the host is in no class group") == 1, result.output[-3000:]
 

@@ -174,7 +174,7 @@ def test_pin_refuses_a_host_in_no_class_group_naming_its_groups(site, tmp_path):
     (tmp_path / "odd.py").write_text("rtx_pro_6000 = [('gpu-1', {})]\n")
     said = one_line(pin(tmp_path / "odd.py"))
     assert said == ("pin: gpu-1: the host is in no class group (its groups: odd, rtx_pro_6000): put it in exactly "
-                    "one of the inventory groups rtx_pro_6000_pcie, b200_nvlink, b300_nvlink, or in `gateway` "
+                    "one of the inventory groups b200_nvlink, b300_nvlink, h100_sxm, h200_sxm, rtx_pro_6000_pcie, or in `gateway` "
                     "alone for a gateway without GPUs"), said
 
 

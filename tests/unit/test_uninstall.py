@@ -1,6 +1,7 @@
 """uninstall.py: what it removes, from the host's resolved data and what a Leftovers fact found."""
 
 import os
+import pwd
 import subprocess
 
 import pytest
@@ -119,14 +120,14 @@ def test_the_fanouts_nginx_is_purged_then_unmasked_only_where_the_deploy_install
 def test_the_weights_go_only_when_asked_deleted_by_their_owner_before_it_goes():
     u = planned("pcie-1", ["rtx_pro_6000_pcie"], remove_weights=True)
     assert uninstall.asked(u)["weights_dir"] == WEIGHTS and uninstall.asked(u)["owner"] == "sglang-download"
-    commands = uninstall.removals(u, deployed(u, weights=True))
-    delete = commands.index(f"runuser -u sglang-download -- find {WEIGHTS} -mindepth 1 -maxdepth 1 -user sglang-download "
-                            "-exec rm -rf -- {} +")
-    assert commands[delete + 1] == f"rmdir {WEIGHTS} 2>/dev/null || true"
+    repos = [f"{WEIGHTS}/moonshotai--Kimi-K2.6", f"{WEIGHTS}/z-lab--Kimi-K2.6-DFlash"]
+    commands = uninstall.removals(u, deployed(u, weights=repos))
+    delete = commands.index(f"cd / && runuser -u sglang-download -- find {' '.join(repos)} -mindepth 1 -delete")
+    assert commands[delete + 1:delete + 3] == [f"rmdir -- {' '.join(repos)}", f"rmdir -- {WEIGHTS} 2>/dev/null || true"]
     assert delete < commands.index("userdel --remove sglang-download 2>/dev/null || userdel sglang-download")
-    assert not any(c.startswith(("rm -rf", "rmdir")) and WEIGHTS in c for c in commands if "runuser" not in c
-                   and not c.startswith("rmdir"))
-    assert uninstall.summary(u, deployed(u, weights=True), "sglang").split("; ")[1] == f"the weights in {WEIGHTS}"
+    assert not any(WEIGHTS in c for c in commands if "runuser" not in c and not c.startswith("rmdir"))  # no rm as root
+    assert uninstall.summary(u, deployed(u, weights=repos), "sglang").split("; ")[1] == f"the weights in {WEIGHTS}"
+    assert not any(WEIGHTS in c for c in uninstall.removals(u, deployed(u)))  # none of the owner's left: no command
 
 
 def test_leftovers_reads_marks_accounts_and_units_as_the_host_shows_them(tmp_path):
@@ -136,7 +137,9 @@ def test_leftovers_reads_marks_accounts_and_units_as_the_host_shows_them(tmp_pat
     (tmp_path / "marked" / ownership.DIRECTORY_MARK).write_text(ownership.MARK_TEXT)
     (tmp_path / "linked" / ownership.DIRECTORY_MARK).symlink_to(tmp_path / "marked" / ownership.DIRECTORY_MARK)
     dirs = tuple(str(tmp_path / name) for name in ("marked", "unmarked", "linked", "absent"))
-    command = uninstall.Leftovers().command(paths=dirs, directories=dirs, users=("root", "specfleet-no-such-user"))
+    me = pwd.getpwuid(os.getuid()).pw_name  # the weights' owner: it owns every directory here
+    command = uninstall.Leftovers().command(paths=dirs, directories=dirs, users=("root", "specfleet-no-such-user"),
+                                            weights_dir=str(tmp_path), owner=me)
     output = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True).stdout.splitlines()
     found = uninstall.Leftovers().process(output)
     assert found["paths"] == list(dirs[:3])
@@ -144,6 +147,7 @@ def test_leftovers_reads_marks_accounts_and_units_as_the_host_shows_them(tmp_pat
     assert found["accounts"]["root"] == {"uid": 0, "home": "/root", "shell": found["accounts"]["root"]["shell"],
                                          "marked": False}
     assert "specfleet-no-such-user" not in found["accounts"]
+    assert sorted(found["weights"]) == sorted(dirs[:3])  # directories only, not the link inside one
 
 
 def test_the_view_holds_the_hosts_service_level_which_uninstall_and_status_read():

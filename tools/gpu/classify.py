@@ -5,17 +5,15 @@ Used by `python -m tools.gpu classify DIR` and by the tests that replay real cap
 
 from __future__ import annotations
 
-import runpy
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
+from operations.deployment import site
 from operations.gpu.parse import parse_smi_q, parse_topology, smi_failure
 from operations.gpu.products import interconnect_by_product, named
 
 from .smi_captures import parse_query_csv, parse_smi_table, parse_smi_xml
-
-GROUP_DATA_DIR = Path(__file__).resolve().parents[2] / "group_data"
 
 # File name in a capture folder -> how to read it into {"driver_version", "cuda_version", "gpus"}.
 CAPTURE_READERS = {
@@ -28,25 +26,21 @@ CAPTURE_READERS = {
 }
 
 
-def load_class_expectations(group_data_dir: Path = GROUP_DATA_DIR) -> dict[str, dict]:
-    """Return {class name: its `expected_gpus`} for every group_data file defining one."""
-    classes = {}
-    for path in sorted(group_data_dir.glob("*.py")):
-        if path.stem == "all":  # pyinfra's data for every host, not a class
-            continue
-        gpu = runpy.run_path(str(path)).get("expected_gpus")
-        if isinstance(gpu, dict):
-            classes[path.stem] = gpu
-    return classes
+def load_class_expectations() -> dict[str, dict]:
+    """Return {class name: its `expected_gpus`} for every host class (site.host_classes: the product's and
+    the site's)."""
+    return {name: site.class_file_values(name)["expected_gpus"] for name in site.host_classes()}
 
 
 def host_class_for(gpu_names: list[str], interconnect: str | None, classes: dict[str, dict]) -> str:
-    """The class whose name pattern every GPU's name matches and whose interconnect is the host's, else
-    'unknown' (also for a host of two GPU models: no class serves from a mix)."""
+    """The class whose name pattern every GPU's name matches, whose GPU count and interconnect are the
+    host's, else 'unknown' (also for a host of two GPU models: no class serves from a mix; and for a part of
+    a class's board, such as 2 of an HGX's 8 GPUs lent as one machine: preflight would refuse its count)."""
     if len(set(gpu_names)) != 1:
         return "unknown"
     for class_name, expected in classes.items():
-        if interconnect == expected["interconnect"] and named(gpu_names[0], expected["name_patterns"]):
+        if interconnect == expected["interconnect"] and len(gpu_names) == expected["count"] \
+                and named(gpu_names[0], expected["name_patterns"]):
             return class_name
     return "unknown"
 

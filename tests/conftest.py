@@ -48,6 +48,7 @@ LONGEST_FIRST = {
     "tests/lab_code/test_sglang_standin.py": 210,
     "tests/lab/test_access_pending.py": 200,
     "tests/lab/test_trixie.py": 200,
+    "tests/lab/test_hopper_classes.py": 150,
     "tests/faults/test_downloads.py": 175,
     "tests/lab_code/test_gpu_standin.py": 120,
     "tests/unit/test_engine_startup.py": 130,

@@ -148,6 +148,11 @@ config_dir = "/etc/specfleet"  # unit environment file; the API key (0640, root:
 # Loopback: only the host itself (or a gateway on it) reaches the server. Any other address
 # needs an API key: preflight refuses a server reachable beyond loopback without one.
 bind_address = "127.0.0.1"
+# Each replica's unit admits packets (both ways) from loopback, its node group and the run's gateways that
+# route it alone (IPAddressDeny=any): torch's TCPStore on nccl_port listens on every address. Add the
+# networks its clients or what it reaches are on (['any'] lifts the list: FlashInfer's first-use kernel
+# downloads from NVIDIA, direct clients of an exposed server); docs/security.md.
+server_ip_allow = []
 port = 30000  # each replica listens on port + the index of its lowest GPU
 # Each replica's TCPStore (SGLang's --nccl-port): nccl_port + the index of its lowest GPU. Without it
 # SGLang draws one in 22000-29999, tests it and binds it later, so replicas starting together can

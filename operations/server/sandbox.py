@@ -4,8 +4,10 @@ settings for what runs the model's code outside it: the deploy's flag check, the
 its client. None of them can read the HF token (the download user's, ``InaccessiblePaths``), write
 the weights or what root later runs, reach another user's processes, or outlive its job."""
 
+import ipaddress
 import shlex
 import weakref
+from collections.abc import Iterable
 
 from pyinfra.context import ctx_host
 
@@ -13,6 +15,7 @@ from operations.basics import gathering
 from operations.basics.file_states import sha1_of
 from operations.basics.templates import render
 from operations.gpu.facts import NvidiaDriver
+from operations.nodes.group import NodeGroup
 from operations.server.config import Server, ServiceHost
 from operations.server.flags import SGLangRejects, rendered_violations, server_args
 
@@ -64,13 +67,35 @@ def unit_environment(server: Server, keyed: bool = True) -> list[tuple[str, str]
             *sorted({**server.engine.env, **server.gpu_env}.items())]
 
 
-def unit_files(server: Server, inputs: str, minors: tuple[int | None, ...]) -> tuple[str, str]:
+def reached_from(server: Server, gateways: Iterable[str], group: NodeGroup | None) -> tuple[str, ...] | None:
+    """The IP addresses beyond loopback that a replica's processes exchange packets with (its unit's
+    IPAddressAllow=, beside loopback; everything else IPAddressDeny=any refuses, in both directions): its
+    node group's other members, and `gateways`, the addresses of the run's gateways that route it on other
+    hosts (each gateway host's own, where it connects from, and where the replica's host reaches its API).
+    None, no list at all, for a server that listens beyond loopback where no gateway of the run routes it and
+    `server_ip_allow` names nothing: its clients are the site's, unknown here. The unit admits
+    `server_ip_allow`'s networks besides (each unit of the model's code does). torch's TCPStore on the
+    replica's --nccl-port listens on every address whatever --host says (torch 2.14.1, measured): the list
+    is what confines it."""
+    peers = tuple(a for a in group.addresses if a != group.address) if group else ()
+    gateways = tuple(gateways)
+    service = server.engine.service
+    if service.exposed and not gateways and not service.ip_allow and not (group and not group.serves_http):
+        return None
+    return tuple(sorted(set(peers + gateways), key=lambda a: ipaddress.ip_address(a)))
+
+
+def unit_files(server: Server, inputs: str, minors: tuple[int | None, ...],
+               allowed: tuple[str, ...] | None = ()) -> tuple[str, str]:
     """The rendered unit and environment file; `inputs` names what else forces a restart; `minors`: the
-    host's GPUs' minor numbers (``gpu_minor_numbers``), whose nodes of the replica's GPUs the unit allows."""
+    host's GPUs' minor numbers (``gpu_minor_numbers``), whose nodes of the replica's GPUs the unit allows;
+    `allowed`: the addresses beyond loopback its processes reach or are reached from (``reached_from``;
+    None: no IP access list)."""
     env_text = render("server/sglang.env.j2", environment=unit_environment(server))
     unit_text = render("server/sglang.service.j2", s=server, e=server.engine, h=server.engine.service,
                        args=[shlex.quote(a) for a in server_args(server)],
-                       inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}", devices=gpu_nodes(server, minors))
+                       inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}", devices=gpu_nodes(server, minors),
+                       allowed=allowed)
     return unit_text, env_text
 
 

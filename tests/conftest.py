@@ -52,6 +52,7 @@ LONGEST_FIRST = {
     "tests/lab/test_hopper_classes.py": 150,
     "tests/faults/test_downloads.py": 175,
     "tests/lab_code/test_gpu_standin.py": 120,
+    "tests/unit/test_engine_startup.py": 130,
     "tests/unit/test_host_scripts.py": 120,
     "tests/lab_code/test_sglang_kv_pool.py": 110,
     "tests/deployed/test_catches_faults.py": 110,

@@ -136,16 +136,17 @@ _rejections: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def startup_sizing(server: Server, min_kv_tokens: int | None) -> str:
     """What the host check's startup arithmetic is handed (SGLangRejects' `sizing`): the smallest of the
     replica's GPUs as the host reports them, what SGLang would find free on it before the load (the card
-    less the plan's reserve for what a rank holds then, capacity.RESERVE_BYTES) and the floor
-    (`min_kv_tokens`; None: one full context); "" where the host's GPUs could not be read (the check then
-    judges the flags alone)."""
+    less what CUDA does not show of it and what a rank holds then, as the plan counts them:
+    capacity.cuda_unseen_bytes, capacity.resident_before_load) and the floor (`min_kv_tokens`; None: one
+    full context); "" where the host's GPUs could not be read (the check then judges the flags alone)."""
     gpus = gathering.read(NvidiaGpus)
     found = {} if unreadable(gpus) else {g.get("index"): g for g in gpus or []}
     cards = [found[i].get("memory_total_mib") for i in server.gpus if i in found]
     if not cards or not all(cards) or len(cards) < len(server.gpus):
         return ""
-    return json.dumps({"card_mib": min(cards), "before_load_mib": min(cards) - (capacity.RESERVE_BYTES >> 20),
-                       "min_tokens": min_kv_tokens})
+    card = min(cards) * capacity.MIB
+    before = card - capacity.cuda_unseen_bytes(card) - capacity.resident_before_load(server.engine.tp_size)
+    return json.dumps({"card_mib": min(cards), "before_load_mib": before / capacity.MIB, "min_tokens": min_kv_tokens})
 
 
 def rejection(host, server: Server, args: list[str], startup: bool = False,

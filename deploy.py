@@ -25,7 +25,7 @@ from operations.gpu.stages import gpu_runtime
 from operations.monitoring import prometheus
 from operations.monitoring.stages import monitoring_deployed
 from operations.nodes import group as nodes, rendezvous
-from operations.server import capacity_record, unit
+from operations.server import capacity_record, sandbox, unit
 from operations.server.stages import builds_pruned, server_installed, server_serving
 from operations.weights import revisions, token
 from operations.weights.stages import weights_fetched
@@ -98,16 +98,22 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     #    revision), or where the run replaces units, every new replica stops and the replaced units serve
     #    again, back in the gateways they left; the failed replica stays out until a run deploys it
     #    healthy. A drain waits for the replica's requests in flight. Every replica's new files are
-    #    validated by the host's SGLang before any unit changes. rollout.py does the fleet N hosts at a
-    #    time. Each unit's environment holds the GPU smoke test's P2P decision for this host (stage 4).
-    #    Each replica's KV plan is kept beside its unit, what tests/deployed holds its engine's own
+    #    validated by the host's SGLang (its resolution, and its scheduler's startup arithmetic on this
+    #    host's GPUs and weights) before any unit changes. rollout.py does the fleet N hosts at a time.
+    #    Each unit's environment holds the GPU smoke test's P2P decision for this host (stage 4). Each
+    #    replica's KV plan is kept beside its unit, what tests/deployed holds its engine's own
     #    max_total_num_tokens to.
+    routes = {replica.service_name: membership.routes(fleet, host, replica)  # none: rank >= 1
+              for d in deployments for replica in d.replicas}
+    # Each unit admits packets from loopback, its node group and the gateways routing it alone (the TCPStore).
     restarts = [[unit.Restart(replica, unit.inputs(d.engine, d.weights.commits), restart_when=keys[d.name],
-                              decided_env=functools.partial(smoke.decided_env, worker.smoke))
+                              decided_env=functools.partial(smoke.decided_env, worker.smoke),
+                              allowed=sandbox.reached_from(replica, membership.addresses(routes[replica.service_name]),
+                                                           d.node_group),
+                              startup=True, min_kv_tokens=worker.min_kv_tokens)
                  for replica in d.replicas] for d in deployments]
     every = [restart for each in restarts for restart in each]
     replacement = unit.Replacement(worker.service, every)
-    routes = {r.server.service_name: membership.routes(fleet, host, r.server) for r in every}  # none: rank >= 1
     drain.drain_retired(name="Retired units leave the gateways", replacement=replacement,
                         gateways=membership.gateways(fleet, host))
     unit.retired(name="Units no deployment wants", replacement=replacement)

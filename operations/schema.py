@@ -82,6 +82,9 @@ KNOBS = (
     Knob("config_dir", "path", "the units' environment files and the API key", subject="server"),
     Knob("bind_address", "IP address", "where the servers listen; beyond loopback an API key is required",
          subject="server"),
+    Knob("server_ip_allow", "list of IP networks", "what each replica's unit exchanges packets with beyond loopback, "
+         "its node group and the run's gateways (IPAddressAllow=); ['any'] lifts its IP access list",
+         subject="server"),
     Knob("port", "port", "each replica listens on port + the index of its lowest GPU", subject="server"),
     Knob("nccl_port", "port", "each replica's TCPStore (--nccl-port) is nccl_port + the index of its lowest GPU",
          subject="server"),

@@ -5,6 +5,7 @@ it, each level's results brought back and read."""
 import json
 import shlex
 import time
+import urllib.parse
 from pathlib import Path
 
 from pyinfra import host
@@ -136,7 +137,9 @@ def client_unit_command(d: Server, plan: Plan, remote: str, concurrency: int, ur
     client = " ".join(shlex.quote(a) for a in client_command(d, plan, remote, concurrency, urls, through_gateway))
     script = f"if {client} > client.log 2>&1; then echo 0 > client.rc; else echo 1 > client.rc; fi"
     keyless = [] if through_gateway else sandbox.keyless(d.engine.service)
-    settings = (*sandbox.service_settings(d, minors), *keyless, "KillMode=control-group",
+    # The unit's IP access list admits loopback: a gateway on another host is admitted by its API's address.
+    gateway = [f"IPAddressAllow={urllib.parse.urlsplit(urls[0]).hostname}"] if through_gateway else []
+    settings = (*sandbox.service_settings(d, minors), *keyless, *gateway, "KillMode=control-group",
                 f"WorkingDirectory={remote}", f"ReadWritePaths={remote}",
                 f"RuntimeMaxSec={level_bound_s(plan, concurrency)}")
     return ["systemd-run", f"--unit={CLIENT_UNIT}", "--collect", "--quiet", "--service-type=exec",

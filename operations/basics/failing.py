@@ -60,7 +60,8 @@ def failed(problems: list[str], static: bool = False):
     """
     command = fail_host(problems, static)
     current = ctx_host.get() if ctx_host.isset() else None
-    if current is not None and not current.state.is_executing and _refused.get(current):
+    state = getattr(current, "state", None)
+    if state is not None and not state.is_executing and _refused.get(current):
         return
     yield command
 

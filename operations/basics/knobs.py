@@ -153,6 +153,23 @@ def address(name: str, value: Any) -> str:
                       wrong="is not an IP address") from None
 
 
+def networks(name: str, values: Any) -> tuple[str, ...]:
+    """IP networks (an address, or an address/prefix), each as ipaddress writes it; `any` for every address."""
+    if not isinstance(values, (list, tuple)):
+        raise refused(name, values, "use a list of IP networks, e.g. ['10.0.5.0/24'], or ['any']", wrong="is not a list")
+    found = []
+    for value in values:
+        if value == "any":
+            found += ["0.0.0.0/0", "::/0"]
+            continue
+        try:
+            found.append(str(ipaddress.ip_network(value, strict=False)))
+        except (TypeError, ValueError):
+            raise refused(name, value, "use an IP address, an address/prefix (10.0.5.0/24) or any",
+                          wrong="is not an IP network") from None
+    return tuple(dict.fromkeys(found))
+
+
 def names(name: str, values: Any, pattern: re.Pattern, accepted: str) -> tuple[str, ...]:
     if not isinstance(values, (list, tuple)):
         raise refused(name, values, f"use a list of {accepted}", wrong="is not a list")

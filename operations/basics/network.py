@@ -19,6 +19,16 @@ def is_loopback(address: str) -> bool:
         return False  # a host name: whatever it resolves to on the network
 
 
+def is_ip(address: str) -> bool:
+    """An IP address, not a name: what an allow list (nginx's, systemd's IPAddressAllow=) admits, taken as the
+    inventory gives it, never resolved on the controller, where a spoofed answer would join the list."""
+    try:
+        ipaddress.ip_address(address)
+        return True
+    except ValueError:
+        return False
+
+
 def local_address(bind_address: str) -> str:
     """Where a process on the same host reaches a server bound to `bind_address`."""
     return LOOPBACK if bind_address in WILDCARDS or is_loopback(bind_address) else bind_address

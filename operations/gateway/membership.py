@@ -42,6 +42,7 @@ class Route:
     address: str = ""  # where the worker's host reaches the gateway's API; "" when it cannot (loopback elsewhere)
     problem: str | None = None
     local: bool = False  # the gateway runs on the worker's host (``same_host``)
+    gateway_address: str = ""  # the gateway host's own (network.inventory_address): it connects to workers from it
 
     @property
     def model(self) -> str:
@@ -189,8 +190,29 @@ def gateways(fleet: Fleet, worker_host) -> list[Route]:
         elif g.exposed:
             address = gateway_host.address if g.bind_address in network.WILDCARDS else g.bind_address
         found.append(Route(gateway_host.name, g, worker_address(local, network.inventory_address(worker_host)),
-                           address if network.ADDRESS.fullmatch(address) else "", local=local))
+                           address if network.ADDRESS.fullmatch(address) else "", local=local,
+                           gateway_address=gateway_host.address))
     return found
+
+
+def _gateway_problem(route: Route, worker_name: str) -> str | None:
+    """A gateway on another host reaches a replica only from an IP address its unit admits (IPAddressAllow=)."""
+    if route.local:
+        return None
+    for what, address in (("address", route.gateway_address), ("API address", route.address)):
+        if address and not network.is_ip(address):
+            return (f"{route.gateway}: its {what} {address!r} is not an IP address, and {worker_name}'s servers "
+                    f"admit their gateways by address (IPAddressAllow=): give {route.gateway} its IP address "
+                    f"(gateway_worker_address)")
+    return None
+
+
+def addresses(routes: list[Route]) -> tuple[str, ...]:
+    """What a replica's unit admits of its gateways on other hosts (sandbox.reached_from): each one's host
+    address, where it connects to the replica from (and its Prometheus scrapes it), and its API's, where the
+    bench's client on the replica's host reaches it."""
+    return tuple(dict.fromkeys(address for r in routes if not r.local and r.control
+                               for address in (r.gateway_address, r.address) if network.is_ip(address)))
 
 
 def routes(fleet: Fleet, worker_host, server: Server) -> list[Route]:
@@ -205,6 +227,6 @@ def routes(fleet: Fleet, worker_host, server: Server) -> list[Route]:
             found.append(route)  # a gateway whose data is refused: every worker of it fails with that
         elif route.model == server.engine.served_model_name:
             problem = route.problem or _worker_problem(worker_host.name, server.engine.service, route.worker_address,
-                                                       route.local)
+                                                       route.local) or _gateway_problem(route, worker_host.name)
             found.append(replace(route, problem=problem))
     return found

@@ -89,6 +89,8 @@ class ServiceHost:
     remove_api_key: bool  # only this removes a key from a host; the servers must then bind to loopback
     pip_index_url: str | None  # the host's package index (uv, every SGLang build)
     bind_address: str  # where every server of the host listens
+    weights_fanout_port: int  # the weights' peer server's (operations/weights/peer.py): no server binds it
+    ip_allow: tuple[str, ...]  # networks its units admit beyond loopback, node group and gateways (`server_ip_allow`)
     enable_metrics: bool
     ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
 
@@ -328,6 +330,8 @@ def service_host(data: Any) -> ServiceHost:
         remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
         pip_index_url=knobs.index_url(data),
         bind_address=knobs.address("bind_address", data.bind_address),
+        weights_fanout_port=knobs.integer("weights_fanout_port", data.weights_fanout_port, minimum=1, maximum=65535),
+        ip_allow=knobs.networks("server_ip_allow", data.server_ip_allow),
         enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
         ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
                                                                                 data.ready_timeout_s, minimum=1))

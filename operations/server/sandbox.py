@@ -4,15 +4,20 @@ settings for what runs the model's code outside it: the deploy's flag check, the
 its client. None of them can read the HF token (the download user's, ``InaccessiblePaths``), write
 the weights or what root later runs, reach another user's processes, or outlive its job."""
 
+import ipaddress
+import json
 import shlex
 import weakref
+from collections.abc import Iterable
 
 from pyinfra.context import ctx_host
 
 from operations.basics import gathering
 from operations.basics.file_states import sha1_of
 from operations.basics.templates import render
-from operations.gpu.facts import NvidiaDriver
+from operations.gpu.facts import NvidiaDriver, NvidiaGpus, unreadable
+from operations.nodes.group import NodeGroup
+from operations.server import capacity
 from operations.server.config import Server, ServiceHost
 from operations.server.flags import SGLangRejects, rendered_violations, server_args
 
@@ -64,13 +69,35 @@ def unit_environment(server: Server, keyed: bool = True) -> list[tuple[str, str]
             *sorted({**server.engine.env, **server.gpu_env}.items())]
 
 
-def unit_files(server: Server, inputs: str, minors: tuple[int | None, ...]) -> tuple[str, str]:
+def reached_from(server: Server, gateways: Iterable[str], group: NodeGroup | None) -> tuple[str, ...] | None:
+    """The IP addresses beyond loopback that a replica's processes exchange packets with (its unit's
+    IPAddressAllow=, beside loopback; everything else IPAddressDeny=any refuses, in both directions): its
+    node group's other members, and `gateways`, the addresses of the run's gateways that route it on other
+    hosts (each gateway host's own, where it connects from, and where the replica's host reaches its API).
+    None, no list at all, for a server that listens beyond loopback where no gateway of the run routes it and
+    `server_ip_allow` names nothing: its clients are the site's, unknown here. The unit admits
+    `server_ip_allow`'s networks besides (each unit of the model's code does). torch's TCPStore on the
+    replica's --nccl-port listens on every address whatever --host says (torch 2.14.1, measured): the list
+    is what confines it."""
+    peers = tuple(a for a in group.addresses if a != group.address) if group else ()
+    gateways = tuple(gateways)
+    service = server.engine.service
+    if service.exposed and not gateways and not service.ip_allow and not (group and not group.serves_http):
+        return None
+    return tuple(sorted(set(peers + gateways), key=lambda a: ipaddress.ip_address(a)))
+
+
+def unit_files(server: Server, inputs: str, minors: tuple[int | None, ...],
+               allowed: tuple[str, ...] | None = ()) -> tuple[str, str]:
     """The rendered unit and environment file; `inputs` names what else forces a restart; `minors`: the
-    host's GPUs' minor numbers (``gpu_minor_numbers``), whose nodes of the replica's GPUs the unit allows."""
+    host's GPUs' minor numbers (``gpu_minor_numbers``), whose nodes of the replica's GPUs the unit allows;
+    `allowed`: the addresses beyond loopback its processes reach or are reached from (``reached_from``;
+    None: no IP access list)."""
     env_text = render("server/sglang.env.j2", environment=unit_environment(server))
     unit_text = render("server/sglang.service.j2", s=server, e=server.engine, h=server.engine.service,
                        args=[shlex.quote(a) for a in server_args(server)],
-                       inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}", devices=gpu_nodes(server, minors))
+                       inputs=f"{inputs} env={sha1_of(env_text.encode())[:12]}", devices=gpu_nodes(server, minors),
+                       allowed=allowed)
     return unit_text, env_text
 
 
@@ -106,16 +133,35 @@ def check_settings(server: Server, minors: tuple[int | None, ...]) -> tuple[str,
 _rejections: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def rejection(host, server: Server, args: list[str]) -> str | None:
+def startup_sizing(server: Server, min_kv_tokens: int | None) -> str:
+    """What the host check's startup arithmetic is handed (SGLangRejects' `sizing`): the smallest of the
+    replica's GPUs as the host reports them, what SGLang would find free on it before the load (the card
+    less what CUDA does not show of it and what a rank holds then, as the plan counts them:
+    capacity.cuda_unseen_bytes, capacity.resident_before_load) and the floor (`min_kv_tokens`; None: one
+    full context); "" where the host's GPUs could not be read (the check then judges the flags alone)."""
+    gpus = gathering.read(NvidiaGpus)
+    found = {} if unreadable(gpus) else {g.get("index"): g for g in gpus or []}
+    cards = [found[i].get("memory_total_mib") for i in server.gpus if i in found]
+    if not cards or not all(cards) or len(cards) < len(server.gpus):
+        return ""
+    card = min(cards) * capacity.MIB
+    before = card - capacity.cuda_unseen_bytes(card) - capacity.resident_before_load(server.engine.tp_size)
+    return json.dumps({"card_mib": min(cards), "before_load_mib": before / capacity.MIB, "min_tokens": min_kv_tokens})
+
+
+def rejection(host, server: Server, args: list[str], startup: bool = False,
+              min_kv_tokens: int | None = None) -> str | None:
     """Why the host's installed SGLang would refuse to start `args` for this server, or None:
     resolved in a transient unit confined as the replica's (as its deployment's user, keyless), with the
-    unit's environment and the server's HF_HOME, offline. A DDTree build that accepts them is held
-    to the deploy's DDTree rules as well."""
+    unit's environment and the server's HF_HOME, offline; with `startup`, its scheduler's startup
+    arithmetic is run too, on the host's GPUs and weights, a pool below `min_kv_tokens` (None: one full
+    context) refused. A DDTree build that accepts them is held to the deploy's DDTree rules as well."""
     env = (("HF_HOME", server.engine.server_hf_home), *sorted(server.engine.env.items()))
     settings = check_settings(server, gpu_minor_numbers())
-    asked = (server.engine.venv, server.engine.sglang_requirement, tuple(args), env, settings)
+    sizing = startup_sizing(server, min_kv_tokens) if startup else ""
+    asked = (server.engine.venv, server.engine.sglang_requirement, tuple(args), env, settings, sizing)
     answers = _rejections.setdefault(ctx_host.get(), {})
     if asked not in answers:
         answers[asked] = host.get_fact(SGLangRejects, venv=server.engine.venv, args=tuple(args), env=env,
-                                       settings=settings)
+                                       settings=settings, sizing=sizing)
     return answers[asked] or next(iter(rendered_violations(server)), None)

@@ -168,8 +168,9 @@ def download(weights: Weights, snapshots: dict[str, RepoSnapshot],
 
 def write_spec(state, host, path: str, spec: dict, part: Callable[[list[tuple[str, int]]], dict]) -> bool:
     """Write a fetch spec with its part of the fan-out (root's file in root's directory, replaced whole)."""
-    return shell.write_readable(host, path, json.dumps({**spec, **part([(e["path"], e["size"]) for e in spec["files"]])},
-                                                       indent=1))
+    # The files the hub lists with a sha256 only: the others come from the hub alone (host_scripts/weights_sources.py).
+    shared = [(e["path"], e["size"]) for e in spec["files"] if e.get("sha256")]
+    return shell.write_readable(host, path, json.dumps({**spec, **part(shared)}, indent=1))
 
 
 # The download units of earlier specfleet versions, one per role (a unit per repo took their place).

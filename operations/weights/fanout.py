@@ -56,11 +56,12 @@ def holders(hosts: Iterable[tuple[str, str, tuple[Weights, ...]]]) -> dict[Revis
 
     `hosts`: each worker host of the run as (name, address, its deployments' weights), from the fleet
     resolved once per run (operations/gateway/membership.py WorkerHost). A revision named by a branch
-    the hub has not resolved yet, a host with `weights_fanout` off, and one whose address is no host name
-    or IPv4 address (it would reach the fetchers' specs), take no part."""
+    the hub has not resolved yet, a host with `weights_fanout` off, and one whose inventory address is no IP
+    address, take no part: the peer servers' allow lists take addresses, and a name resolved on the controller
+    would let whoever answers its DNS query into every host's list."""
     found: dict[Revision, list[Holder]] = {}
     for name, address, weights in hosts:
-        if not network.ADDRESS.fullmatch(address):
+        if not network.is_ip(address):
             continue
         for w in weights:
             if not w.fanout:

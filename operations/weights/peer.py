@@ -7,14 +7,17 @@ own in the weights' group, which reads the weights and owns nothing, confined as
 (`systemd-analyze security` at most 3.0), and with root's configuration of the servers (the API keys)
 out of its reach. It serves the revisions of the run's fan-out only, each at `/<repo dir>/<commit>/`
 (fanout.peer_url), to the run's peers' addresses only; never a listing, never the fetcher's files in
-flight (`.cache/`), never a link. Its unit is started while the fan-out runs and stopped after it, unless
+flight (`.cache/`), never a link. To the same addresses it serves the run's nonce (NONCE_PATH), its unit's
+credential, which the peers' probe asks for: a process that took the port while no peer server ran has
+no nonce to answer. Its unit is started while the fan-out runs and stopped after it, unless
 `weights_cache=true` keeps it (enabled at boot: a site cache for later revisions and hosts).
 """
 
 import ipaddress
 import posixpath
 import re
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, field
 from io import StringIO
 
 from pyinfra import host
@@ -23,11 +26,26 @@ from pyinfra.facts.deb import DebPackages
 
 from operations.basics import apt_packages, gathering, knobs, shell
 from operations.basics.file_states import FileStates, matches
+from operations.basics.secrets import write_secret
 from operations.basics.templates import render
 from operations.weights.config import Weights
 
 UNIT = "specfleet-weights-peer"
 PACKAGES = ("nginx",)
+# Where each peer server answers its run's nonce (sharing.reachable's probe); no revision directory is named so.
+NONCE_PATH = "specfleet-fanout-nonce"
+NONCE_FILE = "nonce"  # root's (0600) beside the configuration, the unit's credential: served as a file
+
+
+@dataclass(frozen=True)
+class Nonce:
+    """A run's proof that a peer's answer comes from the server the run configured: each peer server answers it at
+    NONCE_PATH, read from a credential of its unit that no other process of the host reads. Never printed: an
+    operation's arguments show at -v, and its repr leaves the value out."""
+
+    value: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
+
+
 # A revision's directory under the weights directory, as fanout.Revision.path names it.
 REVISION_PATH = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]*--[A-Za-z0-9][A-Za-z0-9._-]*/{knobs.COMMIT.pattern}")
 
@@ -66,6 +84,11 @@ class PeerServer:
     def runtime_dir(self) -> str:
         return f"/run/{UNIT}"
 
+    @property
+    def credentials_dir(self) -> str:
+        """Where systemd hands the unit its credentials (LoadCredential=), readable by the unit's user alone."""
+        return f"/run/credentials/{UNIT}.service"
+
 
 def server(weights: Weights, weights_dir: str, peers: tuple[str, ...], revisions: tuple[str, ...]) -> PeerServer:
     """The host's peer server for the run's fan-out: `peers`, the addresses of the hosts that take revisions
@@ -89,11 +112,12 @@ def server(weights: Weights, weights_dir: str, peers: tuple[str, ...], revisions
 
 
 def conf_text(p: PeerServer) -> str:
-    return render("weights/peer-nginx.conf.j2", p=p, commit=knobs.COMMIT.pattern)
+    return render("weights/peer-nginx.conf.j2", p=p, commit=knobs.COMMIT.pattern, nonce_path=NONCE_PATH,
+                  nonce_file=NONCE_FILE)
 
 
 def unit_text(p: PeerServer) -> str:
-    return render("weights/weights-peer.service.j2", p=p)
+    return render("weights/weights-peer.service.j2", p=p, nonce_file=NONCE_FILE)
 
 
 UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
@@ -119,21 +143,24 @@ def package():
 
 
 @operation()
-def serving(server: PeerServer):
+def serving(server: PeerServer, nonce: Nonce):
     """
-    The peer server's configuration and unit written, and the server (re)started on them: called on a run
-    where a host of the fan-out lacks a revision, before any download. Enabled at boot only with
-    `weights_cache`.
+    The peer server's configuration, the run's nonce and the unit written, and the server (re)started on them:
+    called on a run where a host of the fan-out lacks a revision, before any download. Enabled at boot only
+    with `weights_cache`.
 
     + server: this host's peer server (``server``)
+    + nonce: the run's (sharing.RunFanout), which it answers its peers' probes with
 
     **Example:**
 
     .. code:: python
 
-        peer.serving(name="Weights peer server", server=part.server)
+        peer.serving(name="Weights peer server", server=part.server, nonce=part.run.nonce)
     """
     yield StringCommand("mkdir", "-p", "-m", "755", QuoteString(server.conf_dir))
+    # On stdin, root's file (0600): the unit reads it as its credential, no other process of the host does.
+    yield write_secret(nonce.value, server.conf_dir, NONCE_FILE, "600", "root")
     states = gathering.read(FileStates, paths=(server.conf_file, UNIT_FILE))
     for dest, content in ((server.conf_file, conf_text(server)), (UNIT_FILE, unit_text(server))):
         if not matches(states.get(dest), "file", "644", content=content.encode()):

@@ -2,19 +2,21 @@
 
 Resolved once per run (`of`), on the first host that asks: the revisions two or more hosts of the run
 hold (fanout.holders, over the fleet that operations/gateway/membership.py resolved) while at least one of them still
-lacks it (its manifest's commit, read on every holder at once, one command each); each holder's address as an IP
-address, a name resolved once here on the controller (nginx's allow list takes addresses). A run whose
+lacks it (its manifest's commit, read on every holder at once, one command each); each holder at its inventory
+address, which must be an IP address (nginx's allow list takes addresses; a name is never resolved here). A run whose
 holders all hold their revisions starts no peer server and reads nothing more.
 
 While the run executes, every holder probes its peers' servers on the fan-out port (`reachable`,
-before any download); each host's fetch spec is then made from the plan with the holders that do not
-reach the others left to the hub (fanout.cut_off), said in one line per such host. pyinfra runs each
-operation on every host before the next, so every probe is in before the first spec is written.
+before any download): a peer counts as reached when its server answers the run's nonce, which only
+the nginx this run configured serves, not when something accepts a connection on the port (a process
+that took it while no peer server ran). Each host's fetch spec is then made from the plan with the
+holders that do not reach the others left to the hub (fanout.cut_off), said in one line per such host.
+pyinfra runs each operation on every host before the next, so every probe is in before the first spec
+is written.
 """
 
 import json
 import posixpath
-import socket
 import threading
 import weakref
 from collections.abc import Callable
@@ -24,7 +26,7 @@ import gevent
 from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 
-from operations.basics import shell
+from operations.basics import network, shell
 from operations.basics.host_programs import inline
 from operations.weights import fanout, peer
 from operations.weights.config import Repo, Weights
@@ -42,14 +44,7 @@ class RunFanout:
     complete: dict[Revision, frozenset[str]] = field(default_factory=dict)  # its holders that have it already
     reached: dict[str, frozenset[str]] = field(default_factory=dict)  # holder -> the peers its probe reached
     said: set[str] = field(default_factory=set)  # the holders whose cut-off line is said
-
-
-def ip_address(address: str) -> str | None:
-    """`address` as an IPv4 address (a host name resolved on the controller); None when it does not resolve."""
-    try:
-        return socket.getaddrinfo(address, None, family=socket.AF_INET, type=socket.SOCK_STREAM)[0][4][0]
-    except (OSError, IndexError):
-        return None
+    nonce: peer.Nonce = field(default_factory=peer.Nonce)  # what every peer server of the run answers its probe
 
 
 def _lacking(inventory_host, weights: tuple[Weights, ...], revisions: set[Revision]) -> set[Revision] | None:
@@ -77,8 +72,7 @@ def resolve(inventory, fleet_workers) -> RunFanout:
     state = inventory.state
     in_run = {h.name: h for h in inventory if h in state.activated_hosts and h not in state.failed_hosts}
     workers = [w for w in fleet_workers if w.name in in_run and not w.problem]
-    addresses = {w.name: ip_address(w.address) for w in workers}
-    found = fanout.holders((w.name, addresses[w.name], w.weights) for w in workers if addresses[w.name])
+    found = fanout.holders((w.name, w.address, w.weights) for w in workers)
     # Each deployment's downloads are an operation of their own: holders fetching a revision in different
     # ones would wait on each other across them.
     found = {r: holders for r, holders in found.items()
@@ -170,8 +164,9 @@ def host_part(inventory, fleet_workers, name: str, weights: tuple[Weights, ...])
 def reachable(part: HostPart):
     """
     Probe every peer's server on the fan-out port, before any download (every host's server was started in
-    the operation before): what each holder reaches decides who is left to the hub (fanout.cut_off). A peer
-    that does not answer within REACH_S is not waited on.
+    the operation before): a peer is reached when it answers the run's nonce (host_scripts/peer_answers.py),
+    and what each holder reaches decides who is left to the hub (fanout.cut_off). A peer that does not
+    answer within REACH_S is not waited on.
 
     + part: this host's part of the run's fan-out (``host_part``)
 
@@ -184,10 +179,16 @@ def reachable(part: HostPart):
     yield FunctionCommand(_probe, (part,), {})
 
 
+def nonce_url(holder: Holder) -> str:
+    """Where `holder`'s peer server answers the run's nonce (peer.NONCE_PATH)."""
+    return f"{network.url(holder.address, holder.port)}/{peer.NONCE_PATH}"
+
+
 def _probe(state, host, part: HostPart) -> bool:
     peers = part.peers
-    _, output = shell.run(host, "; ".join(f"{inline('node_reach', 'reach', p.address, str(p.port), str(REACH_S))} "
-                                          "|| true" for p in peers))
+    # The nonce on stdin: no command line or log of either host holds it.
+    _, output = shell.run(host, inline("peer_answers", str(REACH_S), *(nonce_url(p) for p in peers)),
+                          _stdin=part.run.nonce.value)
     answers = []
     for line in output.stdout_lines:
         try:

@@ -25,7 +25,7 @@ def weights_fetched(weights: tuple[Weights, ...], hubs: list[HubState], fleet_wo
     part = sharing.host_part(inventory, fleet_workers, host.name, weights)
     if part:
         peer.package(name="Weights peer server package")
-        peer.serving(name="Weights peer server", server=part.server)
+        peer.serving(name="Weights peer server", server=part.server, nonce=part.run.nonce)
         ownership.marked(name="The peer server's directory", paths=(part.server.conf_dir,))
         sharing.reachable(name="Weights peers reachable", part=part)
     for w, hub in host.loop(list(zip(weights, hubs))):

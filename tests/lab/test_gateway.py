@@ -107,7 +107,10 @@ def test_every_worker_is_registered_and_a_request_through_the_gateway_answers(ga
     # A worker's admin-optional routes take its host's own admin key: the clients' key gets 401 there.
     for worker in workers:
         for path in ("/update_weights_from_disk", "/set_internal_state"):
-            assert call(f"http://{worker.address}:30000{path}", key=KEY, body={"model_path": "/x"})[0] == 401, path
+            # From the gateway's host: the worker's unit admits its gateways and loopback alone.
+            refused = fleet.ssh(gateway, f"curl -s -o /dev/null -w '%{{http_code}}' -m 10 -X POST -d '{{}}' "
+                                         f"-H 'Authorization: Bearer {KEY}' http://{worker.address}:30000{path}")
+            assert refused == "401", (path, refused)
         with_admin = fleet.ssh(worker, "curl -s -o /dev/null -w '%{http_code}' -m 10 -X POST -d '{}' "
                                        "-H \"Authorization: Bearer $(cat /etc/specfleet/admin-api-key)\" "
                                        "localhost:30000/set_internal_state")
@@ -125,6 +128,37 @@ def test_every_worker_is_registered_and_a_request_through_the_gateway_answers(ga
                              "tests/deployed/test_gateway.py", "--inventory", LAB_INVENTORY],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert checks.returncode == 0 and f"{len(GATEWAY_CHECKS)} passed" in checks.stdout, checks.stdout[-3000:]
+
+
+def ip_lists_enforced(host) -> bool:
+    """Whether the host's systemd attaches IP access lists (cgroup v2 BPF programs): a unit accounting its IP
+    traffic reads `[no data]` where it cannot, as in a lab whose machine runs cgroups in hybrid mode."""
+    return fleet.ssh(host, "systemd-run -q --unit=specfleet-ip-probe --collect -p IPAccounting=yes sleep 5 && "
+                           "sleep 0.5 && systemctl show -P IPIngressBytes specfleet-ip-probe; "
+                           "systemctl stop specfleet-ip-probe").strip() != "[no data]"
+
+
+def connects(source, address: str, port: int) -> bool:
+    return fleet.ssh(source, f"timeout 3 bash -c '</dev/tcp/{address}/{port}' && echo open || echo closed",
+                     check=False).strip() == "open"
+
+
+def test_each_workers_unit_admits_loopback_and_its_gateway_alone_so_its_store_is_closed_to_the_network(gateway_lab):
+    """torch's TCPStore (nccl_port 31000) listens on every address whatever bind_address says: the replica's
+    unit admits packets from loopback and the run's gateway alone, and may not bind the fan-out's port. The lab
+    cannot enforce the list (docs/security.md): its hosts' systemd attaches no IP filter under the machine's
+    hybrid cgroups, so there the store still answers another host; where systemd can, it must not."""
+    hosts, _, _ = gateway_lab
+    gateway, workers = gateway_host(hosts), worker_hosts(hosts)
+    for worker in workers:
+        shown = {name: set(value.split()) for name, value in (line.split("=", 1) for line in fleet.ssh(
+            worker, f"systemctl show -p IPAddressDeny -p IPAddressAllow -p SocketBindDeny {SGLANG_UNIT}").splitlines())}
+        assert shown == {"IPAddressDeny": {"0.0.0.0/0", "::/0"}, "SocketBindDeny": {"tcp30900"},
+                         "IPAddressAllow": {"::1/128", "127.0.0.0/8", f"{gateway.address}/32"}}, shown
+        assert connects(worker, "127.0.0.1", 31000)  # the host itself reaches its store
+        enforced = ip_lists_enforced(worker)
+        print(f"{worker.name}: IP access lists enforced: {enforced}")
+        assert connects(gateway, worker.address, 31000) is not enforced
 
 
 def test_a_second_run_changes_nothing_and_writes_nothing_to_the_gateway(gateway_lab):

@@ -71,6 +71,10 @@ def test_the_group_comes_up_in_order_in_one_deploy(group_lab):
     assert health(hosts["lab-b200-2"]) == "200"
     assert fleet.ssh(hosts["lab-b200-2"], "curl -s -o /dev/null -w '%{http_code}' -m 5 localhost:30000/v1/models",
                      check=False) == "404"
+    # Each rank's unit admits loopback and the other rank alone (docs/security.md: the lab does not enforce it).
+    for this, other in (("lab-b200-1", "lab-b200-2"), ("lab-b200-2", "lab-b200-1")):
+        allowed = fleet.ssh(hosts[this], f"systemctl show -P IPAddressAllow {SGLANG_UNIT}").split()
+        assert sorted(allowed) == sorted(["127.0.0.0/8", "::1/128", f"{hosts[other].address}/32"]), (this, allowed)
 
     checks = group_checks()
     assert checks.returncode == 0 and "2 passed" in checks.stdout, checks.stdout[-3000:]

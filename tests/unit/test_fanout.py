@@ -176,9 +176,57 @@ def test_a_holder_that_has_the_revision_already_seeds_every_file_and_the_hub_ser
     assert all(both["b"][path] == fanout.Take(0, (HUB,)) for path, _ in FILES)
 
 
-def test_a_holders_address_reaches_the_allow_list_as_an_ip_address_or_not_at_all():
-    from operations.weights import sharing
+def test_a_holder_known_by_a_name_takes_no_part_as_no_name_is_resolved_on_the_controller():
+    """A name resolved on the controller would let whoever answers its DNS query into every peer's allow list:
+    the inventory's address is taken as it is, and a host whose address is a name fetches from the hub alone."""
+    inventory = type("NamedRun", (Inventory,), {"state": Run()})([worker("a", "10.0.0.1"), worker("b", "10.0.0.2"),
+                                                                    worker("named", "gpu3.example")])
+    found = fanout.holders((w.name, w.address, w.weights) for w in membership.of(inventory).workers)
+    assert found and {h.name for holders in found.values() for h in holders} == {"a", "b"}
 
-    assert sharing.ip_address("10.0.0.7") == "10.0.0.7"
-    assert sharing.ip_address("localhost").startswith("127.")  # a name, resolved on the controller
-    assert sharing.ip_address("no-such-host.invalid") is None  # takes no part
+
+def test_the_probe_counts_a_peer_reached_only_when_it_answers_the_runs_nonce():
+    """Whatever took the fan-out's port on a peer (a process that held it while no peer server ran, so the run's
+    nginx failed to bind) accepts connections too: a TCP connect would count it, the nonce does not. The nonce
+    reaches the probe on stdin, as the deploy sends it."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from operations.basics.host_programs import program
+
+    answers = {"/nonce": b"n" * 32, "/other": b"squatter", "/moved": None}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = answers[self.path]
+            self.send_response(302 if body is None else 200)
+            if body is None:
+                self.send_header("Location", "/nonce")  # followed, it would answer the nonce
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    mute = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog), never answers
+    closed = socket.create_server(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    base = f"http://127.0.0.1:{server.server_port}"
+    urls = [f"{base}/nonce", f"{base}/other", f"{base}/moved", f"http://127.0.0.1:{mute.getsockname()[1]}/nonce",
+            f"http://127.0.0.1:{closed_port}/nonce"]
+    try:
+        probe = subprocess.run([sys.executable, "-c", program("peer_answers"), "1", *urls], input="n" * 32,
+                               capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+        mute.close()
+    assert [json.loads(line)["ok"] for line in probe.stdout.splitlines()] == [True, False, False, False, False]

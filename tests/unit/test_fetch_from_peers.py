@@ -23,6 +23,7 @@ REPO_ID, COMMIT = "org/model", "c" * 40
 FILES = {"model-00001-of-00002.safetensors": os.urandom(300_000), "model-00002-of-00002.safetensors": os.urandom(200_000),
          "config.json": b'{"model_type": "llama"}'}
 TOKEN = "hf_secret_token"
+BLOCK = 1 << 16
 
 
 class Served:
@@ -33,6 +34,8 @@ class Served:
         self.corrupt: set[str] = set()  # served with one byte flipped, at the listed size
         self.cut: dict[str, int] = {}  # the connection closes after this many bytes
         self.missing_for: dict[str, int] = {}  # answered 404 this many more times
+        self.flood: dict[str, tuple[int, bool]] = {}  # answered with this many bytes (their length said or not)
+        self.redirect: dict[str, str] = {}  # answered with a 302 to this URL
         self.asked: list[dict] = []
         self.lock = threading.Lock()
 
@@ -50,6 +53,26 @@ def serve(served: Served):
                 missing = served.missing_for.get(path, 0)
                 if missing:
                     served.missing_for[path] = missing - 1
+            if path in served.redirect:
+                self.send_response(302)
+                self.send_header("Location", served.redirect[path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if path in served.flood:
+                count, said = served.flood[path]
+                self.send_response(200)
+                if said:
+                    self.send_header("Content-Length", str(count))
+                else:
+                    self.close_connection = True  # its end is the connection's close: nothing says its length
+                self.end_headers()
+                try:
+                    for _ in range(count // BLOCK):
+                        self.wfile.write(bytes(BLOCK))
+                except OSError:
+                    pass  # the fetcher hung up
+                return
             if path not in served.files or missing:
                 self.send_error(404)
                 return
@@ -208,6 +231,55 @@ def test_a_peer_that_never_has_it_or_cannot_be_reached_leaves_the_file_to_the_hu
     out = capsys.readouterr().out
     assert "dropping peer gpu1 (it did not have" in out and "dropping peer gpu2 (URLError" in out
     assert received(tmp_path)["peers"] == 0
+
+
+@pytest.mark.parametrize("length_said", [True, False], ids=["its length said", "streamed to its close"])
+def test_a_peer_answering_more_than_the_listed_size_is_refused_and_none_of_it_is_kept(
+        stand_ins, tmp_path, monkeypatch, capsys, length_said):
+    """Whatever answers on a peer's address (a process that took the port once nginx stopped) streams 16 MiB
+    for a file the hub lists at its own size; the hub does not have it yet, so the fetch fails: nothing of
+    the peer's answer is on disk, not even the listed size of it."""
+    hub, peers, peer_urls, hub_url = stand_ins
+    peers["gpu1"].flood[SHARD1] = (16 << 20, length_said)
+    hub.missing_for[SHARD1] = 1
+    assert run(tmp_path, monkeypatch, hub_url, peer_urls, sources={SHARD1: ["gpu1"]}) == 1
+    part = tmp_path / "weights" / fetch_weights.PARTS / f"{SHARD1}.part"
+    assert not part.exists() or part.stat().st_size == 0
+    assert not (tmp_path / "weights" / SHARD1).exists()
+    written = sum(f.stat().st_size for f in (tmp_path / "weights").rglob("*") if f.is_file())
+    others = len(FILES[SHARD2]) + len(FILES["config.json"])
+    assert others <= written < others + 4096, written  # the other files, the journal and the counts: no flood
+    assert "dropping peer gpu1 (Oversized: it a" in capsys.readouterr().out
+    # The hub has it on the unit's restart: the peer dropped is not asked again.
+    assert run(tmp_path, monkeypatch, hub_url, peer_urls, sources={SHARD1: ["gpu1"]}) == 0 and in_place(tmp_path)
+    assert len(peers["gpu1"].asked) == 1
+
+
+def test_a_peers_redirect_is_not_followed(stand_ins, tmp_path, monkeypatch, capsys):
+    """A peer's address answering 302 to another URL (an internal service the host reaches): that URL is never
+    asked, the peer is dropped and the hub serves the file."""
+    hub, peers, peer_urls, hub_url = stand_ins
+    elsewhere = Served("/", {"internal": b"x"})
+    target = serve(elsewhere)
+    try:
+        peers["gpu1"].redirect[SHARD1] = f"http://127.0.0.1:{target.server_port}/internal"
+        assert run(tmp_path, monkeypatch, hub_url, peer_urls, sources={SHARD1: ["gpu1"]}) == 0
+    finally:
+        target.shutdown()
+        target.server_close()
+    assert elsewhere.asked == [] and in_place(tmp_path)
+    assert "dropping peer gpu1 (HTTP 302)" in capsys.readouterr().out
+    assert SHARD1 in [a["path"] for a in hub.asked]
+
+
+def test_files_the_hub_lists_without_a_sha256_come_from_the_hub_alone(stand_ins, tmp_path, monkeypatch):
+    """config.json (and a model's code, run with --trust-remote-code) is checked by git's blob SHA-1 only: a
+    spec naming a peer for it does not make the fetcher ask that peer."""
+    hub, peers, peer_urls, hub_url = stand_ins
+    assert run(tmp_path, monkeypatch, hub_url, peer_urls,
+               sources={"config.json": ["gpu1"], SHARD1: ["gpu1"]}) == 0 and in_place(tmp_path)
+    assert [a["path"] for a in peers["gpu1"].asked] == [SHARD1]
+    assert "config.json" in [a["path"] for a in hub.asked]
 
 
 @pytest.mark.parametrize("peers, sources, problem", [

@@ -126,6 +126,12 @@ def test_the_bench_client_runs_in_a_transient_unit_confined_as_the_replica_keyle
     through = properties(client.client_unit_command(S, bench_plan, remote, 4, ["http://127.0.0.1:30080"],
                                                    RTX_MINORS, through_gateway=True))
     assert f"InaccessiblePaths=-{SERVICE.config_dir}" not in through and f"InaccessiblePaths=-{SERVICE.download_home}" in through
+    # Its packets go to loopback alone, as the replica's; through a gateway on another host, to that one's API too.
+    assert [s for s in found if s.startswith("IPAddress")] == ["IPAddressDeny=any", "IPAddressAllow=127.0.0.0/8 ::1/128"]
+    elsewhere = properties(client.client_unit_command(S, bench_plan, remote, 4, ["http://10.1.0.2:30080"],
+                                                     RTX_MINORS, through_gateway=True))
+    assert [s for s in elsewhere if s.startswith("IPAddress")] == [
+        "IPAddressDeny=any", "IPAddressAllow=127.0.0.0/8 ::1/128", "IPAddressAllow=10.1.0.2"]
     # The bench's servers are keyless too.
     bench_server = properties(units.bench_unit_command(S, modes.mode_args(S, "ar"), 600, RTX_MINORS))
     assert f"InaccessiblePaths=-{SERVICE.config_dir}" in bench_server

@@ -13,7 +13,8 @@ from pyinfra.context import ctx_host
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from operations.basics import ownership
-from operations.server import unit
+from operations.basics.knobs import BadHostData
+from operations.server import sandbox, unit
 from operations.deployment import resolve, resolve_host
 from operations.basics.file_states import FileStates
 from operations.basics.units import ServiceState, any_change
@@ -328,3 +329,70 @@ def test_a_change_is_what_an_operation_did_once_it_ran_and_what_it_will_do_befor
     repo = Path(__file__).resolve().parents[2]
     product = [*(repo / "operations").rglob("*.py"), *repo.glob("*.py")]
     assert [str(p.relative_to(repo)) for p in product if re.search(r"\.changed\b", p.read_text())] == []
+
+
+def ip_lists(unit_text: str) -> list[str]:
+    return [line for line in unit_text.splitlines() if line.startswith(("IPAddress", "SocketBind"))]
+
+
+def test_a_loopback_replica_admits_packets_from_loopback_alone_and_cannot_take_the_fan_outs_port():
+    """torch's TCPStore on --nccl-port listens on every address whatever --host says: the unit's IP access list
+    confines it (and every other socket of the unit) to loopback; the weights fan-out's port is no server's to bind."""
+    assert sandbox.reached_from(D, (), None) == ()
+    assert ip_lists(UNIT) == ["IPAddressDeny=any", "IPAddressAllow=127.0.0.0/8 ::1/128", "SocketBindDeny=tcp:30900"]
+    # The flag check's, the bench's servers' and client's transient units take the unit's settings (systemd-run
+    # takes no `localhost` in IPAddressAllow=, hence the prefixes).
+    assert [s for s in sandbox.check_settings(D, RTX_MINORS) if s.startswith(("IPAddress", "SocketBind"))] == ip_lists(UNIT)
+
+
+def test_an_exposed_replica_admits_the_gateways_that_route_it_and_its_node_group_and_without_a_gateway_no_list():
+    from operations.gateway import membership
+    from tests.unit.test_gateway import inventory_host
+    from tests.unit.test_nodes import resolved, two_nodes
+    gateway = inventory_host("gw", ["gateway"], ssh_hostname="10.0.0.2", gateway_bind_address="10.1.0.2")
+    worker = inventory_host("w", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.5", bind_address="0.0.0.0")
+    replica = resolve(worker.data, "rtx_pro_6000_pcie").replicas[0]
+    routes = membership.routes(membership.resolve([gateway, worker]), worker, replica)
+    # From its host's address it connects to the replica; at its API's the bench's client reaches it.
+    allowed = sandbox.reached_from(replica, membership.addresses(routes), None)
+    assert allowed == ("10.0.0.2", "10.1.0.2")
+    assert "IPAddressAllow=127.0.0.0/8 ::1/128 10.0.0.2 10.1.0.2" in ip_lists(unit.unit_files(replica, INPUTS, RTX_MINORS,
+                                                                                                allowed)[0])
+    # Exposed with no gateway of the run: its clients are the site's, so no list (the fan-out's port stays closed).
+    assert sandbox.reached_from(replica, (), None) is None
+    assert ip_lists(unit.unit_files(replica, INPUTS, RTX_MINORS, None)[0]) == ["SocketBindDeny=tcp:30900"]
+    # A node group's members reach each other (dist-init, NCCL), each admitting the others.
+    inventory = two_nodes()
+    rank0, rank1 = (resolved(inventory, h) for h in inventory)
+    assert sandbox.reached_from(rank0.replicas[0], (), rank0.node_group) == ("10.0.0.2",)
+    assert sandbox.reached_from(rank1.replicas[0], (), rank1.node_group) == ("10.0.0.1",)
+
+
+def test_a_gateway_known_by_a_name_is_refused_before_any_unit_admits_it():
+    """An allow list takes addresses: a gateway's name resolved on the controller would let a spoofed answer in."""
+    from operations.gateway import membership
+    from tests.unit.test_gateway import inventory_host
+    gateway = inventory_host("gw", ["gateway"], ssh_hostname="gw.example", gateway_bind_address="0.0.0.0")
+    worker = inventory_host("w", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.5", bind_address="0.0.0.0")
+    replica = resolve(worker.data, "rtx_pro_6000_pcie").replicas[0]
+    [route] = membership.routes(membership.resolve([gateway, worker]), worker, replica)
+    assert route.problem == ("gw: its address 'gw.example' is not an IP address, and w's servers admit their "
+                             "gateways by address (IPAddressAllow=): give gw its IP address (gateway_worker_address)")
+    assert membership.addresses([route]) == ()
+
+
+def test_server_ip_allow_adds_networks_to_every_unit_of_the_models_code_and_any_lifts_the_list():
+    """FlashInfer's first-use kernel downloads, or clients of an exposed server that no gateway of the run routes:
+    the site names their networks; its values are IP networks, nothing else reaches the unit file."""
+    allow = resolve(host_data("rtx_pro_6000_pcie", server_ip_allow=["10.0.5.7/24", "10.9.0.1"]),
+                    "rtx_pro_6000_pcie").replicas[0]
+    assert "IPAddressAllow=127.0.0.0/8 ::1/128 10.0.5.0/24 10.9.0.1/32" in ip_lists(unit.unit_files(allow, INPUTS,
+                                                                                                      RTX_MINORS)[0])
+    assert "IPAddressAllow=127.0.0.0/8 ::1/128 10.0.5.0/24 10.9.0.1/32" in sandbox.check_settings(allow, RTX_MINORS)
+    exposed = resolve(host_data("rtx_pro_6000_pcie", bind_address="0.0.0.0", server_ip_allow=["any"]),
+                      "rtx_pro_6000_pcie").replicas[0]
+    assert sandbox.reached_from(exposed, (), None) == ()  # the site named its clients: the list stays
+    assert "IPAddressAllow=127.0.0.0/8 ::1/128 0.0.0.0/0 ::/0" in ip_lists(unit.unit_files(exposed, INPUTS, RTX_MINORS)[0])
+    for wrong in (["10.0.0.1; IPAddressAllow=any"], "10.0.0.0/8", ["gw.example"]):
+        with pytest.raises(BadHostData, match="server_ip_allow"):
+            resolve(host_data("rtx_pro_6000_pcie", server_ip_allow=wrong), "rtx_pro_6000_pcie")

@@ -23,6 +23,7 @@ from tests.unit.group_data import host_data
 REVISION = "Qwen--Qwen3.6-27B/" + "a" * 40
 OTHER = "Qwen--Qwen3.6-27B/" + "b" * 40  # a revision the host holds that the run's fan-out does not serve
 MAX_EXPOSURE = 3.0  # as tests/deployed/test_unit.py holds every unit to
+NONCE = peer.Nonce()
 
 
 def weights(**overrides):
@@ -97,13 +98,17 @@ def free_port() -> int:
 
 
 class LocalPeerServer(peer.PeerServer):
-    """The rendered configuration, its runtime directory under the test's own."""
+    """The rendered configuration, its runtime and credentials directories under the test's own."""
 
-    runtime = ""
+    runtime = credentials = ""
 
     @property
     def runtime_dir(self) -> str:
         return self.runtime
+
+    @property
+    def credentials_dir(self) -> str:
+        return self.credentials
 
 
 def status(url: str) -> tuple[int, bytes]:
@@ -133,8 +138,10 @@ def served(tmp_path):
     def start(peers):
         base = peer.server(weights(weights_fanout_port=free_port()), str(models), peers, (REVISION,))
         p = LocalPeerServer(**{f: getattr(base, f) for f in base.__dataclass_fields__})
-        p.runtime = str(tmp_path / "run")
+        p.runtime, p.credentials = str(tmp_path / "run"), str(tmp_path / "credentials")
         os.makedirs(p.runtime, exist_ok=True)
+        os.makedirs(p.credentials, exist_ok=True)
+        (tmp_path / "credentials" / peer.NONCE_FILE).write_text(NONCE.value)
         conf = tmp_path / "nginx.conf"
         conf.write_text(peer.conf_text(p))
         # As root here, its workers would be nobody's, who cannot read the test's directories.
@@ -177,6 +184,13 @@ def test_nginx_serves_the_runs_revision_read_only_and_nothing_else(served):
 def test_nginx_refuses_an_address_not_of_the_runs_peers(served):
     url = served(("10.0.0.2",))
     assert status(f"{url}/{REVISION}/model.safetensors")[0] == 403
+    assert status(f"{url}/{peer.NONCE_PATH}")[0] == 403
+
+
+def test_nginx_answers_the_runs_nonce_from_its_credential(served):
+    url = served(("127.0.0.1",))
+    with urllib.request.urlopen(f"{url}/{peer.NONCE_PATH}", timeout=5) as response:
+        assert response.read() == NONCE.value.encode()
 
 
 UNIT_FILE = "/etc/systemd/system/specfleet-weights-peer.service"
@@ -211,3 +225,37 @@ def test_nginx_is_installed_with_its_own_service_masked_first():
                                                                           "nginx.service masked)"]
     commands, _ = run(peer.package, {DebPackages: {}, AptVersions: {"nginx": ["1.22.1-9"]}})
     assert commands[0] == "systemctl mask nginx.service" and "nginx" in commands[-1] and "install" in commands[-1]
+
+
+def test_the_run_nonce_is_the_units_credential_and_answered_at_its_own_path():
+    """Only the nginx the run configured answers its nonce: a file of the unit's credentials, which root's 0600
+    file gives the unit's user alone; no line of the configuration or unit holds the value."""
+    p, nonce = peer_server(), peer.Nonce()
+    conf, unit = peer.conf_text(p), peer.unit_text(p)
+    lines = [line.strip() for line in conf.splitlines()]
+    at = lines.index(f"location = /{peer.NONCE_PATH} {{")
+    assert lines[at + 1:at + 3] == ["default_type text/plain;",
+                                    "alias /run/credentials/specfleet-weights-peer.service/nonce;"]
+    assert lines.index("deny all;") < at  # the run's peers alone, as every file
+    assert "LoadCredential=nonce:/etc/specfleet-weights-peer/nonce" in unit.splitlines()
+    assert nonce.value not in conf + unit + repr(nonce) and len(nonce.value) == 32 and nonce != peer.Nonce()
+
+
+def test_the_peer_server_writes_the_nonce_through_stdin_alone():
+    import itertools
+    from types import SimpleNamespace
+
+    from pyinfra.api import Config
+    from pyinfra.context import ctx_host, ctx_state
+
+    from operations.basics.file_states import FileStates
+    from tests.unit.fakehost import FakeHost
+
+    nonce = peer.Nonce()
+    with ctx_host.use(FakeHost({FileStates: {}})), ctx_state.use(SimpleNamespace(config=Config(), cwd=None)):
+        # Its first commands: the configuration's directory, then the nonce (the files after it are put as before).
+        commands = list(itertools.islice(peer.serving._inner(server=peer_server(), nonce=nonce), 2))
+    assert all(nonce.value not in str(c) for c in commands)
+    carried = [c.connector_arguments.get("_stdin") for c in commands if hasattr(c, "connector_arguments")]
+    assert [c for c in carried if c] == [nonce.value]
+    assert str(commands[-1]).endswith("secret /etc/specfleet-weights-peer nonce 600 root")

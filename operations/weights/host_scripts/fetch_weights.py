@@ -36,6 +36,11 @@ files are fetched round by round (a peer is waited on only for a file it has in 
 and each from its first source that serves it whole with the hub's hash (weights_sources.py). A
 peer gets no token, and one that serves a wrong byte or cannot be reached is dropped; bytes it
 served that are not yet proven wrong stay, and the next source continues them with a Range request.
+Whatever answers on a peer's address is not trusted further than the hub's listing: no answer is written
+past the file's listed size (one longer is refused and its bytes truncated away, so it cannot fill the
+disk), and a peer's redirect is never followed (it could point the fetcher anywhere its host reaches).
+Files the hub lists without a sha256 (config.json, the tokenizer's, a model's own code) come from the hub
+alone: git's blob SHA-1 is no defence against a peer that chose its bytes.
 """
 
 import functools
@@ -99,9 +104,26 @@ class PeerFailed(Exception):
     """A peer did not serve a file: it is dropped, the file comes from the next source."""
 
 
-def transfer(url: str, token: str | None, part: Path, size: int, digest, tally=None, timeout: float = 60) -> int:
+class Oversized(OSError):
+    """A source answered more bytes than the hub lists for the file: none of that answer is kept."""
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A peer's answer is the file or nothing: a redirect from whatever answers on a peer's address would send
+    the fetcher to any URL its host reaches (an internal service), so it fails as the 3xx it is."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+PEER_OPENER = urllib.request.build_opener(NoRedirect)
+
+
+def transfer(url: str, token: str | None, part: Path, size: int, digest, tally=None, timeout: float = 60,
+             opener=urllib.request.urlopen) -> int:
     """Append the rest of URL to PART (from its current size), hashing every byte of PART into
-    DIGEST and counting each byte received with TALLY; returns the byte it resumed at."""
+    DIGEST and counting each byte received with TALLY; returns the byte it resumed at. An answer longer
+    than the SIZE listed raises Oversized, with PART as it was before it (at most SIZE bytes are ever on disk)."""
     done = part.stat().st_size if part.exists() else 0
     if done >= size:  # nothing left to ask for (a Range from its end is refused, 416): fetched again whole
         part.unlink()
@@ -110,23 +132,35 @@ def transfer(url: str, token: str | None, part: Path, size: int, digest, tally=N
     if token:
         # Not sent on to the redirect: LFS content comes from a signed CDN URL that refuses it.
         request.add_unredirected_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=timeout) as response, part.open("ab") as out:
-        if done and response.status != 206:  # the server ignored the Range: start over
-            out.truncate(0)
-            done = 0
-        if done:  # the bytes already on disk are hashed first
-            with part.open("rb") as prefix:
-                for block in iter(lambda: prefix.read(1 << 22), b""):
-                    digest.update(block)
-        # read1: what has arrived, up to BLOCK, written at once, so a kill loses only what was in flight
-        # (readinto would hold up to BLOCK of received bytes per file until its buffer is full).
-        for block in iter(lambda: response.read1(BLOCK), b""):
-            out.write(block)
-            out.flush()
-            digest.update(block)
-            if tally:
-                tally(len(block))
-    return done
+    with opener(request, timeout=timeout) as response:
+        start = done if response.status == 206 else 0  # a server that ignored the Range sends it all: start over
+        left = size - start
+        length = response.headers.get("Content-Length", "")
+        if length.isdigit() and int(length) > left:
+            raise Oversized(f"it answers {length} bytes where {left} are left of the {size} listed")
+        with part.open("ab") as out:
+            if start != done:
+                out.truncate(0)
+            if start:  # the bytes already on disk are hashed first
+                with part.open("rb") as prefix:
+                    for block in iter(lambda: prefix.read(1 << 22), b""):
+                        digest.update(block)
+            # read1: what has arrived, up to BLOCK, written at once, so a kill loses only what was in flight
+            # (readinto would hold up to BLOCK of received bytes per file until its buffer is full).
+            while left:
+                block = response.read1(min(BLOCK, left))
+                if not block:
+                    break
+                out.write(block)
+                out.flush()
+                digest.update(block)
+                left -= len(block)
+                if tally:
+                    tally(len(block))
+            if not left and response.read1(1):
+                out.truncate(start)
+                raise Oversized(f"it answered more than the {size} bytes listed")
+    return start
 
 
 class Placed:
@@ -243,7 +277,7 @@ def from_source(source: str, spec: dict, entry: dict, part: Path, token: str | N
     while True:
         try:
             return transfer(sources.url(source, urllib.parse.quote(entry["path"])), None, part, entry["size"],
-                            digest, tally, timeout=PEER_TIMEOUT_S)
+                            digest, tally, timeout=PEER_TIMEOUT_S, opener=PEER_OPENER.open)
         except urllib.error.HTTPError as error:
             if error.code != 404:
                 raise PeerFailed(f"HTTP {error.code}") from None

@@ -2,7 +2,7 @@
 
 A spec of the fan-out (operations/weights/fanout.py) names the run's peers that hold the revision,
 each at its peer server's URL of it, and per file the peers to ask, in order; the hub comes last,
-for every file. A peer that serves a byte the hub's hash refuses, or that cannot be reached, is
+for every file, and is the only source of a file the hub lists without a sha256. A peer that serves a byte the hub's hash refuses, or that cannot be reached, is
 dropped for the rest of the fetch, and the file comes from the next source. The peers dropped and the
 bytes received by source (the hub, each peer) are kept beside the journal, so a fetch its unit restarts
 asks no dropped peer again and adds to the counts; the manifest records their sum.
@@ -50,7 +50,11 @@ class Sources:
 
     def __init__(self, spec: dict, local_dir: Path):
         self.peers = dict(spec.get("peers") or {})
-        self.order = {path: list(names) for path, names in (spec.get("sources") or {}).items()}
+        # A file the hub lists without a sha256 is checked by git's blob SHA-1 alone, a hash a peer that chose
+        # its bytes could collide (SHAttered): those small files (config.json, tokenizer files, the model's
+        # code that --trust-remote-code runs) come from the hub alone, whatever the spec says.
+        lfs = {entry["path"] for entry in spec.get("files") or () if entry.get("sha256")}
+        self.order = {path: list(names) for path, names in (spec.get("sources") or {}).items() if path in lfs}
         self.lock = threading.Lock()
         self.file = Path(weights_manifest.inside(local_dir, KEPT))
         try:

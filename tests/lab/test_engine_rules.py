@@ -96,7 +96,8 @@ def qwen_layout(directory, strategy: str, env: dict | None = None):
     write_group_data(directory, "all", (
         "profiles = copy.deepcopy(base['profiles'])\n"
         f"profiles['qwen36_ddtree']['server_args'] = {args!r}\n"
-        f"profiles['qwen36_ddtree']['env'] = dict(base['profiles']['qwen36_ddtree']['env'], **{env or {}!r})"))
+        f"profiles['qwen36_ddtree']['env'] = dict(base['profiles']['qwen36_ddtree']['env'], **{env or {}!r})\n"
+        "profile = 'qwen36_ddtree'"))
     return write_group_data(directory, "rtx_pro_6000_pcie", QWEN_ONE_REPLICA)
 
 
@@ -119,8 +120,7 @@ def test_the_lazy_extra_buffer_without_overlap_is_refused_before_the_restart_as_
     host = qwen_on_pcie
     unit_state = f"systemctl show -p MainPID --value {SGLANG_UNIT}; sha1sum {UNIT_FILE}"
     before = fleet.ssh(host, unit_state)
-    refused = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree",
-                         group_data=qwen_layout(tmp_path, "extra_buffer_lazy"))
+    refused = run_deploy("--limit", host.name, group_data=qwen_layout(tmp_path, "extra_buffer_lazy"))
     assert refused.returncode != 0
     assert [line for line in refused.output.splitlines()
             if f"{host.name}: " in line and LAZY_ASSERTION in line], refused.output[-3000:]
@@ -144,7 +144,7 @@ def test_a_qwen_replica_on_one_rtx_pro_6000_runs_the_engines_few_requests_and_qu
                         f"truncate -s {size} {SIZED}/{role}/model.safetensors")
     sized_as = {"sized_as": {"target": f"{SIZED}/target", "drafter": f"{SIZED}/drafter"}}
     fleet.ssh(host, f"echo {shlex.quote(json.dumps(sized_as))} > {KNOBS}")
-    deployed = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree",
+    deployed = run_deploy("--limit", host.name,
                           group_data=qwen_layout(tmp_path, "extra_buffer", {"SPECFLEET_SGLANG_KNOBS": KNOBS}))
     assert deployed.returncode == 0, deployed.output[-3000:]
     info = server_info(host)

@@ -17,7 +17,7 @@ from operations.basics.file_states import sha1_of
 from operations.basics.templates import render
 from operations.gpu.facts import NvidiaDriver, NvidiaGpus, unreadable
 from operations.nodes.group import NodeGroup
-from operations.server import capacity
+from operations.server import capacity, resident
 from operations.server.config import Server, ServiceHost
 from operations.server.flags import SGLangRejects, rendered_violations, server_args
 
@@ -137,7 +137,7 @@ def startup_sizing(server: Server, min_kv_tokens: int | None) -> str:
     """What the host check's startup arithmetic is handed (SGLangRejects' `sizing`): the smallest of the
     replica's GPUs as the host reports them, what SGLang would find free on it before the load (the card
     less what CUDA does not show of it and what a rank holds then, as the plan counts them:
-    capacity.cuda_unseen_bytes, capacity.resident_before_load) and the floor (`min_kv_tokens`; None: one
+    resident.cuda_unseen_bytes, resident.resident_before_load) and the floor (`min_kv_tokens`; None: one
     full context); "" where the host's GPUs could not be read (the check then judges the flags alone)."""
     gpus = gathering.read(NvidiaGpus)
     found = {} if unreadable(gpus) else {g.get("index"): g for g in gpus or []}
@@ -145,7 +145,7 @@ def startup_sizing(server: Server, min_kv_tokens: int | None) -> str:
     if not cards or not all(cards) or len(cards) < len(server.gpus):
         return ""
     card = min(cards) * capacity.MIB
-    before = card - capacity.cuda_unseen_bytes(card) - capacity.resident_before_load(server.engine.tp_size)
+    before = card - resident.cuda_unseen_bytes(card) - resident.resident_before_load(server.engine.tp_size)
     return json.dumps({"card_mib": min(cards), "before_load_mib": before / capacity.MIB, "min_tokens": min_kv_tokens})
 
 

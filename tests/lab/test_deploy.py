@@ -7,7 +7,7 @@ import pytest
 
 from lab import fleet
 from lab.config import HUB_URL, WHEELS_URL
-from operations.server import capacity
+from operations.server import capacity, resident
 from tests.helpers import (SGLANG_UNIT, UNIT_FILE, changed_operations, main_pid, operations_started, results_table, run_deploy, server_info, serving,
                            write_group_data)
 
@@ -33,7 +33,7 @@ def test_each_engine_holds_its_plan_and_at_most_the_plans_reserve_besides(deploy
         plan = json.loads(fleet.ssh(host, f"cat {plan_file}"))
         info = server_info(host)
         card_mib = int(fleet.ssh(host, "nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits").split()[0])
-        set_aside = (capacity.cuda_unseen_bytes(card_mib << 20) + capacity.resident_before_load(info["tp_size"])) \
+        set_aside = (resident.cuda_unseen_bytes(card_mib << 20) + resident.resident_before_load(info["tp_size"])) \
             * info["mem_fraction_static"]
         extra = info["max_total_num_tokens"] - plan["planned_tokens"]
         # + 1: the plan and the engine each floor their pool to whole tokens

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from operations.basics.knobs import BadHostData
-from operations.server import capacity
+from operations.server import capacity, resident
 from operations.server.capacity import GIB, NoRule, kv_geometry, plan_replica, refusal
 from tests.sglang_real import run_with_real_sglang
 
@@ -128,7 +128,7 @@ def test_the_budget_is_what_the_engine_reads_free_after_the_load_less_its_slack(
     plan = plan_replica("r", card_bytes=100 * GIB, mem_fraction_static=0.5, tp_size=2, target_weight_bytes=20 * GIB,
                         drafter_weight_bytes=4 * GIB, target=capacity.KVGeometry("gqa", 1000),
                         drafter=capacity.KVGeometry("gqa", 24), typical_request_tokens=1000)
-    before = 100 * GIB - capacity.cuda_unseen_bytes(100 * GIB) - capacity.resident_before_load(2)
+    before = 100 * GIB - resident.cuda_unseen_bytes(100 * GIB) - resident.resident_before_load(2)
     after = before - 12 * GIB
     assert (plan.free_before_load_bytes, plan.free_after_load_bytes) == (before, after)
     assert plan.pool_bytes == int(after - before * 0.5)
@@ -143,19 +143,19 @@ def test_the_budget_is_what_the_engine_reads_free_after_the_load_less_its_slack(
 
 def test_what_cuda_does_not_show_is_the_measured_figure_on_the_measured_cards_and_their_line_between():
     mib = 1 << 20
-    assert capacity.cuda_unseen_bytes(81_559 * mib) == 480 * mib  # H100 80GB HBM3
-    assert capacity.cuda_unseen_bytes(143_771 * mib) == 615 * mib  # H200
-    assert 480 * mib < capacity.cuda_unseen_bytes(97_887 * mib) < 615 * mib  # RTX PRO 6000, between them
+    assert resident.cuda_unseen_bytes(81_559 * mib) == 480 * mib  # H100 80GB HBM3
+    assert resident.cuda_unseen_bytes(143_771 * mib) == 615 * mib  # H200
+    assert 480 * mib < resident.cuda_unseen_bytes(97_887 * mib) < 615 * mib  # RTX PRO 6000, between them
 
 
 def test_what_is_resident_before_the_load_is_the_cuda_context_and_the_custom_all_reduces_buffers():
     mib = 1 << 20
-    assert capacity.resident_before_load(1) == 527 * mib
-    assert capacity.resident_before_load(8) == (527 + 24) * mib
-    assert capacity.resident_before_load(3) == 527 * mib  # no custom all-reduce at 3 ranks
+    assert resident.resident_before_load(1) == 527 * mib
+    assert resident.resident_before_load(8) == (527 + 24) * mib
+    assert resident.resident_before_load(3) == 527 * mib  # no custom all-reduce at 3 ranks
     # At mem_fraction_static 0.9 a TP-8 rank of 180 GB cards keeps 0.9 of what is resident and of what CUDA does
     # not show from its pool: ~1.1 GiB, where the 1 GiB reserve planned before stood.
-    kept = 0.9 * (capacity.resident_before_load(8) + capacity.cuda_unseen_bytes(183_359 * mib))
+    kept = 0.9 * (resident.resident_before_load(8) + resident.cuda_unseen_bytes(183_359 * mib))
     assert 1.0 * GIB < kept < 1.2 * GIB
 
 

@@ -10,7 +10,7 @@ is the arithmetic from there on: tokens, max running requests and the longest re
 but for the tokens' last page. The plan reads the page size from the rendered flags; resolution raises it where
 a backend pages (trtllm_mla: 64), and the engine floors its tokens to that page, so they may differ by less
 than one of its pages. What the plan cannot get from the wheel is what a real host holds before the load
-(capacity.resident_before_load): that is held to a real engine by tests/deployed, not here.
+(resident.resident_before_load): that is held to a real engine by tests/deployed, not here.
 
 DDTree is in no release: its command lines run as the release it builds on sees them (DFLASH drafting;
 resolution_cases.as_released), the figures of the pull request's own code are not checked here.

@@ -46,6 +46,9 @@ try:
         tuned.report(host.name, deployments)  # where each setting came from: class, profile or tuned file
     if roles.is_gateway(host.groups):
         gateway, monitoring = gateway_config.resolve(host.data), prometheus.resolve(host.data)
+    # What a host serves is the group data's: a --data choice of it would last this run alone.
+    if refusal := schema.deploy_data_refused(inventory.get_override_data()):
+        raise BadHostData(refusal)
 except BadHostData as problem:
     worker, deployments, gateway, monitoring = None, (), None, None
     preflight.refuse(problem=f"{host.name}: {problem}")
@@ -95,9 +98,10 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     #    revision), or where the run replaces units, every new replica stops and the replaced units serve
     #    again, back in the gateways they left; the failed replica stays out until a run deploys it
     #    healthy. A drain waits for the replica's requests in flight. Every replica's new files are
-    #    validated by the host's SGLang before any unit changes. rollout.py does the fleet N hosts at a
-    #    time. Each unit's environment holds the GPU smoke test's P2P decision for this host (stage 4).
-    #    Each replica's KV plan is kept beside its unit, what tests/deployed holds its engine's own
+    #    validated by the host's SGLang (its resolution, and its scheduler's startup arithmetic on this
+    #    host's GPUs and weights) before any unit changes. rollout.py does the fleet N hosts at a time.
+    #    Each unit's environment holds the GPU smoke test's P2P decision for this host (stage 4). Each
+    #    replica's KV plan is kept beside its unit, what tests/deployed holds its engine's own
     #    max_total_num_tokens to.
     routes = {replica.service_name: membership.routes(fleet, host, replica)  # none: rank >= 1
               for d in deployments for replica in d.replicas}
@@ -105,7 +109,8 @@ if deployments and not refused and all(hub.complete for hub in hubs):  # serving
     restarts = [[unit.Restart(replica, unit.inputs(d.engine, d.weights.commits), restart_when=keys[d.name],
                               decided_env=functools.partial(smoke.decided_env, worker.smoke),
                               allowed=sandbox.reached_from(replica, membership.addresses(routes[replica.service_name]),
-                                                           d.node_group))
+                                                           d.node_group),
+                              startup=True, min_kv_tokens=worker.min_kv_tokens)
                  for replica in d.replicas] for d in deployments]
     every = [restart for each in restarts for restart in each]
     replacement = unit.Replacement(worker.service, every)

@@ -30,8 +30,8 @@ layouts = dict(
     # parallelism (https://docs.sglang.io/advanced_features/dp_dpa_smg_guide.html) puts a full copy on
     # each GPU set behind the gateway, throughput "multiplied nearly linearly". No NVLink measurement of
     # this model in this project says otherwise; tp_size=2 trades throughput for per-request latency.
-    # KV plan of a TP 1 replica: about 690,000 tokens, 17 concurrent requests of 8,192 tokens (its
-    # recurrent state's slots bind first).
+    # KV plan of a TP 1 replica: about 727,000 tokens, 18 requests running at once (its recurrent state's
+    # slots bind first).
     qwen36_ddtree=dict(tp_size=1),
 )
 

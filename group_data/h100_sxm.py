@@ -33,8 +33,8 @@ expected_gpus = dict(
 # (operations/server/capacity.py) for 81,559 MiB cards.
 # Kimi K2.6 (kimi_k26_dflash, kimi_k26_ddtree) does not fit one host, so it has no layout: its ~595 GB of
 # weights are 74.4 GB a GPU at TP 8, which 80 GB cards hold (71.7 GiB usable at 0.90) with 0.7 GiB a GPU left
-# for the KV cache, about 10,600 tokens with the 6 GB drafter; preflight refuses it in one line ("its KV cache
-# holds 10572 tokens ..., fewer than one full context"). SGLang's Kimi K2.6 cookbook asks for 140 GB a GPU at
+# for the KV cache, about 10,500 tokens with the 6 GB drafter; preflight refuses it in one line ("its KV cache
+# holds 10515 tokens ..., fewer than one full context"). SGLang's Kimi K2.6 cookbook asks for 140 GB a GPU at
 # TP 8 (notes sglang.md section 3). Two such hosts serve it as one TP 16 server (a node group,
 # group_data/all.py node_groups): about 526,000 tokens.
 layouts = dict(

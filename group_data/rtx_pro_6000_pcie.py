@@ -46,11 +46,12 @@ layouts = dict(
     # all-reduce on every token (through the CPU where the host's smoke test turns peer-to-peer off);
     # eight TP 1 replicas pay none. The CT200 measurements that started this project: DDTree (budget
     # 15) 6.5x autoregressive decoding on one GPU, its lead narrowing at higher concurrency under PCIe
-    # all-reduce. A TP 1 replica's KV cache holds about 197,000 tokens, less than the model's 262,144-token
-    # context: the context is 160K, which it holds once, and 4 concurrent requests of 8,192 tokens, bound by
-    # its recurrent state's slots (each request keeps one per draft token under DDTree); TP 2 would hold
-    # about 756,000 and 19 a replica. Per-request speed is what TP 1 was measured for; the host's
-    # throughput at high concurrency may favour TP 2 (tune.py measures both on the host).
+    # all-reduce. A TP 1 replica's KV cache holds about 233,000 tokens, less than the model's 262,144-token
+    # context: the context is 160K, which it holds once, and SGLang runs 5 requests at once, bound by its
+    # recurrent state's slots (3 a request with no_buffer, and an intermediate state per draft token for
+    # each running request); TP 2 would hold about 814,000 and run 19 a replica. Per-request speed is what
+    # TP 1 was measured for; the host's throughput at high concurrency may favour TP 2 (tune.py measures
+    # both on the host).
     qwen36_ddtree=dict(tp_size=1, context_length=163840),
 )
 

@@ -34,6 +34,7 @@ class Knob:
     layers: tuple[str, ...] = LAYERS
     group: str = "all"  # the group file whose value is the default (group_data/<group>.py); "bench": plan.DEFAULTS
     subject: str = "deployment"  # the section of the reference page
+    serves: bool = False  # it says what a host serves: a deploy refuses it from --data (``check_deploy_data``)
 
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -41,13 +42,13 @@ _CLASS = "a host class"  # group: the value is per class (group_data/<class>.py)
 
 KNOBS = (
     # What is served.
-    Knob("profile", "name", "the deployment profile, a key of `profiles`"),
+    Knob("profile", "name", "the deployment profile, a key of `profiles`", serves=True),
     Knob("profiles", "dict", "each profile: target and drafter repos, speculative algorithm, SGLang build, "
-         "server args, env"),
+         "server args, env", serves=True),
     Knob("deployments", "list or None", "several models on one host: dict(profile=..., gpus=[...]) each; "
-         "None: `profile` on all GPUs"),
+         "None: `profile` on all GPUs", serves=True),
     Knob("layouts", "dict", "per profile, how the class serves it: tp_size, replicas, GPUs, context_length",
-         group=_CLASS),
+         group=_CLASS, serves=True),
     Knob("mirrors", "dict", "repos and requirements a site serves under other names"),
     Knob("pins", "dict", "the commits pin.py resolved moving revisions to (SPECFLEET_SITE/pins.json)", (GROUP,)),
     Knob("tuned", "dict", "per profile, the settings tune.py measured best on the class "
@@ -253,6 +254,18 @@ def check_inventory(inventory) -> None:
         raise UnknownKnob(_checked[inventory])
 
 
+def deploy_data_refused(data: dict) -> str | None:
+    """Why a deploy refuses its --data `data`, one line, when it sets what a host serves (else None): --data
+    lasts one run, after which status.py, tests/deployed and the gateways, which read the inventory and the
+    site's group data, would disagree with the host. The site directory holds that choice for every command."""
+    served = [key for key in data if key in BY_NAME and BY_NAME[key].serves]
+    if not served:
+        return None
+    return (f"--data sets `{served[0]}`, which says what a host serves: a deploy's --data lasts one run, after which "
+            "status.py, tests/deployed and the gateways would disagree with the host; set it in "
+            "SPECFLEET_SITE/group_data/<group>.py (or the inventory's host data) instead")
+
+
 def _defaults() -> dict[str, dict]:
     """Each group file's shipped values (no site applied), and the benchmark's DEFAULTS."""
     import os
@@ -296,7 +309,9 @@ def page() -> str:
              "site's (`SPECFLEET_SITE/group_data/<group>.py`), an inventory host's data, then `--data key=value`. "
              "A key no knob has, or one set where its layers do not allow, stops the run before anything changes, "
              "in one line naming it, where it was set and the nearest knob. pyinfra's own keys (`ssh_*`, `_sudo`, "
-             "...) are pyinfra's and pass. \"may be set in\": any of those layers, or the ones named.", ""]
+             "...) are pyinfra's and pass. \"may be set in\": any of those layers, or the ones named. What a host "
+             "serves (`profile`, `profiles`, `deployments`, `layouts`) a deploy and rollout.py refuse from `--data`, "
+             "which would last one run: status.py, `pytest tests/deployed` and the gateways read the group data.", ""]
     for subject, title in SECTIONS.items():
         lines += [f"## {title}", "", "| knob | type | default | may be set in | what it does |",
                   "|---|---|---|---|---|"]

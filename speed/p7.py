@@ -15,11 +15,12 @@ from lab import hub
 from lab.services import HUB_STATE
 from speed import labctl
 from speed.common import against_target, deploy, fmt, log, operation_times, ratio_summary, summary, write_result
+from tests.helpers import serving
 
 TARGET = 1.5
 UPLOAD_BPS = 250_000  # qwen36_ddtree's 14 MB in about a minute per copy
 SIZES = {"1": "pcie=1", "3": "pcie=3"}
-ARGS = ("--data", "profile=qwen36_ddtree", "--data", "weights_fanout=true")
+ARGS = ("--data", "weights_fanout=true")
 
 
 def fresh_deploy(spec: str) -> dict:
@@ -28,7 +29,7 @@ def fresh_deploy(spec: str) -> dict:
     since = len(hub.read_request_log(HUB_STATE))
     hub.set_faults(HUB_STATE, upload_bps=UPLOAD_BPS)
     try:
-        run = deploy(*ARGS).check()
+        run = deploy(*ARGS, group_data=serving("qwen36_ddtree")).check()
     finally:
         hub.clear_faults(HUB_STATE)
     return {"seconds": run.seconds, "operations": operation_times(run),

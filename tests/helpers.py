@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -59,6 +60,13 @@ def write_group_data(directory: Path, group: str, code: str) -> Path:
     return directory
 
 
+def serving(profile: str, directory: Path | None = None, code: str = "") -> Path:
+    """Group data (pyinfra --group-data, in `directory` or a new one) whose all.py serves `profile` on every
+    host, after `code`: the deploy takes what a host serves from group data, never from --data."""
+    return write_group_data(directory or Path(tempfile.mkdtemp(prefix="specfleet-serving-")), "all",
+                            f"{code}\nprofile = {profile!r}")
+
+
 def results_table(output: str) -> dict[str, list[str]]:
     """pyinfra's closing table: operation -> [hosts, success, error, no change]."""
     table = output.split("--> Results:")[1].split("-->")[0]
@@ -71,16 +79,16 @@ def results_table(output: str) -> dict[str, list[str]]:
 
 
 @contextlib.contextmanager
-def behind_gateway(*data: str, key: str, admin_key: str):
+def behind_gateway(*data: str, key: str, admin_key: str, group_data: Path | None = None):
     """The shared lab with a gateway host (lab-gateway-1), the clients' key and the gateway's admin key
-    set, deployed with `data`: yields (hosts, the first deploy, its seconds). Afterwards the gateway host
+    set, deployed with `data` (and `group_data`): yields (hosts, the first deploy, its seconds). Afterwards the gateway host
     is stopped and the lab deployed back to its shared state (group_data's profile, loopback, no key)."""
     hosts = lab.up(f"{LAB_HOSTS},gateway=1", log=lambda line: None)
     keys = {"SPECFLEET_API_KEY": key, "SPECFLEET_GATEWAY_ADMIN_KEY": admin_key}
     os.environ.update(keys)
     try:
         started = time.monotonic()
-        first = run_deploy(*data)
+        first = run_deploy(*data, group_data=group_data)
         yield hosts, first, time.monotonic() - started
     finally:
         lab.up(LAB_HOSTS, log=lambda line: None)

@@ -1,21 +1,24 @@
-"""Run in the real-SGLang env (tests/sglang_real.py, run_with_real_sglang): the max_total_num_tokens SGLang
-0.5.23's own code sizes a KV pool to, for a model directory, a card and the weights it loaded.
+"""Run in the real-SGLang env (tests/sglang_real.py, run_with_real_sglang): what SGLang 0.5.23's own startup
+code makes of a model directory, a card and the weights it loaded: the pool's tokens, the cap on running
+requests, the longest request, or the refusal it dies of.
 
 Per case {"target", "draft" (or null): directories holding config.json, "tp", "kv_cache_dtype", "pre_gib": the
 free memory before the load, "loaded_gib": the free memory after it, "mem_fraction_static", "page_size",
 "max_total_tokens", "algorithm", "num_draft_tokens", "max_running_requests", "disable_radix_cache",
-"mamba_radix_cache_strategy", "disable_overlap_schedule"}, the steps KVCacheConfigurator.config_from_budget
-takes (srt/mem_cache/kv_cache_configurator.py), each the wheel's own function:
-- the budget: KVCacheConfigurator._profile_available_bytes (the slack, the multimodal reservation, a hybrid
-  model's state slots through _handle_max_mamba_cache), with get_available_gpu_memory answering "loaded_gib";
-- the bytes a token: the target's and a DFlash drafter's cells as tests/sglang_kv_cell.py computes them
-  (DefaultPoolConfigurator._compute_cell_size, dflash_draft_cell_size_per_token), summed by
-  scale_kv_cell_size_per_token_for_dflash (srt/speculative/dflash_utils.py), as DefaultPoolConfigurator.__init__
-  does;
-- the tokens: DefaultPoolConfigurator.calculate_pool_sizes, KVCacheConfigurator._apply_token_constraints and
-  calculate_pool_sizes_from_max_tokens, as config_from_budget chains them.
+"mamba_radix_cache_strategy", "disable_overlap_schedule", "context_length"}, the wheel's own
+KVCacheConfigurator._resolve_memory_pool_config (srt/mem_cache/kv_cache_configurator.py), which chains
+_profile_available_bytes (the slack, the multimodal reservation, a hybrid model's state slots through
+_handle_max_mamba_cache and _calculate_mamba_ratio, with get_available_gpu_memory answering "loaded_gib"),
+config_from_budget (DefaultPoolConfigurator.calculate_pool_sizes, _apply_token_constraints) and
+resolve_max_num_reqs; the context is the wheel's ModelConfig's, and the longest request is
+managers/tp_worker.py's min(context - 1, tokens - 1).
+The bytes a token takes are the target's and a DFlash drafter's cells as tests/sglang_kv_cell.py computes
+them (DefaultPoolConfigurator._compute_cell_size, dflash_draft_cell_size_per_token), summed by
+scale_kv_cell_size_per_token_for_dflash (srt/speculative/dflash_utils.py), as DefaultPoolConfigurator.__init__
+does; create_memory_pool_configurator answers with that configurator (the default layout's).
 Only the runtime's context (parallel state, the resolved argument groups) is stood in for: one TP group of
-`tp` ranks, no PP/DCP, no disaggregation. Answers @@RESULT@@{"cases": [{"max_total_num_tokens"} or {"error"}]}.
+`tp` ranks, no PP/DCP, no disaggregation. Answers @@RESULT@@{"cases": [{"max_total_num_tokens",
+"max_running_requests", "max_req_len", "context_len"} or {"error"}]}.
 """
 
 from types import SimpleNamespace as NS
@@ -43,7 +46,7 @@ def _context(case: dict):
 
     return {"get_schedule": lambda: schedule, "get_exec": lambda: exec_,
             "get_disagg": lambda: NS(disaggregation_mode="null"), "get_mm": lambda: NS(mm_feature_transport=None),
-            "get_memory": lambda: NS(disable_radix_cache=case["disable_radix_cache"]),
+            "get_memory": lambda: NS(disable_radix_cache=case["disable_radix_cache"], enable_unified_memory=False),
             "get_spec": lambda: NS(speculative_num_draft_tokens=case["num_draft_tokens"]),
             "get_context": lambda: NS(override=override)}
 
@@ -52,6 +55,7 @@ def pool_figures(case: dict) -> dict:
     import sglang.srt.mem_cache.kv_cache_configurator as kvcm
     from sglang.srt.configs.hybrid_arch import mambaish_config
     from sglang.srt.configs.model_config import ModelConfig
+    import sglang.srt.model_executor.pool_configurator as pool_configurator
     from sglang.srt.model_executor.pool_configurator import DefaultPoolConfigurator
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -64,7 +68,7 @@ def pool_figures(case: dict) -> dict:
     kvcm.get_parallel = lambda: parallel
     kvcm.get_available_gpu_memory = lambda *args, **kwargs: case["loaded_gib"]
 
-    mc = ModelConfig(case["target"], trust_remote_code=False)
+    mc = ModelConfig(case["target"], trust_remote_code=False, context_length=case["context_length"])
     mamba = mambaish_config(mc)
     spec = SpeculativeAlgorithm.from_string(case["algorithm"])
 
@@ -78,8 +82,6 @@ def pool_figures(case: dict) -> dict:
                            hybrid_gdn_config=mamba, hybrid_kda_config=None,
                            extra_mamba_cache_bytes_per_req=0).items():
         setattr(kvc, key, value)
-    budget = kvc._profile_available_bytes(case["pre_gib"])
-
     # The cells as tests/sglang_kv_cell.py computes them, then DefaultPoolConfigurator.__init__'s sum for DFlash.
     cell = cell_figures({"path": case["target"], "tp": tp, "kv_cache_dtype": case["kv_cache_dtype"]})["cell_size"]
     if case["draft"]:
@@ -91,11 +93,13 @@ def pool_figures(case: dict) -> dict:
             else mc.num_hidden_layers, draft_num_layers=draft.num_hidden_layers, draft_cell_size_per_token=draft_cell)
     pool = DefaultPoolConfigurator.__new__(DefaultPoolConfigurator)
     pool._cell_size, pool._fixed_overhead_bytes = cell, 0
-    tokens = pool.calculate_pool_sizes(budget, case["page_size"]).max_total_num_tokens
-    capped = kvc._apply_token_constraints(tokens)
-    if capped != tokens:
-        tokens = pool.calculate_pool_sizes_from_max_tokens(capped, case["page_size"]).max_total_num_tokens
-    return {"max_total_num_tokens": int(tokens)}
+    pool_configurator.create_memory_pool_configurator = lambda _kvc: pool  # the default layout's, built above
+    config = kvc._resolve_memory_pool_config(case["pre_gib"])
+    # managers/tp_worker.py: the longest request, from the model's context and the pool.
+    max_req_len = min(mc.context_len - 1, config.max_total_num_tokens - 1)
+    return {"max_total_num_tokens": int(config.max_total_num_tokens),
+            "max_running_requests": int(config.max_running_requests), "max_req_len": max_req_len,
+            "context_len": mc.context_len}
 
 
 if __name__ == "__main__":

@@ -35,6 +35,12 @@ import sglang.srt.utils.common as common
 HOOK_MODULES = [info.name for info in pkgutil.walk_packages(sglang.srt.arg_groups.__path__, "sglang.srt.arg_groups.")]
 HOOK_MODULES += ["sglang.srt.model_loader", "sglang.srt.kernel_plugins.nvidia.binding",
                  "sglang.srt.kernel_plugins.amd.binding"]
+# And what the check's startup arithmetic imports (RESOLVE's `startup`).
+HOOK_MODULES += ["sglang.srt.mem_cache.kv_cache_configurator", "sglang.srt.model_executor.pool_configurator",
+                 "sglang.srt.configs.model_config", "sglang.srt.mem_cache.kv_cache_dtype",
+                 "sglang.srt.model_executor.model_runner_components.layer_setup",
+                 "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state",
+                 "sglang.srt.runtime_context", "sglang.srt.speculative.spec_info"]
 for module in HOOK_MODULES:
     importlib.import_module(module)
 
@@ -68,7 +74,8 @@ def run_case(resolve, case: dict) -> dict:
         try:
             os.environ.update(case.get("env", {}))
             present_gpu(case["gpu"])
-            result = resolve(case["argv"])
+            # The host check's sizing where the case has one (operations.server.flags.RESOLVE's second argument).
+            result = resolve(case["argv"], case["sizing"]) if "sizing" in case else resolve(case["argv"])
         except BaseException as exc:  # a crash of the harness itself, not SGLang's answer
             result = {"harness_error": f"{type(exc).__name__}: {exc}"}
         with os.fdopen(write_end, "w") as out:

@@ -27,8 +27,9 @@ SMOKE_CAPTURE = CAPTURES / "h200-x2-smoke"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 BUS_ID = re.compile(r"\b[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.\d\b")
 # A card with room for the lab's tiny models' weights but not for a KV cache of the class's context (196,608
-# tokens) beside the 1 GiB reserve a KV plan sets aside: 0.9 x 1280 MiB - 1024 MiB leaves ~124 MiB.
-SMALL_MEMORY_MIB = 1280
+# tokens): the deploy's KV plan leaves ~47 MiB a GPU of 1,024 MiB for it, ~43,000 tokens of the
+# tiny Kimi K2.6 and its drafter.
+SMALL_MEMORY_MIB = 1024
 # Two NVSwitch chips on an HGX B200/B300 baseboard: entries the fact only counts.
 NVSWITCH_BUS_IDS = ["0000:05:00.0", "0000:06:00.0"]
 

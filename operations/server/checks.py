@@ -53,19 +53,13 @@ def kv_plan(server: Server, expected: GpuExpectations, snapshots: dict, gpus: li
     """One replica's KV cache as SGLang will size it (operations/server/capacity.py), from the hub's
     config.json and weight sizes of its target and drafter (`snapshots`, per role) and its GPUs' memory;
     capacity.NoRule for an architecture the planner has no rule for."""
-    s, e = server, server.engine
+    s = server
     target, drafter = snapshots["target"], snapshots.get("drafter")
-    args = server_args(s)
-    kv_dtype = value(args, "--kv-cache-dtype") or "auto"
-    return capacity.plan_replica(
-        s.service_name, card_bytes=_card_mib(s, expected, gpus) << 20, mem_fraction_static=e.mem_fraction_static,
-        tp_size=e.tp_size, target_weight_bytes=target.weight_bytes,
-        drafter_weight_bytes=drafter.weight_bytes if drafter else 0,
-        target=capacity.kv_geometry(target.config, e.tp_size, kv_dtype),
-        drafter=capacity.kv_geometry(drafter.config, e.tp_size, kv_dtype) if drafter else None,
-        draft_tokens=e.speculative.num_draft_tokens if e.speculative.entry.drafts else 0,
-        max_total_tokens=int(value(args, "--max-total-tokens") or 0) or None,
-        page_size=int(value(args, "--page-size") or 1))
+    drafting = drafter is not None and s.engine.speculative.entry.drafts
+    return capacity.plan_server(
+        s.service_name, server_args(s), card_bytes=_card_mib(s, expected, gpus) << 20, target_config=target.config,
+        target_weight_bytes=target.weight_bytes, drafter_config=drafter.config if drafting else None,
+        drafter_weight_bytes=drafter.weight_bytes if drafting else 0)
 
 
 def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus: list | None,

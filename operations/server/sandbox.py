@@ -5,6 +5,7 @@ its client. None of them can read the HF token (the download user's, ``Inaccessi
 the weights or what root later runs, reach another user's processes, or outlive its job."""
 
 import ipaddress
+import json
 import shlex
 import weakref
 from collections.abc import Iterable
@@ -14,8 +15,9 @@ from pyinfra.context import ctx_host
 from operations.basics import gathering
 from operations.basics.file_states import sha1_of
 from operations.basics.templates import render
-from operations.gpu.facts import NvidiaDriver
+from operations.gpu.facts import NvidiaDriver, NvidiaGpus, unreadable
 from operations.nodes.group import NodeGroup
+from operations.server import capacity, resident
 from operations.server.config import Server, ServiceHost
 from operations.server.flags import SGLangRejects, rendered_violations, server_args
 
@@ -131,16 +133,35 @@ def check_settings(server: Server, minors: tuple[int | None, ...]) -> tuple[str,
 _rejections: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def rejection(host, server: Server, args: list[str]) -> str | None:
+def startup_sizing(server: Server, min_kv_tokens: int | None) -> str:
+    """What the host check's startup arithmetic is handed (SGLangRejects' `sizing`): the smallest of the
+    replica's GPUs as the host reports them, what SGLang would find free on it before the load (the card
+    less what CUDA does not show of it and what a rank holds then, as the plan counts them:
+    resident.cuda_unseen_bytes, resident.resident_before_load) and the floor (`min_kv_tokens`; None: one
+    full context); "" where the host's GPUs could not be read (the check then judges the flags alone)."""
+    gpus = gathering.read(NvidiaGpus)
+    found = {} if unreadable(gpus) else {g.get("index"): g for g in gpus or []}
+    cards = [found[i].get("memory_total_mib") for i in server.gpus if i in found]
+    if not cards or not all(cards) or len(cards) < len(server.gpus):
+        return ""
+    card = min(cards) * capacity.MIB
+    before = card - resident.cuda_unseen_bytes(card) - resident.resident_before_load(server.engine.tp_size)
+    return json.dumps({"card_mib": min(cards), "before_load_mib": before / capacity.MIB, "min_tokens": min_kv_tokens})
+
+
+def rejection(host, server: Server, args: list[str], startup: bool = False,
+              min_kv_tokens: int | None = None) -> str | None:
     """Why the host's installed SGLang would refuse to start `args` for this server, or None:
     resolved in a transient unit confined as the replica's (as its deployment's user, keyless), with the
-    unit's environment and the server's HF_HOME, offline. A DDTree build that accepts them is held
-    to the deploy's DDTree rules as well."""
+    unit's environment and the server's HF_HOME, offline; with `startup`, its scheduler's startup
+    arithmetic is run too, on the host's GPUs and weights, a pool below `min_kv_tokens` (None: one full
+    context) refused. A DDTree build that accepts them is held to the deploy's DDTree rules as well."""
     env = (("HF_HOME", server.engine.server_hf_home), *sorted(server.engine.env.items()))
     settings = check_settings(server, gpu_minor_numbers())
-    asked = (server.engine.venv, server.engine.sglang_requirement, tuple(args), env, settings)
+    sizing = startup_sizing(server, min_kv_tokens) if startup else ""
+    asked = (server.engine.venv, server.engine.sglang_requirement, tuple(args), env, settings, sizing)
     answers = _rejections.setdefault(ctx_host.get(), {})
     if asked not in answers:
         answers[asked] = host.get_fact(SGLangRejects, venv=server.engine.venv, args=tuple(args), env=env,
-                                       settings=settings)
+                                       settings=settings, sizing=sizing)
     return answers[asked] or next(iter(rendered_violations(server)), None)

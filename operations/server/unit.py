@@ -72,12 +72,16 @@ class Restart:
     + decided_env: what the host's own measurements add to the unit's environment, asked when the decision
       is made (the GPU smoke test's P2P decision: ``operations.gpu.smoke.decided_env``)
     + allowed: the addresses beyond loopback the unit admits (``sandbox.reached_from``; None: no IP access list)
+    + startup: the host's SGLang also runs its scheduler's startup arithmetic on the new files (the pool, the
+      request caps, their assertions), refusing a pool below `min_kv_tokens` (None: one full context)
     """
 
     def __init__(self, server: Server, inputs: str, restart_when: list[OperationMeta],
-                 decided_env: Callable[[], dict[str, str]] | None = None, allowed: tuple[str, ...] | None = ()):
+                 decided_env: Callable[[], dict[str, str]] | None = None, allowed: tuple[str, ...] | None = (),
+                 startup: bool = False, min_kv_tokens: int | None = None):
         self.server, self.inputs, self.restart_when = server, inputs, restart_when
         self.decided_env, self.allowed = decided_env, allowed
+        self.startup, self.min_kv_tokens = startup, min_kv_tokens
         self._decision: Decision | None = None
 
     def decision(self) -> Decision:
@@ -98,8 +102,8 @@ class Restart:
             installed = gathering.read(VenvRequirement, path=s.engine.venv, distribution="sglang")
             built = installed and installed["fingerprint"] == fingerprint(s.engine.sglang_requirement,
                                                                            s.engine.service.pip_index_url)
-            return Decision(FILES_CHANGED, rejection(host, s, server_args(s)) if built else None, unit_text,
-                            env_text, enabled, new=current["unit_sha1"] is None)
+            refused = rejection(host, s, server_args(s), self.startup, self.min_kv_tokens) if built else None
+            return Decision(FILES_CHANGED, refused, unit_text, env_text, enabled, new=current["unit_sha1"] is None)
         if any_change(self.restart_when):
             return Decision(INPUT_CHANGED, None, unit_text, env_text, enabled)
         return Decision(STOPPED if current["active"] != "active" else None, None, unit_text, env_text, enabled)

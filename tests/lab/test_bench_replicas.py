@@ -9,7 +9,7 @@ import json
 import pytest
 
 from lab import fleet
-from tests.helpers import main_pid, run_deploy, server_info
+from tests.helpers import main_pid, run_deploy, server_info, serving
 from tests.lab.test_serving_benchmark import run_bench
 
 pytestmark = pytest.mark.lab
@@ -19,9 +19,8 @@ def test_bench_follows_the_layout_each_replica_alone_then_all_at_once(deployed_l
     """Qwen3.6-27B's eight TP 1 replicas on lab-pcie-1: each mode stands in for every replica on its GPU
     and port, the client runs against each replica alone and then all at once (round robin); the
     deployed replicas serve again afterwards."""
-    qwen = ("--data", "profile=qwen36_ddtree")
     try:
-        assert run_deploy("--limit", pcie_host.name, *qwen).returncode == 0
+        assert run_deploy("--limit", pcie_host.name, group_data=serving("qwen36_ddtree")).returncode == 0
         pids = {i: main_pid(pcie_host, f"sglang@qwen36_ddtree-gpu{i}") for i in range(8)}
         bench = run_bench(pcie_host, "profile=qwen36_ddtree", "modes=dflash", "concurrency=2", "requests=2",
                           "output_tokens=8", f"results_dir={tmp_path}")

@@ -7,8 +7,8 @@ import pytest
 
 from lab import fleet
 from lab.config import HUB_URL, WHEELS_URL
-from operations.server import capacity
-from tests.helpers import (SGLANG_UNIT, UNIT_FILE, changed_operations, main_pid, operations_started, results_table, run_deploy, server_info,
+from operations.server import capacity, resident
+from tests.helpers import (SGLANG_UNIT, UNIT_FILE, changed_operations, main_pid, operations_started, results_table, run_deploy, server_info, serving,
                            write_group_data)
 
 pytestmark = pytest.mark.lab
@@ -24,14 +24,20 @@ def test_first_deploy_serves_and_prints_accept_length_from_every_host(deployed_l
 
 def test_each_engine_holds_its_plan_and_at_most_the_plans_reserve_besides(deployed_lab, lab_hosts):
     """The stand-in sizes its pool as SGLang 0.5.23 does, from the GPU stand-in's real card memory, and holds
-    no CUDA context: its engine holds the plan's tokens plus at most what the plan's reserve for one would
-    hold (capacity.RESERVE_BYTES). A planner that plans more tokens than the engine's arithmetic gives, or
-    fewer beyond the reserve, fails here (tests/deployed holds a real engine to the plan from below only)."""
+    nothing before its load (no CUDA context, no NCCL): its engine holds the plan's tokens plus at most what the
+    plan sets aside for those (capacity.py: mem_fraction_static of what is resident before the load and of what
+    CUDA does not show of the card). A planner that plans more tokens than the engine's arithmetic gives, or
+    fewer beyond that, fails here (tests/deployed holds a real engine to the plan from below only)."""
     for host in lab_hosts:
         (plan_file,) = fleet.ssh(host, "ls /etc/specfleet/*.kv-plan.json").split()
         plan = json.loads(fleet.ssh(host, f"cat {plan_file}"))
-        extra = server_info(host)["max_total_num_tokens"] - plan["planned_tokens"]
-        assert 0 <= extra <= capacity.RESERVE_BYTES // plan["bytes_per_token"], (host.name, extra, plan)
+        info = server_info(host)
+        card_mib = int(fleet.ssh(host, "nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits").split()[0])
+        set_aside = (resident.cuda_unseen_bytes(card_mib << 20) + resident.resident_before_load(info["tp_size"])) \
+            * info["mem_fraction_static"]
+        extra = info["max_total_num_tokens"] - plan["planned_tokens"]
+        # + 1: the plan and the engine each floor their pool to whole tokens
+        assert 0 <= extra <= set_aside // plan["bytes_per_token"] + 1, (host.name, extra, plan)
 
 
 def test_second_run_changes_nothing_and_dry_run_shows_nothing(deployed_lab, lab_hosts):
@@ -104,14 +110,14 @@ def test_ddtree_needs_a_ddtree_build(deployed_lab, lab_hosts, tmp_path):
         "mirrors = copy.deepcopy(base['mirrors'])\n"
         f"mirrors['requirements'] = {{r: 'sglang @ {WHEELS_URL}sglang-0.5.23+lab-py3-none-any.whl' "
         "for r in mirrors['requirements']}"))
-    rejected = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree", group_data=plain_wheel)
+    rejected = run_deploy("--limit", host.name, group_data=serving("qwen36_ddtree", plain_wheel))
     assert rejected.returncode != 0
     assert "rejects the rendered flags" in rejected.output and "--speculative-ddtree-budget" in rejected.output
     assert main_pid(host) == pid, "the service was restarted although its flags were rejected"
     assert "retiring" not in rejected.output  # the Kimi unit the Qwen replicas would replace is kept too
 
     try:
-        ddtree = run_deploy("--limit", host.name, "--data", "profile=qwen36_ddtree")
+        ddtree = run_deploy("--limit", host.name, group_data=serving("qwen36_ddtree", tmp_path / "qwen"))
         assert ddtree.returncode == 0, ddtree.output[-3000:]
         info = server_info(host)
         assert info["speculative_algorithm"] == "DDTREE" and info["speculative_ddtree_budget"] == 15

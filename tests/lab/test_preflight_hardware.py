@@ -56,12 +56,12 @@ def test_an_nvidia_smi_that_cannot_initialise_nvml_says_why_and_what_to_do(deplo
 
 def test_gpus_that_hold_the_weights_but_not_the_kv_cache_are_refused_in_one_line_before_anything_changes(
         deployed_lab, pcie_host, tmp_path):
-    """rtx_pro_6000_pcie_small_memory: 1,280 MiB a card, the class's min_memory_mib lowered to it so that the
+    """rtx_pro_6000_pcie_small_memory: 1,024 MiB a card, the class's min_memory_mib lowered to it so that the
     hardware itself passes. The lab's tiny Kimi K2.6 fits (~4 MiB a GPU at TP 8), its KV cache of one full
     context of the class's layout (context_length 196,608, the min_kv_tokens default) does not: preflight's KV
     plan refuses it, alone, before any operation runs."""
     small_cards = write_group_data(tmp_path, "rtx_pro_6000_pcie",
-                                   "expected_gpus = dict(base['expected_gpus'], min_memory_mib=1280)")
+                                   "expected_gpus = dict(base['expected_gpus'], min_memory_mib=1024)")
     unit_before, pid_before = fleet.ssh(pcie_host, f"sha1sum {UNIT_FILE}"), main_pid(pcie_host)
     fleet.set_gpu_profile(pcie_host, "rtx_pro_6000_pcie_small_memory")
     try:

@@ -131,7 +131,16 @@ def test_pin_and_dry_run_tell_what_the_first_deploy_would_refuse(user, box):
     planned = dry.output.split("--> Detected changes:")[1]
     for operation in ("SGLang service", "Gateway service", "Prometheus service"):
         assert re.search(rf"^\s*{operation}( \S+)?\s+1 \(ct200\)", planned, flags=re.M), planned  # + the replica
-    qwen = run(user, "pyinfra", "inventory/ct200.py", "deploy.py", "--dry", "--sudo", "--data", "profile=qwen36_ddtree")
+    # Another profile is the site's choice (a deploy's --data is refused for it: it would last one run).
+    one_run = run(user, "pyinfra", "inventory/ct200.py", "deploy.py", "--dry", "--sudo", "--data", "profile=qwen36_ddtree")
+    assert one_run.returncode == 1 and "--data sets `profile`, which says what a host serves" in one_run.output
+    all_py = user["site"] / "group_data" / "all.py"
+    shipped = all_py.read_text()
+    try:
+        all_py.write_text(shipped + "profile = 'qwen36_ddtree'\n")
+        qwen = run(user, "pyinfra", "inventory/ct200.py", "deploy.py", "--dry", "--sudo")
+    finally:
+        all_py.write_text(shipped)
     assert refusals(qwen.output) == [], qwen.output[-3000:]  # its pull request's ref is pinned too
 
     git("commit", "-q", "--allow-empty", "-m", "two", cwd=user["sglang"])

@@ -23,7 +23,7 @@ import pytest
 from lab import fleet
 from lab.config import TOKEN_GRANTED
 from serving_benchmark import gateways
-from tests.helpers import REPO, behind_gateway, changed_operations, main_pid, operations_started, run_deploy
+from tests.helpers import REPO, behind_gateway, changed_operations, main_pid, operations_started, run_deploy, serving
 from tests.lab.test_rollout import Load, gateway_retries
 from tests.lab.test_serving_benchmark import run_bench
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.lab
 
 KEY = "lab-replicas-test-key"
 ADMIN_KEY = "lab-replicas-test-admin-key"  # the gateway's control plane's
-QWEN = ("--data", "profile=qwen36_ddtree")
+QWEN = serving("qwen36_ddtree")
 # round_robin: each new request to the next worker, so a request per worker reaches every one; the
 # default cache_aware keeps prompts of a shared prefix (a chat template's) on the worker that cached it.
 EXPOSED = ("--data", "bind_address=0.0.0.0", "--data", "gateway_bind_address=0.0.0.0",
@@ -44,7 +44,7 @@ DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # lab add
 @pytest.fixture(scope="module")
 def replicas_lab(lab_hosts):
     """The lab with a gateway, every worker serving Qwen3.6-27B + DDTree: (hosts, first deploy, seconds)."""
-    with behind_gateway(*QWEN, *EXPOSED, key=KEY, admin_key=ADMIN_KEY) as (hosts, first, seconds):
+    with behind_gateway(*EXPOSED, key=KEY, admin_key=ADMIN_KEY, group_data=QWEN) as (hosts, first, seconds):
         yield hosts, first, seconds
 
 
@@ -129,7 +129,7 @@ def test_a_second_run_changes_nothing(replicas_lab):
     hosts, _, _ = replicas_lab
     workers = [h for h in hosts if h.host_class != "gateway"]
     pids = {(w.name, i): main_pid(w, f"sglang@qwen36_ddtree-gpu{i}") for w in workers for i in range(8)}
-    again = run_deploy(*QWEN, *EXPOSED)
+    again = run_deploy(*EXPOSED, group_data=QWEN)
     assert again.returncode == 0, again.output[-3000:]
     assert changed_operations(again.output) == []
     assert {(w.name, i): main_pid(w, f"sglang@qwen36_ddtree-gpu{i}") for w in workers for i in range(8)} == pids
@@ -156,7 +156,7 @@ def test_a_change_rolls_the_hosts_replicas_one_at_a_time_and_it_keeps_serving(re
     with Load(f"http://{gateway.address}:{GATEWAY_PORT}/v1/chat/completions", model="qwen3.6-27b", key=KEY) as load:
         watcher.start()
         time.sleep(2)  # steady load before the first drain
-        changed = run_deploy(*QWEN, *EXPOSED, "--data", "longest_generation_s=901", "--limit", pcie.name)
+        changed = run_deploy(*EXPOSED, "--data", "longest_generation_s=901", "--limit", pcie.name, group_data=QWEN)
         rolled.set()
         watcher.join(30)
     assert changed.returncode == 0, changed.output[-3000:]

@@ -27,13 +27,14 @@ from lab.services import HUB_STATE, HUB_STORE
 from lab.hub import read_request_log
 from operations.deployment import resolve, resolve_host
 from tests.faults.faultlab import TARGET_DIR, http_status, wait_for
-from tests.helpers import REPO, SGLANG_UNIT, changed_operations, main_pid, operations_started, run_deploy, write_group_data
+from tests.helpers import (REPO, SGLANG_UNIT, changed_operations, main_pid, operations_started, run_deploy, serving,
+                           write_group_data)
 from tests.lab.test_serving_benchmark import run_bench
 from tests.unit.group_data import host_data
 
 pytestmark = pytest.mark.lab
 
-QWEN_DATA = ("--data", "profile=qwen36_ddtree")
+QWEN_GROUP_DATA = serving("qwen36_ddtree")
 FIRST = "sglang@qwen36_ddtree-gpu0"  # the replica a deploy restarts first
 KNOBS = "/etc/specfleet-lab/new-revision.json"  # the stand-in's faults for the new revision's units only
 
@@ -178,7 +179,7 @@ def test_two_models_on_one_host_on_disjoint_gpus_each_verified_and_benchmarked_o
 def qwen_host(deployed_lab, pcie_host):
     """lab-pcie-1 serving Qwen3.6-27B + DDTree (eight replicas), for the module's last tests, which each leave it
     serving Qwen from the revision a test may find already fetched; group_data's profile again afterwards."""
-    first = run_deploy("--limit", pcie_host.name, *QWEN_DATA)
+    first = run_deploy("--limit", pcie_host.name, group_data=QWEN_GROUP_DATA)
     assert first.returncode == 0, first.output[-3000:]
     yield pcie_host
     fleet.ssh(pcie_host, f"rm -f {KNOBS}")
@@ -197,10 +198,11 @@ def test_a_new_revision_failing_readiness_leaves_the_previous_revisions_bytes_se
         f"mirrors['repos']['Qwen/Qwen3.6-27B'] = '{QWEN_RETRAINED}@{new_commit}'\n"))
     failing = write_group_data(tmp_path / "new", "all", (
         "profiles = copy.deepcopy(base['profiles'])\n"
-        f"profiles['qwen36_ddtree']['env'] = {{**profiles['qwen36_ddtree']['env'], 'SPECFLEET_SGLANG_KNOBS': {KNOBS!r}}}"))
+        f"profiles['qwen36_ddtree']['env'] = {{**profiles['qwen36_ddtree']['env'], 'SPECFLEET_SGLANG_KNOBS': {KNOBS!r}}}\n"
+        "profile = 'qwen36_ddtree'"))
     assert retrained == failing
     fleet.ssh(host, f"echo '{{\"health_fail\": true}}' > {KNOBS}")
-    result = run_deploy("--limit", host.name, *QWEN_DATA, "--data", "ready_timeout_s=15", group_data=retrained)
+    result = run_deploy("--limit", host.name, "--data", "ready_timeout_s=15", group_data=retrained)
     assert result.returncode != 0
     assert f"{FIRST} did not generate within 15s" in result.output, result.output[-3000:]
     assert "restored the previous unit, which generates again" in result.output, result.output[-3000:]
@@ -225,7 +227,8 @@ def test_a_switched_revision_keeps_the_previous_one_and_a_second_run_changes_not
         f"mirrors['repos']['Qwen/Qwen3.6-27B'] = '{QWEN_RETRAINED}@{new_commit}'\n"))
     fleet.ssh(host, f"runuser -u sglang-download -- rm -rf {old_dir.rsplit('/', 1)[0]}/{new_commit}")  # an earlier test's
     mark = len(read_request_log(HUB_STATE))
-    switched = run_deploy("--limit", host.name, *QWEN_DATA, group_data=retrained)
+    serving("qwen36_ddtree", retrained)
+    switched = run_deploy("--limit", host.name, group_data=retrained)
     assert switched.returncode == 0, switched.output[-3000:]
     fetched = {r["path"].rsplit("/", 1)[1] for r in read_request_log(HUB_STATE)[mark:]
                if r["client"] == host.address and r["path"].startswith(f"/{QWEN_RETRAINED}/")}
@@ -235,5 +238,5 @@ def test_a_switched_revision_keeps_the_previous_one_and_a_second_run_changes_not
     assert re.search(rf"weights: kept the previous {re.escape(QWEN)} revision \w+ \({re.escape(old_dir)}\)",
                      switched.output), switched.output[-3000:]
     assert fleet.ssh(host, f"test -d {old_dir} && echo kept").strip() == "kept"
-    again = run_deploy("--limit", host.name, *QWEN_DATA, group_data=retrained)
+    again = run_deploy("--limit", host.name, group_data=retrained)
     assert again.returncode == 0 and changed_operations(again.output) == []

@@ -22,7 +22,7 @@ import lab
 from lab import fleet, hub
 from lab.services import HUB_STATE
 from tests.conftest import LAB_HOSTS
-from tests.helpers import REPO, changed_operations, operations_started, run_deploy
+from tests.helpers import REPO, changed_operations, operations_started, run_deploy, serving
 
 pytestmark = pytest.mark.lab
 
@@ -41,7 +41,8 @@ def spec_with_three_more_pcie(spec: str) -> tuple[str, list[str]]:
 
 SPEC, NAMES = spec_with_three_more_pcie(LAB_HOSTS)
 LIMITS = [arg for name in NAMES for arg in ("--limit", name)]
-FANOUT = ("--data", "profile=qwen36_ddtree", "--data", "weights_fanout=true", *LIMITS)
+FANOUT = ("--data", "weights_fanout=true", *LIMITS)
+QWEN = serving("qwen36_ddtree")
 
 
 def repo_bytes(repo_id: str) -> int:
@@ -54,10 +55,10 @@ def received(host) -> dict:
 
 
 def timed_deploy(*args: str):
-    """The deploy, its seconds, and the hub's log of it."""
+    """The deploy serving Qwen, its seconds, and the hub's log of it."""
     since = len(hub.read_request_log(HUB_STATE))
     start = time.monotonic()
-    result = run_deploy(*args)
+    result = run_deploy(*args, group_data=QWEN)
     return result, time.monotonic() - start, hub.read_request_log(HUB_STATE)[since:]
 
 

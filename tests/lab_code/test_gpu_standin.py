@@ -169,7 +169,7 @@ EXPECTED_PROBLEM = {
     "b200_nvlink_7gpu": "found 7",
     "b200_nvlink_degraded": "found a degraded board: GPU 3 reach",
     "rtx_pro_6000_pcie_old_driver": "found 570.124.06 (CUDA 12.8)",
-    "rtx_pro_6000_pcie_small_memory": "found GPU 0 with 1280 MiB",  # passed only with its min_memory_mib lowered
+    "rtx_pro_6000_pcie_small_memory": "found GPU 0 with 1024 MiB",  # passed only with its min_memory_mib lowered
 }
 # What the GPU smoke test says on each profile once the GPU runtime is up (the reason's start).
 # The host-memory path's 27.17 GB/s, as timed (measured()).

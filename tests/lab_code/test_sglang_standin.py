@@ -22,7 +22,6 @@ import pytest
 from lab.index import build_standin_wheel
 from lab.repos import KIMI_TEXT_CONFIG, QWEN_CONFIG
 from lab.sglang_standin.sglang import speed_model
-from lab.sglang_standin.sglang.srt import kv_pool
 from operations.server import speculative
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import parse_many_with_real_sglang
@@ -88,6 +87,34 @@ def ddtree_src(tmp_path_factory) -> Path:
 def python_path(src: Path) -> str:
     """PYTHONPATH of a stand-in engine run from `src`, as the wheel installs it: with the lab's torch."""
     return os.pathsep.join([str(src), str(TORCH_STANDIN)])
+
+
+# The stand-in's startup (srt/kv_pool.py) in its own package, as a lab host's engine runs it: per case
+# {"args": resolved server arguments, "card_mib"}, its figures or its refusal.
+STARTUP_SNIPPET = r"""
+import json, sys
+from types import SimpleNamespace
+from sglang.srt import kv_pool
+out = []
+for case in json.load(sys.stdin):
+    try:
+        sized = kv_pool.startup(SimpleNamespace(**case["args"]), case["card_mib"])
+        out.append({"max_total_num_tokens": sized.max_total_num_tokens,
+                    "max_running_requests": sized.max_running_requests, "max_req_len": sized.max_req_len,
+                    "context_len": sized.context_len})
+    except Exception as exc:
+        out.append({"error": f"{type(exc).__name__}: {exc}"})
+print("@@RESULT@@" + json.dumps(out))
+"""
+
+
+def standin_startup(cases: list[dict], knobs: Path | None = None) -> list[dict]:
+    knobs_env = {"SPECFLEET_SGLANG_KNOBS": str(knobs)} if knobs else {}
+    proc = subprocess.run([sys.executable, "-c", STARTUP_SNIPPET], input=json.dumps(cases), capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": python_path(STANDIN_SRC), **knobs_env})
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("@@RESULT@@")]
+    assert lines, proc.stderr[-3000:]
+    return json.loads(lines[-1][len("@@RESULT@@"):])
 
 
 def run_module(src: Path, module: str, args: list[str], **kw) -> subprocess.CompletedProcess:
@@ -240,8 +267,10 @@ def test_endpoints(start, models):
     assert info["api_key"] == "lab-key" and "--api-key lab-key" in info["launch_command"]
     # Its KV pool sized from the GPU stand-in's B200 (183,359 MiB) at its own resolved arguments, as SGLang
     # sizes it (srt/kv_pool.py, checked against the wheel in test_sglang_kv_pool.py); no weights in the folders.
-    assert info["max_total_num_tokens"] == kv_pool.max_total_num_tokens(
-        SimpleNamespace(**info), KIMI_CONFIG, DRAFT_CONFIG, 183359) > 100_000_000
+    (sized,) = standin_startup([{"args": info, "card_mib": 183359}])
+    assert info["max_total_num_tokens"] == sized["max_total_num_tokens"] > 100_000_000
+    assert info["max_req_input_len"] == sized["max_req_len"] - 5  # managers/tp_worker.py
+    assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == sized["max_running_requests"]
     assert info["page_size"] == 64  # trtllm_mla's pages, as 0.5.23 resolves them
     assert set(speculative.DFLASH.server_info) <= set(info)  # the fields the table says report its settings
     accept = info["internal_states"][0]["avg_spec_accept_length"]

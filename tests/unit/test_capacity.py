@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from operations.basics.knobs import BadHostData
-from operations.server import capacity
+from operations.server import capacity, resident
 from operations.server.capacity import GIB, NoRule, kv_geometry, plan_replica, refusal
 from tests.sglang_real import run_with_real_sglang
 
@@ -121,40 +121,138 @@ def test_weights_above_the_budget_leave_no_tokens():
     assert kimi_plan(64 * GIB).tokens == 0
 
 
-def test_the_pool_is_the_card_share_less_both_weights_and_the_reserve():
+def test_the_budget_is_what_the_engine_reads_free_after_the_load_less_its_slack():
+    """SGLang's budget (_profile_available_bytes): free after the load - free before it x (1 - mem_fraction_static);
+    free before is CUDA's total (below nvidia-smi's) less what is resident then, free after also less the weights
+    a rank loads."""
     plan = plan_replica("r", card_bytes=100 * GIB, mem_fraction_static=0.5, tp_size=2, target_weight_bytes=20 * GIB,
                         drafter_weight_bytes=4 * GIB, target=capacity.KVGeometry("gqa", 1000),
-                        drafter=capacity.KVGeometry("gqa", 24), typical_request_tokens=1000, reserve_bytes=GIB)
-    assert plan.pool_bytes == (50 - 10 - 2 - 1) * GIB
+                        drafter=capacity.KVGeometry("gqa", 24), typical_request_tokens=1000)
+    before = 100 * GIB - resident.cuda_unseen_bytes(100 * GIB) - resident.resident_before_load(2)
+    after = before - 12 * GIB
+    assert (plan.free_before_load_bytes, plan.free_after_load_bytes) == (before, after)
+    assert plan.pool_bytes == int(after - before * 0.5)
     assert plan.bytes_per_token == 1024
-    assert plan.tokens == 37 * GIB // 1024
-    assert plan.concurrent_requests == plan.tokens // 1000
-    assert plan.state_bytes == 0
+    assert plan.tokens == plan.pool_bytes // 1024
+    assert plan.state_bytes == 0 and plan.engine_refusal is None
+    # No speculation, no --max-running-requests: 512 requests per context's worth of tokens, within 2048-4096.
+    assert plan.max_running_requests == max(min(int(plan.tokens / 2048 * 512), 4096), 2048)
+    assert plan.max_request_tokens == 2048 - 1  # the geometry's context (2048: no key named)
+    assert plan.concurrent_requests == min(plan.tokens // 1000, plan.max_running_requests)
 
 
-def test_a_hybrid_models_recurrent_state_takes_its_share_first_and_limits_the_requests():
+def test_what_cuda_does_not_show_is_the_measured_figure_on_the_measured_cards_and_their_line_between():
+    mib = 1 << 20
+    assert resident.cuda_unseen_bytes(81_559 * mib) == 480 * mib  # H100 80GB HBM3
+    assert resident.cuda_unseen_bytes(143_771 * mib) == 615 * mib  # H200
+    assert 480 * mib < resident.cuda_unseen_bytes(97_887 * mib) < 615 * mib  # RTX PRO 6000, between them
+
+
+def test_what_is_resident_before_the_load_is_the_cuda_context_and_the_custom_all_reduces_buffers():
+    mib = 1 << 20
+    assert resident.resident_before_load(1) == 527 * mib
+    assert resident.resident_before_load(8) == (527 + 24) * mib
+    assert resident.resident_before_load(3) == 527 * mib  # no custom all-reduce at 3 ranks
+    # At mem_fraction_static 0.9 a TP-8 rank of 180 GB cards keeps 0.9 of what is resident and of what CUDA does
+    # not show from its pool: ~1.1 GiB, where the 1 GiB reserve planned before stood.
+    kept = 0.9 * (resident.resident_before_load(8) + resident.cuda_unseen_bytes(183_359 * mib))
+    assert 1.0 * GIB < kept < 1.2 * GIB
+
+
+def qwen_plan(**kw):
     qwen = kv_geometry(config("Qwen3.6-27B"), 1, "auto")
-    plan = plan_replica("sglang@qwen36_ddtree-gpu0", card_bytes=96 * GIB, mem_fraction_static=0.9, tp_size=1,
-                        target_weight_bytes=54 * GIB, drafter_weight_bytes=0, target=qwen, typical_request_tokens=4096)
-    budget = plan.pool_bytes + plan.state_bytes
-    assert plan.state_bytes == int(budget * 0.9 / 1.9)  # SGLang's mamba_full_memory_ratio default
-    assert plan.tokens == plan.pool_bytes // 65536
-    state_requests = (plan.state_bytes - qwen.state_bytes_per_request) // qwen.state_bytes_per_request // 3
-    assert plan.concurrent_requests == min(plan.tokens // 4096, state_requests) == state_requests
+    return qwen, plan_replica("sglang@qwen36_ddtree-gpu0", card_bytes=96 * GIB, mem_fraction_static=0.9, tp_size=1,
+                              target_weight_bytes=54 * GIB, drafter_weight_bytes=0, target=qwen,
+                              typical_request_tokens=4096, **kw)
 
 
-def test_speculation_keeps_an_intermediate_state_per_draft_token_and_serves_fewer_requests():
-    # DDTree's 16-token drafter with the lazy extra buffer (4 slots a request): SGLang's joint solve,
-    # slots = (share - state x 17) // (state x (1 + 16 / 4)).
-    qwen = kv_geometry(config("Qwen3.6-27B"), 1, "auto")
-    kw = dict(card_bytes=96 * GIB, mem_fraction_static=0.9, tp_size=1, target_weight_bytes=54 * GIB,
-              drafter_weight_bytes=0, target=qwen, typical_request_tokens=4096)
-    plain = plan_replica("r", **kw)
-    spec = plan_replica("r", draft_tokens=16, mamba_slots_per_request=4, **kw)
+def test_a_hybrid_models_state_slots_come_out_of_its_share_and_cap_the_running_requests():
+    """Without speculation SGLang fits (share - one) // one slots, 3 a running request with no buffer, and takes
+    only the slots it allocates (plus the padding slot) from the budget, not the whole 0.9/1.9 share."""
+    qwen, plan = qwen_plan(mamba_strategy="no_buffer", overlap_schedule=False)
     per = qwen.state_bytes_per_request
-    assert (spec.pool_bytes, spec.tokens) == (plain.pool_bytes, plain.tokens)
-    assert spec.concurrent_requests == int((spec.state_bytes - per * 17) // (per * 5)) // 4
-    assert spec.concurrent_requests < plain.concurrent_requests
+    budget = plan.pool_bytes + plan.state_bytes
+    slots = int((budget * 0.9 / 1.9 - per) // per)
+    assert abs(plan.state_bytes - (slots + 1) * per) <= 1
+    assert plan.state_bytes < budget * 0.9 / 1.9
+    assert plan.tokens == plan.pool_bytes // 65536
+    assert plan.max_running_requests == slots // 3
+    assert plan.concurrent_requests == min(plan.tokens // 4096, slots // 3)
+
+
+@pytest.mark.parametrize("strategy, overlap, radix, slots", [
+    ("no_buffer", False, True, 3), ("extra_buffer_lazy", True, True, 4), ("extra_buffer", False, True, 4),
+    ("extra_buffer", True, True, 5), ("extra_buffer", True, False, 1)])
+def test_state_slots_a_request_takes_by_strategy(strategy, overlap, radix, slots):
+    assert capacity.mamba_slots_per_request(strategy, overlap, radix) == slots
+
+
+def test_auto_resolves_as_the_engine_does():
+    assert capacity.resolved_mamba_strategy("auto", True, 1) == ("extra_buffer", True)
+    assert capacity.resolved_mamba_strategy("auto", False, 64) == ("extra_buffer", False)
+    assert capacity.resolved_mamba_strategy("auto", False, 1) == ("no_buffer", False)
+    assert capacity.resolved_mamba_strategy("extra_buffer_lazy", False, 1) == ("extra_buffer_lazy", False)
+
+
+def test_the_lazy_extra_buffer_without_overlap_is_refused_in_the_engines_words():
+    _, plan = qwen_plan(mamba_strategy="extra_buffer_lazy", overlap_schedule=False, draft_tokens=16)
+    assert (plan.tokens, plan.engine_refusal) == (0, "AssertionError: Lazy extra buffer requires overlap schedule "
+                                                     "(--disable-overlap-schedule is incompatible)")
+    assert refusal(plan, min_tokens=0).startswith("sglang@qwen36_ddtree-gpu0: SGLang 0.5.23 would stop sizing its "
+                                                  "memory pool, after loading the weights: AssertionError: Lazy")
+
+
+def test_speculation_reserves_intermediate_states_only_for_the_requests_that_can_run():
+    """DFlash's 16 draft tokens: the slots are solved jointly with the intermediate states, and the intermediate
+    states are taken for min(max_running_requests, slots / ratio) + 1 requests, not for every slot."""
+    qwen, plain = qwen_plan(mamba_strategy="no_buffer", overlap_schedule=False)
+    _, spec = qwen_plan(mamba_strategy="no_buffer", overlap_schedule=False, draft_tokens=16)
+    per = qwen.state_bytes_per_request
+    budget = spec.pool_bytes + spec.state_bytes
+    slots = int((budget * 0.9 / 1.9 - per * 17) // (per * (1 + 16 / 3)))
+    running = min(48, slots // 3)
+    assert spec.max_running_requests == running < plain.max_running_requests
+    assert abs(spec.state_bytes - ((slots + 1) * per + (running + 1) * per * 16)) <= 1
+    _, capped = qwen_plan(mamba_strategy="no_buffer", overlap_schedule=False, draft_tokens=16, max_running_requests=2)
+    assert capped.max_running_requests == 2 and capped.tokens > spec.tokens  # fewer intermediate states taken
+
+
+def test_a_multimodal_class_reserves_100_mib_of_its_budget():
+    text = {**config("Qwen3-4B"), "architectures": ["Qwen3ForCausalLM"]}
+    plain = kv_geometry(text, 1, "auto")
+    multimodal = capacity.replace(plain, multimodal=True)
+    assert kv_geometry(config("Kimi-K2.6"), 8, "auto").multimodal and not plain.multimodal
+    kw = dict(card_bytes=80 * GIB, mem_fraction_static=0.9, tp_size=1, target_weight_bytes=8 * GIB,
+              drafter_weight_bytes=0)
+    assert plan_replica("r", target=plain, **kw).pool_bytes - plan_replica("r", target=multimodal, **kw).pool_bytes \
+        in (100 << 20, (100 << 20) + 1)
+
+
+def test_the_context_length_is_read_as_get_context_length_reads_it():
+    assert capacity.context_length({"max_position_embeddings": 4096, "seq_length": 8192}) == 8192  # keys in order
+    assert capacity.context_length({"max_position_embeddings": 4096, "rope_scaling": {"factor": 4.0}}) == 16384
+    # YaRN with an original length, and llama3's, are not multiplied
+    yarn = {"factor": 64.0, "original_max_position_embeddings": 4096}
+    assert capacity.context_length({"max_position_embeddings": 262144, "rope_scaling": yarn}) == 262144
+    assert capacity.context_length({"max_position_embeddings": 8192,
+                                    "rope_scaling": {"factor": 8.0, "rope_type": "llama3"}}) == 8192
+    assert capacity.context_length({}) == 2048
+
+
+def test_an_fa4_drafter_keeps_its_kv_in_the_models_dtype_under_an_fp8_target_cache():
+    assert capacity.draft_kv_cache_dtype("fp8_e4m3", "fa4") == "auto"
+    assert capacity.draft_kv_cache_dtype("fp8_e4m3", "flashinfer") == "fp8_e4m3"
+    assert capacity.draft_kv_cache_dtype("auto", "fa4") == "auto"
+    assert capacity.draft_kv_cache_dtype("auto", "fa4", "fp8_e5m2") == "auto"  # the drafter's own flag, still fa4
+    kimi = config("Kimi-K2.6")
+    args = ["--tp-size", "8", "--kv-cache-dtype", "fp8_e4m3", "--speculative-num-draft-tokens", "8"]
+    plan = lambda backend: capacity.plan_server(  # noqa: E731
+        "r", [*args, "--speculative-draft-attention-backend", backend], card_bytes=180 * GIB, target_config=kimi,
+        target_weight_bytes=595 * 10**9, drafter_config=drafter_config(), drafter_weight_bytes=6 * 10**9)
+    fp8_target = kv_geometry(kimi, 8, "fp8_e4m3").bytes_per_token
+    assert plan("fa4").bytes_per_token == fp8_target + kv_geometry(drafter_config(), 8, "auto").bytes_per_token
+    fp8_drafter = kv_geometry(drafter_config(), 8, "fp8_e4m3").bytes_per_token
+    assert plan("flashinfer").bytes_per_token == fp8_target + fp8_drafter
 
 
 def test_an_fp8_kv_cache_holds_twice_the_tokens():
@@ -196,7 +294,7 @@ def test_preflight_says_how_many_tokens_a_replica_holds_and_refuses_one_below_a_
     problems, said = kv_check("b200_nvlink", snapshots(595, 6), 183359)
     assert problems == [] and said.startswith("KV cache ") and " requests of 8,192 tokens" in said
     problems, said = kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887)
-    assert problems == [] and said.startswith("KV cache 222,")
+    assert problems == [] and said.startswith("KV cache 221,")
     problems, _ = kv_check("rtx_pro_6000_pcie", snapshots(595, 6), 97887,
                            layouts={"kimi_k26_dflash": {"tp_size": 8}})
     (line,) = problems
@@ -293,9 +391,8 @@ def test_a_max_total_tokens_in_the_profiles_flags_caps_the_plan_as_sglang_caps_i
     (line,) = problems  # one full context, 262,144 tokens, is the default floor
     assert "its KV cache holds 100000 tokens" in line
     paged = plan_replica("r", card_bytes=100 * GIB, mem_fraction_static=0.5, tp_size=1, target_weight_bytes=0,
-                         drafter_weight_bytes=0, target=capacity.KVGeometry("gqa", 1000), page_size=64,
-                         reserve_bytes=0)
-    assert paged.tokens == 50 * GIB // 1000 // 64 * 64
+                         drafter_weight_bytes=0, target=capacity.KVGeometry("gqa", 1000), page_size=64)
+    assert paged.tokens == paged.pool_bytes // 1000 // 64 * 64 and paged.tokens % 64 == 0
 
 
 def test_a_hostile_architecture_name_prints_escaped():
@@ -306,3 +403,9 @@ def test_a_hostile_architecture_name_prints_escaped():
                                                 {"architectures": ["Evil\x1b[2JForCausalLM"]})
     _, said = kv_check("b200_nvlink", hostile, 183359)
     assert "\x1b" not in said and "Evil\\x1b[2JForCausalLM" in said
+
+
+def test_a_flag_the_planner_reads_that_is_no_number_is_said_so_not_a_traceback():
+    with pytest.raises(NoRule, match=r"^--page-size 'x': the KV-cache planner reads a number there$"):
+        capacity.plan_server("r", ["--page-size", "x"], card_bytes=80 * GIB, target_config=config("Qwen3-4B"),
+                             target_weight_bytes=8 * 10**9)

@@ -64,11 +64,11 @@ def test_limit_narrows_the_hosts_batched_and_each_run_is_limited_to_its_batch_al
     assert batches(inventory, 1, ["pcie-2"]) == [["pcie-2"]]
     assert batches(inventory, 1, ["gateway"]) == [["pcie-1"], ["gw-1"]]  # a group, as pyinfra matches it
     assert batches(inventory, 1, ["pcie-*"]) == [["pcie-1"], ["pcie-2"]]  # a glob
-    run, runs = rolled(inventory, "--limit", "pcie-*", "--data", "profile=qwen36_ddtree")
+    run, runs = rolled(inventory, "--limit", "pcie-*", "--data", "longest_generation_s=1200")
     assert run.returncode == 0, run.stderr
     # One run per batch, limited to that batch only; the user's other options passed on.
     assert [limits(command) for command in runs] == [["pcie-1"], ["pcie-2"]]
-    assert all(command[-2:] == ["--data", "profile=qwen36_ddtree"] for command in runs)
+    assert all(command[-2:] == ["--data", "longest_generation_s=1200"] for command in runs)
     assert "batch 1/2: pcie-1" in run.stdout and "batch 2/2: pcie-2" in run.stdout
     run, runs = rolled(inventory, "--exclude", "b200-*", "--exclude", "gw-1")
     assert [limits(command) for command in runs] == [["pcie-1"], ["pcie-2"]]

@@ -123,6 +123,20 @@ def test_with_every_host_refused_the_run_still_ends_with_its_summary(tmp_path):
     assert "@local  rtx_pro_6000_pcie" in summary and "failed: @local: ready_timeout_s='abc'" in summary, summary
 
 
+def test_a_deploy_refuses_from_data_what_a_host_serves_pointing_to_the_site(tmp_path):
+    """--data lasts one run: status.py, tests/deployed and the gateways would read the group data's profile after
+    it. Refused per host, in one line each, with -y too (rollout.py's batches are deploys)."""
+    key = "profile"
+    for yes in (False, True):
+        result = dry(tmp_path, "rtx_pro_6000_pcie = [('@local', {})]\n", "--data", f"{key}=qwen36_ddtree", yes=yes)
+        assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]
+        said = [line.strip() for line in result.output.splitlines()
+                if line.strip().startswith("[@local] @local: --data sets")]  # the host's refusal line
+        assert len(said) == 1 and said[0].startswith(f"[@local] @local: --data sets `{key}`, which says what a host "
+                                                     "serves: a deploy's --data lasts one run"), result.output[-3000:]
+        assert "set it in SPECFLEET_SITE/group_data/<group>.py" in said[0]
+
+
 def test_dry_json_carries_each_refusal(tmp_path):
     """pyinfra's --json plan lists an unnamed operation's arguments: the refusal's reason."""
     import json

@@ -22,7 +22,8 @@ startup_delay_s (the weights' load), exit_after_s (the rank-0 scheduler fails), 
 (every batch takes at least that long: a stalled GPU), health_fail (re-read on every health and
 /ready request: 503, as a failed health check, which leaves the server UnHealthy for /ready until a
 health check generates again, as in the real server), metrics_fail (re-read on every /metrics request: 503, a scrape
-target down).
+target down), sized_as ({"target": folder, "drafter": folder}: the checkpoints whose config.json and weights'
+sizes the pool and the request caps are sized for, in place of the lab hub's tiny models: srt/kv_pool.py).
 
 With --nnodes > 1 it holds the multi-node rendezvous first (rendezvous.py). Node ranks >= 1 run
 their schedulers, log and ignore SIGTERM (engine.py:1262-1273), then serve only the dummy health
@@ -106,7 +107,7 @@ def scheduler_config(args, target_config: dict) -> dict:
     return {"algorithm": args.speculative_algorithm, "num_draft_tokens": args.speculative_num_draft_tokens,
             "ddtree_budget": getattr(args, "speculative_ddtree_budget", None), "accept_length": accept,
             "pace": timing,
-            "max_running_requests": args.max_running_requests, "decode_log_interval": args.decode_log_interval,
+            "decode_log_interval": args.decode_log_interval,
             "load_snapshot_publish_interval": args.load_snapshot_publish_interval}
 
 
@@ -120,7 +121,6 @@ class Server:
         self.pace, self.accept_length = config["pace"], config["accept_length"]
         max_total_num_tokens = config["max_total_num_tokens"]
         self.served_model_name = args.served_model_name or args.model_path
-        text_config = target_config.get("text_config", target_config)
         self.model_info = {
             "model_path": args.model_path,
             "tokenizer_path": args.tokenizer_path or args.model_path,
@@ -131,15 +131,15 @@ class Server:
             "tool_call_parser": args.tool_call_parser,
             "reasoning_parser": args.reasoning_parser,
         }
-        self.max_model_len = args.context_length or text_config.get("max_position_embeddings", 4096)
+        self.max_model_len = config["context_len"]
         self.lock = threading.Lock()
         self.verify_calls = self.generated_tokens = 0
         self.accelerator = None
         self.startup_time = time.time()
         # managers/scheduler.py get_init_info, as the tokenizer manager keeps it.
-        context = self.max_model_len
+        self.max_running_requests = config["max_running_requests"]
         self.scheduler_info = {"status": "ready", "max_total_num_tokens": max_total_num_tokens,
-                               "max_req_input_len": min(context - 1, max_total_num_tokens - 1),
+                               "max_req_input_len": config["max_req_input_len"],
                                "startup_time": self.startup_time, "hicache_object_layout": None}
         # The HTTP layer: requests being answered (what uvicorn's shutdown waits for), by endpoint
         # for sglang:http_requests_active, and the open connections with whether one is busy.
@@ -171,7 +171,10 @@ class Server:
         info = {**self.args.resolved_dict(), "launch_command": self.args.launch_command,
                 **self.scheduler_info, "kv_events": None,
                 "startup_time": self.startup_time,
-                "internal_states": [{"avg_spec_accept_length": self.accept_length}],
+                # managers/scheduler_components/internal_state.py: the cap the scheduler sized, beside the
+                # resolved --max-running-requests it may lower.
+                "internal_states": [{"avg_spec_accept_length": self.accept_length,
+                                     "effective_max_running_requests_per_dp": self.max_running_requests}],
                 "version": sglang.__version__, "frontend": "python"}
         info["lab_speed_model"] = speed_model.describe(self.pace, self.accept_length)
         return info
@@ -691,12 +694,12 @@ def main(argv: list[str]) -> None:
     except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")
     config = scheduler_config(args, target_config)
-    draft_config = load_config(args.speculative_draft_model_path) if args.speculative_draft_model_path else None
     try:  # the real scheduler sizes its pool once the weights are loaded, and the server dies of an error there
-        config["max_total_num_tokens"] = kv_pool.max_total_num_tokens(args, target_config, draft_config,
-                                                                      query_gpu()["memory_mib"])
-    except (ValueError, RuntimeError) as exc:
+        sized = kv_pool.startup(args, query_gpu()["memory_mib"])
+    except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")
+    config.update(max_total_num_tokens=sized.max_total_num_tokens, max_running_requests=sized.max_running_requests,
+                  max_req_input_len=sized.max_req_input_len, context_len=sized.context_len)
     # One node: TP rank 0's scheduler holds the TCPStore (srt/distributed.py); several: node 0's dist-init port.
     config["store_port"] = distributed.store_port(args.nccl_port) if args.nnodes == 1 else None
 

@@ -91,9 +91,18 @@ def request(address: str, port: int, method: str, path: str, body: dict | None, 
         connection.close()
 
 
+# What this program reads of a worker in smg's listing: smg 1.13's `status` (ready / not_ready / failed). smg's
+# later source lists `is_healthy` instead, which a sync keyed on `status` would wait on until its timeout.
+SUPPORTED = "smg 1.13 (gateway_requirement smg==1.13.0)"
+
+
 def all_workers(gateway: Gateway) -> list[dict]:
-    """{"id", "url", "status", "model_id"} of every registered worker, sorted by URL."""
+    """{"id", "url", "status", "model_id"} of every registered worker, sorted by URL; exits naming the gateway
+    versions it reads where a worker is listed without a status."""
     workers = gateway.call("GET", "/workers")[1]["workers"]
+    if any("status" not in w for w in workers):
+        raise SystemExit(f"the gateway at {gateway} lists workers without smg 1.13's `status` field: the worker "
+                         f"sync reads {SUPPORTED} alone; pin gateway_requirement to smg==1.13.0")
     return sorted(({k: w.get(k) for k in ("id", "url", "status", "model_id")} for w in workers),
                   key=lambda w: (w["url"], w["model_id"] or ""))
 

@@ -21,6 +21,10 @@ KNOWN_ALGORITHMS = {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "NEXTN",
                     "FROZEN_KV_MTP", "STANDALONE", "NGRAM"}
 DDTREE_TREE_BACKENDS = ("triton",)  # PR #29907 since 93e9850e4: the full-tree verify is triton-only
 DDTREE_BUDGET_RANGE = (1, 1024)
+# arg_groups/overrides.py _MAMBA_RADIX_CACHE_ARCHS and _MAMBA_EXTRA_BUFFER_ARCHS: the hybrid classes among
+# the lab's models (Qwen3.5/3.6, Qwen3-Next) are in both.
+MAMBA_EXTRA_BUFFER_ARCHS = {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+                            "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM"}
 
 
 def visible_gpus(count: int, setting: str | None) -> list[int]:
@@ -69,9 +73,10 @@ def resolve(args, ddtree_build: bool) -> None:
     """Resolve `args` (the parsed namespace) in place, or raise what the real resolution raises."""
     gpu = query_gpu()
     args.device = "cuda"
-    read_config(args.model_path)
+    target = read_config(args.model_path)
     _attention_backend(args, gpu["capability"])
     _speculative(args, ddtree_build)
+    _mamba_radix_cache(args, (target.get("architectures") or [""])[0])
 
 
 def _attention_backend(args, capability: tuple[int, int]) -> None:
@@ -148,6 +153,22 @@ def _ddtree(args, block: int) -> None:
         raise ValueError(f"DDTREE tree mode (budget {budget} > draft tokens - 1 = {block - 1}) needs the target "
                          f"attention backend {', '.join(DDTREE_TREE_BACKENDS)}, not {args.attention_backend}")
     args.disable_overlap_schedule = True  # PR #29907 runs without the overlap scheduler
+
+
+def _mamba_radix_cache(args, architecture: str) -> None:
+    """arg_groups/overrides.py _mamba_radix_cache_resolution (a post-process, after the hooks above): `auto`
+    takes the extra buffer where the overlap scheduler runs or pages hold more than one token and the model
+    and the linear-attention backend (triton) support it, else no buffer without the overlap scheduler."""
+    if architecture not in MAMBA_EXTRA_BUFFER_ARCHS or args.disable_radix_cache:
+        return
+    if args.mamba_radix_cache_strategy == "auto":
+        wants_overlap = not args.disable_overlap_schedule
+        wants_paging = args.page_size is not None and args.page_size > 1
+        if (wants_overlap or wants_paging) and args.linear_attn_backend == "triton":
+            args.mamba_radix_cache_strategy = "extra_buffer"
+        else:
+            args.mamba_radix_cache_strategy = "no_buffer"
+            args.disable_overlap_schedule = True
 
 
 def check(args) -> None:

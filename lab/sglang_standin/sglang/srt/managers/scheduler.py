@@ -37,9 +37,6 @@ from sglang import speed_model
 from sglang.srt.distributed import listen_gloo, listen_store
 from sglang.srt.utils import CachedKnobs, hang, kill_itself_when_parent_died, log, read_knobs, set_process_title
 
-DEFAULT_MAX_RUNNING_REQUESTS = 1024
-
-
 def title(tp_rank: int, tp_size: int) -> str:
     return f"sglang::scheduler_TP{tp_rank}" if tp_size > 1 else "sglang::scheduler"
 
@@ -89,7 +86,7 @@ class Scheduler:
         self.pace = config["pace"]  # speed_model.Pace: this server's step time
         self.speculative = config["algorithm"] is not None
         self.accept_length = config["accept_length"]
-        self.max_running = config["max_running_requests"] or DEFAULT_MAX_RUNNING_REQUESTS
+        self.max_running = config["max_running_requests"]  # srt/kv_pool.py: resolve_max_num_reqs
         self.max_total_num_tokens = config["max_total_num_tokens"]  # srt/kv_pool.py
         self.waiting: collections.deque[Req] = collections.deque()
         self.running: list[Req] = []

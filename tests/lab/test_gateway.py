@@ -142,10 +142,11 @@ def open_ports(source, address: str, ports: list[int]) -> list[int]:
 
 
 def unit_listening_ports(host, unit: str) -> list[int]:
-    """The TCP ports every process of `unit`'s cgroup listens on, whatever the address."""
-    pids, _, sockets = fleet.ssh(host, f"cat $(find /sys/fs/cgroup$(systemctl show -P ControlGroup {unit}) "
-                                       "-name cgroup.procs); echo --; ss -Hltnp").partition("--\n")
-    unit_pids = set(pids.split())
+    """The TCP ports every process of `unit` (ps's unit: its cgroup, in any hierarchy) listens on, whatever
+    the address."""
+    processes, _, sockets = fleet.ssh(host, "ps -e -o pid=,unit=; echo --; ss -Hltnp").partition("--\n")
+    unit_pids = {pid for pid, _, name in (line.strip().partition(" ") for line in processes.splitlines())
+                 if name.strip() == f"{unit}.service"}
     return sorted({int(line.split()[3].rsplit(":", 1)[1]) for line in sockets.splitlines()
                    if unit_pids & set(re.findall(r"pid=(\d+)", line))})
 

@@ -15,6 +15,7 @@ from pyinfra.api import FactBase
 
 from operations import deployment
 from operations.basics import gathering, read_only
+from operations.basics.untrusted import printable
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
 from operations.deployment import roles
@@ -223,8 +224,10 @@ def records(views: list[HostView], seen: dict[str, dict | None], gateways: list[
 
 
 def table(found: list[dict]) -> list[str]:
-    """The records as aligned lines under a header ("-" for what is not known)."""
-    cells = [COLUMNS, *[tuple("-" if value is None else str(value) for value in r.values()) for r in found]]
+    """The records as aligned lines under a header ("-" for what is not known). What a server, a gateway or
+    systemd on the host answered (a version, an accept length, a worker's status) prints escaped
+    (``untrusted.printable``): a hostile server's answer cannot drive the operator's terminal."""
+    cells = [COLUMNS, *[tuple("-" if value is None else printable(value) for value in r.values()) for r in found]]
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]
 

@@ -1,5 +1,7 @@
 """status.py's table from given facts: each host's resolved data and what its host program read."""
 
+import json
+
 from operations import status
 from tests.unit.test_gateway import inventory_host
 
@@ -91,3 +93,20 @@ def test_status_reads_every_fact_of_a_host_in_the_host_state_program():
     for h in inventory:
         view = status.view_of(h, inventory)
         assert all(gathering.answer_of(fact) for fact, _ in status.wanted(view))
+
+
+def test_what_a_server_or_gateway_answered_prints_escaped_never_as_terminal_control():
+    inventory = fleet()
+    views = {h.name: status.view_of(h, inventory) for h in inventory}
+    unit = views["pcie-1"].replicas[0].service_name
+    seen = read(views, [{"url": "http://10.0.0.1:30000", "status": "ready\x1b[2J", "id": "1", "model_id": "kimi"}])
+    seen["pcie-1"]["units"][unit] = running(30000, version="0.5.23\x1b]0;owned\x07", accept_length="3.2\r\x1b[1A",
+                                            since="Tue\u202e 2026")
+    seen["gw-1"]["gateway"]["readiness"] = {"healthy_workers": "1\x1b[31m", "total_workers": "1\n"}
+    found = status.records(list(views.values()), seen, status.memberships(inventory, views, seen))
+    text = "\n".join(status.table(found))
+    assert not any(c in text for c in "\x1b\x07\r\u202e") and len(text.splitlines()) == 1 + len(found)
+    assert "0.5.23\\x1b]0;owned\\x07" in text and "3.2\\r\\x1b[1A" in text and "Tue\\u202e 2026" in text
+    assert "failed (ready\\x1b[2J)" in text and "1\\x1b[31m/1\\n workers healthy" in text
+    # --data json=true: JSON's own escapes (json.dumps writes every control character as \\uXXXX).
+    assert not any(c in json.dumps(found) for c in "\x1b\x07\r\u202e")

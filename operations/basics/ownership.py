@@ -67,6 +67,18 @@ def account_problem(user: str, home: str, existing: dict | None) -> str | None:
             "name a user of the service's own, which the deploy creates")
 
 
+def shared_account(user: str, others: dict[str, str | None]) -> str | None:
+    """Which of `others` (what an account holds -> its name) `user` is, where `user` runs a model's code
+    (a deployment's servers): that code would then hold it too (the download user's token, the build
+    user's builds, the gateway's keys), and ``account_problem`` passes such an account, a system user the
+    deploy made; None when `user` is none of them.
+
+    **Example:** ``shared_account("sglang-download", {"the download user": "sglang-download"})`` is
+    ``"the download user"``.
+    """
+    return next((held for held, other in others.items() if other == user), None)
+
+
 def _own_cache(user: str, home: str) -> StringCommand:
     """The user's `.cache`, made by the user itself in its own home: the confined units name it writable
     (ReadWritePaths), and systemd refuses to start a unit whose writable path is missing (226/NAMESPACE)."""

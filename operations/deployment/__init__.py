@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from operations.basics import knobs
+from operations.basics import knobs, ownership
 from operations.basics.knobs import BadHostData
 from operations.deployment import tuned as tuned_settings
 from operations.gpu import config as gpu_config
@@ -24,6 +24,7 @@ from operations.gpu.config import GpuRuntime
 from operations.gpu.smoke import SmokeTest
 from operations.nodes import group as nodes
 from operations.nodes.group import NodeGroup
+from operations.python import venv
 from operations.server import config as server_config, layout
 from operations.server.config import Engine, Server, ServiceHost
 from operations.weights import config as weights_config
@@ -145,6 +146,7 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
     worker = Host(service=service, gpu=gpu, smoke=smoke, hf_token_env=token_env, min_kv_tokens=min_kv_tokens)
     deployments = tuple(Deployment(host=worker, **fields) for fields in found)
     _together(deployments)
+    _own_users(deployments, getattr(data, "gateway_user", None))
     return worker, deployments
 
 
@@ -192,6 +194,22 @@ def _together(found: tuple[Deployment, ...]) -> None:
             if other[1] != repo.revision:
                 raise BadHostData(f"deployments {other[0]} and {d.name} pin {repo.repo_id} at {other[1]} and "
                                   f"{repo.revision}: a host holds one revision of a repo for its deployments")
+
+
+def _own_users(found: tuple[Deployment, ...], gateway_user: str | None) -> None:
+    """Each deployment's user (the service user, or SERVICE_USER-NAME on a host of several) is none of the
+    host's accounts that hold what its model's code must not reach (``ownership.shared_account``): a
+    deployment named `download` would otherwise run as the download user, the token's owner."""
+    held = {"the download user (the HF token's owner)": found[0].engine.service.download_user if found else None,
+            "the build user (it builds git requirements)": venv.BUILD_USER,
+            "the gateway's user (it reads the gateway's keys)": gateway_user}
+    for d in found:
+        taken = ownership.shared_account(d.engine.user, held)
+        if taken:
+            where, value = (f"deployments[{d.name!r}]['name']", d.name) if d.engine.own_user \
+                else ("service_user", d.engine.user)
+            raise knobs.refused(where, value, "the servers run the model's code, which would hold what that user "
+                                "holds: use another name", wrong=f"makes the servers' user {d.engine.user}, {taken}")
 
 
 def _tuned(host_class: str, profile_name: str, profile: dict, data: Any, drafter_commit: str | None,

@@ -111,3 +111,18 @@ def test_a_deployment_name_that_makes_no_user_name_is_refused_in_one_line_naming
         f"deployments[{name!r}]['name']={name!r} makes the user {user!r}, not a user name ([a-z_][a-z0-9_-], at "
         "most 32): a host of several deployments runs each as SERVICE_USER-NAME: use a name of lower-case letters, "
         "digits and _ (or a shorter service_user)")
+
+
+@pytest.mark.parametrize("data, refusal", [
+    (dict(deployments=[{**TWO[0], "name": "download"}, TWO[1]]),
+     "deployments['download']['name']='download' makes the servers' user sglang-download, the download user"),
+    (dict(service_user="specfleet", deployments=[TWO[0], {**TWO[1], "name": "build"}]),
+     "deployments['build']['name']='build' makes the servers' user specfleet-build, the build user"),
+    (dict(gateway_user="sglang-qwen", deployments=TWO),
+     "deployments['qwen']['name']='qwen' makes the servers' user sglang-qwen, the gateway's user"),
+    (dict(service_user="specfleet-build"), "service_user='specfleet-build' makes the servers' user specfleet-build"),
+])
+def test_no_deployment_runs_as_the_download_build_or_gateway_user(data, refusal):
+    with pytest.raises(BadHostData) as refused:
+        resolve_host(host_data("rtx_pro_6000_pcie", **data), "rtx_pro_6000_pcie")
+    assert str(refused.value).startswith(refusal) and "\n" not in str(refused.value)

@@ -8,6 +8,11 @@ from operations.basics import knobs, network
 from operations.server.config import served_model_name
 
 POLICY = re.compile(r"[a-z_]+")
+# The smg releases whose worker listing the sync reads (host_scripts/gateway_workers.py, SUPPORTED): a pin to
+# another smg release is refused before anything is installed; a path or URL requirement is judged by the
+# listing it answers.
+SMG_PIN = re.compile(r"\s*smg\s*===?\s*(?P<version>[^\s;,]+)\s*$", re.IGNORECASE)
+SUPPORTED_SMG = re.compile(r"1\.13(\.\d+)*")
 ENDPOINT = re.compile(r"/[A-Za-z0-9_./-]*")
 HEALTH_KEYS = ("endpoint", "interval_secs", "timeout_secs", "failure_threshold", "success_threshold")
 
@@ -96,10 +101,15 @@ def resolve(data: Any) -> Gateway:
     def port(name: str) -> int:
         return knobs.integer(name, getattr(data, name), minimum=1, maximum=65535)
 
+    requirement = knobs.requirement("gateway_requirement", data.gateway_requirement,
+                                    "a pip requirement on one line (e.g. smg==1.13.0)")
+    pin = SMG_PIN.match(requirement)
+    if pin and not SUPPORTED_SMG.fullmatch(pin["version"]):
+        raise knobs.refused("gateway_requirement", requirement, "use smg==1.13.0 (the worker sync reads smg "
+                            "1.13's listing; later smg lists no worker `status`)", wrong="is an smg release the sync does not read")
     return Gateway(
         model=served_model_name(data),
-        requirement=knobs.requirement("gateway_requirement", data.gateway_requirement,
-                                      "a pip requirement on one line (e.g. smg==1.13.0)"),
+        requirement=requirement,
         service_name=knobs.matching("gateway_service_name", data.gateway_service_name, knobs.UNIT_NAME,
                                     "a unit name (letters, digits, _.-)"),
         user=knobs.service_account("gateway_user", data.gateway_user),

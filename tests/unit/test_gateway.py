@@ -534,3 +534,51 @@ def test_the_gateways_modules_ask_same_host_loopback_and_urls_of_their_one_defin
                          if isinstance(side, ast.Attribute) and side.attr == "name"]
                 assert not (names and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in compare.ops)), \
                     f"{path.name}:{compare.lineno} compares host names: ask membership.same_host"
+
+
+@pytest.mark.parametrize("pin, refused", [("smg==1.13.0", False), ("smg == 1.13.2", False), ("smg==1.14.0", True),
+                                          ("SMG===2.0.0", True), ("smg>=1.13", False)])
+def test_a_pin_to_an_smg_release_the_worker_sync_does_not_read_is_refused_in_one_line(pin, refused):
+    """The sync reads smg 1.13's worker `status`; a pin to another release would never converge, so it is
+    refused before anything is installed. A range is left to the listing's own check below."""
+    if not refused:
+        assert resolve_gateway(host_data("gateway", gateway_requirement=pin)).requirement == pin
+        return
+    with pytest.raises(BadHostData, match="use smg==1.13.0") as refusal:
+        resolve_gateway(host_data("gateway", gateway_requirement=pin))
+    assert "\n" not in str(refusal.value)
+
+
+def test_a_gateway_listing_workers_without_a_status_stops_the_sync_naming_the_versions_it_reads(tmp_path):
+    """smg's later listing (is_healthy, no status): the host program says which gateway it reads and exits
+    non-zero at once, instead of waiting out its timeout for a status that never comes."""
+    import http.server
+    import threading
+
+    class NewerSmg(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"workers": [{"id": "w1", "url": "http://127.0.0.1:30000", "model_id": "m",
+                                            "is_healthy": True}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NewerSmg)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    key = tmp_path / "admin-key"
+    key.write_text("k" * 32)
+    repo = Path(__file__).resolve().parents[2]
+    script = repo / "operations/gateway/host_scripts/gateway_workers.py"
+    beside = repo / "operations/basics/host_scripts"  # uploaded side by side with it on the host
+    try:
+        done = subprocess.run([sys.executable, str(script), str(server.server_address[1]), str(key), "m", "sync",
+                               "30", "--register", "http://127.0.0.1:30000", "--inventory", "http://127.0.0.1:30000"],
+                              capture_output=True, text=True, timeout=20, env={"PYTHONPATH": str(beside)})
+    finally:
+        server.shutdown()
+    assert done.returncode != 0
+    assert "lists workers without smg 1.13's `status` field" in done.stderr and "smg==1.13.0" in done.stderr

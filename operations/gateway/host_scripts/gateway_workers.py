@@ -85,9 +85,18 @@ def request(address: str, port: int, method: str, path: str, body: dict | None, 
         connection.close()
 
 
+# What this program reads of a worker in smg's listing: smg 1.13's `status` (ready / not_ready / failed). smg's
+# later source lists `is_healthy` instead, which a sync keyed on `status` would wait on until its timeout.
+SUPPORTED = "smg 1.13 (gateway_requirement smg==1.13.0)"
+
+
 def model_workers(gateway: Gateway, model: str) -> dict[str, dict]:
-    """url -> {"id", "url", "status", "model_id"} for the model's registered workers."""
+    """url -> {"id", "url", "status", "model_id"} for the model's registered workers; exits naming the gateway
+    versions it reads where a worker is listed without a status."""
     workers = gateway.call("GET", "/workers")[1]["workers"]
+    if any("status" not in w for w in workers):
+        raise SystemExit(f"the gateway at {gateway} lists workers without smg 1.13's `status` field: the worker "
+                         f"sync reads {SUPPORTED} alone; pin gateway_requirement to smg==1.13.0")
     return {w["url"]: {k: w.get(k) for k in ("id", "url", "status", "model_id")}
             for w in workers if w.get("model_id") == model}
 

@@ -185,7 +185,7 @@ def test_a_roll_through_sudo_restarts_and_a_crash_loop_is_rolled_back(user, box)
     shipped = all_py.read_text()
     all_py.write_text(shipped + "profiles['kimi_k26_dflash']['speculative']['num_draft_tokens'] = 6\n")
     rolled = run(user, "python", "rollout.py", "inventory/ct200.py", "--sudo")
-    assert rolled.returncode == 0 and "rollout: 1 batches done" in rolled.output, rolled.output[-3000:]
+    assert rolled.returncode == 0 and "rollout: 1 batch done" in rolled.output, rolled.output[-3000:]
     assert "--speculative-num-draft-tokens 6" in fleet.ssh(box, f"cat {UNIT}")
     changed = {op for op, (_, success, _, _) in results_table(rolled.output).items() if success != "-"}
     assert {f"Drain {SGLANG_UNIT} from the gateway", f"SGLang service {SGLANG_UNIT}", f"SGLang generates {SGLANG_UNIT}",

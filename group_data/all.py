@@ -65,12 +65,16 @@ profiles = {
             "--trust-remote-code",
             "--page-size", "1",  # DDTree (PR #29907) requires page_size == 1
             "--disable-overlap-schedule",  # and runs without the overlap scheduler
-            # Hybrid model + speculation + radix cache: the maintainers' lazy extra buffer, which holds one
-            # mamba state slot per request and takes the second only at a checkpoint, skipping that
-            # checkpoint when the pool is short instead of competing for it (sgl-project/sglang#27118),
-            # with speculative verify wired in (#30437; 0.5.23 mamba_hook.py names DFlash's verify among
-            # those that take it). A 0.5.23 choice (srt/arg_groups/fields/exec_.py).
-            "--mamba-radix-cache-strategy", "extra_buffer_lazy",
+            # Hybrid model + speculation + radix cache, without the overlap schedule: no_buffer, the engine's
+            # own verdict. The lazy extra buffer asserts at pool sizing, after the weights load, without the
+            # overlap schedule (0.5.23 mem_cache/kv_cache_configurator.py _calculate_mamba_ratio: "Lazy extra
+            # buffer requires overlap schedule"); the non-lazy extra buffer rejects or corrupts drafts under KV
+            # pressure (sgl-project/sglang#36537, open) and takes 4 state slots a request; no_buffer takes 3, so
+            # more requests run at once, and is what `auto` resolves to here (arg_groups/overrides.py: no
+            # overlap, pages of 1). What it gives up: the radix cache keeps a request's state only where it
+            # ends (no_buffer donates its live state: managers/scheduler_components/batch_result_processor.py),
+            # not at the extra buffer's tracked checkpoints, so fewer prefix hits on the hybrid layers.
+            "--mamba-radix-cache-strategy", "no_buffer",
         ],
         env=dict(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN="1"),  # z-lab's Qwen3.6 recipe
         # DDTree is in no SGLang release up to 0.5.23: it lives in open pull request 29907, whose

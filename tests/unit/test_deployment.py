@@ -76,7 +76,7 @@ def test_rendered_command_lines_parse_with_the_real_sglang_0_5_23():
     # The DDTree profile's mamba strategy, alone: one 0.5.23 itself accepts (the DDTree build extends its parser).
     strategy = ["--model-path", "/srv/m", *ddtree[ddtree.index("--mamba-radix-cache-strategy"):][:2]]
     *results, alone = parse_many_with_real_sglang([*kimi, ddtree, strategy])
-    assert alone["ok"] and alone["args"]["mamba_radix_cache_strategy"] == "extra_buffer_lazy", alone.get("stderr")
+    assert alone["ok"] and alone["args"]["mamba_radix_cache_strategy"] == "no_buffer", alone.get("stderr")
     for argv, result in zip(kimi, results):
         assert result["ok"], f"real SGLang 0.5.23 rejects {argv}: {result.get('stderr')}"
         parsed = result["args"]

@@ -7,6 +7,7 @@ The lab's stand-in engine must agree with it, good combinations and bad ones ali
 """
 
 import json
+from dataclasses import replace
 import os
 import runpy
 import subprocess
@@ -66,7 +67,12 @@ OLD_DDTREE = "qwen36_ddtree on b200 with trtllm_mha"
 
 
 def old_ddtree_deployment(repos):
-    return deployment("b200_nvlink", "qwen36_ddtree", repos, attention_backend="trtllm_mha")
+    """trtllm_mha, with a mamba strategy it takes: no_buffer refuses trtllm_mha in resolution (0.5.23
+    arg_groups/mamba_hook.py validate_mamba_no_buffer), a refusal beside the page size this case is about."""
+    d = deployment("b200_nvlink", "qwen36_ddtree", repos, attention_backend="trtllm_mha")
+    args = list(d.engine.extra_args)
+    args[args.index("--mamba-radix-cache-strategy") + 1] = "extra_buffer"
+    return replace(d, engine=replace(d.engine, extra_args=tuple(args)))
 
 
 @pytest.fixture(scope="module")

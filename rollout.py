@@ -151,7 +151,8 @@ def main(argv: list[str]) -> int:
                   flush=True)
             return run.returncode
         print(f"rollout: batch {number}/{len(plan)} done in {time.monotonic() - began:.0f} s", flush=True)
-    print(f"rollout: {len(plan)} batch{'' if len(plan) == 1 else 'es'} done in {time.monotonic() - started:.0f} s", flush=True)
+    batches = "1 batch" if len(plan) == 1 else f"{len(plan)} batches"
+    print(f"rollout: {batches} done in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 
 

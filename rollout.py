@@ -1,7 +1,7 @@
 """Roll deploy.py over a fleet N workers (or node groups) at a time, stopping at the first batch that fails.
 
     python rollout.py inventory/ct200.py                        # one worker at a time
-    python rollout.py inventory/b200.py --batch 2 --data longest_generation_s=1200
+    python rollout.py inventory/b200.py --batch 2 --data profile=qwen36_ddtree
 
 Each batch is one `pyinfra -y INVENTORY deploy.py --limit HOST...` run (pyinfra's --serial is one
 host at a time and --parallel chunks each operation, so neither finishes a batch before the
@@ -151,7 +151,8 @@ def main(argv: list[str]) -> int:
                   flush=True)
             return run.returncode
         print(f"rollout: batch {number}/{len(plan)} done in {time.monotonic() - began:.0f} s", flush=True)
-    print(f"rollout: {len(plan)} batch{'' if len(plan) == 1 else 'es'} done in {time.monotonic() - started:.0f} s", flush=True)
+    batches = "1 batch" if len(plan) == 1 else f"{len(plan)} batches"
+    print(f"rollout: {batches} done in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 
 

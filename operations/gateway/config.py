@@ -106,7 +106,8 @@ def resolve(data: Any) -> Gateway:
     pin = SMG_PIN.match(requirement)
     if pin and not SUPPORTED_SMG.fullmatch(pin["version"]):
         raise knobs.refused("gateway_requirement", requirement, "use smg==1.13.0 (the worker sync reads smg "
-                            "1.13's listing; later smg lists no worker `status`)", wrong="is an smg release the sync does not read")
+                            "1.13's listing; later smg lists no worker `status`)",
+                            wrong="is an smg release the sync does not read")
     return Gateway(
         model=served_model_name(data),
         requirement=requirement,

@@ -1,7 +1,7 @@
 """Roll deploy.py over a fleet N workers (or node groups) at a time, stopping at the first batch that fails.
 
     python rollout.py inventory/ct200.py                        # one worker at a time
-    python rollout.py inventory/b200.py --batch 2 --data profile=qwen36_ddtree
+    python rollout.py inventory/b200.py --batch 2 --data longest_generation_s=1200
 
 Each batch is one `pyinfra -y INVENTORY deploy.py --limit HOST...` run (pyinfra's --serial is one
 host at a time and --parallel chunks each operation, so neither finishes a batch before the

@@ -109,11 +109,12 @@ def kv_tokens(notes: dict) -> str:
 
 
 # Said under the table once any replica's KV figures are in it: what the two figures are, and why an engine
-# may hold more than its plan (capacity.RESERVE_BYTES, an estimate the engine's own figure checks).
+# may hold more than its plan (operations/server/resident.py: what a rank holds before its pool, measured on
+# an H100 and an H200; the lab's stand-in holds none of it, so it sizes a larger pool).
 KV_LEGEND = ("KV tokens: each replica's engine (its max_total_num_tokens) of the deploy's plan (preflight's, "
-             "kept beside its unit). The plan is a floor, so an engine may hold more: it sets aside a 1 GiB "
-             "reserve a GPU for what the engine keeps resident (CUDA context, workspaces); pytest tests/deployed "
-             "fails an engine more than 10% below it.")
+             "kept beside its unit). The plan is a floor, so an engine may hold more: it counts what a GPU holds "
+             "before the pool (CUDA's own memory and context, ~1 GiB), which the lab's stand-in engine does not "
+             "hold; pytest tests/deployed fails an engine more than 10% below it.")
 
 
 def weights_fetched(notes: dict) -> str:

@@ -58,7 +58,7 @@ def test_each_host_gets_one_row_with_class_model_endpoint_gateway_state_and_acce
     assert cells[2][3:] == ["http://10.1.0.7:30000", "behind ct200", "serving DFLASH", "3.1", "2 x - of 1,401,659",
                             "-"]
     assert lines[-1].startswith("KV tokens: each replica's engine (its max_total_num_tokens) of the deploy's plan")
-    assert "1 GiB reserve" in lines[-1] and len(lines) == 5  # said once, under the table
+    assert "before the pool" in lines[-1] and len(lines) == 5  # said once, under the table
     assert cells[3][6:] == ["-", "-", "-"]
     assert cells[3][5] == "failed: b200-b: install_driver='maybe' is not a boolean: use true/false"
     assert len({line.index("kimi-k2.6") for line in lines[1:3]}) == 1  # columns line up

@@ -31,6 +31,7 @@ from tests.helpers import LAB_HOSTS, run_deploy  # noqa: E402
 LONGEST_FIRST = {
     "tests/lab/test_replicas.py": 800,
     "tests/lab/test_gateway.py": 870,
+    "tests/lab/test_profile_switch.py": 400,
     "tests/lab/test_serving_benchmark.py": 650,
     "tests/lab/test_rollout.py": 600,
     "tests/lab/test_first_deploy.py": 500,

@@ -308,7 +308,9 @@ def page() -> str:
              "A knob is set, each layer over the one before: shipped group data (`group_data/<group>.py`), your "
              "site's (`SPECFLEET_SITE/group_data/<group>.py`), an inventory host's data, then `--data key=value`. "
              "A key no knob has, or one set where its layers do not allow, stops the run before anything changes, "
-             "in one line naming it, where it was set and the nearest knob. pyinfra's own keys (`ssh_*`, `_sudo`, "
+             "in one line naming it, where it was set and the nearest knob, once pyinfra has reached a host: pyinfra "
+             "runs deploy.py only for the hosts it connects to, so where none answers it prints its own `Could not "
+             "connect` alone. pyinfra's own keys (`ssh_*`, `_sudo`, "
              "...) are pyinfra's and pass. \"may be set in\": any of those layers, or the ones named. What a host "
              "serves (`profile`, `profiles`, `deployments`, `layouts`) a deploy and rollout.py refuse from `--data`, "
              "which would last one run: status.py, `pytest tests/deployed` and the gateways read the group data.", ""]

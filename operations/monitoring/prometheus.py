@@ -238,11 +238,15 @@ def fresh_scrape_s(monitoring: Monitoring) -> int:
 
 
 def down_targets(found: dict, wanted: list[ScrapeTarget]) -> list[str]:
-    """Each wanted target that Prometheus does not report `up`, with why; empty when all are."""
+    """Each wanted target that Prometheus does not report `up`, with why, and each target it scrapes that is not
+    wanted (a worker that left the inventory or serves another model); empty when the targets are the wanted
+    ones, all up."""
     if not found.get("reachable"):
         return [f"Prometheus does not answer: {printable(found.get('error', ''))}"]
     health = {(t["job"], t["instance"]): t for t in found["targets"]}
-    down = []
+    listed = {(t.job, t.address) for t in wanted}
+    down = [f"{printable(job)} {printable(instance)}: a target no worker of the gateway's model is"
+            for job, instance in sorted(health) if (job, instance) not in listed]
     for target in wanted:
         seen = health.get((target.job, target.address))
         if seen is None:

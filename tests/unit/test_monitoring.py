@@ -4,6 +4,7 @@ commands out; the host script read on real answers of Debian's Prometheus 2.42 (
 import importlib.util
 import json
 import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -99,7 +100,7 @@ def test_prometheus_is_confined_beyond_debians_unit_by_a_drop_in():
         assert f"\n{line}\n" in text, line
 
 
-def test_the_host_script_reads_prometheus_targets_as_prometheus_2_42_answers():
+def test_the_host_script_reads_prometheus_targets_as_prometheus_2_42_answers(monkeypatch, capsys):
     script = host_script()
     answers = {name: json.loads((FIXTURES / f"{name}.json").read_text()) for name in ("targets-all-up", "targets-smg-down")}
 
@@ -132,6 +133,19 @@ def test_the_host_script_reads_prometheus_targets_as_prometheus_2_42_answers():
         "sglang new (10.0.0.9:30000): not a target"]
     assert down_targets({"reachable": False, "error": "connection refused"}, wanted) == [
         "Prometheus does not answer: connection refused"]
+    # A worker that left the gateway's model (another profile) is no target once the deploy is done.
+    assert down_targets(found["targets-all-up"], wanted[1:]) == [
+        "sglang 10.215.1.10:30000: a target no worker of the gateway's model is"]
+
+    # After a reload, Prometheus drops a target a moment later: the wait ends once it is gone.
+    monkeypatch.setattr(script.time, "sleep", lambda seconds: None)
+    dropping = iter([answers["targets-all-up"], {"status": "success", "data": {"activeTargets": [
+        t for t in answers["targets-all-up"]["data"]["activeTargets"] if t["labels"]["job"] == "smg"]}}])
+    script.DIRECT.open = lambda url, timeout: Answer(next(dropping))
+    monkeypatch.setattr(sys, "argv", ["prometheus_targets.py", "127.0.0.1", "9090", "--until-up", "30",
+                                      "smg=127.0.0.1:29000"])
+    script.main()
+    assert [t["job"] for t in json.loads(capsys.readouterr().out)["targets"]] == ["smg"]
 
 
 class RecordingHost(FakeHost):

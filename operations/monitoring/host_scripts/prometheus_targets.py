@@ -3,7 +3,8 @@
     prometheus_targets.py ADDRESS PORT [--fresh SECONDS] [--until-up SECONDS JOB=INSTANCE...]
         prints {"reachable": bool, "targets": [{"job", "instance", "health", "error"}...]}
         --fresh: as scraped after this started (waits up to SECONDS for every target's next scrape)
-        --until-up: once every JOB=INSTANCE is `up`, or when SECONDS have passed
+        --until-up: once the targets are the JOB=INSTANCE listed, every one `up` (a reloaded configuration
+                    drops a target a moment after the reload returns), or when SECONDS have passed
 
 `health` is Prometheus's: `up`, `down`, or `unknown` before the target's first scrape.
 """
@@ -57,7 +58,8 @@ def main() -> None:
     while time.monotonic() < deadline:
         stale = args.fresh and any(t["scraped_at"] < started for t in found["targets"])
         up = {(t["job"], t["instance"]) for t in found["targets"] if t["health"] == "up"}
-        if found["reachable"] and not stale and wanted <= up:
+        listed = {(t["job"], t["instance"]) for t in found["targets"]}
+        if found["reachable"] and not stale and wanted == up == listed:
             break
         time.sleep(1)
         found = targets(args.address, args.port)

@@ -65,13 +65,15 @@ demo-check: venv
 # tests mostly wait on servers, smg's health windows and the stand-in's pace, so they overlap well on two
 # cores: over four workers the processes of a whole run (process accounting, the lab's hosts included) used
 # 29 CPU-min in 24 min, the 2 cores 60% busy; over six they were about 89% busy and pytest took 19 min 41 s
-# and 20 min 47 s against four workers' 23 min 57 s, runs from fresh clones one after the other on this machine. The files
+# and 20 min 47 s against four workers' 23 min 57 s, runs from fresh clones one after the other on this machine;
+# with the suite grown to 1,765 tests, six workers' make test took 22 min 38 s and eight's 21 min 27 s, one run after
+# the other on one tree. The files
 # go out in the order tests/conftest.py gives them, the longest first (xdist's own reorder would put the files with the
 # most tests first: the unit tests, leaving the long lab modules for the end). Then the lab's lifecycle tests,
 # which tear the first lab down, while the other labs are torn down beside them; every lab is torn down
 # whatever the outcome. No site directory: the suite tests the shipped data. The 40 slowest steps (a module's lab boot shows as its first test's setup) are what
 # LONGEST_FIRST in tests/conftest.py is measured from.
-WORKERS ?= 6
+WORKERS ?= 8
 test: deps venv
 	SPECFLEET_SITE= $(PY) -m pytest tests --lab -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not lab_lifecycle" --durations=40; rc=$$?; \
 	SPECFLEET_SITE= $(PY) -m pytest tests/lab_code -m lab_lifecycle & lifecycle=$$!; \

@@ -35,7 +35,7 @@ LONGEST_FIRST = {
     "tests/lab/test_serving_benchmark.py": 650,
     "tests/lab/test_rollout.py": 600,
     "tests/lab/test_first_deploy.py": 500,
-    "tests/lab/test_bench_replicas.py": 500,
+    "tests/lab/test_bench_replicas.py": 150,
     "tests/lab/test_real_path.py": 380,
     "tests/lab/test_revisions.py": 250,
     "tests/faults/test_service_faults.py": 320,

@@ -8,6 +8,7 @@ import re
 import shlex
 import signal
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -21,8 +22,9 @@ from tests.unit.group_data import host_data
 pytestmark = pytest.mark.lab
 
 
-def run_bench(host, *data: str, inventory: str = LAB_INVENTORY) -> subprocess.CompletedProcess:
-    command = [str(PYINFRA), "-y", inventory, "bench.py", "--limit", host.name,
+def run_bench(host, *data: str, inventory: str = LAB_INVENTORY, group_data: Path | None = None) -> subprocess.CompletedProcess:
+    extra = ["--group-data", str(group_data)] if group_data else []
+    command = [str(PYINFRA), "-y", *extra, inventory, "bench.py", "--limit", host.name,
                *(arg for item in data for arg in ("--data", item))]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     result.output = result.stdout + result.stderr

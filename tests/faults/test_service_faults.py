@@ -4,6 +4,7 @@ during a long generation."""
 import json
 import threading
 import time
+from datetime import datetime, timezone
 
 import pytest
 
@@ -85,17 +86,22 @@ def test_killed_server_is_restarted_by_systemd(deployed_lab, b200_host, victim):
     restarts = int(fleet.ssh(host, f"systemctl show -p NRestarts --value {SGLANG_UNIT}"))
     restart_sec = float(fleet.ssh(host, f"systemctl show -p RestartUSec --value {SGLANG_UNIT}").strip().rstrip("s"))
     killed = time.monotonic()
-    fleet.ssh(host, f"kill -9 {target}")
+    # The kill and the restart by the host's own clock: systemd's start of the new main process is what the
+    # unit promises (its RestartSec); the stand-in's start after it is the machine's load.
+    killed_at = float(fleet.ssh(host, f"date -u +%s.%N; kill -9 {target}").split()[0])
     wait_for(lambda: http_status(host) != 200, 10, 0.1, "the server to go down")
     wait_for(lambda: http_status(host) == 200, 60, 0.2, "/health_generate to answer again")
     recovered = time.monotonic() - killed
     assert int(fleet.ssh(host, f"systemctl show -p NRestarts --value {SGLANG_UNIT}")) == restarts + 1
     assert main_pid(host).split()[0] != launcher
     assert server_info(host)["speculative_algorithm"] == "DFLASH"
-    # Restart delay plus a start of the stand-in (about a second) plus polling slack.
-    assert recovered < restart_sec + 8, f"recovered after {recovered:.1f}s"
+    started = fleet.ssh(host, f"systemctl show --timestamp=us+utc -p ExecMainStartTimestamp --value {SGLANG_UNIT}")
+    restarted_after = datetime.strptime(started.strip(), "%a %Y-%m-%d %H:%M:%S.%f %Z").replace(
+        tzinfo=timezone.utc).timestamp() - killed_at
+    # RestartSec, then systemd's start: a few seconds of slack for a loaded machine's scheduling.
+    assert restart_sec <= restarted_after < restart_sec + 5, f"restarted {restarted_after:.1f} s after the kill"
     record(f"server crash (kill -9 {victim})", result="restarted by systemd",
-           recovered_s=round(recovered, 1), restart_sec=restart_sec)
+           recovered_s=round(recovered, 1), restarted_after_s=round(restarted_after, 1), restart_sec=restart_sec)
 
 
 def test_crash_looping_server_fails_readiness_within_a_minute_and_is_rolled_back(deployed_lab, pcie_host, tmp_path):

@@ -66,7 +66,8 @@ demo-check: venv
 # cores: over four workers the processes of a whole run (process accounting, the lab's hosts included) used
 # 29 CPU-min in 24 min, the 2 cores 60% busy; over six they were about 89% busy and pytest took 19 min 41 s
 # and 20 min 47 s against four workers' 23 min 57 s, runs from fresh clones one after the other on this machine;
-# with the suite grown to 1,765 tests, pytest took 22 min 38 s over six workers and 21 min 1 s over eight, one run after
+# with the suite grown to 1,765 tests, pytest took 22 min 38 s over six workers and 21 min 1 s over eight (22 min 52 s
+# in a later run of eight), one run after
 # the other on one tree. The files
 # go out in the order tests/conftest.py gives them, the longest first (xdist's own reorder would put the files with the
 # most tests first: the unit tests, leaving the long lab modules for the end). Then the lab's lifecycle tests,

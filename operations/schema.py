@@ -34,7 +34,7 @@ class Knob:
     layers: tuple[str, ...] = LAYERS
     group: str = "all"  # the group file whose value is the default (group_data/<group>.py); "bench": plan.DEFAULTS
     subject: str = "deployment"  # the section of the reference page
-    serves: bool = False  # it says what a host serves: a deploy refuses it from --data (``check_deploy_data``)
+    serves: bool = False  # it says what a host serves: a deploy refuses it from --data (``deploy_data_refused``)
 
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"

@@ -7,7 +7,7 @@ one place these figures live (the planner, operations/server/capacity.py, and th
 
 MIB = 1 << 20
 
-# What a GPU holds outside the KV pool's reach, per GPU (the one place these figures live). Measured on a real
+# What a GPU holds outside the KV pool's reach, per GPU. Measured on a real
 # H100 80GB HBM3 and a real H200 (driver 580.159.04, torch 2.11.0+cu130, NCCL 2.28.9, one GPU each, 2026-12-07):
 # - CUDA's total (torch.cuda.mem_get_info, what SGLang reads) is below nvidia-smi's memory.total (what the host's
 #   facts give as card_bytes) by 480 MiB on the H100 (81,079 of 81,559) and 615 MiB on the H200 (143,156 of

@@ -222,12 +222,11 @@ def test_a_switched_revision_keeps_the_previous_one_and_a_second_run_changes_not
     host = qwen_host
     old_dir, _ = loaded_hashes(host, FIRST)
     new_commit = json.loads((HUB_STORE / "models" / QWEN_RETRAINED / "manifest.json").read_text())["sha"]
-    retrained = write_group_data(tmp_path, "lab", (
+    retrained = serving("qwen36_ddtree", write_group_data(tmp_path, "lab", (
         "mirrors = copy.deepcopy(base['mirrors'])\n"
-        f"mirrors['repos']['Qwen/Qwen3.6-27B'] = '{QWEN_RETRAINED}@{new_commit}'\n"))
+        f"mirrors['repos']['Qwen/Qwen3.6-27B'] = '{QWEN_RETRAINED}@{new_commit}'\n")))
     fleet.ssh(host, f"runuser -u sglang-download -- rm -rf {old_dir.rsplit('/', 1)[0]}/{new_commit}")  # an earlier test's
     mark = len(read_request_log(HUB_STATE))
-    serving("qwen36_ddtree", retrained)
     switched = run_deploy("--limit", host.name, group_data=retrained)
     assert switched.returncode == 0, switched.output[-3000:]
     fetched = {r["path"].rsplit("/", 1)[1] for r in read_request_log(HUB_STATE)[mark:]

@@ -18,13 +18,13 @@ from typing import Any
 
 from operations.basics import knobs, ownership
 from operations.basics.knobs import BadHostData
-from operations.deployment import site, tuned as tuned_settings
+from operations.deployment import site_data, tuned as tuned_settings
 from operations.gpu import config as gpu_config
 from operations.gpu.config import GpuRuntime
 from operations.gpu.smoke import SmokeTest
 from operations.nodes import group as nodes
 from operations.nodes.group import NodeGroup
-from operations.python import venv
+from operations.python import virtualenvs
 from operations.server import config as server_config, layout
 from operations.server.config import Engine, Server, ServiceHost
 from operations.weights import config as weights_config
@@ -108,7 +108,7 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
     revision per repo, one environment); `node_members`: its node group's hosts (`nodes.members(inventory,
     host)`), if it is in one; `tuned`: per profile, settings to serve in place of its tuned file's (a
     tuner's candidate, tuning/candidates.py)."""
-    data = site.class_data(data, host_class)
+    data = site_data.class_data(data, host_class)
     listed = entries(data)
     if getattr(data, "node_group", None) is not None and getattr(data, "deployments", None) is not None:
         raise BadHostData("deployments and node_group are not accepted together: a host of a node group serves "
@@ -192,7 +192,7 @@ def _own_users(found: tuple[Deployment, ...], gateway_user: str | None) -> None:
     host's accounts that hold what its model's code must not reach (``ownership.shared_account``): a
     deployment named `download` would otherwise run as the download user, the token's owner."""
     held = {"the download user (the HF token's owner)": found[0].engine.service.download_user if found else None,
-            "the build user (it builds git requirements)": venv.BUILD_USER,
+            "the build user (it builds git requirements)": virtualenvs.BUILD_USER,
             "the gateway's user (it reads the gateway's keys)": gateway_user}
     for d in found:
         taken = ownership.shared_account(d.engine.user, held)
@@ -278,8 +278,8 @@ def at_commits(deployment: Deployment, commits: dict[str, str]) -> Deployment:
 
 
 def host_class_of(group_names) -> str:
-    """The one class group (group_data/<class>.py, site.host_classes) an inventory puts a host in."""
-    known = site.host_classes()
+    """The one class group (group_data/<class>.py, site_data.host_classes) an inventory puts a host in."""
+    known = site_data.host_classes()
     classes = sorted({name for name in group_names if name in known})
     if len(classes) != 1:
         groups = ", ".join(sorted({name for name in group_names if name != "all"})) or "none but all"

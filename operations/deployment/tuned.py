@@ -96,7 +96,7 @@ def settings(where: Path, values) -> dict:
 
 
 def read(data_tuned, profile: str) -> Tuned | None:
-    """The tuned file of `profile` (group data `tuned`, site.tuned's), checked; None where the site holds none."""
+    """The tuned file of `profile` (group data `tuned`, site_data.tuned's), checked; None where the site holds none."""
     entry = (data_tuned or {}).get(profile)
     if entry is None:
         return None

@@ -19,7 +19,7 @@ from operations.basics.failing import fail_host
 from operations.basics.file_states import sha1_of
 from operations.basics.host_programs import HOST_SCRIPTS, inline
 from operations.basics.units import ServiceState, any_change
-from operations.python.venv import VenvRequirement, fingerprint
+from operations.python.virtualenvs import VenvRequirement, fingerprint
 from operations.server.checks import refused_flags
 from operations.server.config import Engine, Server, ServiceHost
 from operations.server.flags import server_args

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from operations.basics.knobs import BadHostData
-from operations.deployment import at_commits, resolve, site
+from operations.deployment import at_commits, resolve, site_data
 from operations.server.flags import server_args
 from operations.server.unit import inputs
 from tests.unit.group_data import host_data
@@ -69,7 +69,7 @@ def test_a_tuned_file_names_a_drafter_exactly_where_its_profile_has_one(site_dir
         path.write_text(json.dumps({"settings": pick, "measured_with": measured_with}))
         profile = autoregressive(speculative=dict(algorithm="DFLASH", num_draft_tokens=16),
                                  drafter=dict(repo="z-lab/Qwen3.6-27B-DFlash", revision=drafter_commit))
-        return resolve(with_profile("p", profile, tuned=site.tuned(f"group_data/{HOST_CLASS}.py")), HOST_CLASS)
+        return resolve(with_profile("p", profile, tuned=site_data.tuned(f"group_data/{HOST_CLASS}.py")), HOST_CLASS)
 
     applied = deployed({"sglang": SGLANG_PIN, "drafter": "d" * 40, "prompts": prompts}, "d" * 40)
     assert applied.tuned.applied and applied.engine.tp_size == 2

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from operations.basics.knobs import BadHostData
-from operations.deployment import resolve_worker, site
+from operations.deployment import resolve_worker, site_data
 from operations.gateway.config import resolve as resolve_gateway
 from operations.nodes.group import members
 from operations.server import sandbox, unit
@@ -52,7 +52,7 @@ def rendered_host(data, host_class: str, node_members=None) -> str:
 
 def cases() -> dict[str, str]:
     found = {}
-    for host_class in site.host_classes():
+    for host_class in site_data.host_classes():
         for profile in _profiles():
             found[f"{host_class}-{profile}"] = rendered_host(host_data(host_class, profile=profile), host_class)
     found["rtx_pro_6000_pcie-several"] = rendered_host(host_data("rtx_pro_6000_pcie", deployments=SEVERAL),

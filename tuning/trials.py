@@ -185,7 +185,7 @@ def _kept(host, d: Deployment, result: search.Result, plan: TunePlan, out, stand
         return False
     pick = result.winner[0]
     path = site_data.tuned_path(d.engine.host_class, d.engine.profile_name)
-    measured_with = {"sglang": sglang_build(d.engine.sglang_requirement), "drafter": d.weights.drafter.commit,
+    measured_with = {**tuned.deployed_with(sglang_build(d.engine.sglang_requirement), d.weights.drafter),
                      "prompts": plan.prompts_digest}
     try:
         site_data.write_tuned(path, tuned.document(path, pick.settings, measured_with,

@@ -29,8 +29,11 @@ def product_files() -> dict[str, Path]:
 
 
 def controller_files() -> dict[str, Path]:
-    """The product's modules and what sits on top of them: the tools, the group data and the inventories."""
-    return {**product_files(), **{module_name(path): path for top in ON_TOP for path in (REPO / top).rglob("*.py")}}
+    """The product's modules, the host programs (the controller imports some: ownership's account mark, the
+    engine's answers), and what sits on top of them: the tools, the group data and the inventories."""
+    programs = {module_name(path): path for path in (REPO / "operations").glob("*/host_scripts/*.py")}
+    on_top = {module_name(path): path for top in ON_TOP for path in (REPO / top).rglob("*.py")}
+    return {**product_files(), **programs, **on_top}
 
 
 def imported(path: Path, modules: set[str]) -> set[str]:
@@ -171,6 +174,7 @@ def against_the_layers(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
 def test_every_import_runs_down_the_layers():
     edges = graph()
     assert {"pin", "uninstall", "tools.gpu.classify", "group_data.all", "inventory.b200"} <= set(edges)
+    assert "operations.basics.host_scripts.owned_sockets" in edges["operations.basics.network"]
     assert {name for name in edges if layer(name) is None} == set()  # every package placed
     assert against_the_layers(edges) == STILL_AGAINST
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from operations import schema
 from operations.basics import knobs
 from operations.basics.knobs import BadHostData
-from operations.deployment import site
+from operations.deployment import site_data
 from serving_benchmark.plan import Plan
 from serving_benchmark.plan import plan as bench_plan
 from tuning import search
@@ -58,8 +58,8 @@ def plan(data) -> TunePlan:
     how = str(schema.value(data, "search"))
     if how not in search.SEARCHES:
         raise knobs.refused("search", how, f"use one of {', '.join(search.SEARCHES)}")
-    where = site.directory()
+    where = site_data.directory()
     if where is None:
-        raise BadHostData(f"tune.py writes its pick to SITE/tuned/CLASS/PROFILE.json: export {site.SITE_ENV}=DIR "
+        raise BadHostData(f"tune.py writes its pick to SITE/tuned/CLASS/PROFILE.json: export {site_data.SITE_ENV}=DIR "
                           "(your site directory, outside this checkout)")
     return TunePlan(bench=bench, objective=goal, search=how, site=where)

@@ -14,7 +14,7 @@ from operations.basics import knobs, network
 from operations.nodes.group import NodeGroup
 from operations.python.pinned import fingerprint
 from operations.server.layout import Layout, unit_name
-from operations.server.speculative import Speculative, drafting, settings
+from operations.server.speculative import Speculative, autoregressive, drafting, settings
 
 # What SGLang 0.5.23 takes to end once nothing is in flight after SIGTERM: up to 5 s to notice it
 # (its drain loop polls every 5 s), one more 5 s poll, up to 15 s for the schedulers to leave after
@@ -150,7 +150,7 @@ class Engine:
     host_class: str
     served_model_name: str
     model_dir: str  # the target's weights directory
-    draft_model_dir: str  # the drafter's
+    draft_model_dir: str | None  # the drafter's; None: its algorithm drafts without one (AR among them)
     sglang_requirement: str
     sglang_version: str
     venv_name: str  # its SGLang virtualenv, under install_dir (one per SGLang build: `venv_name`)
@@ -300,6 +300,8 @@ def sglang_build(requirement: str) -> str:
 
 
 def _speculative(profile_name: str, values: Any) -> Speculative:
+    if values is None:  # a profile without `speculative` serves autoregressively
+        return autoregressive()
     optional = settings()
     if not isinstance(values, dict) or set(values) - {"algorithm", "num_draft_tokens", *optional} \
             or "algorithm" not in values or "num_draft_tokens" not in values:
@@ -362,11 +364,24 @@ def ports(data: Any) -> tuple[int, int]:
     return schema.value(data, "port"), schema.value(data, "nccl_port")
 
 
+def speculative_of(profile_name: str, profile: dict) -> Speculative:
+    """A profile's speculative settings (none: AR), checked, and its drafter with them: named where its
+    algorithm drafts with one, absent where it does not (AR, a model's own draft layers)."""
+    spec = _speculative(profile_name, profile.get("speculative"))
+    if spec.entry.drafter and "drafter" not in profile:
+        raise knobs.refused(f"profiles[{profile_name!r}]['drafter']", None, f"{spec.algorithm} drafts with a "
+                            "separate drafter: name it, drafter=dict(repo=..., revision=...)", wrong="is missing")
+    if not spec.entry.drafter and "drafter" in profile:
+        raise knobs.refused(f"profiles[{profile_name!r}]['drafter']", profile["drafter"], f"{spec.algorithm} "
+                            "loads no separate drafter: remove it", wrong="is not used")
+    return spec
+
+
 def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, profile: dict, deployment: str,
-           weights: tuple[str, str], plan: Layout, group: NodeGroup | None, after_fabric_manager: bool,
+           weights: tuple[str, str | None], plan: Layout, group: NodeGroup | None, after_fabric_manager: bool,
            user: str) -> Engine:
     """What the servers of `profile` on a host of `host_class` run, one a replica of `plan` (its GPUs, ports
-    and TP size), loading `weights` (the target's and the drafter's directories); `group`: the node group
+    and TP size), loading `weights` (the target's and the drafter's directories, None without a drafter); `group`: the node group
     this host is part of; `user`: who its servers run as (`deployment_user`). A bad value raises
     BadHostData."""
     tuning = data.sglang_tuning
@@ -402,7 +417,7 @@ def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, 
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
                                       "a version like 0.5.23"),
         venv_name=venv_name(requirement, service.pip_index_url),
-        speculative=_speculative(profile_name, profile["speculative"]),
+        speculative=speculative_of(profile_name, profile),
         attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
         draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,
                                                "an SGLang backend name"),

@@ -31,6 +31,9 @@ class Algorithm:
 
     name: str  # SGLang's --speculative-algorithm; the bench's mode is its lower case
     drafts: bool = True  # False: autoregressive, no speculative flag at all
+    # Whether it drafts with a separate drafter repo (--speculative-draft-model-path), which its profile
+    # names, its host fetches and its tuned file is measured with; False: AR, or a model's own draft layers.
+    drafter: bool = True
     # The draft-token counts a tuner tries, those at most the drafter's block size (the profile's
     # num_draft_tokens, which is always tried); () tries the block size alone.
     draft_lengths: tuple[int, ...] = ()
@@ -112,7 +115,7 @@ class Algorithm:
         return problems
 
 
-AR = Algorithm("AR", drafts=False)
+AR = Algorithm("AR", drafts=False, drafter=False)
 # DFlash verifies one block of draft tokens a step; fewer than the drafter's block verify less per step,
 # which pays at high concurrency, where verification competes with other requests for the GPU (TRT-LLM's
 # DFlash config schedules its draft length by concurrency). Whether an SGLang build accepts a count
@@ -151,6 +154,11 @@ def settings() -> dict[str, Setting]:
     return {key: s for a in ALGORITHMS.values() for key, s in a.settings.items()}
 
 
+def autoregressive() -> "Speculative":
+    """What a profile without `speculative` serves: AR, one token a target pass."""
+    return Speculative(AR.name, 1)
+
+
 def of_mode(mode: str) -> Algorithm:
     """The algorithm the bench serves as `mode` ("ar", "dflash", ...)."""
     return next(a for a in ALGORITHMS.values() if a.mode == mode)
@@ -173,12 +181,14 @@ class Speculative:
         """Its tree setting's value (DDTree's budget), None when unset or the algorithm has none."""
         return self.values.get(self.entry.tree) if self.entry.tree else None
 
-    def flags(self, draft_model_dir: str, draft_backend: str) -> list[str]:
-        """Its SGLang flags (the newest spellings; flags.spell renders them for a version)."""
+    def flags(self, draft_model_dir: str | None, draft_backend: str) -> list[str]:
+        """Its SGLang flags (the newest spellings; flags.spell renders them for a version); `draft_model_dir`:
+        the drafter's weights, None for an algorithm without a drafter."""
         if not self.entry.drafts:
             return []
         table = settings()
-        return ["--speculative-algorithm", self.algorithm, "--speculative-draft-model-path", draft_model_dir,
+        drafter = ["--speculative-draft-model-path", draft_model_dir] if self.entry.drafter else []
+        return ["--speculative-algorithm", self.algorithm, *drafter,
                 "--speculative-num-draft-tokens", str(self.num_draft_tokens),
                 "--speculative-draft-attention-backend", draft_backend,
                 *(arg for key, s in table.items() if key in self.values for arg in (s.flag, str(self.values[key])))]

@@ -14,7 +14,7 @@ from typing import Any
 from operations import schema
 from operations.basics import knobs
 
-ROLES = ("target", "drafter")
+ROLES = ("target", "drafter")  # a profile names a drafter where its algorithm drafts with one
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Repo:
 class Weights:
     """The repos one host fetches and the settings of their downloads."""
 
-    repos: tuple[Repo, ...]  # in ROLES order
+    repos: tuple[Repo, ...]  # in ROLES order, those its profile names
     hf_endpoint: str | None  # None: the public hub
     hf_token_env: str  # the controller's variable holding the token (else its huggingface_hub token file)
     owner: str  # the download user: it owns the weights and the token, and runs the downloads
@@ -68,8 +68,14 @@ class Weights:
         return self.repo("target")
 
     @property
-    def drafter(self) -> Repo:
-        return self.repo("drafter")
+    def drafter(self) -> Repo | None:
+        """The drafter's repo; None where the profile's algorithm drafts without one (AR among them)."""
+        return next((repo for repo in self.repos if repo.role == "drafter"), None)
+
+    @property
+    def local_dirs(self) -> tuple[str, str | None]:
+        """The target's and the drafter's revision directories (None without a drafter): what a server loads."""
+        return self.target.local_dir, self.drafter.local_dir if self.drafter else None
 
     @property
     def commits(self) -> dict[str, str]:
@@ -127,7 +133,7 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_to
                     revision if knobs.COMMIT.fullmatch(revision) else None)
 
     return Weights(
-        repos=tuple(repo(role) for role in ROLES),
+        repos=tuple(repo(role) for role in ROLES if role in profile),
         hf_endpoint=knobs.url_over_https("hf_endpoint", data.hf_endpoint, "allow_http_hub", data.allow_http_hub,
                                          "the token travels in clear; whoever is on the path serves the weights "
                                          "and the hashes they are checked against"),

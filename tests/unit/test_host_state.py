@@ -24,7 +24,7 @@ from operations.deployment.preflight import LoginUser
 from operations.server.readiness import ServerProbe
 from operations.basics.file_states import UserFileStates
 from operations.basics.units import ServiceState
-from operations.python.venv import MARKER, VenvRequirement, VenvsUsed
+from operations.python.virtualenvs import MARKER, VenvRequirement, VenvsUsed
 from tests.gpu_standin_env import gpu_standin_env
 from tests.helpers import host_programs_importable
 
@@ -230,7 +230,7 @@ def test_a_no_op_host_program_imports_no_module_its_answers_leave_unused(tmp_pat
     """A probe of a loopback port and a current python3's HostPython import neither the idna codec (a str
     host to getaddrinfo) nor urllib.request: together 23 ms of a lab host's program, which runs on every
     no-op, and the probe is its longest part."""
-    from operations.python.venv import HostPython
+    from operations.python.virtualenvs import HostPython
     probe = dict(install_dir=str(tmp_path), port=9, model="m", key_file=str(tmp_path / "key"), service_user="root")
     requests = json.dumps(gathering.encoded([(ServerProbe, probe), (HostPython, dict(uv=str(tmp_path / "uv")))]),
                           sort_keys=True)

@@ -151,10 +151,6 @@ LAYERS = (
     (*(Path(name).stem for name in ENTRY_POINTS), *ON_TOP),
 )
 
-# Arrows against the floors still in the code, let through by name (the test below fails once one is gone, so
-# that its entry goes too): the knob table's docs generator reads the bench's defaults until it is a tool.
-STILL_AGAINST = {("operations.schema", "serving_benchmark.plan")}
-
 
 def layer(module: str) -> int | None:
     """The index in LAYERS of `module`'s package; None outside them."""
@@ -176,7 +172,7 @@ def test_every_import_runs_down_the_layers():
     assert {"pin", "uninstall", "tools.gpu.classify", "group_data.all", "inventory.b200"} <= set(edges)
     assert "operations.basics.host_scripts.owned_sockets" in edges["operations.basics.network"]
     assert {name for name in edges if layer(name) is None} == set()  # every package placed
-    assert against_the_layers(edges) == STILL_AGAINST
+    assert against_the_layers(edges) == set()
 
 
 def test_the_layer_check_sees_an_arrow_upwards():

@@ -55,7 +55,6 @@ def cases() -> dict[str, str]:
     for host_class in site_data.host_classes():
         for profile in _profiles():
             found[f"{host_class}-{profile}"] = rendered_host(host_data(host_class, profile=profile), host_class)
-        found[f"{host_class}-lab"] = rendered_host(host_data(host_class, lab=True), host_class)
     found["rtx_pro_6000_pcie-several"] = rendered_host(host_data("rtx_pro_6000_pcie", deployments=SEVERAL),
                                                        "rtx_pro_6000_pcie")
     group = {"kimi-tp16": dict(tp_size=16, dist_init_port=25000, socket_ifname="ens1f0")}

@@ -49,6 +49,8 @@ class Knob:
     parse: Callable[[str, Any], Any] | None = None
     default: Any = None  # the value where the data has none, for a knob no group file sets (group "")
     refused_by: str = ""  # a retired knob: the subject that refuses it, saying `help` (what replaced it)
+    # A URL knob: the boolean knob that trusts it over plain HTTP, and what then travels unprotected.
+    https_unless: tuple[str, str] = ()
 
 
 def _integer(minimum: int, maximum: int | None = None) -> Callable[[str, Any], int]:
@@ -92,7 +94,9 @@ KNOBS = (
     Knob("allow_branch_revisions", "boolean", "a revision that is a branch only warns (the weights follow it)",
          parse=knobs.boolean),
     # Weights.
-    Knob("hf_endpoint", "URL or None", "the Hugging Face hub to use; None: the public hub", subject="weights"),
+    Knob("hf_endpoint", "URL or None", "the Hugging Face hub to use; None: the public hub", subject="weights",
+         https_unless=("allow_http_hub", "the token travels in clear; whoever is on the path serves the weights and "
+                       "the hashes they are checked against")),
     Knob("allow_http_hub", "boolean", "accept a plain-HTTP hf_endpoint (the token then travels in clear)",
          subject="weights", parse=knobs.boolean),
     Knob("hf_token_env", "variable name", "the controller's variable holding the HF token", subject="weights",
@@ -112,7 +116,8 @@ KNOBS = (
          subject="server", parse=_VARIABLE),
     Knob("remove_api_key", "boolean", "remove a key left on the host when none is set", subject="server",
          parse=knobs.boolean),
-    Knob("pip_index_url", "URL or None", "the package index; None: PyPI", subject="server"),
+    Knob("pip_index_url", "URL or None", "the package index; None: PyPI", subject="server",
+         https_unless=("allow_http_index", "whoever is on the path serves the packages uv installs as root")),
     Knob("allow_http_index", "boolean", "accept a plain-HTTP pip_index_url (its packages then unchecked in transit)",
          subject="server", parse=knobs.boolean),
     Knob("service_name", "unit name", "each replica's unit is SERVICE_NAME@DEPLOYMENT-gpuGPUS", subject="server",
@@ -147,7 +152,8 @@ KNOBS = (
          subject="gpu", parse=knobs.boolean),
     Knob("driver_branch", "version", "the NVIDIA driver branch install_driver installs", subject="gpu",
          parse=_integer(1)),
-    Knob("nvidia_repo_url", "URL", "NVIDIA's apt repositories (driver, fabric manager, nvlsm)", subject="gpu"),
+    Knob("nvidia_repo_url", "URL", "NVIDIA's apt repositories (driver, fabric manager, nvlsm)", subject="gpu",
+         https_unless=("allow_http_nvidia_repo", "its keyring, and so every package, can be swapped on the way")),
     Knob("allow_http_nvidia_repo", "boolean", "accept a plain-HTTP nvidia_repo_url", subject="gpu",
          parse=knobs.boolean),
     Knob("gpu_smoke_timeout_s", "seconds", "how long the GPU smoke test's all-reduce may take", subject="gpu",
@@ -256,9 +262,16 @@ def value(data: Any, name: str) -> Any:
     30010
     """
     knob = BY_NAME[name]
-    raw = data.get(name) if callable(getattr(type(data), "get", None)) else getattr(data, name, None)
+    raw = _raw(data, name)
     raw = knob.default if raw is None else raw
+    if knob.https_unless:
+        allow, risk = knob.https_unless
+        return knobs.url_over_https(name, raw, allow, _raw(data, allow), risk)
     return raw if knob.parse is None else knob.parse(name, raw)
+
+
+def _raw(data: Any, name: str) -> Any:
+    return data.get(name) if callable(getattr(type(data), "get", None)) else getattr(data, name, None)
 
 
 def refuse_retired(data: Any, subject: str) -> None:

@@ -132,12 +132,6 @@ def url_over_https(name: str, value: Any, allow_name: str, allow: Any, what: str
     return checked
 
 
-def index_url(data: Any) -> str | None:
-    """The package index uv installs from (`pip_index_url`, the servers' and the gateway's), checked."""
-    return url_over_https("pip_index_url", data.pip_index_url, "allow_http_index", data.allow_http_index,
-                          "whoever is on the path serves the packages uv installs as root")
-
-
 def requirement(name: str, value: Any, accepted: str) -> str:
     """A pip requirement on one line (PEP 508, a path or a URL), with no credentials in its URL."""
     if isinstance(value, str):

@@ -119,7 +119,7 @@ def resolve(data: Any) -> Gateway:
         register_timeout_s=schema.value(data, "gateway_register_timeout_s"),
         install_dir=schema.value(data, "install_dir"),
         config_dir=schema.value(data, "config_dir"),
-        pip_index_url=knobs.index_url(data),
+        pip_index_url=schema.value(data, "pip_index_url"),
         api_key_env=schema.value(data, "api_key_env"),
         admin_key_env=schema.value(data, "gateway_admin_key_env"),
         remove_api_key=schema.value(data, "remove_api_key"),

@@ -76,11 +76,10 @@ def expected_gpus(values: dict) -> GpuExpectations:
     )
 
 
-def repo_url(value: Any, allow_http: Any) -> str:
+def repo_url(data: Any) -> str:
     """NVIDIA's repository URL: https, unless `allow_http_nvidia_repo` trusts a plain-HTTP one (whose
     keyring anyone on the path could swap, and with it every package apt then accepts)."""
-    url = knobs.url_over_https("nvidia_repo_url", value, "allow_http_nvidia_repo", allow_http,
-                               "its keyring, and so every package, can be swapped on the way")
+    url = schema.value(data, "nvidia_repo_url")
     if url is None:
         raise knobs.refused("nvidia_repo_url", None, "use NVIDIA's https://developer.download.nvidia.com/compute/"
                             "cuda/repos or a mirror's https URL")
@@ -94,5 +93,5 @@ def resolve(data: Any, host_class: str) -> GpuRuntime:
         expected=expected_gpus(data.expected_gpus),
         install_driver=schema.value(data, "install_driver"),
         driver_branch=str(schema.value(data, "driver_branch")),
-        nvidia_repo_url=repo_url(data.nvidia_repo_url, data.allow_http_nvidia_repo),
+        nvidia_repo_url=repo_url(data),
     )

@@ -330,7 +330,7 @@ def service_host(data: Any) -> ServiceHost:
         longest_generation_s=schema.value(data, "longest_generation_s"),
         api_key_env=schema.value(data, "api_key_env"),
         remove_api_key=schema.value(data, "remove_api_key"),
-        pip_index_url=knobs.index_url(data),
+        pip_index_url=schema.value(data, "pip_index_url"),
         bind_address=schema.value(data, "bind_address"),
         weights_fanout_port=schema.value(data, "weights_fanout_port"),
         ip_allow=schema.value(data, "server_ip_allow"),

@@ -134,9 +134,7 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_to
 
     return Weights(
         repos=tuple(repo(role) for role in ROLES if role in profile),
-        hf_endpoint=knobs.url_over_https("hf_endpoint", data.hf_endpoint, "allow_http_hub", data.allow_http_hub,
-                                         "the token travels in clear; whoever is on the path serves the weights "
-                                         "and the hashes they are checked against"),
+        hf_endpoint=schema.value(data, "hf_endpoint"),
         hf_token_env=hf_token_env,
         owner=owner,
         reader=reader,

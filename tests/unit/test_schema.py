@@ -99,6 +99,11 @@ def test_a_subject_reads_the_value_its_declaration_parses():
         schema.value({"nccl_port": "80"}, "nccl_port")
     with pytest.raises(schema.knobs.BadHostData, match=r"^prometheus_retention='15m' is not accepted: use a duration"):
         schema.value({"prometheus_retention": "15m"}, "prometheus_retention")
+    # A URL knob is https unless its companion knob trusts plain HTTP.
+    with pytest.raises(schema.knobs.BadHostData, match=r"set allow_http_index=true to trust plain HTTP"):
+        schema.value({"pip_index_url": "http://index.example/simple", "allow_http_index": False}, "pip_index_url")
+    assert schema.value({"pip_index_url": "http://index.example/simple", "allow_http_index": "yes"},
+                        "pip_index_url") == "http://index.example/simple"
 
 
 def test_a_retired_knob_is_declared_once_and_refused_by_its_subject_in_its_words():

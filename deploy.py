@@ -27,7 +27,7 @@ from operations.monitoring.stages import monitoring_deployed
 from operations.nodes import group as nodes, rendezvous
 from operations.server import capacity_record, sandbox, unit
 from operations.server.stages import builds_pruned, server_installed, server_serving
-from operations.weights import revisions, token
+from operations.weights import revisions, hf_token
 from operations.weights.stages import weights_fetched
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
@@ -80,7 +80,7 @@ if deployments and not refused and not any(hub.problems for hub in hubs):
     keys = server_installed(worker.service, tuple(d.engine for d in deployments))
     # A gateway's admin key stays on its host: the gateways' hosts drain and register these replicas.
     drain.no_admin_key(name="No gateway admin key", service=worker.service)
-    token.hf_token(name="Hugging Face token", token_env=worker.hf_token_env, service=worker.service)
+    hf_token.hf_token(name="Hugging Face token", token_env=worker.hf_token_env, service=worker.service)
     # 4. The GPUs run SGLang's collectives before anything long is loaded.
     smoke.allreduce(name="GPU smoke test", smoke=worker.smoke)
     # 5. Weights, pinned and verified, each revision beside the others, fetched by units that survive a

@@ -112,18 +112,18 @@ def main(argv: list[str]) -> int:
 
     sys.path.insert(0, str(REPO))  # inventories and group data import the repository's packages, as pyinfra's CLI does
     importlib.import_module("pyinfra_cli")  # first: it patches the process for gevent, before anything opens SSL
-    from operations.deployment import site
+    from operations.deployment import site_data
     from operations.weights.checks import outage, token_problem
     from operations.weights.hub import HubProblem, commit_of, controller_token, hub_outages, hub_url
 
-    where = site.pins_path()
+    where = site_data.pins_path()
     if where is None:
-        print(f"pin: the pins go to {site.SITE_ENV}/{site.PINS_FILE}, which the deploy reads: export "
-              f"{site.SITE_ENV}=DIR (your site directory, outside this checkout), then re-run", file=sys.stderr)
+        print(f"pin: the pins go to {site_data.SITE_ENV}/{site_data.PINS_FILE}, which the deploy reads: export "
+              f"{site_data.SITE_ENV}=DIR (your site directory, outside this checkout), then re-run", file=sys.stderr)
         return 2
     hosts = inventory_hosts(args.inventory, args.data, args.group_data)
     repos, refs, problems = moving(hosts, args.profile)
-    pins = site.pins()
+    pins = site_data.pins()
     # hubs: (endpoint, token variable) -> what stops the token there ("" if nothing), asked once.
     rows, warnings, hubs = [], [], {}
     for (endpoint, token_env, repo_id, revision), names in sorted(repos.items(), key=str):
@@ -164,7 +164,7 @@ def main(argv: list[str]) -> int:
     for problem in problems:
         print(f"pin: {problem}", file=sys.stderr)
     if rows:
-        site.write_pins(pins)
+        site_data.write_pins(pins)
     moved = sum(1 for *_, said in rows if said.startswith("moved"))
     if rows or not problems:
         print(f"pin: {len(rows)} moving revisions pinned in {where} ({moved} moved)" if rows else

@@ -5,7 +5,8 @@ Pick another ready-made profile in your site directory (SPECFLEET_SITE/group_dat
 A deploy refuses it from --data, which would last one run: every later command reads the group data.
 """
 
-from operations.deployment import site as _site
+from operations.basics import network as _network
+from operations.deployment import site_data as _site_data
 
 # The deployment profile (a key of `profiles` below), served as the host's class lays it out
 # (group_data/<class>.py `layouts`: TP size, replicas, GPUs).
@@ -148,7 +149,7 @@ weights_dir = "/srv/specfleet/models"  # a directory per repo, in it one per rev
 config_dir = "/etc/specfleet"  # unit environment file; the API key (0640, root:<service group>)
 # Loopback: only the host itself (or a gateway on it) reaches the server. Any other address
 # needs an API key: preflight refuses a server reachable beyond loopback without one.
-bind_address = "127.0.0.1"
+bind_address = _network.LOOPBACK
 # Each replica's unit admits packets (both ways) from loopback, its node group and the run's gateways that
 # route it alone (IPAddressDeny=any): torch's TCPStore on nccl_port listens on every address. Add the
 # networks its clients or what it reaches are on (['any'] lifts the list: FlashInfer's first-use kernel
@@ -198,7 +199,7 @@ gpu_smoke_timeout_s = 180
 # INVENTORY` resolved them into SPECFLEET_SITE/pins.json: {"repos": {"REPO@REVISION": COMMIT}, "git":
 # {"URL@REF": COMMIT}}. The deploy installs and fetches those commits; preflight refuses a moving
 # revision without one.
-pins = _site.pins()
+pins = _site_data.pins()
 
 # One model over several nodes: a server spanning hosts, tensor parallel over all their GPUs
 # (e.g. Kimi K2.6 at TP 16 over two 8-GPU B200 nodes). A host joins a group with its inventory
@@ -221,5 +222,5 @@ node_rank = None
 node_address = None
 
 # SPECFLEET_SITE/group_data/all.py (your site directory, outside this checkout) overrides these values
-# (operations/deployment/site.py).
-globals().update(_site.overrides(__file__, globals()))
+# (operations/deployment/site_data.py).
+globals().update(_site_data.overrides(__file__, globals()))

@@ -1,6 +1,6 @@
 """8x B300 HGX (sm_103, 268 GB each), NV18 NVLink between every pair through NVSwitch."""
 
-from operations.deployment import site as _site
+from operations.deployment import site_data as _site_data
 
 expected_gpus = dict(
     name_patterns=[r"^NVIDIA B300 SXM6 AC$"],
@@ -34,8 +34,8 @@ sglang_tuning = dict(
 
 # The settings tune.py measured best for each profile here (SPECFLEET_SITE/tuned/b300_nvlink/PROFILE.json),
 # applied by the deploy over this file's and the profile's where measured with the build it deploys.
-tuned = _site.tuned(__file__)
+tuned = _site_data.tuned(__file__)
 
 # SPECFLEET_SITE/group_data/b300_nvlink.py (your site directory, outside this checkout) overrides these values
-# (operations/deployment/site.py).
-globals().update(_site.overrides(__file__, globals()))
+# (operations/deployment/site_data.py).
+globals().update(_site_data.overrides(__file__, globals()))

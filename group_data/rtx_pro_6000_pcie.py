@@ -1,6 +1,6 @@
 """8x RTX PRO 6000 Blackwell (sm_120, 96 GB each) on PCIe, no NVLink: the CT200 box."""
 
-from operations.deployment import site as _site
+from operations.deployment import site_data as _site_data
 
 # What preflight expects of the hardware (operations.gpu checks the host's facts against it).
 expected_gpus = dict(
@@ -80,8 +80,8 @@ sglang_tuning = dict(
 
 # The settings tune.py measured best for each profile here (SPECFLEET_SITE/tuned/rtx_pro_6000_pcie/PROFILE.json),
 # applied by the deploy over this file's and the profile's where measured with the build it deploys.
-tuned = _site.tuned(__file__)
+tuned = _site_data.tuned(__file__)
 
 # SPECFLEET_SITE/group_data/rtx_pro_6000_pcie.py (your site directory, outside this checkout) overrides these values
-# (operations/deployment/site.py).
-globals().update(_site.overrides(__file__, globals()))
+# (operations/deployment/site_data.py).
+globals().update(_site_data.overrides(__file__, globals()))

@@ -33,7 +33,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from lab.config import CACHE_DIR, INDEX_PORT
-from operations.python.venv import UV_VERSION
+from operations.python.virtualenvs import UV_VERSION
 
 STANDIN_SRC = Path(__file__).resolve().parent / "sglang_standin" / "sglang"
 # The lab's torch (a LAB STAND-IN answering from the host's GPU profile), shipped in the same wheel: the
@@ -48,7 +48,7 @@ STANDIN_BUILDS = {
 # locked release: exactly the files of the committed hash lock, so --require-hashes passes.
 HUB_LOCK = Path(__file__).resolve().parent.parent / "operations" / "python" / "locks" / "huggingface_hub==2.4.0.txt"
 HUB_REQUIREMENTS = ["--require-hashes", "-r", str(HUB_LOCK)]
-# uv, the hosts' installer (operations/venv.py): its locked wheel, fetched by install_uv.py from /simple/uv/.
+# uv, the hosts' installer (operations/python/virtualenvs.py): its locked wheel, fetched by install_uv.py from /simple/uv/.
 UV_LOCK = HUB_LOCK.parent / f"uv=={UV_VERSION}.txt"
 UV_REQUIREMENTS = ["--require-hashes", "-r", str(UV_LOCK)]
 # The benchmark client's virtualenv (bench.py; it pins huggingface-hub<2) and the real SGLang model gateway

@@ -25,7 +25,7 @@ import json
 import os
 
 from lab.fleet import SSH_KEY, read_fleet
-from operations.deployment import site
+from operations.deployment import site_data
 
 _fleet = read_fleet()
 _group = [name for name in os.environ.get("SPECFLEET_LAB_NODE_GROUP", "").split(",") if name]
@@ -33,7 +33,7 @@ _profiles = dict(entry.split("=", 1) for entry in os.environ.get("SPECFLEET_LAB_
 _deployments = json.loads(os.environ.get("SPECFLEET_LAB_DEPLOYMENTS") or "{}")
 _fleet_behind_gateway = any(host.host_class == "gateway" for host in _fleet)
 
-for _host_class in (*site.host_classes(), "gateway"):  # gateway: GPU-less smg hosts
+for _host_class in (*site_data.host_classes(), "gateway"):  # gateway: GPU-less smg hosts
     globals()[_host_class] = [
         (host.name, {
             "ssh_hostname": host.address,

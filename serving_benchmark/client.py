@@ -12,7 +12,7 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from operations.basics import shell
-from operations.python import venv
+from operations.python import virtualenvs
 from operations.server import sandbox
 from operations.server.config import Server, ServiceHost
 from operations.server.host_scripts.engine_answers import scrubbed
@@ -36,9 +36,9 @@ def installed(service: ServiceHost, plan: Plan) -> None:
     prompts (bench.py's first stage, and tune.py's). The venv is built by the host's uv, as SGLang's is:
     aiperf 0.13.0 and its wheels (1.2 GB) took pip 54 CPU-s and uv 29, bytecode compiled by both
     (2026-12-04, from PyPI, no cache, on the 2-core controller)."""
-    uv = venv.Uv(service.install_dir)
-    venv.uv(name="uv", uv=uv, index_url=service.pip_index_url)  # the deploy's: a no-op on a deployed host
-    venv.requirement(name="Benchmark client (aiperf)", path=f"{service.install_dir}/bench-venv",
+    uv = virtualenvs.Uv(service.install_dir)
+    virtualenvs.uv(name="uv", uv=uv, index_url=service.pip_index_url)  # the deploy's: a no-op on a deployed host
+    virtualenvs.requirement(name="Benchmark client (aiperf)", path=f"{service.install_dir}/bench-venv",
                      distribution="aiperf", requirement=CLIENT_REQUIREMENT, index_url=service.pip_index_url, uv=uv)
     tokenizer(name="Benchmark tokenizer", service=service, source=plan.tokenizer)
     prompts(name="Benchmark prompts", service=service, plan=plan)

@@ -55,9 +55,12 @@ def accepted(server: Server, modes: tuple[str, ...]) -> dict[str, dict]:
     environment; the replicas' command lines differ in their port only)."""
     found = {}
     for mode in modes:
+        entry = speculative.of_mode(mode)
+        if entry.drafter and server.engine.draft_model_dir is None:
+            found[mode] = {"skipped": f"{mode} skipped: {server.engine.profile_name} has no drafter to draft with"}
+            continue
         args = mode_args(server, mode)
         rejected = rejection(host, server, args)
-        entry = speculative.of_mode(mode)
         if rejected and entry.pull_request:
             found[mode] = {"skipped": f"{mode} skipped: no {entry.label} build is deployed (the SGLang in "
                                       f"{server.engine.venv} rejects its flags: {rejected})"}

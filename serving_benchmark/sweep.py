@@ -90,7 +90,8 @@ def sweep(replicas: tuple[Server, ...], plan: Plan, smoke: SmokeTest | None = No
 def ready_after(server: Server) -> int:
     """How long a mode (and the deployed service after) may take to start: as the deploy allows it, from
     ready_timeout_s or the size of the weights on the host."""
-    disk = host.get_fact(WeightsDisk, local_dirs=(server.engine.model_dir, server.engine.draft_model_dir))
+    disk = host.get_fact(WeightsDisk, local_dirs=tuple(path for path in (server.engine.model_dir,
+                                                                         server.engine.draft_model_dir) if path))
     weight_bytes = sum(sum((d or {}).get("files", {}).values()) for d in disk.values())
     return readiness.timeout_for(server.engine.service, weight_bytes)
 

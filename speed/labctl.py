@@ -4,7 +4,7 @@ import time
 
 import lab
 from lab import fleet
-from operations.python import venv
+from operations.python import virtualenvs
 
 
 def remove_hosts() -> None:
@@ -14,10 +14,10 @@ def remove_hosts() -> None:
     fleet.FLEET_FILE.unlink(missing_ok=True)
 
 
-def host_python(host, uv: "venv.Uv") -> dict:
+def host_python(host, uv: "virtualenvs.Uv") -> dict:
     """The HostPython fact of HOST, read over SSH: what the deploy's installer decides from."""
     facts = {"machine": "x86_64", "python": None, "python_source": None, "uv": None}
-    facts.update(venv.HostPython().process(fleet.ssh(host, venv.HostPython().command(uv.binary)).splitlines()))
+    facts.update(virtualenvs.HostPython().process(fleet.ssh(host, virtualenvs.HostPython().command(uv.binary)).splitlines()))
     return facts
 
 

@@ -17,7 +17,7 @@ from operations.basics.host_programs import HOST_SCRIPTS
 from operations.basics.units import ServiceState
 from operations.deployment import host_class_of, resolve
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
-from operations.python.venv import VenvRequirement
+from operations.python.virtualenvs import VenvRequirement
 from operations.server.readiness import ServerProbe, probe_args
 from operations.weights.checks import WeightsDisk, hub_state
 from operations.weights.download import WeightsState, state_listings

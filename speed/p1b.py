@@ -25,7 +25,7 @@ from lab.repos import KIMI, KIMI_DFLASH, repo_dir
 from lab.services import HUB_STORE
 from speed.repos import listing
 from operations.basics.host_programs import program
-from operations.python.venv import fingerprint
+from operations.python.virtualenvs import fingerprint
 from operations.server.config import venv_name
 
 TARGET = 0.5

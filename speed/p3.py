@@ -28,7 +28,7 @@ from speed.common import against_target, deploy, fmt, log, operation_times, rati
 from lab import fleet
 from lab.config import HUB_URL, INDEX_URL, TOKEN_GRANTED
 from lab.repos import KIMI_DFLASH
-from operations.python import venv
+from operations.python import virtualenvs
 from tests.unit.fakehost import run
 
 SPEC = "pcie=2,b200=1"
@@ -94,11 +94,11 @@ UNHASHED = ("import weights_manifest\n"
 
 def install_hf_cli(host) -> None:
     """huggingface_hub's CLI into HF_VENV by the deploy's own installer (uv, hash-checked), unless there."""
-    uv = venv.Uv("/opt/specfleet")  # where the converging deploy put uv
+    uv = virtualenvs.Uv("/opt/specfleet")  # where the converging deploy put uv
     facts = labctl.host_python(host, uv)
-    state = venv.VenvRequirement().process(
-        fleet.ssh(host, venv.VenvRequirement().command(HF_VENV, "huggingface_hub")).splitlines())
-    commands, _ = run(venv.requirement, {venv.VenvRequirement: state, venv.HostPython: facts}, path=HF_VENV,
+    state = virtualenvs.VenvRequirement().process(
+        fleet.ssh(host, virtualenvs.VenvRequirement().command(HF_VENV, "huggingface_hub")).splitlines())
+    commands, _ = run(virtualenvs.requirement, {virtualenvs.VenvRequirement: state, virtualenvs.HostPython: facts}, path=HF_VENV,
                       requirement=HF_REQUIREMENT, distribution="huggingface_hub", index_url=INDEX_URL, uv=uv)
     for command in commands:
         fleet.ssh(host, command, timeout=600)

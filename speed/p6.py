@@ -1,6 +1,6 @@
 """P6: installing the REAL sglang==0.5.23 with its full dependency set (torch 2.14.1 with its CUDA 13
 libraries, flashinfer, sglang-kernel, ... 207 wheels, ~4 GB) into a fresh venv on a lab host, by the
-deploy's installer (the commands `operations.venv.requirement` yields: uv, hash-checked against the
+deploy's installer (the commands `operations.python.virtualenvs.requirement` yields: uv, hash-checked against the
 committed lock) against plain `python3 -m venv` + `pip install` of the same lock, with hashes.
 
 Not part of `make test` (it moves several GB): `python -m speed P6`. The wheels are downloaded once
@@ -24,7 +24,7 @@ from speed.p4 import host_cpu
 from lab import fleet
 from lab.config import CONTROLLER_IP, INDEX_URL
 from lab.index import HOST_TARGET, start_index
-from operations.python import pinned, venv
+from operations.python import pinned, virtualenvs
 from tests.sglang_real import cache_root
 from tests.unit.fakehost import run
 
@@ -33,7 +33,7 @@ REQUIREMENT = "sglang==0.5.23"
 INDEX_DIR = cache_root() / f"{REQUIREMENT.replace('==', '-')}-index"
 VENV = "/opt/p6/sglang-venv"
 PIP_TMP = "/opt/p6/pip-tmp"
-UV = venv.Uv("/opt/p6")
+UV = virtualenvs.Uv("/opt/p6")
 
 
 def download_wheels() -> None:
@@ -55,8 +55,8 @@ def download_wheels() -> None:
 
 def deploy_commands(index_url: str, facts: dict) -> list[str]:
     """What the deploy's SGLang operation runs on a host with these facts, for a fresh venv."""
-    commands, _ = run(venv.requirement, {venv.VenvRequirement: {"version": None, "fingerprint": None},
-                                         venv.HostPython: facts},
+    commands, _ = run(virtualenvs.requirement, {virtualenvs.VenvRequirement: {"version": None, "fingerprint": None},
+                                         virtualenvs.HostPython: facts},
                       path=VENV, requirement=REQUIREMENT, distribution="sglang", index_url=index_url, uv=UV)
     return commands
 
@@ -64,11 +64,11 @@ def deploy_commands(index_url: str, facts: dict) -> list[str]:
 def pip_commands(index_url: str) -> list[str]:
     """pip's temporary files (every downloaded wheel until the end) go on the venv's disk, as uv's
     cache does: the host's /tmp is nspawn's tmpfs, which 4 GB of wheels overflow (ENOSPC)."""
-    lock = venv.committed_lock(REQUIREMENT)
+    lock = virtualenvs.committed_lock(REQUIREMENT)
     return [f"rm -rf {VENV} {PIP_TMP} && python3 -m venv {VENV} && mkdir -m 700 {PIP_TMP}",
-            f"printf %s {shlex.quote(lock)} > {VENV}/{venv.LOCK}",
+            f"printf %s {shlex.quote(lock)} > {VENV}/{virtualenvs.LOCK}",
             f"TMPDIR={PIP_TMP} {VENV}/bin/pip install --quiet --disable-pip-version-check --no-cache-dir "
-            f"--index-url {index_url} --require-hashes -r {VENV}/{venv.LOCK}"]
+            f"--index-url {index_url} --require-hashes -r {VENV}/{virtualenvs.LOCK}"]
 
 
 def timed_install(host, commands: list[str]) -> dict:
@@ -94,9 +94,9 @@ def main(rounds: int = int(os.environ.get("BENCH_ROUNDS", "2"))) -> dict:
     index = start_index(INDEX_DIR, host=CONTROLLER_IP)
     try:
         facts = labctl.host_python(host, UV)
-        for command in run(venv.uv, {venv.HostPython: facts}, uv=UV, index_url=INDEX_URL)[0]:
+        for command in run(virtualenvs.uv, {virtualenvs.HostPython: facts}, uv=UV, index_url=INDEX_URL)[0]:
             fleet.ssh(host, command, timeout=300)  # uv from the lab's index, as the deploy installs it (not timed)
-        facts["uv"] = venv.UV_VERSION
+        facts["uv"] = virtualenvs.UV_VERSION
         log(f"P6 host disks: {fleet.ssh(host, 'df -h /tmp /opt | tail -2')}")
         installers = {"deploy": deploy_commands(index.url, facts), "pip": pip_commands(index.url)}
         runs = {name: [] for name in installers}

@@ -77,8 +77,14 @@ def candidates(data: Any, host_class: str, name: str, expected: GpuExpectations 
     class's) add the KV plan's and the weights' checks of each layout."""
     deployed = _of(data, host_class, name, None, "")
     profile = deployed.engine.profile_name
-    own = data.profiles[profile]["speculative"]
+    own = data.profiles[profile].get("speculative")
+    ar = speculative.autoregressive()
+    baseline = Candidate({}, replace(deployed, engine=replace(deployed.engine, speculative=ar)))
+    if own is None:  # an autoregressive profile: no speculative setting to measure against its baseline
+        return [baseline], [f"{profile}: the profile drafts nothing (no speculative settings to tune)"]
     block = int(own["num_draft_tokens"])  # the drafter's block size, whatever a tuned file serves
+    # The algorithms its profile can serve: one with a drafter only where the profile names one.
+    served = [a for a in speculative.ALGORITHMS.values() if a.drafts and (deployed.weights.drafter or not a.drafter)]
     found, left_out, seen = [], [], []
     for shape in _layouts(deployed):
         try:
@@ -86,7 +92,7 @@ def candidates(data: Any, host_class: str, name: str, expected: GpuExpectations 
         except BadHostData as refused:  # the layout itself: no setting of it resolves
             left_out.append(f"tp_size {shape['tp_size']}: {refused}")
             continue
-        for entry in (a for a in speculative.ALGORITHMS.values() if a.drafts):
+        for entry in served:
             for spec in entry.tried(block, own):
                 settings = {**_settings(spec), **shape}
                 backend = entry.target_backend(deployed.engine.attention_backend, spec.num_draft_tokens,
@@ -103,8 +109,6 @@ def candidates(data: Any, host_class: str, name: str, expected: GpuExpectations 
                 elif serves not in seen:
                     seen.append(serves)
                     found.append(candidate)
-    ar = speculative.Speculative(speculative.AR.name, block)
-    baseline = Candidate({}, replace(deployed, engine=replace(deployed.engine, speculative=ar)))
     return [baseline, *found], left_out
 
 

@@ -17,7 +17,7 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from operations import deployment as deployments
-from operations.deployment import Deployment, site, tuned
+from operations.deployment import Deployment, site_data, tuned
 from operations.gpu import smoke as gpu_smoke
 from operations.gpu.facts import NvidiaGpus
 from operations.gpu.smoke import SmokeTest
@@ -184,11 +184,11 @@ def _kept(host, d: Deployment, result: search.Result, plan: TunePlan, out, stand
         host.log_styled("tune: no candidate met the limits: nothing written", fg="red")
         return False
     pick = result.winner[0]
-    path = site.tuned_path(d.engine.host_class, d.engine.profile_name)
-    measured_with = {"sglang": sglang_build(d.engine.sglang_requirement), "drafter": d.weights.drafter.commit,
+    path = site_data.tuned_path(d.engine.host_class, d.engine.profile_name)
+    measured_with = {**tuned.deployed_with(sglang_build(d.engine.sglang_requirement), d.weights.drafter),
                      "prompts": plan.prompts_digest}
     try:
-        site.write_tuned(path, tuned.document(path, pick.settings, measured_with,
+        site_data.write_tuned(path, tuned.document(path, pick.settings, measured_with,
                                               report.kept(result, labels, settings, plan.search)))
     except (ValueError, OSError) as problem:
         host.log_styled(f"tune: the pick was not written to {path}: {problem}", fg="red")

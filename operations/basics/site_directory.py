@@ -1,5 +1,5 @@
 """Where the user's site directory is (`SPECFLEET_SITE`), outside this checkout: what every subject that reads
-or writes a file of the site asks (operations/deployment/site.py: its group data, pins and tuned files; the
+or writes a file of the site asks (operations/deployment/site_data.py: its group data, pins and tuned files; the
 hash locks of its own pins, operations/python/pinned.py)."""
 
 import os

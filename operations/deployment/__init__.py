@@ -16,19 +16,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from operations import schema
 from operations.basics import knobs, ownership
 from operations.basics.knobs import BadHostData
-from operations.deployment import site, tuned as tuned_settings
+from operations.deployment import site_data, tuned as tuned_settings
 from operations.gpu import config as gpu_config
 from operations.gpu.config import GpuRuntime
 from operations.gpu.smoke import SmokeTest
 from operations.nodes import group as nodes
 from operations.nodes.group import NodeGroup
-from operations.python import venv
+from operations.python import virtualenvs
 from operations.server import config as server_config, layout
 from operations.server.config import Engine, Server, ServiceHost
 from operations.weights import config as weights_config
-from operations.weights.config import Weights
+from operations.weights.config import Repo, Weights
 
 @dataclass(frozen=True)
 class Host:
@@ -108,7 +109,7 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
     revision per repo, one environment); `node_members`: its node group's hosts (`nodes.members(inventory,
     host)`), if it is in one; `tuned`: per profile, settings to serve in place of its tuned file's (a
     tuner's candidate, tuning/candidates.py)."""
-    data = site.class_data(data, host_class)
+    data = site_data.class_data(data, host_class)
     listed = entries(data)
     if getattr(data, "node_group", None) is not None and getattr(data, "deployments", None) is not None:
         raise BadHostData("deployments and node_group are not accepted together: a host of a node group serves "
@@ -132,9 +133,8 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
             raise BadHostData(f"group data for profile {profile!r} on class {host_class} is incomplete or "
                               f"malformed ({type(error).__name__}: {error}): compare it with group_data/all.py "
                               f"and group_data/{host_class}.py") from None
-    min_kv_tokens = None if getattr(data, "min_kv_tokens", None) is None \
-        else knobs.integer("min_kv_tokens", data.min_kv_tokens, minimum=1)
-    worker = Host(service=service, gpu=gpu, smoke=smoke, hf_token_env=token_env, min_kv_tokens=min_kv_tokens)
+    worker = Host(service=service, gpu=gpu, smoke=smoke, hf_token_env=token_env,
+                  min_kv_tokens=schema.value(data, "min_kv_tokens"))
     deployments = tuple(Deployment(host=worker, **fields) for fields in found)
     _together(deployments)
     _own_users(deployments, getattr(data, "gateway_user", None))
@@ -143,12 +143,10 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
 
 def _smoke(data: Any, gpu: GpuRuntime, service: ServiceHost, engine: Engine) -> SmokeTest:
     """The host's GPU smoke test, with `engine`'s build and environment."""
-    if getattr(data, "gpu_smoke_engine", None) is not None:
-        raise knobs.refused("gpu_smoke_engine", data.gpu_smoke_engine, "the GPU smoke test always runs "
-                            "torch.distributed with NCCL from the SGLang venv; remove it")
+    schema.refuse_retired(data, "gpu")
     return SmokeTest(expected=gpu.expected, venv=engine.venv, install_dir=service.install_dir, env=engine.env,
                      build=engine.sglang_requirement, user=service.service_user,
-                     timeout_s=knobs.integer("gpu_smoke_timeout_s", data.gpu_smoke_timeout_s, minimum=10))
+                     timeout_s=schema.value(data, "gpu_smoke_timeout_s"))
 
 
 def _same_environment(first: dict, other: dict) -> None:
@@ -192,7 +190,7 @@ def _own_users(found: tuple[Deployment, ...], gateway_user: str | None) -> None:
     host's accounts that hold what its model's code must not reach (``ownership.shared_account``): a
     deployment named `download` would otherwise run as the download user, the token's owner."""
     held = {"the download user (the HF token's owner)": found[0].engine.service.download_user if found else None,
-            "the build user (it builds git requirements)": venv.BUILD_USER,
+            "the build user (it builds git requirements)": virtualenvs.BUILD_USER,
             "the gateway's user (it reads the gateway's keys)": gateway_user}
     for d in found:
         taken = ownership.shared_account(d.engine.user, held)
@@ -203,7 +201,7 @@ def _own_users(found: tuple[Deployment, ...], gateway_user: str | None) -> None:
                                 "holds: use another name", wrong=f"makes the servers' user {d.engine.user}, {taken}")
 
 
-def _tuned(host_class: str, profile_name: str, profile: dict, data: Any, drafter_commit: str | None,
+def _tuned(host_class: str, profile_name: str, profile: dict, data: Any, drafter: Repo | None,
            candidate: dict | None, own: dict) -> tuned_settings.Use | None:
     """What a deployment takes of its tuned settings: `candidate` where a tuner tries one, else its tuned
     file where the site holds one, applied when measured with the SGLang build and drafter it deploys."""
@@ -214,7 +212,8 @@ def _tuned(host_class: str, profile_name: str, profile: dict, data: Any, drafter
     if found is None:
         return None
     build = server_config.sglang_build(server_config.sglang_requirement(data, profile_name, profile))
-    return tuned_settings.Use(found.path, found.settings, tuned_settings.stale(found, build, drafter_commit),
+    return tuned_settings.Use(found.path, found.settings,
+                              tuned_settings.stale(found, tuned_settings.deployed_with(build, drafter)),
                               tuned_settings.sources(found.settings, own))
 
 
@@ -225,7 +224,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
     profile_name = entry["profile"]
     name = knobs.matching("deployment name", entry.get("name", profile_name), DEPLOYMENT_NAME,
                           "letters, digits and _ (at most 32)")
-    weights_dir = knobs.path("weights_dir", data.weights_dir)
+    weights_dir = schema.value(data, "weights_dir")
     weights = weights_config.resolve(data, profile_name, profile, weights_dir, token_env, owner=service.download_user,
                                      reader=service.service_user, hf_home=service.hf_home,
                                      earlier_token_file=service.earlier_token_file, config_dir=service.config_dir,
@@ -235,7 +234,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
     group = nodes.group(data, host_class, profile_name, count, port, node_members)
     own = {k: v for k, v in entry.items() if k in layout.KEYS}
     named = {k: v for k, v in own.items() if v is not None}
-    use = _tuned(host_class, profile_name, profile, data, weights.drafter.commit, candidate, named)
+    use = _tuned(host_class, profile_name, profile, data, weights.drafter, candidate, named)
     values = layout.class_default(data, host_class, profile_name, count)
     if use is not None and use.applied:
         profile, values = tuned_settings.over(profile, values, use.settings, named)
@@ -259,11 +258,11 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
             if entry.get("port") is not None else None
         plan = layout.resolve(where, values, count, port, nccl_port, own_port)
     engine = server_config.engine(data, service, host_class, profile_name, profile, name,
-                                  (weights.target.local_dir, weights.drafter.local_dir), plan, group,
+                                  weights.local_dirs, plan, group,
                                   after_fabric_manager=gpu.expected.fabric_manager,
                                   user=server_config.deployment_user(service, name, several))
     return dict(name=name, weights=weights, engine=engine, node_group=group, tuned=use,
-                allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions))
+                allow_branch_revisions=schema.value(data, "allow_branch_revisions"))
 
 
 def at_commits(deployment: Deployment, commits: dict[str, str]) -> Deployment:
@@ -271,13 +270,14 @@ def at_commits(deployment: Deployment, commits: dict[str, str]) -> Deployment:
     revisions' directories, its engine (and through it every replica) loading from them. A role the hub
     did not answer stays as it was."""
     weights = deployment.weights.at_commits(commits)
+    model_dir, draft_model_dir = weights.local_dirs
     return replace(deployment, weights=weights, engine=replace(
-        deployment.engine, model_dir=weights.target.local_dir, draft_model_dir=weights.drafter.local_dir))
+        deployment.engine, model_dir=model_dir, draft_model_dir=draft_model_dir))
 
 
 def host_class_of(group_names) -> str:
-    """The one class group (group_data/<class>.py, site.host_classes) an inventory puts a host in."""
-    known = site.host_classes()
+    """The one class group (group_data/<class>.py, site_data.host_classes) an inventory puts a host in."""
+    known = site_data.host_classes()
     classes = sorted({name for name in group_names if name in known})
     if len(classes) != 1:
         groups = ", ".join(sorted({name for name in group_names if name != "all"})) or "none but all"

@@ -19,7 +19,7 @@ from operations.basics.knobs import BadHostData
 from operations.deployment import Deployment, Host, host_class_of, resolve_worker
 from operations.gpu import checks as gpu_checks
 from operations.nodes import group as nodes
-from operations.python import venv
+from operations.python import virtualenvs
 from operations.server import checks as server_checks, stages as server_stages
 from operations.server.unit import ServerUnits
 from operations.weights import checks as weights_checks
@@ -163,7 +163,7 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
         for d, _ in read:
             disk.update(weights_checks.disk_state(d.weights) or {})
         problems += weights_checks.disk_problems([(d.weights, hub.snapshots) for d, hub in read], disk)
-    problems += venv.python_problems(host.name, gathering.read(venv.HostPython, uv=venv.Uv(s.install_dir).binary))
+    problems += virtualenvs.python_problems(host.name, gathering.read(virtualenvs.HostPython, uv=virtualenvs.Uv(s.install_dir).binary))
     for d in deployments:
         problems += server_checks.unreleased_problems(d.replicas[0])
     key_file = gathering.read(FileStates, paths=(s.api_key_file,)).get(s.api_key_file)

@@ -2,14 +2,14 @@
 group), a gateway host (in the `gateway` group), or both. The deploy, rollout.py, pin.py, status and the
 gateway's membership ask here."""
 
-from operations.deployment import site
+from operations.deployment import site_data
 
 GATEWAY = "gateway"  # the inventory group of gateway hosts
 
 
 def serves_model(groups) -> bool:
     """In a class group: an SGLang worker (a gateway-only host is in none and skips every GPU stage)."""
-    classes = site.host_classes()
+    classes = site_data.host_classes()
     return any(group in classes for group in groups)
 
 

@@ -17,7 +17,7 @@ from pyinfra import host, logger
 from pyinfra.api import operation
 
 from operations.basics import network, outcomes
-from operations.deployment import Deployment, Host, site
+from operations.deployment import Deployment, Host, site_data
 
 REFUSAL_WIDTH = 80  # a refusal's first characters in the table; its whole sentence is printed above it
 COLUMNS = ("host", "class", "model", "endpoint", "gateway", "state", "accept length", "KV tokens (engine of plan)",
@@ -70,7 +70,7 @@ def row(inventory_host, worker: Host | None, deployments: tuple[Deployment, ...]
     """The host's row as far as its resolved data tells (a host refused for its data has no worker level, no
     deployments and no gateway); `behind`: the gateway hosts routing its replicas (operations/gateway/
     membership.py routes), said in its gateway column where it runs no gateway itself."""
-    known = site.host_classes()
+    known = site_data.host_classes()
     classes = list(dict.fromkeys(group for group in inventory_host.groups if group in known))
     endpoint = "; ".join(_endpoints(inventory_host, d) for d in deployments) or "-"
     model = ", ".join(d.engine.served_model_name for d in deployments) or (gateway.model if gateway else "-")

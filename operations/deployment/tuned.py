@@ -7,7 +7,8 @@
 
 A setting it holds wins over the profile's (group_data/all.py) and the class's layout (group_data/<class>.py
 `layouts`); a host's own `deployments` entry naming a tp_size or replicas keeps its layout whole. It is applied only to a deployment that runs the
-SGLang build and the drafter commit it was measured with: another is reported stale, in one line, and served
+SGLang build and the drafter commit it was measured with (a profile without a drafter: its build alone, and
+its file names no drafter): another is reported stale, in one line, and served
 with its defaults. A key no setting has, or a value none accepts, refuses the host in one line naming the
 file and the key.
 """
@@ -22,9 +23,10 @@ from pyinfra import logger
 from operations.basics import knobs
 from operations.basics.knobs import BadHostData
 from operations.server import speculative
+from operations.weights.config import Repo
 
 LAYOUT_KEYS = ("tp_size", "replicas")  # the layout's part of the settings (operations/server/layout.py KEYS)
-MEASURED_WITH = ("sglang", "drafter", "prompts")
+MEASURED_WITH = ("sglang", "drafter", "prompts")  # a profile without a drafter: all but the drafter
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 BUILD = re.compile(f"{knobs.COMMIT.pattern}|{knobs.REQUIREMENT.pattern}")  # a commit, else a release pin or a wheel
 
@@ -94,7 +96,7 @@ def settings(where: Path, values) -> dict:
 
 
 def read(data_tuned, profile: str) -> Tuned | None:
-    """The tuned file of `profile` (group data `tuned`, site.tuned's), checked; None where the site holds none."""
+    """The tuned file of `profile` (group data `tuned`, site_data.tuned's), checked; None where the site holds none."""
     entry = (data_tuned or {}).get(profile)
     if entry is None:
         return None
@@ -102,19 +104,28 @@ def read(data_tuned, profile: str) -> Tuned | None:
     if not isinstance(found, dict) or set(found) - {"settings", "measured_with", "figures"}:
         raise _refused(where, "the file", "is not a dict of settings, measured_with and figures")
     measured = found.get("measured_with")
-    if not isinstance(measured, dict) or set(measured) != set(MEASURED_WITH):
+    if not isinstance(measured, dict) or set(measured) - {"drafter"} != set(MEASURED_WITH) - {"drafter"}:
         raise _refused(where, "measured_with", f"does not hold exactly {', '.join(MEASURED_WITH)}")
     knobs.matching(f"{where}: measured_with['prompts']", measured["prompts"], DIGEST, "sha256:HEX")
-    knobs.matching(f"{where}: measured_with['drafter']", measured["drafter"], knobs.COMMIT, "a 40-hex commit")
+    if "drafter" in measured:
+        knobs.matching(f"{where}: measured_with['drafter']", measured["drafter"], knobs.COMMIT, "a 40-hex commit")
     knobs.matching(f"{where}: measured_with['sglang']", measured["sglang"], BUILD, "a commit or a requirement")
     return Tuned(where, settings(where, found.get("settings")), dict(measured), dict(found.get("figures") or {}))
 
 
-def stale(tuned: Tuned, sglang_build: str, drafter_commit: str | None) -> str | None:
-    """Why `tuned` does not describe what is deployed (another SGLang build or drafter commit), else None."""
-    wanted = {"sglang": sglang_build, "drafter": drafter_commit or "(a moving revision, not a commit)"}
-    differ = [f"{key} {tuned.measured_with[key]} (deployed: {wanted[key]})" for key in wanted
-              if tuned.measured_with[key] != wanted[key]]
+def deployed_with(sglang_build: str, drafter: Repo | None) -> dict[str, str]:
+    """What a deployment's tuned file must have been measured with: its SGLang build, and its drafter's
+    commit where its profile has a drafter (a revision the hub has not resolved matches none)."""
+    if drafter is None:
+        return {"sglang": sglang_build}
+    return {"sglang": sglang_build, "drafter": drafter.commit or "(a moving revision, not a commit)"}
+
+
+def stale(tuned: Tuned, wanted: dict[str, str]) -> str | None:
+    """Why `tuned` does not describe what is deployed (`deployed_with`: another SGLang build or drafter
+    commit, or a drafter where there was none), else None."""
+    differ = [f"{key} {tuned.measured_with.get(key, '(none)')} (deployed: {wanted.get(key, '(none)')})"
+              for key in ("sglang", "drafter") if tuned.measured_with.get(key) != wanted.get(key)]
     if not differ:
         return None
     return (f"{tuned.path} is stale, not applied: measured with {'; '.join(differ)}; run tune.py again on "
@@ -126,7 +137,7 @@ def over(profile: dict, layout_values: dict, values: dict, entry: dict) -> tuple
     profile's own values of its settings that the tuned ones do not name (DFlash's draft window); the
     layout stays the host's where its `deployments` entry names one (`entry`)."""
     algorithm = speculative.ALGORITHMS[values["algorithm"]]
-    own = {key: value for key, value in profile["speculative"].items() if key in algorithm.settings}
+    own = {key: value for key, value in profile.get("speculative", {}).items() if key in algorithm.settings}
     spec = {**own, **{key: value for key, value in values.items()
                       if key in ("algorithm", "num_draft_tokens") or key in algorithm.settings}}
     tuned_profile = {**profile, "speculative": spec}

@@ -14,7 +14,7 @@ from pyinfra.operations import systemd
 from operations.basics import gathering, network, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates, digest_of, sha1_of
-from operations.basics.secrets import controller_key_file
+from operations.basics.secret_files import controller_key_file
 from operations.basics.templates import render
 from operations.basics.units import ServiceState, any_change
 from operations.gateway.config import Gateway

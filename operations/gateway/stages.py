@@ -4,7 +4,7 @@ from operations.basics import host_programs, ownership
 from operations.gateway import registry, service
 from operations.gateway.config import Gateway
 from operations.gateway.membership import Worker
-from operations.python import venv
+from operations.python import virtualenvs
 
 
 def gateway_deployed(gateway: Gateway, wanted: list[Worker], uv_installed: bool,
@@ -35,11 +35,11 @@ def gateway_deployed(gateway: Gateway, wanted: list[Worker], uv_installed: bool,
     ownership.marked(name="The deploy's directories", paths=(gateway.install_dir, gateway.config_dir))
     key = service.api_key(name="Gateway API key", gateway=gateway)
     admin_key = service.admin_key(name="Gateway admin key", gateway=gateway)
-    uv = venv.Uv(gateway.install_dir)
+    uv = virtualenvs.Uv(gateway.install_dir)
     if not uv_installed:
-        venv.uv(name="uv", uv=uv, index_url=gateway.pip_index_url)
-    venv.build_user([gateway.requirement])
-    smg = venv.requirement(name="smg", path=gateway.venv, distribution="smg", requirement=gateway.requirement,
+        virtualenvs.uv(name="uv", uv=uv, index_url=gateway.pip_index_url)
+    virtualenvs.build_user([gateway.requirement])
+    smg = virtualenvs.requirement(name="smg", path=gateway.venv, distribution="smg", requirement=gateway.requirement,
                            index_url=gateway.pip_index_url, uv=uv)
     scripts = ownership.host_programs_uploaded(name="Gateway scripts", install_dir=gateway.install_dir,
                                                programs=host_programs.of_subject("gateway"))

@@ -47,7 +47,7 @@ class OsRelease:
 OS_RELEASES = {
     ("debian", "12"): OsRelease("debian12", "debian"),  # python3 3.11
     ("debian", "13"): OsRelease("debian13", "debian"),  # python3 3.13
-    ("ubuntu", "22.04"): OsRelease("ubuntu2204", "ubuntu"),  # python3 3.10: uv provides 3.11 (operations/venv.py)
+    ("ubuntu", "22.04"): OsRelease("ubuntu2204", "ubuntu"),  # python3 3.10: uv provides 3.11 (operations/python/virtualenvs.py)
     ("ubuntu", "24.04"): OsRelease("ubuntu2404", "ubuntu"),  # python3 3.12
 }
 # `uname -m` -> NVIDIA's repository architecture.
@@ -160,7 +160,7 @@ class FreshHost(FactBase):
     """
     Returns what can be checked on a host before its driver exists: the vendor:device IDs of the
     NVIDIA display/3D controllers ``lspci -n`` lists (None without lspci). Its Python is checked for
-    every host (``operations.venv.python_problems``).
+    every host (``operations.python.virtualenvs.python_problems``).
 
     .. code:: python
 

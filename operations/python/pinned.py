@@ -1,5 +1,5 @@
 """What a requirement pins: the committed hash lock of a release, and the fingerprint that tells one build of
-a virtualenv from another (operations/python/venv.py builds it; operations/server/config.py names SGLang's
+a virtualenv from another (operations/python/virtualenvs.py builds it; operations/server/config.py names SGLang's
 virtualenv after it)."""
 
 import hashlib

@@ -10,7 +10,7 @@ from operations.basics import gathering, network
 from operations.basics.knobs import COMMIT
 from operations.basics.untrusted import printable
 from operations.gpu.config import GpuExpectations
-from operations.python.venv import VenvRequirement, fingerprint
+from operations.python.virtualenvs import VenvRequirement, fingerprint
 from operations.server import capacity
 from operations.server.config import Engine, Server, ServiceHost, git_refs
 from operations.server.flags import server_args, value

@@ -9,11 +9,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from operations import schema
 from operations.basics import knobs, network
 from operations.nodes.group import NodeGroup
 from operations.python.pinned import fingerprint
 from operations.server.layout import Layout, unit_name
-from operations.server.speculative import Speculative, drafting, settings
+from operations.server.speculative import Speculative, autoregressive, drafting, settings
 
 # What SGLang 0.5.23 takes to end once nothing is in flight after SIGTERM: up to 5 s to notice it
 # (its drain loop polls every 5 s), one more 5 s poll, up to 15 s for the schedulers to leave after
@@ -149,7 +150,7 @@ class Engine:
     host_class: str
     served_model_name: str
     model_dir: str  # the target's weights directory
-    draft_model_dir: str  # the drafter's
+    draft_model_dir: str | None  # the drafter's; None: its algorithm drafts without one (AR among them)
     sglang_requirement: str
     sglang_version: str
     venv_name: str  # its SGLang virtualenv, under install_dir (one per SGLang build: `venv_name`)
@@ -299,6 +300,8 @@ def sglang_build(requirement: str) -> str:
 
 
 def _speculative(profile_name: str, values: Any) -> Speculative:
+    if values is None:  # a profile without `speculative` serves autoregressively
+        return autoregressive()
     optional = settings()
     if not isinstance(values, dict) or set(values) - {"algorithm", "num_draft_tokens", *optional} \
             or "algorithm" not in values or "num_draft_tokens" not in values:
@@ -319,22 +322,20 @@ def _speculative(profile_name: str, values: Any) -> Speculative:
 def service_host(data: Any) -> ServiceHost:
     """What every server of the host shares, from its data; a bad value raises BadHostData."""
     service = ServiceHost(
-        service_user=knobs.service_account("service_user", data.service_user),
-        download_user=knobs.service_account("download_user", data.download_user),
-        install_dir=knobs.path("install_dir", data.install_dir),
-        config_dir=knobs.path("config_dir", data.config_dir),
-        service_prefix=knobs.matching("service_name", data.service_name, knobs.UNIT_NAME,
-                                      "a unit name (letters, digits, _.-)"),
-        longest_generation_s=knobs.integer("longest_generation_s", data.longest_generation_s, minimum=1),
-        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
-        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
+        service_user=schema.value(data, "service_user"),
+        download_user=schema.value(data, "download_user"),
+        install_dir=schema.value(data, "install_dir"),
+        config_dir=schema.value(data, "config_dir"),
+        service_prefix=schema.value(data, "service_name"),
+        longest_generation_s=schema.value(data, "longest_generation_s"),
+        api_key_env=schema.value(data, "api_key_env"),
+        remove_api_key=schema.value(data, "remove_api_key"),
         pip_index_url=knobs.index_url(data),
-        bind_address=knobs.address("bind_address", data.bind_address),
-        weights_fanout_port=knobs.integer("weights_fanout_port", data.weights_fanout_port, minimum=1, maximum=65535),
-        ip_allow=knobs.networks("server_ip_allow", data.server_ip_allow),
-        enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
-        ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
-                                                                                data.ready_timeout_s, minimum=1))
+        bind_address=schema.value(data, "bind_address"),
+        weights_fanout_port=schema.value(data, "weights_fanout_port"),
+        ip_allow=schema.value(data, "server_ip_allow"),
+        enable_metrics=schema.value(data, "enable_metrics"),
+        ready_timeout_s=schema.value(data, "ready_timeout_s"))
     if service.download_user == service.service_user:
         raise knobs.refused("download_user", service.download_user, "give the downloads a user of their own, so "
                             "the token is never readable by the user that runs the model's code",
@@ -360,15 +361,27 @@ def deployment_user(service: ServiceHost, name: str, several: bool) -> str:
 
 def ports(data: Any) -> tuple[int, int]:
     """The host's first HTTP port and --nccl-port (`port`, `nccl_port`), which the layout moves per replica."""
-    return (knobs.integer("port", data.port, minimum=1, maximum=65535),
-            knobs.integer("nccl_port", data.nccl_port, minimum=1024, maximum=65535))
+    return schema.value(data, "port"), schema.value(data, "nccl_port")
+
+
+def speculative_of(profile_name: str, profile: dict) -> Speculative:
+    """A profile's speculative settings (none: AR), checked, and its drafter with them: named where its
+    algorithm drafts with one, absent where it does not (AR, a model's own draft layers)."""
+    spec = _speculative(profile_name, profile.get("speculative"))
+    if spec.entry.drafter and "drafter" not in profile:
+        raise knobs.refused(f"profiles[{profile_name!r}]['drafter']", None, f"{spec.algorithm} drafts with a "
+                            "separate drafter: name it, drafter=dict(repo=..., revision=...)", wrong="is missing")
+    if not spec.entry.drafter and "drafter" in profile:
+        raise knobs.refused(f"profiles[{profile_name!r}]['drafter']", profile["drafter"], f"{spec.algorithm} "
+                            "loads no separate drafter: remove it", wrong="is not used")
+    return spec
 
 
 def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, profile: dict, deployment: str,
-           weights: tuple[str, str], plan: Layout, group: NodeGroup | None, after_fabric_manager: bool,
+           weights: tuple[str, str | None], plan: Layout, group: NodeGroup | None, after_fabric_manager: bool,
            user: str) -> Engine:
     """What the servers of `profile` on a host of `host_class` run, one a replica of `plan` (its GPUs, ports
-    and TP size), loading `weights` (the target's and the drafter's directories); `group`: the node group
+    and TP size), loading `weights` (the target's and the drafter's directories, None without a drafter); `group`: the node group
     this host is part of; `user`: who its servers run as (`deployment_user`). A bad value raises
     BadHostData."""
     tuning = data.sglang_tuning
@@ -404,7 +417,7 @@ def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, 
         sglang_version=knobs.matching("sglang version", profile["sglang"]["version"], knobs.VERSION,
                                       "a version like 0.5.23"),
         venv_name=venv_name(requirement, service.pip_index_url),
-        speculative=_speculative(profile_name, profile["speculative"]),
+        speculative=speculative_of(profile_name, profile),
         attention_backend=knobs.matching("attention backend", target_backend, knobs.BACKEND, "an SGLang backend name"),
         draft_attention_backend=knobs.matching("draft attention backend", draft_backend, knobs.BACKEND,
                                                "an SGLang backend name"),

@@ -8,8 +8,8 @@ from operations.basics.file_states import FileStates
 from operations.basics.ownership import SystemUser, mark_of, upload_paths
 from operations.nodes import rendezvous
 from operations.nodes.group import NodeGroup
-from operations.python import venv
-from operations.python.venv import HostPython, Uv, VenvRequirement, VenvsUsed
+from operations.python import virtualenvs
+from operations.python.virtualenvs import HostPython, Uv, VenvRequirement, VenvsUsed
 from operations.server import api_key, readiness, unit
 from operations.server.config import Engine, Server, ServiceHost
 from operations.server.unit import Replacement, Restart
@@ -66,10 +66,10 @@ def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> dict[
     keys = {e.name: [api, api_key.admin_key(name=f"Worker admin key of {e.name}", engine=e)]
             for e in host.loop(engines)}
     uv = Uv(s.install_dir)
-    venv.uv(name="uv", uv=uv, index_url=s.pip_index_url)
-    venv.build_user([build.sglang_requirement for build in builds(engines)])
+    virtualenvs.uv(name="uv", uv=uv, index_url=s.pip_index_url)
+    virtualenvs.build_user([build.sglang_requirement for build in builds(engines)])
     for build in host.loop(builds(engines)):
-        venv.requirement(name=f"SGLang ({build.venv_name})", path=build.venv, distribution="sglang",
+        virtualenvs.requirement(name=f"SGLang ({build.venv_name})", path=build.venv, distribution="sglang",
                          requirement=build.sglang_requirement, index_url=s.pip_index_url, uv=uv)
     ownership.host_programs_uploaded(name="Host scripts", install_dir=s.install_dir)
     return keys
@@ -120,7 +120,7 @@ def builds_pruned(service: ServiceHost, engines: tuple[Engine, ...]) -> Operatio
 
         builds_pruned(worker.service, tuple(d.engine for d in deployments))
     """
-    return venv.unused_removed(name="SGLang builds no unit uses", directory=service.install_dir, stem=VENV_STEM,
+    return virtualenvs.unused_removed(name="SGLang builds no unit uses", directory=service.install_dir, stem=VENV_STEM,
                                units=unit_patterns(service), wanted=[e.venv for e in engines])
 
 
@@ -130,7 +130,7 @@ def _read(deployment) -> gathering.Wanted:
     s = e.service
     return [(SystemUser, dict(user=s.service_user)), (SystemUser, dict(user=s.download_user)),
             *([(SystemUser, dict(user=e.user))] if e.own_user else []),
-            *([(SystemUser, dict(user=venv.BUILD_USER))] if venv.git_source(e.sglang_requirement) else []),
+            *([(SystemUser, dict(user=virtualenvs.BUILD_USER))] if virtualenvs.git_source(e.sglang_requirement) else []),
             (FileStates, dict(paths=root_directories(s))),
             (FileStates, dict(paths=tuple(map(mark_of, marked_directories(s))))),
             (FileStates, dict(paths=(s.api_key_file,))),

@@ -19,7 +19,7 @@ from operations.basics.failing import fail_host
 from operations.basics.file_states import sha1_of
 from operations.basics.host_programs import HOST_SCRIPTS, inline
 from operations.basics.units import ServiceState, any_change
-from operations.python.venv import VenvRequirement, fingerprint
+from operations.python.virtualenvs import VenvRequirement, fingerprint
 from operations.server.checks import refused_flags
 from operations.server.config import Engine, Server, ServiceHost
 from operations.server.flags import server_args
@@ -35,10 +35,11 @@ STOPPED = "it is not running"
 
 def inputs(engine: Engine, commits: dict[str, str]) -> str:
     """What a deployment's servers are built from besides their units (SGLang, the weights' commits by role,
-    the launcher): a change restarts each."""
+    the drafter's only where its profile has one, the launcher): a change restarts each."""
     launcher = sha1_of(HOST_SCRIPTS["launch_sglang"].read_bytes())[:12]
+    drafter = f"drafter={commits['drafter'][:12]} " if engine.draft_model_dir is not None else ""
     return (f"sglang={fingerprint(engine.sglang_requirement, engine.service.pip_index_url)} "
-            f"target={commits['target'][:12]} drafter={commits['drafter'][:12]} launcher={launcher}")
+            f"target={commits['target'][:12]} {drafter}launcher={launcher}")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from operations.basics import gathering, read_only
 from operations.basics.untrusted import printable
 from operations.basics.host_programs import inline
 from operations.basics.knobs import BadHostData
-from operations.deployment import roles, site
+from operations.deployment import roles, site_data
 from operations.deployment.summary import _where as where
 from operations.gateway import config as gateway_config, membership as gateway_membership
 from operations.gateway.config import Gateway
@@ -109,7 +109,7 @@ class Membership:
 
 def view_of(inventory_host, inventory) -> HostView:
     """The host as its data resolves (a host whose data is refused says why)."""
-    h, known = inventory_host, site.host_classes()
+    h, known = inventory_host, site_data.host_classes()
     host_class = ", ".join(group for group in h.groups if group in known) or \
         ("gateway" if roles.is_gateway(h.groups) else "-")
     try:

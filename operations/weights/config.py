@@ -11,9 +11,10 @@ import posixpath
 from dataclasses import dataclass, replace
 from typing import Any
 
+from operations import schema
 from operations.basics import knobs
 
-ROLES = ("target", "drafter")
+ROLES = ("target", "drafter")  # a profile names a drafter where its algorithm drafts with one
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Repo:
 class Weights:
     """The repos one host fetches and the settings of their downloads."""
 
-    repos: tuple[Repo, ...]  # in ROLES order
+    repos: tuple[Repo, ...]  # in ROLES order, those its profile names
     hf_endpoint: str | None  # None: the public hub
     hf_token_env: str  # the controller's variable holding the token (else its huggingface_hub token file)
     owner: str  # the download user: it owns the weights and the token, and runs the downloads
@@ -67,8 +68,14 @@ class Weights:
         return self.repo("target")
 
     @property
-    def drafter(self) -> Repo:
-        return self.repo("drafter")
+    def drafter(self) -> Repo | None:
+        """The drafter's repo; None where the profile's algorithm drafts without one (AR among them)."""
+        return next((repo for repo in self.repos if repo.role == "drafter"), None)
+
+    @property
+    def local_dirs(self) -> tuple[str, str | None]:
+        """The target's and the drafter's revision directories (None without a drafter): what a server loads."""
+        return self.target.local_dir, self.drafter.local_dir if self.drafter else None
 
     @property
     def commits(self) -> dict[str, str]:
@@ -104,7 +111,7 @@ def repo_dir(weights_dir: str, real_id: str) -> str:
 
 def token_env(data: Any) -> str:
     """The controller's variable holding the HF token (`hf_token_env`), checked."""
-    return knobs.matching("hf_token_env", data.hf_token_env, knobs.ENV_NAME, "a variable name")
+    return schema.value(data, "hf_token_env")
 
 
 def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_token_env: str, owner: str, reader: str,
@@ -126,7 +133,7 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_to
                     revision if knobs.COMMIT.fullmatch(revision) else None)
 
     return Weights(
-        repos=tuple(repo(role) for role in ROLES),
+        repos=tuple(repo(role) for role in ROLES if role in profile),
         hf_endpoint=knobs.url_over_https("hf_endpoint", data.hf_endpoint, "allow_http_hub", data.allow_http_hub,
                                          "the token travels in clear; whoever is on the path serves the weights "
                                          "and the hashes they are checked against"),
@@ -137,8 +144,8 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_to
         earlier_token_file=earlier_token_file,
         config_dir=config_dir,
         install_dir=install_dir,
-        verify=knobs.boolean("verify_weights", data.verify_weights),
-        fanout=knobs.boolean("weights_fanout", data.weights_fanout),
-        fanout_port=knobs.integer("weights_fanout_port", data.weights_fanout_port, minimum=1, maximum=65535),
-        cache=knobs.boolean("weights_cache", data.weights_cache),
+        verify=schema.value(data, "verify_weights"),
+        fanout=schema.value(data, "weights_fanout"),
+        fanout_port=schema.value(data, "weights_fanout_port"),
+        cache=schema.value(data, "weights_cache"),
     )

@@ -26,7 +26,7 @@ from pyinfra.facts.deb import DebPackages
 
 from operations.basics import apt_packages, gathering, knobs, shell
 from operations.basics.file_states import FileStates, matches
-from operations.basics.secrets import write_secret
+from operations.basics.secret_files import write_secret
 from operations.basics.templates import render
 from operations.weights.config import Weights
 

@@ -12,8 +12,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from operations.basics.knobs import COMMIT
-from operations.python import venv
-from operations.python.venv import VenvRequirement, fingerprint
+from operations.python import virtualenvs
+from operations.python.virtualenvs import VenvRequirement, fingerprint
 from operations.weights.download import MANIFEST
 from tests.deployed.hosts import hub_snapshot
 
@@ -69,14 +69,14 @@ def check_venv(target, d):
 
 def test_virtualenvs_are_built_by_the_pinned_uv(target):
     d = target.deployment.replicas[0]
-    uv = venv.Uv(d.engine.service.install_dir)
-    host_python = target.facts(python=(venv.HostPython(), dict(uv=uv.binary)))["python"]
-    if host_python["machine"] not in venv.UV_MACHINES:
+    uv = virtualenvs.Uv(d.engine.service.install_dir)
+    host_python = target.facts(python=(virtualenvs.HostPython(), dict(uv=uv.binary)))["python"]
+    if host_python["machine"] not in virtualenvs.UV_MACHINES:
         pytest.skip(f"{target.name}: no uv wheel for {host_python['machine']}: pip builds its virtualenvs")
-    assert host_python["uv"] == venv.UV_VERSION, (
-        f"{target.name}: expected uv {venv.UV_VERSION} at {uv.binary}, found {host_python['uv']}")
+    assert host_python["uv"] == virtualenvs.UV_VERSION, (
+        f"{target.name}: expected uv {virtualenvs.UV_VERSION} at {uv.binary}, found {host_python['uv']}")
     config = target.run(f"cat {d.engine.venv}/pyvenv.cfg").stdout
-    assert f"uv = {venv.UV_VERSION}" in config, f"{target.name}: expected {d.engine.venv} built by uv, found:\n{config}"
+    assert f"uv = {virtualenvs.UV_VERSION}" in config, f"{target.name}: expected {d.engine.venv} built by uv, found:\n{config}"
 
 
 def hub_listing(target, d, repo):

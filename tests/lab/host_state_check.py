@@ -12,7 +12,7 @@ from operations.deployment import host_class_of, preflight, resolve  # noqa: F40
 # Every module whose operations register the facts they read, as deploy.py imports them.
 from operations.gpu import nvidia, smoke  # noqa: F401
 from operations.server import readiness, stages, unit  # noqa: F401
-from operations.weights import download, revisions, token  # noqa: F401
+from operations.weights import download, revisions, hf_token  # noqa: F401
 from operations.deployment import at_commits
 from operations.weights.checks import WeightsDisk, hub_state
 from operations.weights.download import WeightsState, state_listings

@@ -8,7 +8,7 @@ import pytest
 from lab import fleet
 from operations.basics.templates import render
 from operations.deployment import resolve
-from operations.python import venv
+from operations.python import virtualenvs
 from operations.server import unit
 from tests.unit.group_data import host_data
 
@@ -44,17 +44,17 @@ def test_a_percent_in_a_value_reaches_the_unit_as_written(lab_hosts, pcie_host):
 
 
 def test_the_git_builds_unit_ends_what_a_build_leaves_running_and_keeps_its_home_read_only(lab_hosts, pcie_host):
-    """The transient unit a git build runs in (venv.as_build_user), on a host's systemd: a process the build
+    """The transient unit a git build runs in (virtualenvs.as_build_user), on a host's systemd: a process the build
     leaves behind ends with it, and of the build user's home only the build directory takes a write (a
     ~/.gitconfig or ~/.ssh/config there would run in every later build)."""
-    user, home = venv.BUILD_USER, venv.BUILD_HOME
+    user, home = virtualenvs.BUILD_USER, virtualenvs.BUILD_HOME
     fleet.ssh(pcie_host, f"id {user} >/dev/null 2>&1 || useradd --system --create-home --home-dir {home} "
                          f"--shell /usr/sbin/nologin {user}")
     build = ("setsid sleep 300 </dev/null >/dev/null 2>&1 & "
              f"if touch {home}/.gitconfig 2>/dev/null; then echo home-written; fi; "
-             f"touch {venv.BUILD_DIR}/built && echo build-dir-written")
+             f"touch {virtualenvs.BUILD_DIR}/built && echo build-dir-written")
     try:
-        said = fleet.ssh(pcie_host, f"{venv.as_build_user(build)}; sleep 1; "
+        said = fleet.ssh(pcie_host, f"{virtualenvs.as_build_user(build)}; sleep 1; "
                                     f"pgrep -u {user} sleep >/dev/null && echo left-running || echo none-left")
         assert said.split() == ["build-dir-written", "none-left"], said
     finally:

@@ -1,12 +1,12 @@
 """The lab's host classes: its own table of short names and address octets (lab/fleet.py), each a class
-of the product's (operations.deployment.site.host_classes) or the GPU-less gateway."""
+of the product's (operations.deployment.site_data.host_classes) or the GPU-less gateway."""
 
 import importlib
 from pathlib import Path
 
 from lab import fleet
 from lab.config import SUBNET
-from operations.deployment import site
+from operations.deployment import site_data
 
 GPU_PROFILES = Path(__file__).resolve().parents[2] / "lab" / "gpu_standin" / "profiles"
 SPEC = "pcie=1,b200=1,b300=1,h100=1,h200=1,gateway=1"
@@ -20,7 +20,7 @@ def addresses() -> dict[str, str]:
 
 def test_each_product_class_is_a_lab_class_with_an_octet_and_a_gpu_profile_of_its_own():
     classes = [host_class for host_class, _profile, _octet in fleet.CLASSES.values()]
-    assert set(classes) - {"gateway"} == set(site.host_classes())
+    assert set(classes) - {"gateway"} == set(site_data.host_classes())
     for host_class, profile, _octet in fleet.CLASSES.values():
         assert host_class == "gateway" or (GPU_PROFILES / profile / "profile.json").is_file(), profile
     octets = [octet for _class, _profile, octet in fleet.CLASSES.values()]
@@ -29,7 +29,7 @@ def test_each_product_class_is_a_lab_class_with_an_octet_and_a_gpu_profile_of_it
 
 def test_a_host_class_added_to_the_product_shifts_no_lab_address(monkeypatch):
     assert addresses() == ADDRESSES
-    known = site.host_classes()
+    known = site_data.host_classes()
     monkeypatch.setattr(site, "host_classes", lambda: ("a100_sxm", *known))
     try:
         importlib.reload(fleet)
@@ -45,4 +45,4 @@ def test_the_lab_inventory_holds_no_list_or_tuple_but_its_groups_of_hosts():
     from lab import inventory
     held = {name for name, value in vars(inventory).items() if isinstance(value, (list, tuple))
             and not name.startswith("_")}
-    assert held == {"lab", "gateway", *site.host_classes()}
+    assert held == {"lab", "gateway", *site_data.host_classes()}

@@ -8,11 +8,11 @@ import pytest
 
 from lab.repos import build_lab_repos
 from operations import deployment
-from operations.deployment import host_class_of, resolve, resolve_host, site
+from operations.deployment import host_class_of, resolve, resolve_host, site_data
 from operations.weights.hub import RepoSnapshot
 from operations.basics import knobs
 from operations.basics.knobs import BadHostData
-from operations.python.venv import fingerprint
+from operations.python.virtualenvs import fingerprint
 from operations.basics.templates import render
 from operations.gateway import config as gateway_config
 from operations.weights.checks import unpinned
@@ -22,7 +22,7 @@ from operations.server.unit import inputs as unit_inputs, unit_files
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import REPO, host_data
 
-HOST_CLASSES = site.host_classes()  # the product's, as the suite runs without a site
+HOST_CLASSES = site_data.host_classes()  # the product's, as the suite runs without a site
 
 
 def test_window_and_mamba_flags_are_spelled_for_the_pinned_version():

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from operations.deployment import resolve, site
+from operations.deployment import resolve, site_data
 from operations.server import capacity
 from operations.server.flags import server_args
 from tests.sglang_startup import model_folder, startup_with_real_sglang
@@ -33,7 +33,7 @@ from tests.unit.test_capacity import config, drafter_config
 from tuning.candidates import candidates
 
 MIB = 1 << 20
-HOST_CLASSES = site.host_classes()  # the product's, as the suite runs without a site
+HOST_CLASSES = site_data.host_classes()  # the product's, as the suite runs without a site
 # The models' weights in bytes, as the README gives them (the drafter's split of Qwen's 54 GB is not published;
 # it moves both figures alike): target, drafter.
 WEIGHTS = {"moonshotai/Kimi-K2.6": (595 * 10**9, 6 * 10**9), "Qwen/Qwen3.6-27B": (52 * 10**9, 2 * 10**9)}

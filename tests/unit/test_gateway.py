@@ -21,7 +21,7 @@ from operations.gateway.membership import Route, resolve as fleet, routes, worke
 from operations.gateway.registry import GatewayWorkers
 from operations.server import unit
 from operations.basics.knobs import BadHostData
-from operations.python.venv import VenvRequirement, fingerprint
+from operations.python.virtualenvs import VenvRequirement, fingerprint
 from operations.server.flags import SGLangRejects
 from tests.unit.fakehost import failure, ran, run, run_host
 from tests.unit.group_data import host_data

@@ -1,4 +1,4 @@
-"""Host classes are found from their files (operations/deployment/site.py host_classes): the product's
+"""Host classes are found from their files (operations/deployment/site_data.py host_classes): the product's
 group_data/<class>.py and a site's own SITE/group_data/<class>.py, one file each; the shipped HGX Hopper
 classes (h100_sxm, h200_sxm) checked against the real nvidia-smi captures in tests/fixtures/nvidia-smi."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from operations.deployment import host_class_of, resolve_worker, roles, site
+from operations.deployment import host_class_of, resolve_worker, roles, site_data
 from operations.gpu.checks import check_gpu_class
 from operations.gpu.facts import NvidiaDriver
 from operations.gpu.parse import parse_topology
@@ -43,16 +43,16 @@ def site_dir(tmp_path, monkeypatch):
 
 def test_a_class_is_a_group_file_that_declares_expected_gpus(monkeypatch):
     monkeypatch.delenv("SPECFLEET_SITE", raising=False)
-    assert site.host_classes() == ("b200_nvlink", "b300_nvlink", "h100_sxm", "h200_sxm", "rtx_pro_6000_pcie")
+    assert site_data.host_classes() == ("b200_nvlink", "b300_nvlink", "h100_sxm", "h200_sxm", "rtx_pro_6000_pcie")
     assert {"all", "gateway"} <= {path.stem for path in (REPO / "group_data").glob("*.py")}
     assert roles.serves_model(["h200_sxm"]) and not roles.serves_model(["gateway", "all"])
-    assert list(load_class_expectations()) == list(site.host_classes())
+    assert list(load_class_expectations()) == list(site_data.host_classes())
 
 
 def test_a_site_adds_a_class_with_one_file(site_dir, tmp_path):
     """One file in the site directory: the inventory's group is a class, its hosts resolve with its knobs,
     over group_data/all.py and under the host's own data."""
-    assert site.host_classes()[-1] == "h100_pcie" and "h100_pcie" in load_class_expectations()
+    assert site_data.host_classes()[-1] == "h100_pcie" and "h100_pcie" in load_class_expectations()
     inventory = tmp_path / "fleet.py"
     inventory.write_text("h100_pcie = [('gpu-1', {'profile': 'qwen36_ddtree'}), "
                          "('gpu-2', {'profile': 'qwen36_ddtree', 'layouts': {'qwen36_ddtree': {'tp_size': 4}}})]\n")
@@ -86,14 +86,14 @@ def test_a_site_class_file_that_is_no_class_is_refused_in_one_line(site_dir, cod
     path = site_dir / "group_data" / "h100_pcie.py"
     path.write_text(SITE_CLASS + code if "weights_dir" in code else code)
     with pytest.raises(SystemExit) as stopped:
-        site.class_values("h100_pcie")
+        site_data.class_values("h100_pcie")
     assert str(stopped.value) == f"{path} {said}"
 
 
 def test_a_site_file_of_no_group_and_no_class_is_still_refused(site_dir):
     (site_dir / "group_data" / "h100_pcie.py").write_text("layouts = {}\n")
     with pytest.raises(SystemExit, match="h100_pcie.py overrides no group of specfleet"):
-        site.overrides(str(REPO / "group_data" / "all.py"), {})
+        site_data.overrides(str(REPO / "group_data" / "all.py"), {})
 
 
 # --- the shipped HGX Hopper classes against real captures ---------------------------------------------

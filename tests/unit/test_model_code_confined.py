@@ -14,7 +14,7 @@ from operations.basics.templates import render
 from operations.deployment import resolve
 from operations.server import sandbox
 from operations.server.flags import SGLangRejects
-from operations.weights import download, token  # noqa: F401 (token registers the facts it reads)
+from operations.weights import download, hf_token  # noqa: F401 (hf_token registers the facts it reads)
 from serving_benchmark import client, modes, units
 from serving_benchmark.plan import plan
 from tests.unit.fakehost import run

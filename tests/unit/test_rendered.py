@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from operations.basics.knobs import BadHostData
-from operations.deployment import resolve_worker, site
+from operations.deployment import resolve_worker, site_data
 from operations.gateway.config import resolve as resolve_gateway
 from operations.nodes.group import members
 from operations.server import sandbox, unit
@@ -52,10 +52,9 @@ def rendered_host(data, host_class: str, node_members=None) -> str:
 
 def cases() -> dict[str, str]:
     found = {}
-    for host_class in site.host_classes():
+    for host_class in site_data.host_classes():
         for profile in _profiles():
             found[f"{host_class}-{profile}"] = rendered_host(host_data(host_class, profile=profile), host_class)
-        found[f"{host_class}-lab"] = rendered_host(host_data(host_class, lab=True), host_class)
     found["rtx_pro_6000_pcie-several"] = rendered_host(host_data("rtx_pro_6000_pcie", deployments=SEVERAL),
                                                        "rtx_pro_6000_pcie")
     group = {"kimi-tp16": dict(tp_size=16, dist_init_port=25000, socket_ifname="ens1f0")}

@@ -1,13 +1,13 @@
-"""The secrets (operations.weights.token, operations.server.api_key, operations.basics.secrets): facts in, commands out. A secret travels only on a command's stdin."""
+"""The secrets (operations.weights.hf_token, operations.server.api_key, operations.basics.secret_files): facts in, commands out. A secret travels only on a command's stdin."""
 
 import pytest
 from pyinfra.api import StringCommand
 from pyinfra.context import ctx_host
 
-from operations.basics import secrets
+from operations.basics import secret_files
 from operations.basics.file_states import UserFileStates
 from operations.server import api_key
-from operations.weights import token
+from operations.weights import hf_token
 from operations.deployment import resolve
 from operations.basics.file_states import FileStates, digest_of
 from tests.unit.fakehost import FakeHost, failure, run
@@ -35,13 +35,13 @@ def test_token_in_place_is_a_noop(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     states = {SERVICE.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", digest=None),
               TOKEN_FILE: file("600", "sglang-download", "sglang-download", "hf_secret")}
-    commands, noops = run(token.hf_token, {UserFileStates: states}, token_env=H.hf_token_env, service=H.service)
+    commands, noops = run(hf_token.hf_token, {UserFileStates: states}, token_env=H.hf_token_env, service=H.service)
     assert commands == [] and noops == [f"{TOKEN_FILE} holds the token (0600, sglang-download)"]
 
 
 def test_token_is_written_by_the_download_user_from_stdin_out_of_the_service_users_home(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
-    [command] = yielded(token.hf_token, {UserFileStates: {SERVICE.hf_home: None, TOKEN_FILE: None}}, token_env=H.hf_token_env, service=H.service)
+    [command] = yielded(hf_token.hf_token, {UserFileStates: {SERVICE.hf_home: None, TOKEN_FILE: None}}, token_env=H.hf_token_env, service=H.service)
     assert isinstance(command, StringCommand) and command.connector_arguments == {"_stdin": "hf_secret"}
     text = command.get_raw_value()
     assert "hf_secret" not in text
@@ -55,7 +55,7 @@ def test_the_token_a_deployment_without_a_download_user_kept_is_removed_by_the_s
     states = {SERVICE.hf_home: dict(kind="directory", mode="700", user="sglang-download", group="sglang-download", sha1=None),
               TOKEN_FILE: file("600", "sglang-download", "sglang-download", "hf_secret"),
               "/home/sglang/.cache/huggingface/token": file("600", "sglang", "sglang", "hf_secret")}
-    commands, noops = run(token.hf_token, {UserFileStates: states}, token_env=H.hf_token_env, service=H.service)
+    commands, noops = run(hf_token.hf_token, {UserFileStates: states}, token_env=H.hf_token_env, service=H.service)
     assert commands == ["runuser -u sglang -- rm -f -- /home/sglang/.cache/huggingface/token"]
     assert noops == [f"{TOKEN_FILE} holds the token (0600, sglang-download)"]
 
@@ -122,7 +122,7 @@ def test_the_write_command_creates_the_file_with_its_mode_and_replaces_a_planted
     target.write_text("untouched")
     (tmp_path / "api-key").symlink_to(target)
     group = grp.getgrgid(os.getgid()).gr_name
-    command = secrets.write_secret(KEY, str(tmp_path), "api-key", "640", group)
+    command = secret_files.write_secret(KEY, str(tmp_path), "api-key", "640", group)
     subprocess.run(command.get_raw_value(), shell=True, check=True, input=KEY + "\n", text=True)
     written = tmp_path / "api-key"
     assert not written.is_symlink() and written.read_text() == KEY

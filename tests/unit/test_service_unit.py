@@ -18,7 +18,7 @@ from operations.server import sandbox, unit
 from operations.deployment import resolve, resolve_host
 from operations.basics.file_states import FileStates
 from operations.basics.units import ServiceState, any_change
-from operations.python.venv import VenvRequirement, fingerprint
+from operations.python.virtualenvs import VenvRequirement, fingerprint
 from operations.server.flags import SGLangRejects
 
 from tests.unit.fakehost import FakeHost, failure, ran, run

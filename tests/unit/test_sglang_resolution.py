@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from operations.deployment import resolve, site
+from operations.deployment import resolve, site_data
 from operations.server.flags import RESOLVE, rendered_violations as rendered_ddtree_violations
 from operations.server.speculative import ALGORITHMS, DDTREE
 from tests.gpu_standin_env import gpu_standin_env
@@ -24,7 +24,7 @@ from tests.sglang_real import resolve_many_with_real_sglang
 from tests.unit.group_data import host_data
 from tests.unit.resolution_cases import GPU_PROFILES, PROFILES, case, deployment, lab_repos
 
-HOST_CLASSES = site.host_classes()  # the product's, as the suite runs without a site
+HOST_CLASSES = site_data.host_classes()  # the product's, as the suite runs without a site
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN_SRC = REPO / "lab" / "sglang_standin"

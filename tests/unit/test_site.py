@@ -86,15 +86,15 @@ def test_the_site_overrides_key_by_key_and_part_of_a_key(site, inventory):
 
 
 def test_a_site_inside_the_checkout_or_missing_is_refused_in_one_line(monkeypatch, inventory):
-    from operations.deployment import site
+    from operations.deployment import site_data
     monkeypatch.setenv("SPECFLEET_SITE", str(REPO / "group_data"))
     with pytest.raises(SystemExit, match="is inside the specfleet checkout"):
-        site.directory()
+        site_data.directory()
     monkeypatch.setenv("SPECFLEET_SITE", "/nonexistent/site")
     with pytest.raises(SystemExit, match=r"is not a directory: create it \(mkdir -p /nonexistent/site\)"):
-        site.directory()
+        site_data.directory()
     monkeypatch.delenv("SPECFLEET_SITE")
-    assert site.directory() is None and site.pins() == {"repos": {}, "git": {}}
+    assert site_data.directory() is None and site_data.pins() == {"repos": {}, "git": {}}
 
 
 def test_pin_resolves_every_moving_revision_writes_them_for_the_deploy_and_shows_what_moved(

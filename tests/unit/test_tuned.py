@@ -1,5 +1,5 @@
 """Tuned settings in the site directory (SITE/tuned/<class>/<profile>.json, operations/deployment/tuned.py):
-read through the class's group data as the deploy reads it (site.tuned), checked, applied over the class's
+read through the class's group data as the deploy reads it (site_data.tuned), checked, applied over the class's
 defaults where measured with the build and drafter deployed, and reported stale, not applied, where not.
 Facts in (a site directory, host data), the deployment's rendered flags out."""
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from operations.basics.knobs import BadHostData
-from operations.deployment import resolve, site, tuned
+from operations.deployment import resolve, site_data, tuned
 from operations.server.flags import server_args
 from tests.unit.group_data import host_data
 
@@ -31,7 +31,7 @@ def write(site_dir, document: dict, profile: str = "qwen36_ddtree"):
 def deployed(**data):
     """The qwen36_ddtree deployment on the PCIe class as the deploy resolves it, its tuned files read as the
     class's group data reads them."""
-    values = host_data(HOST_CLASS, profile="qwen36_ddtree", pins=PINS, tuned=site.tuned(f"group_data/{HOST_CLASS}.py"),
+    values = host_data(HOST_CLASS, profile="qwen36_ddtree", pins=PINS, tuned=site_data.tuned(f"group_data/{HOST_CLASS}.py"),
                        **data)
     return resolve(values, HOST_CLASS)
 
@@ -68,7 +68,7 @@ def test_a_setting_the_file_leaves_out_stays_the_class_default_and_a_hosts_own_l
     assert flag(server_args(d.replicas[0]), "--speculative-ddtree-budget") == "11" and len(d.replicas) == 8
     assert d.tuned.sources["tp_size"] == "class default" and d.tuned.sources["ddtree_budget"] == "tuned"
     write(site_dir, {"settings": PICK, "measured_with": MEASURED})
-    (d,) = resolve(host_data(HOST_CLASS, pins=PINS, tuned=site.tuned(f"group_data/{HOST_CLASS}.py"),
+    (d,) = resolve(host_data(HOST_CLASS, pins=PINS, tuned=site_data.tuned(f"group_data/{HOST_CLASS}.py"),
                              deployments=[{"profile": "qwen36_ddtree", "tp_size": 4}]), HOST_CLASS),
     assert [r.gpus for r in d.replicas] == [(0, 1, 2, 3), (4, 5, 6, 7)]
     assert flag(server_args(d.replicas[0]), "--speculative-ddtree-budget") == "7"
@@ -85,7 +85,7 @@ def test_a_tuned_file_of_another_build_or_drafter_is_stale_and_not_applied(site_
                     f"{SGLANG}); run tune.py again on this build") and "\n" not in line
     write(site_dir, {"settings": PICK, "measured_with": MEASURED})
     unpinned = resolve(host_data(HOST_CLASS, profile="qwen36_ddtree", pins={"git": PINS["git"]},
-                                 tuned=site.tuned(f"group_data/{HOST_CLASS}.py")), HOST_CLASS)
+                                 tuned=site_data.tuned(f"group_data/{HOST_CLASS}.py")), HOST_CLASS)
     assert not unpinned.tuned.applied and "drafter " + DRAFTER + " (deployed: (a moving revision" in unpinned.tuned.stale
 
 
@@ -108,13 +108,13 @@ def test_a_file_that_is_not_json_stops_in_one_line_naming_it(site_dir):
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     with pytest.raises(SystemExit) as stopped:
-        site.tuned(f"group_data/{HOST_CLASS}.py")
+        site_data.tuned(f"group_data/{HOST_CLASS}.py")
     assert str(stopped.value).startswith(f"{path} is not what tune.py writes") and "\n" not in str(stopped.value)
 
 
 def test_what_the_tuner_writes_the_deploy_reads_back(site_dir):
-    path = site.tuned_path(HOST_CLASS, "qwen36_ddtree")
-    site.write_tuned(path, tuned.document(path, PICK, MEASURED, {"objective": "throughput"}))
+    path = site_data.tuned_path(HOST_CLASS, "qwen36_ddtree")
+    site_data.write_tuned(path, tuned.document(path, PICK, MEASURED, {"objective": "throughput"}))
     d = deployed()
     assert d.tuned.path == path and d.tuned.applied and len(d.replicas) == 4
     with pytest.raises(BadHostData):

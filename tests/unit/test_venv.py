@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from lab.index import start_index
-from operations.python import venv
+from operations.python import virtualenvs
 from operations.basics.host_programs import program
-from operations.python.venv import HostPython, VenvRequirement
+from operations.python.virtualenvs import HostPython, VenvRequirement
 from tests.unit import fakehost
 from tests.unit.test_gpu_operations import FakeHost, run
 
@@ -32,14 +32,14 @@ class WarnedHost(FakeHost):
 
 
 def install(requirement: str, installed=None) -> list[str]:
-    commands, _ = run(venv.requirement, {VenvRequirement: installed or {"version": None, "fingerprint": None}},
+    commands, _ = run(virtualenvs.requirement, {VenvRequirement: installed or {"version": None, "fingerprint": None}},
                       path=VENV, requirement=requirement, distribution="x", index_url="http://index/simple/")
     return commands
 
 
 def test_a_release_with_a_committed_lock_installs_only_hashed_files():
     commands = install("huggingface_hub==2.4.0")
-    lock = venv.committed_lock("huggingface_hub==2.4.0")
+    lock = virtualenvs.committed_lock("huggingface_hub==2.4.0")
     assert "huggingface-hub==2.4.0 --hash=sha256:" in lock and "httpx2==2.16.2 --hash=sha256:" in lock
     assert commands[1].startswith("printf %s '# huggingface_hub==2.4.0") and commands[1].endswith(
         f"> {VENV}/.specfleet-requirements.lock")
@@ -68,37 +68,37 @@ def test_every_release_the_shipped_defaults_install_has_its_committed_lock():
     from serving_benchmark.client import CLIENT_REQUIREMENT
     from tests.unit.group_data import host_data
     data = host_data("gateway")
-    releases = {data.gateway_requirement, CLIENT_REQUIREMENT, f"uv=={venv.UV_VERSION}",
+    releases = {data.gateway_requirement, CLIENT_REQUIREMENT, f"uv=={virtualenvs.UV_VERSION}",
                 *(p["sglang"]["requirement"] for p in data.profiles.values())}
-    releases = {r for r in releases if venv.RELEASE.fullmatch(r)}
+    releases = {r for r in releases if virtualenvs.RELEASE.fullmatch(r)}
     assert {"smg==1.13.0", "aiperf==0.13.0", "sglang==0.5.23"} <= releases
-    assert {r for r in releases if venv.hash_lock(r) is None} == set()
+    assert {r for r in releases if virtualenvs.hash_lock(r) is None} == set()
     for r in releases:  # the release itself is locked at its version, with its wheels' hashes
         assert f"\n{r.split('==')[0].replace('_', '-')}=={r.split('==')[1]} --hash=sha256:" in \
-            venv.hash_lock(r).replace("_", "-"), r
+            virtualenvs.hash_lock(r).replace("_", "-"), r
 
 
 def test_a_sites_own_release_is_locked_from_its_site_directory(tmp_path, monkeypatch):
     """A site that pins a release of its own keeps its lock in SITE/locks/, never in the checkout."""
     monkeypatch.setenv("SPECFLEET_SITE", str(tmp_path))
-    assert venv.committed_lock("smg==1.14.0") is None
-    assert "SITE/locks/" in venv.unchecked("smg==1.14.0")
+    assert virtualenvs.committed_lock("smg==1.14.0") is None
+    assert "SITE/locks/" in virtualenvs.unchecked("smg==1.14.0")
     (tmp_path / "locks").mkdir()
     (tmp_path / "locks" / "smg==1.14.0.txt").write_text("smg==1.14.0 --hash=sha256:" + "a" * 64 + "\n")
-    assert venv.committed_lock("smg==1.14.0") == "smg==1.14.0 --hash=sha256:" + "a" * 64 + "\n"
-    assert venv.committed_lock("smg==1.13.0").startswith("# smg==1.13.0")  # the checkout's first
+    assert virtualenvs.committed_lock("smg==1.14.0") == "smg==1.14.0 --hash=sha256:" + "a" * 64 + "\n"
+    assert virtualenvs.committed_lock("smg==1.13.0").startswith("# smg==1.13.0")  # the checkout's first
 
 
 def test_fingerprint_covers_the_lock_and_keeps_unlocked_ones():
     plain = hashlib.sha256(b"sglang==0.5.22|None").hexdigest()[:16]
-    assert venv.fingerprint("sglang==0.5.22", None) == plain  # no lock: as before, no rebuild
-    hub = venv.fingerprint("huggingface_hub==2.4.0", None)
+    assert virtualenvs.fingerprint("sglang==0.5.22", None) == plain  # no lock: as before, no rebuild
+    hub = virtualenvs.fingerprint("huggingface_hub==2.4.0", None)
     assert hub != hashlib.sha256(b"huggingface_hub==2.4.0|None").hexdigest()[:16]
-    installed = {"version": "2.4.0", "fingerprint": venv.fingerprint("huggingface_hub==2.4.0", "http://index/simple/")}
+    installed = {"version": "2.4.0", "fingerprint": virtualenvs.fingerprint("huggingface_hub==2.4.0", "http://index/simple/")}
     assert install("huggingface_hub==2.4.0", installed) == []  # built from this lock: nothing to do
 
 
-UV = venv.Uv("/opt/specfleet")
+UV = virtualenvs.Uv("/opt/specfleet")
 UV_ENV = "UV_CACHE_DIR=/opt/specfleet/uv-cache UV_PYTHON_INSTALL_DIR=/opt/specfleet/python "
 # HostPython on real hosts: Debian 12 (the lab), Ubuntu 22.04 without a route out, a POWER host.
 DEBIAN12 = HostPython().process(["machine x86_64", "python 3.11.2 -", "uv 0.13.8 (x86_64-unknown-linux-gnu)"])
@@ -107,7 +107,7 @@ PPC64LE = HostPython().process(["machine ppc64le", "python 3.10.12 reached", "uv
 
 
 def install_with_uv(requirement: str, python: dict) -> list[str]:
-    commands, _ = run(venv.requirement, {VenvRequirement: {"version": None, "fingerprint": None}, HostPython: python},
+    commands, _ = run(virtualenvs.requirement, {VenvRequirement: {"version": None, "fingerprint": None}, HostPython: python},
                       path=VENV, requirement=requirement, distribution="x", index_url="http://index/simple/", uv=UV)
     return commands
 
@@ -138,7 +138,7 @@ def test_root_never_starts_a_venvs_python_once_anything_is_installed_in_it():
     the venv's Python after installing) is never asked for."""
     for python in (DEBIAN12, {**PPC64LE, "python": "3.12.3"}):
         for requirement in ("huggingface_hub==2.4.0", GIT_BUILD, "x==1"):
-            commands, _ = fakehost.run(venv.requirement, {VenvRequirement: {"version": None, "fingerprint": None},
+            commands, _ = fakehost.run(virtualenvs.requirement, {VenvRequirement: {"version": None, "fingerprint": None},
                                                           HostPython: python},
                                        path=VENV, requirement=requirement, distribution="x", uv=UV)
             assert [c for c in commands if "--compile-bytecode" in c] == [], commands
@@ -160,32 +160,32 @@ def test_pip_is_the_fallback_where_the_lock_has_no_uv_wheel():
 
 
 def test_a_python_older_than_311_is_refused_only_where_uv_cannot_provide_one():
-    assert venv.python_problems("h", DEBIAN12) == []
-    assert venv.python_problems("h", {**UBUNTU2204_OFFLINE, "python_source": "reached"}) == []
-    [offline] = venv.python_problems("h", UBUNTU2204_OFFLINE)
+    assert virtualenvs.python_problems("h", DEBIAN12) == []
+    assert virtualenvs.python_problems("h", {**UBUNTU2204_OFFLINE, "python_source": "reached"}) == []
+    [offline] = virtualenvs.python_problems("h", UBUNTU2204_OFFLINE)
     assert offline.startswith("h: SGLang needs Python 3.11 or newer, found 3.10.12; uv installs one from "
                               "https://github.com/astral-sh/python-build-standalone/releases/download, "
                               "which this host cannot reach")
-    [power] = venv.python_problems("h", PPC64LE)
+    [power] = virtualenvs.python_problems("h", PPC64LE)
     assert "the uv lock has no wheel for ppc64le" in power
-    [none] = venv.python_problems("h", HostPython().process(["machine x86_64", "python none -", "uv none"]))
+    [none] = virtualenvs.python_problems("h", HostPython().process(["machine x86_64", "python none -", "uv none"]))
     assert "found no python3: install python3" in none
 
 
 def test_uv_is_installed_from_its_locked_wheels_and_left_alone_once_there():
-    commands, _ = run(venv.uv, {HostPython: {**DEBIAN12, "uv": None}}, uv=UV, index_url="http://index/simple/")
+    commands, _ = run(virtualenvs.uv, {HostPython: {**DEBIAN12, "uv": None}}, uv=UV, index_url="http://index/simple/")
     [command] = commands
     hashes = "e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984 " \
              "0b3e8b1a4f5e405e31e2ff33de8af4744831e9f7338539671efbd8c3c94e791d"
     assert command.startswith("python3 -c ") and command.endswith(
         f" http://index/simple/ 0.13.8 /opt/specfleet/bin/uv {hashes}")
-    assert run(venv.uv, {HostPython: DEBIAN12}, uv=UV)[0] == []
-    commands, noops = run(venv.uv, {HostPython: PPC64LE}, uv=UV)
+    assert run(virtualenvs.uv, {HostPython: DEBIAN12}, uv=UV)[0] == []
+    commands, noops = run(virtualenvs.uv, {HostPython: PPC64LE}, uv=UV)
     assert commands == [] and noops == ["no uv wheel for ppc64le: virtualenvs are built with python3 -m venv and pip"]
 
 
 def test_real_sglang_0_5_23_is_locked_with_its_cuda_13_torch():
-    lock = venv.committed_lock("sglang==0.5.23")
+    lock = virtualenvs.committed_lock("sglang==0.5.23")
     pins = dict(line.split(" ", 1)[0].split("==") for line in lock.splitlines() if not line.startswith("#"))
     assert pins["sglang"] == "0.5.23" and pins["torch"] == "2.14.1" and pins["nvidia-cublas"].startswith("13.")
     assert all("--hash=sha256:" in line for line in lock.splitlines() if not line.startswith("#"))
@@ -196,9 +196,9 @@ def _fake_uv_wheel(directory, machine: str) -> str:
     """A wheel shaped as uv's (its binary under uv-VERSION.data/scripts/), served by the lab's index code."""
     wheels = directory / "wheels"
     wheels.mkdir()
-    path = wheels / f"uv-{venv.UV_VERSION}-py3-none-manylinux_2_17_{machine}.manylinux2014_{machine}.whl"
+    path = wheels / f"uv-{virtualenvs.UV_VERSION}-py3-none-manylinux_2_17_{machine}.manylinux2014_{machine}.whl"
     with zipfile.ZipFile(path, "w") as wheel:
-        wheel.writestr(f"uv-{venv.UV_VERSION}.data/scripts/uv", "#!/bin/sh\necho uv stand-in\n")
+        wheel.writestr(f"uv-{virtualenvs.UV_VERSION}.data/scripts/uv", "#!/bin/sh\necho uv stand-in\n")
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -208,7 +208,7 @@ def test_install_uv_takes_only_a_wheel_whose_hash_the_lock_lists(tmp_path):
     dest = tmp_path / "bin" / "uv"
     try:
         def install(*hashes):
-            return subprocess.run([sys.executable, "-c", program("install_uv"), index.url, venv.UV_VERSION, str(dest),
+            return subprocess.run([sys.executable, "-c", program("install_uv"), index.url, virtualenvs.UV_VERSION, str(dest),
                                    *hashes], capture_output=True, text=True)
         refused = install("0" * 64)
         assert refused.returncode == 1 and "which the uv lock does not list: refused" in refused.stderr
@@ -246,7 +246,7 @@ BUILD_AS_USER = ("runuser -u specfleet-build -- mkdir -p -m 700 /home/specfleet-
 
 @pytest.mark.parametrize("python", [DEBIAN12, {**PPC64LE, "python": "3.12.3"}], ids=["uv", "pip"])
 def test_a_git_requirement_is_built_by_the_build_user_and_root_installs_only_its_wheel(python):
-    commands, _ = fakehost.run(venv.requirement, {VenvRequirement: {"version": None, "fingerprint": None},
+    commands, _ = fakehost.run(virtualenvs.requirement, {VenvRequirement: {"version": None, "fingerprint": None},
                                                   HostPython: python},
                                path=VENV, requirement=GIT_BUILD, distribution="sglang",
                                index_url="http://index/simple/", uv=UV)
@@ -275,7 +275,7 @@ def test_a_git_requirement_is_built_by_the_build_user_and_root_installs_only_its
     binary = "--no-build " if python is DEBIAN12 else "--only-binary :all: "
     assert installed.endswith(f"--index-url http://index/simple/ {binary}'sglang @ file://'\"$1\"")
     assert "git+" not in installed and "runuser" not in installed
-    assert marker == f"echo {venv.fingerprint(GIT_BUILD, 'http://index/simple/')} > {VENV}/.specfleet-requirement"
+    assert marker == f"echo {virtualenvs.fingerprint(GIT_BUILD, 'http://index/simple/')} > {VENV}/.specfleet-requirement"
 
 
 def test_a_git_build_runs_in_a_unit_that_ends_its_processes_and_leaves_nothing_for_the_next_build():
@@ -284,7 +284,7 @@ def test_a_git_build_runs_in_a_unit_that_ends_its_processes_and_leaves_nothing_f
     gateway's too: it runs in a transient unit whose processes all end with it, its home read-only but for the
     build directory; of root's environment it takes only the proxy, by name (a proxy URL may carry
     credentials, which a command line would show)."""
-    [build, _, _] = venv.git_build(GIT_BUILD, VENV, "", None, "true ")
+    [build, _, _] = virtualenvs.git_build(GIT_BUILD, VENV, "", None, "true ")
     words = shlex.split(build)
     words = words[words.index("systemd-run"):]
     unit = words[:words.index("--")]
@@ -299,7 +299,7 @@ def test_a_git_build_runs_in_a_unit_that_ends_its_processes_and_leaves_nothing_f
 
 def test_the_wheels_name_is_taken_only_when_it_is_one_plain_wheel(tmp_path):
     """The name check of the handed-over wheel, run by sh on names a hostile build could leave."""
-    [_, handed, _] = venv.git_build(GIT_BUILD, str(tmp_path), "", None, "true ")
+    [_, handed, _] = virtualenvs.git_build(GIT_BUILD, str(tmp_path), "", None, "true ")
     check = handed.split("; mkdir")[0].replace("runuser -u specfleet-build -- ls /home/specfleet-build/build/wheels",
                                               'printf %s "$NAMES"')
     for names, taken in [("sglang-0.5.23-py3-none-any.whl", True), ("a.whl\nb.whl", False), ("", False),
@@ -377,9 +377,9 @@ def test_the_git_build_commands_build_as_another_user_and_root_installs_the_whee
         # A copy, not a link: the checkout's venv may lie in a directory the build user cannot enter (mktemp -d).
         shutil.copy(Path(sys.executable).parent / "uv", base / "opt" / "bin" / "uv")
         path = f"{base}/opt/v"
-        commands, _ = fakehost.run(venv.requirement, {VenvRequirement: None, HostPython: DEBIAN12}, path=path,
+        commands, _ = fakehost.run(virtualenvs.requirement, {VenvRequirement: None, HostPython: DEBIAN12}, path=path,
                                    requirement=f"uidprobe @ git+file://{bare}@{commit}", distribution="uidprobe",
-                                   uv=venv.Uv(f"{base}/opt"))
+                                   uv=virtualenvs.Uv(f"{base}/opt"))
         for command in commands:
             command = command.replace("specfleet-build", "nobody").replace("/home/nobody", f"{base}/home")
             command = as_runuser(command)
@@ -392,7 +392,7 @@ def test_the_git_build_commands_build_as_another_user_and_root_installs_the_whee
         read = subprocess.run(["sh", "-c", fact.command(path=path, distribution="uidprobe")], capture_output=True,
                               text=True, check=True).stdout.splitlines()
         facts = fact.process(read)
-        assert facts == {"version": "1.0", "fingerprint": venv.fingerprint(f"uidprobe @ git+file://{bare}@{commit}", None)}
+        assert facts == {"version": "1.0", "fingerprint": virtualenvs.fingerprint(f"uidprobe @ git+file://{bare}@{commit}", None)}
         assert [p.name for p in starts.iterdir() if p.name.startswith("uid-0-")] == []
         built_by = subprocess.run(["runuser", "-u", "nobody", "--", f"{path}/bin/python", "-c",
                                    "import uidprobe; print(uidprobe.BUILT_BY_UID)"],
@@ -400,7 +400,7 @@ def test_the_git_build_commands_build_as_another_user_and_root_installs_the_whee
         nobody = pwd.getpwnam("nobody").pw_uid
         assert int(built_by) == nobody != 0
         assert {p.name.split("-pid-")[0] for p in starts.iterdir()} == {f"uid-{nobody}"}  # the .pth does run
-        [wheel] = (Path(path) / venv.WHEEL_DIR).iterdir()
+        [wheel] = (Path(path) / virtualenvs.WHEEL_DIR).iterdir()
         assert wheel.name == "uidprobe-1.0-py3-none-any.whl" and wheel.stat().st_uid == 0
         assert not (base / "home" / "build" / "src").exists()  # the build user removed its checkout
     finally:
@@ -415,10 +415,10 @@ def test_builds_no_deployment_wants_and_no_unit_uses_are_removed_after_the_units
             "/opt/specfleet/sglang-venv-built": False}
     arguments = dict(directory="/opt/specfleet", stem="sglang-venv", units=("/etc/systemd/system/sglang*.service*",),
                      wanted=["/opt/specfleet/sglang-venv-new", "/opt/specfleet/sglang-venv-built"])
-    commands, host = fakehost.run_host(venv.unused_removed, {venv.VenvsUsed: used}, **arguments)
+    commands, host = fakehost.run_host(virtualenvs.unused_removed, {virtualenvs.VenvsUsed: used}, **arguments)
     assert commands == ["rm -rf -- /opt/specfleet/sglang-venv /opt/specfleet/sglang-venv-older"]
     assert host.logged == [f"host-1: removing /opt/specfleet/{name} (no deployment wants it, no unit uses it)"
                            for name in ("sglang-venv", "sglang-venv-older")]
-    commands, noops = fakehost.run(venv.unused_removed, {venv.VenvsUsed: {"/opt/specfleet/sglang-venv-new": True}},
+    commands, noops = fakehost.run(virtualenvs.unused_removed, {virtualenvs.VenvsUsed: {"/opt/specfleet/sglang-venv-new": True}},
                                    **arguments)
     assert commands == [] and noops == ["every sglang-venv* is wanted or used by a unit (1)"]

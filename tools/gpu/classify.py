@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from operations.deployment import site
+from operations.deployment import site_data
 from operations.gpu.parse import parse_smi_q, parse_topology, smi_failure
 from operations.gpu.products import interconnect_by_product, named
 
@@ -27,9 +27,9 @@ CAPTURE_READERS = {
 
 
 def load_class_expectations() -> dict[str, dict]:
-    """Return {class name: its `expected_gpus`} for every host class (site.host_classes: the product's and
+    """Return {class name: its `expected_gpus`} for every host class (site_data.host_classes: the product's and
     the site's)."""
-    return {name: site.class_file_values(name)["expected_gpus"] for name in site.host_classes()}
+    return {name: site_data.class_file_values(name)["expected_gpus"] for name in site_data.host_classes()}
 
 
 def host_class_for(gpu_names: list[str], interconnect: str | None, classes: dict[str, dict]) -> str:

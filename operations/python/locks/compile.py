@@ -5,7 +5,7 @@
 uv resolves the release for the GPU hosts (CPython 3.11, manylinux x86_64: Debian 12's python3 and
 the Python uv provides elsewhere); PyPI's JSON simple API (PEP 691) then gives the sha256 of each
 pinned version's wheels for CPython 3.11-3.13 on manylinux x86_64 (an sdist only where no wheel
-fits). The lock stays small enough to travel in one command (operations/venv.py). With SPECFLEET_SITE set
+fits). The lock stays small enough to travel in one command (operations/python/virtualenvs.py). With SPECFLEET_SITE set
 it goes to the site's SITE/locks/ (a release the site pins itself, read there by the deploy), else
 beside this file (the releases the shipped defaults install).
 """

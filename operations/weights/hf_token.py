@@ -11,7 +11,7 @@ from pyinfra.api import operation
 
 from operations.basics import gathering
 from operations.basics.file_states import UserFileStates, matches
-from operations.basics.secrets import write_secret
+from operations.basics.secret_files import write_secret
 from operations.server.config import ServiceHost
 from operations.weights.hub import controller_token
 
@@ -29,7 +29,7 @@ def hf_token(token_env: str, service: ServiceHost):
 
     .. code:: python
 
-        token.hf_token(name="Hugging Face token", token_env=worker.hf_token_env, service=worker.service)
+        hf_token.hf_token(name="Hugging Face token", token_env=worker.hf_token_env, service=worker.service)
     """
     s = service
     token = controller_token(token_env) or ""

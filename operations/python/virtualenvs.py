@@ -315,7 +315,7 @@ def uv(uv: Uv, index_url: str | None = None):
 
     .. code:: python
 
-        venv.uv(name="uv", uv=venv.Uv("/opt/specfleet"), index_url="http://mirror/simple/")
+        virtualenvs.uv(name="uv", uv=virtualenvs.Uv("/opt/specfleet"), index_url="http://mirror/simple/")
     """
     facts = gathering.read(HostPython, uv=uv.binary)
     if facts["machine"] not in UV_MACHINES:
@@ -340,7 +340,7 @@ def requirement(path: str, requirement: str, distribution: str, index_url: str |
       with ``--require-hashes``
     + distribution: the distribution it installs, to read its version
     + index_url: a PyPI mirror or private index (None: PyPI)
-    + uv: the host's uv (``venv.uv`` installs it), which builds the venv, on Python 3.11 of its own where
+    + uv: the host's uv (``virtualenvs.uv`` installs it), which builds the venv, on Python 3.11 of its own where
       the system's python3 is older; None, or a machine without a uv wheel: python3 -m venv and pip
     A git requirement is built into a wheel by BUILD_USER (``git_build``), which must exist
     (``ownership.service_user`` with BUILD_HOME), and root installs the wheel.
@@ -349,12 +349,12 @@ def requirement(path: str, requirement: str, distribution: str, index_url: str |
 
     .. code:: python
 
-        venv.requirement(
+        virtualenvs.requirement(
             name="Install SGLang",
             path="/opt/specfleet/sglang-venv",
             requirement="sglang==0.5.23",
             distribution="sglang",
-            uv=venv.Uv("/opt/specfleet"),
+            uv=virtualenvs.Uv("/opt/specfleet"),
         )
     """
     installed = gathering.read(VenvRequirement, path=path, distribution=distribution)
@@ -415,7 +415,7 @@ def unused_removed(directory: str, stem: str, units: tuple[str, ...], wanted: li
 
     .. code:: python
 
-        venv.unused_removed(name="SGLang builds no unit uses", directory="/opt/specfleet", stem="sglang-venv",
+        virtualenvs.unused_removed(name="SGLang builds no unit uses", directory="/opt/specfleet", stem="sglang-venv",
                             units=("/etc/systemd/system/sglang*.service*",), wanted=["/opt/specfleet/sglang-venv-3f2a9c0d1e4b5a6c"])
     """
     found = gathering.read(VenvsUsed, directory=directory, stem=stem, units=units) or {}

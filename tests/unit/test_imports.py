@@ -1,9 +1,11 @@
 """Imports flow one way: down the floors (LAYERS), with no cycle between the product's modules, and no product
-module imports a test or the lab; no module is named as a standard-library one; loopback is typed once. Read
+module imports a test or the lab; no module is named as a standard-library one; loopback is typed once, the
+algorithm names in one module. Read
 from the source (every import statement, wherever it sits in the module), so an import hidden inside a function
 counts as much as one at the top."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -253,3 +255,39 @@ def test_the_gathering_imports_no_fact():
     files = controller_files()
     facts = sorted(name for name in graph()["operations.basics.gathering"] if defines_a_fact(files[name]))
     assert defines_a_fact(files["operations.basics.file_states"]) and facts == []
+
+
+# Every product source an algorithm's name could be typed in: the modules, their host programs (they run on
+# hosts, with the engine's names where they read its answers) and every entry point.
+ALGORITHM_READERS = (*PRODUCT, *ENTRY_POINTS)
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes (prose and examples, not values the code uses)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            found.add(id(node.body[0].value))
+    return found
+
+
+def test_the_algorithm_names_are_typed_in_one_product_module():
+    """No string the product's code uses names an algorithm (SGLang's name as a word, or the whole of the
+    bench's mode of it), but in the table's module (operations/server/speculative.py): the others ask it."""
+    from operations.server import speculative
+    names = re.compile(r"\b(" + "|".join(speculative.ALGORITHMS) + r")\b")
+    modes = set(speculative.modes())
+    table = REPO / "operations" / "server" / "speculative.py"
+    sources = [path for root in ALGORITHM_READERS for path in ([REPO / root] if (REPO / root).is_file()
+                                                                else sorted((REPO / root).rglob("*.py")))]
+    written = []
+    for source in sources:
+        if source == table:
+            continue
+        tree = ast.parse(source.read_text())
+        prose = docstrings(tree)
+        written += [f"{source.relative_to(REPO)}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+                    and (names.search(node.value) or node.value in modes)]
+    assert len(sources) > 100 and written == []

@@ -11,8 +11,8 @@ all of them at once) with the prompts (serving_benchmark/prompts.jsonl, else --d
 its results land in bench-results/RUN/HOST/ on the controller (HOST/DEPLOYMENT/ for a host serving
 several models). A replica behind a gateway is drained from it first and registered again once its
 deployed unit generates; then each level runs through that gateway too, when its only workers of the
-model are this host's replicas. Knobs: serving_benchmark/plan.py (DEFAULTS, plan()). (The toolkit's own speed series
-is another thing: speed/, `make speed`.)
+model are this host's replicas. Knobs: operations/schema.py declares them, serving_benchmark/plan.py reads
+them. (The toolkit's own speed series is another thing: speed/, `make speed`.)
 """
 
 from pyinfra import host, inventory

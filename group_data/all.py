@@ -5,6 +5,7 @@ Pick another ready-made profile in your site directory (SPECFLEET_SITE/group_dat
 A deploy refuses it from --data, which would last one run: every later command reads the group data.
 """
 
+from operations.basics import network as _network
 from operations.deployment import site_data as _site_data
 
 # The deployment profile (a key of `profiles` below), served as the host's class lays it out
@@ -148,7 +149,7 @@ weights_dir = "/srv/specfleet/models"  # a directory per repo, in it one per rev
 config_dir = "/etc/specfleet"  # unit environment file; the API key (0640, root:<service group>)
 # Loopback: only the host itself (or a gateway on it) reaches the server. Any other address
 # needs an API key: preflight refuses a server reachable beyond loopback without one.
-bind_address = "127.0.0.1"
+bind_address = _network.LOOPBACK
 # Each replica's unit admits packets (both ways) from loopback, its node group and the run's gateways that
 # route it alone (IPAddressDeny=any): torch's TCPStore on nccl_port listens on every address. Add the
 # networks its clients or what it reaches are on (['any'] lifts the list: FlashInfer's first-use kernel

@@ -6,6 +6,7 @@ host's `profile` (group_data/all.py) and routes to every inventory host in a cla
 group serving that model, registered through its own API (operations/gateway/registry.py).
 """
 
+from operations.basics import network as _network
 from operations.deployment import site_data as _site_data
 
 # The gateway itself: the real smg wheel (a Rust gateway shipped as a Python package).
@@ -17,7 +18,7 @@ gateway_user = "smg"
 # Where clients reach it. Loopback unless a key is set on the controller (api_key_env):
 # with a key, e.g. --data gateway_bind_address=0.0.0.0. That key is the clients': smg forwards a
 # client's key to the worker it picks, so the workers take the same one.
-gateway_bind_address = "127.0.0.1"
+gateway_bind_address = _network.LOOPBACK
 # The control plane's key, on the controller in this variable: registering and removing workers
 # (POST/DELETE /workers, smg --control-plane-api-keys, role admin) takes it, and smg then refuses
 # the clients' key there, so a client cannot register a worker of its own and receive others'
@@ -26,7 +27,7 @@ gateway_bind_address = "127.0.0.1"
 gateway_admin_key_env = "SPECFLEET_GATEWAY_ADMIN_KEY"
 gateway_port = 30080
 # Prometheus text on its own port (smg_worker_health, smg_router_requests_total, ...); it takes
-# no key, so it listens on 127.0.0.1 only, where the gateway host's Prometheus scrapes it.
+# no key, so it listens on loopback only, where the gateway host's Prometheus scrapes it.
 gateway_prometheus_port = 29000
 
 # cache_aware sends a prompt to the worker whose radix cache holds its longest prefix
@@ -58,7 +59,7 @@ gateway_register_timeout_s = 120
 # Prometheus (Debian's `prometheus` package) on the gateway host, scraping every worker's /metrics
 # and smg's Prometheus port (operations/monitoring.py). It has no key, so it listens on loopback
 # only: query it on the host (`curl localhost:9090/api/v1/query ...`) or through an SSH tunnel.
-prometheus_listen_address = "127.0.0.1"
+prometheus_listen_address = _network.LOOPBACK
 prometheus_port = 9090  # Debian's default
 prometheus_scrape_interval_s = 15
 prometheus_retention = "15d"  # Prometheus's default; a worker's few dozen series take little disk

@@ -1,21 +1,27 @@
-"""Every knob specfleet reads, in one table: its name, type, one line of help and the layers that may set it.
+"""Every knob specfleet reads, each declared once: its name, type, one line of help, the layers that may set it,
+where its default lives and the parser of its value.
 
-The table is the validator and the reference page. `refused()` checks the keys a layer sets (shipped
-group data, the site's group data, an inventory host's data, --data) before anything changes: an unknown
-key is refused in one line naming it, where it was set and the nearest known key, as Ansible's
-argument_specs refuses a role's unknown option. The values themselves are parsed by each subject's
-`resolve` (operations/basics/knobs.py). docs/configuration.md is written from this table
-(`python -m operations.schema`), each default as the shipped group file (or the benchmark's DEFAULTS)
-sets it. Adding a knob is adding its entry to KNOBS.
+`refused()` checks the keys a layer sets (shipped group data, the site's group data, an inventory host's data,
+--data) before anything changes: an unknown key is refused in one line naming it, where it was set and the
+nearest known key, as Ansible's argument_specs refuses a role's unknown option. A subject reads a knob's
+parsed value with `value(data, name)`: the knob's parser (operations/basics/knobs.py), applied to the data's
+value or, where the data has none, the declared default. A default lives in one place: the group file the
+knob names (group_data/<group>.py, what users read and edit), else the declaration's `default`. A knob whose
+value is a structure (profiles, layouts, node groups, ...) is parsed by its subject's `resolve`, which alone
+knows its shape. docs/configuration.md is written from this table by `python -m tools.configuration_page`.
+Adding a knob is adding its entry to KNOBS (and its value to its group file, where it has one).
 """
 
 import difflib
 import functools
-import sys
+import re
 import types
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
+
+from operations.basics import knobs, network
 
 # Where a key may be set. GROUP: a group data file (group_data/<group>.py, an inventory's group data);
 # SITE: SPECFLEET_SITE/group_data/<group>.py; HOST: an inventory host's own data; DATA: pyinfra's --data.
@@ -28,16 +34,46 @@ PER_HOST = (GROUP, HOST, DATA)
 
 @dataclass(frozen=True)
 class Knob:
+    """One knob, e.g. Knob("port", "port", "each replica listens on port + ...", subject="server",
+    parse=_PORT): group_data/all.py holds its default (30000), `value(data, "port")` its parsed value."""
+
     name: str
-    type: str  # as the reference page says it; the subject's resolve parses it (operations/basics/knobs.py)
+    type: str  # as the reference page says it
     help: str  # one line
     layers: tuple[str, ...] = LAYERS
-    group: str = "all"  # the group file whose value is the default (group_data/<group>.py); "bench": plan.DEFAULTS
+    # The group file whose value is the default (group_data/<group>.py); "" where none sets it (`default`).
+    group: str = "all"
     subject: str = "deployment"  # the section of the reference page
     serves: bool = False  # it says what a host serves: a deploy refuses it from --data (``deploy_data_refused``)
+    # (name, value) -> the parsed value, or BadHostData naming the knob; None: its subject's resolve parses it.
+    parse: Callable[[str, Any], Any] | None = None
+    default: Any = None  # the value where the data has none, for a knob no group file sets (group "")
+    refused_by: str = ""  # a retired knob: the subject that refuses it, saying `help` (what replaced it)
 
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+def _integer(minimum: int, maximum: int | None = None) -> Callable[[str, Any], int]:
+    return functools.partial(knobs.integer, minimum=minimum, maximum=maximum)
+
+
+def _matching(pattern: re.Pattern, accepted: str) -> Callable[[str, Any], str]:
+    return functools.partial(knobs.matching, pattern=pattern, accepted=accepted)
+
+
+def _optional(parse: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+    """`parse`, with None passing as None (a knob whose None means "derived": see its help)."""
+    return lambda name, value: None if value is None else parse(name, value)
+
+
+def _retired(name: str, value: Any) -> None:
+    """A retired knob's parser: set, it is refused with the sentence its declaration holds."""
+    if value is not None:
+        raise knobs.refused(name, value, BY_NAME[name].help)
+
+
+_PORT = _integer(1, 65535)
+_VARIABLE = _matching(knobs.ENV_NAME, "a variable name")
+_UNIT = _matching(knobs.UNIT_NAME, "a unit name (letters, digits, _.-)")
+_GATEWAY_REQUIREMENT = functools.partial(knobs.requirement, accepted="a pip requirement on one line (e.g. smg==1.13.0)")
 _CLASS = "a host class"  # group: the value is per class (group_data/<class>.py)
 
 KNOBS = (
@@ -53,59 +89,69 @@ KNOBS = (
     Knob("pins", "dict", "the commits pin.py resolved moving revisions to (SPECFLEET_SITE/pins.json)", (GROUP,)),
     Knob("tuned", "dict", "per profile, the settings tune.py measured best on the class "
          "(SPECFLEET_SITE/tuned/CLASS/PROFILE.json)", (GROUP,), group=_CLASS),
-    Knob("allow_branch_revisions", "boolean", "a revision that is a branch only warns (the weights follow it)"),
+    Knob("allow_branch_revisions", "boolean", "a revision that is a branch only warns (the weights follow it)",
+         parse=knobs.boolean),
     # Weights.
     Knob("hf_endpoint", "URL or None", "the Hugging Face hub to use; None: the public hub", subject="weights"),
     Knob("allow_http_hub", "boolean", "accept a plain-HTTP hf_endpoint (the token then travels in clear)",
-         subject="weights"),
-    Knob("hf_token_env", "variable name", "the controller's variable holding the HF token", subject="weights"),
-    Knob("weights_dir", "path", "a directory per repo, in it one per revision", subject="weights"),
-    Knob("verify_weights", "boolean", "hash every weights file against the hub", subject="weights"),
+         subject="weights", parse=knobs.boolean),
+    Knob("hf_token_env", "variable name", "the controller's variable holding the HF token", subject="weights",
+         parse=_VARIABLE),
+    Knob("weights_dir", "path", "a directory per repo, in it one per revision", subject="weights", parse=knobs.path),
+    Knob("verify_weights", "boolean", "hash every weights file against the hub", subject="weights",
+         parse=knobs.boolean),
     Knob("weights_fanout", "boolean", "hosts of the run deploying the same revision take its files from each other, "
          "each file from the hub once (served by each host's nginx while the run's downloads go: docs/operations.md)",
-         subject="weights"),
-    Knob("weights_fanout_port", "port", "where a host serves its revisions to the run's peers", subject="weights"),
+         subject="weights", parse=knobs.boolean),
+    Knob("weights_fanout_port", "port", "where a host serves its revisions to the run's peers", subject="weights",
+         parse=_PORT),
     Knob("weights_cache", "boolean", "a host keeps serving its revisions to its peers after the run (a site cache)",
-         subject="weights"),
+         subject="weights", parse=knobs.boolean),
     # The server.
     Knob("api_key_env", "variable name", "the controller's variable holding the API key the servers require",
-         subject="server"),
-    Knob("remove_api_key", "boolean", "remove a key left on the host when none is set", subject="server"),
+         subject="server", parse=_VARIABLE),
+    Knob("remove_api_key", "boolean", "remove a key left on the host when none is set", subject="server",
+         parse=knobs.boolean),
     Knob("pip_index_url", "URL or None", "the package index; None: PyPI", subject="server"),
     Knob("allow_http_index", "boolean", "accept a plain-HTTP pip_index_url (its packages then unchecked in transit)",
-         subject="server"),
-    Knob("service_name", "unit name", "each replica's unit is SERVICE_NAME@DEPLOYMENT-gpuGPUS", subject="server"),
-    Knob("service_user", "user name", "the servers' system user", subject="server"),
+         subject="server", parse=knobs.boolean),
+    Knob("service_name", "unit name", "each replica's unit is SERVICE_NAME@DEPLOYMENT-gpuGPUS", subject="server",
+         parse=_UNIT),
+    Knob("service_user", "user name", "the servers' system user", subject="server", parse=knobs.service_account),
     Knob("download_user", "user name", "owns the HF token and the weights it fetches; the service user only reads "
-         "them", subject="server"),
-    Knob("install_dir", "path", "virtualenvs and host-side scripts", subject="server"),
-    Knob("config_dir", "path", "the units' environment files and the API key", subject="server"),
+         "them", subject="server", parse=knobs.service_account),
+    Knob("install_dir", "path", "virtualenvs and host-side scripts", subject="server", parse=knobs.path),
+    Knob("config_dir", "path", "the units' environment files and the API key", subject="server", parse=knobs.path),
     Knob("bind_address", "IP address", "where the servers listen; beyond loopback an API key is required",
-         subject="server"),
+         subject="server", parse=knobs.address),
     Knob("server_ip_allow", "list of IP networks", "what each replica's unit exchanges packets with beyond loopback, "
          "its node group and the run's gateways (IPAddressAllow=); ['any'] lifts its IP access list",
-         subject="server"),
-    Knob("port", "port", "each replica listens on port + the index of its lowest GPU", subject="server"),
+         subject="server", parse=knobs.networks),
+    Knob("port", "port", "each replica listens on port + the index of its lowest GPU", subject="server", parse=_PORT),
     Knob("nccl_port", "port", "each replica's TCPStore (--nccl-port) is nccl_port + the index of its lowest GPU",
-         subject="server"),
-    Knob("enable_metrics", "boolean", "SGLang's /metrics (sglang:spec_accept_length)", subject="server"),
+         subject="server", parse=_integer(1024, 65535)),
+    Knob("enable_metrics", "boolean", "SGLang's /metrics (sglang:spec_accept_length)", subject="server",
+         parse=knobs.boolean),
     Knob("min_kv_tokens", "whole number or None", "the fewest tokens each replica's KV cache must hold; None: "
-         "one full context of its model", subject="server"),
+         "one full context of its model", subject="server", parse=_optional(_integer(1))),
     Knob("ready_timeout_s", "seconds or None", "how long a server may take to generate; None: from the weights' "
-         "size", subject="server"),
+         "size", subject="server", parse=_optional(_integer(1))),
     Knob("longest_generation_s", "seconds", "the longest generation a request may take (drain and stop wait "
-         "for it)", subject="server"),
+         "for it)", subject="server", parse=_integer(1)),
     Knob("sglang_tuning", "dict", "attention backends, mem_fraction_static, extra args and env of the class",
          group=_CLASS, subject="server"),
     # The GPUs.
     Knob("expected_gpus", "dict", "what the class's GPUs must be: names, count, memory, interconnect, driver",
          group=_CLASS, subject="gpu"),
     Knob("install_driver", "boolean", "install the open-module driver branch (reboots if it changed)",
-         subject="gpu"),
-    Knob("driver_branch", "version", "the NVIDIA driver branch install_driver installs", subject="gpu"),
+         subject="gpu", parse=knobs.boolean),
+    Knob("driver_branch", "version", "the NVIDIA driver branch install_driver installs", subject="gpu",
+         parse=_integer(1)),
     Knob("nvidia_repo_url", "URL", "NVIDIA's apt repositories (driver, fabric manager, nvlsm)", subject="gpu"),
-    Knob("allow_http_nvidia_repo", "boolean", "accept a plain-HTTP nvidia_repo_url", subject="gpu"),
-    Knob("gpu_smoke_timeout_s", "seconds", "how long the GPU smoke test's all-reduce may take", subject="gpu"),
+    Knob("allow_http_nvidia_repo", "boolean", "accept a plain-HTTP nvidia_repo_url", subject="gpu",
+         parse=knobs.boolean),
+    Knob("gpu_smoke_timeout_s", "seconds", "how long the GPU smoke test's all-reduce may take", subject="gpu",
+         parse=_integer(10)),
     # Node groups.
     Knob("node_groups", "dict", "servers spanning several hosts: tp_size, dist_init_port, socket_ifname",
          subject="nodes"),
@@ -113,59 +159,70 @@ KNOBS = (
     Knob("node_rank", "whole number or None", "this host's rank in its node group", PER_HOST, subject="nodes"),
     Knob("node_address", "IP address or None", "this host's IP on the node network", PER_HOST, subject="nodes"),
     # The gateway and its monitoring.
-    Knob("gateway_requirement", "requirement", "the smg build the gateway runs", group="gateway", subject="gateway"),
-    Knob("gateway_service_name", "unit name", "the gateway's unit", group="gateway", subject="gateway"),
-    Knob("gateway_user", "user name", "the gateway's system user", group="gateway", subject="gateway"),
+    Knob("gateway_requirement", "requirement", "the smg build the gateway runs", group="gateway", subject="gateway",
+         parse=_GATEWAY_REQUIREMENT),
+    Knob("gateway_service_name", "unit name", "the gateway's unit", group="gateway", subject="gateway", parse=_UNIT),
+    Knob("gateway_user", "user name", "the gateway's system user", group="gateway", subject="gateway",
+         parse=knobs.service_account),
     Knob("gateway_bind_address", "IP address", "where clients reach the gateway", group="gateway",
-         subject="gateway"),
+         subject="gateway", parse=_matching(network.ADDRESS, "an IP address or a host name")),
     Knob("gateway_admin_key_env", "variable name", "the controller's variable holding the control plane's key",
-         group="gateway", subject="gateway"),
-    Knob("gateway_port", "port", "the gateway's port", group="gateway", subject="gateway"),
-    Knob("gateway_prometheus_port", "port", "smg's Prometheus port (loopback)", group="gateway", subject="gateway"),
-    Knob("gateway_policy", "name", "smg's routing policy", group="gateway", subject="gateway"),
+         group="gateway", subject="gateway", parse=_VARIABLE),
+    Knob("gateway_port", "port", "the gateway's port", group="gateway", subject="gateway", parse=_PORT),
+    Knob("gateway_prometheus_port", "port", "smg's Prometheus port (loopback)", group="gateway", subject="gateway",
+         parse=_PORT),
+    Knob("gateway_policy", "name", "smg's routing policy", group="gateway", subject="gateway",
+         parse=_matching(re.compile(r"[a-z_]+"), "an smg policy name (e.g. cache_aware)")),
     Knob("gateway_health", "dict", "smg's worker health checks", group="gateway", subject="gateway"),
     Knob("gateway_register_timeout_s", "seconds", "how long a registered worker may take to be ready",
-         group="gateway", subject="gateway"),
+         group="gateway", subject="gateway", parse=_integer(1)),
     Knob("gateway_worker_address", "address or None", "where the gateway reaches this worker; None: ssh_hostname",
          PER_HOST, group="", subject="gateway"),
-    Knob("prometheus_listen_address", "IP address", "where Prometheus listens", group="gateway", subject="gateway"),
-    Knob("prometheus_port", "port", "Prometheus's port", group="gateway", subject="gateway"),
+    Knob("prometheus_listen_address", "IP address", "where Prometheus listens", group="gateway", subject="gateway",
+         parse=_matching(network.ADDRESS, "a host name or IPv4 address")),
+    Knob("prometheus_port", "port", "Prometheus's port", group="gateway", subject="gateway", parse=_PORT),
     Knob("prometheus_scrape_interval_s", "seconds", "how often Prometheus scrapes", group="gateway",
-         subject="gateway"),
+         subject="gateway", parse=_integer(1, 3600)),
     Knob("prometheus_retention", "duration", "how long Prometheus keeps samples", group="gateway",
-         subject="gateway"),
+         subject="gateway",
+         parse=_matching(re.compile(r"[1-9][0-9]*(h|d|w|y)"), "a duration such as 15d, 12h, 2w or 1y")),
     Knob("prometheus_targets_timeout_s", "seconds", "how long the deploy waits for every target's first scrape",
-         group="gateway", subject="gateway"),
-    # The serving benchmark (bench.py; serving_benchmark/plan.py parses them).
-    Knob("modes", "list", "comma-separated modes to sweep", group="bench", subject="bench"),
-    Knob("concurrency", "list", "comma-separated concurrency levels", group="bench", subject="bench"),
+         group="gateway", subject="gateway", parse=_integer(1, 3600)),
+    # The serving benchmark (bench.py; serving_benchmark/plan.py reads them). No group file sets them.
+    Knob("modes", "list or None", "comma-separated modes to sweep; None: every mode the algorithm table has",
+         group="", subject="bench"),
+    Knob("concurrency", "list", "comma-separated concurrency levels", group="", subject="bench", default="1,4,16,64",
+         parse=knobs.levels),
     Knob("requests", "whole number or None", "requests per level; None: max(16, 4 x concurrency)", group="",
-         subject="bench"),
+         subject="bench", parse=_optional(_integer(1))),
     Knob("prompts", "path or None", "a JSON-lines prompts file on the controller; None: the shipped prompts",
          group="", subject="bench"),
-    Knob("output_tokens", "whole number", "tokens generated per request", group="bench", subject="bench"),
+    Knob("output_tokens", "whole number", "tokens generated per request", group="", subject="bench", default=256,
+         parse=_integer(1)),
     Knob("bench_tokenizer", "name or path", "'target' (the model's own) or a controller directory with "
          "tokenizer.json", group="", subject="bench"),
-    Knob("results_dir", "directory", "where results are written on the controller", group="bench",
-         subject="bench"),
+    Knob("results_dir", "directory", "where results are written on the controller", group="", subject="bench",
+         default="bench-results",
+         parse=lambda name, value: knobs.matching(name, str(value), re.compile(r"[A-Za-z0-9._/-]+"),
+                                                  "a relative or absolute directory name")),
     Knob("baseline", "path or None", "an earlier run's summary.json to compare against", group="",
          subject="bench"),
     Knob("max_throughput_drop", "fraction", "the largest throughput drop from the baseline that passes",
-         group="bench", subject="bench"),
+         group="", subject="bench", default=0.10, parse=knobs.fraction),
     Knob("max_accept_drop", "number", "the largest accept-length drop from the baseline that passes",
-         group="bench", subject="bench"),
+         group="", subject="bench", default=0.2, parse=knobs.number),
     Knob("each_replica", "boolean", "with several replicas, each level runs on every replica alone before all of "
-         "them at once; false: all at once only (a host's figures in one pass, not one per replica)", group="bench",
-         subject="bench"),
-    # The tuner (tune.py; tuning/plan.py parses them, with the benchmark's workload and levels above).
-    Knob("objective", "name", "what the tuner's pick is best at: throughput (default), latency or energy",
-         group="", subject="tune"),
-    Knob("search", "name", "walk (default: the fewest trials that find the best) or grid (every candidate)",
-         group="", subject="tune"),
+         "them at once; false: all at once only (a host's figures in one pass, not one per replica)", group="",
+         subject="bench", default=True, parse=knobs.boolean),
+    # The tuner (tune.py; tuning/plan.py reads them, with the benchmark's workload and levels above).
+    Knob("objective", "name", "what the tuner's pick is best at: throughput, latency or energy",
+         group="", subject="tune", default="throughput"),
+    Knob("search", "name", "walk (the fewest trials that find the best) or grid (every candidate)",
+         group="", subject="tune", default="walk"),
     Knob("max_tpot_ms", "number or None", "the slowest time per output token the tuner's pick may have",
-         group="", subject="tune"),
+         group="", subject="tune", parse=_optional(functools.partial(knobs.number, minimum=0.001))),
     Knob("max_ttft_ms", "number or None", "the longest time to first token the tuner's pick may have",
-         group="", subject="tune"),
+         group="", subject="tune", parse=_optional(functools.partial(knobs.number, minimum=0.001))),
     # status.py, logs.py, uninstall.py (--data).
     Knob("json", "boolean", "status.py prints its records as one JSON list on stdout", (DATA,), group="",
          subject="tools"),
@@ -174,17 +231,41 @@ KNOBS = (
     Knob("replica", "unit name", "logs.py: which unit's journal (one of the host's units); default every unit",
          (DATA,), group="", subject="tools"),
     Knob("remove_weights", "boolean", "uninstall.py removes the weights too", (DATA,), group="", subject="tools"),
-    # Refused by their subject with the sentence saying what replaced them; known, so that sentence is said.
-    Knob("input_tokens", "retired", "the prompts' own lengths count (prompts=FILE)", group="", subject="retired"),
-    Knob("force", "retired", "a worker behind a gateway is drained before its sweep", group="", subject="retired"),
-    Knob("gpu_smoke_engine", "retired", "the smoke test always runs torch.distributed with NCCL", group="",
-         subject="retired"),
+    # Refused by the subject named, with the sentence saying what replaced them; known, so that sentence is said.
+    *(Knob(name, "retired", instead, group="", subject="retired", parse=_retired, refused_by=by)
+      for name, by, instead in (
+        ("input_tokens", "bench", "the prompts' own lengths count: give a prompts file (prompts=FILE, JSON lines "
+         "with a \"text\" each)"),
+        ("force", "bench", "a worker behind a gateway is drained from it before its sweep and registered again "
+         "after"),
+        ("gpu_smoke_engine", "gpu", "the GPU smoke test always runs torch.distributed with NCCL from the SGLang "
+         "venv; remove it"))),
 )
 BY_NAME = {knob.name: knob for knob in KNOBS}
 SECTIONS = {"deployment": "What is deployed", "weights": "Weights", "server": "The SGLang servers",
             "gpu": "The GPUs", "nodes": "Node groups", "gateway": "The gateway and Prometheus",
             "bench": "The serving benchmark (bench.py)", "tune": "The tuner (tune.py)",
             "tools": "status.py, logs.py, uninstall.py", "retired": "Retired (refused, saying what replaced them)"}
+
+
+def value(data: Any, name: str) -> Any:
+    """The knob `name`'s value in `data` (pyinfra's host data, or a mapping), parsed by its declaration; where the
+    data has none, its declared default. A bad value raises BadHostData naming the knob.
+
+    >>> value({"port": "30010"}, "port")
+    30010
+    """
+    knob = BY_NAME[name]
+    raw = data.get(name) if callable(getattr(type(data), "get", None)) else getattr(data, name, None)
+    raw = knob.default if raw is None else raw
+    return raw if knob.parse is None else knob.parse(name, raw)
+
+
+def refuse_retired(data: Any, subject: str) -> None:
+    """Raise BadHostData, saying what replaced it, for a retired knob that `subject` refuses and `data` sets."""
+    for knob in KNOBS:
+        if knob.refused_by == subject:
+            value(data, knob.name)
 
 
 @functools.cache
@@ -264,65 +345,3 @@ def deploy_data_refused(data: dict) -> str | None:
     return (f"--data sets `{served[0]}`, which says what a host serves: a deploy's --data lasts one run, after which "
             "status.py, tests/deployed and the gateways would disagree with the host; set it in "
             "SPECFLEET_SITE/group_data/<group>.py (or the inventory's host data) instead")
-
-
-def _defaults() -> dict[str, dict]:
-    """Each group file's shipped values (no site applied), and the benchmark's DEFAULTS."""
-    import os
-    import runpy
-
-    from pyinfra.api import Inventory
-    from pyinfra.context import ctx_inventory
-
-    from serving_benchmark.plan import DEFAULTS
-
-    repo = Path(__file__).resolve().parents[1]
-    found = {"bench": DEFAULTS}
-    site = os.environ.pop("SPECFLEET_SITE", None)  # the shipped defaults, not this machine's site
-    try:
-        with ctx_inventory.use(Inventory(([], {}))):  # a group file may read the inventory, as pyinfra lets it
-            for path in sorted((repo / "group_data").glob("*.py")):  # all, gateway and every class
-                found[path.stem] = runpy.run_path(str(path))
-    finally:
-        if site is not None:
-            os.environ["SPECFLEET_SITE"] = site
-    return found
-
-
-def _default(knob: Knob, defaults: dict[str, dict]) -> str:
-    if knob.group == _CLASS:
-        return "per class (group_data/<class>.py)"
-    if knob.group not in defaults or knob.name not in defaults[knob.group]:
-        return "None"
-    value = defaults[knob.group][knob.name]
-    if knob.type == "dict" or isinstance(value, dict):
-        return f"see group_data/{knob.group}.py"
-    return f"`{value!r}`"
-
-
-def page() -> str:
-    """docs/configuration.md, written from KNOBS."""
-    defaults = _defaults()
-    lines = ["# Configuration: every knob", "",
-             "Generated from `operations/schema.py` by `python -m operations.schema`; do not edit by hand.", "",
-             "A knob is set, each layer over the one before: shipped group data (`group_data/<group>.py`), your "
-             "site's (`SPECFLEET_SITE/group_data/<group>.py`), an inventory host's data, then `--data key=value`. "
-             "A key no knob has, or one set where its layers do not allow, stops the run before anything changes, "
-             "in one line naming it, where it was set and the nearest knob, once pyinfra has reached a host: pyinfra "
-             "runs deploy.py only for the hosts it connects to, so where none answers it prints its own `Could not "
-             "connect` alone. pyinfra's own keys (`ssh_*`, `_sudo`, "
-             "...) are pyinfra's and pass. \"may be set in\": any of those layers, or the ones named. What a host "
-             "serves (`profile`, `profiles`, `deployments`, `layouts`) a deploy and rollout.py refuse from `--data`, "
-             "which would last one run: status.py, `pytest tests/deployed` and the gateways read the group data.", ""]
-    for subject, title in SECTIONS.items():
-        lines += [f"## {title}", "", "| knob | type | default | may be set in | what it does |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| `{k.name}` | {k.type} | {_default(k, defaults)} | "
-                  f"{'any' if k.layers == LAYERS else ', '.join(k.layers)} | {k.help} |"
-                  for k in KNOBS if k.subject == subject]
-        lines.append("")
-    return "\n".join(lines)
-
-if __name__ == "__main__":
-    PAGE.write_text(page())
-    print(f"wrote {PAGE.relative_to(Path.cwd()) if PAGE.is_relative_to(Path.cwd()) else PAGE}", file=sys.stderr)

@@ -2,26 +2,18 @@
 touched: modes, concurrency levels, the workload, the results and the regression gate's limits."""
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from operations.basics import knobs
+from operations import schema
 from operations.basics.knobs import BadHostData
 from operations.server import speculative
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS_DIR = re.compile(r"[A-Za-z0-9._/-]+")
-DEFAULTS = dict(modes=",".join(speculative.modes()), concurrency="1,4,16,64", output_tokens=256,
-                max_throughput_drop=0.10, max_accept_drop=0.2, results_dir="bench-results", each_replica=True)
 # The default workload: 20 prompts written for this benchmark (6 chat, 6 code, 5 reasoning and 3 long-context
 # ones of 1,500-2,400 words: a module to review, a design to summarize, a server to explain), because the
 # drafter's accept length depends on what is asked: random tokens tell nothing about it.
 PROMPTS = REPO / "serving_benchmark" / "prompts.jsonl"
-# Knobs bench.py no longer takes, with the sentence that says what replaced them.
-RETIRED = {"input_tokens": "the prompts' own lengths count: give a prompts file (prompts=FILE, JSON lines with "
-                           "a \"text\" each)",
-           "force": "a worker behind a gateway is drained from it before its sweep and registered again after"}
 
 
 @dataclass(frozen=True)
@@ -45,25 +37,14 @@ class Plan:
         return self.requests or max(16, 4 * concurrency)
 
 
-def _integers(name: str, value) -> tuple[int, ...]:
-    """A comma-separated list of positive whole numbers, sorted, each once."""
-    items = str(value).replace(" ", "").split(",")
-    return tuple(sorted({knobs.integer(f"{name} (in {value!r})", item, minimum=1, maximum=99999) for item in items}))
-
-
 def plan(data) -> Plan:
-    """The benchmark knobs of `host.data` (strings from --data, or group data), parsed and checked through
-    knobs: a bad value raises BadHostData naming the knob, the value and what is accepted."""
-    def get(key):
-        value = data.get(key)
-        return DEFAULTS.get(key) if value is None else value
-
-    for key, instead in RETIRED.items():
-        if data.get(key) is not None:
-            raise BadHostData(f"{key}={data.get(key)!r} is not accepted: {instead}")
-    modes = tuple(dict.fromkeys(str(get("modes")).replace(" ", "").split(",")))
+    """The benchmark knobs of `host.data` (strings from --data, or group data), each parsed by its declaration
+    (operations/schema.py): a bad value raises BadHostData naming the knob, the value and what is accepted."""
+    schema.refuse_retired(data, "bench")
+    asked = schema.value(data, "modes") or ",".join(speculative.modes())
+    modes = tuple(dict.fromkeys(str(asked).replace(" ", "").split(",")))
     if not modes or any(mode not in speculative.modes() for mode in modes):
-        raise BadHostData(f"modes={get('modes')!r} is not accepted: use a comma-separated list of "
+        raise BadHostData(f"modes={asked!r} is not accepted: use a comma-separated list of "
                           f"{', '.join(speculative.modes())}")
     baseline = data.get("baseline")
     if baseline is not None and not Path(str(baseline)).is_file():
@@ -73,19 +54,16 @@ def plan(data) -> Plan:
     if tokenizer != "target" and not (REPO / tokenizer / "tokenizer.json").is_file():
         raise BadHostData(f"bench_tokenizer={tokenizer!r} is not accepted: use 'target' or a controller directory "
                           "holding tokenizer.json")
-    requests = data.get("requests")
     prompts = Path(str(data.get("prompts") or PROMPTS)).expanduser().absolute()
     return Plan(
-        modes=modes, concurrency=_integers("concurrency", get("concurrency")),
-        requests=knobs.integer("requests", requests, minimum=1) if requests is not None else None,
+        modes=modes, concurrency=schema.value(data, "concurrency"), requests=schema.value(data, "requests"),
         prompts=prompts, prompt_count=prompt_count(prompts),
-        output_tokens=knobs.integer("output_tokens", get("output_tokens"), minimum=1),
-        tokenizer=tokenizer, results_dir=Path(knobs.matching("results_dir", str(get("results_dir")), RESULTS_DIR,
-                                                             "a relative or absolute directory name")),
+        output_tokens=schema.value(data, "output_tokens"),
+        tokenizer=tokenizer, results_dir=Path(schema.value(data, "results_dir")),
         baseline=Path(str(baseline)) if baseline is not None else None,
-        max_throughput_drop=knobs.fraction("max_throughput_drop", get("max_throughput_drop")),
-        max_accept_drop=knobs.number("max_accept_drop", get("max_accept_drop")),
-        each_replica=knobs.boolean("each_replica", get("each_replica")),
+        max_throughput_drop=schema.value(data, "max_throughput_drop"),
+        max_accept_drop=schema.value(data, "max_accept_drop"),
+        each_replica=schema.value(data, "each_replica"),
     )
 
 

@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+from operations.server.speculative import AR
+
 STAND_IN_LABEL = "LAB STAND-IN: timings come from the stand-in's speed model, not a measurement"
 PERCENTILES = ("avg", "p50", "p90", "p99")
 
@@ -85,7 +87,7 @@ def markdown(doc: dict) -> str:
     lines += ["| mode | concurrency | output tok/s | speedup vs ar | request/s | TTFT p50 ms | TTFT p99 ms "
               "| TPOT p50 ms | ITL p50 ms | ITL p99 ms | accept length |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
-    ar = doc["modes"].get("ar", {}).get("levels", {})
+    ar = doc["modes"].get(AR.mode, {}).get("levels", {})
     for mode, entry in doc["modes"].items():
         if "levels" not in entry:
             lines.append(f"| {mode} | {entry.get('skipped') or entry.get('failed')} |||||||||| ")
@@ -98,7 +100,7 @@ def markdown(doc: dict) -> str:
                          f"{_fmt(r['ttft_ms']['p50'])} | {_fmt(r['ttft_ms']['p99'])} | {_fmt(r['tpot_ms']['p50'], 2)} | "
                          f"{_fmt(r['itl_ms']['p50'], 2)} | {_fmt(r['itl_ms']['p99'], 2)} | "
                          f"{_fmt(r['accept_length'], 2)} |")
-    if any(mode != "ar" and "levels" in entry for mode, entry in doc["modes"].items()):
+    if any(mode != AR.mode and "levels" in entry for mode, entry in doc["modes"].items()):
         lines += ["", ITL_NOTE]
     if doc.get("replicas"):
         lines += ["", "| replica | mode | concurrency | output tok/s | request/s | TTFT p50 ms | accept length |",
@@ -136,7 +138,7 @@ def plots(doc: dict, out: Path) -> list[Path]:
     from matplotlib import pyplot
 
     measured = {mode: e["levels"] for mode, e in doc["modes"].items() if e.get("levels")}
-    ar = measured.get("ar", {})
+    ar = measured.get(AR.mode, {})
     title = f"{doc['host']} · {doc['profile']}" + ("\nLAB STAND-IN speed model, not a measurement"
                                                    if doc["stand_in"] else "")
     charts = {

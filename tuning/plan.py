@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from operations import schema
 from operations.basics import knobs
 from operations.basics.knobs import BadHostData
 from operations.deployment import site_data
@@ -13,7 +14,8 @@ from serving_benchmark.plan import Plan
 from serving_benchmark.plan import plan as bench_plan
 from tuning import search
 
-DEFAULTS = {"objective": "throughput", "search": "walk", "concurrency": "1,8"}
+# The tuner's own levels where none are asked: fewer than the benchmark's, as every trial sweeps them all.
+CONCURRENCY = "1,8"
 
 
 @dataclass(frozen=True)
@@ -30,14 +32,14 @@ class TunePlan:
 
 
 class _Data:
-    """`data` with the tuner's own defaults under it."""
+    """`data` with the tuner's own concurrency levels under it."""
 
     def __init__(self, data):
         self.data = data
 
     def get(self, key):
         value = self.data.get(key)
-        return DEFAULTS.get(key) if value is None else value
+        return CONCURRENCY if value is None and key == "concurrency" else value
 
 
 def plan(data) -> TunePlan:
@@ -48,13 +50,12 @@ def plan(data) -> TunePlan:
         raise BadHostData(f"modes={data.get('modes')!r} is not accepted by tune.py: it tries every algorithm the "
                           "table has (operations/server/speculative.py); bench.py takes modes")
     bench = bench_plan(values)
-    limits = {key: None if values.get(key) is None else knobs.number(key, values.get(key), minimum=0.001)
-              for key in ("max_tpot_ms", "max_ttft_ms")}
+    limits = {key: schema.value(data, key) for key in ("max_tpot_ms", "max_ttft_ms")}
     try:
-        goal = search.objective(str(values.get("objective")), bench.concurrency, **limits)
+        goal = search.objective(str(schema.value(data, "objective")), bench.concurrency, **limits)
     except ValueError as problem:
         raise BadHostData(str(problem)) from None
-    how = str(values.get("search"))
+    how = str(schema.value(data, "search"))
     if how not in search.SEARCHES:
         raise knobs.refused("search", how, f"use one of {', '.join(search.SEARCHES)}")
     where = site_data.directory()

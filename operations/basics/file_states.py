@@ -32,7 +32,7 @@ class FileStates(FactBase):
     """
     Per path: None if absent, else its kind, octal mode, owner, group and (files only) digest
     (``digest_of`` its content). One command for all paths, where pyinfra's File and Sha1File facts
-    take two per path. Read with ``_stdin=DIGEST_KEY`` (``gathering.read`` passes it).
+    take two per path. Read with ``_stdin=DIGEST_KEY`` (``gathering.read`` passes its ``stdin``).
 
     .. code:: python
 
@@ -43,7 +43,7 @@ class FileStates(FactBase):
 
     default = dict  # nothing printed: no path known (each reads as absent)
     host_answer = "host_facts.file_states"
-    reads_digest_key = True
+    stdin = DIGEST_KEY  # its first line: the host program's key (host_facts.digest_key)
 
     def command(self, paths: tuple[str, ...]) -> str:
         return inline("host_facts", *paths)

@@ -19,6 +19,9 @@ value on the controller, `from_answer(answer, **kwargs)`: every gathered answer 
 dict, the value (None where that answer does not cover the arguments: the fact's own command then runs). The
 weights' state and room are read so: what is on disk needs no hub, so the host program runs while the hub
 answers, and the hub's listing is compared on the controller.
+
+A fact whose command reads a value on its standard input (a key no log may hold: pyinfra prints no stdin at
+any level) names it, `stdin = value`; its own command and the host program gathering it get it there.
 """
 
 import json
@@ -31,7 +34,6 @@ from pyinfra.api import FactBase
 from pyinfra.context import ctx_host
 from pyinfra.facts.server import Arch, LinuxDistribution
 
-from operations.basics.file_states import DIGEST_KEY
 from operations.basics.host_programs import inline
 
 Wanted = list[tuple[type[FactBase], dict]]
@@ -112,11 +114,20 @@ def _this_host():
 def answered(wanted: Wanted) -> dict[tuple, object]:
     """Each fact in `wanted` the host program answered, by (fact name, arguments), from one round trip."""
     gatherable = [(fact, kwargs) for fact, kwargs in wanted if answer_of(fact)]
-    # The digest key on stdin, for the file states among them (operations/basics/file_states.py).
-    answers = host.get_fact(HostState, requests=json.dumps(encoded(gatherable), sort_keys=True), _stdin=DIGEST_KEY)
+    answers = host.get_fact(HostState, requests=json.dumps(encoded(gatherable), sort_keys=True),
+                            _stdin=stdin_of([fact for fact, _ in gatherable]))
     return {key(fact_class, kwargs): fact_class().process(lines) if lines else fact_class.default()
             # as pyinfra does: no output, the fact's default
             for (fact_class, kwargs), lines in zip(gatherable, answers) if lines is not None}
+
+
+def stdin_of(facts: list[type[FactBase]]) -> str | None:
+    """What the host program answering `facts` reads on its standard input: the one `stdin` they name, if any
+    (it reads a single value, once, before it forks)."""
+    values = {fact.stdin for fact in facts if getattr(fact, "stdin", None) is not None}
+    if len(values) > 1:
+        raise ValueError(f"the facts gathered at once name {len(values)} values for stdin; the host program reads one")
+    return next(iter(values), None)
 
 
 def gather(wanted: Wanted) -> None:
@@ -151,7 +162,7 @@ def derived(fact_class: type[FactBase], found: dict[tuple, object], kwargs: dict
 
 
 def own_command(fact_class: type[FactBase], **kwargs):
-    """The fact read by its own command, with the digest key on stdin for a fact that digests files."""
-    if getattr(fact_class, "reads_digest_key", False):
-        return host.get_fact(fact_class, **kwargs, _stdin=DIGEST_KEY)
+    """The fact read by its own command, with the value it names (`stdin`) on its standard input."""
+    if getattr(fact_class, "stdin", None) is not None:
+        return host.get_fact(fact_class, **kwargs, _stdin=fact_class.stdin)
     return host.get_fact(fact_class, **kwargs)

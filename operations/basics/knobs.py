@@ -211,3 +211,9 @@ def environment(name: str, values: Any) -> dict[str, str]:
     return {matching(f"{name} key", key, ENV_NAME, "a variable name ([A-Za-z_][A-Za-z0-9_]*)"):
             matching(f"{name}[{key!r}]", str(value), ENV_VALUE, "letters, digits, spaces and ._:/=,+@%-")
             for key, value in values.items()}
+
+
+def levels(name: str, value: Any) -> tuple[int, ...]:
+    """A comma-separated list of positive whole numbers (e.g. concurrency levels), sorted, each once."""
+    items = str(value).replace(" ", "").split(",")
+    return tuple(sorted({integer(f"{name} (in {value!r})", item, minimum=1, maximum=99999) for item in items}))

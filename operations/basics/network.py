@@ -1,12 +1,15 @@
-"""What an address means for who reaches a server: the one definition of loopback, the wildcard, a
-host address, where a process on the same host reaches a server bound to an address, and a server's URL."""
+"""What an address means for who reaches a server: loopback, the wildcard, a host address, where a process
+on the same host reaches a server bound to an address, and a server's URL."""
 
 import ipaddress
 import re
 
+# Where a listener only the host itself reaches binds: typed once, in the host programs' module, as the hosts
+# run those without the product.
+from operations.basics.host_scripts.owned_sockets import LOOPBACK
+
 ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")  # a host name or IPv4 address, nothing a shell reads
 WILDCARDS = ("0.0.0.0", "::")  # every address of the host
-LOOPBACK = "127.0.0.1"  # where a listener only the host itself reaches binds
 
 
 def is_loopback(address: str) -> bool:

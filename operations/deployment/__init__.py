@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from operations import schema
 from operations.basics import knobs, ownership
 from operations.basics.knobs import BadHostData
 from operations.deployment import site_data, tuned as tuned_settings
@@ -132,9 +133,8 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
             raise BadHostData(f"group data for profile {profile!r} on class {host_class} is incomplete or "
                               f"malformed ({type(error).__name__}: {error}): compare it with group_data/all.py "
                               f"and group_data/{host_class}.py") from None
-    min_kv_tokens = None if getattr(data, "min_kv_tokens", None) is None \
-        else knobs.integer("min_kv_tokens", data.min_kv_tokens, minimum=1)
-    worker = Host(service=service, gpu=gpu, smoke=smoke, hf_token_env=token_env, min_kv_tokens=min_kv_tokens)
+    worker = Host(service=service, gpu=gpu, smoke=smoke, hf_token_env=token_env,
+                  min_kv_tokens=schema.value(data, "min_kv_tokens"))
     deployments = tuple(Deployment(host=worker, **fields) for fields in found)
     _together(deployments)
     _own_users(deployments, getattr(data, "gateway_user", None))
@@ -143,12 +143,10 @@ def resolve_worker(data: Any, host_class: str, node_members: dict | None = None,
 
 def _smoke(data: Any, gpu: GpuRuntime, service: ServiceHost, engine: Engine) -> SmokeTest:
     """The host's GPU smoke test, with `engine`'s build and environment."""
-    if getattr(data, "gpu_smoke_engine", None) is not None:
-        raise knobs.refused("gpu_smoke_engine", data.gpu_smoke_engine, "the GPU smoke test always runs "
-                            "torch.distributed with NCCL from the SGLang venv; remove it")
+    schema.refuse_retired(data, "gpu")
     return SmokeTest(expected=gpu.expected, venv=engine.venv, install_dir=service.install_dir, env=engine.env,
                      build=engine.sglang_requirement, user=service.service_user,
-                     timeout_s=knobs.integer("gpu_smoke_timeout_s", data.gpu_smoke_timeout_s, minimum=10))
+                     timeout_s=schema.value(data, "gpu_smoke_timeout_s"))
 
 
 def _same_environment(first: dict, other: dict) -> None:
@@ -226,7 +224,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
     profile_name = entry["profile"]
     name = knobs.matching("deployment name", entry.get("name", profile_name), DEPLOYMENT_NAME,
                           "letters, digits and _ (at most 32)")
-    weights_dir = knobs.path("weights_dir", data.weights_dir)
+    weights_dir = schema.value(data, "weights_dir")
     weights = weights_config.resolve(data, profile_name, profile, weights_dir, token_env, owner=service.download_user,
                                      reader=service.service_user, hf_home=service.hf_home,
                                      earlier_token_file=service.earlier_token_file, config_dir=service.config_dir,
@@ -264,7 +262,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
                                   after_fabric_manager=gpu.expected.fabric_manager,
                                   user=server_config.deployment_user(service, name, several))
     return dict(name=name, weights=weights, engine=engine, node_group=group, tuned=use,
-                allow_branch_revisions=knobs.boolean("allow_branch_revisions", data.allow_branch_revisions))
+                allow_branch_revisions=schema.value(data, "allow_branch_revisions"))
 
 
 def at_commits(deployment: Deployment, commits: dict[str, str]) -> Deployment:

@@ -4,10 +4,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from operations import schema
 from operations.basics import knobs, network
 from operations.server.config import served_model_name
 
-POLICY = re.compile(r"[a-z_]+")
 # The smg releases whose worker listing the sync reads (host_scripts/gateway_workers.py, SUPPORTED): a pin to
 # another smg release is refused before anything is installed; a path or URL requirement is judged by the
 # listing it answers.
@@ -98,11 +98,7 @@ def resolve(data: Any) -> Gateway:
     if not isinstance(health, dict) or set(health) != set(HEALTH_KEYS):
         raise knobs.refused("gateway_health", health, f"use dict({', '.join(HEALTH_KEYS)})")
 
-    def port(name: str) -> int:
-        return knobs.integer(name, getattr(data, name), minimum=1, maximum=65535)
-
-    requirement = knobs.requirement("gateway_requirement", data.gateway_requirement,
-                                    "a pip requirement on one line (e.g. smg==1.13.0)")
+    requirement = schema.value(data, "gateway_requirement")
     pin = SMG_PIN.match(requirement)
     if pin and not SUPPORTED_SMG.fullmatch(pin["version"]):
         raise knobs.refused("gateway_requirement", requirement, "use smg==1.13.0 (the worker sync reads smg "
@@ -111,23 +107,20 @@ def resolve(data: Any) -> Gateway:
     return Gateway(
         model=served_model_name(data),
         requirement=requirement,
-        service_name=knobs.matching("gateway_service_name", data.gateway_service_name, knobs.UNIT_NAME,
-                                    "a unit name (letters, digits, _.-)"),
-        user=knobs.service_account("gateway_user", data.gateway_user),
-        bind_address=knobs.matching("gateway_bind_address", data.gateway_bind_address, network.ADDRESS,
-                                    "an IP address or a host name"),
-        port=port("gateway_port"),
-        prometheus_port=port("gateway_prometheus_port"),
-        policy=knobs.matching("gateway_policy", data.gateway_policy, POLICY, "an smg policy name (e.g. cache_aware)"),
+        service_name=schema.value(data, "gateway_service_name"),
+        user=schema.value(data, "gateway_user"),
+        bind_address=schema.value(data, "gateway_bind_address"),
+        port=schema.value(data, "gateway_port"),
+        prometheus_port=schema.value(data, "gateway_prometheus_port"),
+        policy=schema.value(data, "gateway_policy"),
         health={"endpoint": knobs.matching("gateway_health['endpoint']", health["endpoint"], ENDPOINT,
                                            "a path such as /health"),
                 **{k: knobs.integer(f"gateway_health[{k!r}]", health[k], minimum=1) for k in HEALTH_KEYS[1:]}},
-        register_timeout_s=knobs.integer("gateway_register_timeout_s", data.gateway_register_timeout_s, minimum=1),
-        install_dir=knobs.path("install_dir", data.install_dir),
-        config_dir=knobs.path("config_dir", data.config_dir),
+        register_timeout_s=schema.value(data, "gateway_register_timeout_s"),
+        install_dir=schema.value(data, "install_dir"),
+        config_dir=schema.value(data, "config_dir"),
         pip_index_url=knobs.index_url(data),
-        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
-        admin_key_env=knobs.matching("gateway_admin_key_env", data.gateway_admin_key_env, knobs.ENV_NAME,
-                                     "a variable name"),
-        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
+        api_key_env=schema.value(data, "api_key_env"),
+        admin_key_env=schema.value(data, "gateway_admin_key_env"),
+        remove_api_key=schema.value(data, "remove_api_key"),
     )

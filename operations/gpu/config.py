@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from operations import schema
 from operations.basics import knobs
 from operations.basics.knobs import BadHostData
 
@@ -91,7 +92,7 @@ def resolve(data: Any, host_class: str) -> GpuRuntime:
     return GpuRuntime(
         host_class=host_class,
         expected=expected_gpus(data.expected_gpus),
-        install_driver=knobs.boolean("install_driver", data.install_driver),
-        driver_branch=str(knobs.integer("driver_branch", data.driver_branch, minimum=1)),
+        install_driver=schema.value(data, "install_driver"),
+        driver_branch=str(schema.value(data, "driver_branch")),
         nvidia_repo_url=repo_url(data.nvidia_repo_url, data.allow_http_nvidia_repo),
     )

@@ -14,7 +14,6 @@ it) listens only there, confined.
 
 import json
 import posixpath
-import re
 import time
 from dataclasses import dataclass
 from io import StringIO
@@ -27,8 +26,9 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.api.state import StateStage
 from pyinfra.operations import files, systemd
 
+from operations import schema
 from operations.basics.file_states import FileStates
-from operations.basics import apt_packages, gathering, knobs, network, shell
+from operations.basics import apt_packages, gathering, network, shell
 from operations.gateway.config import Gateway
 from operations.gateway.membership import Worker
 from operations.basics.host_programs import inline
@@ -47,7 +47,6 @@ KEY_FILE = "/etc/prometheus/specfleet-api-key"
 # Confinement beyond Debian's unit: `systemd-analyze security` rates it at most 3.0 with it
 # (tests/deployed/test_gateway.py), 3.9 without.
 CONFINEMENT_FILE = "/etc/systemd/system/prometheus.service.d/specfleet-confinement.conf"
-RETENTION = re.compile(r"[1-9][0-9]*(h|d|w|y)")
 
 
 @dataclass(frozen=True)
@@ -70,13 +69,11 @@ def resolve(data: Any) -> Monitoring:
     """A gateway host's Prometheus knobs as the typed, validated `Monitoring` (they reach its argument
     and configuration files); a bad value raises BadHostData naming the knob, the value and what is accepted."""
     return Monitoring(
-        listen_address=knobs.matching("prometheus_listen_address", data.prometheus_listen_address, network.ADDRESS,
-                                      "a host name or IPv4 address"),
-        port=knobs.integer("prometheus_port", data.prometheus_port, 1, 65535),
-        scrape_interval_s=knobs.integer("prometheus_scrape_interval_s", data.prometheus_scrape_interval_s, 1, 3600),
-        retention=knobs.matching("prometheus_retention", data.prometheus_retention, RETENTION,
-                                 "a duration such as 15d, 12h, 2w or 1y"),
-        targets_timeout_s=knobs.integer("prometheus_targets_timeout_s", data.prometheus_targets_timeout_s, 1, 3600),
+        listen_address=schema.value(data, "prometheus_listen_address"),
+        port=schema.value(data, "prometheus_port"),
+        scrape_interval_s=schema.value(data, "prometheus_scrape_interval_s"),
+        retention=schema.value(data, "prometheus_retention"),
+        targets_timeout_s=schema.value(data, "prometheus_targets_timeout_s"),
     )
 
 

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from operations import schema
 from operations.basics import knobs, network
 from operations.nodes.group import NodeGroup
 from operations.python.pinned import fingerprint
@@ -321,22 +322,20 @@ def _speculative(profile_name: str, values: Any) -> Speculative:
 def service_host(data: Any) -> ServiceHost:
     """What every server of the host shares, from its data; a bad value raises BadHostData."""
     service = ServiceHost(
-        service_user=knobs.service_account("service_user", data.service_user),
-        download_user=knobs.service_account("download_user", data.download_user),
-        install_dir=knobs.path("install_dir", data.install_dir),
-        config_dir=knobs.path("config_dir", data.config_dir),
-        service_prefix=knobs.matching("service_name", data.service_name, knobs.UNIT_NAME,
-                                      "a unit name (letters, digits, _.-)"),
-        longest_generation_s=knobs.integer("longest_generation_s", data.longest_generation_s, minimum=1),
-        api_key_env=knobs.matching("api_key_env", data.api_key_env, knobs.ENV_NAME, "a variable name"),
-        remove_api_key=knobs.boolean("remove_api_key", data.remove_api_key),
+        service_user=schema.value(data, "service_user"),
+        download_user=schema.value(data, "download_user"),
+        install_dir=schema.value(data, "install_dir"),
+        config_dir=schema.value(data, "config_dir"),
+        service_prefix=schema.value(data, "service_name"),
+        longest_generation_s=schema.value(data, "longest_generation_s"),
+        api_key_env=schema.value(data, "api_key_env"),
+        remove_api_key=schema.value(data, "remove_api_key"),
         pip_index_url=knobs.index_url(data),
-        bind_address=knobs.address("bind_address", data.bind_address),
-        weights_fanout_port=knobs.integer("weights_fanout_port", data.weights_fanout_port, minimum=1, maximum=65535),
-        ip_allow=knobs.networks("server_ip_allow", data.server_ip_allow),
-        enable_metrics=knobs.boolean("enable_metrics", data.enable_metrics),
-        ready_timeout_s=None if data.ready_timeout_s is None else knobs.integer("ready_timeout_s",
-                                                                                data.ready_timeout_s, minimum=1))
+        bind_address=schema.value(data, "bind_address"),
+        weights_fanout_port=schema.value(data, "weights_fanout_port"),
+        ip_allow=schema.value(data, "server_ip_allow"),
+        enable_metrics=schema.value(data, "enable_metrics"),
+        ready_timeout_s=schema.value(data, "ready_timeout_s"))
     if service.download_user == service.service_user:
         raise knobs.refused("download_user", service.download_user, "give the downloads a user of their own, so "
                             "the token is never readable by the user that runs the model's code",
@@ -362,8 +361,7 @@ def deployment_user(service: ServiceHost, name: str, several: bool) -> str:
 
 def ports(data: Any) -> tuple[int, int]:
     """The host's first HTTP port and --nccl-port (`port`, `nccl_port`), which the layout moves per replica."""
-    return (knobs.integer("port", data.port, minimum=1, maximum=65535),
-            knobs.integer("nccl_port", data.nccl_port, minimum=1024, maximum=65535))
+    return schema.value(data, "port"), schema.value(data, "nccl_port")
 
 
 def speculative_of(profile_name: str, profile: dict) -> Speculative:

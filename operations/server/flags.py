@@ -228,5 +228,6 @@ def rendered_violations(server: Server) -> list[str]:
     page_size = int(asked) if asked is not None else None
     if d.engine.attention_backend in PAGED_BACKENDS:
         page_size = None  # they move any page size above one, whatever was asked
-    return d.engine.speculative.entry.violations(page_size, d.engine.attention_backend, d.engine.speculative.tree_size,
-                                          d.engine.speculative.num_draft_tokens)
+    spec = d.engine.speculative
+    return spec.entry.violations(page_size, d.engine.attention_backend, spec.tree_size, spec.num_draft_tokens,
+                                 spec.values)

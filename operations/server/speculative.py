@@ -2,6 +2,8 @@
 /server_info fields and what the bench (and a tuner) may vary. Flags, checks, the bench and the tests
 read this table; a new algorithm is a new entry."""
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # Target backends that force KV pages above one token (0.5.23 srt/arg_groups/overrides.py,
@@ -25,6 +27,12 @@ class Setting:
     tried: tuple[int, ...] = ()
 
 
+# One engine rule of an algorithm's own, beyond its page size and tree mode: given its draft tokens and its
+# set settings, the engine's refusal in its words, else None. Each is taken from the SGLang code that
+# refuses it (its post-init or startup checks), so that preflight and the tuner refuse what the engine would.
+Rule = Callable[[int, dict[str, int]], str | None]
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """One speculative algorithm (or AR: none), as the deploy renders it and the engine judges it."""
@@ -43,6 +51,7 @@ class Algorithm:
     # and the target backends the tree verify runs on.
     tree: str | None = None
     tree_backends: tuple[str, ...] = ()
+    rules: tuple[Rule, ...] = ()  # its own engine rules (`Rule`), which `violations` adds
     # In no release (up to 0.5.23): the pull request that has it, the release algorithm it builds on,
     # the prose name and an example build to point a profile at.
     pull_request: int | None = None
@@ -67,23 +76,29 @@ class Algorithm:
 
     def tried(self, num_draft_tokens: int, kept: dict[str, int]) -> list["Speculative"]:
         """The settings a tuner tries of it for a drafter of block `num_draft_tokens`: each draft length up
-        to the block, at each value its tree setting tries (its spine default among them) that its budget's
-        bounds allow; `kept`: the profile's values of its other settings (DFlash's draft window), unchanged.
-        Whether the target backend allows a tree is `violations`' to say, per deployment."""
+        to the block, at every combination of the values its settings try (`Setting.tried`; the tree
+        setting's spine default among them) that their bounds allow; `kept`: the profile's values of its
+        other settings (DFlash's draft window), unchanged. Whether its rules and the target backend allow
+        a combination is `violations`' to say, per deployment."""
         if not self.drafts:
             return [Speculative(self.name, num_draft_tokens)]
         lengths = sorted({n for n in self.draft_lengths if n < num_draft_tokens} | {num_draft_tokens})
-        others = {key: value for key, value in kept.items() if key in self.settings and key != self.tree}
+        varied = [key for key, setting in self.settings.items() if setting.tried]
+        others = {key: value for key, value in kept.items() if key in self.settings and key not in varied}
         found = []
         for length in lengths:
-            if self.tree is None:
-                found.append(Speculative(self.name, length, others))
-                continue
-            setting = self.settings[self.tree]
-            for size in sorted({*setting.tried, self.spine(length)}):
-                if setting.low <= size <= (setting.high or size):
-                    found.append(Speculative(self.name, length, {**others, self.tree: size}))
+            ranges = [self._tried_values(key, length) for key in varied]
+            found += [Speculative(self.name, length, {**others, **dict(zip(varied, combination))})
+                      for combination in itertools.product(*ranges)]
         return found
+
+    def _tried_values(self, key: str, num_draft_tokens: int) -> list[int]:
+        """The values a tuner tries of one setting at a draft length: its tried ones (the tree setting's spine
+        default too), within its bounds."""
+        setting = self.settings[key]
+        default = {self.spine(num_draft_tokens)} if key == self.tree else set()
+        return [value for value in sorted({*setting.tried, *default})
+                if setting.low <= value <= (setting.high or value)]
 
     def spine(self, num_draft_tokens: int) -> int:
         """The tree setting's default: draft tokens - 1, one chain (PR #29907 speculative/ddtree_worker.py)."""
@@ -98,8 +113,9 @@ class Algorithm:
         return backend
 
     def violations(self, page_size: int | None, attention_backend: str | None, size: int | None,
-                   num_draft_tokens: int) -> list[str]:
-        """Why the engine would refuse these (resolved) settings, in its words; [] if it accepts them."""
+                   num_draft_tokens: int, values: dict[str, int] | None = None) -> list[str]:
+        """Why the engine would refuse these (resolved) settings, in its words; [] if it accepts them;
+        `values`: its set settings, which its own `rules` judge (None: none set)."""
         problems = []
         if self.page_size is not None and page_size != self.page_size:
             problems.append(f"{self.name} currently supports only page_size == {self.page_size} (page size "
@@ -112,7 +128,7 @@ class Algorithm:
             low, high = self.settings[self.tree].low, self.settings[self.tree].high
             if not low <= size <= high:
                 problems.append(f"{self.name} budget must be within [{low}, {high}], not {size}")
-        return problems
+        return problems + [said for rule in self.rules if (said := rule(num_draft_tokens, values or {}))]
 
 
 AR = Algorithm("AR", drafts=False, drafter=False)

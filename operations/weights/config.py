@@ -11,6 +11,7 @@ import posixpath
 from dataclasses import dataclass, replace
 from typing import Any
 
+from operations import schema
 from operations.basics import knobs
 
 ROLES = ("target", "drafter")  # a profile names a drafter where its algorithm drafts with one
@@ -110,7 +111,7 @@ def repo_dir(weights_dir: str, real_id: str) -> str:
 
 def token_env(data: Any) -> str:
     """The controller's variable holding the HF token (`hf_token_env`), checked."""
-    return knobs.matching("hf_token_env", data.hf_token_env, knobs.ENV_NAME, "a variable name")
+    return schema.value(data, "hf_token_env")
 
 
 def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_token_env: str, owner: str, reader: str,
@@ -143,8 +144,8 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_to
         earlier_token_file=earlier_token_file,
         config_dir=config_dir,
         install_dir=install_dir,
-        verify=knobs.boolean("verify_weights", data.verify_weights),
-        fanout=knobs.boolean("weights_fanout", data.weights_fanout),
-        fanout_port=knobs.integer("weights_fanout_port", data.weights_fanout_port, minimum=1, maximum=65535),
-        cache=knobs.boolean("weights_cache", data.weights_cache),
+        verify=schema.value(data, "verify_weights"),
+        fanout=schema.value(data, "weights_fanout"),
+        fanout_port=schema.value(data, "weights_fanout_port"),
+        cache=schema.value(data, "weights_cache"),
     )

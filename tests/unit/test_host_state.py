@@ -34,9 +34,9 @@ CAPTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 
 def own_command(fact, env: dict, **kwargs):
     """The fact as pyinfra reads it: its command's output lines (exit 0), else its default."""
-    # The digest key on stdin, as gathering.read passes it.
+    # What the fact names for its stdin (the digest key of the file states), as gathering.read passes it.
     out = subprocess.run(["sh", "-c", fact().command(**kwargs)], capture_output=True, text=True, env=env,
-                         input=DIGEST_KEY)
+                         input=getattr(fact, "stdin", None))
     lines = out.stdout.splitlines()
     return fact().process(lines) if out.returncode == 0 and lines else fact.default()
 
@@ -46,7 +46,7 @@ def host_program(wanted: list, env: dict) -> dict:
     requests = json.dumps(gathering.encoded(wanted), sort_keys=True)
     command = gathering.HostState().command(requests).removesuffix(" || true")
     out = subprocess.run(["sh", "-c", command.replace("python3 -c", f"{sys.executable} -c", 1)], capture_output=True,
-                         text=True, env=env, check=True, input=DIGEST_KEY)
+                         text=True, env=env, check=True, input=gathering.stdin_of([fact for fact, _ in wanted]))
     answers = json.loads(out.stdout)
     return {fact.__name__ + repr(sorted(kwargs.items())): fact().process(lines) if lines else fact.default()
             for (fact, kwargs), lines in zip(wanted, answers) if lines is not None}
@@ -123,6 +123,9 @@ def test_a_files_digest_is_keyed_by_the_run_never_a_plain_hash_a_log_could_be_ch
     assert state["digest"] == digest_of(b"hf_secret")
     assert state["digest"] not in (hashlib.sha1(b"hf_secret").hexdigest(), hashlib.sha256(b"hf_secret").hexdigest())
     assert DIGEST_KEY not in FileStates().command(paths=(str(tmp_path / "token"),))
+    # The key reaches the host program on stdin where file states are gathered, and no other value does.
+    assert gathering.stdin_of([SystemUser, FileStates, UserFileStates]) == DIGEST_KEY
+    assert gathering.stdin_of([SystemUser, LoginUser]) is None
 
 
 def test_venv_versions_from_dist_info_as_the_venvs_own_python_reads_them(tmp_path):

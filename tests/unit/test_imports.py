@@ -1,15 +1,20 @@
-"""Imports flow one way: no cycle between the product's modules, and no product module imports a test
-or the lab. Read from the source (every import statement, wherever it sits in the module), so an
-import hidden inside a function counts as much as one at the top."""
+"""Imports flow one way: down the floors (LAYERS), with no cycle between the product's modules, and no product
+module imports a test or the lab; no module is named as a standard-library one; loopback is typed once, the
+algorithm names in one module. Read
+from the source (every import statement, wherever it sits in the module), so an import hidden inside a function
+counts as much as one at the top."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("operations", "serving_benchmark", "tuning")
-ENTRY_POINTS = ("deploy.py", "bench.py", "rollout.py", "tune.py")
+ENTRY_POINTS = tuple(sorted(path.name for path in REPO.glob("*.py")))  # deploy.py, bench.py, pin.py, ...
+# Above the product: the tools beside it, and the data pyinfra loads (the group data runs the site's over it).
+ON_TOP = ("tools", "group_data", "inventory")
 NOT_PRODUCT = ("tests", "lab", "speed", "tools")
 
 
@@ -23,6 +28,14 @@ def product_files() -> dict[str, Path]:
     files = {module_name(path): path for top in PRODUCT for path in (REPO / top).rglob("*.py")
              if "host_scripts" not in path.parts}
     return {**files, **{Path(name).stem: REPO / name for name in ENTRY_POINTS}}
+
+
+def controller_files() -> dict[str, Path]:
+    """The product's modules, the host programs (the controller imports some: ownership's account mark, the
+    engine's answers), and what sits on top of them: the tools, the group data and the inventories."""
+    programs = {module_name(path): path for path in (REPO / "operations").glob("*/host_scripts/*.py")}
+    on_top = {module_name(path): path for top in ON_TOP for path in (REPO / top).rglob("*.py")}
+    return {**product_files(), **programs, **on_top}
 
 
 def imported(path: Path, modules: set[str]) -> set[str]:
@@ -46,7 +59,7 @@ def imported(path: Path, modules: set[str]) -> set[str]:
 
 
 def graph() -> dict[str, set[str]]:
-    files = product_files()
+    files = controller_files()
     return {name: {m for m in imported(path, set(files)) if m in files and m != name} for name, path in files.items()}
 
 
@@ -121,9 +134,11 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-# The product's layers, lowest first: a module imports its own layer and those below it, never one above.
+# The product's floors, lowest first: a module imports its own floor and those below it, never one above.
 LAYERS = (
-    ("operations.basics",),
+    # What every subject builds on: facts, files, units, addresses, the knob table; `operations` itself (its
+    # __init__, a docstring) is placed here by `layer`.
+    ("operations.basics", "operations.schema"),
     # One host's subjects: each reads its own slice of the host's data.
     ("operations.python", "operations.nodes", "operations.gpu", "operations.server", "operations.weights"),
     # A host's deployments, from every such subject's slice at once; the hosts' roles in the fleet.
@@ -134,12 +149,15 @@ LAYERS = (
     ("operations.status", "operations.uninstall", "operations.logs", "serving_benchmark"),
     # The tuner: the deployment's candidates, measured through the serving benchmark.
     ("tuning",),
-    tuple(Path(name).stem for name in ENTRY_POINTS),
+    # The operator's commands, the tools beside them, and the data pyinfra loads.
+    (*(Path(name).stem for name in ENTRY_POINTS), *ON_TOP),
 )
-# Arrows against the layers that this test still lets through, each still in the code (the test below fails
-# once one is gone, so that its entry goes too).
+
+
 def layer(module: str) -> int | None:
-    """The index in LAYERS of `module`'s package; None outside them (operations itself, operations.schema)."""
+    """The index in LAYERS of `module`'s package; None outside them."""
+    if module == "operations":
+        return 0
     for index, packages in enumerate(LAYERS):
         if any(module == p or module.startswith(f"{p}.") for p in packages):
             return index
@@ -153,7 +171,9 @@ def against_the_layers(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
 
 def test_every_import_runs_down_the_layers():
     edges = graph()
-    assert {name for name in edges if layer(name) is None} == {"operations", "operations.schema"}  # every package placed
+    assert {"pin", "uninstall", "tools.gpu.classify", "group_data.all", "inventory.b200"} <= set(edges)
+    assert "operations.basics.host_scripts.owned_sockets" in edges["operations.basics.network"]
+    assert {name for name in edges if layer(name) is None} == set()  # every package placed
     assert against_the_layers(edges) == set()
 
 
@@ -166,7 +186,7 @@ def test_the_layer_check_sees_an_arrow_upwards():
 def test_no_product_module_is_longer_than_450_lines():
     """Past 450 lines a module here has held several jobs each time (the gateway's workers, the bench's sweep)."""
     programs = [path for top in PRODUCT for path in (REPO / top).rglob("*.py")]
-    entry_points = [REPO / name for name in (*ENTRY_POINTS, "pin.py", "status.py", "logs.py", "uninstall.py")]
+    entry_points = [REPO / name for name in ENTRY_POINTS]
     longer = {str(path.relative_to(REPO)): n for path in [*programs, *entry_points]
               if (n := len(path.read_text().splitlines())) > 450}
     assert longer == {}
@@ -183,3 +203,91 @@ def test_the_hub_client_is_imported_only_where_the_hub_is_asked():
                "print(sorted(m for m in ('huggingface_hub', 'httpx2') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, check=True)
     assert len(modules) > 70 and run.stdout.split() == ["[]"], run.stdout
+
+
+def shipped_python() -> list[Path]:
+    """Every Python file the product ships: its modules, the host programs, the entry points, the tools, the
+    group data and the inventories."""
+    return sorted([*(path for top in (*PRODUCT, *ON_TOP) for path in (REPO / top).rglob("*.py")),
+                   *(REPO / name for name in ENTRY_POINTS)])
+
+
+def own_name(path: Path) -> str:
+    return path.parent.name if path.name == "__init__.py" else path.stem
+
+
+def test_no_module_is_named_as_a_standard_library_module():
+    """A host program runs with its folder first on sys.path and is registered under its own name
+    (host_programs._LOADER), an entry point runs from the checkout's root: there a module named `secrets` or
+    `token` is what `import secrets` gets. Elsewhere the name still misleads its readers."""
+    assert sorted(str(path.relative_to(REPO)) for path in shipped_python()
+                  if own_name(path) in sys.stdlib_module_names) == []
+
+
+def test_the_standard_library_check_sees_a_shadowing_name():
+    assert [own_name(Path(p)) in sys.stdlib_module_names
+            for p in ("operations/basics/secrets.py", "operations/site/__init__.py", "operations/basics/secret_files.py")
+            ] == [True, True, False]
+
+
+def test_loopback_is_typed_in_one_file_which_the_others_ask():
+    """Typed in the host programs' module (owned_sockets.py): the hosts run those without the product, and the
+    controller's operations.basics.network takes it from there; the group data asks network too. The templates
+    render the values they are given."""
+    from operations.basics import network
+    from operations.basics.host_scripts import owned_sockets
+
+    files = [*shipped_python(), *(REPO / "templates").rglob("*.j2")]
+    assert [str(path.relative_to(REPO)) for path in files if "127.0.0.1" in path.read_text()] == [
+        "operations/basics/host_scripts/owned_sockets.py"]
+    assert network.LOOPBACK is owned_sockets.LOOPBACK
+
+
+def defines_a_fact(path: Path) -> bool:
+    return any(isinstance(node, ast.ClassDef) and any(getattr(base, "id", getattr(base, "attr", None)) == "FactBase"
+                                                     for base in node.bases)
+               for node in ast.walk(ast.parse(path.read_text())))
+
+
+def test_the_gathering_imports_no_fact():
+    """operations.basics.gathering gathers any subject's facts: what one of them needs (the file states' digest
+    key on stdin) the fact hands in (`stdin`), and the gathering imports no module that defines a fact."""
+    files = controller_files()
+    facts = sorted(name for name in graph()["operations.basics.gathering"] if defines_a_fact(files[name]))
+    assert defines_a_fact(files["operations.basics.file_states"]) and facts == []
+
+
+# Every product source an algorithm's name could be typed in: the modules, their host programs (they run on
+# hosts, with the engine's names where they read its answers) and every entry point.
+ALGORITHM_READERS = (*PRODUCT, *ENTRY_POINTS)
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes (prose and examples, not values the code uses)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            found.add(id(node.body[0].value))
+    return found
+
+
+def test_the_algorithm_names_are_typed_in_one_product_module():
+    """No string the product's code uses names an algorithm (SGLang's name as a word, or the whole of the
+    bench's mode of it), but in the table's module (operations/server/speculative.py): the others ask it."""
+    from operations.server import speculative
+    names = re.compile(r"\b(" + "|".join(speculative.ALGORITHMS) + r")\b")
+    modes = set(speculative.modes())
+    table = REPO / "operations" / "server" / "speculative.py"
+    sources = [path for root in ALGORITHM_READERS for path in ([REPO / root] if (REPO / root).is_file()
+                                                                else sorted((REPO / root).rglob("*.py")))]
+    written = []
+    for source in sources:
+        if source == table:
+            continue
+        tree = ast.parse(source.read_text())
+        prose = docstrings(tree)
+        written += [f"{source.relative_to(REPO)}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+                    and (names.search(node.value) or node.value in modes)]
+    assert len(sources) > 100 and written == []

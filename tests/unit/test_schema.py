@@ -1,5 +1,6 @@
-"""One schema of every knob (operations/schema.py): an unknown key is refused in one line at every layer,
-naming it, where it was set and the nearest knob, before anything changes; docs/configuration.md is its page."""
+"""One schema of every knob (operations/schema.py), each declared once: an unknown key is refused in one line at
+every layer, naming it, where it was set and the nearest knob, before anything changes; its declaration parses
+the value its subject reads; docs/configuration.md is its page."""
 
 import subprocess
 import sys
@@ -53,9 +54,88 @@ def test_each_knob_is_one_entry_in_a_section_of_the_page():
 
 
 def test_the_reference_page_is_generated_from_the_schema():
-    """Run `python -m operations.schema` after changing a knob."""
-    assert schema.PAGE.read_text() == schema.page(), "docs/configuration.md is stale: python -m operations.schema"
-    assert all(f"| `{knob.name}` |" in schema.PAGE.read_text() for knob in schema.KNOBS)
+    """Run `python -m tools.configuration_page` after changing a knob."""
+    from tools import configuration_page
+
+    assert configuration_page.PAGE.read_text() == configuration_page.page(), \
+        "docs/configuration.md is stale: python -m tools.configuration_page"
+    assert all(f"| `{knob.name}` |" in configuration_page.PAGE.read_text() for knob in schema.KNOBS)
+
+
+def _group_files() -> dict[str, dict]:
+    import runpy
+
+    from pyinfra.api import Inventory
+    from pyinfra.context import ctx_inventory
+
+    with ctx_inventory.use(Inventory(([], {}))):
+        return {path.stem: {k: v for k, v in runpy.run_path(str(path)).items() if not k.startswith("_")}
+                for path in sorted((REPO / "group_data").glob("*.py"))}
+
+
+def test_a_default_lives_in_one_place_the_group_file_the_declaration_names_or_the_declaration():
+    files = _group_files()
+    for name, values in files.items():
+        for key in values:
+            if key in schema.BY_NAME:  # the files' own imports and helpers aside
+                assert schema.BY_NAME[key].group in (name, schema._CLASS), f"group_data/{name}.py sets `{key}`"
+    for knob in schema.KNOBS:
+        if knob.group in files:
+            assert knob.default is None and knob.name in files[knob.group], knob.name
+    assert {knob.name for knob in schema.KNOBS if knob.default is not None} == {
+        "concurrency", "output_tokens", "results_dir", "max_throughput_drop", "max_accept_drop", "each_replica",
+        "objective", "search"}
+
+
+def test_a_subject_reads_the_value_its_declaration_parses():
+    from tests.unit.group_data import host_data
+
+    data = host_data("h100_sxm", port="30010", remove_api_key="yes")
+    assert schema.value(data, "port") == 30010 and schema.value(data, "remove_api_key") is True
+    assert schema.value(data, "ready_timeout_s") is None and schema.value(data, "install_dir") == "/opt/specfleet"
+    assert schema.value({}, "concurrency") == (1, 4, 16, 64) and schema.value({}, "each_replica") is True
+    assert schema.value({"concurrency": "16, 1,16"}, "concurrency") == (1, 16)
+    with pytest.raises(schema.knobs.BadHostData, match=r"^nccl_port='80' is not a whole number from 1024 to 65535$"):
+        schema.value({"nccl_port": "80"}, "nccl_port")
+    with pytest.raises(schema.knobs.BadHostData, match=r"^prometheus_retention='15m' is not accepted: use a duration"):
+        schema.value({"prometheus_retention": "15m"}, "prometheus_retention")
+
+
+def test_a_retired_knob_is_declared_once_and_refused_by_its_subject_in_its_words():
+    from operations import deployment
+    from serving_benchmark.plan import plan
+    from tests.unit.group_data import host_data
+
+    retired = [knob for knob in schema.KNOBS if knob.subject == "retired"]
+    assert {knob.name: knob.refused_by for knob in retired} == {"input_tokens": "bench", "force": "bench",
+                                                                "gpu_smoke_engine": "gpu"}
+    for knob in retired:
+        refusal = f"{knob.name}='x' is not accepted: {knob.help}"
+        with pytest.raises(schema.knobs.BadHostData) as raised:
+            if knob.refused_by == "bench":
+                plan({knob.name: "x"})
+            else:
+                deployment.resolve(host_data("b200_nvlink", **{knob.name: "x"}), "b200_nvlink")
+        assert str(raised.value) == refusal
+        assert f"| `{knob.name}` | retired | None | any | {knob.help} |" in (REPO / "docs" / "configuration.md").read_text()
+
+
+def test_the_schema_reads_no_subject_and_the_page_tool_is_imported_by_nothing():
+    """The knob table sits under every subject (they read their values through it); the page is written by a
+    tool on the top floor, which may read anything and which no module of the product imports."""
+    import ast
+
+    def imported(path):
+        tree = ast.parse(path.read_text())
+        return {(node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
+                for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in node.names}
+
+    assert {name for name in imported(REPO / "operations" / "schema.py") if name.startswith(
+        ("operations", "serving_benchmark", "tuning", "tools"))} == {"operations.basics"}
+    product = [*(REPO / "operations").rglob("*.py"), *(REPO / "serving_benchmark").rglob("*.py"),
+               *(REPO / "tuning").rglob("*.py"), *REPO.glob("*.py")]
+    assert [str(p) for p in product if any(name.split(".")[0] == "tools" for name in imported(p))] == []
 
 
 def dry(tmp_path, inventory: str, *args: str, yes: bool = True, run: bool = False) -> subprocess.CompletedProcess:

@@ -1,10 +1,8 @@
 """The table of speculative algorithms (operations/server/speculative.py): a new algorithm is one entry,
-which the configuration, the flags, the checks and the bench pick up; the names live there alone."""
+which the configuration, the flags, the checks and the bench pick up; the names live there alone
+(tests/unit/test_imports.py holds that)."""
 
-import ast
-import re
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from pyinfra.context import ctx_host
@@ -20,11 +18,6 @@ from serving_benchmark.plan import plan
 from tests.unit.fakehost import FakeHost
 from tests.unit.group_data import host_data
 
-REPO = Path(__file__).resolve().parents[2]
-# What the product is made of (operations' host programs included: they run on hosts, with the
-# engine's names where they read its answers).
-PRODUCT = ("operations", "serving_benchmark", "tuning", "deploy.py", "bench.py", "tune.py", "rollout.py", "pin.py", "status.py",
-           "logs.py", "uninstall.py")
 # A tree-verifying algorithm of a pull request, as EAGLE-3's or DFlash2's entry would be written.
 FAKE = Algorithm("FAKETREE", settings={"fake_width": Setting("--speculative-fake-width", 1, 64)}, page_size=1,
                  tree="fake_width", tree_backends=("triton",), pull_request=12345, base="DFLASH", label="FakeTree",
@@ -78,6 +71,32 @@ def test_a_new_algorithm_is_one_entry(monkeypatch):
     assert value_after(spine, "--attention-backend") == released.engine.attention_backend
 
 
+def chain_rule(num_draft_tokens: int, values: dict[str, int]) -> str | None:
+    """A rule of the shape EAGLE's post-init holds: one candidate a step verifies steps + 1 tokens."""
+    steps, topk = values.get("fake_steps", 1), values.get("fake_topk", 1)
+    if topk == 1 and num_draft_tokens != steps + 1:
+        return f"FAKECHAIN with topk 1 verifies steps + 1 = {steps + 1} tokens, not {num_draft_tokens}"
+    return None
+
+
+# A chain-drafting algorithm whose tuner varies two settings and whose engine holds a rule of its own.
+CHAIN = Algorithm("FAKECHAIN", settings={"fake_steps": Setting("--speculative-fake-steps", 1, 8, tried=(2, 4, 9)),
+                                         "fake_topk": Setting("--speculative-fake-topk", 1, 8, tried=(1, 4))},
+                  rules=(chain_rule,))
+
+
+def test_an_algorithm_entry_carries_its_own_rules_and_the_settings_a_tuner_varies(monkeypatch):
+    monkeypatch.setitem(speculative.ALGORITHMS, CHAIN.name, CHAIN)
+    server = server_of({"algorithm": "FAKECHAIN", "num_draft_tokens": 4, "fake_steps": 2, "fake_topk": 1})
+    args = server_args(server)
+    assert (value_after(args, "--speculative-fake-steps"), value_after(args, "--speculative-fake-topk")) == ("2", "1")
+    assert rendered_violations(server) == ["FAKECHAIN with topk 1 verifies steps + 1 = 3 tokens, not 4"]
+    assert rendered_violations(server_of({"algorithm": "FAKECHAIN", "num_draft_tokens": 3, "fake_steps": 2})) == []
+    # The tuner tries every combination of its settings' tried values within their bounds (9 > 8 is not).
+    assert [(s.num_draft_tokens, s.values) for s in CHAIN.tried(4, {})] == [
+        (4, {"fake_steps": steps, "fake_topk": topk}) for steps in (2, 4) for topk in (1, 4)]
+
+
 def test_ddtree_in_a_release_is_refused_before_any_host_changes():
     """The deploy's sentence for a DDTree profile pinned to a release (the lab's test_deploy sees it
     on a host)."""
@@ -110,34 +129,3 @@ def test_the_server_info_fields_of_each_algorithm():
     assert speculative.AR.server_info == ()
     assert speculative.DDTREE.server_info == ("speculative_algorithm", "speculative_num_draft_tokens",
                                               "speculative_ddtree_budget")
-
-
-def product_sources():
-    for root in PRODUCT:
-        path = REPO / root
-        yield from [path] if path.is_file() else sorted(path.rglob("*.py"))
-
-
-def docstrings(tree: ast.AST) -> set[int]:
-    """The ids of the docstring nodes (prose and examples, not values the code uses)."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
-                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
-            found.add(id(node.body[0].value))
-    return found
-
-
-def test_the_algorithm_names_are_written_in_one_product_module():
-    """No string the product's code uses names an algorithm, but in the table's module: the others ask it."""
-    names = re.compile(r"\b(" + "|".join(speculative.ALGORITHMS) + r")\b")
-    written = []
-    for source in product_sources():
-        if source == REPO / "operations" / "server" / "speculative.py":
-            continue
-        tree = ast.parse(source.read_text())
-        prose = docstrings(tree)
-        written += [f"{source.relative_to(REPO)}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
-                    if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
-                    and names.search(node.value)]
-    assert written == []

@@ -163,4 +163,6 @@ def derived(fact_class: type[FactBase], found: dict[tuple, object], kwargs: dict
 
 def own_command(fact_class: type[FactBase], **kwargs):
     """The fact read by its own command, with the value it names (`stdin`) on its standard input."""
-    return host.get_fact(fact_class, **kwargs, _stdin=getattr(fact_class, "stdin", None))
+    if getattr(fact_class, "stdin", None) is not None:
+        return host.get_fact(fact_class, **kwargs, _stdin=fact_class.stdin)
+    return host.get_fact(fact_class, **kwargs)

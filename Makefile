@@ -13,6 +13,11 @@ DEMO_ADMIN_KEY ?= lab-demo-admin-key-not-a-secret
 
 .PHONY: demo demo-check test deps venv lab-up lab-down lab-status speed bench clean
 
+# Python writes the bytecode of what it imports, as on a user's machine: make test starts a few hundred
+# controller processes (pyinfra runs, the lab's tools) over the same modules, and an environment that sets
+# PYTHONDONTWRITEBYTECODE would have each of them compile every module again.
+unexport PYTHONDONTWRITEBYTECODE
+
 # Debian packages the lab needs on the controller (nspawn, debootstrap, ssh, venv; apt-utils
 # and gpg build the lab's signed NVIDIA apt repository).
 deps:

@@ -14,6 +14,7 @@ from operations.basics.untrusted import printable
 from operations.server.config import Server, ServiceHost
 from operations.server.host_scripts.engine_answers import scrubbed
 from operations.server.unit import Replacement, restore_command
+from operations.server.speculative import AR
 
 # The default time a (re)start may take: a fixed start-up (CUDA graphs, warm-up) plus the weights
 # read at a rate a cold start of Kimi K2.6 (595 GB onto 8 GPUs, from NVMe) stays above: ~30 min.
@@ -128,7 +129,7 @@ def ready(server: Server, restarted: OperationMeta, timeout_s: int, replacement:
         probe = gathering.read(ServerProbe, **probe_args(server)) or {}
         if generates(probe):
             log_serving(host, probe, server.service_name)
-            host.noop(f"serving {probe.get('algorithm', 'unread')}: accept length {probe.get('accept_length')}")
+            host.noop(f"serving {served_algorithm(probe)}: accept length {probe.get('accept_length')}")
             return
     yield FunctionCommand(wait_ready, (server, timeout_s, replacement), {})
 
@@ -144,7 +145,7 @@ def probe_args(server: Server) -> dict:
 def log_serving(host, probe: dict, replica: str) -> None:
     """The generating server's speculative settings and KV pool as its /server_info reported them ("unread"
     where that answer failed after the completion: the server generates all the same)."""
-    algorithm = probe.get("algorithm", "unread")
+    algorithm = served_algorithm(probe)
     engine = probe.get("max_total_num_tokens")
     outcomes.note(host, serving=algorithm, accept_length=probe.get("accept_length"))
     outcomes.note_replica(host, "kv_engine", replica, engine if isinstance(engine, int) else None)
@@ -152,6 +153,14 @@ def log_serving(host, probe: dict, replica: str) -> None:
     pool = f"KV cache {engine:,} tokens" if isinstance(engine, int) else "KV cache unread"
     host.log_styled(f"serving {algorithm}{unread} (draft tokens {probe.get('num_draft_tokens')}): accept length "
                     f"{probe.get('accept_length')}; {pool}; completion: {probe['completion']!r}", fg="green")
+
+
+def served_algorithm(probe: dict) -> str:
+    """The algorithm a generating server reported: AR where /server_info names none (SGLang's
+    speculative_algorithm is None without speculation), "unread" where that answer failed."""
+    if "algorithm" not in probe:
+        return "unread"
+    return probe["algorithm"] or AR.name
 
 
 def generates(probe: dict) -> bool:

@@ -27,10 +27,21 @@ class Setting:
     tried: tuple[int, ...] = ()
 
 
-# One engine rule of an algorithm's own, beyond its page size and tree mode: given its draft tokens and its
-# set settings, the engine's refusal in its words, else None. Each is taken from the SGLang code that
-# refuses it (its post-init or startup checks), so that preflight and the tuner refuse what the engine would.
-Rule = Callable[[int, dict[str, int]], str | None]
+@dataclass(frozen=True)
+class Resolved:
+    """What an algorithm's own rules judge: its draft tokens, its set settings, the KV page size (None: set by
+    the target backend) and the target attention backend, as the deploy resolves them."""
+
+    num_draft_tokens: int
+    values: dict[str, int]
+    page_size: int | None
+    attention_backend: str | None
+
+
+# One engine rule of an algorithm's own, beyond its page size and tree mode: the engine's refusal of these
+# settings in its words, else None. Each is taken from the SGLang code that refuses it (its post-init or
+# startup checks), so that preflight and the tuner refuse what the engine would.
+Rule = Callable[[Resolved], str | None]
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,8 @@ class Algorithm:
             low, high = self.settings[self.tree].low, self.settings[self.tree].high
             if not low <= size <= high:
                 problems.append(f"{self.name} budget must be within [{low}, {high}], not {size}")
-        return problems + [said for rule in self.rules if (said := rule(num_draft_tokens, values or {}))]
+        resolved = Resolved(num_draft_tokens, values or {}, page_size, attention_backend)
+        return problems + [said for rule in self.rules if (said := rule(resolved))]
 
 
 AR = Algorithm("AR", drafts=False, drafter=False)

@@ -1,7 +1,8 @@
 """tune.py end to end on one lab host: every candidate of the deployed Kimi profile tried (search=grid, a few
-requests at two levels against the stand-in engine, whose speed model makes the numbers: modelled, not
-measured), the deployed configuration serving again after, the pick in the site directory, served by the
-next deploy, a second deploy changing nothing, and a pick of another build reported stale, not applied."""
+requests at one level, as each level is a client run, the module's largest cost, against the stand-in engine,
+whose speed model makes the numbers: modelled, not measured), the deployed configuration serving again after,
+the pick in the site directory, served by the next deploy, a second deploy changing nothing, and a pick of
+another build reported stale, not applied."""
 
 import json
 import os
@@ -51,7 +52,7 @@ def test_tune_refuses_a_misspelt_knob_in_one_line(deployed_lab, pcie_host, tune_
 def test_tune_tries_every_candidate_keeps_the_best_and_the_next_deploy_serves_it(deployed_lab, pcie_host, tune_site,
                                                                                    tmp_path):
     results = tmp_path / "results"
-    tune = run_tune(pcie_host, "search=grid", "concurrency=1,4", "requests=4", "output_tokens=16",
+    tune = run_tune(pcie_host, "search=grid", "concurrency=4", "requests=4", "output_tokens=16",
                     f"results_dir={results}")
     assert tune.returncode == 0, tune.output[-4000:]
     # The candidates left out, in one line before the first trial; each with its reason in trials.md.

@@ -80,6 +80,16 @@ def test_the_serving_line_says_when_server_info_was_unread():
     assert said[-1].startswith("serving unread (/server_info: \\x1b[2J\\x1b[1;1Hready) (draft")
 
 
+def test_a_server_without_speculation_is_said_to_serve_ar():
+    """/server_info's speculative_algorithm is None on a server without speculation (a profile without a
+    drafter, served AR): the deploy's line and summary say AR, not None."""
+    said = []
+    host = SimpleNamespace(name="h", log_styled=lambda text, **_: said.append(text))
+    readiness.log_serving(host, {"ready": True, "generated": True, "completion": "x", "algorithm": None,
+                                 "num_draft_tokens": None, "accept_length": 1.0}, "u")
+    assert said[-1].startswith("serving AR (draft tokens None): accept length 1.0;")
+
+
 def test_what_the_probe_printed_is_kept_with_its_secrets_masked():
     line = '{"ready": false, "error": "HTTP Error 500: --api-key=sk-0123456789"}'
     assert ServerProbe().process([line]) == {"ready": False, "error": "HTTP Error 500: --api-key=***"}

@@ -12,7 +12,7 @@ from operations.deployment import resolve
 from operations.server import speculative
 from operations.server.checks import refused_flags, unreleased_problems
 from operations.server.flags import rendered_violations, server_args
-from operations.server.speculative import Algorithm, Setting
+from operations.server.speculative import Algorithm, Resolved, Setting
 from serving_benchmark.modes import mode_args
 from serving_benchmark.plan import plan
 from tests.unit.fakehost import FakeHost
@@ -71,11 +71,14 @@ def test_a_new_algorithm_is_one_entry(monkeypatch):
     assert value_after(spine, "--attention-backend") == released.engine.attention_backend
 
 
-def chain_rule(num_draft_tokens: int, values: dict[str, int]) -> str | None:
-    """A rule of the shape EAGLE's post-init holds: one candidate a step verifies steps + 1 tokens."""
-    steps, topk = values.get("fake_steps", 1), values.get("fake_topk", 1)
-    if topk == 1 and num_draft_tokens != steps + 1:
-        return f"FAKECHAIN with topk 1 verifies steps + 1 = {steps + 1} tokens, not {num_draft_tokens}"
+def chain_rule(resolved: Resolved) -> str | None:
+    """A rule of the shape EAGLE's post-init holds: one candidate a step verifies steps + 1 tokens, and
+    several need one-token pages off triton."""
+    steps, topk = resolved.values.get("fake_steps", 1), resolved.values.get("fake_topk", 1)
+    if topk == 1 and resolved.num_draft_tokens != steps + 1:
+        return f"FAKECHAIN with topk 1 verifies steps + 1 = {steps + 1} tokens, not {resolved.num_draft_tokens}"
+    if topk > 1 and resolved.page_size != 1 and resolved.attention_backend != "triton":
+        return f"FAKECHAIN topk {topk} needs page_size 1 or triton, not {resolved.attention_backend}"
     return None
 
 
@@ -92,6 +95,12 @@ def test_an_algorithm_entry_carries_its_own_rules_and_the_settings_a_tuner_varie
     assert (value_after(args, "--speculative-fake-steps"), value_after(args, "--speculative-fake-topk")) == ("2", "1")
     assert rendered_violations(server) == ["FAKECHAIN with topk 1 verifies steps + 1 = 3 tokens, not 4"]
     assert rendered_violations(server_of({"algorithm": "FAKECHAIN", "num_draft_tokens": 3, "fake_steps": 2})) == []
+    # The rule sees the page size and the backend the deploy renders (qwen36_ddtree asks one-token pages).
+    tree = server_of({"algorithm": "FAKECHAIN", "num_draft_tokens": 8, "fake_steps": 2, "fake_topk": 4})
+    assert rendered_violations(tree) == []
+    paged = replace(tree, engine=replace(tree.engine, extra_args=("--page-size", "16")))
+    assert rendered_violations(paged) == [f"FAKECHAIN topk 4 needs page_size 1 or triton, not "
+                                          f"{tree.engine.attention_backend}"]
     # The tuner tries every combination of its settings' tried values within their bounds (9 > 8 is not).
     assert [(s.num_draft_tokens, s.values) for s in CHAIN.tried(4, {})] == [
         (4, {"fake_steps": steps, "fake_topk": topk}) for steps in (2, 4) for topk in (1, 4)]

@@ -30,7 +30,7 @@ def test_each_product_class_is_a_lab_class_with_an_octet_and_a_gpu_profile_of_it
 def test_a_host_class_added_to_the_product_shifts_no_lab_address(monkeypatch):
     assert addresses() == ADDRESSES
     known = site_data.host_classes()
-    monkeypatch.setattr(site, "host_classes", lambda: ("a100_sxm", *known))
+    monkeypatch.setattr(site_data, "host_classes", lambda: ("a100_sxm", *known))
     try:
         importlib.reload(fleet)
         assert addresses() == ADDRESSES

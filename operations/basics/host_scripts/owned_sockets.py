@@ -8,7 +8,7 @@ import http.client
 import socket
 from pathlib import Path
 
-LOOPBACK = "127.0.0.1"  # the product's one loopback: network.LOOPBACK on the controller is this
+LOOPBACK = "127.0.0.1"  # network.LOOPBACK on the hosts, which lack the product (a test keeps them equal)
 TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 # The states (include/net/tcp_states.h) of a socket some process holds. A closed connection's TIME_WAIT
 # entry lingers under uid 0 for a minute, and where its ports are those of a new connection (a busy

@@ -1,5 +1,5 @@
 """Runs ON THE HOST (imported by host_state.py): the answers to the Python facts
-(operations/python/virtualenvs.py), each the lines that fact's own command prints; run alone
+(operations/python/venv.py), each the lines that fact's own command prints; run alone
 (`python_state.py PATH DISTRIBUTION MARKER`), VenvRequirement's own command."""
 
 import glob

@@ -60,8 +60,9 @@ class Weights:
     fanout_port: int  # where this host serves its revisions to its peers (operations/weights/peer.py)
     cache: bool  # keep serving them after the run: a site cache for later revisions and hosts
 
-    def repo(self, role: str) -> Repo:
-        return next(repo for repo in self.repos if repo.role == role)
+    def repo(self, role: str) -> Repo | None:
+        """The repo of `role`; None where the profile names none (a drafter, for an algorithm without one)."""
+        return next((repo for repo in self.repos if repo.role == role), None)
 
     @property
     def target(self) -> Repo:
@@ -70,7 +71,7 @@ class Weights:
     @property
     def drafter(self) -> Repo | None:
         """The drafter's repo; None where the profile's algorithm drafts without one (AR among them)."""
-        return next((repo for repo in self.repos if repo.role == "drafter"), None)
+        return self.repo("drafter")
 
     @property
     def local_dirs(self) -> tuple[str, str | None]:

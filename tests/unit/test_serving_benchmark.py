@@ -165,6 +165,21 @@ def test_summary_table_and_plots(tmp_path):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_any_set_of_modes_is_shown_side_by_side_a_column_each_with_its_speedup_and_accept_length():
+    doc = summary_of({"1": 100.0, "64": 900.0}, 1.0)
+    ar = doc["modes"]["ar"]["levels"]
+    level = {"1": {**ar["1"], "output_tok_s": 450.0, "accept_length": 5.2},
+             "64": {**ar["64"], "output_tok_s": 800.0, "accept_length": 5.1}}
+    doc["modes"] = {**doc["modes"], "mtp": {"levels": {"1": {**ar["1"], "output_tok_s": 250.0, "accept_length": 2.9}}},
+                    "dflash": {"levels": level}}
+    lines = report.markdown(doc).splitlines()
+    head = lines.index("| concurrency | ar | mtp | dflash |")
+    assert lines[head + 2:head + 4] == [
+        "| 1 | 100.0 (1.00x, 1.00) | 250.0 (2.50x, 2.90) | **450.0 (4.50x, 5.20)** |",
+        "| 64 | **900.0 (1.00x, 1.00)** | - | 800.0 (0.89x, 5.10) |"]
+    assert "| concurrency | ar |" not in report.markdown(summary_of({"1": 100.0}, 1.0))  # one mode: nothing beside it
+
+
 def test_gate_fails_on_throughput_or_accept_length_drops_beyond_the_limits():
     baseline = summary_of({"1": 100.0, "4": 400.0}, 4.0)
     assert report.regressions(summary_of({"1": 91.0, "4": 400.0}, 3.85), baseline) == []

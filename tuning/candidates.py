@@ -1,8 +1,8 @@
-"""What a deployment may be tuned to: each speculative algorithm's tried settings (operations/server/speculative.py
+"""What a deployment may be tuned to: each speculative algorithm's tried settings (deployment/server/speculative.py
 `Algorithm.tried`) at each layout of its GPUs, every one resolved as the deploy resolves a tuned file
-(deployment.resolve_worker's `tuned`), so that the layout, the flags and the engine's rules that judge them
-are the deploy's own: a layout the GPUs do not divide into (operations/server/layout.py), flags the
-algorithm's rules refuse (flags.rendered_violations), a build without the algorithm (checks.lacks_algorithm)
+(deployment.hosts.resolve_worker's `tuned`), so that the layout, the flags and the engine's rules that judge them
+are the deploy's own: a layout the GPUs do not divide into (deployment/server/layout.py), flags the
+algorithm's rules refuse (command_line.rendered_violations), a build without the algorithm (checks.lacks_algorithm)
 and, where the hub's snapshots are given, weights or a KV cache that do not fit (checks.memory_problems,
 checks.kv_capacity) are left out, each with its reason. The host's own SGLang judges a candidate again
 before its trial starts (sandbox.rejection)."""
@@ -10,12 +10,13 @@ before its trial starts (sandbox.rejection)."""
 from dataclasses import dataclass, replace
 from typing import Any
 
-from operations import deployment
-from operations.basics.knobs import BadHostData
-from operations.deployment import Deployment
-from operations.gpu.config import GpuExpectations
-from operations.server import checks, speculative
-from operations.server.flags import rendered_violations
+from deployment import hosts
+from deployment.gpu.config import GpuExpectations
+from deployment.hosts import Deployment
+from deployment.knobs import BadHostData
+from deployment.server import speculative
+from deployment.server.command_line import rendered_violations
+from operations.server import checks
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class Candidate:
 
 
 def _of(data: Any, host_class: str, name: str, settings: dict | None, profile: str) -> Deployment:
-    _, found = deployment.resolve_worker(data, host_class, tuned=None if settings is None else {profile: settings})
+    _, found = hosts.resolve_worker(data, host_class, tuned=None if settings is None else {profile: settings})
     return next(d for d in found if d.name == name)
 
 

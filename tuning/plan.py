@@ -6,10 +6,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from operations import schema
-from operations.basics import knobs
-from operations.basics.knobs import BadHostData
-from operations.deployment import site_data
+from deployment import knobs, schema, site_data
+from deployment.knobs import BadHostData
 from serving_benchmark.plan import Plan
 from serving_benchmark.plan import plan as bench_plan
 from tuning import search
@@ -48,7 +46,7 @@ def plan(data) -> TunePlan:
     values = _Data(data)
     if data.get("modes") is not None:
         raise BadHostData(f"modes={data.get('modes')!r} is not accepted by tune.py: it tries every algorithm the "
-                          "table has (operations/server/speculative.py); bench.py takes modes")
+                          "table has (deployment/server/speculative.py); bench.py takes modes")
     bench = bench_plan(values)
     limits = {key: schema.value(data, key) for key in ("max_tpot_ms", "max_ttft_ms")}
     try:

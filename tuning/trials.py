@@ -16,14 +16,14 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
-from operations import deployment as deployments
-from operations.deployment import Deployment, site_data, tuned
+from deployment import hosts as deployments, site_data, tuned
+from deployment.gpu.config import SmokeTest
+from deployment.hosts import Deployment
+from deployment.server.command_line import server_args
+from deployment.server.config import Server, sglang_build
 from operations.gpu import smoke as gpu_smoke
 from operations.gpu.facts import NvidiaGpus
-from operations.gpu.smoke import SmokeTest
 from operations.server import readiness, sandbox
-from operations.server.config import Server, sglang_build
-from operations.server.flags import server_args
 from operations.weights.checks import HubState
 from serving_benchmark import behind_gateway, client, modes, remote, sweep, units
 from tuning import candidates as candidates_of

@@ -7,7 +7,7 @@ import pytest
 
 from lab import fleet
 from lab.config import HUB_URL, WHEELS_URL
-from operations.server import capacity, resident
+from deployment.server import capacity, resident
 from tests.helpers import (SGLANG_UNIT, UNIT_FILE, changed_operations, main_pid, operations_started, results_table, run_deploy, server_info, serving,
                            write_group_data)
 
@@ -50,7 +50,7 @@ def test_second_run_changes_nothing_and_dry_run_shows_nothing(deployed_lab, lab_
     for line in detected.splitlines()[2:]:
         if line.strip():
             assert re.split(r"\s{2,}", line.strip())[1:] == ["-", "-"], f"--dry would change: {line}"
-    # --dry says what each replica's KV cache holds (preflight's plan, operations/server/capacity.py)
+    # --dry says what each replica's KV cache holds (preflight's plan, deployment/server/capacity.py)
     for host in lab_hosts:
         (said,) = [line for line in dry.output.splitlines() if f"[{host.name}] preflight passed: " in line]
         assert re.search(r"; KV cache [\d,]+ tokens, \d+ requests of 8,192 tokens a replica\)", said), said

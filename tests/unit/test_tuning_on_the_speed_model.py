@@ -13,7 +13,7 @@ import pytest
 from lab.gpu_standin.build_profiles import PROFILES_DIR
 from lab.repos import QWEN_CONFIG
 from lab.sglang_standin.sglang import speed_model
-from operations import deployment
+from deployment import hosts
 from tests.unit.group_data import host_data
 from tuning.candidates import candidates
 from tuning.search import Figures, Trial, objective, search
@@ -29,7 +29,7 @@ LINK = speed_model.Link("host", max(NO_P2P.values(), key=float))
 def qwen_candidates():
     data = host_data(PCIE, profile=PROFILE)
     found, _ = candidates(data, PCIE, PROFILE)
-    _, (deployed,) = deployment.resolve_worker(data, PCIE)
+    _, (deployed,) = hosts.resolve_worker(data, PCIE)
     anchor = next(c for c in found if c.deployment.engine.speculative == deployed.engine.speculative
                   and c.shape == (deployed.engine.tp_size, len(deployed.replicas)))  # as tune.py anchors it
     return found, anchor

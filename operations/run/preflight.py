@@ -12,13 +12,13 @@ from typing import Any
 from pyinfra import host, state
 from pyinfra.api import FactBase, operation
 
+from deployment.hosts import Deployment, Host, host_class_of, resolve_worker
+from deployment.knobs import BadHostData
+from deployment.nodes import group as nodes
 from operations.basics import failing, gathering, ownership, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates
-from operations.basics.knobs import BadHostData
-from operations.deployment import Deployment, Host, host_class_of, resolve_worker
 from operations.gpu import checks as gpu_checks
-from operations.nodes import group as nodes
 from operations.python import virtualenvs
 from operations.server import checks as server_checks, stages as server_stages
 from operations.server.unit import ServerUnits

@@ -12,7 +12,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from operations.basics.network import LOOPBACK
+from deployment.network import LOOPBACK
 
 
 class BadHostData(ValueError):

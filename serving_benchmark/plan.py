@@ -41,7 +41,7 @@ def plan(data) -> Plan:
     """The benchmark knobs of `host.data` (strings from --data, or group data), each parsed by its declaration
     (operations/schema.py): a bad value raises BadHostData naming the knob, the value and what is accepted."""
     schema.refuse_retired(data, "bench")
-    asked = schema.value(data, "modes") or ",".join(speculative.modes())
+    asked = schema.value(data, "modes") or ",".join(speculative.default_modes())
     modes = tuple(dict.fromkeys(str(asked).replace(" ", "").split(",")))
     if not modes or any(mode not in speculative.modes() for mode in modes):
         raise BadHostData(f"modes={asked!r} is not accepted: use a comma-separated list of "

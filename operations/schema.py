@@ -195,8 +195,7 @@ KNOBS = (
     Knob("prometheus_targets_timeout_s", "seconds", "how long the deploy waits for every target's first scrape",
          group="gateway", subject="gateway", parse=_integer(1, 3600)),
     # The serving benchmark (bench.py; serving_benchmark/plan.py reads them). No group file sets them.
-    Knob("modes", "list or None", "comma-separated modes to sweep; None: every mode of the algorithm table "
-         "that the bench derives from any deployed server (its drafter and draft tokens)",
+    Knob("modes", "list or None", "comma-separated modes to sweep; None: every mode the algorithm table has",
          group="", subject="bench"),
     Knob("concurrency", "list", "comma-separated concurrency levels", group="", subject="bench", default="1,4,16,64",
          parse=knobs.levels),

@@ -19,6 +19,13 @@ def on_loopback(server: Server) -> Server:
         e, service=dataclasses.replace(e.service, bind_address=network.LOOPBACK)))
 
 
+def shares_drafter(entry: speculative.Algorithm, other: speculative.Algorithm) -> bool:
+    """Whether a drafter trained for `other` drafts for `entry` too: a drafter is trained for its algorithm,
+    and one built on it (`Algorithm.base`: DDTree grows DFlash's chain) takes it as it is; another's (an
+    EAGLE-3 head for a DFlash drafter) would load it as what it is not."""
+    return (entry.base or entry.name) == (other.base or other.name)
+
+
 def mode_args(server: Server, mode: str) -> list[str]:
     """The deployed server's arguments for `mode`, served on loopback only.
 
@@ -58,6 +65,11 @@ def accepted(server: Server, modes: tuple[str, ...]) -> dict[str, dict]:
         entry = speculative.of_mode(mode)
         if entry.drafter and server.engine.draft_model_dir is None:
             found[mode] = {"skipped": f"{mode} skipped: {server.engine.profile_name} has no drafter to draft with"}
+            continue
+        deployed = server.engine.speculative.entry
+        if entry.drafter and not shares_drafter(entry, deployed):
+            found[mode] = {"skipped": f"{mode} skipped: {server.engine.profile_name}'s drafter drafts for "
+                                      f"{deployed.label or deployed.name}, not {entry.label or entry.name}"}
             continue
         args = mode_args(server, mode)
         rejected = rejection(host, server, args)

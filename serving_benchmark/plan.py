@@ -1,6 +1,7 @@
 """The serving benchmark's knobs (bench.py `--data key=value`, or group data), checked before any host is
 touched: modes, concurrency levels, the workload, the results and the regression gate's limits."""
 
+import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,11 +42,7 @@ def plan(data) -> Plan:
     """The benchmark knobs of `host.data` (strings from --data, or group data), each parsed by its declaration
     (operations/schema.py): a bad value raises BadHostData naming the knob, the value and what is accepted."""
     schema.refuse_retired(data, "bench")
-    asked = schema.value(data, "modes") or ",".join(speculative.default_modes())
-    modes = tuple(dict.fromkeys(str(asked).replace(" ", "").split(",")))
-    if not modes or any(mode not in speculative.modes() for mode in modes):
-        raise BadHostData(f"modes={asked!r} is not accepted: use a comma-separated list of "
-                          f"{', '.join(speculative.modes())}")
+    modes = modes_named("modes", schema.value(data, "modes") or ",".join(speculative.modes()))
     baseline = data.get("baseline")
     if baseline is not None and not Path(str(baseline)).is_file():
         raise BadHostData(f"baseline={baseline!r} is not accepted: use an earlier run's summary.json on the "
@@ -65,6 +62,20 @@ def plan(data) -> Plan:
         max_accept_drop=schema.value(data, "max_accept_drop"),
         each_replica=schema.value(data, "each_replica"),
     )
+
+
+def modes_named(knob: str, asked) -> tuple[str, ...]:
+    """A comma-separated list of the bench's modes (one per algorithm of operations/server/speculative.py), each
+    once, in the order given: bench.py's `modes`, tune.py's `algorithms`. A name no mode has is refused in one
+    line, with the nearest mode."""
+    known = speculative.modes()
+    modes = tuple(dict.fromkeys(str(asked).replace(" ", "").split(",")))
+    wrong = next((mode for mode in modes if mode not in known), None)
+    if wrong is not None:
+        near = difflib.get_close_matches(wrong, known, n=1)
+        raise BadHostData(f"{knob}={asked!r} is not accepted: use a comma-separated list of {', '.join(known)}"
+                          + (f" ({wrong!r}: did you mean {near[0]}?)" if near else ""))
+    return modes
 
 
 def prompt_count(path: Path) -> int:

@@ -102,6 +102,7 @@ def markdown(doc: dict) -> str:
                          f"{_fmt(r['accept_length'], 2)} |")
     if any(mode != AR.mode and "levels" in entry for mode, entry in doc["modes"].items()):
         lines += ["", ITL_NOTE]
+    lines += side_by_side(doc)
     if doc.get("replicas"):
         lines += ["", "| replica | mode | concurrency | output tok/s | request/s | TTFT p50 ms | accept length |",
                   "|---|---|---|---|---|---|---|"]
@@ -129,6 +130,31 @@ def markdown(doc: dict) -> str:
             lines += ["", "Tokens each replica generated meanwhile: "
                       + ", ".join(f"{replica} {n}" for replica, n in entry["generated_tokens"].items()) + "."]
     return "\n".join(lines) + "\n"
+
+
+def side_by_side(doc: dict) -> list[str]:
+    """The modes measured side by side, a column each: per concurrency each one's output tok/s, its speedup over
+    ar and its accept length, the best of the row in bold; [] for fewer than two modes measured."""
+    measured = {mode: e["levels"] for mode, e in doc["modes"].items() if e.get("levels")}
+    if len(measured) < 2:
+        return []
+    ar = measured.get(AR.mode, {})
+    lines = ["", "Side by side: output tok/s (speedup over ar, accept length); the best of each level in bold.", "",
+             "| concurrency | " + " | ".join(measured) + " |", "|---|" + "---|" * len(measured)]
+    for level in sorted({c for levels in measured.values() for c in levels}, key=int):
+        row = {mode: levels.get(level) for mode, levels in measured.items()}
+        best = max((r["output_tok_s"] or 0 for r in row.values() if r), default=0)
+        cells = []
+        for r in row.values():
+            if not r:
+                cells.append("-")
+                continue
+            base = (ar.get(level) or {}).get("output_tok_s")
+            cell = (f"{_fmt(r['output_tok_s'])} ({_fmt(r['output_tok_s'] / base, 2) + 'x' if base and r['output_tok_s'] else '-'}, "
+                    f"{_fmt(r['accept_length'], 2)})")
+            cells.append(f"**{cell}**" if best and r["output_tok_s"] == best else cell)
+        lines.append(f"| {level} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plots(doc: dict, out: Path) -> list[Path]:

@@ -16,6 +16,7 @@ from operations.deployment import Deployment
 from operations.gpu.config import GpuExpectations
 from operations.server import checks, speculative
 from operations.server.flags import rendered_violations
+from serving_benchmark.modes import shares_drafter
 
 
 @dataclass(frozen=True)
@@ -83,11 +84,10 @@ def candidates(data: Any, host_class: str, name: str, expected: GpuExpectations 
     if own is None:  # an autoregressive profile: no speculative setting to measure against its baseline
         return [baseline], [f"{profile}: the profile drafts nothing (no speculative settings to tune)"]
     block = int(own["num_draft_tokens"])  # the drafter's block size, whatever a tuned file serves
-    # The algorithms its profile can serve: its own, and where that is derived from its drafter (DFlash's, DDTree's)
-    # the others so derived, one with a drafter only where the profile names one.
+    # The algorithms its profile can serve: its own, and those its drafter drafts for too (DFlash's serves DDTree).
     mine = speculative.ALGORITHMS[own["algorithm"]]
     served = [a for a in speculative.ALGORITHMS.values() if a.drafts and (a is mine or (
-        mine.derived and a.derived and (deployed.weights.drafter or not a.drafter)))]
+        a.drafter and mine.drafter and shares_drafter(a, mine)))]
     found, left_out, seen = [], [], []
     for shape in _layouts(deployed):
         try:

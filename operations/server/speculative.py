@@ -75,11 +75,6 @@ class Algorithm:
     base: str | None = None
     label: str = ""
     build: str = ""
-    # Whether it is derived from any drafting deployment (Speculative.as_mode: the same drafter and draft
-    # tokens), which the bench's default modes and a tuner's candidates of a profile of another such algorithm
-    # are; False where it drafts from elsewhere (the model's own layers, a drafter of its kind, the tokens
-    # seen): only a profile of its own serves it.
-    derived: bool = True
 
     @property
     def mode(self) -> str:
@@ -229,14 +224,13 @@ EAGLE_TOPK = Setting("--speculative-eagle-topk", tried=(1,))
 # Qwen3_5ForConditionalGeneration to Qwen3_5ForCausalLMMTP with one layer). Draft lengths a tuner tries
 # below the profile's: chains of 2 and 3 tokens, each steps + 1 at topk 1 (eagle_rules).
 MTP = Algorithm("MTP", engine_name="EAGLE", drafter=False, draft_lengths=(2, 3),
-                settings={"num_steps": EAGLE_STEPS, "eagle_topk": EAGLE_TOPK}, rules=(eagle_rules,),
-                derived=False)
+                settings={"num_steps": EAGLE_STEPS, "eagle_topk": EAGLE_TOPK}, rules=(eagle_rules,))
 # EAGLE-3 (in SGLang releases): a drafter repo of its own (models/llama_eagle3.py, kimi_k25_eagle3.py),
 # fed the target's hidden states; its rules are the EAGLE family's.
 EAGLE3 = Algorithm("EAGLE3", draft_lengths=(2, 3, 4, 6),
                    settings={"num_steps": EAGLE_STEPS,
                              "eagle_topk": Setting("--speculative-eagle-topk", tried=(1, 4))},
-                   rules=(eagle_rules,), derived=False)
+                   rules=(eagle_rules,))
 
 # NGRAM's default breadth (--speculative-ngram-max-bfs-breadth, 0.5.23 srt/server_args.py), which
 # _handle_ngram makes its eagle_topk.
@@ -263,19 +257,14 @@ def ngram_rules(resolved: Resolved) -> str | None:
 NGRAM = Algorithm("NGRAM", drafter=False, draft_model=False, draft_lengths=(4, 8),
                   settings={"ngram_max_bfs_breadth": Setting("--speculative-ngram-max-bfs-breadth",
                                                              tried=(1, 4, NGRAM_DEFAULT_BREADTH))},
-                  rules=(ngram_rules,), derived=False)
+                  rules=(ngram_rules,))
 
 ALGORITHMS = {a.name: a for a in (AR, DFLASH, DDTREE, MTP, EAGLE3, NGRAM)}
 
 
 def modes() -> tuple[str, ...]:
-    """The bench's modes, one per algorithm, in the table's order."""
+    """The bench's modes, one per algorithm, in the table's order (its default)."""
     return tuple(a.mode for a in ALGORITHMS.values())
-
-
-def default_modes() -> tuple[str, ...]:
-    """The modes the bench sweeps unless told: those it derives from any deployed server (`derived`)."""
-    return tuple(a.mode for a in ALGORITHMS.values() if a.derived)
 
 
 def drafting() -> tuple[str, ...]:

@@ -496,6 +496,57 @@ def test_speed_model_speculation_gains_less_as_the_batch_grows():
     assert speed_model.width("DDTREE", 16, 15) == 16 and speed_model.width(None, 8, None) == 1
 
 
+def _best_at_one_request(model, algorithm, tried):
+    """The algorithm's best speedup over autoregressive decoding at one request on one GPU, and its settings:
+    `tried` (draft tokens, steps) pairs."""
+    plain = speed_model.Pace(model, 1, None, 1, False).step_seconds(1)
+
+    def speedup(n, steps):
+        pace, accept = speed_model.server(model, algorithm, n, None, 1, None, steps, 1 if steps else None)
+        return accept * plain / pace.step_seconds(1)
+    return max((speedup(n, steps), (n, steps)) for n, steps in tried)
+
+
+def test_speed_model_per_algorithm_lands_between_the_published_gaps_at_one_request():
+    dflash, _ = _best_at_one_request(QWEN, "DFLASH", [(n, None) for n in range(2, 17)])
+    mtp, (_, mtp_steps) = _best_at_one_request(QWEN, "EAGLE", [(s + 1, s) for s in range(1, 16)])
+    eagle3, _ = _best_at_one_request(QWEN, "EAGLE3", [(s + 1, s) for s in range(1, 16)])
+    ngram, _ = _best_at_one_request(QWEN, "NGRAM", [(n, None) for n in range(2, 17)])
+    print(f"best over AR at one request: DFlash {dflash:.2f}x, MTP {mtp:.2f}x ({mtp_steps} steps), "
+          f"EAGLE-3 {eagle3:.2f}x, NGRAM {ngram:.2f}x")
+    assert 1.5 <= dflash / mtp <= 2.1  # LMSYS on Qwen3.5-397B: 1.5x; z-lab's Qwen3.5-4B card: 2.1x
+    assert 6 <= mtp_steps <= 8  # about the 7 steps LMSYS chose for MTP
+    assert 2.0 <= dflash / eagle3 <= 2.5 and 2.2 <= eagle3 <= 2.8  # the DFlash paper; SGLang's docs' 2.4x
+    assert 1.2 <= ngram < eagle3 < mtp < dflash
+    # NEXTN is SGLang's alias of EAGLE: the same drafter, the same figures.
+    assert speed_model.accept_length(QWEN, "NEXTN", 4, None, 3, 1) == speed_model.accept_length(QWEN, "EAGLE", 4, None, 3, 1)
+
+
+def test_speed_model_drafters_of_a_token_a_pass_pay_a_pass_a_step_and_accept_less_deeper():
+    # Four one-layer passes cost more than DFlash's one block pass (the DFlash authors' comparison).
+    assert speed_model.draft_overhead("EAGLE3", 5, 4) > speed_model.draft_overhead("DFLASH", 16)
+    assert speed_model.draft_overhead("NGRAM", 8) < speed_model.draft_overhead("EAGLE", 2, 1)
+    assert speed_model.draft_overhead(None, None) == 0.0
+    steps = [speed_model.accept_length(QWEN, "EAGLE", s + 1, None, s, 1) for s in range(1, 9)]
+    gains = [b - a for a, b in itertools.pairwise(steps)]
+    assert steps == sorted(steps) and gains == sorted(gains, reverse=True) and gains[-1] > 0
+    # A chain is its steps long, whatever draft tokens a tree (topk > 1) verifies; a tree gains on a dense
+    # target and loses on the hybrid one, as DDTree's does.
+    dense = speed_model.target({**QWEN_CONFIG, "layer_types": ["full_attention"] * 4})
+    chain, tree = (speed_model.accept_length(dense, "EAGLE", n, None, 3, k) for n, k in ((4, 1), (8, 4)))
+    assert tree > chain and speed_model.accept_length(QWEN, "EAGLE", 8, None, 3, 4) < \
+        speed_model.accept_length(QWEN, "EAGLE", 4, None, 3, 1)
+    assert speed_model.width("EAGLE", 8, None) == 8
+
+
+def test_speed_model_ngram_loses_to_autoregressive_decoding_at_many_requests():
+    plain = speed_model.Pace(QWEN, 1, None, 1, False)
+    for n in (2, 4, 8):
+        pace, accept = speed_model.server(QWEN, "NGRAM", n, None, 1, None)
+        assert accept * plain.step_seconds(1) / pace.step_seconds(1) > 1.2
+        assert accept * plain.step_seconds(64) / pace.step_seconds(64) < 1.0
+
+
 def test_the_server_reports_its_link_and_paces_by_it(start, models):
     """NCCL_P2P_DISABLE=1 in the engine's environment: the all-reduce goes through host memory, slower."""
     steps = {}

@@ -20,7 +20,8 @@ from tests.unit.group_data import RTX_MINORS, host_data
 
 def test_plan_defaults_and_refusals(tmp_path):
     default = plan({})
-    assert default.modes == ("ar", "dflash", "ddtree") and default.concurrency == (1, 4, 16, 64)
+    assert default.modes == ("ar", "dflash", "ddtree", "mtp", "eagle3", "ngram")
+    assert default.concurrency == (1, 4, 16, 64)
     assert default.requests_at(1) == 16 and default.requests_at(64) == 256 and default.tokenizer == "target"
     assert default.prompts == PROMPTS and default.prompt_count == 20
     given = plan({"modes": "dflash,ar", "concurrency": "4,1,4", "requests": "6"})
@@ -163,6 +164,21 @@ def test_summary_table_and_plots(tmp_path):
     assert report.markdown(with_dflash).count(report.ITL_NOTE) == 1 and "several tokens" in report.ITL_NOTE
     for png in written[2:]:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_any_set_of_modes_is_shown_side_by_side_a_column_each_with_its_speedup_and_accept_length():
+    doc = summary_of({"1": 100.0, "64": 900.0}, 1.0)
+    ar = doc["modes"]["ar"]["levels"]
+    level = {"1": {**ar["1"], "output_tok_s": 450.0, "accept_length": 5.2},
+             "64": {**ar["64"], "output_tok_s": 800.0, "accept_length": 5.1}}
+    doc["modes"] = {**doc["modes"], "mtp": {"levels": {"1": {**ar["1"], "output_tok_s": 250.0, "accept_length": 2.9}}},
+                    "dflash": {"levels": level}}
+    lines = report.markdown(doc).splitlines()
+    head = lines.index("| concurrency | ar | mtp | dflash |")
+    assert lines[head + 2:head + 4] == [
+        "| 1 | 100.0 (1.00x, 1.00) | 250.0 (2.50x, 2.90) | **450.0 (4.50x, 5.20)** |",
+        "| 64 | **900.0 (1.00x, 1.00)** | - | 800.0 (0.89x, 5.10) |"]
+    assert "| concurrency | ar |" not in report.markdown(summary_of({"1": 100.0}, 1.0))  # one mode: nothing beside it
 
 
 def test_gate_fails_on_throughput_or_accept_length_drops_beyond_the_limits():

@@ -99,7 +99,8 @@ def pace(args, target_config: dict) -> tuple[speed_model.Pace, float]:
     budget = getattr(args, "speculative_ddtree_budget", None)
     ring_size = min(max(1, args.tp_size // max(1, args.nnodes)), query_gpu()["count"])
     link = speed_model.link(_gpus.ring(ring_size)) if ring_size > 1 else None
-    return speed_model.server(speed_model.target(target_config), algorithm, n, budget, args.tp_size, link)
+    return speed_model.server(speed_model.target(target_config), algorithm, n, budget, args.tp_size, link,
+                              args.speculative_num_steps, args.speculative_eagle_topk)
 
 
 def scheduler_config(args, target_config: dict) -> dict:

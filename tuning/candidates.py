@@ -17,6 +17,7 @@ from deployment.knobs import BadHostData
 from deployment.server import speculative
 from deployment.server.command_line import rendered_violations
 from operations.server import checks
+from serving_benchmark.modes import shares_drafter
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,10 @@ def candidates(data: Any, host_class: str, name: str, expected: GpuExpectations 
     if own is None:  # an autoregressive profile: no speculative setting to measure against its baseline
         return [baseline], [f"{profile}: the profile drafts nothing (no speculative settings to tune)"]
     block = int(own["num_draft_tokens"])  # the drafter's block size, whatever a tuned file serves
-    # The algorithms its profile can serve: one with a drafter only where the profile names one.
-    served = [a for a in speculative.ALGORITHMS.values() if a.drafts and (deployed.weights.drafter or not a.drafter)]
+    # The algorithms its profile can serve: its own, and those its drafter drafts for too (DFlash's serves DDTree).
+    mine = speculative.ALGORITHMS[own["algorithm"]]
+    served = [a for a in speculative.ALGORITHMS.values() if a.drafts and (a is mine or (
+        a.drafter and mine.drafter and shares_drafter(a, mine)))]
     found, left_out, seen = [], [], []
     for shape in _layouts(deployed):
         try:

@@ -86,6 +86,34 @@ profiles = {
             version="0.5.23",
         ),
     ),
+    # Qwen3.6-27B drafting with its own multi-token-prediction layer (MTP: SGLang's EAGLE path, no drafter repo,
+    # nothing gated, nothing more to download): the model card's SGLang command, 3 steps of top-1 drafts,
+    # 4 tokens verified a step (Qwen/Qwen3.6-27B README, "Multi-Token Prediction (MTP)").
+    "qwen36_mtp": dict(
+        target=dict(repo="Qwen/Qwen3.6-27B", revision="main"),
+        attention="mha",
+        speculative=dict(algorithm="MTP", num_draft_tokens=4, num_steps=3, eagle_topk=1),
+        served_model_name="qwen3.6-27b",
+        server_args=[
+            "--trust-remote-code",
+            # Hybrid model + speculation + radix cache with the overlap schedule (on by default): the lazy extra
+            # buffer. `auto` would take the extra buffer, which rejects or corrupts drafts under KV pressure
+            # (sgl-project/sglang#36537, open; the lazy one is the fix it points to) and takes 5 state slots a
+            # request with the overlap schedule, the lazy one 4 (0.5.23 mem_cache/kv_cache_configurator.py
+            # _calculate_mamba_ratio).
+            "--mamba-radix-cache-strategy", "extra_buffer_lazy",
+        ],
+        sglang=dict(requirement="sglang==0.5.23", version="0.5.23"),
+    ),
+    # Qwen3.6-27B served autoregressively: no speculation, no drafter, what every speculative profile of the
+    # model is measured against.
+    "qwen36_ar": dict(
+        target=dict(repo="Qwen/Qwen3.6-27B", revision="main"),
+        attention="mha",
+        served_model_name="qwen3.6-27b",
+        server_args=["--trust-remote-code"],
+        sglang=dict(requirement="sglang==0.5.23", version="0.5.23"),
+    ),
     # Kimi K2.6 with its DFlash drafter, DDTree verifying a real tree: budget 16 > the 8-token
     # drafter's 7, so each step verifies 17 nodes. Kimi's attention is MLA over every layer, where
     # a tree's verify is exact (no recurrent state to leak between branches). The tree verify is

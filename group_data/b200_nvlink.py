@@ -33,6 +33,8 @@ layouts = dict(
     # KV plan of a TP 1 replica: about 727,000 tokens, 18 requests running at once (its recurrent state's
     # slots bind first).
     qwen36_ddtree=dict(tp_size=1),
+    qwen36_mtp=dict(tp_size=1),  # the same model drafting with its own layer: about 968,000 tokens a replica
+    qwen36_ar=dict(tp_size=1),  # and without speculation: about 963,000
 )
 
 sglang_tuning = dict(

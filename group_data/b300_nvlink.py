@@ -22,6 +22,8 @@ expected_gpus = dict(
 layouts = dict(
     kimi_k26_dflash=dict(tp_size=8),
     qwen36_ddtree=dict(tp_size=1),
+    qwen36_mtp=dict(tp_size=1),  # Qwen3.6-27B with its own MTP layer: about 1.94 million tokens a replica
+    qwen36_ar=dict(tp_size=1),  # and without speculation: about 1.66 million
 )
 
 sglang_tuning = dict(

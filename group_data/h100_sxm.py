@@ -42,6 +42,10 @@ layouts = dict(
     # the model's 262,144-token context, and 2 requests of 8,192 tokens; TP 2 holds about 577,000 and 14 a
     # replica, four replicas a host.
     qwen36_ddtree=dict(tp_size=2),
+    # Without a drafter a TP 1 replica holds about 198,000 tokens (MTP), still short of one context; TP 2
+    # about 808,000 with MTP, 801,000 autoregressive.
+    qwen36_mtp=dict(tp_size=2),
+    qwen36_ar=dict(tp_size=2),
 )
 
 sglang_tuning = dict(

@@ -38,6 +38,8 @@ layouts = dict(
     # Qwen3.6-27B's ~54 GB fits one GPU, as on B200: one replica a GPU behind the gateway (b200_nvlink.py
     # says why). A TP 1 replica holds about 472,000 tokens, 11 requests of 8,192 tokens.
     qwen36_ddtree=dict(tp_size=1),
+    qwen36_mtp=dict(tp_size=1),  # with its own MTP layer, no drafter: about 665,000 tokens a replica
+    qwen36_ar=dict(tp_size=1),  # and without speculation: the same
 )
 
 sglang_tuning = dict(

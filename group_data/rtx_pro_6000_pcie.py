@@ -53,6 +53,10 @@ layouts = dict(
     # TP 1 was measured for; the host's throughput at high concurrency may favour TP 2 (tune.py measures
     # both on the host).
     qwen36_ddtree=dict(tp_size=1, context_length=163840),
+    # The same model without a drafter's weights and KV: a TP 1 replica holds about 322,000 tokens with MTP,
+    # 318,000 autoregressive, one full context each, 14 and 23 requests at once (the state slots bind).
+    qwen36_mtp=dict(tp_size=1),
+    qwen36_ar=dict(tp_size=1),
 )
 
 sglang_tuning = dict(

@@ -7,7 +7,7 @@ the same root (its overlay keeps its address, host keys and installed packages),
 machine comes back from `reboot`. Every boot runs in a new time namespace whose clocks start
 at zero, so the host's /proc/uptime restarts as a real machine's does (pyinfra's
 server.reboot waits for it to drop). SIGTERM is passed to nspawn, which powers the
-container off cleanly, and ends the loop.
+container off cleanly, and ends the loop; a host being removed is killed whole instead (kill_machine).
 
 Each host gets a cgroup of its own (in the cgroup v2 tree its systemd tracks units in) before
 nspawn starts. nspawn started with --keep-unit by a controller that systemd does not run leaves every
@@ -66,6 +66,27 @@ def _remove_cgroup(path: Path | None) -> None:
             directory.rmdir()
         except OSError:
             pass
+
+
+def kill_machine(machine: str, timeout: float = 30) -> bool:
+    """Kill every process of a host that is being removed at once (its cgroup's cgroup.kill), nspawn and
+    this wrapper included; False where the host has no such cgroup. A poweroff would run each unit's stop
+    and systemd's shutdown first, CPU a lab deleted next has no use for (43 hosts' systemd-shutdown alone
+    took 50 CPU-s of one make test)."""
+    path = Path(UNIFIED_TREE, "specfleet-lab", machine)
+    try:
+        (path / "cgroup.kill").write_text("1\n")
+    except OSError:
+        return False
+    deadline = time.monotonic() + timeout
+    while "populated 1" in (path / "cgroup.events").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for directory in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [path]:
+        try:
+            directory.rmdir()
+        except OSError:
+            pass
+    return True
 
 
 def main(command: list[str]) -> int:

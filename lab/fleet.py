@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from lab import apt_repo, rootfs
+from lab import apt_repo, boot, rootfs
 from lab.config import BRIDGE, CONTROLLER_IP, HOST_LAB_ETC, LAB_DIR, LAB_ID, PREFIX_LEN, SUBNET
 from lab.services import APT_DIR
 
@@ -268,7 +268,7 @@ def wait_ready(hosts: list[LabHost], timeout: float = 120) -> None:
 
 def stop_host(host: LabHost) -> None:
     pid = _pid(host)
-    if pid:
+    if pid and not boot.kill_machine(host.machine):
         # nspawn turns SIGTERM into a clean poweroff of the container's systemd.
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 30

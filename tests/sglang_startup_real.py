@@ -8,7 +8,8 @@ warmed process (tests/sglang_real_gpu.py presents the class's GPU, as for the de
 - the scheduler's config: runtime_context.publish(server_args, role="scheduler"), as run_scheduler_process does;
 - the model configs: ModelConfig.from_server_args for the target and the drafter (get_context_length, the
   --context-length override and its check);
-- the pool: a KVCacheConfigurator (mem_cache/kv_cache_configurator.py) whose _resolve_memory_pool_config steps
+- the pool: a KVCacheConfigurator (mem_cache/kv_cache_configurator.py), with the EAGLE family's draft layers as
+  spec_aux_hidden_state.py's _resolve_eagle_aux_hidden_state finds them, whose _resolve_memory_pool_config steps
   run as the wheel has them: _profile_available_bytes (the slack, the multimodal reservation, the mamba state
   through _handle_max_mamba_cache and _calculate_mamba_ratio), config_from_budget (DefaultPoolConfigurator's
   cell, a DFlash drafter's through resolve_dflash_draft_cell_size) and resolve_max_num_reqs;
@@ -46,7 +47,7 @@ from sglang.srt.configs.model_config import AttentionArch, ModelConfig  # noqa: 
 from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype  # noqa: E402
 from sglang.srt.model_executor.model_runner_components.layer_setup import ModelLayerInfo  # noqa: E402
 from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (  # noqa: E402
-    SpecAuxHiddenStateConfig)
+    SpecAuxHiddenStateConfig, _resolve_eagle_aux_hidden_state)
 from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish  # noqa: E402
 from sglang.srt.server_args import prepare_server_args  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
@@ -76,14 +77,19 @@ def startup(case: dict) -> dict:
         def fused_entry_bytes(self, sub_pool_name):
             return None  # no fused draft pool: the default layout
 
+    aux = SpecAuxHiddenStateConfig(
+        dflash_draft_num_layers=draft.num_hidden_layers if draft and spec.is_dflash_family() else None,
+        draft_model_config=draft)
+    if spec.is_eagle():  # the EAGLE family's draft layers, as model_runner.py resolves them
+        aux = SpecAuxHiddenStateConfig()
+        _resolve_eagle_aux_hidden_state(config=aux, server_args=server_args, model_config=target, spec_algorithm=spec,
+                                        is_draft_worker=False)
     kvc = Configurator(
         device="cuda", gpu_id=0, attn_dp_size=1, pp_size=1, pp_group=None, model=None, model_config=target,
         server_args=server_args, kv_cache_dtype=kv_dtype, model_dtype=target.dtype,
         page_size=resolved["page_size"], sliding_window_size=None, spec_algorithm=spec, is_draft_worker=False,
         post_capture_kv_active=False,
-        spec_aux_config=SpecAuxHiddenStateConfig(
-            dflash_draft_num_layers=draft.num_hidden_layers if draft and spec.is_dflash_family() else None,
-            draft_model_config=draft),
+        spec_aux_config=aux,
         is_hybrid_swa=False, is_hybrid_swa_compress=False, use_mla_backend=target.attention_arch == AttentionArch.MLA,
         layer_info=ModelLayerInfo(start_layer=0, end_layer=layers, num_effective_layers=layers), forward_stream=None,
         req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None,

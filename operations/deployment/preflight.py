@@ -165,7 +165,7 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
         problems += weights_checks.disk_problems([(d.weights, hub.snapshots) for d, hub in read], disk)
     problems += virtualenvs.python_problems(host.name, gathering.read(virtualenvs.HostPython, uv=virtualenvs.Uv(s.install_dir).binary))
     for d in deployments:
-        problems += server_checks.unreleased_problems(d.replicas[0])
+        problems += server_checks.rule_problems(d.replicas[0]) + server_checks.unreleased_problems(d.replicas[0])
     key_file = gathering.read(FileStates, paths=(s.api_key_file,)).get(s.api_key_file)
     problems += server_checks.exposure_problems(s, bool(os.environ.get(s.api_key_env)), key_file is not None)
     warnings = []

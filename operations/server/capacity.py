@@ -232,6 +232,21 @@ def kv_geometry(config: dict, tp_size: int, kv_cache_dtype: str) -> KVGeometry:
                      "rule reads") from None
 
 
+def check_own_draft_layers(config: dict) -> None:
+    """That a draft through the target's own layers (MTP) adds nothing to each token of its pool: SGLang 0.5.23
+    adds the target's cell times eagle_draft_num_layers over its KV layers (model_executor/pool_configurator.py,
+    DefaultPoolConfigurator.__init__), which a draft without a path takes from the TARGET's
+    num_nextn_predict_layers (model_runner_components/spec_aux_hidden_state.py _resolve_eagle_aux_hidden_state).
+    Qwen3.5/3.6's config names its MTP layers mtp_num_hidden_layers instead: none is added, and the draft
+    worker's one layer is allocated after the pool is sized, out of the 1 - mem_fraction_static slack.
+    NoRule for a config that names num_nextn_predict_layers (DeepSeek's, GLM's): the planner has no rule
+    checked against the engine for it."""
+    layers = text_config(config).get("num_nextn_predict_layers")
+    if layers:
+        raise NoRule(f"num_nextn_predict_layers {layers}: the KV-cache planner has no rule for the KV a draft "
+                     "through the target's own layers adds to its pool")
+
+
 def draft_kv_cache_dtype(kv_cache_dtype: str, draft_attention_backend: str | None,
                          draft_kv_cache_dtype_flag: str | None = None) -> str:
     """The KV dtype of a DFlash drafter's cache (mem_cache/kv_cache_dtype.py configure_kv_cache_dtype, as
@@ -351,11 +366,12 @@ def _max_running_requests(tokens: int, context: int, asked: int | None, state_ca
 
 
 def plan_server(replica: str, args: list[str], *, card_bytes: int, target_config: dict, target_weight_bytes: int,
-                drafter_config: dict | None = None, drafter_weight_bytes: int = 0,
+                drafter_config: dict | None = None, drafter_weight_bytes: int = 0, own_draft_layers: bool = False,
                 typical_request_tokens: int = TYPICAL_REQUEST_TOKENS) -> CapacityPlan:
     """
     One replica's plan (plan_replica) from its SGLang command line `args` as the deploy renders it, read as
-    argparse reads it (flags.value), and its models' config.json; NoRule for a model the planner cannot size.
+    argparse reads it (flags.value), and its models' config.json; `own_draft_layers`: it drafts with the
+    target's own layers (MTP: check_own_draft_layers); NoRule for a model the planner cannot size.
 
     .. code:: python
 
@@ -376,12 +392,14 @@ def plan_server(replica: str, args: list[str], *, card_bytes: int, target_config
         draft_dtype = draft_kv_cache_dtype(kv_dtype, value(args, "--speculative-draft-attention-backend"),
                                            value(args, "--speculative-draft-kv-cache-dtype"))
         drafter = kv_geometry(drafter_config, tp_size, draft_dtype)
+    elif own_draft_layers:
+        check_own_draft_layers(target_config)
     return plan_replica(
         replica, card_bytes=card_bytes, mem_fraction_static=number("--mem-fraction-static", 0.9, float),
         tp_size=tp_size, target_weight_bytes=target_weight_bytes, drafter_weight_bytes=drafter_weight_bytes,
         target=kv_geometry(target_config, tp_size, kv_dtype), drafter=drafter,
         typical_request_tokens=typical_request_tokens,
-        draft_tokens=number("--speculative-num-draft-tokens", 0) if drafter_config is not None else 0,
+        draft_tokens=number("--speculative-num-draft-tokens", 0) if value(args, "--speculative-algorithm") else 0,
         max_total_tokens=number("--max-total-tokens", None), page_size=number("--page-size", 1),
         context_length=number("--context-length", None), max_running_requests=number("--max-running-requests", None),
         mamba_strategy=value(args, "--mamba-radix-cache-strategy") or "auto",

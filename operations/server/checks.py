@@ -1,6 +1,6 @@
 """What must hold before the server is changed: the model fits the GPUs, the SGLang build has what the
-profile asks (an algorithm in no release, such as DDTree), its git ref is a commit, an exposed server has
-a key; each failure one sentence."""
+profile asks (an algorithm in no release, such as DDTree) and accepts its speculative settings, its git ref is
+a commit, an exposed server has a key; each failure one sentence."""
 
 import re
 
@@ -13,7 +13,7 @@ from operations.gpu.config import GpuExpectations
 from operations.python.virtualenvs import VenvRequirement, fingerprint
 from operations.server import capacity
 from operations.server.config import Engine, Server, ServiceHost, git_refs
-from operations.server.flags import server_args, value
+from operations.server.flags import rendered_violations, server_args, value
 from operations.server.sandbox import rejection
 
 GIB = 1 << 30
@@ -59,7 +59,8 @@ def kv_plan(server: Server, expected: GpuExpectations, snapshots: dict, gpus: li
     return capacity.plan_server(
         s.service_name, server_args(s), card_bytes=_card_mib(s, expected, gpus) << 20, target_config=target.config,
         target_weight_bytes=target.weight_bytes, drafter_config=drafter.config if drafting else None,
-        drafter_weight_bytes=drafter.weight_bytes if drafting else 0)
+        drafter_weight_bytes=drafter.weight_bytes if drafting else 0,
+        own_draft_layers=s.engine.speculative.entry.own_draft_layers)
 
 
 def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus: list | None,
@@ -117,6 +118,19 @@ def unreleased_problems(server: Server) -> list[str]:
         return []  # not installed yet (no venv on a fresh host): the unit's validation checks it before any restart
     refused = rejection(host, s, server_args(s))
     return [refused_flags(s, refused)] if refused else []
+
+
+def rule_problems(server: Server) -> list[str]:
+    """The engine's refusals of the server's speculative settings, before anything is installed: its algorithm's
+    rules (speculative.py: the release's own checks, in its words) over what the deploy renders, one sentence
+    each. An algorithm of a pull request is judged by its build, once installed (unreleased_problems): its rules
+    follow a branch that moves."""
+    e = server.engine
+    if e.speculative.entry.pull_request is not None:
+        return []
+    return [f"{host.name}: profile {e.profile_name}: SGLang {e.sglang_version} would refuse its "
+            f"{e.speculative.algorithm} settings ({server.service_name}): {said}"
+            for said in rendered_violations(server)]
 
 
 def unpinned_build(engine: Engine) -> list[str]:

@@ -222,10 +222,12 @@ class SGLangRejects(FactBase):
 
 def rendered_violations(server: Server) -> list[str]:
     """The deploy's rules of the server's algorithm (operations/server/speculative.py) over what it renders
-    (page size as asked; SGLang's resolution may still raise it, which the host's own check sees)."""
+    (page size as asked, else one token: 0.5.23 arg_groups/overrides.py _page_size_default on CUDA, the
+    model overrides setting none where the profile names its backend; SGLang's resolution may still raise
+    it, which the host's own check sees)."""
     d = server
     asked = value(list(d.engine.extra_args), "--page-size")
-    page_size = int(asked) if asked is not None else None
+    page_size = int(asked) if asked is not None else 1
     if d.engine.attention_backend in PAGED_BACKENDS:
         page_size = None  # they move any page size above one, whatever was asked
     spec = d.engine.speculative

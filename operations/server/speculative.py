@@ -48,11 +48,17 @@ Rule = Callable[[Resolved], str | None]
 class Algorithm:
     """One speculative algorithm (or AR: none), as the deploy renders it and the engine judges it."""
 
-    name: str  # SGLang's --speculative-algorithm; the bench's mode is its lower case
+    name: str  # what a profile's `algorithm` names; the bench's mode is its lower case
+    # SGLang's --speculative-algorithm, what /server_info reports, where it is not `name` (MTP drafts
+    # through SGLang's EAGLE path).
+    engine_name: str | None = None
     drafts: bool = True  # False: autoregressive, no speculative flag at all
     # Whether it drafts with a separate drafter repo (--speculative-draft-model-path), which its profile
     # names, its host fetches and its tuned file is measured with; False: AR, or a model's own draft layers.
     drafter: bool = True
+    # Whether a draft model runs (a drafter repo or the target's own draft layers), whose attention backend
+    # the deploy sets (--speculative-draft-attention-backend); False: AR, NGRAM (it drafts from a token trie).
+    draft_model: bool = True
     # The draft-token counts a tuner tries, those at most the drafter's block size (the profile's
     # num_draft_tokens, which is always tried); () tries the block size alone.
     draft_lengths: tuple[int, ...] = ()
@@ -74,6 +80,16 @@ class Algorithm:
     def mode(self) -> str:
         """Its name among the bench's modes."""
         return self.name.lower()
+
+    @property
+    def own_draft_layers(self) -> bool:
+        """Whether it drafts with the target's own layers (MTP): a draft model without a drafter repo."""
+        return self.drafts and self.draft_model and not self.drafter
+
+    @property
+    def sglang_name(self) -> str:
+        """Its --speculative-algorithm, and the speculative_algorithm /server_info reports."""
+        return self.engine_name or self.name
 
     @property
     def server_info(self) -> tuple[str, ...]:
@@ -143,7 +159,7 @@ class Algorithm:
         return problems + [said for rule in self.rules if (said := rule(resolved))]
 
 
-AR = Algorithm("AR", drafts=False, drafter=False)
+AR = Algorithm("AR", drafts=False, drafter=False, draft_model=False)
 # DFlash verifies one block of draft tokens a step; fewer than the drafter's block verify less per step,
 # which pays at high concurrency, where verification competes with other requests for the GPU (TRT-LLM's
 # DFlash config schedules its draft length by concurrency). Whether an SGLang build accepts a count
@@ -164,7 +180,86 @@ DDTREE = Algorithm(
     pull_request=29907, base="DFLASH", label="DDTree",
     build="sglang @ git+https://github.com/sgl-project/sglang@COMMIT#subdirectory=python")
 
-ALGORITHMS = {a.name: a for a in (AR, DFLASH, DDTREE)}
+# The target backends that draft a tree (top-k > 1) over pages of more than one token: 0.5.23
+# srt/arg_groups/speculative_hook.py _handle_eagle_family, its _PAGE_TREE_SPEC_BACKENDS.
+EAGLE_PAGED_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
+
+
+def eagle_rules(resolved: Resolved) -> str | None:
+    """SGLang 0.5.23's refusals of the EAGLE family's settings (srt/arg_groups/speculative_hook.py
+    _handle_eagle_family), in its words: with draft tokens given, steps and top-k must be too (it asserts,
+    then compares top-k with 1); at top-k 1 it moves draft tokens to steps + 1 (a warning the deploy refuses:
+    the server would not serve what the profile says); trtllm_mha verifies chains only; a tree over pages
+    above one token needs one of the backends that implement the two-pass draft decode."""
+    steps, topk = resolved.values.get("num_steps"), resolved.values.get("eagle_topk")
+    if steps is None or topk is None:
+        return ("speculative_num_steps and speculative_eagle_topk must be set with speculative_num_draft_tokens "
+                "(_handle_eagle_family asserts speculative_eagle_topk is None and speculative_num_draft_tokens "
+                "is None when speculative_num_steps is unset): set num_steps and eagle_topk")
+    if topk == 1 and resolved.num_draft_tokens != steps + 1:
+        return (f"speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                f"speculative_eagle_topk == 1 ({resolved.num_draft_tokens} != {steps} + 1): set num_draft_tokens "
+                f"{steps + 1}")
+    if topk > 1 and resolved.attention_backend == "trtllm_mha":
+        return "trtllm_mha backend only supports topk = 1 for speculative decoding."
+    if topk > 1 and resolved.page_size != 1 and resolved.attention_backend not in EAGLE_PAGED_TREE_BACKENDS:
+        return (f"speculative_eagle_topk > 1 with page_size > 1 is only supported on {EAGLE_PAGED_TREE_BACKENDS}; "
+                f"got attention_backend={resolved.attention_backend!r}. Use page_size == 1 or one of those "
+                "backends.")
+    return None
+
+
+# What the EAGLE family (MTP, EAGLE-3) drafts: `num_steps` draft passes of `eagle_topk` candidates each,
+# verifying num_draft_tokens of the tree (topk 1: a chain of steps + 1). Bounds: the engine takes any
+# positive count; a tuner tries chains of 1-3 steps (SGLang's own default is 3 steps, topk 1, 4 tokens:
+# _auto_choose_speculative_params) and, for EAGLE-3, one small tree (topk 4, its Llama default).
+EAGLE_STEPS = Setting("--speculative-num-steps", tried=(1, 2, 3))
+EAGLE_TOPK = Setting("--speculative-eagle-topk", tried=(1,))
+# A model's own multi-token-prediction layers (Qwen3.5/3.6: models/qwen3_5_mtp.py; DeepSeek, GLM: their
+# nextn models), drafting through SGLang's EAGLE worker: the model cards' --speculative-algorithm NEXTN is
+# an alias the engine resolves to EAGLE (srt/speculative/spec_registry.py _RESERVED_ALIASES,
+# arg_groups/speculative_hook.py _resolve_speculative_algorithm_alias), so the deploy names EAGLE, which
+# /server_info reports. No drafter path: the draft worker loads the target's checkpoint as its MTP
+# form (configs/model_config.py from_server_args takes the target path; _config_draft_model rewrites
+# Qwen3_5ForConditionalGeneration to Qwen3_5ForCausalLMMTP with one layer). Draft lengths a tuner tries
+# below the profile's: chains of 2 and 3 tokens, each steps + 1 at topk 1 (eagle_rules).
+MTP = Algorithm("MTP", engine_name="EAGLE", drafter=False, draft_lengths=(2, 3),
+                settings={"num_steps": EAGLE_STEPS, "eagle_topk": EAGLE_TOPK}, rules=(eagle_rules,))
+# EAGLE-3 (in SGLang releases): a drafter repo of its own (models/llama_eagle3.py, kimi_k25_eagle3.py),
+# fed the target's hidden states; its rules are the EAGLE family's.
+EAGLE3 = Algorithm("EAGLE3", draft_lengths=(2, 3, 4, 6),
+                   settings={"num_steps": EAGLE_STEPS,
+                             "eagle_topk": Setting("--speculative-eagle-topk", tried=(1, 4))},
+                   rules=(eagle_rules,))
+
+# NGRAM's default breadth (--speculative-ngram-max-bfs-breadth, 0.5.23 srt/server_args.py), which
+# _handle_ngram makes its eagle_topk.
+NGRAM_DEFAULT_BREADTH = 10
+
+
+def ngram_rules(resolved: Resolved) -> str | None:
+    """SGLang 0.5.23's refusal of NGRAM's settings on the target backend (srt/arg_groups/speculative_hook.py
+    _handle_ngram), in its words: a trie wider than one (its breadth, which it makes eagle_topk) over pages
+    above one token runs on flashinfer only. Its other refusals meet nothing the deploy renders: a device
+    other than CUDA, CPU or XPU, attention data parallelism, an external corpus."""
+    breadth = resolved.values.get("ngram_max_bfs_breadth", NGRAM_DEFAULT_BREADTH)
+    if breadth > 1 and resolved.page_size != 1 and resolved.attention_backend != "flashinfer":
+        page = resolved.page_size if resolved.page_size is not None else f"set by {resolved.attention_backend}"
+        return (f"speculative_eagle_topk({breadth}) > 1 with page_size({page}) > 1 is unstable and produces "
+                "incorrect results for paged attention backends. This combination is only supported for the "
+                "'flashinfer' backend.")
+    return None
+
+
+# N-gram speculation: drafts from a trie of the tokens already seen, no draft model (SGLang's default is 12
+# draft tokens over a breadth-10 trie: _handle_ngram, server_args.py). A tuner tries shorter drafts and
+# narrower tries (a chain, breadth 1, runs on any backend).
+NGRAM = Algorithm("NGRAM", drafter=False, draft_model=False, draft_lengths=(4, 8),
+                  settings={"ngram_max_bfs_breadth": Setting("--speculative-ngram-max-bfs-breadth",
+                                                             tried=(1, 4, NGRAM_DEFAULT_BREADTH))},
+                  rules=(ngram_rules,))
+
+ALGORITHMS = {a.name: a for a in (AR, DFLASH, DDTREE, MTP, EAGLE3, NGRAM)}
 
 
 def modes() -> tuple[str, ...]:
@@ -216,9 +311,9 @@ class Speculative:
             return []
         table = settings()
         drafter = ["--speculative-draft-model-path", draft_model_dir] if self.entry.drafter else []
-        return ["--speculative-algorithm", self.algorithm, *drafter,
-                "--speculative-num-draft-tokens", str(self.num_draft_tokens),
-                "--speculative-draft-attention-backend", draft_backend,
+        backend = ["--speculative-draft-attention-backend", draft_backend] if self.entry.draft_model else []
+        return ["--speculative-algorithm", self.entry.sglang_name, *drafter,
+                "--speculative-num-draft-tokens", str(self.num_draft_tokens), *backend,
                 *(arg for key, s in table.items() if key in self.values for arg in (s.flag, str(self.values[key])))]
 
     def as_mode(self, mode: str) -> "Speculative":

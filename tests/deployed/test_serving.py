@@ -105,11 +105,19 @@ def test_server_info_reports_speculative_decoding_accepting_drafts(target):
         if problem:
             return [f"{target.name}: {d.service_name}: {problem}"]
         problems = []
-        drafts = d.engine.speculative.entry.drafts
-        algorithm, expected = info.get("speculative_algorithm"), d.engine.speculative.algorithm if drafts else None
+        entry = d.engine.speculative.entry
+        drafts = entry.drafts
+        algorithm, expected = info.get("speculative_algorithm"), entry.sglang_name if drafts else None
         if algorithm != expected:  # SGLang's is None without speculation
             problems.append(f"{target.name}: expected {d.service_name}'s /server_info speculative_algorithm "
                             f"{expected}, found {algorithm}")
+        spec = d.engine.speculative
+        settings = {"speculative_num_draft_tokens": spec.num_draft_tokens,
+                    **{f"speculative_{key}": value for key, value in spec.values.items()}} if drafts else {}
+        served = {key: info.get(key) for key in settings}
+        if served != settings:  # the engine serves the settings its profile says, none moved by its resolution
+            problems.append(f"{target.name}: expected {d.service_name}'s /server_info to report {settings}, found "
+                            f"{served}")
         if info.get("tp_size") != d.engine.tp_size or info.get("port") != d.port:
             problems.append(f"{target.name}: expected {d.service_name} at TP {d.engine.tp_size} on port {d.port}, found "
                             f"TP {info.get('tp_size')} on port {info.get('port')}")

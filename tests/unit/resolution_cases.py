@@ -18,6 +18,8 @@ from tests.unit.group_data import host_data
 REPO = Path(__file__).resolve().parents[2]
 GPU_PROFILES = REPO / "lab" / "gpu_standin" / "profiles"
 PROFILES = ("kimi_k26_dflash", "qwen36_ddtree", "kimi_k26_ddtree")
+# The shipped profiles without a drafter repo: a model's own MTP layers, and none.
+DRAFTERLESS = ("qwen36_mtp", "qwen36_ar")
 
 
 def class_gpu(host_class: str) -> dict:
@@ -38,8 +40,9 @@ def deployment(host_class: str, profile: str, repos: dict[str, str], **changes) 
     """The real (non-lab) server of `profile` on `host_class`, with its weights at the lab repos."""
     d = resolve(host_data(host_class, profile=profile), host_class)
     profile_repos = host_data(host_class).profiles[profile]
+    drafter = repos[profile_repos["drafter"]["repo"]] if "drafter" in profile_repos else None
     return replace(d.replicas[0], engine=replace(d.engine, model_dir=repos[profile_repos["target"]["repo"]],
-                                                 draft_model_dir=repos[profile_repos["drafter"]["repo"]], **changes))
+                                                 draft_model_dir=drafter, **changes))
 
 
 def as_released(argv: list[str]) -> list[str]:

@@ -65,7 +65,7 @@ def case_of(replica, store: Path, data_of=host_data) -> tuple[dict, capacity.Cap
     profile = data_of(e.host_class).profiles[e.profile_name]
     repo = profile["target"]["repo"]
     target, drafter_weights = WEIGHTS[repo]
-    drafts = e.speculative.entry.drafts
+    drafter = e.speculative.entry.drafter
     replica = replace(replica, engine=replace(
         e, model_dir=model_folder(store, CONFIGS[repo], config(CONFIGS[repo])),
         draft_model_dir=model_folder(store, "drafter", drafter_config())))
@@ -73,8 +73,9 @@ def case_of(replica, store: Path, data_of=host_data) -> tuple[dict, capacity.Cap
     args = server_args(replica)
     plan = capacity.plan_server(replica.service_name, args, card_bytes=gpu["memory_mib"] * MIB,
                                 target_config=config(CONFIGS[repo]), target_weight_bytes=target,
-                                drafter_config=drafter_config() if drafts else None,
-                                drafter_weight_bytes=drafter_weights if drafts else 0)
+                                drafter_config=drafter_config() if drafter else None,
+                                drafter_weight_bytes=drafter_weights if drafter else 0,
+                                own_draft_layers=e.speculative.entry.own_draft_layers)
     case = {"argv": as_released(args), "env": dict(e.env), "gpu": gpu,
             "pre_gib": plan.free_before_load_bytes / capacity.GIB,
             "loaded_gib": plan.free_after_load_bytes / capacity.GIB}

@@ -20,7 +20,8 @@ from tests.unit.group_data import RTX_MINORS, host_data
 
 def test_plan_defaults_and_refusals(tmp_path):
     default = plan({})
-    assert default.modes == ("ar", "dflash", "ddtree") and default.concurrency == (1, 4, 16, 64)
+    assert default.modes == ("ar", "dflash", "ddtree", "mtp", "eagle3", "ngram")
+    assert default.concurrency == (1, 4, 16, 64)
     assert default.requests_at(1) == 16 and default.requests_at(64) == 256 and default.tokenizer == "target"
     assert default.prompts == PROMPTS and default.prompt_count == 20
     given = plan({"modes": "dflash,ar", "concurrency": "4,1,4", "requests": "6"})

@@ -18,11 +18,11 @@ import pytest
 
 from operations.deployment import resolve, site_data
 from operations.server.flags import RESOLVE, rendered_violations as rendered_ddtree_violations
-from operations.server.speculative import ALGORITHMS, DDTREE
+from operations.server.speculative import ALGORITHMS, DDTREE, EAGLE_PAGED_TREE_BACKENDS, Speculative
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import resolve_many_with_real_sglang
 from tests.unit.group_data import host_data
-from tests.unit.resolution_cases import GPU_PROFILES, PROFILES, case, deployment, lab_repos
+from tests.unit.resolution_cases import DRAFTERLESS, GPU_PROFILES, PROFILES, case, deployment, lab_repos
 
 HOST_CLASSES = site_data.host_classes()  # the product's, as the suite runs without a site
 
@@ -31,6 +31,7 @@ STANDIN_SRC = REPO / "lab" / "sglang_standin"
 ddtree_violations, ddtree_builds_tree, ddtree_target_backend = DDTREE.violations, DDTREE.builds_tree, \
     DDTREE.target_backend
 COMBOS = [(c, p) for c in HOST_CLASSES for p in PROFILES]
+OWN_COMBOS = [(c, p) for c in HOST_CLASSES for p in DRAFTERLESS]
 # What the deploy relies on in the resolved settings (and what the stand-in must get right).
 KEYS = ("page_size", "attention_backend", "speculative_algorithm", "speculative_num_draft_tokens",
         "speculative_num_steps", "speculative_eagle_topk", "speculative_draft_attention_backend",
@@ -59,10 +60,11 @@ def repos(tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def cases(repos) -> dict:
-    good = {combo: case(deployment(*combo, repos)) for combo in COMBOS}
+    good = {combo: case(deployment(*combo, repos)) for combo in COMBOS + OWN_COMBOS}
+    rules = {name: case(server(repos)) for name, (server, _) in RULE_CASES.items()}
     # The DDTree profile's old B200 setting: trtllm_mha (its --page-size 1 is overridden).
     old_ddtree = {OLD_DDTREE: case(old_ddtree_deployment(repos))}
-    return {**good, **old_ddtree, **bad_cases(repos)}
+    return {**good, **old_ddtree, **bad_cases(repos), **rules}
 
 
 OLD_DDTREE = "qwen36_ddtree on b200 with trtllm_mha"
@@ -112,6 +114,85 @@ def test_real_sglang_refuses_the_bad_combinations(real, repos):
     assert "--speculative-draft-model-path" in refused["no drafter"]
 
 
+@pytest.mark.parametrize("combo", OWN_COMBOS, ids=[f"{c}-{p}" for c, p in OWN_COMBOS])
+def test_real_sglang_resolves_the_profiles_without_a_drafter_as_the_deploy_expects(combo, real, repos):
+    """qwen36_mtp drafts through EAGLE with the target's own layer (no drafter path), its chain as the profile
+    says; qwen36_ar speculates not at all."""
+    d = deployment(*combo, repos)
+    result = real[combo]
+    assert "error" not in result, f"real SGLang 0.5.23 refuses {combo}: {result['error']}"
+    r, spec = result["resolved"], d.engine.speculative
+    assert (r["attention_backend"], r["tp_size"]) == (d.engine.attention_backend, d.engine.tp_size)
+    assert r["speculative_algorithm"] == (spec.entry.sglang_name if spec.entry.drafts else None)
+    assert r["speculative_draft_model_path"] is None
+    if spec.entry.drafts:
+        assert r["speculative_draft_attention_backend"] == d.engine.draft_attention_backend
+        # What /server_info reports of it: the settings the profile renders, none moved by the engine.
+        assert {key: r[key] for key in spec.entry.server_info} == {
+            "speculative_algorithm": "EAGLE", "speculative_num_draft_tokens": spec.num_draft_tokens,
+            **{f"speculative_{key}": value for key, value in spec.values.items()}}
+
+
+def mtp_with(host_class: str, num_draft_tokens: int, backend: str | None = None, page_size: int | None = None,
+             **values):
+    """qwen36_mtp on `host_class` drafting these settings, on `backend` with pages of `page_size` asked."""
+    def server(repos):
+        d = deployment(host_class, "qwen36_mtp", repos)
+        args = (*d.engine.extra_args, *(("--page-size", str(page_size)) if page_size else ()))
+        return replace(d, engine=replace(d.engine, speculative=Speculative("MTP", num_draft_tokens, values),
+                                         attention_backend=backend or d.engine.attention_backend, extra_args=args))
+    return server
+
+
+def ngram_with(host_class: str, page_size: int | None, **values):
+    """qwen36_ar on `host_class` drafting n-grams (8 draft tokens), with pages of `page_size` asked."""
+    def server(repos):
+        d = deployment(host_class, "qwen36_ar", repos)
+        args = (*d.engine.extra_args, *(("--page-size", str(page_size)) if page_size else ()))
+        return replace(d, engine=replace(d.engine, speculative=Speculative("NGRAM", 8, values), extra_args=args))
+    return server
+
+
+# The combinations of the new entries' settings the deploy's rules judge, and what the real release makes of each:
+# refused with these words (the deploy's rule's sentence is the engine's), or None where it resolves them
+# (the draft tokens it serves then).
+RULE_CASES = {
+    "mtp chain verifying 5 of 3 steps": (mtp_with("h100_sxm", 5, num_steps=3, eagle_topk=1), None),
+    "mtp without steps": (mtp_with("h100_sxm", 4), "AssertionError"),
+    "mtp tree on trtllm_mha": (mtp_with("b200_nvlink", 8, "trtllm_mha", num_steps=3, eagle_topk=4),
+                               "trtllm_mha backend only supports topk = 1 for speculative decoding."),
+    "mtp tree on paged fa3": (mtp_with("h100_sxm", 8, page_size=16, num_steps=3, eagle_topk=4), None),
+    "ngram trie on paged fa3": (ngram_with("h100_sxm", 16), "speculative_eagle_topk(10) > 1 with page_size(16) > 1"),
+    "ngram chain on paged fa3": (ngram_with("h100_sxm", 16, ngram_max_bfs_breadth=1), None),
+    "ngram trie on one-token pages": (ngram_with("h100_sxm", None), None),
+}
+
+
+@pytest.mark.parametrize("name", list(RULE_CASES))
+def test_the_deploys_rules_of_mtp_and_ngram_are_the_real_releases(name, real, repos):
+    """Each rule preflight holds an MTP or NGRAM profile to (speculative.py eagle_rules, ngram_rules) against
+    the real 0.5.23 resolving the same command line: it refuses where the rule does, in the words the rule
+    quotes; where the rule refuses a chain whose draft tokens the engine would move, the engine resolves it
+    to steps + 1, not what the profile says."""
+    server, refused = RULE_CASES[name]
+    d = server(repos)
+    said, answer = rendered_ddtree_violations(d), real[name]
+    spec = d.engine.speculative
+    if refused is None and not said:
+        assert "error" not in answer, answer["error"]
+        assert answer["resolved"]["speculative_num_draft_tokens"] == spec.num_draft_tokens
+    elif refused is None:  # the engine moves the setting, with a warning
+        assert "error" not in answer, answer["error"]
+        assert answer["resolved"]["speculative_num_draft_tokens"] == spec.values["num_steps"] + 1 \
+            != spec.num_draft_tokens
+        assert said == [f"speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                        f"speculative_eagle_topk == 1 ({spec.num_draft_tokens} != {spec.values['num_steps']} + 1): "
+                        f"set num_draft_tokens {spec.values['num_steps'] + 1}"]
+    else:
+        assert answer.get("error", "").startswith(("ValueError: " + refused, refused)), answer
+        assert said and (refused == "AssertionError" or answer["error"] == f"ValueError: {said[0]}"), (said, answer)
+
+
 def test_ddtree_rules():
     """PR #29907: a budget <= draft tokens - 1 verifies one chain (spine mode) on any backend of one-token
     pages; only a larger budget builds a tree, and only the tree verify is triton-only."""
@@ -159,8 +240,9 @@ def test_standin_ddtree_rules_are_the_deploys():
     assert namespace["DDTREE_TREE_BACKENDS"] == DDTREE.tree_backends
     assert namespace["DDTREE_BUDGET_RANGE"] == (budget.low, budget.high)
     # Its names: each released algorithm of the table is one the release knows; DDTree is the build's own.
-    released = {name for name, a in ALGORITHMS.items() if a.drafts and a.pull_request is None}
+    released = {a.sglang_name for a in ALGORITHMS.values() if a.drafts and a.pull_request is None}
     assert released <= namespace["KNOWN_ALGORITHMS"] and DDTREE.name not in namespace["KNOWN_ALGORITHMS"]
+    assert namespace["EAGLE_PAGED_TREE_BACKENDS"] == EAGLE_PAGED_TREE_BACKENDS
 
 
 def test_pcie_nccl_settings_follow_nccl_and_leave_p2p_to_each_hosts_smoke_test():
@@ -179,7 +261,7 @@ def test_dflash_profiles_let_the_drafter_take_the_target_context(host_class):
 
 def _real_repo_ids() -> list[str]:
     profiles = host_data("b200_nvlink").profiles.values()
-    return [p[role]["repo"] for p in profiles for role in ("target", "drafter")]
+    return [p[role]["repo"] for p in profiles for role in ("target", "drafter") if role in p]
 
 
 # --- the stand-in agrees --------------------------------------------------
@@ -201,6 +283,25 @@ def test_standin_and_real_resolution_agree(cases, real, tmp_path):
         assert ("error" in mine) == ("error" in theirs), f"{name}: stand-in {mine.get('error')!r}, real {theirs.get('error')!r}"
         if "resolved" in theirs:
             assert {k: mine["resolved"][k] for k in KEYS} == {k: theirs["resolved"][k] for k in KEYS}, name
+
+
+# What /server_info reports of the new entries beyond KEYS: their settings and what their resolution moves.
+DRAFTERLESS_KEYS = (*KEYS, "speculative_draft_model_path", "speculative_ngram_max_bfs_breadth", "enable_mixed_chunk",
+                    "mamba_radix_cache_strategy", "disable_overlap_schedule")
+
+
+def test_standin_resolves_the_profiles_without_a_drafter_and_the_rule_cases_field_by_field_as_the_release(
+        cases, real, tmp_path):
+    """MTP (through EAGLE), NGRAM and AR as the lab's stand-in resolves them, every field /server_info reports
+    of them equal to the real 0.5.23's, and its refusals where the release refuses."""
+    for name in [*OWN_COMBOS, *RULE_CASES]:
+        mine, theirs = standin_resolve(cases[name], tmp_path), real[name]
+        assert ("error" in mine) == ("error" in theirs), (name, mine.get("error"), theirs.get("error"))
+        if "error" in theirs:
+            assert mine["error"].split(":")[0] == theirs["error"].split(":")[0], (name, mine["error"], theirs["error"])
+            continue
+        assert {k: mine["resolved"][k] for k in DRAFTERLESS_KEYS} == \
+            {k: theirs["resolved"][k] for k in DRAFTERLESS_KEYS}, name
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import pytest
 from pyinfra.context import ctx_host
 
 from operations.basics.knobs import BadHostData
-from operations.deployment import resolve
+from operations.deployment import resolve, site_data
 from operations.server import speculative
-from operations.server.checks import refused_flags, unreleased_problems
+from operations.server.checks import refused_flags, rule_problems, unreleased_problems
 from operations.server.flags import rendered_violations, server_args
 from operations.server.speculative import Algorithm, Resolved, Setting
 from serving_benchmark.modes import mode_args
@@ -121,16 +121,18 @@ def test_ddtree_in_a_release_is_refused_before_any_host_changes():
     assert "'sglang @ git+https://github.com/sgl-project/sglang@COMMIT#subdirectory=python'" in problem
 
 
-@pytest.mark.parametrize("name", ["EAGLE3", "AR", "dflash", "DFLASH; rm -rf /"])
+@pytest.mark.parametrize("name", ["EAGLE", "AR", "dflash", "DFLASH; rm -rf /"])
 def test_a_profile_names_a_drafting_algorithm_of_the_table(name):
     with pytest.raises(BadHostData) as refused:
         server_of({"algorithm": name, "num_draft_tokens": 16})
     assert str(refused.value) == (f"profiles['qwen36_ddtree']['speculative']['algorithm']={name!r} is not accepted: "
-                                  "use an SGLang algorithm name the deploy knows: DFLASH or DDTREE")
+                                  "use an SGLang algorithm name the deploy knows: DFLASH or DDTREE or MTP or EAGLE3 "
+                                  "or NGRAM")
 
 
 def test_a_profile_takes_the_settings_of_the_table_alone():
-    with pytest.raises(BadHostData, match=r"optionally draft_window_size, ddtree_budget$"):
+    with pytest.raises(BadHostData, match=r"optionally draft_window_size, ddtree_budget, num_steps, eagle_topk, "
+                                          r"ngram_max_bfs_breadth$"):
         server_of({"algorithm": "DFLASH", "num_draft_tokens": 16, "topk": 4})
 
 
@@ -138,3 +140,85 @@ def test_the_server_info_fields_of_each_algorithm():
     assert speculative.AR.server_info == ()
     assert speculative.DDTREE.server_info == ("speculative_algorithm", "speculative_num_draft_tokens",
                                               "speculative_ddtree_budget")
+    assert speculative.MTP.server_info == ("speculative_algorithm", "speculative_num_draft_tokens",
+                                           "speculative_num_steps", "speculative_eagle_topk")
+    assert speculative.NGRAM.server_info == ("speculative_algorithm", "speculative_num_draft_tokens",
+                                             "speculative_ngram_max_bfs_breadth")
+
+
+@pytest.mark.parametrize("host_class", site_data.host_classes())
+def test_qwen36_mtp_drafts_with_the_models_own_layer_through_eagle_and_fetches_no_drafter(host_class):
+    """The model card's MTP command (--speculative-algorithm NEXTN, EAGLE to the engine), no drafter path: the
+    draft worker loads the target's checkpoint as its MTP form."""
+    d = resolve(host_data(host_class, profile="qwen36_mtp"), host_class)
+    args = server_args(d.replicas[0])
+    assert [w.role for w in d.weights.repos] == ["target"] and d.weights.drafter is None
+    assert d.engine.draft_model_dir is None and "--speculative-draft-model-path" not in args
+    assert [value_after(args, flag) for flag in ("--speculative-algorithm", "--speculative-num-draft-tokens",
+                                                 "--speculative-num-steps", "--speculative-eagle-topk")] == \
+        ["EAGLE", "4", "3", "1"]
+    assert value_after(args, "--speculative-draft-attention-backend") == d.engine.draft_attention_backend
+    assert rendered_violations(d.replicas[0]) == []
+    ar = resolve(host_data(host_class, profile="qwen36_ar"), host_class)
+    assert ar.weights.drafter is None and not [a for a in server_args(ar.replicas[0]) if a.startswith("--speculative")]
+
+
+def ngram(host_class: str, page_size: int | None, **values) -> object:
+    """Qwen3.6-27B drafting n-grams on `host_class` (its MHA backend), with pages of `page_size` tokens asked."""
+    data = host_data(host_class, profile="qwen36_ar")
+    profile = data.profiles["qwen36_ar"]
+    profile["speculative"] = {"algorithm": "NGRAM", "num_draft_tokens": 8, **values}
+    profile["server_args"] = [*profile["server_args"], *(["--page-size", str(page_size)] if page_size else [])]
+    return resolve(data, host_class).replicas[0]
+
+
+def mtp(backend: str | None = None, page_size: int | None = None, **speculative_settings) -> object:
+    """The qwen36_mtp profile's server on an H100 host with these speculative settings, on `backend` (else
+    the class's) with pages of `page_size` tokens asked."""
+    data = host_data("h100_sxm", profile="qwen36_mtp")
+    profile = data.profiles["qwen36_mtp"]
+    profile["speculative"] = {"algorithm": "MTP", **speculative_settings}
+    profile.update({"attention_backend": backend} if backend else {})
+    profile["server_args"] = [*profile["server_args"], *(["--page-size", str(page_size)] if page_size else [])]
+    return resolve(data, "h100_sxm").replicas[0]
+
+
+@pytest.mark.parametrize("server, said", [
+    (lambda: mtp(num_draft_tokens=5, num_steps=3, eagle_topk=1),
+     "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1 "
+     "(5 != 3 + 1): set num_draft_tokens 4"),
+    (lambda: mtp(num_draft_tokens=4),
+     "speculative_num_steps and speculative_eagle_topk must be set with speculative_num_draft_tokens "
+     "(_handle_eagle_family asserts speculative_eagle_topk is None and speculative_num_draft_tokens is None when "
+     "speculative_num_steps is unset): set num_steps and eagle_topk"),
+    (lambda: mtp("trtllm_mha", num_draft_tokens=8, num_steps=3, eagle_topk=4),
+     "trtllm_mha backend only supports topk = 1 for speculative decoding."),
+    (lambda: mtp("flashmla", 64, num_draft_tokens=8, num_steps=3, eagle_topk=4),
+     "speculative_eagle_topk > 1 with page_size > 1 is only supported on ('flashinfer', 'fa3', 'triton'); got "
+     "attention_backend='flashmla'. Use page_size == 1 or one of those backends."),
+    (lambda: ngram("h100_sxm", 16),
+     "speculative_eagle_topk(10) > 1 with page_size(16) > 1 is unstable and produces incorrect results for paged "
+     "attention backends. This combination is only supported for the 'flashinfer' backend."),
+], ids=["mtp-chain-draft-tokens", "mtp-no-steps", "mtp-tree-on-trtllm_mha", "mtp-paged-tree-off-its-backends",
+        "ngram-paged-trie-on-fa3"])
+def test_preflight_refuses_what_the_engine_refuses_of_the_settings_in_one_line_quoting_it(server, said):
+    """Facts in (the profile's settings on a class), preflight's sentence out: the engine's own words
+    (0.5.23 srt/arg_groups/speculative_hook.py _handle_eagle_family, _handle_ngram), before anything is
+    installed; tests/unit/test_sglang_resolution.py holds the real wheel to the same verdicts."""
+    s = server()
+    with ctx_host.use(FakeHost({})):
+        assert rule_problems(s) == [f"host-1: profile {s.engine.profile_name}: SGLang 0.5.23 would refuse its "
+                                    f"{s.engine.speculative.algorithm} settings ({s.service_name}): {said}"]
+
+
+def test_ngram_renders_no_draft_model_and_runs_where_the_engine_lets_it():
+    """No drafter path and no draft backend (no draft model runs); a chain (breadth 1), flashinfer or one-token
+    pages are what the engine accepts of it."""
+    chain = ngram("h100_sxm", 16, ngram_max_bfs_breadth=1)
+    args = server_args(chain)
+    assert "--speculative-draft-model-path" not in args and "--speculative-draft-attention-backend" not in args
+    assert value_after(args, "--speculative-ngram-max-bfs-breadth") == "1"
+    with ctx_host.use(FakeHost({})):
+        assert rule_problems(chain) == []
+        assert rule_problems(ngram("h100_sxm", None)) == []  # one-token pages, the engine's default
+        assert rule_problems(ngram("rtx_pro_6000_pcie", 16)) == []  # flashinfer pages a trie

@@ -52,11 +52,11 @@ def test_qwen36_on_the_pcie_class_tries_every_setting_at_every_layout_its_gpus_d
 
 
 def test_an_algorithm_the_rules_refuse_is_left_out_in_the_engines_words():
-    """Without one-token pages DDTree is refused by the rules the deploy holds it to; DFlash still runs."""
+    """With pages of 16 tokens DDTree is refused by the rules the deploy holds it to; DFlash still runs."""
     data = host_data(PCIE, profile="qwen36_ddtree")
     profile = data.profiles["qwen36_ddtree"]
     args = profile["server_args"]
-    profile["server_args"] = args[:args.index("--page-size")] + args[args.index("--page-size") + 2:]
+    profile["server_args"] = [*args[:args.index("--page-size") + 1], "16", *args[args.index("--page-size") + 2:]]
     found, left_out = candidates(data, PCIE, "qwen36_ddtree", algorithms=("dflash", "ddtree"))
     assert {c.settings["algorithm"] for c in found[1:]} == {"DFLASH"}
     assert any("DDTREE currently supports only page_size == 1" in line for line in left_out)

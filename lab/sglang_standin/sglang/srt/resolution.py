@@ -21,6 +21,9 @@ KNOWN_ALGORITHMS = {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "NEXTN",
                     "FROZEN_KV_MTP", "STANDALONE", "NGRAM"}
 DDTREE_TREE_BACKENDS = ("triton",)  # PR #29907 since 93e9850e4: the full-tree verify is triton-only
 DDTREE_BUDGET_RANGE = (1, 1024)
+# The target backends that draft a tree over pages above one token (speculative_hook.py _handle_eagle_family,
+# _PAGE_TREE_SPEC_BACKENDS).
+EAGLE_PAGED_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
 # arg_groups/overrides.py _MAMBA_RADIX_CACHE_ARCHS and _MAMBA_EXTRA_BUFFER_ARCHS: the hybrid classes among
 # the lab's models (Qwen3.5/3.6, Qwen3-Next) are in both.
 MAMBA_EXTRA_BUFFER_ARCHS = {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
@@ -101,12 +104,19 @@ def _attention_backend(args, capability: tuple[int, int]) -> None:
 
 
 def _speculative(args, ddtree_build: bool) -> None:
-    """srt/arg_groups/speculative_hook.py (_handle_dflash) and, on the DDTree build, PR #29907."""
+    """srt/arg_groups/speculative_hook.py (_handle_dflash, _handle_eagle_family, _handle_ngram) and, on the
+    DDTree build, PR #29907."""
     if args.speculative_algorithm is None:
         return
     algo = args.speculative_algorithm = args.speculative_algorithm.upper()
     if algo not in KNOWN_ALGORITHMS | ({"DDTREE"} if ddtree_build else set()):
         raise ValueError(f"Unknown speculative algorithm name: {algo}")
+    if algo == "NEXTN":  # _resolve_speculative_algorithm_alias: NEXTN is EAGLE's alias
+        algo = args.speculative_algorithm = "EAGLE"
+    if algo in ("EAGLE", "EAGLE3"):
+        _eagle_family(args)
+    elif algo == "NGRAM":
+        _ngram(args)
     if algo not in ("DFLASH", "DDTREE"):
         return
     if args.pp_size != 1:
@@ -133,6 +143,47 @@ def _speculative(args, ddtree_build: bool) -> None:
         args.max_running_requests = 48
     if algo == "DDTREE":
         _ddtree(args, block)
+
+
+def _eagle_family(args) -> None:
+    """_handle_eagle_family's defaults and refusals for a model drafting through EAGLE (its own MTP layers, or
+    an EAGLE-3 drafter): 48 running requests unless set; steps, top-k and draft tokens chosen together
+    (3, 1, 4: _auto_choose_speculative_params for the lab's models) or steps given; a chain's draft tokens
+    moved to steps + 1; trtllm_mha verifies chains only; a tree over pages above one token needs one of
+    _PAGE_TREE_SPEC_BACKENDS."""
+    if args.max_running_requests is None:
+        args.max_running_requests = 48
+    if args.speculative_num_steps is None:
+        assert args.speculative_eagle_topk is None and args.speculative_num_draft_tokens is None
+        args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = 3, 1, 4
+    backends = (args.attention_backend, args.decode_attention_backend, args.prefill_attention_backend)
+    if "trtllm_mha" in backends and args.speculative_eagle_topk > 1:
+        raise ValueError("trtllm_mha backend only supports topk = 1 for speculative decoding.")
+    if args.speculative_eagle_topk == 1 and args.speculative_num_draft_tokens != args.speculative_num_steps + 1:
+        args.speculative_num_draft_tokens = args.speculative_num_steps + 1  # with a warning, as the release
+    tree = args.speculative_eagle_topk > 1
+    if tree and args.page_size > 1 and args.attention_backend not in EAGLE_PAGED_TREE_BACKENDS:
+        raise ValueError(f"speculative_eagle_topk > 1 with page_size > 1 is only supported on "
+                         f"{EAGLE_PAGED_TREE_BACKENDS}; got attention_backend={args.attention_backend!r}. Use "
+                         "page_size == 1 or one of those backends.")
+
+
+def _ngram(args) -> None:
+    """_handle_ngram's defaults and its refusal on a paged backend: 48 running requests unless set, no mixed
+    chunks, the trie's breadth as top-k, 12 draft tokens unless set, steps = draft tokens // top-k; a trie wider
+    than one over pages above one token runs on flashinfer only."""
+    if args.max_running_requests is None:
+        args.max_running_requests = 48
+    args.enable_mixed_chunk = False
+    args.speculative_eagle_topk = args.speculative_ngram_max_bfs_breadth
+    if args.speculative_num_draft_tokens is None:
+        args.speculative_num_draft_tokens = 12
+    if args.speculative_num_steps is None:
+        args.speculative_num_steps = args.speculative_num_draft_tokens // args.speculative_eagle_topk
+    if args.speculative_eagle_topk > 1 and args.page_size > 1 and args.attention_backend != "flashinfer":
+        raise ValueError(f"speculative_eagle_topk({args.speculative_eagle_topk}) > 1 with "
+                         f"page_size({args.page_size}) > 1 is unstable and produces incorrect results for paged "
+                         "attention backends. This combination is only supported for the 'flashinfer' backend.")
 
 
 def _ddtree(args, block: int) -> None:

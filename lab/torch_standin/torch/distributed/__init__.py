@@ -4,7 +4,10 @@
 The ranks meet over TCP on the init_method's port (rank 0 listens, as torch's TCPStore does). As with
 NCCL, a collective is queued on the GPU's stream and all_reduce returns at once: the tensor holds its
 result once read (`.item()`, a comparison), and torch.cuda.synchronize() waits until the stream has
-spent the time NCCL would take on the host's GPUs (torch/_gpus.py) on everything queued. Rank 0
+spent the time NCCL would take on the host's GPUs (torch/_gpus.py) on everything queued. A rank sends its
+queued contributions when it synchronizes or reads a result: a launch costs a real rank microseconds, and
+sent at each call they put eight processes' socket and GIL traffic inside the smoke test's timed loop
+(twenty 3 ms collectives on the B200 profile), which a loaded 2-core controller read as a slower NCCL. Rank 0
 reduces each collective once every rank's contribution arrived and sends the result back. With
 NCCL_DEBUG=INFO each rank prints its ring hop's transport as NCCL does ("via P2P/CUMEM" or
 "via SHM/direct/direct"). A ring whose P2P hangs never completes its first collective.
@@ -64,7 +67,7 @@ def init_process_group(backend: str = "nccl", init_method: str | None = None, ra
     torch.cuda._lazy_init()
     host, port = init_method.removeprefix("tcp://").rsplit(":", 1)
     deadline = time.monotonic() + (timeout.total_seconds() if timeout is not None else 1800)
-    state = dict(rank=rank, world_size=world_size, seq=0, stream_end=0.0, results={}, contributions={},
+    state = dict(rank=rank, world_size=world_size, seq=0, stream_end=0.0, results={}, contributions={}, outbox=[],
                  done=threading.Condition(), ring=_gpus.ring(world_size), peers=[])
     if rank == 0:
         if world_size > 1:
@@ -153,15 +156,24 @@ def _queue(payload: dict, op: str, nbytes: int) -> int:
     seq = state["seq"]
     now = time.monotonic()
     state["stream_end"] = max(state["stream_end"], now) + _gpus.seconds(state["ring"], nbytes, state["world_size"])
-    if state["rank"] == 0:
-        _contribute(state, seq, 0, payload, op)
-    else:
-        _send(state["peers"][0], {"seq": seq, "payload": payload, "op": op})
+    state["outbox"].append({"seq": seq, "payload": payload, "op": op})
     return seq
+
+
+def _flush() -> None:
+    """The queued contributions, to rank 0 (rank 0's own, into the reduction)."""
+    state = _state
+    outbox, state["outbox"] = state["outbox"], []
+    if state["rank"] == 0:
+        for message in outbox:
+            _contribute(state, message["seq"], 0, message["payload"], message["op"])
+    elif outbox:
+        state["peers"][0].sendall(b"".join(json.dumps(message).encode() + b"\n" for message in outbox))
 
 
 def _wait(seq: int) -> dict:
     state = _state
+    _flush()
     if state["ring"]["hangs"]:
         while True:  # NVIDIA/nccl#1999: the first collective never completes, and nothing says why
             time.sleep(3600)
@@ -187,6 +199,7 @@ def synchronize() -> None:
     machine, building the lab's root filesystems beside it, read 140 GB/s for the profile's 313: 74 ms
     more over a timed loop of 60 ms, and the deploy's smoke test failed the B200 floor of 150)."""
     if _state:
+        _flush()
         if _state["ring"]["hangs"]:
             _wait(_state["seq"])
         wait = _state["stream_end"] - time.monotonic()

@@ -54,7 +54,7 @@ def test_tune_refuses_a_misspelt_knob_in_one_line(deployed_lab, pcie_host, tune_
 
 
 # The algorithms compared: every one a profile of Qwen3.6-27B serves on the PCIe class.
-ALGORITHMS = "ar,dflash,ddtree"
+ALGORITHMS = "ar,dflash,ddtree,mtp"
 # Qwen3.6-27B on the PCIe host, one replica on one GPU: the tuner's candidates are its profiles' settings at
 # that layout alone (a trial starts one unit), which keeps the module's trials few.
 QWEN = "layouts = dict(base['layouts'], qwen36_ddtree=dict(tp_size=1, context_length=163840, replicas=1))"

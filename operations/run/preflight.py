@@ -122,7 +122,7 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
     that serves (or did); a host serving nothing yet passes, to be prepared while
     access is pending (``weights.checks.access_pending`` fails it after its downloads started).
 
-    + worker: what is true of the host (``deployment.resolve_worker``)
+    + worker: what is true of the host (``deployment.hosts.resolve_worker``)
     + deployments: the host's resolved deployments, at the hub's commits (``deployment.at_commits``)
     + hubs: what the hub said of each one's repos, on the controller (``weights.checks.hub_state``)
 

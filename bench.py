@@ -20,7 +20,7 @@ from pyinfra import host, inventory
 from operations import schema
 from operations.basics import deploy_files, failing
 from operations.deployment import preflight, roles
-from serving_benchmark import behind_gateway, client, sweep
+from serving_benchmark import behind_gateway, client, modes, sweep
 from serving_benchmark.plan import plan as bench_plan
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
@@ -39,4 +39,5 @@ if deployments:
         # deploy's restart does).
         routes, drained = behind_gateway.drained(inventory, host, d.replicas)
         sweep.sweep(name=f"Benchmark sweep {d.name}", replicas=d.replicas, plan=plan, smoke=d.host.smoke, routes=routes,
-                    drained=drained, results_subdir=d.name if len(deployments) > 1 else "")
+                    drained=drained, results_subdir=d.name if len(deployments) > 1 else "",
+                    settings=modes.of_model(host.data.profiles, d.engine.profile_name))

@@ -225,6 +225,9 @@ KNOBS = (
          group="", subject="tune", default="throughput"),
     Knob("search", "name", "walk (the fewest trials that find the best) or grid (every candidate)",
          group="", subject="tune", default="walk"),
+    Knob("algorithms", "list or None", "comma-separated algorithms the tuner compares, as the bench names its modes "
+         "(serving_benchmark/plan.py parses them); None: every one a profile of the deployed model serves",
+         group="", subject="tune"),
     Knob("max_tpot_ms", "number or None", "the slowest time per output token the tuner's pick may have",
          group="", subject="tune", parse=_optional(functools.partial(knobs.number, minimum=0.001))),
     Knob("max_ttft_ms", "number or None", "the longest time to first token the tuner's pick may have",

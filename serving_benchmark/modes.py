@@ -7,7 +7,7 @@ from pyinfra import host
 
 from operations.basics import network
 from operations.server import speculative
-from operations.server.config import Server
+from operations.server.config import Server, speculative_of
 from operations.server.flags import server_args
 from operations.server.sandbox import rejection
 
@@ -56,12 +56,36 @@ def mode_args(server: Server, mode: str) -> list[str]:
     return args
 
 
-def accepted(server: Server, modes: tuple[str, ...]) -> dict[str, dict]:
+def of_model(profiles: dict, profile_name: str) -> dict[str, speculative.Speculative]:
+    """Per mode, the speculative settings a profile of `profile_name`'s target model names for it (the first
+    such profile's): what the bench serves a mode with that the deployed drafter does not derive (MTP: the
+    model's own draft layers, at its profile's steps)."""
+    model = profiles[profile_name]["target"]["repo"]
+    found = {}
+    for name, profile in profiles.items():
+        if isinstance(profile, dict) and profile.get("speculative") and profile.get("target", {}).get("repo") == model:
+            spec = speculative_of(name, profile)
+            found.setdefault(spec.entry.mode, spec)
+    return found
+
+
+def as_served(server: Server, mode: str, settings: dict[str, speculative.Speculative]) -> Server:
+    """The server `mode` is derived from: the deployed one (mode_args keeps its drafter and draft tokens),
+    but for an algorithm that loads no drafter and that a profile of the model names (`of_model`), the
+    deployed one with that profile's settings."""
+    entry = speculative.of_mode(mode)
+    if not entry.drafts or entry.drafter or entry is server.engine.speculative.entry or mode not in settings:
+        return server
+    return dataclasses.replace(server, engine=dataclasses.replace(server.engine, speculative=settings[mode]))
+
+
+def accepted(server: Server, modes: tuple[str, ...], settings: dict[str, speculative.Speculative]) -> dict[str, dict]:
     """Per mode, its command line ({"server_args": [...]}) or why it is skipped ({"skipped": "..."}): the
     host's installed SGLang asked as the deploy asks it (the service user, offline, with the unit's
-    environment; the replicas' command lines differ in their port only)."""
-    found = {}
+    environment; the replicas' command lines differ in their port only); `settings`: `of_model`'s."""
+    found, deployed_server = {}, server
     for mode in modes:
+        server = as_served(deployed_server, mode, settings)
         entry = speculative.of_mode(mode)
         if entry.drafter and server.engine.draft_model_dir is None:
             found[mode] = {"skipped": f"{mode} skipped: {server.engine.profile_name} has no drafter to draft with"}

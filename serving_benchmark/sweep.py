@@ -51,7 +51,8 @@ STARTED = datetime.now(timezone.utc)  # one run id for every host of this pyinfr
 
 @operation(is_idempotent=False)
 def sweep(replicas: tuple[Server, ...], plan: Plan, smoke: SmokeTest | None = None,
-          routes: list | None = None, drained: list[OperationMeta | None] | None = None, results_subdir: str = ""):
+          routes: list | None = None, drained: list[OperationMeta | None] | None = None, results_subdir: str = "",
+          settings: dict | None = None):
     """
     Serve each mode in turn on every replica, run the client at each concurrency (on each replica, then
     on all of them at once), bring the results back, restore; then run each level through every gateway
@@ -67,6 +68,8 @@ def sweep(replicas: tuple[Server, ...], plan: Plan, smoke: SmokeTest | None = No
     + routes, drained: per replica, the gateways it was drained from before the sweep (``drain.drain``):
       once its deployed unit generates again, it registers with them again
     + results_subdir: under the host's results, for a host serving several deployments (their names)
+    + settings: per mode, a profile of the model's settings for it (``modes.of_model``), which a mode whose
+      algorithm loads no drafter is served with
 
     **Example:**
 
@@ -80,11 +83,13 @@ def sweep(replicas: tuple[Server, ...], plan: Plan, smoke: SmokeTest | None = No
         engine = dataclasses.replace(replicas[0].engine, env={**replicas[0].engine.env, **decided})
         replicas = tuple(dataclasses.replace(r, engine=engine) for r in replicas)
     server = replicas[0]
-    modes = bench_modes.accepted(server, plan.modes)
+    settings = settings or {}
+    modes = bench_modes.accepted(server, plan.modes, settings)
     gpus = host.get_fact(NvidiaGpus)
     ready_s = ready_after(server)
     rejoin = list(zip(routes or [[] for _ in replicas], drained or [None for _ in replicas]))
-    yield FunctionCommand(run_sweep, (tuple(replicas), plan, modes, gpus, ready_s, rejoin, results_subdir), {})
+    yield FunctionCommand(run_sweep, (tuple(replicas), plan, modes, gpus, ready_s, rejoin, results_subdir, settings),
+                          {})
 
 
 def ready_after(server: Server) -> int:
@@ -144,9 +149,9 @@ def uninterruptible() -> None:
 
 
 def run_sweep(state, host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, ready_s: int,
-              rejoin: list, results_subdir: str) -> bool:
+              rejoin: list, results_subdir: str, settings: dict) -> bool:
     """The sweep on one host (a FunctionCommand); the deployed replicas are started again whatever happens."""
-    return interruptible(_sweep, host, replicas, plan, modes, gpus, ready_s, rejoin, results_subdir)
+    return interruptible(_sweep, host, replicas, plan, modes, gpus, ready_s, rejoin, results_subdir, settings)
 
 
 def client_runs(replicas: tuple[Server, ...], plan: Plan) -> list[tuple[str, tuple[Server, ...]]]:
@@ -159,7 +164,7 @@ def client_runs(replicas: tuple[Server, ...], plan: Plan) -> list[tuple[str, tup
 
 
 def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, ready_s: int, rejoin: list,
-           results_subdir: str) -> bool:
+           results_subdir: str, settings: dict) -> bool:
     d, several = replicas[0], len(replicas) > 1
     run_id = STARTED.strftime("%Y%m%dT%H%M%SZ")
     out = plan.results_dir / run_id / host.name / results_subdir
@@ -176,7 +181,7 @@ def _sweep(host, replicas: tuple[Server, ...], plan: Plan, modes: dict, gpus, re
                 host.log_styled(result["skipped"], fg="yellow")
                 continue
             host.log(f"bench {mode}: starting {len(replicas)} server(s) ({' '.join(result['server_args'])})")
-            started, said = units.start_mode(host, replicas, mode, ready_s + level_budget_s)
+            started, said = units.start_mode(host, replicas, mode, ready_s + level_budget_s, settings)
             probes = [readiness.watch(host, r, ready_s, f"waiting for {mode} on {r.service_name} to generate", 2.0,
                                       service=units.bench_unit(r, several))[0] if started else {} for r in replicas]
             if not all(readiness.generates(p) for p in probes):

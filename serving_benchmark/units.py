@@ -45,10 +45,12 @@ def bench_unit_command(d: Server, args: list[str], max_runtime_s: int, minors: t
             f"{d.engine.venv}/bin/python", f"{d.engine.service.install_dir}/bin/launch_sglang.py", *args]
 
 
-def start_mode(host, replicas: tuple[Server, ...], mode: str, max_runtime_s: int) -> tuple[bool, str]:
+def start_mode(host, replicas: tuple[Server, ...], mode: str, max_runtime_s: int,
+               settings: dict | None = None) -> tuple[bool, str]:
     """Stop whatever serves (the deployed replicas or the previous mode) and start a bench unit with the
-    mode's arguments in each replica's place."""
-    return start(host, replicas, replicas, [modes.mode_args(d, mode) for d in replicas], max_runtime_s)
+    mode's arguments in each replica's place (`settings`: the model's profiles' of the modes, modes.of_model)."""
+    return start(host, replicas, replicas, [modes.mode_args(modes.as_served(d, mode, settings or {}), mode)
+                                            for d in replicas], max_runtime_s)
 
 
 def start(host, deployed: tuple[Server, ...], servers: tuple[Server, ...], args: list[list[str]], max_runtime_s: int,

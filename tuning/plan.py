@@ -10,7 +10,7 @@ from operations import schema
 from operations.basics import knobs
 from operations.basics.knobs import BadHostData
 from operations.deployment import site_data
-from serving_benchmark.plan import Plan
+from serving_benchmark.plan import Plan, modes_named
 from serving_benchmark.plan import plan as bench_plan
 from tuning import search
 
@@ -24,6 +24,7 @@ class TunePlan:
     objective: search.Objective
     search: str  # one of search.SEARCHES
     site: Path  # where the pick goes: SITE/tuned/<class>/<profile>.json
+    algorithms: tuple[str, ...] | None = None  # the modes compared; None: every one the model's profiles serve
 
     @property
     def prompts_digest(self) -> str:
@@ -47,8 +48,8 @@ def plan(data) -> TunePlan:
     the knob, its value and what is accepted."""
     values = _Data(data)
     if data.get("modes") is not None:
-        raise BadHostData(f"modes={data.get('modes')!r} is not accepted by tune.py: it tries every algorithm the "
-                          "table has (operations/server/speculative.py); bench.py takes modes")
+        raise BadHostData(f"modes={data.get('modes')!r} is not accepted by tune.py: it compares the algorithms "
+                          "the model's profiles serve; choose among them with algorithms= (bench.py takes modes)")
     bench = bench_plan(values)
     limits = {key: schema.value(data, key) for key in ("max_tpot_ms", "max_ttft_ms")}
     try:
@@ -62,4 +63,6 @@ def plan(data) -> TunePlan:
     if where is None:
         raise BadHostData(f"tune.py writes its pick to SITE/tuned/CLASS/PROFILE.json: export {site_data.SITE_ENV}=DIR "
                           "(your site directory, outside this checkout)")
-    return TunePlan(bench=bench, objective=goal, search=how, site=where)
+    asked = schema.value(data, "algorithms")
+    return TunePlan(bench=bench, objective=goal, search=how, site=where,
+                    algorithms=None if asked is None else modes_named("algorithms", asked))

@@ -1,7 +1,8 @@
 """What the tuner shows and keeps, pure (figures in, text and files out): each trial's figures from the serving
 benchmark's level results, the GPUs' power draw from nvidia-smi's samples, the table of every trial with its
-speedup over autoregressive decoding, the plot of throughput against one request's speed with the pick
-marked, and the figures the tuned file keeps."""
+speedup over autoregressive decoding, the comparison of the algorithms at each concurrency (the winner, each
+algorithm's best, its speedup over autoregressive decoding measured in the same run, its accept length), the
+plot of throughput against one request's speed with the pick marked, and the figures the tuned file keeps."""
 
 import importlib.util
 import json
@@ -42,6 +43,10 @@ def _fmt(value, digits=1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
 def table(result: Result, labels: list[str]) -> str:
     """Every trial at the objective's level, in the order run (`labels`: each trial's settings in words), the
     pick marked; a trial that stopped early is said so."""
@@ -55,8 +60,53 @@ def table(result: Result, labels: list[str]) -> str:
         note = " (stopped early)" if trial.stopped else " (PICK)" if chosen else ""
         lines.append(f"| {number} | {label}{note} | {_fmt(f and f.throughput)} | {_fmt(f and f.ttft_ms)} | "
                      f"{_fmt(f and f.tpot_ms, 2)} | {_fmt(f and f.accept_length, 2)} | "
-                     f"{_fmt(f and f.tokens_per_joule, 3)} | {'-' if speedup is None else f'{speedup:.2f}x'} |")
+                     f"{_fmt(f and f.tokens_per_joule, 3)} | {_times(speedup)} |")
     return "\n".join(lines)
+
+
+def compared(result: Result) -> dict[int, list[dict]]:
+    """Per concurrency measured, each algorithm's best trial that meets the limits there, best first (the
+    winner), on the objective read at that level: its trial's number, figure, speedup over the baseline at
+    that level, accept length. Trials a walk did not measure at a level are not there (a trial stopped early
+    has the objective's level alone)."""
+    o, base = result.objective, result.baseline
+    levels = sorted({c for _, t in result.trials for c in t.levels})
+    found = {}
+    for c in levels:
+        best: dict[str, tuple[int, float]] = {}
+        for number, (point, trial) in enumerate(result.trials, 1):
+            figure = o.value(trial, c)
+            if figure is None or not o.meets(trial, c):
+                continue
+            if point.algorithm not in best or figure > best[point.algorithm][1]:
+                best[point.algorithm] = (number, figure)
+        reference = o.value(base[1], c) if base else None
+        rows = []
+        for algorithm, (number, figure) in sorted(best.items(), key=lambda item: -item[1][1]):
+            f = result.trials[number - 1][1].levels[c]
+            rows.append({"algorithm": algorithm, "trial": number, o.name: figure,
+                         "speedup": figure / reference if reference else None, "accept_length": f.accept_length})
+        found[c] = rows
+    return found
+
+
+def comparison(result: Result, labels: list[str]) -> str:
+    """The algorithms side by side at each concurrency (`compared`): the winner named with its settings, then
+    each algorithm's best with its speedup over autoregressive decoding measured in this run."""
+    o, lines = result.objective, []
+    unit = {"throughput": "output tok/s", "latency": "tok/s a request", "energy": "tokens/J"}[o.name]
+    for c, rows in compared(result).items():
+        if not rows:
+            lines += [f"concurrency {c}: no trial meets the limits", ""]
+            continue
+        lines += [f"concurrency {c}: {rows[0]['algorithm']} wins ({labels[rows[0]['trial'] - 1]}, #{rows[0]['trial']})",
+                  f"| algorithm | best of its trials | {unit} | speedup over {speculative.AR.name} | accept length |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['algorithm']} | #{r['trial']} {labels[r['trial'] - 1]} | "
+                  f"{_fmt(r[o.name], 3 if o.name == 'energy' else 1)} | {_times(r['speedup'])} | "
+                  f"{_fmt(r['accept_length'], 2)} |" for r in rows]
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def kept(result: Result, labels: list[str], settings: list[dict], how: str) -> dict:
@@ -74,7 +124,9 @@ def kept(result: Result, labels: list[str], settings: list[dict], how: str) -> d
                           if result.winner and p is result.winner[0]), None),
             "trials": [{"label": label, "settings": s, "levels": trial_of(t), "stopped": t.stopped,
                         "speedup": result.speedup(t)}
-                       for (_, t), label, s in zip(result.trials, labels, settings)]}
+                       for (_, t), label, s in zip(result.trials, labels, settings)],
+            # Per concurrency, each algorithm's best (best first: the winner there), as `comparison` shows it.
+            "algorithms": {str(c): rows for c, rows in compared(result).items()}}
 
 
 def plot(result: Result, labels: list[str], out: Path, title: str, stand_in: bool) -> Path | None:
@@ -115,8 +167,10 @@ def plot(result: Result, labels: list[str], out: Path, title: str, stand_in: boo
 
 def markdown(result: Result, labels: list[str], title: str, stand_in: bool, left_out: list[str]) -> str:
     """trials.md: a heading, the stand-in's label where its speed model answered (as the bench's summary.md),
-    the table, and each candidate left out before any trial with its reason."""
+    the algorithms compared at each concurrency, the table, and each candidate left out before any trial with
+    its reason."""
     lines = [f"# Tuning trials: {title}", "", *([f"**{STAND_IN_LABEL}.**", ""] if stand_in else []),
+             "## The algorithms at each concurrency", "", comparison(result, labels), "## Every trial", "",
              table(result, labels)]
     if left_out:
         lines += ["", f"## Left out before any trial ({len(left_out)})", "", *(f"- {line}" for line in left_out)]

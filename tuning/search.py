@@ -12,7 +12,8 @@ and budget with diminishing returns while the verify's cost rises with them, so 
 
 1. the baseline (autoregressive decoding, at the layout deployed), which every speedup is over;
 2. coarse: the setting deployed (the anchor) at every layout, and at the best of them each other algorithm
-   and mode (spine, tree) at its setting nearest the anchor's;
+   and mode (spine, tree), those of the model's other profiles among them, at its setting nearest the
+   anchor's;
 3. refine: from each algorithm within RUNNER_UP of the best, a hill climb along its axis (draft tokens,
    then its tree setting): a neighbour measured, moving on that side while it is better, else the other;
 4. at each other layout whose anchor came within LAYOUT_RUNNER_UP of the best's, the best setting there of each
@@ -74,7 +75,8 @@ class Point(Protocol):
     """What the search reads of a candidate (tuning/candidates.py Candidate)."""
 
     baseline: bool
-    kind: tuple  # algorithm and mode (spine or tree): one axis
+    algorithm: str  # what the comparison groups it by (the baseline's: autoregressive decoding)
+    kind: tuple  # profile, algorithm and mode (spine or tree): one axis
     shape: tuple  # its layout: TP size and replicas
     axis: tuple  # where it lies on its kind's axis
 
@@ -86,17 +88,19 @@ class Objective:
     max_tpot_ms: float | None = None
     max_ttft_ms: float | None = None
 
-    def value(self, trial: Trial) -> float | None:
-        """The trial's figure on the objective; None where the trial has no such figure (power unread)."""
-        figures = trial.levels.get(self.concurrency)
+    def value(self, trial: Trial, concurrency: int | None = None) -> float | None:
+        """The trial's figure on the objective at its level (or at `concurrency`, for a report of every level);
+        None where the trial has no such figure (power unread)."""
+        figures = trial.levels.get(concurrency or self.concurrency)
         if figures is None:
             return None
         return {"throughput": figures.throughput, "latency": figures.request_speed,
                 "energy": figures.tokens_per_joule}[self.name]
 
-    def meets(self, trial: Trial) -> bool:
-        """Whether the trial meets the limits at the objective's level (a stopped trial never does)."""
-        figures = trial.levels.get(self.concurrency)
+    def meets(self, trial: Trial, concurrency: int | None = None) -> bool:
+        """Whether the trial meets the limits at the objective's level (or at `concurrency`); a stopped trial
+        never does."""
+        figures = trial.levels.get(concurrency or self.concurrency)
         return (not trial.stopped and figures is not None
                 and (self.max_tpot_ms is None or figures.tpot_ms <= self.max_tpot_ms)
                 and (self.max_ttft_ms is None or figures.ttft_ms <= self.max_ttft_ms))

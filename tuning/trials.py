@@ -58,13 +58,14 @@ def tune(d: Deployment, data, plan: TunePlan, hub: HubState, smoke: SmokeTest | 
     """
     gpus = host.get_fact(NvidiaGpus)
     found, left_out = candidates_of.candidates(data, d.host.host_class, d.name, d.host.gpu.expected, hub.snapshots,
-                                              gpus)
+                                              gpus, plan.algorithms)
+    tuned_path = site_data.tuned_path(d.host.host_class, candidates_of.entry_profile(data, d.host.host_class, d.name))
     env = gpu_smoke.decided_env(smoke) if smoke is not None else {}
     points = [_serving(c, hub.commits, env) for c in found]
     deployed = tuple(_serving(candidates_of.Candidate({}, d), hub.commits, env).deployment.replicas)
     ready_s = sweep.ready_after(deployed[0])
     rejoin = list(zip(routes or [[] for _ in deployed], drained or [None for _ in deployed]))
-    yield FunctionCommand(run_tune, (d, deployed, points, left_out, plan, ready_s, rejoin), {})
+    yield FunctionCommand(run_tune, (d, deployed, points, left_out, plan, ready_s, rejoin, tuned_path), {})
 
 
 def _serving(candidate: candidates_of.Candidate, commits: dict, env: dict) -> candidates_of.Candidate:
@@ -76,9 +77,9 @@ def _serving(candidate: candidates_of.Candidate, commits: dict, env: dict) -> ca
 
 
 def run_tune(state, host, d: Deployment, deployed: tuple[Server, ...], points: list, left_out: list[str],
-             plan: TunePlan, ready_s: int, rejoin: list) -> bool:
+             plan: TunePlan, ready_s: int, rejoin: list, tuned_path) -> bool:
     """The trials on one host (a FunctionCommand); the deployed replicas are started again whatever happens."""
-    return sweep.interruptible(_tune, host, d, deployed, points, left_out, plan, ready_s, rejoin)
+    return sweep.interruptible(_tune, host, d, deployed, points, left_out, plan, ready_s, rejoin, tuned_path)
 
 
 def _power_start(servers: tuple[Server, ...]) -> str:
@@ -95,7 +96,7 @@ def _power_stop(host, pid: str, gpus: int) -> float | None:
 
 
 def _tune(host, d: Deployment, deployed: tuple[Server, ...], points: list, left_out: list[str], plan: TunePlan,
-          ready_s: int, rejoin: list) -> bool:
+          ready_s: int, rejoin: list, tuned_path) -> bool:
     run_id = sweep.STARTED.strftime("%Y%m%dT%H%M%SZ")
     out = plan.bench.results_dir / f"tune-{run_id}" / host.name / d.name
     remote_root = f"{remote.RUNS}/tune-{run_id}"
@@ -167,25 +168,26 @@ def _tune(host, d: Deployment, deployed: tuple[Server, ...], points: list, left_
     failed += behind_gateway.back_in_gateways(host, back, rejoin)
     if result is None:
         return False
-    return _kept(host, d, result, plan, out, any(stand_in), left_out) and not failed
+    return _kept(host, d, result, plan, out, any(stand_in), left_out, tuned_path) and not failed
 
 
 def _kept(host, d: Deployment, result: search.Result, plan: TunePlan, out, stand_in: bool,
-          left_out: list[str]) -> bool:
+          left_out: list[str], path) -> bool:
     """The table, the plot and the pick: printed, written beside the bench's results and to the site."""
     labels = [p.label for p, _ in result.trials]
     settings = [p.settings for p, _ in result.trials]
     written = report.write(result, labels, settings, plan.search, out, f"{host.name} · {d.engine.profile_name}",
                            stand_in, left_out)
     host.log(report.table(result, labels))
+    host.log(report.comparison(result, labels))
     host.log_styled(f"tune results: {', '.join(str(p) for p in written)}"
                     + (f" ({report.STAND_IN_LABEL})" if stand_in else ""), fg="green")
     if result.winner is None:
         host.log_styled("tune: no candidate met the limits: nothing written", fg="red")
         return False
     pick = result.winner[0]
-    path = site_data.tuned_path(d.engine.host_class, d.engine.profile_name)
-    measured_with = {**tuned.deployed_with(sglang_build(d.engine.sglang_requirement), d.weights.drafter),
+    served = pick.deployment  # the pick's profile: its build and drafter are what it was measured with
+    measured_with = {**tuned.deployed_with(sglang_build(served.engine.sglang_requirement), served.weights.drafter),
                      "prompts": plan.prompts_digest}
     try:
         site_data.write_tuned(path, tuned.document(path, pick.settings, measured_with,

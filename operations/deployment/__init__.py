@@ -26,10 +26,10 @@ from operations.gpu.smoke import SmokeTest
 from operations.nodes import group as nodes
 from operations.nodes.group import NodeGroup
 from operations.python import virtualenvs
-from operations.server import config as server_config, layout
+from operations.server import config as server_config, layout, speculative
 from operations.server.config import Engine, Server, ServiceHost
 from operations.weights import config as weights_config
-from operations.weights.config import Repo, Weights
+from operations.weights.config import Weights
 
 @dataclass(frozen=True)
 class Host:
@@ -201,40 +201,69 @@ def _own_users(found: tuple[Deployment, ...], gateway_user: str | None) -> None:
                                 "holds: use another name", wrong=f"makes the servers' user {d.engine.user}, {taken}")
 
 
-def _tuned(host_class: str, profile_name: str, profile: dict, data: Any, drafter: Repo | None,
-           candidate: dict | None, own: dict) -> tuned_settings.Use | None:
-    """What a deployment takes of its tuned settings: `candidate` where a tuner tries one, else its tuned
-    file where the site holds one, applied when measured with the SGLang build and drafter it deploys."""
+def _tuned(profile_name: str, profile: dict, data: Any, candidate: dict | None,
+           own: dict) -> tuple[tuned_settings.Tuned | None, tuned_settings.Use | None]:
+    """What a deployment of `profile_name` takes of its tuned settings: `candidate` where a tuner tries one
+    (applied), else its tuned file where the site holds one, whose staleness its served profile's build and
+    drafter decide (`_served`)."""
     if candidate is not None:
         checked = tuned_settings.settings(Path("(candidate)"), candidate)
-        return tuned_settings.Use(None, checked, None, tuned_settings.sources(checked, own))
+        return None, tuned_settings.Use(None, checked, None, tuned_settings.sources(checked, own))
     found = tuned_settings.read(getattr(data, "tuned", None), profile_name)
-    if found is None:
-        return None
-    build = server_config.sglang_build(server_config.sglang_requirement(data, profile_name, profile))
-    return tuned_settings.Use(found.path, found.settings,
-                              tuned_settings.stale(found, tuned_settings.deployed_with(build, drafter)),
-                              tuned_settings.sources(found.settings, own))
+    return found, None
+
+
+def _served(data: Any, profile_name: str, profile: dict, settings: dict, where: str) -> tuple[str, dict]:
+    """The profile that tuned `settings` serve in place of `profile_name`'s: the one they name, which must be
+    a profile of the same target model (BadHostData naming `where` otherwise), else its own."""
+    name = settings.get("profile", profile_name)
+    other = profile if name == profile_name else server_config.profile_named(data, name)
+    if other.get("target", {}).get("repo") != profile.get("target", {}).get("repo"):
+        raise BadHostData(f"{where}: settings['profile'] {name!r} serves {other.get('target', {}).get('repo')}, "
+                          f"not {profile_name}'s {profile.get('target', {}).get('repo')}: fix it, or run tune.py "
+                          "again to write it anew")
+    algorithm = settings.get("algorithm")
+    if algorithm is not None and not speculative.ALGORITHMS[algorithm].drafts and "drafter" in other:
+        raise BadHostData(f"{where}: settings['algorithm'] {algorithm!r} drafts nothing, but profile {name!r} names "
+                          "a drafter: name a profile of the model without one, or run tune.py again")
+    return name, other
 
 
 def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_members: dict | None,
              service: ServiceHost, gpu: GpuRuntime, token_env: str, several: bool,
              candidate: dict | None = None) -> dict:
     """A deployment's fields but its host's."""
-    profile_name = entry["profile"]
-    name = knobs.matching("deployment name", entry.get("name", profile_name), DEPLOYMENT_NAME,
+    entry_profile = entry["profile"]
+    name = knobs.matching("deployment name", entry.get("name", entry_profile), DEPLOYMENT_NAME,
                           "letters, digits and _ (at most 32)")
     weights_dir = schema.value(data, "weights_dir")
-    weights = weights_config.resolve(data, profile_name, profile, weights_dir, token_env, owner=service.download_user,
-                                     reader=service.service_user, hf_home=service.hf_home,
-                                     earlier_token_file=service.earlier_token_file, config_dir=service.config_dir,
-                                     install_dir=service.install_dir)
+
+    def weights_of(profile_name: str, profile: dict):
+        return weights_config.resolve(data, profile_name, profile, weights_dir, token_env, owner=service.download_user,
+                                      reader=service.service_user, hf_home=service.hf_home,
+                                      earlier_token_file=service.earlier_token_file, config_dir=service.config_dir,
+                                      install_dir=service.install_dir)
+    own = {k: v for k, v in entry.items() if k in layout.KEYS}
+    named = {k: v for k, v in own.items() if v is not None}
+    found, use = _tuned(entry_profile, profile, data, candidate, named)
+    tuned_values = use.settings if use is not None else found.settings if found is not None else {}
+    profile_name, served = _served(data, entry_profile, profile, tuned_values,
+                                   str(found.path) if found is not None else "(candidate)")
+    weights = weights_of(profile_name, served)
+    if found is not None:
+        # A tuned file applies where its served profile's build and drafter are what it was measured with;
+        # stale, the deployment serves its own profile with its defaults.
+        build = server_config.sglang_build(server_config.sglang_requirement(data, profile_name, served))
+        use = tuned_settings.Use(found.path, found.settings,
+                                 tuned_settings.stale(found, tuned_settings.deployed_with(build, weights.drafter)),
+                                 tuned_settings.sources(found.settings, named))
+        if not use.applied and profile_name != entry_profile:
+            profile_name, served = entry_profile, profile
+            weights = weights_of(profile_name, served)
+    profile = served
     port, nccl_port = server_config.ports(data)
     count = gpu.expected.count
     group = nodes.group(data, host_class, profile_name, count, port, node_members)
-    own = {k: v for k, v in entry.items() if k in layout.KEYS}
-    named = {k: v for k, v in own.items() if v is not None}
-    use = _tuned(host_class, profile_name, profile, data, weights.drafter, candidate, named)
     values = layout.class_default(data, host_class, profile_name, count)
     if use is not None and use.applied:
         profile, values = tuned_settings.over(profile, values, use.settings, named)

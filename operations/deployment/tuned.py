@@ -1,12 +1,16 @@
 """Tuned settings: what tune.py measured best for a profile on a class, kept in the site directory
 (SITE/tuned/<class>/<profile>.json, never in this checkout) and deployed over the class's defaults.
 
-    {"settings": {"algorithm": ..., "num_draft_tokens": 16, "ddtree_budget": 15, "tp_size": 1, "replicas": 8},
+    {"settings": {"profile": ..., "algorithm": ..., "num_draft_tokens": 16, "ddtree_budget": 15, "tp_size": 1,
+                  "replicas": 8},
      "measured_with": {"sglang": COMMIT, "drafter": COMMIT, "prompts": "sha256:HEX"},
      "figures": {...}}                                 # the objective, the winner's figures and every trial's
 
 A setting it holds wins over the profile's (group_data/all.py) and the class's layout (group_data/<class>.py
-`layouts`); a host's own `deployments` entry naming a tp_size or replicas keeps its layout whole. It is applied only to a deployment that runs the
+`layouts`); a host's own `deployments` entry naming a tp_size or replicas keeps its layout whole. Its
+`profile`, where it names another profile of the same target model (the tuner compares the model's
+profiles: another algorithm, drafter or build), is served in the deployment's place, under the deployment's
+name. It is applied only to a deployment that runs the
 SGLang build and the drafter commit it was measured with (a profile without a drafter: its build alone, and
 its file names no drafter): another is reported stale, in one line, and served
 with its defaults. A key no setting has, or a value none accepts, refuses the host in one line naming the
@@ -32,8 +36,9 @@ BUILD = re.compile(f"{knobs.COMMIT.pattern}|{knobs.REQUIREMENT.pattern}")  # a c
 
 
 def setting_keys() -> tuple[str, ...]:
-    """What a tuned file's settings may hold: the speculative algorithm's, the target backend, the layout's."""
-    return ("algorithm", "num_draft_tokens", *speculative.settings(), "attention_backend", *LAYOUT_KEYS)
+    """What a tuned file's settings may hold: the profile served, the speculative algorithm's, the target
+    backend, the layout's."""
+    return ("profile", "algorithm", "num_draft_tokens", *speculative.settings(), "attention_backend", *LAYOUT_KEYS)
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ def settings(where: Path, values) -> dict:
             near = difflib.get_close_matches(str(key), known, n=1)
             raise _refused(where, f"settings[{key!r}]", f"is no tuned setting{f' (did you mean {near[0]}?)' if near else ''}"
                            f" (the settings are {', '.join(known)})")
-    names = speculative.drafting()
+    names = tuple(speculative.ALGORITHMS)  # autoregressive decoding too: a profile of the model that drafts nothing
     if values["algorithm"] not in names:
         raise _refused(where, "settings['algorithm']", f"{values['algorithm']!r} is not one of {', '.join(names)}")
     entry = speculative.ALGORITHMS[values["algorithm"]]
@@ -87,6 +92,9 @@ def settings(where: Path, values) -> dict:
     for key, value in values.items():
         if key == "algorithm":
             checked[key] = value
+        elif key == "profile":
+            checked[key] = knobs.matching(f"{where}: settings['profile']", value, knobs.PROFILE_NAME,
+                                          "a profile name (a key of profiles)")
         elif key == "attention_backend":
             checked[key] = knobs.matching(f"{where}: settings['attention_backend']", value, knobs.BACKEND,
                                           "an SGLang backend name")
@@ -140,7 +148,8 @@ def over(profile: dict, layout_values: dict, values: dict, entry: dict) -> tuple
     own = {key: value for key, value in profile.get("speculative", {}).items() if key in algorithm.settings}
     spec = {**own, **{key: value for key, value in values.items()
                       if key in ("algorithm", "num_draft_tokens") or key in algorithm.settings}}
-    tuned_profile = {**profile, "speculative": spec}
+    tuned_profile = {**profile, "speculative": spec} if algorithm.drafts else \
+        {key: value for key, value in profile.items() if key != "speculative"}
     if "attention_backend" in values:
         tuned_profile["attention_backend"] = values["attention_backend"]
     if any(key in entry for key in LAYOUT_KEYS):

@@ -65,14 +65,32 @@ def server_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> dict[
     api = api_key.api_key(name="API key", service=s)
     keys = {e.name: [api, api_key.admin_key(name=f"Worker admin key of {e.name}", engine=e)]
             for e in host.loop(engines)}
-    uv = Uv(s.install_dir)
-    virtualenvs.uv(name="uv", uv=uv, index_url=s.pip_index_url)
+    builds_installed(s, engines)
+    ownership.host_programs_uploaded(name="Host scripts", install_dir=s.install_dir)
+    return keys
+
+
+def builds_installed(service: ServiceHost, engines: tuple[Engine, ...]) -> None:
+    """
+    uv and each SGLang build's virtualenv among `engines` (the deploy's, and the tuner's for the profiles it
+    compares: another build of the model is installed beside the deployed one, which the next deploy prunes
+    where no deployment wants it).
+
+    + service: what the host's servers share (the install directory, the package index)
+    + engines: the SGLang builds wanted, one engine each or more
+
+    **Example:**
+
+    .. code:: python
+
+        builds_installed(worker.service, tuple(d.engine for d in deployments))
+    """
+    uv = Uv(service.install_dir)
+    virtualenvs.uv(name="uv", uv=uv, index_url=service.pip_index_url)
     virtualenvs.build_user([build.sglang_requirement for build in builds(engines)])
     for build in host.loop(builds(engines)):
         virtualenvs.requirement(name=f"SGLang ({build.venv_name})", path=build.venv, distribution="sglang",
-                         requirement=build.sglang_requirement, index_url=s.pip_index_url, uv=uv)
-    ownership.host_programs_uploaded(name="Host scripts", install_dir=s.install_dir)
-    return keys
+                                requirement=build.sglang_requirement, index_url=service.pip_index_url, uv=uv)
 
 
 def server_serving(server: Server, restart: Restart, weight_bytes: int, group: NodeGroup | None,

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from serving_benchmark import client, gateways, remote, report, sweep, units
+from serving_benchmark import client, gateways, modes, remote, report, sweep, units
 from operations.basics.knobs import BadHostData
 from serving_benchmark.modes import mode_args
 from serving_benchmark.plan import PROMPTS, plan
@@ -86,6 +86,21 @@ def test_mode_args_are_the_deployed_ones_per_mode_on_loopback_and_real_sglang_ac
     kimi_ddtree = mode_args(kimi, "ddtree")  # a DFlash profile's drafter verified as a tree
     assert kimi_ddtree[kimi_ddtree.index("--speculative-ddtree-budget") + 1] == "7"
     assert kimi_ddtree[kimi_ddtree.index("--page-size") + 1] == "1"
+
+
+def test_a_mode_the_deployed_drafter_does_not_derive_is_served_as_a_profile_of_the_model_names_it():
+    data = host_data("b200_nvlink", profile="qwen36_ddtree")
+    qwen = resolve(data, "b200_nvlink").replicas[0]
+    settings = modes.of_model(data.profiles, "qwen36_ddtree")
+    assert set(settings) >= {"ddtree", "mtp"} and "dflash" not in settings  # Qwen's profiles' algorithms
+    # MTP: the model's own draft layers at qwen36_mtp's steps, on the deployed server; no drafter loaded.
+    mtp = mode_args(modes.as_served(qwen, "mtp", settings), "mtp")
+    assert [mtp[mtp.index(flag) + 1] for flag in ("--speculative-num-steps", "--speculative-eagle-topk",
+                                                   "--speculative-num-draft-tokens")] == ["3", "1", "4"]
+    assert "--speculative-draft-model-path" not in mtp and mtp[mtp.index("--host") + 1] == "127.0.0.1"
+    assert parse_many_with_real_sglang([mtp])[0]["ok"]
+    # DFlash is derived from the deployed drafter whatever the profiles name; AR drafts nothing.
+    assert modes.as_served(qwen, "dflash", settings) is qwen and modes.as_served(qwen, "ar", settings) is qwen
 
 
 def test_bench_server_environment_is_the_units_without_its_keys():

@@ -92,7 +92,8 @@ def test_a_tuned_file_of_another_build_or_drafter_is_stale_and_not_applied(site_
 @pytest.mark.parametrize(("settings", "said"), [
     ({**PICK, "ddtree_budgt": 7}, "settings['ddtree_budgt'] is no tuned setting (did you mean ddtree_budget?)"),
     ({**PICK, "draft_window_size": 4096}, "settings['draft_window_size'] is no setting of DDTREE"),
-    ({**PICK, "algorithm": "EAGLE"}, "settings['algorithm'] 'EAGLE' is not one of DFLASH, DDTREE"),
+    ({**PICK, "algorithm": "NOPE"}, "settings['algorithm'] 'NOPE' is not one of AR, DFLASH, DDTREE"),
+    ({**PICK, "profile": "qwen36 ddtree"}, "settings['profile']='qwen36 ddtree' is not accepted: use a profile name"),
     ({**PICK, "tp_size": "two"}, "settings['tp_size']='two' is not a whole number"),
 ])
 def test_a_misspelt_or_unknown_setting_is_refused_in_one_line_naming_the_file_and_the_key(site_dir, settings, said):
@@ -128,3 +129,43 @@ def test_the_run_says_each_deployments_line_at_its_start(site_dir, caplog):
     (record,) = caplog.records
     assert record.levelname == "WARNING" and record.getMessage().startswith("gpu-1: qwen36_ddtree: ") \
         and "is stale, not applied" in record.getMessage()
+
+
+# Qwen3.6-27B without speculation: another profile of the model qwen36_ddtree serves, on a release build.
+PLAIN = {"target": {"repo": "Qwen/Qwen3.6-27B", "revision": "main"}, "attention": "mha",
+         "served_model_name": "qwen3.6-27b", "server_args": ["--trust-remote-code"],
+         "sglang": {"requirement": "sglang==0.5.23", "version": "0.5.23"}}
+PLAIN_PICK = {"profile": "qwen36_plain", "algorithm": "AR", "num_draft_tokens": 1, "tp_size": 2, "replicas": 4}
+
+
+def test_a_tuned_file_naming_another_profile_of_the_model_serves_it_under_the_deployments_name(site_dir):
+    profiles = {**host_data(HOST_CLASS).profiles, "qwen36_plain": PLAIN}
+    path = write(site_dir, {"settings": PLAIN_PICK,
+                            "measured_with": {"sglang": "sglang==0.5.23", "prompts": MEASURED["prompts"]}})
+    d = deployed(profiles=profiles)
+    args = server_args(d.replicas[0])
+    assert d.tuned.applied and (d.name, d.engine.profile_name) == ("qwen36_ddtree", "qwen36_plain")
+    assert d.weights.drafter is None and not [arg for arg in args if arg.startswith("--speculative")]
+    assert flag(args, "--tp-size") == "2" and len(d.replicas) == 4 and d.engine.sglang_requirement == "sglang==0.5.23"
+    assert tuned.said(d.name, d.tuned).startswith(f"qwen36_ddtree: settings from {path}: profile (tuned), "
+                                                  "algorithm (tuned)")
+    # Measured with another build of that profile: stale, and the deployment serves its own profile.
+    write(site_dir, {"settings": PLAIN_PICK, "measured_with": {"sglang": "f" * 40, "prompts": MEASURED["prompts"]}})
+    d = deployed(profiles=profiles)
+    assert not d.tuned.applied and d.engine.profile_name == "qwen36_ddtree" and d.weights.drafter is not None
+    assert "measured with sglang " + "f" * 40 + " (deployed: sglang==0.5.23)" in d.tuned.stale
+
+
+@pytest.mark.parametrize(("settings", "said"), [
+    ({**PICK, "profile": "kimi_k26_dflash"}, "settings['profile'] 'kimi_k26_dflash' serves moonshotai/Kimi-K2.6, "
+                                             "not qwen36_ddtree's Qwen/Qwen3.6-27B"),
+    ({**PLAIN_PICK, "profile": "qwen36_ddtree"}, "settings['algorithm'] 'AR' drafts nothing, but profile "
+                                                 "'qwen36_ddtree' names a drafter"),
+])
+def test_a_tuned_profile_of_another_model_or_one_its_algorithm_cannot_serve_is_refused_in_one_line(
+        site_dir, settings, said):
+    path = write(site_dir, {"settings": settings, "measured_with": MEASURED})
+    with pytest.raises(BadHostData) as refused:
+        deployed()
+    message = str(refused.value)
+    assert message.startswith(f"{path}: ") and said in message and "\n" not in message

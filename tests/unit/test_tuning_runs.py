@@ -41,11 +41,20 @@ def test_the_plan_reads_the_objective_at_its_level_with_the_benchs_workload(site
     ({"objective": "speed"}, "objective='speed' is not accepted"),
     ({"max_ttft_ms": "soon"}, "max_ttft_ms='soon' is not a number"),
     ({"modes": "ar"}, "modes='ar' is not accepted by tune.py"),
+    ({"algorithms": "ar,dflsh"}, "algorithms='ar,dflsh' is not accepted: use a comma-separated list of ar, dflash, "),
 ])
 def test_a_bad_knob_is_refused_in_one_line(site_dir, data, said):
     with pytest.raises(BadHostData) as refused:
         plan(data)
     assert str(refused.value).startswith(said) and "\n" not in str(refused.value)
+
+
+def test_the_algorithms_compared_are_a_knob_declared_once_whose_misspelling_meets_its_nearest_name(site_dir):
+    assert schema.BY_NAME["algorithms"].subject == "tune" and schema.refused({"algorithms": "ar"}, schema.DATA, "") == []
+    assert plan({}).algorithms is None and plan({"algorithms": "ddtree, ar,ddtree"}).algorithms == ("ddtree", "ar")
+    with pytest.raises(BadHostData) as refused:
+        plan({"algorithms": "ar,dflsh"})
+    assert str(refused.value).endswith("('dflsh': did you mean dflash?)") and "\n" not in str(refused.value)
 
 
 def test_without_a_site_directory_there_is_nowhere_to_keep_the_pick(monkeypatch):
@@ -75,7 +84,8 @@ def test_a_trials_figures_are_the_benchs_level_result():
 
 
 def result_of_three():
-    found, _ = candidates(host_data(PCIE, profile="qwen36_ddtree"), PCIE, "qwen36_ddtree")
+    found, _ = candidates(host_data(PCIE, profile="qwen36_ddtree"), PCIE, "qwen36_ddtree",
+                          algorithms=("dflash", "ddtree"))
     baseline, spine, tree = found[0], found[8], found[9]  # AR, DDTree budget 15, budget 31 at TP 1 x 8
     trials = [(baseline, Trial({8: Figures(8, 300.0, 90.0, 26.0, None, 2400.0)})),
               (spine, Trial({8: Figures(8, 1800.0, 100.0, 4.3, 8.1, 2600.0)})),
@@ -106,7 +116,13 @@ def test_what_the_tuned_file_keeps_names_the_pick_and_every_trials_settings(tmp_
     assert next(line for line in md if "(PICK)" in line).startswith(f"| {kept['pick']} | ")
     assert md[-3:] == ["## Left out before any trial (1)", "", "- tp_size 3: does not divide 8 GPUs"]
     assert kept["trials"][1]["settings"] == {
-        "algorithm": "DDTREE", "num_draft_tokens": 16, "ddtree_budget": 15, "tp_size": 1}
+        "profile": "qwen36_ddtree", "algorithm": "DDTREE", "num_draft_tokens": 16, "ddtree_budget": 15, "tp_size": 1,
+        "replicas": 8}
+    # The algorithms at the objective's level, best first: DDTree's spine at 6x AR, the stopped tree trial out.
+    assert kept["algorithms"] == {"8": [
+        {"algorithm": "DDTREE", "trial": 2, "throughput": 1800.0, "speedup": 6.0, "accept_length": 8.1},
+        {"algorithm": "AR", "trial": 1, "throughput": 300.0, "speedup": 1.0, "accept_length": None}]}
+    assert "concurrency 8: DDTREE wins (DDTREE n=16 ddtree_budget=15 TP1x8, #2)" in md
     assert kept["trials"][2]["stopped"] and kept["trials"][1]["speedup"] == 6.0
     assert [p.name for p in written] == ["trials.json", "trials.md", "tune.png"]  # matplotlib: requirements-dev.txt
     png = (tmp_path / "tune.png").read_bytes()

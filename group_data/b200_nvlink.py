@@ -23,7 +23,7 @@ expected_gpus = dict(
 layouts = dict(
     # Kimi K2.6's ~595 GB: 74 GB a GPU at TP 8 of 162 GB usable (0.90 of 180 GB); TP 4 would hold the
     # weights (149 GB a GPU) with ~13 GB left for the KV cache. One server over all eight GPUs: its KV plan
-    # (operations/server/capacity.py, 183,359 MiB cards) holds about 1.33 million tokens, five full contexts.
+    # (operations/server/capacity.py, 183,359 MiB cards) holds about 1.31 million tokens, five full contexts.
     kimi_k26_dflash=dict(tp_size=8),
     # Qwen3.6-27B's ~54 GB fits one GPU with over 100 GB left for the KV cache. NVLink makes TP's
     # all-reduce cheap, but nothing is gained by splitting a model that fits: SGLang's guide to data

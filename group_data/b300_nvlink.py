@@ -17,7 +17,7 @@ expected_gpus = dict(
 
 # As b200_nvlink.py: one Kimi K2.6 server over all eight GPUs (at TP 4 two would fit the weights, 149 GB
 # of 247 GB usable a GPU, but no measurement here says they serve better); Qwen3.6-27B one replica a GPU.
-# KV plans (operations/server/capacity.py, 275,040 MiB cards): Kimi K2.6 about 2.51 million tokens; a
+# KV plans (operations/server/capacity.py, 275,040 MiB cards): Kimi K2.6 about 2.50 million tokens; a
 # Qwen3.6-27B replica about 1.25 million, 32 requests running at once.
 layouts = dict(
     kimi_k26_dflash=dict(tp_size=8),

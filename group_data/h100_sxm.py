@@ -32,11 +32,11 @@ expected_gpus = dict(
 # the keys). A profile not named here is one server over all 8 GPUs. The KV plans below are preflight's
 # (operations/server/capacity.py) for 81,559 MiB cards.
 # Kimi K2.6 (kimi_k26_dflash, kimi_k26_ddtree) does not fit one host, so it has no layout: its ~595 GB of
-# weights are 74.4 GB a GPU at TP 8, which 80 GB cards hold (71.7 GiB usable at 0.90) with 0.7 GiB a GPU left
-# for the KV cache, about 10,500 tokens with the 6 GB drafter; preflight refuses it in one line ("its KV cache
-# holds 10515 tokens ..., fewer than one full context"). SGLang's Kimi K2.6 cookbook asks for 140 GB a GPU at
-# TP 8 (notes sglang.md section 3). Two such hosts serve it as one TP 16 server (a node group,
-# group_data/all.py node_groups): about 526,000 tokens.
+# weights are 74.4 GB a GPU at TP 8, which 80 GB cards hold (69.6 GiB usable at 0.90 of what a TP-8 rank finds
+# free before its load) with nothing left for the KV cache: SGLang stops after the load ("Loaded weights leave no GPU
+# memory for the KV cache"), and preflight refuses it in one line ("its KV cache holds 0 tokens ..., fewer than
+# one full context"). SGLang's Kimi K2.6 cookbook asks for 140 GB a GPU at TP 8 (notes sglang.md section 3). Two
+# such hosts serve it as one TP 16 server (a node group, group_data/all.py node_groups): about 509,000 tokens.
 layouts = dict(
     # Qwen3.6-27B's ~54 GB fits one GPU, but a TP 1 replica's KV cache holds about 112,000 tokens, less than
     # the model's 262,144-token context, and 2 requests of 8,192 tokens; TP 2 holds about 577,000 and 14 a

@@ -33,7 +33,7 @@ expected_gpus = dict(
 layouts = dict(
     # Kimi K2.6's ~595 GB: 74.4 GB a GPU at TP 8 of 126 GiB usable (0.90), SGLang's cookbook's H200 setup
     # (notes sglang.md section 3); TP 4 (149 GB a GPU) does not fit. One server over all eight GPUs: about
-    # 815,000 tokens with the 6 GB drafter, three full contexts; it runs 48 requests at once (DFlash's default).
+    # 798,000 tokens with the 6 GB drafter, three full contexts; it runs 48 requests at once (DFlash's default).
     kimi_k26_dflash=dict(tp_size=8),
     # Qwen3.6-27B's ~54 GB fits one GPU, as on B200: one replica a GPU behind the gateway (b200_nvlink.py
     # says why). A TP 1 replica holds about 472,000 tokens, 11 requests of 8,192 tokens.

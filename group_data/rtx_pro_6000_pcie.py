@@ -37,9 +37,9 @@ expected_gpus = dict(
 layouts = dict(
     # Kimi K2.6's ~595 GB of weights: 74 GB a card at TP 8 of 86 GB usable (0.90 of 96 GB); at TP 4,
     # 149 GB a card does not fit. One server over all eight cards. Its KV cache with the drafter holds
-    # about 222,000 tokens (70,272 bytes a token of MLA), less than the model's 262,144-token context, and
+    # about 205,000 tokens (70,272 bytes a token of MLA), less than the model's 262,144-token context, and
     # SGLang would refuse a longer request anyway (max_req_input_len): the context is 192K, which it holds
-    # once, 27 requests of 8,192 tokens. An fp8 KV cache would double the pool, but whether FlashInfer's MLA
+    # once, 25 requests of 8,192 tokens. An fp8 KV cache would double the pool, but whether FlashInfer's MLA
     # kernels serve it on sm_120 is unmeasured.
     kimi_k26_dflash=dict(tp_size=8, context_length=196608),
     # Qwen3.6-27B's ~54 GB fits one card with ~30 GB left for the KV cache. A TP 8 server pays a PCIe

@@ -23,7 +23,7 @@ tests/unit/test_engine_startup.py holds every shipped layout's plan to the wheel
 ...                     target_weight_bytes=595 * 10**9, drafter_weight_bytes=0, target=geometry,
 ...                     typical_request_tokens=8192)
 >>> plan.tokens, plan.max_running_requests, plan.max_request_tokens, plan.concurrent_requests
-(1398606, 2731, 262143, 170)
+(1381189, 2697, 262143, 168)
 """
 
 from dataclasses import dataclass, replace
@@ -48,8 +48,8 @@ MULTIMODAL_ARCHITECTURES = frozenset({"KimiK25ForConditionalGeneration", "Qwen3_
 
 # How far below its plan a running replica's own max_total_num_tokens (its /server_info) may fall before the
 # plan counts as wrong. The plan follows the engine's arithmetic (the suite holds it to the wheel's code); what it
-# cannot know is what a real host holds before the load beyond the CUDA context (above: NCCL at TP 8 on NVLink is
-# not measured). 10% of the smallest shipped pool (Kimi K2.6 at TP 8 on the RTX PRO 6000, ~14 GiB a GPU) is
+# cannot know is what a real host holds before the load beyond the CUDA context (resident.py: at TP 8 over PCIe and
+# at TP 2-6 on NVLink the parallel groups are not measured). 10% of the smallest shipped pool (Kimi K2.6 at TP 8 on the RTX PRO 6000, ~14 GiB a GPU) is
 # ~1.4 GiB a GPU more resident than planned.
 ENGINE_TOLERANCE = 0.10
 # A hybrid model's recurrent state gets mamba_full_memory_ratio of the KV cache's memory when the radix cache is

@@ -115,7 +115,7 @@ def test_the_deploy_hands_the_check_the_replicas_smallest_card_and_the_floor():
 
     handed = json.loads(sizing(gpus, 200_000))
     assert handed["card_mib"] == 182359 and handed["min_tokens"] == 200_000
-    assert 181_000 < handed["before_load_mib"] < handed["card_mib"]  # less what a rank holds before its load
+    assert 179_000 < handed["before_load_mib"] < handed["card_mib"] - 2_000  # less what a TP-8 rank holds before its load
     assert json.loads(sizing(gpus))["min_tokens"] is None  # one full context, as the engine says it
     assert sizing({"unknown": "NVIDIA-SMI has failed"}) == "" and sizing(gpus[:4]) == ""
 

@@ -101,7 +101,7 @@ def test_the_planner_meets_its_bound_on_the_public_logs():
     assert CASES, "no public startup log to score the planner on"
     errors = {path.stem: error(load(path)) for path in CASES}
     print("\nplanner tokens / engine tokens - 1, per public startup log (resident before the load; what the "
-          "engine's rule sets aside for it, mem_fraction_static x resident, against the planner's 1 GiB):")
+          "engine's rule sets aside for it, mem_fraction_static x resident, against what resident.py counts):")
     for name, value in sorted(errors.items(), key=lambda item: item[1]):
         case = load(CASES_DIR / f"{name}.json")
         resident = resident_before_load(case)

@@ -209,7 +209,7 @@ def _own_users(found: tuple[Deployment, ...], gateway_user: str | None) -> None:
                                 "holds: use another name", wrong=f"makes the servers' user {d.engine.user}, {taken}")
 
 
-def _tuned(profile_name: str, profile: dict, data: Any, candidate: dict | None,
+def _tuned(profile_name: str, data: Any, candidate: dict | None,
            own: dict) -> tuple[tuned_settings.Tuned | None, tuned_settings.Use | None]:
     """What a deployment of `profile_name` takes of its tuned settings: `candidate` where a tuner tries one
     (applied), else its tuned file where the site holds one, whose staleness its served profile's build and
@@ -253,7 +253,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
                                       install_dir=service.install_dir)
     own = {k: v for k, v in entry.items() if k in layout.KEYS}
     named = {k: v for k, v in own.items() if v is not None}
-    found, use = _tuned(entry_profile, profile, data, candidate, named)
+    found, use = _tuned(entry_profile, data, candidate, named)
     tuned_values = use.settings if use is not None else found.settings if found is not None else {}
     profile_name, served = _served(data, entry_profile, profile, tuned_values,
                                    str(found.path) if found is not None else "(candidate)")

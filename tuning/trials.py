@@ -43,7 +43,7 @@ def tune(d: Deployment, data, plan: TunePlan, hub: HubState, smoke: SmokeTest | 
     Fails the host when no candidate meets the limits, when a deployed replica does not come back, or when
     the pick cannot be written.
 
-    + d: the deployment, at the hub's commits (deployment.at_commits)
+    + d: the deployment, at the hub's commits (deployment.hosts.at_commits)
     + data: the host's data, which each candidate is resolved from as the deploy resolves a tuned file
     + plan: the workload, the levels, the objective, the search and the site (tuning/plan.py)
     + hub: the hub's answers (the KV plan and the weights' fit of each layout read its snapshots)

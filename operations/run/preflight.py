@@ -123,7 +123,7 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
     access is pending (``weights.checks.access_pending`` fails it after its downloads started).
 
     + worker: what is true of the host (``deployment.hosts.resolve_worker``)
-    + deployments: the host's resolved deployments, at the hub's commits (``deployment.at_commits``)
+    + deployments: the host's resolved deployments, at the hub's commits (``deployment.hosts.at_commits``)
     + hubs: what the hub said of each one's repos, on the controller (``weights.checks.hub_state``)
 
     **Example:**
@@ -131,7 +131,7 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
     .. code:: python
 
         hubs = preflight.host_and_hub_read(deployments)
-        deployments = tuple(deployment.at_commits(d, hub.commits) for d, hub in zip(deployments, hubs))
+        deployments = tuple(hosts.at_commits(d, hub.commits) for d, hub in zip(deployments, hubs))
         preflight.check(name="Preflight", worker=worker, deployments=deployments, hubs=hubs)
     """
     s = worker.service

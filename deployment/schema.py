@@ -12,6 +12,7 @@ knows its shape. docs/configuration.md is written from this table by `python -m 
 Adding a knob is adding its entry to KNOBS (and its value to its group file, where it has one).
 """
 
+import dataclasses
 import difflib
 import functools
 import re
@@ -271,6 +272,28 @@ def value(data: Any, name: str) -> Any:
         allow, risk = knob.https_unless
         return knobs.url_over_https(name, raw, allow, _raw(data, allow), risk)
     return raw if knob.parse is None else knob.parse(name, raw)
+
+
+def knob(name: str | None = None) -> Any:
+    """A dataclass field holding a knob's parsed value: the knob `name`, else the field's own name
+    (``knob_fields`` reads it). The field's type says what its subject holds; the knob's declaration above
+    says the rest.
+
+        service_prefix: str = schema.knob("service_name")
+    """
+    if name is not None and name not in BY_NAME:
+        raise KeyError(f"no knob is named {name!r}")
+    return dataclasses.field(metadata={"knob": name})
+
+
+def knob_fields(data: Any, cls: type) -> dict[str, Any]:
+    """The parsed value (``value``) of each field of the dataclass `cls` that ``knob`` declares, by field
+    name, in the fields' order: a bad value raises BadHostData naming its knob.
+
+    >>> knob_fields({"service_name": "sglang"}, ServiceHost)["service_prefix"]
+    'sglang'
+    """
+    return {f.name: value(data, f.metadata["knob"] or f.name) for f in dataclasses.fields(cls) if "knob" in f.metadata}
 
 
 def _raw(data: Any, name: str) -> Any:

@@ -18,24 +18,27 @@ HEALTH_KEYS = ("endpoint", "interval_secs", "timeout_secs", "failure_threshold",
 
 @dataclass(frozen=True)
 class Gateway:
-    """What one gateway host runs (group_data/gateway.py), resolved and validated."""
+    """What one gateway host runs (group_data/gateway.py), resolved and validated: `resolve` checks the
+    first three; every other field is a knob's parsed value (deployment/schema.py)."""
 
     model: str  # the served model name of the host's profile: its workers serve the same
     requirement: str
-    service_name: str
-    user: str
-    bind_address: str
-    port: int
-    prometheus_port: int
-    policy: str
     health: dict[str, Any]
-    register_timeout_s: int
-    install_dir: str
-    config_dir: str
-    pip_index_url: str | None
-    api_key_env: str  # the clients' key (smg --api-key), which smg forwards to the workers: theirs too
-    admin_key_env: str  # the control plane's key (smg --control-plane-api-keys): registers and removes workers
-    remove_api_key: bool  # only this removes the gateway's keys (as the workers', `remove_api_key`)
+    service_name: str = schema.knob("gateway_service_name")
+    user: str = schema.knob("gateway_user")
+    bind_address: str = schema.knob("gateway_bind_address")
+    port: int = schema.knob("gateway_port")
+    prometheus_port: int = schema.knob("gateway_prometheus_port")
+    policy: str = schema.knob("gateway_policy")
+    register_timeout_s: int = schema.knob("gateway_register_timeout_s")
+    install_dir: str = schema.knob()
+    config_dir: str = schema.knob()
+    pip_index_url: str | None = schema.knob()
+    # The clients' key (smg --api-key), which smg forwards to the workers: theirs too.
+    api_key_env: str = schema.knob()
+    # The control plane's key (smg --control-plane-api-keys): registers and removes workers.
+    admin_key_env: str = schema.knob("gateway_admin_key_env")
+    remove_api_key: bool = schema.knob()  # only this removes the gateway's keys (as the workers', `remove_api_key`)
 
     @property
     def venv(self) -> str:
@@ -103,23 +106,8 @@ def resolve(data: Any) -> Gateway:
         raise knobs.refused("gateway_requirement", requirement, "use smg==1.13.0 (the worker sync reads smg "
                             "1.13's listing; later smg lists no worker `status`)",
                             wrong="is an smg release the sync does not read")
-    return Gateway(
-        model=served_model_name(data),
-        requirement=requirement,
-        service_name=schema.value(data, "gateway_service_name"),
-        user=schema.value(data, "gateway_user"),
-        bind_address=schema.value(data, "gateway_bind_address"),
-        port=schema.value(data, "gateway_port"),
-        prometheus_port=schema.value(data, "gateway_prometheus_port"),
-        policy=schema.value(data, "gateway_policy"),
-        health={"endpoint": knobs.matching("gateway_health['endpoint']", health["endpoint"], ENDPOINT,
-                                           "a path such as /health"),
-                **{k: knobs.integer(f"gateway_health[{k!r}]", health[k], minimum=1) for k in HEALTH_KEYS[1:]}},
-        register_timeout_s=schema.value(data, "gateway_register_timeout_s"),
-        install_dir=schema.value(data, "install_dir"),
-        config_dir=schema.value(data, "config_dir"),
-        pip_index_url=schema.value(data, "pip_index_url"),
-        api_key_env=schema.value(data, "api_key_env"),
-        admin_key_env=schema.value(data, "gateway_admin_key_env"),
-        remove_api_key=schema.value(data, "remove_api_key"),
-    )
+    model = served_model_name(data)
+    health = {"endpoint": knobs.matching("gateway_health['endpoint']", health["endpoint"], ENDPOINT,
+                                         "a path such as /health"),
+              **{k: knobs.integer(f"gateway_health[{k!r}]", health[k], minimum=1) for k in HEALTH_KEYS[1:]}}
+    return Gateway(model=model, requirement=requirement, health=health, **schema.knob_fields(data, Gateway))

@@ -80,22 +80,26 @@ class ServiceHost:
     where (the service user runs the servers, the download user owns the HF token and the weights,
     deployment/weights/config.py Weights.owner; root's directories hold the programs and the keys), how
     the servers are reached and keyed, their package index, their units' prefix and how long a request
-    in flight may take."""
+    in flight may take. Each field is a knob's parsed value (deployment/schema.py)."""
 
-    service_user: str
-    download_user: str
-    install_dir: str
-    config_dir: str
-    service_prefix: str  # the `service_name` knob
-    longest_generation_s: int  # the longest a request may run: how long a stop or a drain waits for those in flight
-    api_key_env: str  # the controller's variable holding the clients' API key
-    remove_api_key: bool  # only this removes a key from a host; the servers must then bind to loopback
-    pip_index_url: str | None  # the host's package index (uv, every SGLang build)
-    bind_address: str  # where every server of the host listens
-    weights_fanout_port: int  # the weights' peer server's (operations/weights/peer.py): no server binds it
-    ip_allow: tuple[str, ...]  # networks its units admit beyond loopback, node group and gateways (`server_ip_allow`)
-    enable_metrics: bool
-    ready_timeout_s: int | None  # None: from the weights' size (readiness.ready_timeout)
+    service_user: str = schema.knob()
+    download_user: str = schema.knob()
+    install_dir: str = schema.knob()
+    config_dir: str = schema.knob()
+    service_prefix: str = schema.knob("service_name")
+    # The longest a request may run: how long a stop or a drain waits for those in flight.
+    longest_generation_s: int = schema.knob()
+    api_key_env: str = schema.knob()  # the controller's variable holding the clients' API key
+    # Only this removes a key from a host; the servers must then bind to loopback.
+    remove_api_key: bool = schema.knob()
+    pip_index_url: str | None = schema.knob()  # the host's package index (uv, every SGLang build)
+    bind_address: str = schema.knob()  # where every server of the host listens
+    # The weights' peer server's (operations/weights/peer.py): no server binds it.
+    weights_fanout_port: int = schema.knob()
+    # Networks its units admit beyond loopback, node group and gateways.
+    ip_allow: tuple[str, ...] = schema.knob("server_ip_allow")
+    enable_metrics: bool = schema.knob()
+    ready_timeout_s: int | None = schema.knob()  # None: from the weights' size (readiness.ready_timeout)
 
     @property
     def stop_timeout_s(self) -> int:
@@ -323,21 +327,7 @@ def _speculative(profile_name: str, values: Any) -> Speculative:
 
 def service_host(data: Any) -> ServiceHost:
     """What every server of the host shares, from its data; a bad value raises BadHostData."""
-    service = ServiceHost(
-        service_user=schema.value(data, "service_user"),
-        download_user=schema.value(data, "download_user"),
-        install_dir=schema.value(data, "install_dir"),
-        config_dir=schema.value(data, "config_dir"),
-        service_prefix=schema.value(data, "service_name"),
-        longest_generation_s=schema.value(data, "longest_generation_s"),
-        api_key_env=schema.value(data, "api_key_env"),
-        remove_api_key=schema.value(data, "remove_api_key"),
-        pip_index_url=schema.value(data, "pip_index_url"),
-        bind_address=schema.value(data, "bind_address"),
-        weights_fanout_port=schema.value(data, "weights_fanout_port"),
-        ip_allow=schema.value(data, "server_ip_allow"),
-        enable_metrics=schema.value(data, "enable_metrics"),
-        ready_timeout_s=schema.value(data, "ready_timeout_s"))
+    service = ServiceHost(**schema.knob_fields(data, ServiceHost))
     if service.download_user == service.service_user:
         raise knobs.refused("download_user", service.download_user, "give the downloads a user of their own, so "
                             "the token is never readable by the user that runs the model's code",

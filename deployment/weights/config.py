@@ -43,10 +43,10 @@ class Repo:
 
 @dataclass(frozen=True)
 class Weights:
-    """The repos one host fetches and the settings of their downloads."""
+    """The repos one host fetches and the settings of their downloads (those a knob sets: schema.knob)."""
 
     repos: tuple[Repo, ...]  # in ROLES order, those its profile names
-    hf_endpoint: str | None  # None: the public hub
+    hf_endpoint: str | None = schema.knob()  # None: the public hub
     hf_token_env: str  # the controller's variable holding the token (else its huggingface_hub token file)
     owner: str  # the download user: it owns the weights and the token, and runs the downloads
     reader: str  # the service user: the weights' group, which reads them (never the token, never writes)
@@ -54,10 +54,13 @@ class Weights:
     earlier_token_file: str  # where deployments without a download user kept the token (removed)
     config_dir: str  # root's directory of the download specs
     install_dir: str  # where the host programs are (the fetcher)
-    verify: bool  # hash every file against the hub's hashes
-    fanout: bool  # take a revision other hosts of the run deploy from them (deployment/weights/fanout.py)
-    fanout_port: int  # where this host serves its revisions to its peers (operations/weights/peer.py)
-    cache: bool  # keep serving them after the run: a site cache for later revisions and hosts
+    verify: bool = schema.knob("verify_weights")  # hash every file against the hub's hashes
+    # Take a revision other hosts of the run deploy from them (deployment/weights/fanout.py).
+    fanout: bool = schema.knob("weights_fanout")
+    # Where this host serves its revisions to its peers (operations/weights/peer.py).
+    fanout_port: int = schema.knob("weights_fanout_port")
+    # Keep serving them after the run: a site cache for later revisions and hosts.
+    cache: bool = schema.knob("weights_cache")
 
     def repo(self, role: str) -> Repo | None:
         """The repo of `role`; None where the profile names none (a drafter, for an algorithm without one)."""
@@ -134,7 +137,6 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_to
 
     return Weights(
         repos=tuple(repo(role) for role in ROLES if role in profile),
-        hf_endpoint=schema.value(data, "hf_endpoint"),
         hf_token_env=hf_token_env,
         owner=owner,
         reader=reader,
@@ -142,8 +144,5 @@ def resolve(data: Any, profile_name: str, profile: dict, weights_dir: str, hf_to
         earlier_token_file=earlier_token_file,
         config_dir=config_dir,
         install_dir=install_dir,
-        verify=schema.value(data, "verify_weights"),
-        fanout=schema.value(data, "weights_fanout"),
-        fanout_port=schema.value(data, "weights_fanout_port"),
-        cache=schema.value(data, "weights_cache"),
+        **schema.knob_fields(data, Weights),
     )

@@ -106,6 +106,40 @@ def test_a_subject_reads_the_value_its_declaration_parses():
                         "pip_index_url") == "http://index.example/simple"
 
 
+def test_a_field_that_holds_a_knob_names_it_once_and_is_given_its_parsed_value():
+    """A subject's dataclass declares which knob each field holds (schema.knob) and is built from them
+    (schema.knob_fields): no resolve lists them again. Every such field names a declared knob."""
+    import dataclasses
+    import importlib
+
+    from deployment.gateway.config import Gateway
+    from deployment.server.config import ServiceHost
+    from tests.unit.group_data import host_data
+
+    held = {}
+    for path in sorted((REPO / "deployment").rglob("*.py")):
+        module = importlib.import_module(".".join(path.relative_to(REPO).with_suffix("").parts))
+        for cls in vars(module).values():
+            if dataclasses.is_dataclass(cls) and cls.__module__ == module.__name__:
+                held |= {f"{cls.__name__}.{f.name}": f.metadata["knob"] or f.name for f in dataclasses.fields(cls)
+                         if "knob" in f.metadata}
+    assert {"ServiceHost.service_prefix": "service_name", "ServiceHost.ip_allow": "server_ip_allow",
+            "Gateway.port": "gateway_port", "Gateway.install_dir": "install_dir"}.items() <= held.items()
+    assert sorted(name for name in held.values() if name not in schema.BY_NAME) == []
+    with pytest.raises(KeyError, match="no knob is named 'sevice_name'"):
+        schema.knob("sevice_name")
+
+    worker = host_data("h100_sxm", service_name="sglang-b", server_ip_allow=["10.0.0.0/8"])
+    assert schema.knob_fields(worker, ServiceHost)["service_prefix"] == "sglang-b"
+    assert schema.knob_fields(worker, ServiceHost)["ip_allow"] == schema.value(worker, "server_ip_allow")
+    gateway = host_data("gateway", gateway_port="30090")
+    assert schema.knob_fields(gateway, Gateway)["port"] == 30090
+    assert set(schema.knob_fields(gateway, Gateway)) == {f.name for f in dataclasses.fields(Gateway)} - {
+        "model", "requirement", "health"}
+    with pytest.raises(schema.knobs.BadHostData, match=r"^gateway_port='x' is not"):
+        schema.knob_fields(host_data("gateway", gateway_port="x"), Gateway)
+
+
 def test_a_retired_knob_is_declared_once_and_refused_by_its_subject_in_its_words():
     from deployment import hosts
     from serving_benchmark.plan import plan

@@ -17,13 +17,13 @@ from pyinfra import host, inventory
 from deployment import hosts, roles, schema
 from deployment.gateway import config as gateway_config, membership
 from deployment.knobs import BadHostData
+from deployment.monitoring import config as monitoring_config
 from deployment.nodes import group as nodes
 from operations.basics import deploy_files, failing
 from operations.gateway import drain, registry
 from operations.gateway.stages import gateway_deployed
 from operations.gpu import smoke
 from operations.gpu.stages import gpu_runtime
-from operations.monitoring import prometheus
 from operations.monitoring.stages import monitoring_deployed
 from operations.nodes import rendezvous
 from operations.run import preflight, summary
@@ -47,7 +47,7 @@ try:
                                                         nodes.members(inventory, host))
         summary.tuned_report(host.name, deployments)  # where each setting came from: class, profile or tuned file
     if roles.is_gateway(host.groups):
-        gateway, monitoring = gateway_config.resolve(host.data), prometheus.resolve(host.data)
+        gateway, monitoring = gateway_config.resolve(host.data), monitoring_config.resolve(host.data)
     # What a host serves is the group data's: a --data choice of it would last this run alone.
     if refusal := schema.deploy_data_refused(inventory.get_override_data()):
         raise BadHostData(refusal)

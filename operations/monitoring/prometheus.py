@@ -17,7 +17,6 @@ import posixpath
 import time
 from dataclasses import dataclass
 from io import StringIO
-from typing import Any
 from urllib.parse import urlsplit
 
 from pyinfra import host, state
@@ -26,9 +25,9 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.api.state import StateStage
 from pyinfra.operations import files, systemd
 
-from deployment import network, schema
 from deployment.gateway.config import Gateway
 from deployment.gateway.membership import Worker
+from deployment.monitoring.config import Monitoring
 from operations.basics import apt_packages, gathering, shell
 from operations.basics.file_states import FileStates
 from operations.basics.host_programs import inline
@@ -47,34 +46,6 @@ KEY_FILE = "/etc/prometheus/specfleet-api-key"
 # Confinement beyond Debian's unit: `systemd-analyze security` rates it at most 3.0 with it
 # (tests/deployed/test_gateway.py), 3.9 without.
 CONFINEMENT_FILE = "/etc/systemd/system/prometheus.service.d/specfleet-confinement.conf"
-
-
-@dataclass(frozen=True)
-class Monitoring:
-    """Prometheus on one gateway host (group_data/gateway.py `prometheus_*`), resolved and validated."""
-
-    listen_address: str
-    port: int
-    scrape_interval_s: int
-    retention: str
-    targets_timeout_s: int
-
-    @property
-    def api_address(self) -> str:
-        """Where the deploy and the checks reach its API on its own host."""
-        return network.local_address(self.listen_address)
-
-
-def resolve(data: Any) -> Monitoring:
-    """A gateway host's Prometheus knobs as the typed, validated `Monitoring` (they reach its argument
-    and configuration files); a bad value raises BadHostData naming the knob, the value and what is accepted."""
-    return Monitoring(
-        listen_address=schema.value(data, "prometheus_listen_address"),
-        port=schema.value(data, "prometheus_port"),
-        scrape_interval_s=schema.value(data, "prometheus_scrape_interval_s"),
-        retention=schema.value(data, "prometheus_retention"),
-        targets_timeout_s=schema.value(data, "prometheus_targets_timeout_s"),
-    )
 
 
 @dataclass(frozen=True)

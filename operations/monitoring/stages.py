@@ -2,8 +2,8 @@
 
 from deployment.gateway.config import Gateway
 from deployment.gateway.membership import Worker
+from deployment.monitoring.config import Monitoring
 from operations.monitoring import prometheus
-from operations.monitoring.prometheus import Monitoring
 
 
 def monitoring_deployed(monitoring: Monitoring, gateway_host_name: str, gateway: Gateway,

@@ -149,8 +149,8 @@ LAYERS = (
     # A host's deployments, from every such subject's slice at once; the class files; the hosts' roles in the
     # fleet; the tuned files.
     ("deployment.hosts", "deployment.site_data", "deployment.roles", "deployment.tuned"),
-    # Over the fleet: a gateway routes to other hosts' deployments.
-    ("deployment.gateway",),
+    # Over the fleet: a gateway routes to other hosts' deployments, Prometheus scrapes them.
+    ("deployment.gateway", "deployment.monitoring"),
     # The facts and operations acting on that model. What every subject builds on: facts, files, units;
     # `operations` itself (its __init__, a docstring) is placed here by `layer`.
     ("operations.basics",),

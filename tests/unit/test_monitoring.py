@@ -18,12 +18,12 @@ from pyinfra.context import ctx_host, ctx_state
 from deployment.gateway.config import resolve as resolve_gateway
 from deployment.gateway.membership import Worker
 from deployment.knobs import BadHostData
+from deployment.monitoring.config import resolve as resolve_monitoring
 from operations.basics.file_states import FileStates
 from operations.gateway import service
 from operations.monitoring import prometheus
 from operations.monitoring.prometheus import (KEY_FILE, PrometheusTargets, ScrapeTarget, config_text, down_targets,
                                    scrape_targets)
-from operations.monitoring.prometheus import resolve as resolve_monitoring
 from tests.unit.fakehost import FakeHost, failure, ran, run
 from tests.unit.group_data import host_data
 

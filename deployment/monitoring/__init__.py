@@ -1,0 +1,1 @@
+"""Prometheus on the gateway's hosts: its settings (config)."""

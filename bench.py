@@ -11,15 +11,15 @@ all of them at once) with the prompts (serving_benchmark/prompts.jsonl, else --d
 its results land in bench-results/RUN/HOST/ on the controller (HOST/DEPLOYMENT/ for a host serving
 several models). A replica behind a gateway is drained from it first and registered again once its
 deployed unit generates; then each level runs through that gateway too, when its only workers of the
-model are this host's replicas. Knobs: operations/schema.py declares them, serving_benchmark/plan.py reads
+model are this host's replicas. Knobs: deployment/schema.py declares them, serving_benchmark/plan.py reads
 them. (The toolkit's own speed series is another thing: speed/, `make speed`.)
 """
 
 from pyinfra import host, inventory
 
-from operations import schema
+from deployment import roles, schema
 from operations.basics import deploy_files, failing
-from operations.deployment import preflight, roles
+from operations.run import preflight
 from serving_benchmark import behind_gateway, client, modes, sweep
 from serving_benchmark.plan import plan as bench_plan
 

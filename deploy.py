@@ -14,17 +14,19 @@ import functools
 
 from pyinfra import host, inventory
 
-from operations import deployment, schema
+from deployment import hosts, roles, schema
+from deployment.gateway import config as gateway_config, membership
+from deployment.knobs import BadHostData
+from deployment.nodes import group as nodes
 from operations.basics import deploy_files, failing
-from operations.basics.knobs import BadHostData
-from operations.deployment import preflight, roles, summary, tuned
-from operations.gateway import config as gateway_config, drain, membership, registry
+from operations.gateway import drain, registry
 from operations.gateway.stages import gateway_deployed
 from operations.gpu import smoke
 from operations.gpu.stages import gpu_runtime
 from operations.monitoring import prometheus
 from operations.monitoring.stages import monitoring_deployed
-from operations.nodes import group as nodes, rendezvous
+from operations.nodes import rendezvous
+from operations.run import preflight, summary
 from operations.server import capacity_record, sandbox, unit
 from operations.server.stages import builds_pruned, server_installed, server_serving
 from operations.weights import revisions, hf_token
@@ -41,9 +43,9 @@ try:
     # (one model, or several on disjoint GPUs), a host of a node group with its group's members. A host
     # in no class group is refused (by host_class_of) unless it is a gateway without GPUs.
     if roles.serves_model(host.groups) or not roles.is_gateway(host.groups):
-        worker, deployments = deployment.resolve_worker(host.data, deployment.host_class_of(host.groups),
+        worker, deployments = hosts.resolve_worker(host.data, hosts.host_class_of(host.groups),
                                                         nodes.members(inventory, host))
-        tuned.report(host.name, deployments)  # where each setting came from: class, profile or tuned file
+        summary.tuned_report(host.name, deployments)  # where each setting came from: class, profile or tuned file
     if roles.is_gateway(host.groups):
         gateway, monitoring = gateway_config.resolve(host.data), prometheus.resolve(host.data)
     # What a host serves is the group data's: a --data choice of it would last this run alone.
@@ -60,7 +62,7 @@ if deployments:
     #    build, exposure. The host's state is read in one round trip while the hub answers; each deployment
     #    goes on at the commits the hub resolved its revisions to.
     hubs = preflight.host_and_hub_read(deployments)
-    deployments = tuple(deployment.at_commits(d, hub.commits) for d, hub in zip(deployments, hubs))
+    deployments = tuple(hosts.at_commits(d, hub.commits) for d, hub in zip(deployments, hubs))
     preflight.check(name="Preflight", worker=worker, deployments=deployments, hubs=hubs)
     for d in deployments:
         if d.node_group:

@@ -12,8 +12,9 @@ journal (operations/server/host_scripts/launch_sglang.py), and smg logs its conf
 
 from pyinfra import host, inventory, logger
 
+from deployment import knobs
 from operations import logs, status
-from operations.basics import deploy_files, knobs, read_only
+from operations.basics import deploy_files, read_only
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 

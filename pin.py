@@ -37,11 +37,11 @@ class Asked:
 def moving(hosts, profiles: list[str] | None) -> tuple[dict, dict, list[str]]:
     """What the inventory's workers would deploy unpinned: ({(endpoint, token variable, repo, revision)},
     {(url, ref)}, problems), revisions and refs that are not commits only."""
-    from operations import deployment
-    from operations.basics.knobs import COMMIT, BadHostData
-    from operations.deployment.roles import is_gateway, serves_model
-    from operations.nodes.group import members
-    from operations.server.config import git_refs
+    from deployment.hosts import host_class_of, resolve
+    from deployment.knobs import COMMIT, BadHostData
+    from deployment.roles import is_gateway, serves_model
+    from deployment.nodes.group import members
+    from deployment.server.config import git_refs
 
     repos, refs, problems = {}, {}, []
     for host in hosts:
@@ -49,8 +49,8 @@ def moving(hosts, profiles: list[str] | None) -> tuple[dict, dict, list[str]]:
             continue  # a gateway without GPUs; a host in no group at all is refused by host_class_of
         for profile in profiles or [host.data.profile]:
             try:
-                d = deployment.resolve(Asked(host.data, profile=profile, pins={}), deployment.host_class_of(host.groups),
-                                       members(hosts, host))
+                d = resolve(Asked(host.data, profile=profile, pins={}), host_class_of(host.groups),
+                            members(hosts, host))
             except BadHostData as problem:
                 problems.append(f"{host.name}: {problem}")
                 continue
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
 
     sys.path.insert(0, str(REPO))  # inventories and group data import the repository's packages, as pyinfra's CLI does
     importlib.import_module("pyinfra_cli")  # first: it patches the process for gevent, before anything opens SSL
-    from operations.deployment import site_data
+    from deployment import site_data
     from operations.weights.checks import outage, token_problem
     from operations.weights.hub import HubProblem, commit_of, controller_token, hub_outages, hub_url
 
@@ -174,12 +174,12 @@ def main(argv: list[str]) -> int:
 
 def inventory_hosts(path: str, data: list[str], group_data: list[str]) -> list:
     """The inventory's hosts with their data, as `pyinfra PATH ...` run from the checkout loads them; a key no
-    knob has stops pin (operations/schema.py), as it stops the deploy."""
+    knob has stops pin (deployment/schema.py), as it stops the deploy."""
     from pyinfra.api import State
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory
 
-    from operations import schema
+    from deployment import schema
 
     override = schema.cli_data(data)
     state = State()

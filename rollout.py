@@ -48,9 +48,8 @@ def survey(inventory_path: str, size: int, limit=(), exclude=(), data=(), group_
     from pyinfra_cli.cli import _apply_inventory_exclude, _apply_inventory_limit, _set_override_data
     from pyinfra_cli.inventory import make_inventory
 
-    from operations import schema
-    from operations.basics import knobs
-    from operations.deployment.roles import serves_model
+    from deployment import knobs, schema
+    from deployment.roles import serves_model
 
     with ctx_state.use(State()):  # pyinfra reads an inventory file inside a state, as its CLI does
         inventory = make_inventory(inventory_path, cwd=os.getcwd(), group_data_directories=group_data,
@@ -95,7 +94,7 @@ def plan(hosts, size: int) -> list[list[str]]:
     A unit is one worker, or every host of a node group: its ranks serve one server together
     (rank 0 cannot serve while another rank restarts), so they are deployed in the same run.
     """
-    from operations.deployment.roles import is_gateway, serves_model
+    from deployment.roles import is_gateway, serves_model
 
     units: dict[tuple[str, str], list[str]] = {}
     for h in hosts:

@@ -12,8 +12,9 @@ Nothing changes on any host: the table ends the run before pyinfra's change dete
 
 from pyinfra import host, inventory
 
+from deployment import knobs
 from operations import status
-from operations.basics import deploy_files, knobs
+from operations.basics import deploy_files
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call
 

@@ -19,9 +19,9 @@ SPECFLEET_SITE/tuned/<class>/<profile>.json, which the next deploy serves. Knobs
 
 from pyinfra import host, inventory
 
-from operations import deployment, schema
+from deployment import hosts, roles, schema
 from operations.basics import deploy_files, failing
-from operations.deployment import preflight, roles
+from operations.run import preflight
 from operations.weights import checks as weights_checks
 from operations.server.stages import builds_installed
 from serving_benchmark import behind_gateway, client
@@ -45,7 +45,7 @@ if deployments:
     builds_installed(worker.service, tuple(compared))
     for d in host.loop(deployments):
         hub = weights_checks.hub_state(d.weights)  # the KV plan of each layout reads the models' configs
-        d = deployment.at_commits(d, hub.commits)
+        d = hosts.at_commits(d, hub.commits)
         routes, drained = behind_gateway.drained(inventory, host, d.replicas)
         trials.tune(name=f"Tune {d.name}", d=d, data=host.data, plan=plan, hub=hub, smoke=d.host.smoke,
                     routes=routes, drained=drained)

@@ -17,10 +17,12 @@ weights it no longer finds).
 
 from pyinfra import host, inventory
 
+from deployment import knobs
+from deployment.gateway import membership
 from operations import status, uninstall
-from operations.basics import deploy_files, knobs
-from operations.deployment import preflight
-from operations.gateway import drain, membership
+from operations.basics import deploy_files
+from operations.gateway import drain
+from operations.run import preflight
 from operations.server import unit
 
 deploy_files.named_for_inspect(__file__)  # pyinfra's operation order, without a scan of every module per call

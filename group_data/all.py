@@ -5,8 +5,7 @@ Pick another ready-made profile in your site directory (SPECFLEET_SITE/group_dat
 A deploy refuses it from --data, which would last one run: every later command reads the group data.
 """
 
-from operations.basics import network as _network
-from operations.deployment import site_data as _site_data
+from deployment import network as _network, site_data as _site_data
 
 # The deployment profile (a key of `profiles` below), served as the host's class lays it out
 # (group_data/<class>.py `layouts`: TP size, replicas, GPUs).
@@ -192,21 +191,21 @@ nccl_port = 31000
 enable_metrics = True  # /metrics with sglang:spec_accept_length
 
 # Preflight refuses a replica whose KV cache, as SGLang will size it from the model's config.json and the
-# card's memory (operations/server/capacity.py), holds fewer tokens than this. None: one full context of
+# card's memory (deployment/server/capacity.py), holds fewer tokens than this. None: one full context of
 # its model (its --context-length, else the target's max_position_embeddings).
 min_kv_tokens = None
 ready_timeout_s = None  # None: from the weights' size (readiness.ready_timeout: 300 s + 400 MB/s, ~30 min for 595 GB)
 # The longest generation a request may take. A stop waits for the requests in flight: the drain
 # behind a gateway waits this long for the server to go idle before stopping it, and SGLang, which
 # has no drain limit of its own, finishes what is left after systemd's SIGTERM; the unit's stop
-# timeout is this plus SGLang's own shutdown (server/config.py SHUTDOWN_S), after which systemd
+# timeout is this plus SGLang's own shutdown (deployment/server/config.py SHUTDOWN_S), after which systemd
 # kills what remains. 900 s: a 64K-token answer at 73 tokens/s, the low end of what the community
 # recipe measured for Kimi K2.5 on 8 RTX PRO 6000 without speculation (local-inference-lab/rtx6kpro,
 # models/kimi-k25.md); speculation only shortens it. Raise it if your clients ask for longer answers.
 longest_generation_s = 900
 verify_weights = False  # True (or --data verify_weights=true): hash every file against the hub
 # Hosts of one run deploying the same revision take its files from each other, each file from the hub once
-# (operations/weights/fanout.py); False: every host fetches every file from the hub.
+# (deployment/weights/fanout.py); False: every host fetches every file from the hub.
 weights_fanout = True
 # Where a host serves its revisions to its peers (nginx, read-only, to the run's peers only): above the
 # servers' ports (port + GPU index, 30000-30007), below nccl_port's (31000-31007).
@@ -250,5 +249,5 @@ node_rank = None
 node_address = None
 
 # SPECFLEET_SITE/group_data/all.py (your site directory, outside this checkout) overrides these values
-# (operations/deployment/site_data.py).
+# (deployment/site_data.py).
 globals().update(_site_data.overrides(__file__, globals()))

@@ -1,6 +1,6 @@
 """8x B200 HGX (sm_100, 180 GB each), NV18 NVLink between every pair through NVSwitch."""
 
-from operations.deployment import site_data as _site_data
+from deployment import site_data as _site_data
 
 expected_gpus = dict(
     name_patterns=[r"^NVIDIA B200$"],
@@ -18,12 +18,12 @@ expected_gpus = dict(
     p2p_floor_gbps=None,  # NVLink is the P2P path: never turned off (the host-memory path fails the floor above)
 )
 
-# How each profile is served here (operations/server/layout.py; group_data/rtx_pro_6000_pcie.py explains
+# How each profile is served here (deployment/server/layout.py; group_data/rtx_pro_6000_pcie.py explains
 # the keys). A profile not named here is one server over all 8 GPUs.
 layouts = dict(
     # Kimi K2.6's ~595 GB: 74 GB a GPU at TP 8 of 162 GB usable (0.90 of 180 GB); TP 4 would hold the
     # weights (149 GB a GPU) with ~13 GB left for the KV cache. One server over all eight GPUs: its KV plan
-    # (operations/server/capacity.py, 183,359 MiB cards) holds about 1.31 million tokens, five full contexts.
+    # (deployment/server/capacity.py, 183,359 MiB cards) holds about 1.31 million tokens, five full contexts.
     kimi_k26_dflash=dict(tp_size=8),
     # Qwen3.6-27B's ~54 GB fits one GPU with over 100 GB left for the KV cache. NVLink makes TP's
     # all-reduce cheap, but nothing is gained by splitting a model that fits: SGLang's guide to data
@@ -53,5 +53,5 @@ sglang_tuning = dict(
 tuned = _site_data.tuned(__file__)
 
 # SPECFLEET_SITE/group_data/b200_nvlink.py (your site directory, outside this checkout) overrides these values
-# (operations/deployment/site_data.py).
+# (deployment/site_data.py).
 globals().update(_site_data.overrides(__file__, globals()))

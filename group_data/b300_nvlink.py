@@ -1,6 +1,6 @@
 """8x B300 HGX (sm_103, 268 GB each), NV18 NVLink between every pair through NVSwitch."""
 
-from operations.deployment import site_data as _site_data
+from deployment import site_data as _site_data
 
 expected_gpus = dict(
     name_patterns=[r"^NVIDIA B300 SXM6 AC$"],
@@ -17,7 +17,7 @@ expected_gpus = dict(
 
 # As b200_nvlink.py: one Kimi K2.6 server over all eight GPUs (at TP 4 two would fit the weights, 149 GB
 # of 247 GB usable a GPU, but no measurement here says they serve better); Qwen3.6-27B one replica a GPU.
-# KV plans (operations/server/capacity.py, 275,040 MiB cards): Kimi K2.6 about 2.50 million tokens; a
+# KV plans (deployment/server/capacity.py, 275,040 MiB cards): Kimi K2.6 about 2.50 million tokens; a
 # Qwen3.6-27B replica about 1.25 million, 32 requests running at once.
 layouts = dict(
     kimi_k26_dflash=dict(tp_size=8),
@@ -39,5 +39,5 @@ sglang_tuning = dict(
 tuned = _site_data.tuned(__file__)
 
 # SPECFLEET_SITE/group_data/b300_nvlink.py (your site directory, outside this checkout) overrides these values
-# (operations/deployment/site_data.py).
+# (deployment/site_data.py).
 globals().update(_site_data.overrides(__file__, globals()))

@@ -6,8 +6,7 @@ host's `profile` (group_data/all.py) and routes to every inventory host in a cla
 group serving that model, registered through its own API (operations/gateway/registry.py).
 """
 
-from operations.basics import network as _network
-from operations.deployment import site_data as _site_data
+from deployment import network as _network, site_data as _site_data
 
 # The gateway itself: the real smg wheel (a Rust gateway shipped as a Python package).
 # Never also install sglang-router: both ship an `smg` console script.
@@ -67,5 +66,5 @@ prometheus_retention = "15d"  # Prometheus's default; a worker's few dozen serie
 prometheus_targets_timeout_s = 60
 
 # SPECFLEET_SITE/group_data/gateway.py (your site directory, outside this checkout) overrides these values
-# (operations/deployment/site_data.py).
+# (deployment/site_data.py).
 globals().update(_site_data.overrides(__file__, globals()))

@@ -1,6 +1,6 @@
 """8x H100 SXM5 80GB HGX (sm_90, 80 GB each), NV18 NVLink between every pair through NVSwitch."""
 
-from operations.deployment import site_data as _site_data
+from deployment import site_data as _site_data
 
 expected_gpus = dict(
     # `nvidia-smi --query-gpu=name` of an HGX H100 SXM5 80GB card (notes sglang.md section 11, a real H100 host;
@@ -28,9 +28,9 @@ expected_gpus = dict(
     p2p_floor_gbps=None,  # NVLink is the P2P path: never turned off
 )
 
-# How each profile is served here (operations/server/layout.py; group_data/rtx_pro_6000_pcie.py explains
+# How each profile is served here (deployment/server/layout.py; group_data/rtx_pro_6000_pcie.py explains
 # the keys). A profile not named here is one server over all 8 GPUs. The KV plans below are preflight's
-# (operations/server/capacity.py) for 81,559 MiB cards.
+# (deployment/server/capacity.py) for 81,559 MiB cards.
 # Kimi K2.6 (kimi_k26_dflash, kimi_k26_ddtree) does not fit one host, so it has no layout: its ~595 GB of
 # weights are 74.4 GB a GPU at TP 8, which 80 GB cards hold (69.6 GiB usable at 0.90 of what a TP-8 rank finds
 # free before its load) with nothing left for the KV cache: SGLang stops after the load ("Loaded weights leave no GPU
@@ -68,5 +68,5 @@ sglang_tuning = dict(
 tuned = _site_data.tuned(__file__)
 
 # SPECFLEET_SITE/group_data/h100_sxm.py (your site directory, outside this checkout) overrides these values
-# (operations/deployment/site_data.py).
+# (deployment/site_data.py).
 globals().update(_site_data.overrides(__file__, globals()))

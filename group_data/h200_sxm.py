@@ -1,6 +1,6 @@
 """8x H200 SXM 141GB HGX (sm_90, 141 GB each), NV18 NVLink between every pair through NVSwitch."""
 
-from operations.deployment import site_data as _site_data
+from deployment import site_data as _site_data
 
 expected_gpus = dict(
     # `nvidia-smi --query-gpu=name` of an HGX H200 card (tests/fixtures/nvidia-smi/h200-x2: two GPUs of a real
@@ -27,9 +27,9 @@ expected_gpus = dict(
     p2p_floor_gbps=None,  # NVLink is the P2P path: never turned off
 )
 
-# How each profile is served here (operations/server/layout.py; group_data/rtx_pro_6000_pcie.py explains
+# How each profile is served here (deployment/server/layout.py; group_data/rtx_pro_6000_pcie.py explains
 # the keys). A profile not named here is one server over all 8 GPUs. The KV plans below are preflight's
-# (operations/server/capacity.py) for 143,771 MiB cards.
+# (deployment/server/capacity.py) for 143,771 MiB cards.
 layouts = dict(
     # Kimi K2.6's ~595 GB: 74.4 GB a GPU at TP 8 of 126 GiB usable (0.90), SGLang's cookbook's H200 setup
     # (notes sglang.md section 3); TP 4 (149 GB a GPU) does not fit. One server over all eight GPUs: about
@@ -62,5 +62,5 @@ sglang_tuning = dict(
 tuned = _site_data.tuned(__file__)
 
 # SPECFLEET_SITE/group_data/h200_sxm.py (your site directory, outside this checkout) overrides these values
-# (operations/deployment/site_data.py).
+# (deployment/site_data.py).
 globals().update(_site_data.overrides(__file__, globals()))

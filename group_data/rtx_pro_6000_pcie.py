@@ -1,6 +1,6 @@
 """8x RTX PRO 6000 Blackwell (sm_120, 96 GB each) on PCIe, no NVLink: the CT200 box."""
 
-from operations.deployment import site_data as _site_data
+from deployment import site_data as _site_data
 
 # What preflight expects of the hardware (operations.gpu checks the host's facts against it).
 expected_gpus = dict(
@@ -25,12 +25,12 @@ expected_gpus = dict(
     p2p_floor_gbps=30,
 )
 
-# How each profile is served here (operations/server/layout.py): the tensor-parallel size of one SGLang
+# How each profile is served here (deployment/server/layout.py): the tensor-parallel size of one SGLang
 # server, and by default as many such servers (replicas, each a unit on GPUs of its own, all behind the
 # gateway) as the 8 cards hold. Optional per profile: replicas=N, gpus=[...] (the cards they take, tp_size
 # at a time), context_length=N (--context-length: the longest request, where the KV cache holds less than
 # the model's own context). A profile not named here is one server over all 8 cards.
-# The KV plans below are preflight's (operations/server/capacity.py, SGLang 0.5.23's sizing), for 97,887 MiB
+# The KV plans below are preflight's (deployment/server/capacity.py, SGLang 0.5.23's sizing), for 97,887 MiB
 # cards, a 6 GB Kimi drafter and a 3.5 GB Qwen drafter of five Qwen3-4B-shaped layers; a deploy reads the
 # hub's real sizes and configs. Each layout holds at least one full context of what it serves, the
 # min_kv_tokens default.
@@ -87,5 +87,5 @@ sglang_tuning = dict(
 tuned = _site_data.tuned(__file__)
 
 # SPECFLEET_SITE/group_data/rtx_pro_6000_pcie.py (your site directory, outside this checkout) overrides these values
-# (operations/deployment/site_data.py).
+# (deployment/site_data.py).
 globals().update(_site_data.overrides(__file__, globals()))

@@ -23,7 +23,7 @@ from lab import apt_repo, boot, rootfs
 from lab.config import BRIDGE, CONTROLLER_IP, HOST_LAB_ETC, LAB_DIR, LAB_ID, PREFIX_LEN, SUBNET
 from lab.services import APT_DIR
 
-# Host classes the lab stands in for (of operations.deployment.site_data.host_classes): short name used in host
+# Host classes the lab stands in for (of deployment.site_data.host_classes): short name used in host
 # names and --hosts -> the inventory group, the GPU profile (named after it), the third address octet.
 # Each octet is the lab's own, fixed here: a class added to the product shifts no lab address.
 # A GPU-less gateway host (`gateway=1` -> lab-gateway-1, in the inventory's `gateway` group):

@@ -25,7 +25,7 @@ import json
 import os
 
 from lab.fleet import SSH_KEY, read_fleet
-from operations.deployment import site_data
+from deployment import site_data
 
 _fleet = read_fleet()
 _group = [name for name in os.environ.get("SPECFLEET_LAB_NODE_GROUP", "").split(",") if name]

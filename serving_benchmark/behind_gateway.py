@@ -4,12 +4,13 @@ deployed unit generates after the sweep (as a deploy's ``drain.rejoin`` does).""
 
 from pyinfra.api.operation import OperationMeta
 
+from deployment.gateway import membership
+from deployment.gateway.membership import Route
+from deployment.server.config import Server
 from operations.basics import shell
 from operations.basics.units import any_change
-from operations.gateway import drain, membership, registry
-from operations.gateway.membership import Route
+from operations.gateway import drain, registry
 from operations.server import readiness
-from operations.server.config import Server
 
 
 def drained(inventory, host, replicas: tuple[Server, ...]) -> tuple[list[list[Route]], list[OperationMeta | None]]:

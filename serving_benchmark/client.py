@@ -11,10 +11,10 @@ from pathlib import Path
 from pyinfra import host
 from pyinfra.api import operation
 
+from deployment.server.config import Server, ServiceHost
 from operations.basics import shell
 from operations.python import virtualenvs
 from operations.server import sandbox
-from operations.server.config import Server, ServiceHost
 from operations.server.host_scripts.engine_answers import scrubbed
 from serving_benchmark import report
 from serving_benchmark.plan import REPO, Plan

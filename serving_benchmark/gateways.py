@@ -4,9 +4,9 @@ as its clients get them."""
 
 from pathlib import Path
 
-from operations.basics import knobs, network
-from operations.gateway.membership import Route
-from operations.server.config import Server
+from deployment import knobs, network
+from deployment.gateway.membership import Route
+from deployment.server.config import Server
 from serving_benchmark import behind_gateway
 from serving_benchmark.client import measure
 from serving_benchmark.plan import Plan

@@ -1,14 +1,14 @@
-"""The bench's modes, one a speculative algorithm of operations/server/speculative.py (ar: none): each
+"""The bench's modes, one a speculative algorithm of deployment/server/speculative.py (ar: none): each
 mode's command line from the deployed server's, and whether the host's SGLang accepts it."""
 
 import dataclasses
 
 from pyinfra import host
 
-from operations.basics import network
-from operations.server import speculative
-from operations.server.config import Server, speculative_of
-from operations.server.flags import server_args
+from deployment import network
+from deployment.server import speculative
+from deployment.server.command_line import server_args
+from deployment.server.config import Server, speculative_of
 from operations.server.sandbox import rejection
 
 

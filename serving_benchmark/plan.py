@@ -6,9 +6,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from operations import schema
-from operations.basics.knobs import BadHostData
-from operations.server import speculative
+from deployment import schema
+from deployment.knobs import BadHostData
+from deployment.server import speculative
 
 REPO = Path(__file__).resolve().parent.parent
 # The default workload: 20 prompts written for this benchmark (6 chat, 6 code, 5 reasoning and 3 long-context
@@ -40,7 +40,7 @@ class Plan:
 
 def plan(data) -> Plan:
     """The benchmark knobs of `host.data` (strings from --data, or group data), each parsed by its declaration
-    (operations/schema.py): a bad value raises BadHostData naming the knob, the value and what is accepted."""
+    (deployment/schema.py): a bad value raises BadHostData naming the knob, the value and what is accepted."""
     schema.refuse_retired(data, "bench")
     modes = modes_named("modes", schema.value(data, "modes") or ",".join(speculative.modes()))
     baseline = data.get("baseline")
@@ -65,7 +65,7 @@ def plan(data) -> Plan:
 
 
 def modes_named(knob: str, asked) -> tuple[str, ...]:
-    """A comma-separated list of the bench's modes (one per algorithm of operations/server/speculative.py), each
+    """A comma-separated list of the bench's modes (one per algorithm of deployment/server/speculative.py), each
     once, in the order given: bench.py's `modes`, tune.py's `algorithms`. A name no mode has is refused in one
     line, with the nearest mode."""
     known = speculative.modes()

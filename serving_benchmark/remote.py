@@ -6,9 +6,9 @@ import shlex
 import tarfile
 from pathlib import Path
 
+from deployment.server.config import Server
 from operations.basics import shell
 from operations.basics.host_programs import inline
-from operations.server.config import Server
 from operations.server.host_scripts.engine_answers import scrubbed
 
 BENCH_UNIT = "specfleet-bench"

@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from operations.server.speculative import AR
+from deployment.server.speculative import AR
 
 STAND_IN_LABEL = "LAB STAND-IN: timings come from the stand-in's speed model, not a measurement"
 PERCENTILES = ("avg", "p50", "p90", "p99")

@@ -35,11 +35,11 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
+from deployment.gpu.config import SmokeTest
+from deployment.server.config import Server
 from operations.gpu import smoke as gpu_smoke
 from operations.gpu.facts import NvidiaGpus
-from operations.gpu.smoke import SmokeTest
 from operations.server import readiness
-from operations.server.config import Server
 from operations.weights.checks import WeightsDisk
 from serving_benchmark import behind_gateway, client, modes as bench_modes, remote, report, units
 from serving_benchmark.gateways import through_gateways

@@ -3,8 +3,8 @@ keyless on loopback), started per mode, and the deployed replicas started again 
 
 import shlex
 
+from deployment.server.config import Server
 from operations.server import readiness, sandbox
-from operations.server.config import Server
 from serving_benchmark import modes, remote
 from serving_benchmark.remote import BENCH_UNIT
 

@@ -101,7 +101,7 @@ def code_state() -> dict:
     def git(*args):
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
     return {"commit": git("rev-parse", "HEAD"),
-            "modified": git("status", "--porcelain", "--", "deploy.py", "operations", "group_data",
+            "modified": git("status", "--porcelain", "--", "deploy.py", "deployment", "operations", "group_data",
                             "templates", "inventory").splitlines()}
 
 

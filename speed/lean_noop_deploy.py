@@ -13,9 +13,9 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
+from deployment.hosts import host_class_of, resolve
 from operations.basics.host_programs import HOST_SCRIPTS
 from operations.basics.units import ServiceState
-from operations.deployment import host_class_of, resolve
 from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
 from operations.python.virtualenvs import VenvRequirement
 from operations.server.readiness import ServerProbe, probe_args

@@ -24,9 +24,9 @@ from lab import fleet
 from lab.repos import KIMI, KIMI_DFLASH, repo_dir
 from lab.services import HUB_STORE
 from speed.repos import listing
+from deployment.server.config import venv_name
 from operations.basics.host_programs import program
 from operations.python.virtualenvs import fingerprint
-from operations.server.config import venv_name
 
 TARGET = 0.5
 ANSIBLE_VENV = REPO / "build" / "ansible-venv"

@@ -24,7 +24,8 @@ from speed.p4 import host_cpu
 from lab import fleet
 from lab.config import CONTROLLER_IP, INDEX_URL
 from lab.index import HOST_TARGET, start_index
-from operations.python import pinned, virtualenvs
+from deployment.python import pinned
+from operations.python import virtualenvs
 from tests.sglang_real import cache_root
 from tests.unit.fakehost import run
 

@@ -7,8 +7,8 @@ download user owns, then the download into them); point the target at a bench re
 
 from pyinfra import host, inventory
 
-from operations.deployment import host_class_of, resolve
-from operations.gateway import membership
+from deployment.gateway import membership
+from deployment.hosts import host_class_of, resolve
 from operations.weights.checks import hub_state
 from operations.weights.stages import weights_fetched
 

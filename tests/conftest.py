@@ -40,7 +40,7 @@ LONGEST_FIRST = {
     "tests/lab/test_revisions.py": 250,
     "tests/faults/test_service_faults.py": 320,
     "tests/lab/test_rollout_long_requests.py": 300,
-    "tests/lab/test_deploy.py": 300,
+    "tests/lab/test_deploy.py": 450,
     "tests/lab/test_multinode.py": 250,
     "tests/lab/test_weights_fanout.py": 170,
     "tests/lab/test_tune.py": 340,

@@ -56,7 +56,7 @@ def write_group_data(directory: Path, group: str, code: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{group}.py").write_text(
         f"import copy, runpy\nbase = runpy.run_path({str(group_data_file(group))!r})\n{code}\n"
-        "del base\n")  # a helper, not a knob: the deploy refuses a key no knob has (operations/schema.py)
+        "del base\n")  # a helper, not a knob: the deploy refuses a key no knob has (deployment/schema.py)
     return directory
 
 

@@ -1,4 +1,4 @@
-"""Writes docs/configuration.md, the reference page of every knob, from the declarations in operations/schema.py:
+"""Writes docs/configuration.md, the reference page of every knob, from the declarations in deployment/schema.py:
 `python -m tools.configuration_page` after changing a knob (tests/unit/test_schema.py says when it is stale)."""
 
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 from pyinfra.api import Inventory
 from pyinfra.context import ctx_inventory
 
-from operations import schema
+from deployment import schema
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "configuration.md"
@@ -47,7 +47,7 @@ def page() -> str:
     """docs/configuration.md, written from schema.KNOBS."""
     group_files = _group_files()
     lines = ["# Configuration: every knob", "",
-             "Generated from `operations/schema.py` by `python -m tools.configuration_page`; do not edit by hand.", "",
+             "Generated from `deployment/schema.py` by `python -m tools.configuration_page`; do not edit by hand.", "",
              "A knob is set, each layer over the one before: shipped group data (`group_data/<group>.py`), your "
              "site's (`SPECFLEET_SITE/group_data/<group>.py`), an inventory host's data, then `--data key=value`. "
              "A key no knob has, or one set where its layers do not allow, stops the run before anything changes, "

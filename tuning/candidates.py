@@ -1,13 +1,13 @@
 """What a deployment may be tuned to: the profiles of its target model (group_data/all.py `profiles`: another
 algorithm, drafter or build of the same model), each algorithm they serve at the settings it tries
-(operations/server/speculative.py `Algorithm.tried`) at each layout of its GPUs, every one resolved as the
-deploy resolves a tuned file naming that profile (deployment.resolve_worker's `tuned`), so that the profile,
+(deployment/server/speculative.py `Algorithm.tried`) at each layout of its GPUs, every one resolved as the
+deploy resolves a tuned file naming that profile (hosts.resolve_worker's `tuned`), so that the profile,
 the layout, the flags and the engine's rules that judge them are the deploy's own. A profile serves its own
 algorithm, and those its drafter drafts for too (serving_benchmark/modes.py `shares_drafter`: DDTree's spine
 is a DFlash drafter's chain) where no profile of the model names them itself; the user's `algorithms` (the
 bench's modes) choose among them. The baseline is autoregressive decoding at the layout deployed: the
 model's profile without speculation where it has one, else the deployed profile without its speculative
-flags. Left out, each with its reason: a layout the GPUs do not divide into (operations/server/layout.py),
+flags. Left out, each with its reason: a layout the GPUs do not divide into (deployment/server/layout.py),
 flags the algorithm's rules refuse (flags.rendered_violations), a build without the algorithm
 (checks.lacks_algorithm), a profile whose drafter the deployment does not hold (the tuner fetches no
 weights) and, where the hub's snapshots are given, weights or a KV cache that do not fit
@@ -17,12 +17,13 @@ trial starts (sandbox.rejection)."""
 from dataclasses import dataclass, replace
 from typing import Any
 
-from operations import deployment
-from operations.basics.knobs import BadHostData
-from operations.deployment import Deployment, site_data
-from operations.gpu.config import GpuExpectations
-from operations.server import checks, speculative
-from operations.server.flags import rendered_violations
+from deployment import hosts, site_data
+from deployment.gpu.config import GpuExpectations
+from deployment.hosts import Deployment
+from deployment.knobs import BadHostData
+from deployment.server import speculative
+from deployment.server.command_line import rendered_violations
+from operations.server import checks
 from serving_benchmark import modes
 
 
@@ -74,14 +75,14 @@ class Candidate:
 
 
 def _of(data: Any, host_class: str, name: str, settings: dict | None, profile: str) -> Deployment:
-    _, found = deployment.resolve_worker(data, host_class, tuned=None if settings is None else {profile: settings})
+    _, found = hosts.resolve_worker(data, host_class, tuned=None if settings is None else {profile: settings})
     return next(d for d in found if d.name == name)
 
 
 def entry_profile(data: Any, host_class: str, name: str) -> str:
     """The profile the host's data names for its deployment `name` (which its tuned file is kept under,
     whatever profile that file serves)."""
-    entries = deployment.entries(site_data.class_data(data, host_class))
+    entries = hosts.entries(site_data.class_data(data, host_class))
     return next(e["profile"] for e in entries if e.get("name", e["profile"]) == name)
 
 

@@ -6,10 +6,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from operations import schema
-from operations.basics import knobs
-from operations.basics.knobs import BadHostData
-from operations.deployment import site_data
+from deployment import knobs, schema, site_data
+from deployment.knobs import BadHostData
 from serving_benchmark.plan import Plan, modes_named
 from serving_benchmark.plan import plan as bench_plan
 from tuning import search

@@ -8,7 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from operations.server import speculative
+from deployment.server import speculative
 from serving_benchmark.report import STAND_IN_LABEL
 from tuning.search import Figures, Result, Trial
 

@@ -16,14 +16,14 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
-from operations import deployment as deployments
-from operations.deployment import Deployment, site_data, tuned
+from deployment import hosts as deployments, site_data, tuned
+from deployment.gpu.config import SmokeTest
+from deployment.hosts import Deployment
+from deployment.server.command_line import server_args
+from deployment.server.config import Server, sglang_build
 from operations.gpu import smoke as gpu_smoke
 from operations.gpu.facts import NvidiaGpus
-from operations.gpu.smoke import SmokeTest
 from operations.server import readiness, sandbox
-from operations.server.config import Server, sglang_build
-from operations.server.flags import server_args
 from operations.weights.checks import HubState
 from serving_benchmark import behind_gateway, client, modes, remote, sweep, units
 from tuning import candidates as candidates_of
@@ -43,7 +43,7 @@ def tune(d: Deployment, data, plan: TunePlan, hub: HubState, smoke: SmokeTest | 
     Fails the host when no candidate meets the limits, when a deployed replica does not come back, or when
     the pick cannot be written.
 
-    + d: the deployment, at the hub's commits (deployment.at_commits)
+    + d: the deployment, at the hub's commits (deployment.hosts.at_commits)
     + data: the host's data, which each candidate is resolved from as the deploy resolves a tuned file
     + plan: the workload, the levels, the objective, the search and the site (tuning/plan.py)
     + hub: the hub's answers (the KV plan and the weights' fit of each layout read its snapshots)

@@ -35,7 +35,7 @@ mirrors = dict(
     },
 )
 
-# The weights' fan-out (operations/weights/fanout.py) is off in the shared lab, whose hosts often deploy one
+# The weights' fan-out (deployment/weights/fanout.py) is off in the shared lab, whose hosts often deploy one
 # revision side by side: its tests stay as they were. tests/lab/test_weights_fanout.py turns it on.
 weights_fanout = False
 

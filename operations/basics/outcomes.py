@@ -1,6 +1,6 @@
 """What each host came to in this run, noted where a subject proves it (a server generating and its accept
 length, a gateway routing to its workers, a refusal), for the one table a deploy prints at its end
-(operations/deployment/summary.py)."""
+(operations/run/summary.py)."""
 
 import weakref
 

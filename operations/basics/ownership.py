@@ -14,8 +14,8 @@ from pyinfra.operations import files, server
 
 from operations.basics import gathering, host_programs, shell
 from operations.basics.failing import fail_host
-from operations.basics.host_scripts.host_facts import ACCOUNT_MARK
 from operations.basics.file_states import FileStates, matches
+from operations.basics.host_scripts.host_facts import ACCOUNT_MARK
 
 
 class SystemUser(FactBase):
@@ -71,18 +71,6 @@ def account_problem(user: str, home: str, existing: dict | None) -> str | None:
         return None
     return (f"the account {user} {why}; the deploy would take it over (no login shell, a service running as it): "
             "name a user of the service's own, which the deploy creates")
-
-
-def shared_account(user: str, others: dict[str, str | None]) -> str | None:
-    """Which of `others` (what an account holds -> its name) `user` is, where `user` runs a model's code
-    (a deployment's servers): that code would then hold it too (the download user's token, the build
-    user's builds, the gateway's keys), and ``account_problem`` passes such an account, a system user the
-    deploy made; None when `user` is none of them.
-
-    **Example:** ``shared_account("sglang-download", {"the download user": "sglang-download"})`` is
-    ``"the download user"``.
-    """
-    return next((held for held, other in others.items() if other == user), None)
 
 
 def _own_cache(user: str, home: str) -> StringCommand:

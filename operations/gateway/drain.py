@@ -14,13 +14,14 @@ import time
 from pyinfra import host
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 
+from deployment import roles
+from deployment.gateway import config
+from deployment.gateway.membership import Route
+from deployment.server.config import Server, ServiceHost
 from operations.basics import gathering
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates
-from operations.deployment import roles
-from operations.gateway import config, registry
-from operations.gateway.membership import Route
-from operations.server.config import Server, ServiceHost
+from operations.gateway import registry
 from operations.server.unit import Replacement, Restart, refusals
 
 # Where workers held their gateways' admin key while they drained themselves (root's, in config_dir).

@@ -24,13 +24,14 @@ from pyinfra import host, state
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
-from operations.basics import network, outcomes, shell
+from deployment import network
+from deployment.gateway.config import Gateway
+from deployment.gateway.membership import Route, Worker
+from operations.basics import outcomes, shell
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
 from operations.basics.units import any_change
 from operations.basics.untrusted import printable
-from operations.gateway.config import Gateway
-from operations.gateway.membership import Route, Worker
 
 
 class GatewayWorkers(FactBase):

@@ -11,13 +11,14 @@ from pyinfra.api import operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import systemd
 
-from operations.basics import gathering, network, shell
+from deployment import network
+from deployment.gateway.config import Gateway
+from operations.basics import gathering, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates, digest_of, sha1_of
 from operations.basics.secret_files import controller_key_file
 from operations.basics.templates import render
 from operations.basics.units import ServiceState, any_change
-from operations.gateway.config import Gateway
 
 
 @operation()

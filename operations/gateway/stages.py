@@ -1,9 +1,9 @@
 """The gateway stages deploy.py calls."""
 
+from deployment.gateway.config import Gateway
+from deployment.gateway.membership import Worker
 from operations.basics import host_programs, ownership
 from operations.gateway import registry, service
-from operations.gateway.config import Gateway
-from operations.gateway.membership import Worker
 from operations.python import virtualenvs
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import operation
 
+from deployment.gpu import products
+from deployment.gpu.config import GpuExpectations, GpuRuntime
 from operations.basics import gathering
 from operations.basics.failing import fail_host
-from operations.gpu import packages, products
-from operations.gpu.config import GpuExpectations, GpuRuntime
+from operations.gpu import packages
 from operations.gpu.facts import NvidiaFabric, NvidiaHost, unreadable
 from operations.gpu.nvidia import host_release
 

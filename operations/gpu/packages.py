@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from pyinfra.api import FactBase
 
-from operations.gpu import products
+from deployment.gpu import products
 
 KEYRING_PACKAGE = "cuda-keyring"
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"

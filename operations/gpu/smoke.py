@@ -3,8 +3,8 @@ also decides, on a PCIe class, whether NCCL may use peer-to-peer on this host.
 
 host_scripts/gpu_smoke.py does the work on the host, as the service user (whatever the unit's
 environment holds reaches no process of root's), with the SGLang venv's own torch and the unit's
-NCCL environment, under a timeout. Root records its result on the host (SMOKE_RECORD in the
-install directory), where later runs and tests/deployed read it. The P2P decision in it reaches
+NCCL environment, under a timeout. Root records its result on the host (deployment/gpu/config.py's SMOKE_RECORD in
+the install directory), where later runs and tests/deployed read it. The P2P decision in it reaches
 the SGLang unit through `decided_env` alone.
 """
 
@@ -18,33 +18,12 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from typing_extensions import override
 
-from dataclasses import dataclass
-
+from deployment.gpu.config import SmokeTest
 from operations.basics import gathering, shell
-from operations.gpu.config import GpuExpectations
 
-SMOKE_RECORD = "gpu-smoke.json"
 # The P2P decisions gpu_smoke.py makes by measuring (the others are the class's or the environment's).
 MEASURED = ("measurement", "an earlier measurement")
 P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
-
-
-@dataclass(frozen=True)
-class SmokeTest:
-    """The GPU smoke test of one host: its GPUs' floors, the SGLang build and environment it runs with,
-    and the user it runs as."""
-
-    expected: GpuExpectations  # the bus bandwidth floor, and the P2P floor of a PCIe class
-    venv: str  # the SGLang virtualenv: its torch and NCCL
-    install_dir: str  # where gpu_smoke.py is and its record goes
-    env: dict[str, str]  # the unit's environment (NCCL's settings)
-    build: str  # the SGLang requirement: a new build is tested again
-    user: str | None  # the service user it runs as; None: the deploy's own user (a capture on a GPU host)
-    timeout_s: int = 180  # for the all-reduce, start-up included; the P2P attempt gets a third of it
-
-    @property
-    def record_path(self) -> str:
-        return f"{self.install_dir}/{SMOKE_RECORD}"
 
 
 class GpuSmokeRecord(FactBase):

@@ -1,7 +1,7 @@
 """The GPU stages deploy.py calls."""
 
+from deployment.gpu.config import GpuRuntime
 from operations.gpu import checks, nvidia
-from operations.gpu.config import GpuRuntime
 
 
 def gpu_runtime(gpu: GpuRuntime) -> None:

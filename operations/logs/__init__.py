@@ -1,6 +1,6 @@
 """A host's unit journals (logs.py): which units a host's data gives it, and the command that prints them."""
 
-from operations.basics import knobs
+from deployment import knobs
 from operations.basics.host_programs import inline
 from operations.status import HostView
 

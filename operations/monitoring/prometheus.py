@@ -26,11 +26,11 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.api.state import StateStage
 from pyinfra.operations import files, systemd
 
-from operations import schema
+from deployment import network, schema
+from deployment.gateway.config import Gateway
+from deployment.gateway.membership import Worker
+from operations.basics import apt_packages, gathering, shell
 from operations.basics.file_states import FileStates
-from operations.basics import apt_packages, gathering, network, shell
-from operations.gateway.config import Gateway
-from operations.gateway.membership import Worker
 from operations.basics.host_programs import inline
 from operations.basics.templates import render
 from operations.basics.units import any_change

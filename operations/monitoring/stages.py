@@ -1,7 +1,7 @@
 """The monitoring stages deploy.py calls."""
 
-from operations.gateway.config import Gateway
-from operations.gateway.membership import Worker
+from deployment.gateway.config import Gateway
+from deployment.gateway.membership import Worker
 from operations.monitoring import prometheus
 from operations.monitoring.prometheus import Monitoring
 

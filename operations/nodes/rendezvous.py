@@ -14,9 +14,9 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 
+from deployment.nodes.group import NodeGroup
 from operations.basics import outcomes, polling, shell
 from operations.basics.host_programs import inline
-from operations.nodes.group import NodeGroup
 
 HOLD_S = 30  # rank 0 listens this long at most for the other ranks' test connections
 REACH_S = 20  # a rank tries this long to connect (the ranks' checks run at the same time)

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
+from deployment.python.pinned import RELEASE, committed_lock, fingerprint
+from deployment.server.config import BUILD_USER, git_refs, home_of
 from operations.basics import gathering, ownership
 from operations.basics.host_programs import inline
-from operations.python.pinned import RELEASE, committed_lock, fingerprint
-from operations.server.config import git_refs, home_of
 
 MARKER = ".specfleet-requirement"
 LOCK = ".specfleet-requirements.lock"  # in the virtualenv: the hash lock it was installed from
@@ -39,7 +39,6 @@ MANAGED_PYTHON = "3.11"  # what uv installs where the system python3 is older
 # Where uv downloads Python builds from (its default); preflight checks the host reaches it.
 PYTHON_SOURCE = "https://github.com/astral-sh/python-build-standalone/releases/download"
 PYPI = "https://pypi.org/simple/"
-BUILD_USER = "specfleet-build"  # builds git requirements (``git_build``)
 BUILD_HOME = home_of(BUILD_USER)
 BUILD_DIR = f"{BUILD_HOME}/build"  # the build user's own: its source, caches and the wheel
 WHEEL_DIR = ".specfleet-wheel"  # in the virtualenv: the wheel root installed, taken from the build user

@@ -3,8 +3,8 @@ variable, and each deployment's worker admin key, generated on the host."""
 
 from pyinfra.api import operation
 
+from deployment.server.config import Engine, ServiceHost
 from operations.basics.secret_files import controller_key_file, host_key_file
-from operations.server.config import Engine, ServiceHost
 
 
 @operation()

@@ -13,13 +13,13 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.api import operation
 
+from deployment.gpu.config import GpuExpectations
+from deployment.server import capacity
+from deployment.server.config import Server
 from operations.basics import gathering, outcomes, shell
 from operations.basics.file_states import FileStates, matches
-from operations.gpu.config import GpuExpectations
 from operations.gpu.facts import NvidiaGpus, unreadable
-from operations.server import capacity
 from operations.server.checks import kv_plan
-from operations.server.config import Server
 from operations.server.unit import kv_plan_file
 
 MODE = "644"  # figures, no secret: an operator reads them as any user

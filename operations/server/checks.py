@@ -6,14 +6,15 @@ import re
 
 from pyinfra import host
 
-from operations.basics import gathering, network
-from operations.basics.knobs import COMMIT
+from deployment import network
+from deployment.gpu.config import GpuExpectations
+from deployment.knobs import COMMIT
+from deployment.server import capacity
+from deployment.server.command_line import rendered_violations, server_args, value
+from deployment.server.config import Engine, Server, ServiceHost, git_refs
+from operations.basics import gathering
 from operations.basics.untrusted import printable
-from operations.gpu.config import GpuExpectations
 from operations.python.virtualenvs import VenvRequirement, fingerprint
-from operations.server import capacity
-from operations.server.config import Engine, Server, ServiceHost, git_refs
-from operations.server.flags import rendered_violations, server_args, value
 from operations.server.sandbox import rejection
 
 GIB = 1 << 30
@@ -50,7 +51,7 @@ def memory_problems(server: Server, expected: GpuExpectations, model: str, weigh
 
 
 def kv_plan(server: Server, expected: GpuExpectations, snapshots: dict, gpus: list | None) -> capacity.CapacityPlan:
-    """One replica's KV cache as SGLang will size it (operations/server/capacity.py), from the hub's
+    """One replica's KV cache as SGLang will size it (deployment/server/capacity.py), from the hub's
     config.json and weight sizes of its target and drafter (`snapshots`, per role) and its GPUs' memory;
     capacity.NoRule for an architecture the planner has no rule for."""
     s = server

@@ -8,13 +8,13 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, operation
 from pyinfra.api.operation import OperationMeta
 
+from deployment.server.config import Server, ServiceHost
+from deployment.server.speculative import AR
 from operations.basics import gathering, outcomes, polling, shell
 from operations.basics.units import any_change
 from operations.basics.untrusted import printable
-from operations.server.config import Server, ServiceHost
 from operations.server.host_scripts.engine_answers import scrubbed
 from operations.server.unit import Replacement, restore_command
-from operations.server.speculative import AR
 
 # The default time a (re)start may take: a fixed start-up (CUDA graphs, warm-up) plus the weights
 # read at a rate a cold start of Kimi K2.6 (595 GB onto 8 GPUs, from NVMe) stays above: ~30 min.

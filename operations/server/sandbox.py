@@ -12,14 +12,15 @@ from collections.abc import Iterable
 
 from pyinfra.context import ctx_host
 
+from deployment.nodes.group import NodeGroup
+from deployment.server import capacity, resident
+from deployment.server.command_line import rendered_violations, server_args
+from deployment.server.config import Server, ServiceHost
 from operations.basics import gathering
 from operations.basics.file_states import sha1_of
 from operations.basics.templates import render
 from operations.gpu.facts import NvidiaDriver, NvidiaGpus, unreadable
-from operations.nodes.group import NodeGroup
-from operations.server import capacity, resident
-from operations.server.config import Server, ServiceHost
-from operations.server.flags import SGLangRejects, rendered_violations, server_args
+from operations.server.flags import SGLangRejects
 
 # The unit's [Service] settings a transient unit sets itself: how it starts, restarts and reads its
 # environment (the unit's, less the API key file: the transient units are keyless).

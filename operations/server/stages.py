@@ -3,15 +3,15 @@
 from pyinfra import host
 from pyinfra.api.operation import OperationMeta
 
+from deployment.nodes.group import NodeGroup
+from deployment.server.config import Engine, Server, ServiceHost
 from operations.basics import gathering, ownership
 from operations.basics.file_states import FileStates
 from operations.basics.ownership import SystemUser, mark_of, upload_paths
 from operations.nodes import rendezvous
-from operations.nodes.group import NodeGroup
 from operations.python import virtualenvs
 from operations.python.virtualenvs import HostPython, Uv, VenvRequirement, VenvsUsed
 from operations.server import api_key, readiness, unit
-from operations.server.config import Engine, Server, ServiceHost
 from operations.server.unit import Replacement, Restart
 
 

@@ -14,6 +14,8 @@ from pyinfra.api import FactBase, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import systemd
 
+from deployment.server.command_line import server_args
+from deployment.server.config import Engine, Server, ServiceHost
 from operations.basics import gathering, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import sha1_of
@@ -21,8 +23,6 @@ from operations.basics.host_programs import HOST_SCRIPTS, inline
 from operations.basics.units import ServiceState, any_change
 from operations.python.virtualenvs import VenvRequirement, fingerprint
 from operations.server.checks import refused_flags
-from operations.server.config import Engine, Server, ServiceHost
-from operations.server.flags import server_args
 from operations.server.sandbox import gpu_minor_numbers, rejection, unit_files
 
 PREVIOUS = ".specfleet-previous"  # suffix of the last unit/env that served

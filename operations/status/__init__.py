@@ -13,17 +13,16 @@ from dataclasses import dataclass, field
 
 from pyinfra.api import FactBase
 
-from operations import deployment
+from deployment import hosts, roles, site_data
+from deployment.gateway import config as gateway_config, membership as gateway_membership
+from deployment.gateway.config import Gateway
+from deployment.knobs import BadHostData
+from deployment.nodes import group as nodes
+from deployment.server.config import Server, ServiceHost
 from operations.basics import gathering, read_only
-from operations.basics.untrusted import printable
 from operations.basics.host_programs import inline
-from operations.basics.knobs import BadHostData
-from operations.deployment import roles, site_data
-from operations.deployment.summary import _where as where
-from operations.gateway import config as gateway_config, membership as gateway_membership
-from operations.gateway.config import Gateway
-from operations.nodes import group as nodes
-from operations.server.config import Server, ServiceHost
+from operations.basics.untrusted import printable
+from operations.run.summary import _where as where
 
 # Per run: host name -> (its HostView, what was read on it), filled as each host's deploy file runs.
 _read: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -113,7 +112,7 @@ def view_of(inventory_host, inventory) -> HostView:
     host_class = ", ".join(group for group in h.groups if group in known) or \
         ("gateway" if roles.is_gateway(h.groups) else "-")
     try:
-        worker, served = deployment.resolve_worker(h.data, deployment.host_class_of(h.groups),
+        worker, served = hosts.resolve_worker(h.data, hosts.host_class_of(h.groups),
                                                    nodes.members(inventory, h)) \
             if roles.serves_model(h.groups) else (None, ())
         g = gateway_config.resolve(h.data) if roles.is_gateway(h.groups) else None

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
-from operations.basics import knobs, ownership
+from deployment import knobs
+from deployment.gateway.config import Gateway
+from deployment.server.config import Server, ServiceHost
+from operations.basics import ownership
 from operations.basics.host_scripts.host_facts import ACCOUNT_MARK
-from operations.gateway.config import Gateway
 from operations.monitoring import prometheus
-from operations.server.config import Server, ServiceHost
 from operations.weights import peer
 
 WEIGHTS_UNITS = "/etc/systemd/system/specfleet-weights-*.service"  # weights.config Repo.unit_name, peer.UNIT

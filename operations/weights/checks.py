@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
+from deployment.knobs import COMMIT
+from deployment.weights.config import Repo, Weights
 from operations.basics import gathering
 from operations.basics.failing import fail_host
 from operations.basics.host_programs import inline
-from operations.basics.knobs import COMMIT
 from operations.basics.untrusted import printable
-from operations.weights.config import Repo, Weights
 from operations.weights.host_scripts import weights_manifest
 from operations.weights.hub import (AccessPending, HubProblem, RepoSnapshot, controller_token, hub_outages, hub_url,
                                    repo_snapshot, whoami)

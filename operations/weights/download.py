@@ -11,15 +11,15 @@ from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
+from deployment.weights.config import Repo, Weights
 from operations.basics import gathering, outcomes, polling, shell
-from operations.weights.config import Repo, Weights
 from operations.basics.file_states import FileStates, matches
 from operations.basics.host_programs import inline
+from operations.basics.templates import render
 from operations.weights.checks import WeightsOnDisk, revisions_read
 from operations.weights.host_scripts import weights_manifest
 from operations.weights.host_scripts.weights_manifest import MANIFEST
 from operations.weights.hub import RepoSnapshot
-from operations.basics.templates import render
 
 # What the run's fan-out gives one repo's spec (from the hub's listing as (path, size)), or None.
 Shared = Callable[[Repo], Callable[[list[tuple[str, int]]], dict] | None]

@@ -9,10 +9,10 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
+from deployment.server.config import ServiceHost
 from operations.basics import gathering
 from operations.basics.file_states import UserFileStates, matches
 from operations.basics.secret_files import write_secret
-from operations.server.config import ServiceHost
 from operations.weights.hub import controller_token
 
 

@@ -18,11 +18,11 @@ import threading
 from dataclasses import dataclass, replace
 from urllib.parse import quote
 
-from operations.basics import knobs
-from operations.basics.knobs import COMMIT
+from deployment import knobs
+from deployment.knobs import COMMIT
 from operations.weights import hub_cache
-from operations.weights.hub_requests import HubOutage, asked
 from operations.weights.host_scripts.weights_manifest import entry_problem
+from operations.weights.hub_requests import HubOutage, asked
 
 TOKENS_PAGE = "https://huggingface.co/settings/tokens"
 PUBLIC_HUB = "https://huggingface.co"

@@ -24,11 +24,12 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.deb import DebPackages
 
-from operations.basics import apt_packages, gathering, knobs, shell
+from deployment import knobs
+from deployment.weights.config import Weights
+from operations.basics import apt_packages, gathering, shell
 from operations.basics.file_states import FileStates, matches
 from operations.basics.secret_files import write_secret
 from operations.basics.templates import render
-from operations.weights.config import Weights
 
 UNIT = "specfleet-weights-peer"
 PACKAGES = ("nginx",)

@@ -1,7 +1,7 @@
 """The revisions of each repo a host keeps: the wanted one, the one before it while the disk allows,
 none other; each deletion said.
 
-Each revision lives in a directory of its own (operations/weights/config.py), so a replica rolled
+Each revision lives in a directory of its own (deployment/weights/config.py), so a replica rolled
 back to its previous unit loads its previous bytes. Once every replica of the host serves the
 wanted revisions, the revisions no unit loads are pruned: the newest of them (the previous) is kept
 while the filesystem still has room for one more revision of the wanted one's size (what the next
@@ -14,12 +14,12 @@ import posixpath
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 
+from deployment.server.config import ServiceHost
+from deployment.weights.config import Repo, Weights
 from operations.basics import gathering
 from operations.basics.host_programs import inline
-from operations.server.config import ServiceHost
 from operations.server.unit import ServerUnits
 from operations.weights.checks import gb
-from operations.weights.config import Repo, Weights
 
 
 class WeightsRevisions(FactBase):

@@ -1,7 +1,8 @@
-"""The run's weights fan-out as the deploy carries it out: the plan is fanout.py's, the peer server peer.py's.
+"""The run's weights fan-out as the deploy carries it out: the plan is deployment/weights/fanout.py's, the peer
+server peer.py's.
 
 Resolved once per run (`of`), on the first host that asks: the revisions two or more hosts of the run
-hold (fanout.holders, over the fleet that operations/gateway/membership.py resolved) while at least one of them still
+hold (fanout.holders, over the fleet that deployment/gateway/membership.py resolved) while at least one of them still
 lacks it (its manifest's commit, read on every holder at once, one command each); each holder at its inventory
 address, which must be an IP address (nginx's allow list takes addresses; a name is never resolved here). A run whose
 holders all hold their revisions starts no peer server and reads nothing more.
@@ -26,12 +27,14 @@ import gevent
 from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 
-from operations.basics import network, shell
+from deployment import network
+from deployment.weights import fanout
+from deployment.weights.config import Repo, Weights
+from deployment.weights.fanout import Holder, Revision
+from operations.basics import shell
 from operations.basics.host_programs import inline
-from operations.weights import fanout, peer
-from operations.weights.config import Repo, Weights
+from operations.weights import peer
 from operations.weights.download import WeightsState
-from operations.weights.fanout import Holder, Revision
 
 REACH_S = 5  # a peer's server started in the operation before: one that does not answer by then is not coming
 
@@ -68,7 +71,7 @@ def _deployment_of(weights: tuple[Weights, ...], revision: Revision) -> int:
 
 def resolve(inventory, fleet_workers) -> RunFanout:
     """`fleet_workers`: the run's worker hosts, each with its name, address and deployments' weights
-    (operations/gateway/membership.py's WorkerHost, resolved once per run)."""
+    (deployment/gateway/membership.py's WorkerHost, resolved once per run)."""
     state = inventory.state
     in_run = {h.name: h for h in inventory if h in state.activated_hosts and h not in state.failed_hosts}
     workers = [w for w in fleet_workers if w.name in in_run and not w.problem]

@@ -2,10 +2,10 @@
 
 from pyinfra import host, inventory
 
+from deployment.weights.config import Weights
 from operations.basics import ownership
 from operations.weights import checks, download, peer, sharing
 from operations.weights.checks import HubState
-from operations.weights.config import Weights
 
 
 def weights_fetched(weights: tuple[Weights, ...], hubs: list[HubState], fleet_workers) -> None:
@@ -13,8 +13,8 @@ def weights_fetched(weights: tuple[Weights, ...], hubs: list[HubState], fleet_wo
     Each deployment's repos that the token may read complete at their commits; a host waiting for a gated
     repo's terms has its other downloads started, then fails naming the terms page. Where other hosts of
     the run hold the same revision and one of them lacks it, the host serves its revisions to them while
-    the downloads run (peer.py), and each file comes from the hub once (sharing.py, fanout.py).
-    `fleet_workers`: the run's worker hosts as operations/gateway/membership.py resolved them.
+    the downloads run (peer.py), and each file comes from the hub once (sharing.py, deployment/weights/fanout.py).
+    `fleet_workers`: the run's worker hosts as deployment/gateway/membership.py resolved them.
 
     **Example:**
 

@@ -22,11 +22,11 @@ import pytest
 import testinfra
 
 from lab import fleet
-from operations.deployment.roles import GATEWAY, serves_model
+from deployment.roles import GATEWAY, serves_model
 from tools.gpu.classify import host_class_for, load_class_expectations
+from deployment.gpu.products import interconnect_by_product
+from deployment.nodes.group import members
 from operations.gpu.facts import NvidiaGpus, NvidiaTopology
-from operations.gpu.products import interconnect_by_product
-from operations.nodes.group import members
 from tests.conftest import LAB_HOSTS
 from tests.deployed.hosts import LAB_INVENTORY, REPO, Target, load_inventory, matches
 

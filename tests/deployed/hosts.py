@@ -3,7 +3,7 @@
 The inventory is loaded by pyinfra's own CLI code (`pyinfra_cli.inventory.make_inventory`,
 group_data folders included; in a child process, see load_inventory), so a host here has
 exactly the data and groups that `pyinfra INVENTORY deploy.py` gives it; its deployments (and their
-replicas) are resolved by the deploy's own `operations.deployment.resolve_host`, at the commits their
+replicas) are resolved by the deploy's own `deployment.hosts.resolve_host`, at the commits their
 revisions pin. One SSH connection per host, opened as pyinfra's ssh connector opens it and reused by
 every check.
 """
@@ -28,9 +28,9 @@ from pyinfra.api import FactBase
 from pyinfra.connectors.ssh import connector_data_meta
 from pyinfra.connectors.sshuserclient.client import SSHClient
 
-from operations.basics.knobs import COMMIT
-from operations.deployment import Deployment, at_commits, host_class_of, resolve_host
-from operations.server.config import Server
+from deployment.hosts import Deployment, at_commits, host_class_of, resolve_host
+from deployment.knobs import COMMIT
+from deployment.server.config import Server
 from operations.weights.checks import outage
 from operations.weights.hub import RepoSnapshot, controller_token, hub_outages, hub_url, snapshot
 

@@ -14,7 +14,8 @@ import pytest
 
 from lab import fleet
 from lab.config import TOKEN_GRANTED
-from operations.server import capacity, capacity_record
+from deployment.server import capacity
+from operations.server import capacity_record
 from operations.weights.download import MANIFEST
 from tests.deployed.faults import assert_caught, run_suite
 from tests.deployed.hosts import LAB_INVENTORY, Target, load_inventory

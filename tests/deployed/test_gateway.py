@@ -9,9 +9,9 @@ Runs once per gateway host; an inventory without one has nothing to check here.
 import json
 import shlex
 
-from operations.basics import network
-from operations.gateway.config import resolve as resolve_gateway
-from operations.gateway.membership import resolve as fleet, workers
+from deployment import network
+from deployment.gateway.config import resolve as resolve_gateway
+from deployment.gateway.membership import resolve as fleet, workers
 from operations.monitoring.prometheus import PrometheusTargets, down_targets, scrape_targets
 from operations.monitoring.prometheus import resolve as resolve_monitoring
 from operations.server.host_scripts.engine_answers import generated

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from operations.server import capacity, capacity_record
+from deployment.server import capacity
+from operations.server import capacity_record
 from operations.server.host_scripts.engine_answers import generated, scrubbed
 
 _SERVING_SCRIPT = r"""

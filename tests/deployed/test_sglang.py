@@ -11,7 +11,7 @@ import pytest
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from operations.basics.knobs import COMMIT
+from deployment.knobs import COMMIT
 from operations.python import virtualenvs
 from operations.python.virtualenvs import VenvRequirement, fingerprint
 from operations.weights.download import MANIFEST

@@ -1,5 +1,5 @@
 """The SGLang units, one a replica: each enabled, active, restarting, run by the service user, listening
-where group_data says, with the arguments group_data asks for (operations.server.flags.server_args), on
+where group_data says, with the arguments group_data asks for (deployment.server.command_line.server_args), on
 the GPUs its layout gives it (nvidia-smi's processes of its cgroup); no other SGLang unit on the host."""
 
 import ipaddress
@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from operations.server.flags import server_args
+from deployment.server.command_line import server_args
 
 # systemd's view of the unit, every process of its cgroup (user, socket inodes), the
 # running main process's argv, the unit file's ExecStart, the TCP listeners on `port` and every TCP

@@ -10,7 +10,7 @@ from pathlib import Path
 from lab import fleet, hub
 from lab.config import LAB_ID, SGLANG_KNOBS_FILE
 from lab.services import HUB_STATE
-from operations.deployment import resolve
+from deployment.hosts import resolve
 from tests.unit.group_data import host_data
 
 KIMI = "lab/Kimi-K2.6-tiny"

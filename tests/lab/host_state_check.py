@@ -7,13 +7,13 @@ from pathlib import Path
 
 from pyinfra import host
 
+from deployment.hosts import at_commits, host_class_of, resolve  # noqa: F401
 from operations.basics import gathering
-from operations.deployment import host_class_of, preflight, resolve  # noqa: F401
 # Every module whose operations register the facts they read, as deploy.py imports them.
 from operations.gpu import nvidia, smoke  # noqa: F401
+from operations.run import preflight  # noqa: F401
 from operations.server import readiness, stages, unit  # noqa: F401
 from operations.weights import download, revisions, hf_token  # noqa: F401
-from operations.deployment import at_commits
 from operations.weights.checks import WeightsDisk, hub_state
 from operations.weights.download import WeightsState, state_listings
 

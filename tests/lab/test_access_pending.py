@@ -12,7 +12,7 @@ from lab import fleet
 from lab.config import HUB_URL, TOKEN_DENIED, TOKEN_GRANTED
 from lab.hub import read_request_log
 from lab.services import HUB_STATE, HUB_STORE
-from operations.deployment import resolve
+from deployment.hosts import resolve
 from operations.weights.host_scripts.weights_manifest import MANIFEST
 from tests.conftest import LAB_HOSTS
 from tests.helpers import extra_bare_host, main_pid, operations_started, results_table, run_deploy, server_info

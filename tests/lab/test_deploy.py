@@ -1,15 +1,21 @@
 """The deploy against the lab, through pyinfra as a user runs it: converge, no-op, change, refuse."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
+from deployment.server import capacity, resident
 from lab import fleet
-from lab.config import HUB_URL, WHEELS_URL
-from operations.server import capacity, resident
-from tests.helpers import (SGLANG_UNIT, UNIT_FILE, changed_operations, main_pid, operations_started, results_table, run_deploy, server_info, serving,
-                           write_group_data)
+from lab.config import HUB_URL, TOKEN_GRANTED, WHEELS_URL
+from lab.hub import read_request_log
+from lab.services import HUB_STATE
+from tests.helpers import (LAB_INVENTORY, REPO, SGLANG_UNIT, UNIT_FILE, changed_operations, main_pid,
+                           operations_started, results_table, run_deploy, server_info, serving, write_group_data)
+from tests.unit.group_data import host_data
 
 pytestmark = pytest.mark.lab
 
@@ -50,7 +56,7 @@ def test_second_run_changes_nothing_and_dry_run_shows_nothing(deployed_lab, lab_
     for line in detected.splitlines()[2:]:
         if line.strip():
             assert re.split(r"\s{2,}", line.strip())[1:] == ["-", "-"], f"--dry would change: {line}"
-    # --dry says what each replica's KV cache holds (preflight's plan, operations/server/capacity.py)
+    # --dry says what each replica's KV cache holds (preflight's plan, deployment/server/capacity.py)
     for host in lab_hosts:
         (said,) = [line for line in dry.output.splitlines() if f"[{host.name}] preflight passed: " in line]
         assert re.search(r"; KV cache [\d,]+ tokens, \d+ requests of 8,192 tokens a replica\)", said), said
@@ -123,3 +129,51 @@ def test_ddtree_needs_a_ddtree_build(deployed_lab, lab_hosts, tmp_path):
         assert info["speculative_algorithm"] == "DDTREE" and info["speculative_ddtree_budget"] == 15
     finally:
         assert run_deploy("--limit", host.name).returncode == 0
+
+
+def test_profiles_without_a_drafter_deploy_verify_and_rerun_and_no_drafter_is_asked_for(deployed_lab, pcie_host,
+                                                                                         monkeypatch, tmp_path):
+    """qwen36_mtp (Qwen3.6-27B drafting with its own MTP layer, SGLang's EAGLE path) and qwen36_ar (no
+    speculation), each a deployment on four of the PCIe host's GPUs: each serves what its profile says, passes
+    tests/deployed, and a re-run changes nothing; neither the hub nor its CDN is asked for any drafter. An MTP
+    chain the engine would serve otherwise than its profile says is refused by preflight in the engine's words."""
+    host = pcie_host
+    monkeypatch.setenv("SPECFLEET_LAB_DEPLOYMENTS", json.dumps({host.name: [
+        {"profile": "qwen36_mtp", "gpus": [0, 1, 2, 3]}, {"profile": "qwen36_ar", "gpus": [4, 5, 6, 7]}]}))
+    lab_data = host_data(host.host_class, lab=True)
+    drafters = {lab_data.mirrors["repos"].get(p["drafter"]["repo"], p["drafter"]["repo"]).split("@")[0]
+                for p in lab_data.profiles.values() if "drafter" in p}
+    mark = len(read_request_log(HUB_STATE))
+    try:
+        first = run_deploy("--limit", host.name)
+        assert first.returncode == 0, first.output[-4000:]
+        mtp, ar = server_info(host, 30000), server_info(host, 30004)
+        assert (mtp["speculative_algorithm"], mtp["speculative_num_steps"], mtp["speculative_eagle_topk"],
+                mtp["speculative_num_draft_tokens"], mtp["speculative_draft_model_path"]) == ("EAGLE", 3, 1, 4, None)
+        assert mtp["internal_states"][0]["avg_spec_accept_length"] > 1
+        assert ar["speculative_algorithm"] is None
+        again = run_deploy("--limit", host.name)
+        assert again.returncode == 0 and changed_operations(again.output) == [], again.output[-4000:]
+        checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/deployed",
+                                 "--ignore", "tests/deployed/test_catches_faults.py", "--inventory", LAB_INVENTORY,
+                                 "--limit", host.name],
+                                cwd=REPO, capture_output=True, text=True, timeout=600,
+                                env={**os.environ, "HF_TOKEN": TOKEN_GRANTED})
+        assert checks.returncode == 0 and " failed" not in checks.stdout, checks.stdout[-4000:]
+        asked = [r["path"] for r in read_request_log(HUB_STATE)[mark:]
+                 if any(f"/{repo}/" in r["path"] or r.get("repo") == repo for repo in drafters)]
+        assert asked == [], asked[:5]
+        # A chain the engine would serve otherwise than the profile says: refused before anything changes.
+        chain = write_group_data(tmp_path / "chain", "all", (
+            "profiles = copy.deepcopy(base['profiles'])\n"
+            "profiles['qwen36_mtp']['speculative']['num_draft_tokens'] = 5"))
+        refused = run_deploy("--dry", "--limit", host.name, group_data=chain)
+        assert refused.returncode != 0 and (
+            f"{host.name}: profile qwen36_mtp: SGLang 0.5.23 would refuse its MTP settings "
+            "(sglang@qwen36_mtp-gpu0): speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+            "speculative_eagle_topk == 1 (5 != 3 + 1): set num_draft_tokens 4") in refused.output, \
+            refused.output[-3000:]
+    finally:
+        monkeypatch.delenv("SPECFLEET_LAB_DEPLOYMENTS")
+        back = run_deploy("--limit", host.name)
+    assert back.returncode == 0, back.output[-3000:]

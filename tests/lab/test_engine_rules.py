@@ -9,7 +9,7 @@ import time
 import pytest
 
 from lab import fleet
-from operations.deployment import resolve
+from deployment.hosts import resolve
 from tests.helpers import (REPO, SGLANG_UNIT, UNIT_FILE, changed_operations, main_pid, run_deploy, server_info,
                            write_group_data)
 from tests.unit.group_data import host_data

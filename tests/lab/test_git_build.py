@@ -14,7 +14,7 @@ import pytest
 
 from lab import fleet
 from lab.index import standin_wheel_bytes
-from operations.deployment import resolve
+from deployment.hosts import resolve
 from tests.helpers import run_deploy, write_group_data
 from tests.unit.group_data import host_data
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from lab import fleet
-from operations.deployment import resolve
+from deployment.hosts import resolve
 from tests.helpers import (ENV_FILE, UNIT_FILE, main_pid, operations_started, results_table, run_deploy,
                            server_info)
 from tests.unit.group_data import host_data

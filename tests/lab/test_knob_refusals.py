@@ -1,5 +1,5 @@
 """A misspelt knob, at any layer, is refused in one line naming it and the knob meant, before any host changes
-(operations/schema.py); --dry gates a change: a refused host makes it exit non-zero, with -y too."""
+(deployment/schema.py); --dry gates a change: a refused host makes it exit non-zero, with -y too."""
 
 import os
 import re
@@ -86,7 +86,7 @@ def test_dry_with_a_token_denied_a_gated_repo_says_so_per_host_and_exits_non_zer
 
 
 def test_a_kv_cache_below_min_kv_tokens_is_refused_in_dry_in_one_line(deployed_lab, pcie_host):
-    """Preflight's KV plan (operations/server/capacity.py) against the floor: refused before anything changes,
+    """Preflight's KV plan (deployment/server/capacity.py) against the floor: refused before anything changes,
     naming the replica, its tokens and min_kv_tokens."""
     result = run_deploy("--limit", pcie_host.name, "--dry", "--data", "min_kv_tokens=100000000", timeout=300)
     assert result.returncode == 1 and "Traceback" not in result.output, result.output[-3000:]

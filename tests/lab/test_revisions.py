@@ -25,7 +25,7 @@ from lab.config import TOKEN_GRANTED
 from lab.repos import QWEN, QWEN_RETRAINED
 from lab.services import HUB_STATE, HUB_STORE
 from lab.hub import read_request_log
-from operations.deployment import resolve, resolve_host
+from deployment.hosts import resolve, resolve_host
 from tests.faults.faultlab import TARGET_DIR, http_status, wait_for
 from tests.helpers import (REPO, SGLANG_UNIT, changed_operations, main_pid, operations_started, run_deploy, serving,
                            write_group_data)

@@ -15,7 +15,7 @@ import pytest
 
 from lab import fleet
 from tests.faults.faultlab import TARGET_DIR, wait_for
-from operations.deployment import resolve
+from deployment.hosts import resolve
 from tests.helpers import LAB_INVENTORY, PYINFRA, REPO, SGLANG_UNIT, changed_operations, run_deploy, server_info
 from tests.unit.group_data import host_data
 

@@ -6,8 +6,8 @@ import shlex
 import pytest
 
 from lab import fleet
+from deployment.hosts import resolve
 from operations.basics.templates import render
-from operations.deployment import resolve
 from operations.python import virtualenvs
 from operations.server import unit
 from tests.unit.group_data import host_data

@@ -1,4 +1,4 @@
-"""The weights' fan-out (operations/weights/fanout.py, sharing.py, peer.py) on three fresh PCIe lab hosts
+"""The weights' fan-out (deployment/weights/fanout.py, sharing.py, peer.py) on three fresh PCIe lab hosts
 deploying qwen36_ddtree in one run, beside the shared lab (booted fresh for this module, gone after it).
 
 The shared lab keeps the fan-out off (lab/group_data/lab.py): these deploys turn it on. The hub's request

@@ -78,7 +78,7 @@ def test_dflash_serves_what_ddtree_refuses(start, models):
 
 
 # The product's own requests: probes, checks, the bench, the demo.
-PRODUCT = ["operations", "serving_benchmark", "tests/deployed", "bench.py", "deploy.py", "rollout.py"]
+PRODUCT = ["deployment", "operations", "serving_benchmark", "tests/deployed", "bench.py", "deploy.py", "rollout.py"]
 
 
 def test_the_product_never_asks_for_what_ddtree_refuses():

@@ -1,12 +1,12 @@
 """The lab's host classes: its own table of short names and address octets (lab/fleet.py), each a class
-of the product's (operations.deployment.site_data.host_classes) or the GPU-less gateway."""
+of the product's (deployment.site_data.host_classes) or the GPU-less gateway."""
 
 import importlib
 from pathlib import Path
 
 from lab import fleet
 from lab.config import SUBNET
-from operations.deployment import site_data
+from deployment import site_data
 
 GPU_PROFILES = Path(__file__).resolve().parents[2] / "lab" / "gpu_standin" / "profiles"
 SPEC = "pcie=1,b200=1,b300=1,h100=1,h200=1,gateway=1"

@@ -22,7 +22,7 @@ import pytest
 from lab.index import build_standin_wheel
 from lab.repos import KIMI_TEXT_CONFIG, QWEN_CONFIG
 from lab.sglang_standin.sglang import speed_model
-from operations.server import speculative
+from deployment.server import speculative
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import parse_many_with_real_sglang
 

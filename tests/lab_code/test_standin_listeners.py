@@ -74,7 +74,7 @@ def test_the_random_port_range_is_the_real_engines():
     defaults), read from the real wheel: the stand-in's and the one the layout keeps replicas out of."""
     import runpy
 
-    from operations.server.layout import SGLANG_RANDOM_PORTS
+    from deployment.server.layout import SGLANG_RANDOM_PORTS
     from tests.sglang_real import real_sglang_python
 
     real = subprocess.run([str(real_sglang_python()), "-c",

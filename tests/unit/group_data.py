@@ -4,7 +4,7 @@ import runpy
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
-from operations.gpu.config import GpuExpectations, expected_gpus
+from deployment.gpu.config import GpuExpectations, expected_gpus
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP_DATA = REPO / "group_data"

@@ -9,10 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from lab.repos import build_lab_repos, repo_dir
-from operations.deployment import resolve
-from operations.server.config import Server
-from operations.server.flags import server_args
-from operations.server.speculative import ALGORITHMS
+from deployment.hosts import resolve
+from deployment.server.command_line import server_args
+from deployment.server.config import Server
+from deployment.server.speculative import ALGORITHMS
 from tests.unit.group_data import host_data
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The KV-cache planner (operations/server/capacity.py): the bytes a token takes, from the models' real
+"""The KV-cache planner (deployment/server/capacity.py): the bytes a token takes, from the models' real
 config.json (tests/fixtures/model_configs), equal to what SGLang 0.5.23's own memory-pool code computes for the
 same config (tests/sglang_kv_cell.py in the real-SGLang env: ModelConfig, then
 srt/model_executor/pool_configurator.py DefaultPoolConfigurator._compute_cell_size for the target,
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from operations.basics.knobs import BadHostData
-from operations.server import capacity, resident
-from operations.server.capacity import GIB, NoRule, kv_geometry, plan_replica, refusal
+from deployment.knobs import BadHostData
+from deployment.server import capacity, resident
+from deployment.server.capacity import GIB, NoRule, kv_geometry, plan_replica, refusal
 from tests.sglang_real import run_with_real_sglang
 
 CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "model_configs"
@@ -281,7 +281,7 @@ def snapshots(target_gb: float, drafter_gb: float = 0) -> dict:
 def kv_check(host_class: str, snapshots: dict, gpu_mib: int, **data) -> tuple[list[str], str]:
     """Preflight's KV check of the class's first Kimi replica on GPUs of `gpu_mib` each."""
     from pyinfra.context import ctx_host
-    from operations.deployment import resolve_worker
+    from deployment.hosts import resolve_worker
     from operations.server.checks import kv_capacity
     from tests.unit.fakehost import FakeHost
     from tests.unit.group_data import host_data
@@ -313,8 +313,8 @@ def test_a_class_whose_kv_cache_holds_less_than_the_models_context_serves_the_co
         host_class, profile, context):
     """The layout's context_length is the server's --context-length, and a profile's own is then refused (argparse
     takes the last of two); a class that holds the model's context sets none."""
-    from operations.deployment import resolve
-    from operations.server.flags import server_args, value
+    from deployment.hosts import resolve
+    from deployment.server.command_line import server_args, value
     from tests.unit.group_data import host_data
     server = resolve(host_data(host_class, profile=profile), host_class).replicas[0]
     assert server.engine.layout.context_length == context
@@ -334,7 +334,7 @@ def test_a_class_whose_kv_cache_holds_less_than_the_models_context_serves_the_co
 
 @pytest.mark.parametrize("bad", [0, "x", True, -1, 1.5])
 def test_a_context_length_that_is_no_whole_number_is_refused_in_one_line(bad):
-    from operations.deployment import resolve
+    from deployment.hosts import resolve
     from tests.unit.group_data import host_data
     with pytest.raises(BadHostData) as refused:
         resolve(host_data("b200_nvlink", layouts={"kimi_k26_dflash": {"tp_size": 8, "context_length": bad}}),
@@ -372,7 +372,7 @@ def test_a_model_the_planner_cannot_size_is_said_so_and_not_refused():
 @pytest.mark.parametrize("spelled", [["--context-length", "131072"], ["--context-length=131072"]])
 def test_a_shorter_context_in_the_profiles_flags_lowers_the_default_floor_however_it_is_spelled(spelled):
     """The default floor is one full context as SGLang reads it from the flags (argparse takes FLAG VALUE and
-    FLAG=VALUE alike: flags.value): Kimi on 96 GB cards, in a layout that sets no context of its own, holds
+    FLAG=VALUE alike: command_line.value): Kimi on 96 GB cards, in a layout that sets no context of its own, holds
     131,072 tokens, not 262,144."""
     import copy
     from tests.unit.group_data import host_data

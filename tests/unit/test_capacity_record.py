@@ -4,9 +4,10 @@ and the engine's own figure held against it within capacity.ENGINE_TOLERANCE."""
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import Directory, File
 
+from deployment.server import capacity
 from operations.basics.file_states import FileStates, digest_of
 from operations.gpu.facts import NvidiaGpus
-from operations.server import capacity, capacity_record
+from operations.server import capacity_record
 from operations.server.checks import kv_plan
 from tests.unit import fakehost
 from tests.unit.test_capacity import snapshots
@@ -15,7 +16,7 @@ GPUS = [{"index": i, "memory_total_mib": 183359} for i in range(8)]
 
 
 def kimi_on_b200():
-    from operations.deployment import resolve_worker
+    from deployment.hosts import resolve_worker
     from tests.unit.group_data import host_data
     worker, (d, *_) = resolve_worker(host_data("b200_nvlink"), "b200_nvlink")
     return d.replicas[0], worker.gpu.expected

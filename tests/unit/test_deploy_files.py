@@ -54,14 +54,16 @@ def test_every_deploy_file_names_itself_before_its_first_operation():
 @pytest.mark.parametrize("told_not_to", [False, True])
 def test_a_deploy_run_keeps_its_modules_compiled_unless_the_interpreter_is_told_not_to(tmp_path, told_not_to):
     """pyinfra's CLI turns writing bytecode off for its whole process: without operations/__init__.py undoing
-    that, every run compiled the deploy's modules from source again (speed/README.md, P1)."""
-    shutil.copytree(REPO / "operations", tmp_path / "operations", ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "deploy.py").write_text("from operations.basics import network\n")
+    that (deployment/__init__.py runs it first), every run compiled the deploy's modules from source again
+    (speed/README.md, P1)."""
+    for package in ("deployment", "operations"):
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "deploy.py").write_text("from deployment import network\n")
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     if told_not_to:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     run = subprocess.run([str(PYINFRA), "-y", "@local", "deploy.py"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
-    compiled = sorted(path.name for path in (tmp_path / "operations" / "basics").glob("__pycache__/*.pyc"))
+    compiled = sorted(path.name for path in (tmp_path / "deployment").glob("__pycache__/*.pyc"))
     assert compiled == ([] if told_not_to else [f"network.{sys.implementation.cache_tag}.pyc"])

@@ -7,18 +7,17 @@ import re
 import pytest
 
 from lab.repos import build_lab_repos
-from operations import deployment
-from operations.deployment import host_class_of, resolve, resolve_host, site_data
-from operations.weights.hub import RepoSnapshot
-from operations.basics import knobs
-from operations.basics.knobs import BadHostData
-from operations.python.virtualenvs import fingerprint
+from deployment import hosts, knobs, site_data
+from deployment.gateway import config as gateway_config
+from deployment.hosts import host_class_of, resolve, resolve_host
+from deployment.knobs import BadHostData
+from deployment.server import config as server_config
+from deployment.server.command_line import server_args, spell
 from operations.basics.templates import render
-from operations.gateway import config as gateway_config
-from operations.weights.checks import unpinned
-from operations.server import config as server_config
-from operations.server.flags import server_args, spell
+from operations.python.virtualenvs import fingerprint
 from operations.server.unit import inputs as unit_inputs, unit_files
+from operations.weights.checks import unpinned
+from operations.weights.hub import RepoSnapshot
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import REPO, host_data
 
@@ -45,7 +44,7 @@ def test_each_class_gets_its_backends_and_environment():
     assert pcie.host.smoke.expected.p2p_floor_gbps == 30
     # Each revision in a directory of its own; before the hub resolves the branch, named after it.
     assert pcie.weights.target.local_dir == pcie.engine.model_dir == "/srv/specfleet/models/moonshotai--Kimi-K2.6/main"
-    pinned_at = deployment.at_commits(pcie, {"target": "c" * 40, "drafter": "d" * 40})
+    pinned_at = hosts.at_commits(pcie, {"target": "c" * 40, "drafter": "d" * 40})
     assert pinned_at.engine.model_dir == pinned_at.weights.target.local_dir == \
         f"/srv/specfleet/models/moonshotai--Kimi-K2.6/{'c' * 40}"
     assert pinned_at.engine.draft_model_dir == f"/srv/specfleet/models/z-lab--Kimi-K2.6-DFlash/{'d' * 40}"
@@ -153,13 +152,14 @@ def test_a_bad_knob_is_one_line_naming_the_knob_the_value_and_what_is_accepted(k
 
 def test_a_knob_refusal_is_worded_by_knobs_alone():
     """`knobs.refused` words every NAME=VALUE refusal (what is wrong, how to fix it); the product writes
-    none by hand outside operations/basics/knobs.py."""
+    none by hand outside deployment/knobs.py."""
     assert str(knobs.refused("port", "x", "use a port")) == "port='x' is not accepted: use a port"
     assert str(knobs.refused("expected_gpus", [], "define it", wrong="is not a dict")) == \
         "expected_gpus=[] is not a dict: define it"
     by_hand = re.compile(r"BadHostData\(f?\"[^\"]*=\{")  # a message that starts NAME={value}
     # The benchmark's own knobs are worded by the change that splits serving_benchmark/sweep.py.
-    product = [p for p in [*(REPO / "operations").rglob("*.py"), *REPO.glob("*.py")] if p.name != "knobs.py"]
+    product = [p for p in [*(REPO / "deployment").rglob("*.py"), *(REPO / "operations").rglob("*.py"),
+                           *REPO.glob("*.py")] if p.name != "knobs.py"]
     assert [str(p.relative_to(REPO)) for p in product if by_hand.search(p.read_text())] == []
 
 
@@ -266,12 +266,12 @@ def test_a_replica_holds_its_unit_gpus_and_ports_and_reads_the_rest_from_its_dep
     engine_names = {f.name for f in dataclasses.fields(server_config.Engine)} | {"tp_size", "venv"}
     host_names = {f.name for f in dataclasses.fields(server_config.ServiceHost)} | {"api_key_file", "hf_home"}
     assert not any(hasattr(server_config.Server, name) for name in engine_names | host_names)
-    worker, (kimi, qwen) = deployment.resolve_worker(host_data("rtx_pro_6000_pcie", deployments=[
+    worker, (kimi, qwen) = hosts.resolve_worker(host_data("rtx_pro_6000_pcie", deployments=[
         dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
         dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")]), "rtx_pro_6000_pcie")
     assert all(r.engine is d.engine and d.engine.service is worker.service for d in (kimi, qwen) for r in d.replicas)
     assert qwen.replicas is qwen.replicas and len(qwen.replicas) == 4  # built once
-    pinned = deployment.at_commits(qwen, {"target": "c" * 40, "drafter": "d" * 40})
+    pinned = hosts.at_commits(qwen, {"target": "c" * 40, "drafter": "d" * 40})
     assert [r.engine for r in pinned.replicas] == [pinned.engine] * 4
     assert [(r.service_name, r.gpus, r.port) for r in pinned.replicas] == [
         (r.service_name, r.gpus, r.port) for r in qwen.replicas]
@@ -283,7 +283,7 @@ def test_a_replica_holds_its_unit_gpus_and_ports_and_reads_the_rest_from_its_dep
 def test_what_is_true_of_the_host_is_one_object_its_deployments_share():
     """Users, paths, GPU runtime, smoke test and token variable are resolved once per host: each deployment
     holds the same Host, and every replica the same ServiceHost (the smoke test runs the first build)."""
-    worker, (kimi, qwen) = deployment.resolve_worker(host_data("rtx_pro_6000_pcie", lab=True, deployments=[
+    worker, (kimi, qwen) = hosts.resolve_worker(host_data("rtx_pro_6000_pcie", lab=True, deployments=[
         dict(profile="kimi_k26_dflash", gpus=[0, 1, 2, 3], tp_size=4),
         dict(profile="qwen36_ddtree", gpus=[4, 5, 6, 7], name="qwen")]), "rtx_pro_6000_pcie")
     assert kimi.host is worker and qwen.host is worker and worker.host_class == "rtx_pro_6000_pcie"
@@ -419,7 +419,7 @@ def test_extra_arguments_may_not_repeat_a_flag_the_deploy_sets():
 
 
 def test_the_deploys_own_flags_cover_what_it_renders_and_refuse_no_other_sglang_flag():
-    from operations.server.config import DEPLOY_FLAGS, deploy_flags
+    from deployment.server.config import DEPLOY_FLAGS, deploy_flags
     from tests.unit.test_nodes import resolved, two_nodes
     for host_class in HOST_CLASSES:
         for profile in ("kimi_k26_dflash", "qwen36_ddtree"):
@@ -443,7 +443,7 @@ def test_the_deploys_own_flags_cover_what_it_renders_and_refuse_no_other_sglang_
 
 @pytest.mark.parametrize("knob", ["service_user", "gateway_user"])
 def test_root_is_never_the_service_user(knob):
-    from operations.gateway.config import resolve as resolve_gateway
+    from deployment.gateway.config import resolve as resolve_gateway
     with pytest.raises(BadHostData) as refused:
         if knob == "service_user":
             resolve(host_data("b200_nvlink", service_user="root"), "b200_nvlink")

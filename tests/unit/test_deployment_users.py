@@ -9,10 +9,10 @@ import pytest
 from pyinfra.facts.files import Directory
 from pyinfra.facts.server import Groups, Os, Users, Which
 
+from deployment.hosts import resolve_host
+from deployment.knobs import BadHostData
 from operations import status, uninstall
 from operations.basics import ownership
-from operations.basics.knobs import BadHostData
-from operations.deployment import resolve_host
 from operations.basics.file_states import FileStates
 from operations.server import api_key, readiness, sandbox, stages
 from operations.server.flags import SGLangRejects

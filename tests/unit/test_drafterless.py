@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from operations.basics.knobs import BadHostData
-from operations.deployment import at_commits, resolve, site_data
-from operations.server.flags import server_args
+from deployment import site_data
+from deployment.hosts import at_commits, resolve
+from deployment.knobs import BadHostData
+from deployment.server.command_line import server_args
 from operations.server.unit import inputs
 from tests.unit.group_data import host_data
 from tuning.candidates import candidates

@@ -19,12 +19,12 @@ from pyinfra.context import ctx_host
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.server import Arch, KernelVersion, LinuxDistribution
 
-from operations.deployment import resolve
+from deployment.hosts import resolve
+from deployment.knobs import BadHostData
+from operations.basics.apt_packages import AptVersions
 from operations.gpu import nvidia, packages
 from operations.gpu.facts import NvidiaDriver
-from operations.basics.apt_packages import AptVersions
 from operations.gpu.packages import FreshHost, NvidiaPackages
-from operations.basics.knobs import BadHostData
 from tests.unit.group_data import host_data
 
 DPKG_590 = """\

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pyinfra.context import ctx_host
 
-from operations.deployment import resolve
+from deployment.hosts import resolve
 from operations.gpu.facts import NvidiaGpus
 from operations.server import sandbox
 from operations.server.flags import RESOLVE, SGLangRejects

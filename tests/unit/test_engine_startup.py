@@ -3,7 +3,7 @@ tuner would try of it, runs through the wheel's startup arithmetic (tests/sglang
 arguments and their post-init, the model configs, the context length, the KV cells, the mamba ratio and state
 slots, resolve_max_num_reqs, the pool for the free memory planned, max_req_len), with the models' config.json
 (tests/fixtures/model_configs) and the class's GPU. An assertion or refusal there fails; the planner
-(operations/server/capacity.py plan_server) is held to the engine's figures.
+(deployment/server/capacity.py plan_server) is held to the engine's figures.
 
 The engine is given the free memory the plan says it will read, before and after the load, so what is compared
 is the arithmetic from there on: tokens, max running requests and the longest request must be the engine's,
@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from operations.deployment import resolve, site_data
-from operations.server import capacity
-from operations.server.flags import server_args
+from deployment import site_data
+from deployment.hosts import resolve
+from deployment.server import capacity
+from deployment.server.command_line import server_args
 from tests.sglang_startup import model_folder, startup_with_real_sglang
 from tests.unit.group_data import host_data
 from tests.unit.resolution_cases import as_released, class_gpu

@@ -1,12 +1,12 @@
-"""The weights' fan-out plan (operations/weights/fanout.py): facts of the run in, who fetches what from whom out."""
+"""The weights' fan-out plan (deployment/weights/fanout.py): facts of the run in, who fetches what from whom out."""
 
 import pytest
 
-from operations.basics.knobs import BadHostData
-from operations.deployment import resolve
-from operations.gateway import membership
-from operations.weights import fanout
-from operations.weights.fanout import HUB
+from deployment.gateway import membership
+from deployment.hosts import resolve
+from deployment.knobs import BadHostData
+from deployment.weights import fanout
+from deployment.weights.fanout import HUB
 from tests.unit.group_data import host_data
 from tests.unit.test_gateway import Inventory, Run, inventory_host
 

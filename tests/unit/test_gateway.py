@@ -10,18 +10,18 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from deployment.gateway.config import resolve as resolve_gateway
+from deployment.gateway.membership import Route, resolve as fleet, routes, workers
+from deployment.hosts import resolve, resolve_host
+from deployment.knobs import BadHostData
 from operations.basics.file_states import FileStates, digest_of, sha1_of
 from operations.basics.units import ServiceState
-from operations.deployment import resolve, resolve_host
-from operations.gpu.facts import NvidiaDriver
 from operations.gateway import service
-from operations.gateway.config import resolve as resolve_gateway
 from operations.gateway.drain import LEGACY_ADMIN_KEY, drain, drain_retired, joins, no_admin_key, rejoin
-from operations.gateway.membership import Route, resolve as fleet, routes, workers
 from operations.gateway.registry import GatewayWorkers
-from operations.server import unit
-from operations.basics.knobs import BadHostData
+from operations.gpu.facts import NvidiaDriver
 from operations.python.virtualenvs import VenvRequirement, fingerprint
+from operations.server import unit
 from operations.server.flags import SGLangRejects
 from tests.unit.fakehost import failure, ran, run, run_host
 from tests.unit.group_data import host_data
@@ -127,15 +127,15 @@ class Inventory(list):
 def test_the_inventory_is_resolved_once_per_run_whatever_each_host_asks_of_its_gateways(monkeypatch):
     """Every host's deploy file asks the gateways of each of its replicas (drain, rejoin), of its retired units,
     and a gateway its workers: one resolution per worker host in the run, not one per question."""
-    from operations import deployment
-    from operations.gateway import membership
-    hosts = 4
+    from deployment import hosts
+    from deployment.gateway import membership
+    workers = 4
     inventory = Inventory([inventory_host("gw", ["gateway"], profile="qwen36_ddtree"), *(
         inventory_host(f"w{i}", ["rtx_pro_6000_pcie"], ssh_hostname=f"10.0.0.{i + 1}", bind_address="0.0.0.0",
-                       profile="qwen36_ddtree") for i in range(hosts))])
+                       profile="qwen36_ddtree") for i in range(workers))])
     resolved = []
-    resolve_host = deployment.resolve_host
-    monkeypatch.setattr(deployment, "resolve_host", lambda *args: resolved.append(args) or resolve_host(*args))
+    resolve_host = hosts.resolve_host
+    monkeypatch.setattr(hosts, "resolve_host", lambda *args: resolved.append(args) or resolve_host(*args))
     answers = []
     for host in inventory:  # deploy.py, as pyinfra runs it for each host
         fleet = membership.of(inventory)
@@ -145,9 +145,9 @@ def test_the_inventory_is_resolved_once_per_run_whatever_each_host_asks_of_its_g
         for replica in resolve_host(host.data, "rtx_pro_6000_pcie")[0].replicas:
             answers.append(len(membership.routes(fleet, host, replica)))
         answers.append(len(membership.gateways(fleet, host)))
-    assert answers == [hosts * 8, *([1] * (8 + 1)) * hosts]  # its workers; a route per replica, a gateway per host
+    assert answers == [workers * 8, *([1] * (8 + 1)) * workers]  # its workers; a route per replica, a gateway per host
     # A resolution of the inventory per question would make 8·N² + N of them, 132 here.
-    assert len(resolved) == hosts
+    assert len(resolved) == workers
     assert membership.of(Inventory(inventory)) is fleet  # one run, one fleet
     assert membership.of(type("Later", (Inventory,), {"state": Run()})(inventory)) is not fleet
 
@@ -379,7 +379,7 @@ class RunState(SimpleNamespace):
     ({"reachable": False, "workers": []}, {"gw"}, {"a"}, ["b"]),
 ])
 def test_the_gateway_keeps_out_a_rolled_back_worker_until_a_run_deploys_it(before, limit, failed, kept):
-    from operations.gateway.membership import Worker
+    from deployment.gateway.membership import Worker
     from operations.gateway.registry import kept_in
     hosts = [Named(n) for n in ("gw", "a", "b")]
     state = RunState(failed_hosts={h for h in hosts if h.name in failed}, inventory=hosts, limit=limit)
@@ -533,7 +533,7 @@ def test_the_gateways_modules_ask_same_host_loopback_and_urls_of_their_one_defin
     """Read from the source of the controller's gateway modules: a host name compared outside
     ``membership.same_host``, loopback typed, or a URL built by hand would be a second answer."""
     import ast
-    from operations.gateway import membership
+    from deployment.gateway import membership
     here = Path(membership.__file__).parent
     for path in sorted(here.glob("*.py")):
         text = path.read_text()

@@ -10,10 +10,10 @@ from pyinfra.context import ctx_host
 
 from pathlib import Path
 
-from operations.deployment import resolve
+from deployment.hosts import resolve
+from deployment.knobs import BadHostData
 from operations.gpu import smoke
 from operations.gpu.smoke import GpuSmokeRecord
-from operations.basics.knobs import BadHostData
 from tests.unit.group_data import host_data
 
 BOOT = "5e0c8c1e-0000-4000-8000-000000000001"

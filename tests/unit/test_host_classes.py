@@ -1,4 +1,4 @@
-"""Host classes are found from their files (operations/deployment/site_data.py host_classes): the product's
+"""Host classes are found from their files (deployment/site_data.py host_classes): the product's
 group_data/<class>.py and a site's own SITE/group_data/<class>.py, one file each; the shipped HGX Hopper
 classes (h100_sxm, h200_sxm) checked against the real nvidia-smi captures in tests/fixtures/nvidia-smi."""
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from operations.deployment import host_class_of, resolve_worker, roles, site_data
+from deployment import roles, site_data
+from deployment.hosts import host_class_of, resolve_worker
 from operations.gpu.checks import check_gpu_class
 from operations.gpu.facts import NvidiaDriver
 from operations.gpu.parse import parse_topology

@@ -16,15 +16,15 @@ from pyinfra.facts.server import Arch, LinuxDistribution
 
 from operations.basics import gathering
 from operations.basics.file_states import DIGEST_KEY, FileStates, digest_of
-from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
-from operations.gpu.smoke import GpuSmokeRecord
+from operations.basics.file_states import UserFileStates
 from operations.basics.host_programs import HOST_SCRIPTS
 from operations.basics.ownership import SystemUser
-from operations.deployment.preflight import LoginUser
-from operations.server.readiness import ServerProbe
-from operations.basics.file_states import UserFileStates
 from operations.basics.units import ServiceState
+from operations.gpu.facts import NvidiaDriver, NvidiaFabric, NvidiaGpus, NvidiaTopology, RebootPending
+from operations.gpu.smoke import GpuSmokeRecord
 from operations.python.virtualenvs import MARKER, VenvRequirement, VenvsUsed
+from operations.run.preflight import LoginUser
+from operations.server.readiness import ServerProbe
 from tests.gpu_standin_env import gpu_standin_env
 from tests.helpers import host_programs_importable
 

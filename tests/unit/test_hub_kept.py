@@ -20,7 +20,7 @@ from tests.lab_hub import DRAFTER, KIMI, QWEN, QWEN_RETRAINED, new_log_entries  
 
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
 from lab.hub import read_request_log, set_faults
-from operations.deployment import resolve
+from deployment.hosts import resolve
 from operations.weights import checks, hub_cache, hub_requests
 from operations.weights import hub as weights_hub
 from operations.weights.checks import hub_state, token_problem
@@ -84,7 +84,7 @@ def lab_weights(hub):
 
 RUN = """
 import json, sys
-from operations.deployment import resolve
+from deployment.hosts import resolve
 from operations.weights.checks import hub_state
 from tests.unit.group_data import host_data
 state = hub_state(resolve(host_data("b200_nvlink", lab=True, hf_endpoint=sys.argv[1]), "b200_nvlink").weights)

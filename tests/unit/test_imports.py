@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("operations", "serving_benchmark", "tuning")
+PRODUCT = ("deployment", "operations", "serving_benchmark", "tuning")
 ENTRY_POINTS = tuple(sorted(path.name for path in REPO.glob("*.py")))  # deploy.py, bench.py, pin.py, ...
 # Above the product: the tools beside it, and the data pyinfra loads (the group data runs the site's over it).
 ON_TOP = ("tools", "group_data", "inventory")
@@ -97,8 +97,9 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_walk_sees_the_product_and_its_imports():
     edges = graph()
-    assert {"operations.basics.gathering", "operations.server.unit", "operations.gpu.facts", "deploy"} <= set(edges)
-    assert "operations.basics.gathering" in edges["operations.deployment.preflight"]
+    assert {"operations.basics.gathering", "operations.server.unit", "operations.gpu.facts", "deployment.hosts",
+            "deploy"} <= set(edges)
+    assert "operations.basics.gathering" in edges["operations.run.preflight"]
     assert "operations.server" in edges["operations.server.unit"]  # a submodule's package runs first
 
 
@@ -120,14 +121,15 @@ def test_no_product_module_imports_a_test_a_tool_or_the_lab():
 
 
 def test_the_subjects_a_deployment_is_made_of_import_it_not():
-    """operations.deployment builds a deployment from the subjects' slices: none of them imports it back."""
+    """deployment.hosts builds a deployment from the subjects' slices (deployment/<subject>/) and the knobs they
+    are parsed with: none of them imports it back."""
     edges = graph()
-    subjects = {m.split(".")[1] for m in edges["operations.deployment"]
-                if m.startswith("operations.") and m.split(".")[1] != "deployment"}
+    subjects = {m.split(".")[1] for m in edges["deployment.hosts"] if m.startswith("deployment.") and m.count(".") == 2}
     back = sorted(name for name, imports in edges.items()
-                  if name.split(".")[:2][-1] in subjects and name.startswith("operations.")
-                  and any(m.startswith("operations.deployment") for m in imports))
-    assert {"gpu", "server", "weights", "basics"} <= subjects and back == []
+                  if (name.split(".")[:2][-1] in subjects or name in ("deployment.knobs", "deployment.schema"))
+                  and name.startswith("deployment.") and "deployment.hosts" in imports)
+    assert {"gpu", "server", "weights", "nodes"} <= subjects and {"deployment.knobs", "deployment.schema"} <= \
+        edges["deployment.hosts"] and back == []
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -136,13 +138,26 @@ def test_the_cycle_finder_finds_a_cycle():
 
 # The product's floors, lowest first: a module imports its own floor and those below it, never one above.
 LAYERS = (
-    # What every subject builds on: facts, files, units, addresses, the knob table; `operations` itself (its
-    # __init__, a docstring) is placed here by `layer`.
-    ("operations.basics", "operations.schema"),
+    # The host programs: they run on hosts without the product (the controller imports a few of their names).
+    tuple(sorted(module_name(path) for path in (REPO / "operations").glob("*/host_scripts"))),
+    # The model of what to deploy (deployment/), no pyinfra in it. What every slice of it builds on: the
+    # knobs, their parsers, addresses, the site directory; `deployment` itself (its __init__, a docstring) is
+    # placed here by `layer`.
+    ("deployment.knobs", "deployment.network", "deployment.site_directory", "deployment.schema"),
     # One host's subjects: each reads its own slice of the host's data.
+    ("deployment.python", "deployment.nodes", "deployment.gpu", "deployment.server", "deployment.weights"),
+    # A host's deployments, from every such subject's slice at once; the class files; the hosts' roles in the
+    # fleet; the tuned files.
+    ("deployment.hosts", "deployment.site_data", "deployment.roles", "deployment.tuned"),
+    # Over the fleet: a gateway routes to other hosts' deployments.
+    ("deployment.gateway",),
+    # The facts and operations acting on that model. What every subject builds on: facts, files, units;
+    # `operations` itself (its __init__, a docstring) is placed here by `layer`.
+    ("operations.basics",),
+    # One host's subjects.
     ("operations.python", "operations.nodes", "operations.gpu", "operations.server", "operations.weights"),
-    # A host's deployments, from every such subject's slice at once; the hosts' roles in the fleet.
-    ("operations.deployment",),
+    # A run over every subject at once: preflight before any host changes, the table it ends with.
+    ("operations.run",),
     # The subjects over the fleet: a gateway routes to other hosts' deployments, Prometheus scrapes them.
     ("operations.gateway", "operations.monitoring"),
     # The operator's tools beside the deploy.
@@ -154,10 +169,16 @@ LAYERS = (
 )
 
 
+# Where the packages' own __init__s sit: the model's (a docstring) on its lowest floor; operations' (a docstring
+# and the bytecode setting, importing nothing of the product) with the host programs, which it holds: the
+# controller's import of one (LOOPBACK) runs it first.
+LOWEST = {"deployment": "deployment.knobs", "operations": "operations.basics.host_scripts"}
+
+
 def layer(module: str) -> int | None:
     """The index in LAYERS of `module`'s package; None outside them."""
-    if module == "operations":
-        return 0
+    if module in LOWEST:
+        return layer(LOWEST[module])
     for index, packages in enumerate(LAYERS):
         if any(module == p or module.startswith(f"{p}.") for p in packages):
             return index
@@ -172,15 +193,16 @@ def against_the_layers(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
 def test_every_import_runs_down_the_layers():
     edges = graph()
     assert {"pin", "uninstall", "tools.gpu.classify", "group_data.all", "inventory.b200"} <= set(edges)
-    assert "operations.basics.host_scripts.owned_sockets" in edges["operations.basics.network"]
+    assert "operations.basics.host_scripts.owned_sockets" in edges["deployment.network"]
     assert {name for name in edges if layer(name) is None} == set()  # every package placed
     assert against_the_layers(edges) == set()
 
 
 def test_the_layer_check_sees_an_arrow_upwards():
-    assert against_the_layers({"operations.deployment.summary": {"operations.gateway.config", "operations.basics"},
-                               "operations.gateway.membership": {"operations.deployment"}}) == {
-        ("operations.deployment.summary", "operations.gateway.config")}
+    assert against_the_layers({"deployment.hosts": {"operations.gpu.smoke", "deployment.knobs"},
+                               "operations.run.summary": {"deployment.gateway.config", "operations.basics"},
+                               "deployment.gateway.membership": {"deployment.hosts"}}) == {
+        ("deployment.hosts", "operations.gpu.smoke")}
 
 
 def test_no_product_module_is_longer_than_450_lines():
@@ -232,9 +254,9 @@ def test_the_standard_library_check_sees_a_shadowing_name():
 
 def test_loopback_is_typed_in_one_file_which_the_others_ask():
     """Typed in the host programs' module (owned_sockets.py): the hosts run those without the product, and the
-    controller's operations.basics.network takes it from there; the group data asks network too. The templates
+    controller's deployment.network takes it from there; the group data asks network too. The templates
     render the values they are given."""
-    from operations.basics import network
+    from deployment import network
     from operations.basics.host_scripts import owned_sockets
 
     files = [*shipped_python(), *(REPO / "templates").rglob("*.j2")]
@@ -274,11 +296,11 @@ def docstrings(tree: ast.AST) -> set[int]:
 
 def test_the_algorithm_names_are_typed_in_one_product_module():
     """No string the product's code uses names an algorithm (SGLang's name as a word, or the whole of the
-    bench's mode of it), but in the table's module (operations/server/speculative.py): the others ask it."""
-    from operations.server import speculative
+    bench's mode of it), but in the table's module (deployment/server/speculative.py): the others ask it."""
+    from deployment.server import speculative
     names = re.compile(r"\b(" + "|".join(speculative.ALGORITHMS) + r")\b")
     modes = set(speculative.modes())
-    table = REPO / "operations" / "server" / "speculative.py"
+    table = REPO / "deployment" / "server" / "speculative.py"
     sources = [path for root in ALGORITHM_READERS for path in ([REPO / root] if (REPO / root).is_file()
                                                                 else sorted((REPO / root).rglob("*.py")))]
     written = []

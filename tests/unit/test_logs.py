@@ -4,9 +4,9 @@ import runpy
 
 import pytest
 
+from deployment.knobs import BadHostData
 from operations import logs, status
 from operations.basics.host_programs import HOST_SCRIPTS
-from operations.basics.knobs import BadHostData
 from tests.unit.test_status import fleet
 
 

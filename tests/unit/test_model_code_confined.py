@@ -8,10 +8,10 @@ import pytest
 from pyinfra.context import ctx_host
 from pyinfra.facts.files import Directory
 
+from deployment.hosts import resolve
+from deployment.knobs import BadHostData
 from operations.basics.file_states import FileStates
-from operations.basics.knobs import BadHostData
 from operations.basics.templates import render
-from operations.deployment import resolve
 from operations.server import sandbox
 from operations.server.flags import SGLangRejects
 from operations.weights import download, hf_token  # noqa: F401 (hf_token registers the facts it reads)

@@ -15,12 +15,12 @@ from pyinfra.api import FunctionCommand
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
+from deployment.gateway.config import resolve as resolve_gateway
+from deployment.gateway.membership import Worker
+from deployment.knobs import BadHostData
+from operations.basics.file_states import FileStates
 from operations.gateway import service
 from operations.monitoring import prometheus
-from operations.basics.file_states import FileStates
-from operations.gateway.config import resolve as resolve_gateway
-from operations.gateway.membership import Worker
-from operations.basics.knobs import BadHostData
 from operations.monitoring.prometheus import (KEY_FILE, PrometheusTargets, ScrapeTarget, config_text, down_targets,
                                    scrape_targets)
 from operations.monitoring.prometheus import resolve as resolve_monitoring

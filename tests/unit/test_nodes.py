@@ -11,15 +11,15 @@ from dataclasses import replace
 
 import pytest
 
-from operations.basics.knobs import BadHostData
-from operations.deployment import resolve
-from operations.gateway.config import resolve as resolve_gateway
-from operations.gateway.membership import resolve as fleet, workers
+from deployment.gateway.config import resolve as resolve_gateway
+from deployment.gateway.membership import resolve as fleet, workers
+from deployment.hosts import resolve
+from deployment.knobs import BadHostData
+from deployment.nodes.group import members
+from deployment.server.command_line import server_args
 from operations.basics.host_programs import program
 from operations.nodes import rendezvous
 from operations.nodes.rendezvous import DistInitLinks, RankState, joined_rank0, peers_of_rank0
-from operations.nodes.group import members
-from operations.server.flags import server_args
 from tests.sglang_real import resolve_many_with_real_sglang
 from tests.unit.fakehost import run
 from tests.unit.resolution_cases import case, deployment, lab_repos

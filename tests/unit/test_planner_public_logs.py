@@ -1,4 +1,4 @@
-"""The KV-cache planner (operations/server/capacity.py) against the world: startup logs of real SGLang servers as
+"""The KV-cache planner (deployment/server/capacity.py) against the world: startup logs of real SGLang servers as
 people published them (tests/fixtures/startup_logs, one case a file, each with its source, model config, GPU,
 TP size and mem_fraction_static), the planner's tokens against the engine's own max_total_num_tokens.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from operations.server.capacity import GIB, kv_geometry, plan_replica
+from deployment.server.capacity import GIB, kv_geometry, plan_replica
 
 CASES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "startup_logs"
 CASES = sorted(CASES_DIR.glob("*.json"))

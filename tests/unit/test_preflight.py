@@ -7,16 +7,16 @@ from dataclasses import replace
 import pytest
 from pyinfra.context import ctx_host
 
-from operations.deployment import resolve, resolve_worker
+from deployment.hosts import resolve, resolve_worker
+from deployment.server.config import git_refs, pinned_requirement
+from operations.basics import shell
 from operations.gpu import nvidia
 from operations.gpu.packages import NvidiaPackages
-from operations.weights.hub import RepoSnapshot
-from operations.basics import shell
-from operations.deployment import preflight
-from operations.deployment.preflight import LoginUser, login_problems, moving_revisions
+from operations.run import preflight
+from operations.run.preflight import LoginUser, login_problems, moving_revisions
 from operations.server.checks import exposure_problems, unpinned_build
-from operations.server.config import git_refs, pinned_requirement
 from operations.weights.checks import HubState, described, hub_state, unpinned
+from operations.weights.hub import RepoSnapshot
 from lab.config import TOKEN_DENIED, TOKEN_GRANTED
 from tests.unit.fakehost import FakeHost, failure
 from tests.unit.group_data import host_data

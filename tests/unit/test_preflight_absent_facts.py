@@ -8,8 +8,9 @@ that is what every check here gets.
 import pytest
 from pyinfra.api import FunctionCommand
 
-from operations.deployment import preflight, resolve
+from deployment.hosts import resolve
 from operations.gpu import checks
+from operations.run import preflight
 from operations.weights.checks import HubState
 from operations.weights.hub import RepoFile, RepoSnapshot
 from tests.unit.fakehost import FakeHost, run

@@ -11,8 +11,8 @@ import pytest
 
 from tests.helpers import PYINFRA, REPO
 
-PRODUCT = ["deploy.py", "group_data", "inventory", "operations", "templates", "requirements.txt", "tools",
-           "tests/fixtures/nvidia-smi/rtxpro6000se-8x-pcie"]
+PRODUCT = ["deploy.py", "deployment", "group_data", "inventory", "operations", "templates", "requirements.txt",
+           "tools", "tests/fixtures/nvidia-smi/rtxpro6000se-8x-pcie"]
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,9 @@
 import re
 from types import SimpleNamespace
 
-from operations.deployment import resolve, resolve_host
-from operations.deployment.summary import Row, row, state_of, table
-from operations.gateway import config as gateway_config
+from deployment.gateway import config as gateway_config
+from deployment.hosts import resolve, resolve_host
+from operations.run.summary import Row, row, state_of, table
 from operations.weights.download import Rate, duration, progress
 from tests.unit.group_data import host_data
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from operations.basics.knobs import BadHostData
-from operations.deployment import resolve_worker, site_data
-from operations.gateway.config import resolve as resolve_gateway
-from operations.nodes.group import members
+from deployment import site_data
+from deployment.gateway.config import resolve as resolve_gateway
+from deployment.hosts import resolve_worker
+from deployment.knobs import BadHostData
+from deployment.nodes.group import members
+from deployment.server.command_line import server_args
 from operations.server import sandbox, unit
-from operations.server.flags import server_args
 from tests.unit.group_data import RTX_MINORS, host_data
 from tests.unit.test_gateway import inventory_host
 

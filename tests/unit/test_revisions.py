@@ -4,7 +4,7 @@ and the disk check's credit for files another revision holds (facts in, decision
 import hashlib
 import os
 
-from operations.deployment import at_commits, resolve
+from deployment.hosts import at_commits, resolve
 from operations.weights import revisions
 from operations.weights.checks import disk_problems
 from operations.weights.hub import RepoFile, RepoSnapshot

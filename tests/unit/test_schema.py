@@ -1,4 +1,4 @@
-"""One schema of every knob (operations/schema.py), each declared once: an unknown key is refused in one line at
+"""One schema of every knob (deployment/schema.py), each declared once: an unknown key is refused in one line at
 every layer, naming it, where it was set and the nearest knob, before anything changes; its declaration parses
 the value its subject reads; docs/configuration.md is its page."""
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from operations import schema
+from deployment import schema
 from tests.helpers import PYINFRA, REPO
 
 
@@ -107,7 +107,7 @@ def test_a_subject_reads_the_value_its_declaration_parses():
 
 
 def test_a_retired_knob_is_declared_once_and_refused_by_its_subject_in_its_words():
-    from operations import deployment
+    from deployment import hosts
     from serving_benchmark.plan import plan
     from tests.unit.group_data import host_data
 
@@ -120,7 +120,7 @@ def test_a_retired_knob_is_declared_once_and_refused_by_its_subject_in_its_words
             if knob.refused_by == "bench":
                 plan({knob.name: "x"})
             else:
-                deployment.resolve(host_data("b200_nvlink", **{knob.name: "x"}), "b200_nvlink")
+                hosts.resolve(host_data("b200_nvlink", **{knob.name: "x"}), "b200_nvlink")
         assert str(raised.value) == refusal
         assert f"| `{knob.name}` | retired | None | any | {knob.help} |" in (REPO / "docs" / "configuration.md").read_text()
 
@@ -136,10 +136,10 @@ def test_the_schema_reads_no_subject_and_the_page_tool_is_imported_by_nothing():
                 for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                 for alias in node.names}
 
-    assert {name for name in imported(REPO / "operations" / "schema.py") if name.startswith(
-        ("operations", "serving_benchmark", "tuning", "tools"))} == {"operations.basics"}
-    product = [*(REPO / "operations").rglob("*.py"), *(REPO / "serving_benchmark").rglob("*.py"),
-               *(REPO / "tuning").rglob("*.py"), *REPO.glob("*.py")]
+    assert {name for name in imported(REPO / "deployment" / "schema.py") if name.startswith(
+        ("deployment", "operations", "serving_benchmark", "tuning", "tools"))} == {"deployment"}
+    product = [*(REPO / "deployment").rglob("*.py"), *(REPO / "operations").rglob("*.py"),
+               *(REPO / "serving_benchmark").rglob("*.py"), *(REPO / "tuning").rglob("*.py"), *REPO.glob("*.py")]
     assert [str(p) for p in product if any(name.split(".")[0] == "tools" for name in imported(p))] == []
 
 

@@ -4,12 +4,12 @@ import pytest
 from pyinfra.api import StringCommand
 from pyinfra.context import ctx_host
 
+from deployment.hosts import resolve
 from operations.basics import secret_files
 from operations.basics.file_states import UserFileStates
+from operations.basics.file_states import FileStates, digest_of
 from operations.server import api_key
 from operations.weights import hf_token
-from operations.deployment import resolve
-from operations.basics.file_states import FileStates, digest_of
 from tests.unit.fakehost import FakeHost, failure, run
 from tests.unit.group_data import host_data
 

@@ -12,13 +12,13 @@ from pyinfra.facts.files import Directory
 from pyinfra.context import ctx_host
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from deployment.hosts import resolve, resolve_host
+from deployment.knobs import BadHostData
 from operations.basics import ownership
-from operations.basics.knobs import BadHostData
-from operations.server import sandbox, unit
-from operations.deployment import resolve, resolve_host
 from operations.basics.file_states import FileStates
 from operations.basics.units import ServiceState, any_change
 from operations.python.virtualenvs import VenvRequirement, fingerprint
+from operations.server import sandbox, unit
 from operations.server.flags import SGLangRejects
 
 from tests.unit.fakehost import FakeHost, failure, ran, run
@@ -298,7 +298,7 @@ def test_the_smoke_tests_p2p_decision_is_in_the_unit_and_a_restart_input():
     """The decision reaches the unit only through smoke.decided_env, read from the host's smoke record:
     P2P turned off on this host changes the environment file, so the unit restarts; a record that keeps
     P2P leaves the current unit as it is."""
-    from operations.deployment import resolve as resolve_deployment
+    from deployment.hosts import resolve as resolve_deployment
     from operations.gpu import smoke
     from operations.gpu.smoke import GpuSmokeRecord
 
@@ -346,7 +346,7 @@ def test_a_loopback_replica_admits_packets_from_loopback_alone_and_cannot_take_t
 
 
 def test_an_exposed_replica_admits_the_gateways_that_route_it_and_its_node_group_and_without_a_gateway_no_list():
-    from operations.gateway import membership
+    from deployment.gateway import membership
     from tests.unit.test_gateway import inventory_host
     from tests.unit.test_nodes import resolved, two_nodes
     gateway = inventory_host("gw", ["gateway"], ssh_hostname="10.0.0.2", gateway_bind_address="10.1.0.2")
@@ -370,7 +370,7 @@ def test_an_exposed_replica_admits_the_gateways_that_route_it_and_its_node_group
 
 def test_a_gateway_known_by_a_name_is_refused_before_any_unit_admits_it():
     """An allow list takes addresses: a gateway's name resolved on the controller would let a spoofed answer in."""
-    from operations.gateway import membership
+    from deployment.gateway import membership
     from tests.unit.test_gateway import inventory_host
     gateway = inventory_host("gw", ["gateway"], ssh_hostname="gw.example", gateway_bind_address="0.0.0.0")
     worker = inventory_host("w", ["rtx_pro_6000_pcie"], ssh_hostname="10.0.0.5", bind_address="0.0.0.0")

@@ -7,12 +7,12 @@ from dataclasses import replace
 import pytest
 
 from serving_benchmark import client, gateways, modes, remote, report, sweep, units
-from operations.basics.knobs import BadHostData
+from deployment.knobs import BadHostData
 from serving_benchmark.modes import mode_args
 from serving_benchmark.plan import PROMPTS, plan
 from serving_benchmark.units import bench_unit, unit_environment
-from operations.deployment import resolve, resolve_host
-from operations.gateway.config import resolve as resolve_gateway
+from deployment.gateway.config import resolve as resolve_gateway
+from deployment.hosts import resolve, resolve_host
 from operations.server.unit import unit_files
 from tests.sglang_real import parse_many_with_real_sglang
 from tests.unit.group_data import RTX_MINORS, host_data
@@ -267,7 +267,7 @@ def test_through_the_gateway_the_client_sends_to_the_gateway_with_the_key_file_n
 
 
 def test_a_gateway_is_benchmarked_only_when_its_workers_of_the_model_are_exactly_this_hosts_replicas():
-    from operations.gateway.membership import Route
+    from deployment.gateway.membership import Route
     replicas = qwen_replicas()
     route = Route("ct200", resolve_gateway(host_data("gateway", profile="qwen36_ddtree")), "127.0.0.1", "127.0.0.1")
     ours = [{"url": f"http://127.0.0.1:{r.port}", "status": "ready"} for r in replicas]

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from operations.deployment import resolve, site_data
-from operations.server.flags import RESOLVE, rendered_violations as rendered_ddtree_violations
-from operations.server.speculative import ALGORITHMS, DDTREE, EAGLE_PAGED_TREE_BACKENDS, Speculative
+from deployment import site_data
+from deployment.hosts import resolve
+from deployment.server.command_line import rendered_violations as rendered_ddtree_violations
+from deployment.server.speculative import ALGORITHMS, DDTREE, EAGLE_PAGED_TREE_BACKENDS, Speculative
+from operations.server.flags import RESOLVE
 from tests.gpu_standin_env import gpu_standin_env
 from tests.sglang_real import resolve_many_with_real_sglang
 from tests.unit.group_data import host_data
@@ -319,7 +321,7 @@ def ddtree_src(tmp_path_factory) -> Path:
 def test_ddtree_standin_refuses_what_the_release_plus_ddtree_rules_refuse(repos, real, ddtree_src, tmp_path):
     """Today's DDTree profile on B200 and the old one (trtllm_mha, page size 1 asked): the real
     release resolves the DFlash base, the deploy's DDTree rules judge it; the DDTree build agrees."""
-    from operations.server.flags import server_args
+    from deployment.server.command_line import server_args
 
     good, old = deployment("b200_nvlink", "qwen36_ddtree", repos), old_ddtree_deployment(repos)
     real_good, real_old = real[("b200_nvlink", "qwen36_ddtree")], real[OLD_DDTREE]
@@ -341,7 +343,7 @@ def test_ddtree_standin_wants_triton_only_for_a_tree(repos, real, ddtree_src, tm
     """Spine mode (Qwen, budget 15 of 16) on the class's flashinfer and a tree (Kimi, budget 16 of 8) on
     triton: the real release resolves both bases, the deploy's rules and the DDTree build accept them;
     the tree on flashinfer is refused by both."""
-    from operations.server.flags import server_args
+    from deployment.server.command_line import server_args
 
     for host_class in HOST_CLASSES:
         spine, tree = deployment(host_class, "qwen36_ddtree", repos), deployment(host_class, "kimi_k26_ddtree", repos)

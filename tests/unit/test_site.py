@@ -86,7 +86,7 @@ def test_the_site_overrides_key_by_key_and_part_of_a_key(site, inventory):
 
 
 def test_a_site_inside_the_checkout_or_missing_is_refused_in_one_line(monkeypatch, inventory):
-    from operations.deployment import site_data
+    from deployment import site_data
     monkeypatch.setenv("SPECFLEET_SITE", str(REPO / "group_data"))
     with pytest.raises(SystemExit, match="is inside the specfleet checkout"):
         site_data.directory()
@@ -118,7 +118,7 @@ def test_pin_resolves_every_moving_revision_writes_them_for_the_deploy_and_shows
 
     # The deploy's data now carries the commits: preflight has nothing moving to refuse.
     hosts = load_inventory(str(inventory), str(REPO))
-    from operations.deployment import resolve
+    from deployment.hosts import resolve
     qwen = resolve(hosts["gpu-2"].data, "b200_nvlink")
     assert qwen.weights.target.revision == hub.shas["lab/Qwen3.6-27B-tiny"]
     assert qwen.engine.sglang_requirement == f"sglang @ git+file://{sglang_repo}@{head}#subdirectory=python"

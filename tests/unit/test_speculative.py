@@ -1,4 +1,4 @@
-"""The table of speculative algorithms (operations/server/speculative.py): a new algorithm is one entry,
+"""The table of speculative algorithms (deployment/server/speculative.py): a new algorithm is one entry,
 which the configuration, the flags, the checks and the bench pick up; the names live there alone
 (tests/unit/test_imports.py holds that)."""
 
@@ -7,12 +7,13 @@ from dataclasses import replace
 import pytest
 from pyinfra.context import ctx_host
 
-from operations.basics.knobs import BadHostData
-from operations.deployment import resolve, site_data
-from operations.server import speculative
+from deployment import site_data
+from deployment.hosts import resolve
+from deployment.knobs import BadHostData
+from deployment.server import speculative
+from deployment.server.command_line import rendered_violations, server_args
+from deployment.server.speculative import Algorithm, Resolved, Setting
 from operations.server.checks import refused_flags, rule_problems, unreleased_problems
-from operations.server.flags import rendered_violations, server_args
-from operations.server.speculative import Algorithm, Resolved, Setting
 from serving_benchmark.modes import mode_args
 from serving_benchmark.plan import plan
 from tests.unit.fakehost import FakeHost

@@ -8,8 +8,8 @@ from pyinfra.api import FunctionCommand
 from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import Directory, File
 
+from deployment.hosts import resolve
 from operations.basics import shell
-from operations.deployment import resolve
 from serving_benchmark import client
 from serving_benchmark.plan import plan
 from tests.unit.fakehost import run

@@ -1,4 +1,4 @@
-"""Tuned settings in the site directory (SITE/tuned/<class>/<profile>.json, operations/deployment/tuned.py):
+"""Tuned settings in the site directory (SITE/tuned/<class>/<profile>.json, deployment/tuned.py):
 read through the class's group data as the deploy reads it (site_data.tuned), checked, applied over the class's
 defaults where measured with the build and drafter deployed, and reported stale, not applied, where not.
 Facts in (a site directory, host data), the deployment's rendered flags out."""
@@ -7,9 +7,11 @@ import json
 
 import pytest
 
-from operations.basics.knobs import BadHostData
-from operations.deployment import resolve, site_data, tuned
-from operations.server.flags import server_args
+from deployment import site_data, tuned
+from deployment.hosts import resolve
+from deployment.knobs import BadHostData
+from deployment.server.command_line import server_args
+from operations.run import summary
 from tests.unit.group_data import host_data
 
 HOST_CLASS = "rtx_pro_6000_pcie"
@@ -125,7 +127,7 @@ def test_what_the_tuner_writes_the_deploy_reads_back(site_dir):
 def test_the_run_says_each_deployments_line_at_its_start(site_dir, caplog):
     write(site_dir, {"settings": PICK, "measured_with": {**MEASURED, "drafter": "a" * 40}})
     with caplog.at_level("INFO", logger="pyinfra"):
-        tuned.report("gpu-1", (deployed(),))
+        summary.tuned_report("gpu-1", (deployed(),))
     (record,) = caplog.records
     assert record.levelname == "WARNING" and record.getMessage().startswith("gpu-1: qwen36_ddtree: ") \
         and "is stale, not applied" in record.getMessage()

@@ -1,12 +1,12 @@
 """What a deployment may be tuned to (tuning/candidates.py): the algorithm table's tried settings
-(operations/server/speculative.py) at each layout its GPUs divide into, each resolved and judged by the
+(deployment/server/speculative.py) at each layout its GPUs divide into, each resolved and judged by the
 deploy's own rules (layout, rendered flags, release builds, weights and KV plan); facts in (host data, the
 hub's snapshots, the host's GPUs), candidates and the reasons for those left out."""
 
 from pyinfra.context import ctx_host
 
-from operations.server import speculative
-from operations.server.flags import server_args
+from deployment.server import speculative
+from deployment.server.command_line import server_args
 from tests.unit.fakehost import FakeHost
 from tests.unit.group_data import class_expectations, host_data
 from tests.unit.test_capacity import snapshots as kimi_snapshots

@@ -13,8 +13,8 @@ import pytest
 from lab.gpu_standin.build_profiles import PROFILES_DIR
 from lab.repos import QWEN_CONFIG
 from lab.sglang_standin.sglang import speed_model
-from operations import deployment
-from operations.server.flags import server_args
+from deployment import hosts
+from deployment.server.command_line import server_args
 from tests.unit.group_data import host_data
 from tuning import report
 from tuning.candidates import candidates
@@ -31,7 +31,7 @@ LINK = speed_model.Link("host", max(NO_P2P.values(), key=float))
 def qwen_candidates(algorithms=("dflash", "ddtree"), **data):
     data = host_data(PCIE, profile=PROFILE, **data)
     found, _ = candidates(data, PCIE, PROFILE, algorithms=algorithms)
-    _, (deployed,) = deployment.resolve_worker(data, PCIE)
+    _, (deployed,) = hosts.resolve_worker(data, PCIE)
     anchor = next(c for c in found if c.deployment.engine.speculative == deployed.engine.speculative
                   and c.shape == (deployed.engine.tp_size, len(deployed.replicas)))  # as tune.py anchors it
     return found, anchor

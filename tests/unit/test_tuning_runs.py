@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from operations import schema
-from operations.basics.knobs import BadHostData
-from operations.deployment import resolve
+from deployment import schema
+from deployment.hosts import resolve
+from deployment.knobs import BadHostData
 from serving_benchmark import units
 from tests.unit.group_data import RTX_MINORS, host_data
 from tuning import report

@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
+from deployment.hosts import resolve_worker
+from deployment.knobs import BadHostData
 from operations import status, uninstall
 from operations.basics import ownership
-from operations.basics.knobs import BadHostData
-from operations.deployment import resolve_worker
 from operations.monitoring import prometheus
 from tests.unit.group_data import host_data
 from tests.unit.test_gateway import inventory_host

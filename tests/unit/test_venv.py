@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from lab.index import start_index
-from operations.python import virtualenvs
 from operations.basics.host_programs import program
+from operations.python import virtualenvs
 from operations.python.virtualenvs import HostPython, VenvRequirement
 from tests.unit import fakehost
 from tests.unit.test_gpu_operations import FakeHost, run

@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 
-from operations.basics.knobs import BadHostData
-from operations.deployment import resolve
+from deployment.hosts import resolve
+from deployment.knobs import BadHostData
 from operations.weights import peer
 from tests.unit.group_data import host_data
 

@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+from deployment.gpu.config import expected_gpus
 from operations.basics import host_programs
 from operations.gpu.checks import check_fabric, check_gpu_class
-from operations.gpu.config import expected_gpus
 from operations.gpu.parse import parse_smi_q
 from operations.gpu.smoke import summary
 

@@ -9,9 +9,9 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from operations.deployment import site_data
+from deployment import site_data
+from deployment.gpu.products import interconnect_by_product, named
 from operations.gpu.parse import parse_smi_q, parse_topology, smi_failure
-from operations.gpu.products import interconnect_by_product, named
 
 from .smi_captures import parse_query_csv, parse_smi_table, parse_smi_xml
 
@@ -53,7 +53,7 @@ GPU_FIELDS = ("gpu_name", "gpu_models", "gpu_count", "memory_total_mib", "driver
 def classify_dir(capture_dir: Path, classes: dict[str, dict] | None = None) -> dict:
     """Summarize the captures in `capture_dir`; a field no file tells is None. With topo.txt,
     interconnect is what its GPU pairs read ('unknown' when mixed or there is no pair);
-    without it, the GPUs' product may tell (operations/gpu/products.py: cards that have no
+    without it, the GPUs' product may tell (deployment/gpu/products.py: cards that have no
     NVLink are 'pcie', and not degraded), else interconnect and degraded are None.
 
     Every GPU counts: `gpu_models` lists each model with how many cards (a host of two models

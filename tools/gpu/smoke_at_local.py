@@ -12,7 +12,7 @@ import os
 import runpy
 from types import SimpleNamespace
 
-from operations import deployment
+from deployment import hosts
 from operations.gpu import smoke
 from tools.gpu.capture import NO_MULTICAST
 
@@ -20,6 +20,6 @@ class_name = os.environ["SPECFLEET_SMOKE_CLASS"]
 # The host is @local, in no inventory group: merge its group data as pyinfra would (all, then the class).
 data = {**runpy.run_path("group_data/all.py"), **runpy.run_path(f"group_data/{class_name}.py")}
 data["install_dir"] = os.environ["SPECFLEET_SMOKE_INSTALL_DIR"]
-test = deployment.resolve(SimpleNamespace(**data), class_name).smoke
+test = hosts.resolve(SimpleNamespace(**data), class_name).smoke
 # As the user running the capture: a GPU host lent for it has no service user.
 smoke.allreduce(name="GPU smoke test", smoke=dataclasses.replace(test, env={**test.env, **NO_MULTICAST}, user=None))

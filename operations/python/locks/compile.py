@@ -18,7 +18,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from operations.basics import site_directory
+from deployment import site_directory
 
 LOCKS = Path(__file__).resolve().parent
 PYPI = "https://pypi.org/simple"

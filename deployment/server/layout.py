@@ -11,8 +11,8 @@ whose name is not wanted any more is stopped before a unit that might take its G
 from dataclasses import dataclass
 from typing import Any
 
-from operations.basics import knobs
-from operations.basics.knobs import BadHostData
+from deployment import knobs
+from deployment.knobs import BadHostData
 
 KEYS = ("tp_size", "replicas", "gpus", "context_length")  # what a layout may say
 # Where SGLang 0.5.23 draws a server's --nccl-port when none is given (srt/utils/network.py,

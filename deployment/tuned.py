@@ -22,14 +22,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyinfra import logger
+from deployment import knobs
+from deployment.knobs import BadHostData
+from deployment.server import speculative
+from deployment.weights.config import Repo
 
-from operations.basics import knobs
-from operations.basics.knobs import BadHostData
-from operations.server import speculative
-from operations.weights.config import Repo
-
-LAYOUT_KEYS = ("tp_size", "replicas")  # the layout's part of the settings (operations/server/layout.py KEYS)
+LAYOUT_KEYS = ("tp_size", "replicas")  # the layout's part of the settings (deployment/server/layout.py KEYS)
 MEASURED_WITH = ("sglang", "drafter", "prompts")  # a profile without a drafter: all but the drafter
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 BUILD = re.compile(f"{knobs.COMMIT.pattern}|{knobs.REQUIREMENT.pattern}")  # a commit, else a release pin or a wheel
@@ -184,11 +182,3 @@ def document(where: Path, values: dict, measured_with: dict, figures: dict) -> d
     found = {"settings": values, "measured_with": measured_with, "figures": figures}
     read({"it": {"path": str(where), "found": found}}, "it")
     return found
-
-
-def report(host_name: str, deployments) -> None:
-    """Say, at the start of a run (--dry included), where each deployment's tuned settings came from, or why
-    its tuned file is stale (a warning)."""
-    for d in deployments:
-        if d.tuned is not None:
-            (logger.warning if d.tuned.stale else logger.info)(f"{host_name}: {said(d.name, d.tuned)}")

@@ -19,8 +19,8 @@ import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from operations.basics import network
-from operations.weights.config import Weights
+from deployment import network
+from deployment.weights.config import Weights
 
 HUB = "hub"  # the last source of every file: the hub (or the site's mirror, hf_endpoint)
 
@@ -55,7 +55,7 @@ def holders(hosts: Iterable[tuple[str, str, tuple[Weights, ...]]]) -> dict[Revis
     """The run's revisions held by two or more hosts and their holders, in inventory order.
 
     `hosts`: each worker host of the run as (name, address, its deployments' weights), from the fleet
-    resolved once per run (operations/gateway/membership.py WorkerHost). A revision named by a branch
+    resolved once per run (deployment/gateway/membership.py WorkerHost). A revision named by a branch
     the hub has not resolved yet, a host with `weights_fanout` off, and one whose inventory address is no IP
     address, take no part: the peer servers' allow lists take addresses, and a name resolved on the controller
     would let whoever answers its DNS query into every host's list."""

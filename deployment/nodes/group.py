@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from operations.basics import knobs
-from operations.basics.knobs import BadHostData
+from deployment import knobs
+from deployment.knobs import BadHostData
 
 GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: interface names (at most 15 characters, the kernel's

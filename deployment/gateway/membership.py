@@ -6,21 +6,19 @@ are the inventory's replicas serving its model, each at its URL on the network t
 worker's gateways (`gateways`, `routes`) say where each one is driven (on its own host, with its admin
 key) and where the worker reaches it as a client. "Same host?" is asked of `same_host` alone: a worker
 on its gateway's host is reached on loopback, whatever it binds. The same resolution says which weights
-each worker host deploys: the weights' fan-out (operations/weights/fanout.py) groups the hosts by them.
+each worker host deploys: the weights' fan-out (deployment/weights/fanout.py) groups the hosts by them.
 """
 
 import weakref
 from dataclasses import dataclass, replace
 
-from operations import deployment
-from operations.basics import network
-from operations.basics.knobs import BadHostData
-from operations.deployment import roles
-from operations.gateway import config
-from operations.gateway.config import Gateway
-from operations.nodes.group import members
-from operations.server.config import Server, ServiceHost
-from operations.weights.config import Weights
+from deployment import hosts, network, roles
+from deployment.gateway import config
+from deployment.gateway.config import Gateway
+from deployment.knobs import BadHostData
+from deployment.nodes.group import members
+from deployment.server.config import Server, ServiceHost
+from deployment.weights.config import Weights
 
 
 @dataclass(frozen=True)
@@ -100,7 +98,7 @@ def worker_address(local: bool, address: str) -> str:
 def _worker_host(inventory, worker) -> WorkerHost:
     address = network.inventory_address(worker)
     try:
-        served = deployment.resolve_host(worker.data, deployment.host_class_of(worker.groups),
+        served = hosts.resolve_host(worker.data, hosts.host_class_of(worker.groups),
                                          members(inventory, worker))
     except BadHostData as problem:  # refused on its own host too
         return WorkerHost(worker.name, address, problem=f"{worker.name}: {problem}")

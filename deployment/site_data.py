@@ -5,7 +5,7 @@
     SITE/group_data/<class>.py   a class of the site's own, where it declares `expected_gpus` and no shipped
                                  group has its name
     SITE/pins.json               the commits `python pin.py` resolved moving revisions to
-    SITE/tuned/<class>/<profile>.json   the settings tune.py measured best (operations/deployment/tuned.py)
+    SITE/tuned/<class>/<profile>.json   the settings tune.py measured best (deployment/tuned.py)
     SITE/locks/NAME==VERSION.txt   the hash locks of the site's own pins (operations/python/locks/compile.py)
 
 A site group file runs with the shipped file's values as its starting globals, so it may set a key
@@ -26,8 +26,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-from operations import schema
-from operations.basics.site_directory import CHECKOUT, SITE_ENV, directory  # noqa: F401 (this module's API too)
+from deployment import schema
+from deployment.site_directory import CHECKOUT, SITE_ENV, directory  # noqa: F401 (this module's API too)
 
 PINS_FILE = "pins.json"
 TUNED_DIR = "tuned"
@@ -214,7 +214,7 @@ def write_pins(found: dict) -> Path:
 def tuned(class_file: str) -> dict:
     """The tuned files of the class `class_file` (a group_data/<class>.py) names, as tune.py wrote them:
     {PROFILE: {"path": SITE/tuned/<class>/<profile>.json, "found": its JSON}}; empty without a site. Their
-    settings are checked where the deploy reads them (operations/deployment/tuned.py)."""
+    settings are checked where the deploy reads them (deployment/tuned.py)."""
     site = directory()
     if site is None:
         return {}
@@ -238,7 +238,7 @@ def tuned_path(host_class: str, profile: str) -> Path:
 
 
 def write_tuned(path: Path, document: dict) -> Path:
-    """Write a tuned file (operations/deployment/tuned.py document()) through a temporary file renamed into place."""
+    """Write a tuned file (deployment/tuned.py document()) through a temporary file renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(json.dumps(document, indent=2) + "\n")

@@ -29,8 +29,8 @@ tests/unit/test_engine_startup.py holds every shipped layout's plan to the wheel
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from operations.server.flags import value
-from operations.server.resident import cuda_unseen_bytes, resident_before_load
+from deployment.server.command_line import value
+from deployment.server.resident import cuda_unseen_bytes, resident_before_load
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -370,7 +370,7 @@ def plan_server(replica: str, args: list[str], *, card_bytes: int, target_config
                 typical_request_tokens: int = TYPICAL_REQUEST_TOKENS) -> CapacityPlan:
     """
     One replica's plan (plan_replica) from its SGLang command line `args` as the deploy renders it, read as
-    argparse reads it (flags.value), and its models' config.json; `own_draft_layers`: it drafts with the
+    argparse reads it (command_line.value), and its models' config.json; `own_draft_layers`: it drafts with the
     target's own layers (MTP: check_own_draft_layers); NoRule for a model the planner cannot size.
 
     .. code:: python
@@ -438,4 +438,4 @@ def engine_shortfall(replica: str, planned_tokens: int, engine_tokens: int) -> s
     return (f"{replica}: its engine holds {engine_tokens:,} tokens (max_total_num_tokens in /server_info), "
             f"{short:.0%} fewer than the {planned_tokens:,} planned, beyond the {ENGINE_TOLERANCE:.0%} tolerance: "
             f"something else holds GPU memory (nvidia-smi --query-compute-apps=pid,used_memory) or the plan "
-            f"misreads the model (operations/server/capacity.py)")
+            f"misreads the model (deployment/server/capacity.py)")

@@ -4,7 +4,7 @@ where its default lives and the parser of its value.
 `refused()` checks the keys a layer sets (shipped group data, the site's group data, an inventory host's data,
 --data) before anything changes: an unknown key is refused in one line naming it, where it was set and the
 nearest known key, as Ansible's argument_specs refuses a role's unknown option. A subject reads a knob's
-parsed value with `value(data, name)`: the knob's parser (operations/basics/knobs.py), applied to the data's
+parsed value with `value(data, name)`: the knob's parser (deployment/knobs.py), applied to the data's
 value or, where the data has none, the declared default. A default lives in one place: the group file the
 knob names (group_data/<group>.py, what users read and edit), else the declaration's `default`. A knob whose
 value is a structure (profiles, layouts, node groups, ...) is parsed by its subject's `resolve`, which alone
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from operations.basics import knobs, network
+from deployment import knobs, network
 
 # Where a key may be set. GROUP: a group data file (group_data/<group>.py, an inventory's group data);
 # SITE: SPECFLEET_SITE/group_data/<group>.py; HOST: an inventory host's own data; DATA: pyinfra's --data.

@@ -1,5 +1,5 @@
 """What each GPU of an SGLang engine holds before it sizes its KV pool, and what CUDA never shows of a card: the
-one place these figures live (the planner, operations/server/capacity.py, and the host's engine check ask it).
+one place these figures live (the planner, deployment/server/capacity.py, and the host's engine check ask it).
 
 >>> resident_before_load(4) // MIB
 551

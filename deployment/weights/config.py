@@ -11,8 +11,7 @@ import posixpath
 from dataclasses import dataclass, replace
 from typing import Any
 
-from operations import schema
-from operations.basics import knobs
+from deployment import knobs, schema
 
 ROLES = ("target", "drafter")  # a profile names a drafter where its algorithm drafts with one
 
@@ -56,7 +55,7 @@ class Weights:
     config_dir: str  # root's directory of the download specs
     install_dir: str  # where the host programs are (the fetcher)
     verify: bool  # hash every file against the hub's hashes
-    fanout: bool  # take a revision other hosts of the run deploy from them (operations/weights/fanout.py)
+    fanout: bool  # take a revision other hosts of the run deploy from them (deployment/weights/fanout.py)
     fanout_port: int  # where this host serves its revisions to its peers (operations/weights/peer.py)
     cache: bool  # keep serving them after the run: a site cache for later revisions and hosts
 

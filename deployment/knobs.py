@@ -2,7 +2,7 @@
 
 Each takes the knob's name (for the message) and its value, and returns the value parsed or raises
 BadHostData, one line naming the knob, its value and what is accepted (`refused` words it; deploy.py
-puts the host in front). `deployment.resolve()`
+puts the host in front). `deployment.hosts.resolve()`
 applies them before any host is touched, so nothing unchecked reaches a shell, a unit file or a path.
 """
 
@@ -12,7 +12,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from operations.basics.network import LOOPBACK
+from deployment.network import LOOPBACK
 
 
 class BadHostData(ValueError):

@@ -1,13 +1,13 @@
 """The deployments one host gets: every subject's configuration, resolved from the host's data at once.
 
 `resolve_worker()` is the only reader of a worker's host data: every knob of every subject is parsed
-and checked here (through each subject's own `resolve`, with operations/basics/knobs.py), before any
+and checked here (through each subject's own `resolve`, with deployment/knobs.py), before any
 host is touched, each object built once at its level: what is true of the host (`Host`: users and
 paths, GPU runtime, smoke test, token), of each deployment (`Deployment`: weights, node group, and
 what its servers run, `Engine`) and of each replica (`Server`: its unit, GPUs and ports). Each
 operation then receives the level it acts on. A host serves one deployment (its `profile` on all of
 its GPUs) or several on disjoint GPUs (`deployments`); each is laid out in replicas
-(operations/server/layout.py). A value that cannot be deployed raises
+(deployment/server/layout.py). A value that cannot be deployed raises
 BadHostData: one line naming the knob, the value and what is accepted.
 """
 
@@ -16,20 +16,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from operations import schema
-from operations.basics import knobs, ownership
-from operations.basics.knobs import BadHostData
-from operations.deployment import site_data, tuned as tuned_settings
-from operations.gpu import config as gpu_config
-from operations.gpu.config import GpuRuntime
-from operations.gpu.smoke import SmokeTest
-from operations.nodes import group as nodes
-from operations.nodes.group import NodeGroup
-from operations.python import virtualenvs
-from operations.server import config as server_config, layout, speculative
-from operations.server.config import Engine, Server, ServiceHost
-from operations.weights import config as weights_config
-from operations.weights.config import Weights
+from deployment import knobs, schema, site_data, tuned as tuned_settings
+from deployment.gpu import config as gpu_config
+from deployment.gpu.config import GpuRuntime, SmokeTest
+from deployment.knobs import BadHostData
+from deployment.nodes import group as nodes
+from deployment.nodes.group import NodeGroup
+from deployment.server import config as server_config, layout, speculative
+from deployment.server.config import Engine, Server, ServiceHost
+from deployment.weights import config as weights_config
+from deployment.weights.config import Weights
 
 @dataclass(frozen=True)
 class Host:
@@ -65,7 +61,7 @@ class Deployment:
 
     @property
     def replicas(self) -> tuple[Server, ...]:
-        """Its SGLang units, one a replica (operations/server/layout.py)."""
+        """Its SGLang units, one a replica (deployment/server/layout.py)."""
         return self.engine.replicas
 
 
@@ -185,15 +181,27 @@ def _together(found: tuple[Deployment, ...]) -> None:
                                   f"{repo.revision}: a host holds one revision of a repo for its deployments")
 
 
+def shared_account(user: str, others: dict[str, str | None]) -> str | None:
+    """Which of `others` (what an account holds -> its name) `user` is, where `user` runs a model's code
+    (a deployment's servers): that code would then hold it too (the download user's token, the build
+    user's builds, the gateway's keys), and ``account_problem`` passes such an account, a system user the
+    deploy made; None when `user` is none of them.
+
+    **Example:** ``shared_account("sglang-download", {"the download user": "sglang-download"})`` is
+    ``"the download user"``.
+    """
+    return next((held for held, other in others.items() if other == user), None)
+
+
 def _own_users(found: tuple[Deployment, ...], gateway_user: str | None) -> None:
     """Each deployment's user (the service user, or SERVICE_USER-NAME on a host of several) is none of the
-    host's accounts that hold what its model's code must not reach (``ownership.shared_account``): a
+    host's accounts that hold what its model's code must not reach (``shared_account``): a
     deployment named `download` would otherwise run as the download user, the token's owner."""
     held = {"the download user (the HF token's owner)": found[0].engine.service.download_user if found else None,
-            "the build user (it builds git requirements)": virtualenvs.BUILD_USER,
+            "the build user (it builds git requirements)": server_config.BUILD_USER,
             "the gateway's user (it reads the gateway's keys)": gateway_user}
     for d in found:
-        taken = ownership.shared_account(d.engine.user, held)
+        taken = shared_account(d.engine.user, held)
         if taken:
             where, value = (f"deployments[{d.name!r}]['name']", d.name) if d.engine.own_user \
                 else ("service_user", d.engine.user)
@@ -201,7 +209,7 @@ def _own_users(found: tuple[Deployment, ...], gateway_user: str | None) -> None:
                                 "holds: use another name", wrong=f"makes the servers' user {d.engine.user}, {taken}")
 
 
-def _tuned(profile_name: str, profile: dict, data: Any, candidate: dict | None,
+def _tuned(profile_name: str, data: Any, candidate: dict | None,
            own: dict) -> tuple[tuned_settings.Tuned | None, tuned_settings.Use | None]:
     """What a deployment of `profile_name` takes of its tuned settings: `candidate` where a tuner tries one
     (applied), else its tuned file where the site holds one, whose staleness its served profile's build and
@@ -245,7 +253,7 @@ def _resolve(data: Any, host_class: str, entry: dict, profile: dict, node_member
                                       install_dir=service.install_dir)
     own = {k: v for k, v in entry.items() if k in layout.KEYS}
     named = {k: v for k, v in own.items() if v is not None}
-    found, use = _tuned(entry_profile, profile, data, candidate, named)
+    found, use = _tuned(entry_profile, data, candidate, named)
     tuned_values = use.settings if use is not None else found.settings if found is not None else {}
     profile_name, served = _served(data, entry_profile, profile, tuned_values,
                                    str(found.path) if found is not None else "(candidate)")

@@ -4,9 +4,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from operations import schema
-from operations.basics import knobs, network
-from operations.server.config import served_model_name
+from deployment import knobs, network, schema
+from deployment.server.config import served_model_name
 
 # The smg releases whose worker listing the sync reads (host_scripts/gateway_workers.py, SUPPORTED): a pin to
 # another smg release is refused before anything is installed; a path or URL requirement is judged by the

@@ -16,8 +16,9 @@ from typing import Protocol
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from operations.basics import network, outcomes
-from operations.deployment import Deployment, Host, site_data
+from deployment import network, site_data, tuned
+from deployment.hosts import Deployment, Host
+from operations.basics import outcomes
 
 REFUSAL_WIDTH = 80  # a refusal's first characters in the table; its whole sentence is printed above it
 COLUMNS = ("host", "class", "model", "endpoint", "gateway", "state", "accept length", "KV tokens (engine of plan)",
@@ -27,7 +28,7 @@ _printed: "weakref.WeakSet" = weakref.WeakSet()  # the runs whose table is print
 
 
 class Gateway(Protocol):
-    """What the table reads of a host's gateway (operations/gateway/config.py's Gateway, which the deploy
+    """What the table reads of a host's gateway (deployment/gateway/config.py's Gateway, which the deploy
     passes): the gateway stands above the deployment, which imports none of it."""
 
     model: str
@@ -109,7 +110,7 @@ def kv_tokens(notes: dict) -> str:
 
 
 # Said under the table once any replica's KV figures are in it: what the two figures are, and why an engine
-# may hold more than its plan (operations/server/resident.py: what a rank holds before its pool, measured on
+# may hold more than its plan (deployment/server/resident.py: what a rank holds before its pool, measured on
 # an H100 and an H200; the lab's stand-in holds none of it, so it sizes a larger pool).
 KV_LEGEND = ("KV tokens: each replica's engine (its max_total_num_tokens) of the deploy's plan (preflight's, "
              "kept beside its unit). The plan is a floor, so an engine may hold more: it counts what a GPU holds "
@@ -181,3 +182,11 @@ def summary():
     host.noop("the run's table is printed once every host reached it")
     return
     yield  # an operation is a generator
+
+
+def tuned_report(host_name: str, deployments) -> None:
+    """Say, at the start of a run (--dry included), where each deployment's tuned settings came from, or why
+    its tuned file is stale (a warning)."""
+    for d in deployments:
+        if d.tuned is not None:
+            (logger.warning if d.tuned.stale else logger.info)(f"{host_name}: {tuned.said(d.name, d.tuned)}")

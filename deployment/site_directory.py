@@ -1,13 +1,13 @@
 """Where the user's site directory is (`SPECFLEET_SITE`), outside this checkout: what every subject that reads
-or writes a file of the site asks (operations/deployment/site_data.py: its group data, pins and tuned files; the
-hash locks of its own pins, operations/python/pinned.py)."""
+or writes a file of the site asks (deployment/site_data.py: its group data, pins and tuned files; the
+hash locks of its own pins, deployment/python/pinned.py)."""
 
 import os
 from pathlib import Path
 
 SITE_ENV = "SPECFLEET_SITE"
 LOCKS_DIR = "locks"  # SITE/locks/NAME==VERSION.txt: the hash locks of the site's own pins
-CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 def directory() -> Path | None:

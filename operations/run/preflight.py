@@ -12,13 +12,13 @@ from typing import Any
 from pyinfra import host, state
 from pyinfra.api import FactBase, operation
 
+from deployment.hosts import Deployment, Host, host_class_of, resolve_worker
+from deployment.knobs import BadHostData
+from deployment.nodes import group as nodes
 from operations.basics import failing, gathering, ownership, shell
 from operations.basics.failing import fail_host
 from operations.basics.file_states import FileStates
-from operations.basics.knobs import BadHostData
-from operations.deployment import Deployment, Host, host_class_of, resolve_worker
 from operations.gpu import checks as gpu_checks
-from operations.nodes import group as nodes
 from operations.python import virtualenvs
 from operations.server import checks as server_checks, stages as server_stages
 from operations.server.unit import ServerUnits
@@ -122,8 +122,8 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
     that serves (or did); a host serving nothing yet passes, to be prepared while
     access is pending (``weights.checks.access_pending`` fails it after its downloads started).
 
-    + worker: what is true of the host (``deployment.resolve_worker``)
-    + deployments: the host's resolved deployments, at the hub's commits (``deployment.at_commits``)
+    + worker: what is true of the host (``deployment.hosts.resolve_worker``)
+    + deployments: the host's resolved deployments, at the hub's commits (``deployment.hosts.at_commits``)
     + hubs: what the hub said of each one's repos, on the controller (``weights.checks.hub_state``)
 
     **Example:**
@@ -131,7 +131,7 @@ def check(worker: Host, deployments: tuple[Deployment, ...], hubs: list[HubState
     .. code:: python
 
         hubs = preflight.host_and_hub_read(deployments)
-        deployments = tuple(deployment.at_commits(d, hub.commits) for d, hub in zip(deployments, hubs))
+        deployments = tuple(hosts.at_commits(d, hub.commits) for d, hub in zip(deployments, hubs))
         preflight.check(name="Preflight", worker=worker, deployments=deployments, hubs=hubs)
     """
     s = worker.service

@@ -2,7 +2,7 @@
 group), a gateway host (in the `gateway` group), or both. The deploy, rollout.py, pin.py, status and the
 gateway's membership ask here."""
 
-from operations.deployment import site_data
+from deployment import site_data
 
 GATEWAY = "gateway"  # the inventory group of gateway hosts
 

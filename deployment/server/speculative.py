@@ -305,7 +305,7 @@ class Speculative:
         return self.values.get(self.entry.tree) if self.entry.tree else None
 
     def flags(self, draft_model_dir: str | None, draft_backend: str) -> list[str]:
-        """Its SGLang flags (the newest spellings; flags.spell renders them for a version); `draft_model_dir`:
+        """Its SGLang flags (the newest spellings; command_line.spell renders them for a version); `draft_model_dir`:
         the drafter's weights, None for an algorithm without a drafter."""
         if not self.entry.drafts:
             return []

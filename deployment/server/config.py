@@ -1,6 +1,6 @@
 """The SGLang servers one host runs, one object a level, each built once: what every server of the host
 shares (`ServiceHost`: users, paths, network, keys), what every replica of a deployment runs (`Engine`:
-its profile's model and speculative settings, its class's tuning, its layout, operations/server/layout.py)
+its profile's model and speculative settings, its class's tuning, its layout, deployment/server/layout.py)
 and each replica (`Server`: its unit's name, GPUs and ports, and its deployment's `Engine`); typed, checked."""
 
 import difflib
@@ -9,12 +9,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from operations import schema
-from operations.basics import knobs, network
-from operations.nodes.group import NodeGroup
-from operations.python.pinned import fingerprint
-from operations.server.layout import Layout, unit_name
-from operations.server.speculative import Speculative, autoregressive, drafting, settings
+from deployment import knobs, network, schema
+from deployment.nodes.group import NodeGroup
+from deployment.python.pinned import fingerprint
+from deployment.server.layout import Layout, unit_name
+from deployment.server.speculative import Speculative, autoregressive, drafting, settings
 
 # What SGLang 0.5.23 takes to end once nothing is in flight after SIGTERM: up to 5 s to notice it
 # (its drain loop polls every 5 s), one more 5 s poll, up to 15 s for the schedulers to leave after
@@ -33,8 +32,8 @@ LOOPBACK_SOCKETS = {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
 GIT_REF = re.compile(r"git\+((?:[A-Za-z][\w+.-]*://[^/\s#]*/|[^/\s#@:]+@[^/\s#:]+:)[^#\s]*)@([^@#\s]+)")
 
 
-# The options the deploy sets itself, each with the knob that sets it: what flags.server_args renders
-# (every spelling SGLang 0.5.23 accepts, flags.RENAMED_FLAGS' old ones too), a node group's part
+# The options the deploy sets itself, each with the knob that sets it: what command_line.server_args renders
+# (every spelling SGLang 0.5.23 accepts, command_line.RENAMED_FLAGS' old ones too), a node group's part
 # (nodes.group) and the launcher's --api-key. Extra arguments may not repeat them: argparse takes
 # the last, so an extra --host 0.0.0.0 would win over bind_address, past the exposure check.
 DEPLOY_FLAGS = {
@@ -66,6 +65,9 @@ def deploy_flags(plan: Layout, profile_name: str) -> dict[str, str]:
     return {**DEPLOY_FLAGS, "--context-length": f"layouts[{profile_name!r}]['context_length']"}
 
 
+BUILD_USER = "specfleet-build"  # builds git requirements (operations/python/virtualenvs.py ``git_build``)
+
+
 def home_of(user: str) -> str:
     """The home the deploy gives each system user it makes; an existing account is taken only with this home
     (ownership.account_problem)."""
@@ -76,7 +78,7 @@ def home_of(user: str) -> str:
 class ServiceHost:
     """What every SGLang server of a host shares, whichever its deployment: who runs and owns what, and
     where (the service user runs the servers, the download user owns the HF token and the weights,
-    operations/weights/config.py Weights.owner; root's directories hold the programs and the keys), how
+    deployment/weights/config.py Weights.owner; root's directories hold the programs and the keys), how
     the servers are reached and keyed, their package index, their units' prefix and how long a request
     in flight may take."""
 
@@ -243,7 +245,7 @@ class Server:
 def profile_named(data: Any, name: Any) -> dict:
     """The profile `name` of the host's `profiles` (group_data/all.py, a site's), checked: an unknown name
     raises BadHostData in one line with the nearest profile, as a misspelt knob meets its nearest knob
-    (operations/schema.py)."""
+    (deployment/schema.py)."""
     profiles = data.profiles if isinstance(data.profiles, dict) else {}
     if isinstance(name, str) and name in profiles:
         knobs.matching("profile", name, knobs.PROFILE_NAME, "a profile name of letters, digits and _.- "
@@ -436,6 +438,6 @@ def engine(data: Any, service: ServiceHost, host_class: str, profile_name: str, 
 
 def venv_name(requirement: str, index_url: str | None) -> str:
     """A build's SGLang virtualenv under install_dir, one per build fingerprint (its requirement, lock and
-    index: operations/python/pinned.fingerprint): deployments of one build share it, and another build is
+    index: deployment/python/pinned.fingerprint): deployments of one build share it, and another build is
     installed beside it, never over the one a running server loads (a unit moves to it by its restart)."""
     return f"sglang-venv-{fingerprint(requirement, index_url)}"

@@ -8,9 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from operations import schema
-from operations.basics import knobs
-from operations.basics.knobs import BadHostData
+from deployment import knobs, schema
+from deployment.knobs import BadHostData
 
 
 @dataclass(frozen=True)
@@ -95,3 +94,24 @@ def resolve(data: Any, host_class: str) -> GpuRuntime:
         driver_branch=str(schema.value(data, "driver_branch")),
         nvidia_repo_url=repo_url(data),
     )
+
+
+SMOKE_RECORD = "gpu-smoke.json"  # in the install directory: the GPU smoke test's result (operations/gpu/smoke.py)
+
+
+@dataclass(frozen=True)
+class SmokeTest:
+    """The GPU smoke test of one host: its GPUs' floors, the SGLang build and environment it runs with,
+    and the user it runs as."""
+
+    expected: GpuExpectations  # the bus bandwidth floor, and the P2P floor of a PCIe class
+    venv: str  # the SGLang virtualenv: its torch and NCCL
+    install_dir: str  # where gpu_smoke.py is and its record goes
+    env: dict[str, str]  # the unit's environment (NCCL's settings)
+    build: str  # the SGLang requirement: a new build is tested again
+    user: str | None  # the service user it runs as; None: the deploy's own user (a capture on a GPU host)
+    timeout_s: int = 180  # for the all-reduce, start-up included; the P2P attempt gets a third of it
+
+    @property
+    def record_path(self) -> str:
+        return f"{self.install_dir}/{SMOKE_RECORD}"

@@ -1,14 +1,14 @@
 """What a requirement pins: the committed hash lock of a release, and the fingerprint that tells one build of
-a virtualenv from another (operations/python/virtualenvs.py builds it; operations/server/config.py names SGLang's
+a virtualenv from another (operations/python/virtualenvs.py builds it; deployment/server/config.py names SGLang's
 virtualenv after it)."""
 
 import hashlib
 import re
-from pathlib import Path
 
-from operations.basics import site_directory
+from deployment import site_directory
 
-LOCKS = Path(__file__).resolve().parent / "locks"  # committed hash locks, one per release: NAME==VERSION.txt
+# The committed hash locks, one per release (NAME==VERSION.txt), beside their compiler (locks/compile.py).
+LOCKS = site_directory.CHECKOUT / "operations" / "python" / "locks"
 RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.!+_-]+")
 
 

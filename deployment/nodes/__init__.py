@@ -1,0 +1,1 @@
+"""Node groups: one server spanning several hosts, declared in the inventory (group)."""

@@ -12,8 +12,8 @@ import shlex
 from deployment import network
 from deployment.gateway.config import resolve as resolve_gateway
 from deployment.gateway.membership import resolve as fleet, workers
+from deployment.monitoring.config import resolve as resolve_monitoring
 from operations.monitoring.prometheus import PrometheusTargets, down_targets, scrape_targets
-from operations.monitoring.prometheus import resolve as resolve_monitoring
 from operations.server.host_scripts.engine_answers import generated
 from tests.deployed.test_unit import loose_units
 

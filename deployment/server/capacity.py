@@ -232,15 +232,18 @@ def kv_geometry(config: dict, tp_size: int, kv_cache_dtype: str) -> KVGeometry:
                      "rule reads") from None
 
 
-def check_own_draft_layers(config: dict) -> None:
-    """That a draft through the target's own layers (MTP) adds nothing to each token of its pool: SGLang 0.5.23
-    adds the target's cell times eagle_draft_num_layers over its KV layers (model_executor/pool_configurator.py,
-    DefaultPoolConfigurator.__init__), which a draft without a path takes from the TARGET's
-    num_nextn_predict_layers (model_runner_components/spec_aux_hidden_state.py _resolve_eagle_aux_hidden_state).
-    Qwen3.5/3.6's config names its MTP layers mtp_num_hidden_layers instead: none is added, and the draft
-    worker's one layer is allocated after the pool is sized, out of the 1 - mem_fraction_static slack.
-    NoRule for a config that names num_nextn_predict_layers (DeepSeek's, GLM's): the planner has no rule
-    checked against the engine for it."""
+def check_draft_kv_of_target(config: dict, drafter_config: dict | None) -> None:
+    """That a draft whose KV SGLang 0.5.23 sizes as the target's cell per draft layer (the EAGLE family) adds
+    nothing the planner misses: the engine adds the target's cell times eagle_draft_num_layers over its KV
+    layers (model_executor/pool_configurator.py, DefaultPoolConfigurator.__init__), which a draft without a
+    path (MTP) takes from the TARGET's num_nextn_predict_layers (model_runner_components/spec_aux_hidden_state.py
+    _resolve_eagle_aux_hidden_state). Qwen3.5/3.6's config names its MTP layers mtp_num_hidden_layers instead:
+    none is added, and the draft worker's one layer is allocated after the pool is sized, out of the
+    1 - mem_fraction_static slack. NoRule for a config that names num_nextn_predict_layers (DeepSeek's, GLM's)
+    and for a drafter repo (EAGLE-3): the planner has no rule checked against the engine for them."""
+    if drafter_config is not None:
+        raise NoRule("a drafter whose KV SGLang sizes as the target's cell per draft layer (EAGLE-3): the KV-cache "
+                     "planner has no rule checked against the engine for it")
     layers = text_config(config).get("num_nextn_predict_layers")
     if layers:
         raise NoRule(f"num_nextn_predict_layers {layers}: the KV-cache planner has no rule for the KV a draft "
@@ -366,12 +369,13 @@ def _max_running_requests(tokens: int, context: int, asked: int | None, state_ca
 
 
 def plan_server(replica: str, args: list[str], *, card_bytes: int, target_config: dict, target_weight_bytes: int,
-                drafter_config: dict | None = None, drafter_weight_bytes: int = 0, own_draft_layers: bool = False,
+                drafter_config: dict | None = None, drafter_weight_bytes: int = 0, draft_kv_of_target: bool = False,
                 typical_request_tokens: int = TYPICAL_REQUEST_TOKENS) -> CapacityPlan:
     """
     One replica's plan (plan_replica) from its SGLang command line `args` as the deploy renders it, read as
-    argparse reads it (command_line.value), and its models' config.json; `own_draft_layers`: it drafts with the
-    target's own layers (MTP: check_own_draft_layers); NoRule for a model the planner cannot size.
+    argparse reads it (command_line.value), and its models' config.json; `draft_kv_of_target`: the engine sizes
+    its draft's KV as the target's cell per draft layer (check_draft_kv_of_target); NoRule for a model the
+    planner cannot size.
 
     .. code:: python
 
@@ -388,12 +392,12 @@ def plan_server(replica: str, args: list[str], *, card_bytes: int, target_config
     tp_size = number("--tp-size", 1)
     kv_dtype = value(args, "--kv-cache-dtype") or "auto"
     drafter = None
-    if drafter_config is not None:
+    if draft_kv_of_target:
+        check_draft_kv_of_target(target_config, drafter_config)
+    elif drafter_config is not None:
         draft_dtype = draft_kv_cache_dtype(kv_dtype, value(args, "--speculative-draft-attention-backend"),
                                            value(args, "--speculative-draft-kv-cache-dtype"))
         drafter = kv_geometry(drafter_config, tp_size, draft_dtype)
-    elif own_draft_layers:
-        check_own_draft_layers(target_config)
     return plan_replica(
         replica, card_bytes=card_bytes, mem_fraction_static=number("--mem-fraction-static", 0.9, float),
         tp_size=tp_size, target_weight_bytes=target_weight_bytes, drafter_weight_bytes=drafter_weight_bytes,

@@ -59,6 +59,10 @@ class Algorithm:
     # Whether a draft model runs (a drafter repo or the target's own draft layers), whose attention backend
     # the deploy sets (--speculative-draft-attention-backend); False: AR, NGRAM (it drafts from a token trie).
     draft_model: bool = True
+    # Whether SGLang sizes its draft's KV in the target's pool as the target's cell per draft layer (the EAGLE
+    # family: 0.5.23 model_executor/pool_configurator.py DefaultPoolConfigurator.__init__) rather than from a
+    # drafter's own config (DFlash: mem_cache/draft_kv_budget.py resolve_dflash_draft_cell_size).
+    draft_kv_of_target: bool = False
     # The draft-token counts a tuner tries, those at most the drafter's block size (the profile's
     # num_draft_tokens, which is always tried); () tries the block size alone.
     draft_lengths: tuple[int, ...] = ()
@@ -80,11 +84,6 @@ class Algorithm:
     def mode(self) -> str:
         """Its name among the bench's modes."""
         return self.name.lower()
-
-    @property
-    def own_draft_layers(self) -> bool:
-        """Whether it drafts with the target's own layers (MTP): a draft model without a drafter repo."""
-        return self.drafts and self.draft_model and not self.drafter
 
     @property
     def sglang_name(self) -> str:
@@ -223,11 +222,11 @@ EAGLE_TOPK = Setting("--speculative-eagle-topk", tried=(1,))
 # form (configs/model_config.py from_server_args takes the target path; _config_draft_model rewrites
 # Qwen3_5ForConditionalGeneration to Qwen3_5ForCausalLMMTP with one layer). Draft lengths a tuner tries
 # below the profile's: chains of 2 and 3 tokens, each steps + 1 at topk 1 (eagle_rules).
-MTP = Algorithm("MTP", engine_name="EAGLE", drafter=False, draft_lengths=(2, 3),
+MTP = Algorithm("MTP", engine_name="EAGLE", drafter=False, draft_kv_of_target=True, draft_lengths=(2, 3),
                 settings={"num_steps": EAGLE_STEPS, "eagle_topk": EAGLE_TOPK}, rules=(eagle_rules,))
 # EAGLE-3 (in SGLang releases): a drafter repo of its own (models/llama_eagle3.py, kimi_k25_eagle3.py),
 # fed the target's hidden states; its rules are the EAGLE family's.
-EAGLE3 = Algorithm("EAGLE3", draft_lengths=(2, 3, 4, 6),
+EAGLE3 = Algorithm("EAGLE3", draft_kv_of_target=True, draft_lengths=(2, 3, 4, 6),
                    settings={"num_steps": EAGLE_STEPS,
                              "eagle_topk": Setting("--speculative-eagle-topk", tried=(1, 4))},
                    rules=(eagle_rules,))

@@ -61,7 +61,7 @@ def kv_plan(server: Server, expected: GpuExpectations, snapshots: dict, gpus: li
         s.service_name, server_args(s), card_bytes=_card_mib(s, expected, gpus) << 20, target_config=target.config,
         target_weight_bytes=target.weight_bytes, drafter_config=drafter.config if drafting else None,
         drafter_weight_bytes=drafter.weight_bytes if drafting else 0,
-        own_draft_layers=s.engine.speculative.entry.own_draft_layers)
+        draft_kv_of_target=s.engine.speculative.entry.draft_kv_of_target)
 
 
 def kv_capacity(server: Server, expected: GpuExpectations, snapshots: dict, gpus: list | None,

@@ -415,17 +415,22 @@ def test_a_flag_the_planner_reads_that_is_no_number_is_said_so_not_a_traceback()
                              target_weight_bytes=8 * 10**9)
 
 
-def test_a_draft_through_the_targets_own_layers_adds_what_the_engine_adds_and_says_when_it_cannot_tell():
+def test_a_draft_sized_as_the_targets_cells_adds_what_the_engine_adds_and_says_when_it_cannot_tell():
     """Qwen3.6-27B's MTP layer is named mtp_num_hidden_layers, which SGLang 0.5.23 does not read into the target's
     pool (spec_aux_hidden_state.py _resolve_eagle_aux_hidden_state reads num_nextn_predict_layers): the plan is the
     same tokens as without it, and the engine's own startup agrees (tests/unit/test_engine_startup.py, qwen36_mtp).
-    A config that names num_nextn_predict_layers (DeepSeek's) the planner has no checked rule for: it says so."""
+    A config that names num_nextn_predict_layers (DeepSeek's), or an EAGLE-3 drafter, the planner has no checked
+    rule for: it says so rather than plan the drafter's own cells as DFlash's are planned."""
     args = ["--speculative-algorithm", "EAGLE", "--speculative-num-draft-tokens", "4"]
     qwen = config("Qwen3.6-27B")
-    plan = lambda cfg, own: capacity.plan_server("r", args, card_bytes=80 * GIB, target_config=cfg,  # noqa: E731
-                                                 target_weight_bytes=52 * 10**9, own_draft_layers=own)
+    plan = lambda cfg, eagle, drafter=None: capacity.plan_server(  # noqa: E731
+        "r", args, card_bytes=80 * GIB, target_config=cfg, target_weight_bytes=52 * 10**9, drafter_config=drafter,
+        draft_kv_of_target=eagle)
     assert plan(qwen, True) == plan(qwen, False)
     deepseek_like = {**qwen, "text_config": {**qwen["text_config"], "num_nextn_predict_layers": 1}}
     with pytest.raises(NoRule, match=r"^num_nextn_predict_layers 1: the KV-cache planner has no rule for the KV a "
                                      r"draft through the target's own layers adds to its pool$"):
         plan(deepseek_like, True)
+    with pytest.raises(NoRule, match=r"^a drafter whose KV SGLang sizes as the target's cell per draft layer "
+                                     r"\(EAGLE-3\): the KV-cache planner has no rule checked against the engine"):
+        plan(qwen, True, config("Qwen3-4B"))

@@ -76,7 +76,7 @@ def case_of(replica, store: Path, data_of=host_data) -> tuple[dict, capacity.Cap
                                 target_config=config(CONFIGS[repo]), target_weight_bytes=target,
                                 drafter_config=drafter_config() if drafter else None,
                                 drafter_weight_bytes=drafter_weights if drafter else 0,
-                                own_draft_layers=e.speculative.entry.own_draft_layers)
+                                draft_kv_of_target=e.speculative.entry.draft_kv_of_target)
     case = {"argv": as_released(args), "env": dict(e.env), "gpu": gpu,
             "pre_gib": plan.free_before_load_bytes / capacity.GIB,
             "loaded_gib": plan.free_after_load_bytes / capacity.GIB}

@@ -140,9 +140,9 @@ def test_numbers_are_numbers_whichever_way_they_arrive():
     ("hf_token_env", "HF TOKEN", "hf_token_env='HF TOKEN' is not accepted: use a variable name"),
     ("profile", "kimi_k26_dlfash",
      "profile='kimi_k26_dlfash' is no profile: did you mean 'kimi_k26_dflash'? (profiles: kimi_k26_ddtree, "
-     "kimi_k26_dflash, qwen36_ddtree; group_data/all.py and a site's)"),
+     "kimi_k26_dflash, qwen36_ar, qwen36_ddtree, qwen36_mtp; group_data/all.py and a site's)"),
     ("profile", "nosuch", "profile='nosuch' is no profile: use one of kimi_k26_ddtree, kimi_k26_dflash, "
-     "qwen36_ddtree (profiles of group_data/all.py and a site's)"),
+     "qwen36_ar, qwen36_ddtree, qwen36_mtp (profiles of group_data/all.py and a site's)"),
 ])
 def test_a_bad_knob_is_one_line_naming_the_knob_the_value_and_what_is_accepted(knob, value, message):
     with pytest.raises(BadHostData) as refused:

@@ -112,11 +112,15 @@ def test_draft_tokens_edited_by_hand_in_the_unit_are_caught(deployed_lab, pcie_h
         fleet.ssh(pcie_host, f"mv {backup} {d.unit_file} && systemctl daemon-reload && "
                              f"systemctl restart {d.service_name}")
         wait_generating(pcie_host, d.port)
-    assert_caught(result, pcie_host.name, {"test_unit_arguments_are_what_group_data_asks_for"},
+    # Both the unit's arguments and what the engine serves (its /server_info) say so.
+    assert_caught(result, pcie_host.name, {"test_unit_arguments_are_what_group_data_asks_for",
+                                           "test_server_info_reports_speculative_decoding_accepting_drafts"},
                   rf"{pcie_host.name}: {re.escape(d.service_name)} runs with other arguments than group_data asks for "
                   rf"\({d.engine.profile_name} on {d.engine.host_class}\):\n{flag}: expected {wanted}, found {edited}",
                   rf"{pcie_host.name}: {d.unit_file} has other arguments than group_data asks for:\n"
-                  rf"{flag}: expected {wanted}, found {edited}")
+                  rf"{flag}: expected {wanted}, found {edited}",
+                  rf"{pcie_host.name}: expected {re.escape(d.service_name)}'s /server_info to report "
+                  rf"\{{'speculative_num_draft_tokens': {wanted}\b.*found \{{'speculative_num_draft_tokens': {edited}\b")
 
 
 def test_an_engine_holding_fewer_kv_tokens_than_planned_is_caught(deployed_lab, pcie_host):

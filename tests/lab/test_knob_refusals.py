@@ -120,11 +120,11 @@ def test_an_unknown_profile_is_one_line_per_host_with_the_nearest_name_on_every_
     if typo:
         (site / "group_data" / "all.py").write_text('profile = "qwen36_ddtre"\n')
         chosen, refusal = [], ("profile='qwen36_ddtre' is no profile: did you mean 'qwen36_ddtree'? (profiles: "
-                               "kimi_k26_ddtree, kimi_k26_dflash, qwen36_ddtree; group_data/all.py and a site's)")
+                               "kimi_k26_ddtree, kimi_k26_dflash, qwen36_ar, qwen36_ddtree, qwen36_mtp; group_data/all.py and a site's)")
     else:
         chosen, refusal = ["--data", "profile=nosuch"], ("profile='nosuch' is no profile: use one of kimi_k26_ddtree, "
-                                                         "kimi_k26_dflash, qwen36_ddtree (profiles of "
-                                                         "group_data/all.py and a site's)")
+                                                         "kimi_k26_dflash, qwen36_ar, qwen36_ddtree, qwen36_mtp "
+                                                         "(profiles of group_data/all.py and a site's)")
     argv = [str(PYINFRA), *(["-y"] if "-y" in args else []), LAB_INVENTORY, *(a for a in args if a != "-y")] \
         if tool == "pyinfra" else [sys.executable, tool, LAB_INVENTORY, *args]
     run = subprocess.run([*argv, *chosen], cwd=REPO, capture_output=True, text=True, timeout=300,

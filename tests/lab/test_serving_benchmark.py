@@ -325,7 +325,9 @@ def test_a_vanished_controller_leaves_the_deployed_service_serving_again(deploye
             "inactive", "failed"), 120, 2, "the bench unit to reach its time limit")
         wait_for(lambda: fleet.ssh(pcie_host, f"systemctl is-active {SGLANG_UNIT} || true").strip() == "active",
                  30, 1, "the deployed service to be started again by the bench unit's ExecStopPost")
-        wait_for(lambda: server_info(pcie_host).get("speculative_algorithm") == "DFLASH", 60, 2,
+        # Active is not yet listening: the server answers once its startup is through.
+        wait_for(lambda: (answer := fleet.ssh(pcie_host, "curl -sf -m 10 localhost:30000/server_info", check=False))
+                 != "" and json.loads(answer).get("speculative_algorithm") == "DFLASH", 60, 2,
                  "the deployed service to serve its configuration")
     finally:
         bench.kill()

@@ -53,6 +53,15 @@ def _own_cgroup(machine: str) -> Path | None:
     return path
 
 
+def _remove_empty_cgroups(path: Path) -> None:
+    """`path` and the cgroups below it, deepest first (a cgroup goes once it holds no process)."""
+    for directory in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [path]:
+        try:
+            directory.rmdir()
+        except OSError:
+            pass
+
+
 def _remove_cgroup(path: Path | None) -> None:
     """The host's cgroup, emptied by its poweroff, deepest first (this process moved out first)."""
     if path is None:
@@ -61,11 +70,7 @@ def _remove_cgroup(path: Path | None) -> None:
         (path.parent / "cgroup.procs").write_text(f"{os.getpid()}\n")
     except OSError:
         return
-    for directory in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [path]:
-        try:
-            directory.rmdir()
-        except OSError:
-            pass
+    _remove_empty_cgroups(path)
 
 
 def kill_machine(machine: str, timeout: float = 30) -> bool:
@@ -81,11 +86,7 @@ def kill_machine(machine: str, timeout: float = 30) -> bool:
     deadline = time.monotonic() + timeout
     while "populated 1" in (path / "cgroup.events").read_text() and time.monotonic() < deadline:
         time.sleep(0.05)
-    for directory in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [path]:
-        try:
-            directory.rmdir()
-        except OSError:
-            pass
+    _remove_empty_cgroups(path)
     return True
 
 
